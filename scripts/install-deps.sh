@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs exactly the Debian 12 packages FedFS needs to build, test and run.
+# Idempotent: packages already present are skipped, apt is not touched when
+# nothing is missing. Must run as root (or through sudo).
+set -euo pipefail
+
+PACKAGES=(
+  # toolchain
+  cmake g++ ninja-build pkg-config
+  # FUSE 3 (low-level API) and its mount helper
+  libfuse3-dev fuse3
+  # M2M transport: UCX over rdma-core (verbs where there is hardware, tcp/shm elsewhere)
+  libucx-dev ucx-utils librdmacm-dev libibverbs-dev rdma-core
+  # durable state, filesystem helpers, logging, tests
+  librocksdb-dev libboost-filesystem-dev libspdlog-dev libgtest-dev libgmock-dev
+  # command line, config, wire format, hashing, authentication, control protocol
+  libcli11-dev libyaml-cpp-dev flatbuffers-compiler libflatbuffers-dev
+  libxxhash-dev libsodium-dev nlohmann-json3-dev
+  # multi-host tests (network namespaces)
+  iproute2 procps
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$'; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps: missing packages: ${missing[*]}; run as root to install them" >&2
+  exit 1
+fi
+
+echo "install-deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
