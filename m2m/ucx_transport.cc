@@ -1,0 +1,1556 @@
+// UcxTransport: see m2m/ucx_transport.h for the contract.
+//
+// Structure. `Core` holds everything the progress thread owns (worker,
+// listener, connections, operations, timers). Public objects (the Transport,
+// Endpoints, RemoteRegions, Responders) keep a shared_ptr to the Core and talk
+// to it only through Post()/Submit(), except for context-level calls
+// (mem map, rkey pack) that UCP makes thread-safe (mt_workers_shared).
+//
+// UCX callbacks (active messages, endpoint errors, connection requests) only
+// record an event; the progress loop handles events after ucp_worker_progress
+// returns, so no endpoint is created, used or closed from inside a UCX
+// callback.
+//
+// Lock order: Core::endpoints_mu_ -> Core::queue_mu_; Core::regions_mu_ ->
+// Core::queue_mu_. No lock is held while a user callback runs.
+#include "m2m/ucx_transport.h"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <optional>
+#include <queue>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <variant>
+
+#include "common/logging.h"
+#include "m2m/auth.h"
+#include "m2m/frame.h"
+#include "m2m/ucx_util.h"
+
+namespace fedfs::m2m {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using ucx::Context;
+
+constexpr unsigned kAmId = 1;
+constexpr size_t kMaxContextChars = 200;
+// How long Shutdown waits for endpoint close requests before destroying the worker.
+constexpr auto kCloseGrace = std::chrono::seconds(2);
+// Cap on one epoll sleep (the loop re-checks its state at least this often).
+constexpr int kMaxSleepMs = 1000;
+
+std::shared_ptr<spdlog::logger> Log() { return Logger("m2m"); }
+
+class Core;
+class EndpointImpl;
+class RemoteRegionImpl;
+
+using AnyCallback = std::variant<Callback<void>, Callback<Bytes>, Callback<uint64_t>>;
+
+void InvokeFail(AnyCallback& cb, Error e) {
+  std::visit([&](auto& f) { f(Err(std::move(e))); }, cb);
+}
+
+enum class OpKind { kConnect, kCall, kPut, kGet, kAtomic };
+
+bool OneSided(OpKind k) { return k == OpKind::kPut || k == OpKind::kGet || k == OpKind::kAtomic; }
+
+enum class ConnState { kAuthenticating, kReady, kClosed };
+
+// One UCP endpoint and its handshake. Owned by Core::conns_ (progress thread).
+struct Conn {
+  uint64_t id = 0;
+  ucp_ep_h ep = nullptr;
+  bool server = false;
+  ConnState state = ConnState::kAuthenticating;
+  std::string remote_addr;
+  EndpointImpl* owner = nullptr;  // client side: the Endpoint (outlives the Conn)
+  std::optional<ClientHandshake> client_hs;
+  std::optional<ServerHandshake> server_hs;
+  std::vector<uint64_t> waiting;          // ops waiting for kReady
+  std::unordered_set<uint64_t> inflight;  // ops started on this connection
+};
+
+// One operation from Submit to completion. Owned by Core::ops_ (progress thread).
+struct Op {
+  uint64_t id = 0;
+  OpKind kind = OpKind::kConnect;
+  AnyCallback done;
+  Clock::time_point deadline;
+  std::shared_ptr<EndpointImpl> ep;
+  uint64_t conn_id = 0;  // the connection it runs on; 0 while waiting for one
+  // Starts the operation on a ready connection (runs at most once).
+  std::move_only_function<void(Conn&)> start;
+  std::shared_ptr<RemoteRegionImpl> region;  // keeps the remote key alive
+};
+
+// A UCX request's own context: lives until UCX calls back (even when the
+// operation already timed out), and holds the atomic operand/result words.
+struct OpReq {
+  Core* core;
+  uint64_t op_id;
+  uint64_t operand = 0;
+  uint64_t value = 0;
+};
+
+// An outgoing active message: header and payload live until UCX is done.
+struct OutMsg {
+  Core* core;
+  uint64_t op_id;  // operation to fail if the send fails (0: none)
+  Bytes header;
+  Bytes payload;
+};
+
+// A rendezvous payload being received.
+struct RxMsg {
+  Core* core;
+  uint64_t conn_id;
+  FrameHeader header;
+  Bytes payload;
+};
+
+// Events recorded by UCX callbacks, handled after ucp_worker_progress returns.
+struct FrameEvent {
+  uint64_t conn_id;
+  FrameHeader header;
+  Bytes payload;
+};
+struct RndvEvent {
+  uint64_t conn_id;
+  FrameHeader header;
+  void* desc;
+  size_t length;
+};
+struct EpErrorEvent {
+  ucp_ep_h ep;
+  ucs_status_t status;
+};
+struct RejectEvent {  // a garbage frame: close the connection that sent it
+  uint64_t conn_id;
+  Error why;
+};
+struct ConnRequestEvent {
+  ucp_conn_request_h req;
+};
+using Event = std::variant<FrameEvent, RndvEvent, EpErrorEvent, RejectEvent, ConnRequestEvent>;
+
+struct Timer {
+  Clock::time_point at;
+  uint64_t id;  // an Op id or a Conn id (handshake deadline)
+  bool operator>(const Timer& o) const { return at > o.at; }
+};
+
+// ---------------------------------------------------------------------------
+
+class LocalRegionImpl final : public LocalRegion {
+ public:
+  LocalRegionImpl(std::shared_ptr<Context> ctx, ucp_mem_h memh, std::byte* data, size_t size,
+                  RegionDesc desc)
+      : ctx_(std::move(ctx)), memh_(memh), data_(data), size_(size), desc_(std::move(desc)) {}
+  ~LocalRegionImpl() override { ucp_mem_unmap(ctx_->h, memh_); }
+  std::byte* data() override { return data_; }
+  size_t size() const override { return size_; }
+  RegionDesc Export() const override { return desc_; }
+
+ private:
+  std::shared_ptr<Context> ctx_;
+  ucp_mem_h memh_;
+  std::byte* data_;
+  size_t size_;
+  RegionDesc desc_;
+};
+
+class RemoteRegionImpl final : public RemoteRegion,
+                               public std::enable_shared_from_this<RemoteRegionImpl> {
+ public:
+  RemoteRegionImpl(std::shared_ptr<Core> core, const EndpointImpl* owner, RegionDesc desc)
+      : core_(std::move(core)), owner_(owner), desc_(std::move(desc)) {}
+  ~RemoteRegionImpl() override;
+  const RegionDesc& desc() const override { return desc_; }
+  const EndpointImpl* owner() const { return owner_; }
+
+  // Guarded by Core::regions_mu_.
+  ucp_rkey_h rkey_ = nullptr;
+  uint64_t rkey_conn_ = 0;  // connection the key was unpacked on
+
+ private:
+  std::shared_ptr<Core> core_;
+  const EndpointImpl* owner_;
+  RegionDesc desc_;
+};
+
+// ---------------------------------------------------------------------------
+
+class Core : public std::enable_shared_from_this<Core> {
+ public:
+  Core(const UcxOptions& ucx, const TransportOptions& opts) : ucx_(ucx), opts_(opts) {}
+  ~Core();
+
+  Status Start();
+  void Shutdown();
+  bool OnProgressThread() const { return std::this_thread::get_id() == thread_id_; }
+
+  // Queues fn for the progress thread. False (fn dropped) once it has stopped.
+  bool Post(std::move_only_function<void()> fn);
+  // Hands an operation to the progress thread; fails it with ESHUTDOWN inline
+  // if the transport is shut down.
+  void Submit(std::unique_ptr<Op> op);
+  uint64_t NextId() { return next_id_.fetch_add(1, std::memory_order_relaxed); }
+
+  const TransportOptions& opts() const { return opts_; }
+  const std::shared_ptr<Context>& context() const { return ctx_; }
+
+  void Handle(uint16_t method, RpcHandler handler);
+  Result<std::string> Listen(const std::string& addr);
+  std::shared_ptr<Endpoint> GetEndpoint(const std::string& addr);
+  Result<std::unique_ptr<LocalRegion>> MapMemory(void* addr, size_t len, bool allocate);
+
+  // Region registry (any thread).
+  Status AddRegion(RemoteRegionImpl* r);
+  void RemoveRegion(RemoteRegionImpl* r);
+
+  // Progress thread only.
+  void SendReply(uint64_t conn_id, uint64_t call_id, Result<Bytes> reply);
+  void DisconnectEndpoint(EndpointImpl* ep);
+  ucp_rkey_h RkeyFor(RemoteRegionImpl& r, Conn& c, Error* err);
+  void CompleteOp(uint64_t id, ucs_status_t s, uint64_t value);
+  void FailOp(uint64_t id, Error e);
+  void Send(Conn& c, FrameHeader h, Bytes payload, uint64_t op_id);
+
+  // UCX callbacks (progress thread, inside ucp_worker_progress).
+  ucs_status_t OnAm(const void* header, size_t header_len, void* data, size_t len,
+                    const ucp_am_recv_param_t* param);
+  void OnEpError(ucp_ep_h ep, ucs_status_t s) { events_.push_back(EpErrorEvent{ep, s}); }
+  void OnConnRequest(ucp_conn_request_h req) { events_.push_back(ConnRequestEvent{req}); }
+  void OnRxDone(RxMsg* rx, ucs_status_t s);
+
+ private:
+  void Run();
+  void Teardown();
+  int DrainQueue();
+  void HandleEvents();
+  void FireTimers();
+  int SleepMs();
+  void AddTimer(Clock::time_point at, uint64_t id);
+  void DestroyOrphanRkeys();
+
+  void StartOp(std::unique_ptr<Op> op);
+  void RunOnConn(uint64_t op_id, Conn& c);
+  Conn* OpenClientConn(EndpointImpl* ep, Error* err);
+  void AcceptConn(ucp_conn_request_h req);
+  void CloseConn(Conn& c, const Error& err, bool force);
+  void RejectConn(Conn& c, const Error& why);
+  void OnFrame(Conn& c, FrameHeader h, Bytes payload);
+  void OnServerFrame(Conn& c, FrameHeader h, Bytes payload);
+  void OnClientFrame(Conn& c, FrameHeader h, Bytes payload);
+  void Dispatch(Conn& c, const FrameHeader& h, Bytes payload);
+  Conn* FindConn(uint64_t id) {
+    auto it = conns_.find(id);
+    return it == conns_.end() ? nullptr : it->second.get();
+  }
+  Op* FindOp(uint64_t id) {
+    auto it = ops_.find(id);
+    return it == ops_.end() ? nullptr : it->second.get();
+  }
+  std::unique_ptr<Op> TakeOp(uint64_t id);
+
+  const UcxOptions ucx_;
+  const TransportOptions opts_;
+  std::shared_ptr<Context> ctx_;
+  ucp_worker_h worker_ = nullptr;
+  int epfd_ = -1;
+  int evfd_ = -1;
+  int worker_efd_ = -1;
+  size_t max_am_header_ = kMaxFrameHeaderBytes;  // refined by ucp_worker_query
+  std::thread thread_;
+  std::thread::id thread_id_;
+  std::atomic<uint64_t> next_id_{1};
+
+  std::mutex shutdown_mu_;
+  bool shut_down_ = false;  // guarded by shutdown_mu_
+
+  std::mutex queue_mu_;
+  std::vector<std::move_only_function<void()>> queue_;  // guarded by queue_mu_
+  bool closed_ = false;                                 // guarded by queue_mu_: Post fails
+  std::atomic<bool> has_work_{false};
+
+  std::mutex endpoints_mu_;
+  std::unordered_map<std::string, std::shared_ptr<EndpointImpl>> endpoints_;  // guarded
+  bool endpoints_closed_ = false;                                              // guarded
+
+  std::mutex regions_mu_;
+  std::unordered_set<RemoteRegionImpl*> regions_;  // guarded by regions_mu_
+  std::vector<ucp_rkey_h> orphan_rkeys_;           // guarded by regions_mu_
+  bool worker_alive_ = true;                       // guarded by regions_mu_
+  std::atomic<bool> has_orphans_{false};
+
+  // Progress thread only.
+  bool stopping_ = false;
+  ucp_listener_h listener_ = nullptr;
+  std::unordered_map<uint16_t, RpcHandler> handlers_;
+  std::unordered_map<uint64_t, std::unique_ptr<Op>> ops_;
+  std::unordered_map<uint64_t, std::unique_ptr<Conn>> conns_;
+  std::unordered_map<ucp_ep_h, uint64_t> ep_conn_;
+  std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_;
+  std::deque<Event> events_;
+  std::vector<void*> closing_;  // ucp_ep_close_nbx requests in progress
+};
+
+// ---------------------------------------------------------------------------
+
+class EndpointImpl final : public Endpoint, public std::enable_shared_from_this<EndpointImpl> {
+ public:
+  EndpointImpl(std::shared_ptr<Core> core, std::string addr, Result<ucx::SockAddr> sa)
+      : core_(std::move(core)), addr_(std::move(addr)), sa_(std::move(sa)) {}
+
+  const std::string& address() const override { return addr_; }
+  void Connect(Timeout timeout, Callback<void> done) override;
+  void Call(uint16_t method, Bytes payload, Timeout timeout, Callback<Bytes> done) override;
+  Result<std::shared_ptr<RemoteRegion>> Import(const RegionDesc& desc) override;
+  void Put(const void* src, size_t len, const RemoteRegion& dst, uint64_t offset, Timeout timeout,
+           Callback<void> done) override;
+  void Get(void* dst, size_t len, const RemoteRegion& src, uint64_t offset, Timeout timeout,
+           Callback<void> done) override;
+  void FetchAdd(const RemoteRegion& region, uint64_t offset, uint64_t add, Timeout timeout,
+                Callback<uint64_t> done) override;
+  void CompareSwap(const RemoteRegion& region, uint64_t offset, uint64_t expected,
+                   uint64_t desired, Timeout timeout, Callback<uint64_t> done) override;
+  void Disconnect() override;
+
+  const Result<ucx::SockAddr>& sockaddr() const { return sa_; }
+  uint64_t conn_id_ = 0;  // progress thread only: current connection (0: none)
+
+ private:
+  std::unique_ptr<Op> NewOp(OpKind kind, AnyCallback done, Timeout timeout);
+  // Validates a one-sided access; on success returns the region to keep alive.
+  Result<std::shared_ptr<RemoteRegionImpl>> Check(const RemoteRegion& r, uint64_t offset,
+                                                  size_t len, bool atomic) const;
+
+  std::shared_ptr<Core> core_;
+  const std::string addr_;
+  const Result<ucx::SockAddr> sa_;
+};
+
+class ResponderImpl final : public Responder::Impl {
+ public:
+  ResponderImpl(std::weak_ptr<Core> core, uint64_t conn_id, uint64_t call_id)
+      : core_(std::move(core)), conn_id_(conn_id), call_id_(call_id) {}
+  void Send(Result<Bytes> reply) override {
+    auto core = core_.lock();
+    if (!core) return;
+    if (core->OnProgressThread()) {
+      core->SendReply(conn_id_, call_id_, std::move(reply));
+      return;
+    }
+    core->Post([core = core.get(), conn = conn_id_, call = call_id_,
+                reply = std::move(reply)]() mutable { core->SendReply(conn, call, std::move(reply)); });
+  }
+
+ private:
+  std::weak_ptr<Core> core_;
+  uint64_t conn_id_;
+  uint64_t call_id_;
+};
+
+// --- UCX C callbacks --------------------------------------------------------
+
+ucs_status_t AmCallback(void* arg, const void* header, size_t header_len, void* data, size_t len,
+                        const ucp_am_recv_param_t* param) {
+  return static_cast<Core*>(arg)->OnAm(header, header_len, data, len, param);
+}
+
+void EpErrorCallback(void* arg, ucp_ep_h ep, ucs_status_t status) {
+  static_cast<Core*>(arg)->OnEpError(ep, status);
+}
+
+void ConnRequestCallback(ucp_conn_request_h req, void* arg) {
+  static_cast<Core*>(arg)->OnConnRequest(req);
+}
+
+void OpReqCallback(void* request, ucs_status_t status, void* user_data) {
+  auto* r = static_cast<OpReq*>(user_data);
+  r->core->CompleteOp(r->op_id, status, r->value);
+  delete r;
+  ucp_request_free(request);
+}
+
+void SendCallback(void* request, ucs_status_t status, void* user_data) {
+  auto* m = static_cast<OutMsg*>(user_data);
+  if (status != UCS_OK && m->op_id != 0) {
+    m->core->FailOp(m->op_id, Error{ucx::StatusErrno(status),
+                                    std::string("send failed: ") + ucs_status_string(status)});
+  }
+  delete m;
+  ucp_request_free(request);
+}
+
+void RxCallback(void* request, ucs_status_t status, size_t /*length*/, void* user_data) {
+  auto* rx = static_cast<RxMsg*>(user_data);
+  rx->core->OnRxDone(rx, status);
+  ucp_request_free(request);
+}
+
+// --- Core: lifecycle --------------------------------------------------------
+
+Status Core::Start() {
+  auto ctx = ucx::CreateContext(ucx_);
+  if (!ctx) return Err(ctx.error());
+  ctx_ = std::move(*ctx);
+
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+  ucs_status_t s = ucp_worker_create(ctx_->h, &wp, &worker_);
+  if (s != UCS_OK) return Err(EIO, std::string("ucp_worker_create: ") + ucs_status_string(s));
+
+  ucp_worker_attr_t wa{};
+  wa.field_mask = UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER;
+  if (ucp_worker_query(worker_, &wa) == UCS_OK) max_am_header_ = wa.max_am_header;
+
+  ucp_am_handler_param_t hp{};
+  hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+                  UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  hp.id = kAmId;
+  hp.flags = UCP_AM_FLAG_WHOLE_MSG;
+  hp.cb = &AmCallback;
+  hp.arg = this;
+  s = ucp_worker_set_am_recv_handler(worker_, &hp);
+  if (s != UCS_OK) return Err(EIO, std::string("ucp_worker_set_am_recv_handler: ") + ucs_status_string(s));
+
+  s = ucp_worker_get_efd(worker_, &worker_efd_);
+  if (s != UCS_OK) return Err(EIO, std::string("ucp_worker_get_efd: ") + ucs_status_string(s));
+  evfd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  epfd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  if (evfd_ < 0 || epfd_ < 0) return Err(errno, "eventfd/epoll_create1");
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = worker_efd_;
+  if (::epoll_ctl(epfd_, EPOLL_CTL_ADD, worker_efd_, &ev) != 0) return Err(errno, "epoll_ctl");
+  ev.data.fd = evfd_;
+  if (::epoll_ctl(epfd_, EPOLL_CTL_ADD, evfd_, &ev) != 0) return Err(errno, "epoll_ctl");
+
+  std::promise<void> started;
+  auto f = started.get_future();
+  thread_ = std::thread([this, &started] {
+    thread_id_ = std::this_thread::get_id();
+    started.set_value();
+    Run();
+  });
+  f.wait();
+  return Ok();
+}
+
+Core::~Core() {
+  // Shutdown() ran (or Start failed before the thread started).
+  if (thread_.joinable()) thread_.join();
+  if (worker_ != nullptr) {
+    ucp_worker_destroy(worker_);
+    worker_ = nullptr;
+  }
+  if (epfd_ >= 0) ::close(epfd_);
+  if (evfd_ >= 0) ::close(evfd_);
+}
+
+void Core::Shutdown() {
+  {
+    std::lock_guard lock(shutdown_mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  if (OnProgressThread()) {
+    Log()->error("Transport::Shutdown called from the progress thread: refused");
+    return;
+  }
+  if (thread_.joinable()) {
+    Post([this] { stopping_ = true; });
+    thread_.join();
+  }
+  {
+    // Break the Core <-> Endpoint reference cycle.
+    std::lock_guard lock(endpoints_mu_);
+    endpoints_closed_ = true;
+    endpoints_.clear();
+  }
+}
+
+bool Core::Post(std::move_only_function<void()> fn) {
+  bool wake;
+  {
+    std::lock_guard lock(queue_mu_);
+    if (closed_) return false;
+    wake = queue_.empty();
+    queue_.push_back(std::move(fn));
+  }
+  has_work_.store(true, std::memory_order_release);
+  if (wake) {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(evfd_, &one, sizeof one);
+  }
+  return true;
+}
+
+void Core::Submit(std::unique_ptr<Op> op) {
+  // Post consumes the closure even when it fails; keep a way to fail the op.
+  auto* raw = op.release();
+  if (!Post([this, raw] { StartOp(std::unique_ptr<Op>(raw)); })) {
+    std::unique_ptr<Op> back(raw);
+    InvokeFail(back->done, Error{ESHUTDOWN, "transport is shut down"});
+  }
+}
+
+int Core::DrainQueue() {
+  std::vector<std::move_only_function<void()>> tasks;
+  {
+    std::lock_guard lock(queue_mu_);
+    has_work_.store(false, std::memory_order_relaxed);
+    tasks.swap(queue_);
+  }
+  for (auto& t : tasks) t();
+  return static_cast<int>(tasks.size());
+}
+
+void Core::Run() {
+  const auto spin = std::chrono::microseconds(ucx_.spin_us);
+  while (true) {
+    int work = DrainQueue();
+    while (ucp_worker_progress(worker_) != 0) ++work;
+    if (!events_.empty()) {
+      HandleEvents();
+      ++work;
+    }
+    FireTimers();
+    if (has_orphans_.load(std::memory_order_relaxed)) DestroyOrphanRkeys();
+    if (stopping_) break;
+    if (work > 0) continue;
+
+    bool busy = false;
+    const auto spin_end = Clock::now() + spin;
+    while (Clock::now() < spin_end) {
+      if (has_work_.load(std::memory_order_acquire) || ucp_worker_progress(worker_) != 0) {
+        busy = true;
+        break;
+      }
+    }
+    if (busy || !events_.empty()) continue;
+
+    const ucs_status_t s = ucp_worker_arm(worker_);
+    if (s == UCS_ERR_BUSY) continue;
+    if (s != UCS_OK) {
+      Log()->error("ucp_worker_arm: {}", ucs_status_string(s));
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      continue;
+    }
+    epoll_event evs[2];
+    const int n = ::epoll_wait(epfd_, evs, 2, SleepMs());
+    for (int i = 0; i < n; ++i) {
+      if (evs[i].data.fd == evfd_) {
+        uint64_t v;
+        [[maybe_unused]] ssize_t r = ::read(evfd_, &v, sizeof v);
+      }
+    }
+  }
+  Teardown();
+}
+
+void Core::Teardown() {
+  // Fail every operation, then close client connections before accepted ones.
+  std::vector<uint64_t> ids;
+  for (auto& [id, op] : ops_) ids.push_back(id);
+  for (uint64_t id : ids) FailOp(id, Error{ESHUTDOWN, "transport is shut down"});
+  for (bool server : {false, true}) {
+    std::vector<uint64_t> cids;
+    for (auto& [id, c] : conns_) {
+      if (c->server == server) cids.push_back(id);
+    }
+    for (uint64_t id : cids) {
+      if (Conn* c = FindConn(id)) CloseConn(*c, Error{ESHUTDOWN, "transport is shut down"}, true);
+    }
+  }
+  // Let the close requests finish; no more operations are accepted.
+  {
+    std::lock_guard lock(queue_mu_);
+    closed_ = true;
+  }
+  const auto until = Clock::now() + kCloseGrace;
+  while (Clock::now() < until) {
+    DrainQueue();  // tasks posted before closed_: ops fail with ESHUTDOWN
+    ucp_worker_progress(worker_);
+    while (!events_.empty()) {
+      // Frames and errors after shutdown are dropped; conn requests rejected.
+      Event ev = std::move(events_.front());
+      events_.pop_front();
+      if (auto* cr = std::get_if<ConnRequestEvent>(&ev)) ucp_listener_reject(listener_, cr->req);
+      if (auto* rv = std::get_if<RndvEvent>(&ev)) ucp_am_data_release(worker_, rv->desc);
+    }
+    std::erase_if(closing_, [](void* req) {
+      if (ucp_request_check_status(req) == UCS_INPROGRESS) return false;
+      ucp_request_free(req);
+      return true;
+    });
+    if (closing_.empty() && ops_.empty()) break;
+  }
+  DrainQueue();
+  if (listener_ != nullptr) {
+    ucp_listener_destroy(listener_);
+    listener_ = nullptr;
+  }
+  if (!closing_.empty()) Log()->warn("{} endpoint close requests did not finish", closing_.size());
+  ops_.clear();
+  conns_.clear();
+  ep_conn_.clear();
+  handlers_.clear();
+  {
+    std::lock_guard lock(regions_mu_);
+    for (ucp_rkey_h k : orphan_rkeys_) ucp_rkey_destroy(k);
+    orphan_rkeys_.clear();
+    for (RemoteRegionImpl* r : regions_) {
+      if (r->rkey_ != nullptr) ucp_rkey_destroy(r->rkey_);
+      r->rkey_ = nullptr;
+    }
+    worker_alive_ = false;
+  }
+  ucp_worker_destroy(worker_);
+  worker_ = nullptr;
+}
+
+int Core::SleepMs() {
+  if (timers_.empty()) return kMaxSleepMs;
+  const auto d = timers_.top().at - Clock::now();
+  if (d <= Clock::duration::zero()) return 0;
+  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(d).count();
+  return static_cast<int>(std::min<int64_t>(ms, kMaxSleepMs));
+}
+
+void Core::AddTimer(Clock::time_point at, uint64_t id) {
+  timers_.push(Timer{at, id});
+  // Entries of finished operations are dropped lazily; rebuild when stale ones dominate.
+  if (timers_.size() > 4096 && timers_.size() > 4 * (ops_.size() + conns_.size())) {
+    std::vector<Timer> live;
+    while (!timers_.empty()) {
+      const Timer t = timers_.top();
+      timers_.pop();
+      if (ops_.count(t.id) != 0 || conns_.count(t.id) != 0) live.push_back(t);
+    }
+    for (const Timer& t : live) timers_.push(t);
+  }
+}
+
+void Core::FireTimers() {
+  const auto now = Clock::now();
+  while (!timers_.empty() && timers_.top().at <= now) {
+    const uint64_t id = timers_.top().id;
+    timers_.pop();
+    if (Op* op = FindOp(id)) {
+      const bool one_sided = OneSided(op->kind);
+      const uint64_t conn_id = op->conn_id;
+      FailOp(id, Error{ETIMEDOUT, "operation timed out"});
+      if (one_sided && conn_id != 0) {
+        // UCX might still touch the caller's buffer: force-close the connection.
+        if (Conn* c = FindConn(conn_id)) {
+          Log()->warn("one-sided operation to {} timed out: closing the connection",
+                      c->remote_addr);
+          CloseConn(*c, Error{ECONNRESET, "connection closed after a one-sided timeout"}, true);
+        }
+      }
+    } else if (Conn* c = FindConn(id); c != nullptr && c->state == ConnState::kAuthenticating) {
+      if (c->server) {
+        RejectConn(*c, Error{EACCES, "authentication did not finish in time"});
+      } else {
+        CloseConn(*c, Error{EHOSTDOWN, "connect to " + c->remote_addr + " timed out"}, true);
+      }
+    }
+  }
+}
+
+void Core::DestroyOrphanRkeys() {
+  std::lock_guard lock(regions_mu_);
+  for (ucp_rkey_h k : orphan_rkeys_) ucp_rkey_destroy(k);
+  orphan_rkeys_.clear();
+  has_orphans_.store(false, std::memory_order_relaxed);
+}
+
+Status Core::AddRegion(RemoteRegionImpl* r) {
+  std::lock_guard lock(regions_mu_);
+  if (!worker_alive_) return Err(ESHUTDOWN, "transport is shut down");
+  regions_.insert(r);
+  return Ok();
+}
+
+void Core::RemoveRegion(RemoteRegionImpl* r) {
+  bool wake = false;
+  {
+    std::lock_guard lock(regions_mu_);
+    regions_.erase(r);
+    if (r->rkey_ != nullptr && worker_alive_) {
+      orphan_rkeys_.push_back(r->rkey_);
+      has_orphans_.store(true, std::memory_order_relaxed);
+      wake = !OnProgressThread();
+    }
+    r->rkey_ = nullptr;
+  }
+  if (wake) Post([] {});
+}
+
+RemoteRegionImpl::~RemoteRegionImpl() { core_->RemoveRegion(this); }
+
+ucp_rkey_h Core::RkeyFor(RemoteRegionImpl& r, Conn& c, Error* err) {
+  std::lock_guard lock(regions_mu_);
+  if (r.rkey_ != nullptr && r.rkey_conn_ == c.id) return r.rkey_;
+  if (r.rkey_ != nullptr) ucp_rkey_destroy(r.rkey_);
+  r.rkey_ = nullptr;
+  const ucs_status_t s = ucp_ep_rkey_unpack(c.ep, r.desc().rkey.data(), &r.rkey_);
+  if (s != UCS_OK) {
+    r.rkey_ = nullptr;
+    *err = Error{EINVAL, std::string("cannot unpack remote key: ") + ucs_status_string(s)};
+    return nullptr;
+  }
+  r.rkey_conn_ = c.id;
+  return r.rkey_;
+}
+
+// --- Core: operations -------------------------------------------------------
+
+std::unique_ptr<Op> Core::TakeOp(uint64_t id) {
+  auto it = ops_.find(id);
+  if (it == ops_.end()) return nullptr;
+  std::unique_ptr<Op> op = std::move(it->second);
+  ops_.erase(it);
+  if (op->conn_id != 0) {
+    if (Conn* c = FindConn(op->conn_id)) c->inflight.erase(id);
+  }
+  return op;
+}
+
+void Core::FailOp(uint64_t id, Error e) {
+  if (auto op = TakeOp(id)) InvokeFail(op->done, std::move(e));
+}
+
+void Core::CompleteOp(uint64_t id, ucs_status_t s, uint64_t value) {
+  auto op = TakeOp(id);
+  if (!op) return;  // timed out or failed already
+  if (s != UCS_OK) {
+    InvokeFail(op->done, Error{ucx::StatusErrno(s), std::string("UCX: ") + ucs_status_string(s)});
+    return;
+  }
+  if (auto* v = std::get_if<Callback<void>>(&op->done)) {
+    (*v)(Ok());
+  } else if (auto* u = std::get_if<Callback<uint64_t>>(&op->done)) {
+    (*u)(value);
+  } else {
+    InvokeFail(op->done, Error{EIO, "internal: completion of the wrong kind"});
+  }
+}
+
+void Core::StartOp(std::unique_ptr<Op> op) {
+  if (stopping_) {
+    InvokeFail(op->done, Error{ESHUTDOWN, "transport is shut down"});
+    return;
+  }
+  const uint64_t id = op->id;
+  EndpointImpl* ep = op->ep.get();
+  AddTimer(op->deadline, id);
+  ops_.emplace(id, std::move(op));
+  Conn* c = ep->conn_id_ != 0 ? FindConn(ep->conn_id_) : nullptr;
+  if (c == nullptr) {
+    Error err;
+    c = OpenClientConn(ep, &err);
+    if (c == nullptr) {
+      FailOp(id, std::move(err));
+      return;
+    }
+  }
+  if (c->state == ConnState::kReady) {
+    RunOnConn(id, *c);
+  } else {
+    c->waiting.push_back(id);
+  }
+}
+
+void Core::RunOnConn(uint64_t op_id, Conn& c) {
+  Op* op = FindOp(op_id);
+  if (op == nullptr) return;
+  op->conn_id = c.id;
+  c.inflight.insert(op_id);
+  auto start = std::move(op->start);
+  start(c);  // may complete (and erase) the op
+}
+
+Conn* Core::OpenClientConn(EndpointImpl* ep, Error* err) {
+  const auto& sa = ep->sockaddr();
+  if (!sa) {
+    *err = sa.error();
+    return nullptr;
+  }
+  auto conn = std::make_unique<Conn>();
+  conn->id = NextId();
+  conn->server = false;
+  conn->owner = ep;
+  conn->remote_addr = ep->address();
+
+  ucp_ep_params_t p{};
+  p.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                 UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+  p.sockaddr.addr = sa->get();
+  p.sockaddr.addrlen = sa->len;
+  p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  p.err_handler.cb = &EpErrorCallback;
+  p.err_handler.arg = this;
+  const ucs_status_t s = ucp_ep_create(worker_, &p, &conn->ep);
+  if (s != UCS_OK) {
+    *err = Error{EHOSTDOWN, "connect to " + ep->address() + ": " + ucs_status_string(s)};
+    return nullptr;
+  }
+  conn->client_hs.emplace(opts_.cluster_key);
+  Conn& c = *conn;
+  ep_conn_[c.ep] = c.id;
+  conns_.emplace(c.id, std::move(conn));
+  ep->conn_id_ = c.id;
+  AddTimer(Clock::now() + opts_.connect_timeout, c.id);
+  Send(c, c.client_hs->Hello(), {}, 0);
+  return &c;
+}
+
+void Core::AcceptConn(ucp_conn_request_h req) {
+  if (stopping_) {
+    ucp_listener_reject(listener_, req);
+    return;
+  }
+  auto conn = std::make_unique<Conn>();
+  conn->id = NextId();
+  conn->server = true;
+  ucp_conn_request_attr_t attr{};
+  attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
+  if (ucp_conn_request_query(req, &attr) == UCS_OK) {
+    conn->remote_addr = ucx::FormatAddress(reinterpret_cast<const sockaddr*>(&attr.client_address));
+  } else {
+    conn->remote_addr = "unknown";
+  }
+  ucp_ep_params_t p{};
+  p.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                 UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  p.conn_request = req;
+  p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  p.err_handler.cb = &EpErrorCallback;
+  p.err_handler.arg = this;
+  const ucs_status_t s = ucp_ep_create(worker_, &p, &conn->ep);
+  if (s != UCS_OK) {
+    Log()->warn("cannot accept connection from {}: {}", conn->remote_addr, ucs_status_string(s));
+    return;
+  }
+  conn->server_hs.emplace(opts_.cluster_key);
+  Log()->debug("accepted connection {} from {}", conn->id, conn->remote_addr);
+  ep_conn_[conn->ep] = conn->id;
+  AddTimer(Clock::now() + opts_.connect_timeout, conn->id);
+  conns_.emplace(conn->id, std::move(conn));
+}
+
+void Core::CloseConn(Conn& c, const Error& err, bool force) {
+  if (c.state == ConnState::kClosed) return;
+  c.state = ConnState::kClosed;
+  if (c.owner != nullptr && c.owner->conn_id_ == c.id) c.owner->conn_id_ = 0;
+  const uint64_t id = c.id;
+  auto waiting = std::move(c.waiting);
+  std::vector<uint64_t> inflight(c.inflight.begin(), c.inflight.end());
+  c.inflight.clear();
+  ucp_ep_h ep = c.ep;
+  ep_conn_.erase(ep);
+  // The Conn leaves the table before user callbacks run (they may reconnect).
+  std::unique_ptr<Conn> keep = std::move(conns_[id]);
+  conns_.erase(id);
+
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  void* req = ucp_ep_close_nbx(ep, &p);
+  if (UCS_PTR_IS_PTR(req)) closing_.push_back(req);
+
+  for (uint64_t op : waiting) FailOp(op, err);
+  for (uint64_t op : inflight) FailOp(op, err);
+}
+
+void Core::RejectConn(Conn& c, const Error& why) {
+  if (c.state == ConnState::kClosed) return;
+  Log()->warn("refusing peer {} (connection {}): {}", c.remote_addr, c.id, why.ToString());
+  if (c.server && c.state == ConnState::kAuthenticating) {
+    Send(c, ServerHandshake::ResultFrame(Err(EACCES, why.context)), {}, 0);
+    CloseConn(c, why, /*force=*/false);  // flush: the AuthResult goes out first
+  } else {
+    CloseConn(c, Error{ECONNRESET, "connection closed: " + why.context}, true);
+  }
+}
+
+void Core::Send(Conn& c, FrameHeader h, Bytes payload, uint64_t op_id) {
+  if (h.context.size() > kMaxContextChars) h.context.resize(kMaxContextChars);
+  h.payload_size = payload.size();
+  auto* m = new OutMsg{this, op_id, EncodeFrame(h), std::move(payload)};
+  if (m->header.size() > max_am_header_) {
+    if (op_id != 0) FailOp(op_id, Error{EMSGSIZE, "frame header too large"});
+    delete m;
+    return;
+  }
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                   UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_AM_SEND_FLAG_REPLY;
+  p.cb.send = &SendCallback;
+  p.user_data = m;
+  void* r = ucp_am_send_nbx(c.ep, kAmId, m->header.data(), m->header.size(), m->payload.data(),
+                            m->payload.size(), &p);
+  if (UCS_PTR_IS_PTR(r)) return;  // SendCallback owns m now
+  const ucs_status_t s = UCS_PTR_STATUS(r);
+  delete m;
+  if (s != UCS_OK && op_id != 0) {
+    FailOp(op_id, Error{ucx::StatusErrno(s), std::string("send failed: ") + ucs_status_string(s)});
+  }
+}
+
+void Core::SendReply(uint64_t conn_id, uint64_t call_id, Result<Bytes> reply) {
+  Conn* c = FindConn(conn_id);
+  if (c == nullptr || c->state != ConnState::kReady) return;  // peer gone: drop
+  FrameHeader h;
+  h.kind = FrameKind::kReply;
+  h.call_id = call_id;
+  Bytes payload;
+  if (reply && reply->size() > opts_.max_message_bytes) {
+    reply = Err(EMSGSIZE, "reply of " + std::to_string(reply->size()) + " bytes over the limit");
+  }
+  if (reply) {
+    payload = std::move(*reply);
+  } else {
+    h.errno_code = reply.error().code > 0 ? reply.error().code : EIO;
+    h.context = reply.error().context;
+  }
+  Send(*c, std::move(h), std::move(payload), 0);
+}
+
+void Core::DisconnectEndpoint(EndpointImpl* ep) {
+  if (ep->conn_id_ == 0) return;
+  if (Conn* c = FindConn(ep->conn_id_)) {
+    CloseConn(*c, Error{ECONNRESET, "disconnected"}, true);
+  }
+  ep->conn_id_ = 0;
+}
+
+// --- Core: receiving ----------------------------------------------------------
+
+ucs_status_t Core::OnAm(const void* header, size_t header_len, void* data, size_t len,
+                        const ucp_am_recv_param_t* param) {
+  uint64_t conn_id = 0;
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0) {
+    auto it = ep_conn_.find(param->reply_ep);
+    if (it != ep_conn_.end()) conn_id = it->second;
+  }
+  const std::span<const std::byte> hdr(static_cast<const std::byte*>(header), header_len);
+  auto h = DecodeFrame(hdr, len, opts_.max_message_bytes);
+  if (!h) {
+    Conn* c = FindConn(conn_id);
+    const std::string from = c != nullptr ? c->remote_addr : "an unknown connection";
+    Log()->warn("dropping malformed frame ({} header bytes, {} payload bytes) from {}: {}",
+                header_len, len, from, h.error().ToString());
+    if (c != nullptr) {
+      if (c->state == ConnState::kReady && h.error().code == EMSGSIZE) {
+        // An authenticated peer's oversized request: answer it, keep the connection.
+        auto again = DecodeFrame(hdr, len, UINT64_MAX);
+        if (again && (again->kind == FrameKind::kRequest || again->kind == FrameKind::kReply)) {
+          FrameHeader refused;
+          refused.kind = again->kind;
+          refused.call_id = again->call_id;
+          refused.errno_code = EMSGSIZE;
+          refused.context = "payload of " + std::to_string(len) + " bytes over the receiver's limit";
+          events_.push_back(FrameEvent{conn_id, std::move(refused), {}});
+        }
+      } else {
+        events_.push_back(RejectEvent{conn_id, h.error()});
+      }
+    }
+    return UCS_OK;  // drops the data (also a rendezvous descriptor)
+  }
+  if (conn_id == 0) {
+    Log()->warn("dropping frame from an unknown connection");
+    return UCS_OK;
+  }
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
+    Conn* c = FindConn(conn_id);
+    if (c == nullptr || c->state != ConnState::kReady) {
+      events_.push_back(RejectEvent{conn_id, Error{EACCES, "bulk data before authentication"}});
+      return UCS_OK;
+    }
+    events_.push_back(RndvEvent{conn_id, std::move(*h), data, len});
+    return UCS_INPROGRESS;
+  }
+  const auto* p = static_cast<const std::byte*>(data);
+  events_.push_back(FrameEvent{conn_id, std::move(*h), Bytes(p, p + len)});
+  return UCS_OK;
+}
+
+void Core::OnRxDone(RxMsg* rx, ucs_status_t s) {
+  std::unique_ptr<RxMsg> own(rx);
+  if (s != UCS_OK) {
+    Log()->warn("receiving a {}-byte payload failed: {}", rx->payload.size(), ucs_status_string(s));
+    return;
+  }
+  events_.push_back(FrameEvent{rx->conn_id, std::move(rx->header), std::move(rx->payload)});
+}
+
+void Core::HandleEvents() {
+  while (!events_.empty()) {
+    Event ev = std::move(events_.front());
+    events_.pop_front();
+    if (auto* f = std::get_if<FrameEvent>(&ev)) {
+      if (Conn* c = FindConn(f->conn_id)) OnFrame(*c, std::move(f->header), std::move(f->payload));
+    } else if (auto* r = std::get_if<RndvEvent>(&ev)) {
+      if (FindConn(r->conn_id) == nullptr) {
+        ucp_am_data_release(worker_, r->desc);
+        continue;
+      }
+      auto* rx = new RxMsg{this, r->conn_id, std::move(r->header), Bytes(r->length)};
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+      p.cb.recv_am = &RxCallback;
+      p.user_data = rx;
+      void* req = ucp_am_recv_data_nbx(worker_, r->desc, rx->payload.data(), rx->payload.size(), &p);
+      if (UCS_PTR_IS_PTR(req)) continue;  // RxCallback finishes
+      OnRxDone(rx, UCS_PTR_STATUS(req));
+    } else if (auto* e = std::get_if<EpErrorEvent>(&ev)) {
+      auto it = ep_conn_.find(e->ep);
+      if (it == ep_conn_.end()) continue;
+      Conn* c = FindConn(it->second);
+      if (c == nullptr) continue;
+      if (c->state == ConnState::kAuthenticating) {
+        if (c->server) {
+          Log()->warn("peer {} (connection {}) went away during authentication: {}",
+                      c->remote_addr, c->id, ucs_status_string(e->status));
+        }
+        CloseConn(*c, Error{EHOSTDOWN, "cannot connect to " + c->remote_addr + ": " +
+                                           ucs_status_string(e->status)},
+                  true);
+      } else {
+        Log()->debug("connection {} to {} lost: {}", c->id, c->remote_addr,
+                     ucs_status_string(e->status));
+        CloseConn(*c, Error{ECONNRESET, "connection to " + c->remote_addr + " lost: " +
+                                            ucs_status_string(e->status)},
+                  true);
+      }
+    } else if (auto* j = std::get_if<RejectEvent>(&ev)) {
+      if (Conn* c = FindConn(j->conn_id)) RejectConn(*c, j->why);
+    } else if (auto* q = std::get_if<ConnRequestEvent>(&ev)) {
+      AcceptConn(q->req);
+    }
+  }
+}
+
+void Core::OnFrame(Conn& c, FrameHeader h, Bytes payload) {
+  if (c.state == ConnState::kClosed) return;
+  if (c.server) {
+    OnServerFrame(c, std::move(h), std::move(payload));
+  } else {
+    OnClientFrame(c, std::move(h), std::move(payload));
+  }
+}
+
+void Core::OnServerFrame(Conn& c, FrameHeader h, Bytes payload) {
+  if (c.state == ConnState::kAuthenticating) {
+    if (h.kind == FrameKind::kAuthHello) {
+      auto challenge = c.server_hs->OnHello(h);
+      if (!challenge) return RejectConn(c, challenge.error());
+      Send(c, std::move(*challenge), {}, 0);
+    } else if (h.kind == FrameKind::kAuthProof) {
+      Status verdict = c.server_hs->OnProof(h);
+      if (!verdict) return RejectConn(c, verdict.error());
+      c.state = ConnState::kReady;
+      c.server_hs.reset();
+      Log()->debug("peer {} (connection {}) authenticated", c.remote_addr, c.id);
+      Send(c, ServerHandshake::ResultFrame(Ok()), {}, 0);
+    } else {
+      RejectConn(c, Error{EACCES, "frame kind " + std::to_string(static_cast<int>(h.kind)) +
+                                      " before authentication"});
+    }
+    return;
+  }
+  if (h.kind != FrameKind::kRequest) {
+    Log()->warn("dropping unexpected frame kind {} from {}", static_cast<int>(h.kind),
+                c.remote_addr);
+    return;
+  }
+  Dispatch(c, h, std::move(payload));
+}
+
+void Core::Dispatch(Conn& c, const FrameHeader& h, Bytes payload) {
+  if (h.errno_code != 0) {  // a request refused on arrival (see OnAm)
+    SendReply(c.id, h.call_id, Err(h.errno_code, "request payload over the server's limit"));
+    return;
+  }
+  auto it = handlers_.find(h.method);
+  if (it == handlers_.end()) {
+    SendReply(c.id, h.call_id, Err(ENOSYS, "no handler for method " + std::to_string(h.method)));
+    return;
+  }
+  IncomingCall call{PeerInfo{c.id, c.remote_addr}, h.method, std::move(payload)};
+  Responder responder(std::make_unique<ResponderImpl>(weak_from_this(), c.id, h.call_id));
+  try {
+    it->second(std::move(call), std::move(responder));
+  } catch (const std::exception& e) {
+    Log()->error("handler for method {} threw: {}", h.method, e.what());
+  }
+}
+
+void Core::OnClientFrame(Conn& c, FrameHeader h, Bytes payload) {
+  if (c.state == ConnState::kAuthenticating) {
+    if (h.kind == FrameKind::kAuthChallenge) {
+      auto proof = c.client_hs->OnChallenge(h);
+      if (!proof) {
+        Log()->warn("server {} failed authentication: {}", c.remote_addr, proof.error().ToString());
+        return CloseConn(c, proof.error(), true);
+      }
+      Send(c, std::move(*proof), {}, 0);
+    } else if (h.kind == FrameKind::kAuthResult) {
+      Status st = c.client_hs->OnResult(h);
+      if (!st) {
+        Log()->warn("server {} refused authentication: {}", c.remote_addr, st.error().ToString());
+        return CloseConn(c, st.error(), true);
+      }
+      c.state = ConnState::kReady;
+      c.client_hs.reset();
+      auto waiting = std::move(c.waiting);
+      const uint64_t id = c.id;
+      for (uint64_t op : waiting) {
+        Conn* cur = FindConn(id);  // callbacks may have closed it
+        if (cur == nullptr || cur->state != ConnState::kReady) {
+          FailOp(op, Error{ECONNRESET, "connection closed"});
+          continue;
+        }
+        RunOnConn(op, *cur);
+      }
+    } else {
+      CloseConn(c, Error{EPROTO, "unexpected frame during authentication"}, true);
+    }
+    return;
+  }
+  if (h.kind != FrameKind::kReply) {
+    Log()->warn("dropping unexpected frame kind {} from {}", static_cast<int>(h.kind),
+                c.remote_addr);
+    return;
+  }
+  Op* op = FindOp(h.call_id);
+  if (op == nullptr || op->kind != OpKind::kCall || op->conn_id != c.id) return;  // late reply
+  auto done = TakeOp(h.call_id);
+  auto& cb = std::get<Callback<Bytes>>(done->done);
+  if (h.errno_code != 0) {
+    cb(Err(h.errno_code, h.context.empty() ? "remote error" : h.context));
+  } else {
+    cb(std::move(payload));
+  }
+}
+
+// --- Core: public entry points ------------------------------------------------
+
+void Core::Handle(uint16_t method, RpcHandler handler) {
+  Post([this, method, h = std::move(handler)]() mutable { handlers_[method] = std::move(h); });
+}
+
+Result<std::string> Core::Listen(const std::string& addr) {
+  auto sa = ucx::ParseAddress(addr);
+  if (!sa) return Err(sa.error());
+  std::promise<Result<std::string>> done;
+  auto f = done.get_future();
+  const bool posted = Post([this, sa = *sa, &done] {
+    if (listener_ != nullptr) {
+      done.set_value(Err(EINVAL, "already listening"));
+      return;
+    }
+    ucp_listener_params_t p{};
+    p.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+    p.sockaddr.addr = sa.get();
+    p.sockaddr.addrlen = sa.len;
+    p.conn_handler.cb = &ConnRequestCallback;
+    p.conn_handler.arg = this;
+    const ucs_status_t s = ucp_listener_create(worker_, &p, &listener_);
+    if (s != UCS_OK) {
+      listener_ = nullptr;
+      const int code = s == UCS_ERR_BUSY ? EADDRINUSE : EINVAL;
+      done.set_value(Err(code, "listen on " + sa.host + ":" + std::to_string(sa.port) + ": " +
+                                   ucs_status_string(s)));
+      return;
+    }
+    ucp_listener_attr_t a{};
+    a.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+    uint16_t port = sa.port;
+    if (ucp_listener_query(listener_, &a) == UCS_OK) {
+      const auto* sp = reinterpret_cast<const sockaddr*>(&a.sockaddr);
+      port = ntohs(sp->sa_family == AF_INET6 ? reinterpret_cast<const sockaddr_in6*>(sp)->sin6_port
+                                             : reinterpret_cast<const sockaddr_in*>(sp)->sin_port);
+    }
+    const std::string host = sa.host.find(':') != std::string::npos ? "[" + sa.host + "]" : sa.host;
+    Log()->info("listening on {}:{}", host, port);
+    done.set_value(host + ":" + std::to_string(port));
+  });
+  if (!posted) return Err(ESHUTDOWN, "transport is shut down");
+  return f.get();
+}
+
+std::shared_ptr<Endpoint> Core::GetEndpoint(const std::string& addr) {
+  std::lock_guard lock(endpoints_mu_);
+  if (endpoints_closed_) {
+    // Not cached (would keep the Core alive in a cycle); its operations fail with ESHUTDOWN.
+    return std::make_shared<EndpointImpl>(shared_from_this(), addr, ucx::ParseAddress(addr));
+  }
+  auto& ep = endpoints_[addr];
+  if (!ep) ep = std::make_shared<EndpointImpl>(shared_from_this(), addr, ucx::ParseAddress(addr));
+  return ep;
+}
+
+Result<std::unique_ptr<LocalRegion>> Core::MapMemory(void* addr, size_t len, bool allocate) {
+  if (len == 0) return Err(EINVAL, "cannot register an empty region");
+  if (!allocate && addr == nullptr) return Err(EINVAL, "cannot register a null address");
+  {
+    std::lock_guard lock(regions_mu_);
+    if (!worker_alive_) return Err(ESHUTDOWN, "transport is shut down");
+  }
+  ucp_mem_map_params_t p{};
+  p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                 UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+  p.address = allocate ? nullptr : addr;
+  p.length = len;
+  p.flags = allocate ? UCP_MEM_MAP_ALLOCATE : 0;
+  ucp_mem_h memh = nullptr;
+  ucs_status_t s = ucp_mem_map(ctx_->h, &p, &memh);
+  if (s != UCS_OK) return Err(ucx::StatusErrno(s) == ENOMEM ? ENOMEM : EIO,
+                              std::string("ucp_mem_map: ") + ucs_status_string(s));
+  ucp_mem_attr_t a{};
+  a.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+  s = ucp_mem_query(memh, &a);
+  void* base = allocate ? a.address : addr;
+  if (s != UCS_OK || base == nullptr || (allocate && a.length < len) ||
+      (allocate && reinterpret_cast<uintptr_t>(base) % 8 != 0)) {
+    ucp_mem_unmap(ctx_->h, memh);
+    return Err(EIO, "ucp_mem_query: unusable region");
+  }
+  if (allocate) std::memset(base, 0, len);
+  void* rkey_buf = nullptr;
+  size_t rkey_len = 0;
+  s = ucp_rkey_pack(ctx_->h, memh, &rkey_buf, &rkey_len);
+  if (s != UCS_OK) {
+    ucp_mem_unmap(ctx_->h, memh);
+    return Err(EIO, std::string("ucp_rkey_pack: ") + ucs_status_string(s));
+  }
+  RegionDesc desc;
+  desc.addr = reinterpret_cast<uint64_t>(base);
+  desc.length = len;
+  const auto* kb = static_cast<const std::byte*>(rkey_buf);
+  desc.rkey.assign(kb, kb + rkey_len);
+  ucp_rkey_buffer_release(rkey_buf);
+  return std::make_unique<LocalRegionImpl>(ctx_, memh, static_cast<std::byte*>(base), len,
+                                           std::move(desc));
+}
+
+// --- EndpointImpl -----------------------------------------------------------
+
+std::unique_ptr<Op> EndpointImpl::NewOp(OpKind kind, AnyCallback done, Timeout timeout) {
+  auto op = std::make_unique<Op>();
+  op->id = core_->NextId();
+  op->kind = kind;
+  op->done = std::move(done);
+  op->deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout);
+  op->ep = shared_from_this();
+  return op;
+}
+
+void EndpointImpl::Connect(Timeout timeout, Callback<void> done) {
+  auto op = NewOp(OpKind::kConnect, std::move(done), timeout);
+  Core* core = core_.get();
+  const uint64_t id = op->id;
+  op->start = [core, id](Conn&) { core->CompleteOp(id, UCS_OK, 0); };
+  core_->Submit(std::move(op));
+}
+
+void EndpointImpl::Call(uint16_t method, Bytes payload, Timeout timeout, Callback<Bytes> done) {
+  if (payload.size() > core_->opts().max_message_bytes) {
+    done(Err(EMSGSIZE, "request of " + std::to_string(payload.size()) + " bytes over the limit"));
+    return;
+  }
+  auto op = NewOp(OpKind::kCall, std::move(done), timeout);
+  Core* core = core_.get();
+  const uint64_t id = op->id;
+  const auto deadline = op->deadline;
+  op->start = [core, id, method, deadline, payload = std::move(payload)](Conn& c) mutable {
+    FrameHeader h;
+    h.kind = FrameKind::kRequest;
+    h.call_id = id;
+    h.method = method;
+    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now());
+    h.timeout_us = static_cast<uint64_t>(std::max<int64_t>(left.count(), 0));
+    core->Send(c, std::move(h), std::move(payload), id);
+  };
+  core_->Submit(std::move(op));
+}
+
+Result<std::shared_ptr<RemoteRegion>> EndpointImpl::Import(const RegionDesc& desc) {
+  if (desc.rkey.empty() || desc.length == 0 || desc.addr + desc.length < desc.addr) {
+    return Err(EINVAL, "malformed region descriptor");
+  }
+  auto r = std::make_shared<RemoteRegionImpl>(core_, this, desc);
+  if (Status st = core_->AddRegion(r.get()); !st) return Err(st.error());
+  return r;
+}
+
+Result<std::shared_ptr<RemoteRegionImpl>> EndpointImpl::Check(const RemoteRegion& r,
+                                                              uint64_t offset, size_t len,
+                                                              bool atomic) const {
+  const auto* impl = dynamic_cast<const RemoteRegionImpl*>(&r);
+  if (impl == nullptr || impl->owner() != this) {
+    return Err(EINVAL, "region was not imported on this endpoint");
+  }
+  const uint64_t size = impl->desc().length;
+  if (offset > size || len > size - offset) {
+    return Err(EINVAL, "access [" + std::to_string(offset) + ", +" + std::to_string(len) +
+                           ") outside the region of " + std::to_string(size) + " bytes");
+  }
+  if (atomic && (impl->desc().addr + offset) % 8 != 0) {
+    return Err(EINVAL, "atomic on a word that is not 8-byte aligned");
+  }
+  return std::const_pointer_cast<RemoteRegionImpl>(impl->shared_from_this());
+}
+
+void EndpointImpl::Put(const void* src, size_t len, const RemoteRegion& dst, uint64_t offset,
+                       Timeout timeout, Callback<void> done) {
+  auto region = Check(dst, offset, len, false);
+  if (!region) return done(Err(region.error()));
+  auto op = NewOp(OpKind::kPut, std::move(done), timeout);
+  op->region = *region;
+  Core* core = core_.get();
+  const uint64_t id = op->id;
+  RemoteRegionImpl* r = region->get();
+  op->start = [core, id, r, src, len, offset](Conn& c) {
+    Error err;
+    ucp_rkey_h rkey = core->RkeyFor(*r, c, &err);
+    if (rkey == nullptr) return core->FailOp(id, std::move(err));
+    ucp_request_param_t p{};
+    void* put = ucp_put_nbx(c.ep, src, len, r->desc().addr + offset, rkey, &p);
+    if (UCS_PTR_IS_ERR(put)) return core->CompleteOp(id, UCS_PTR_STATUS(put), 0);
+    if (put != nullptr) ucp_request_free(put);  // released by UCX when done
+    // Remote completion: the flush completes once the data is at the target.
+    auto* req = new OpReq{core, id};
+    ucp_request_param_t fp{};
+    fp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    fp.cb.send = &OpReqCallback;
+    fp.user_data = req;
+    void* flush = ucp_ep_flush_nbx(c.ep, &fp);
+    if (UCS_PTR_IS_PTR(flush)) return;
+    delete req;
+    core->CompleteOp(id, UCS_PTR_STATUS(flush), 0);
+  };
+  core_->Submit(std::move(op));
+}
+
+void EndpointImpl::Get(void* dst, size_t len, const RemoteRegion& src, uint64_t offset,
+                       Timeout timeout, Callback<void> done) {
+  auto region = Check(src, offset, len, false);
+  if (!region) return done(Err(region.error()));
+  auto op = NewOp(OpKind::kGet, std::move(done), timeout);
+  op->region = *region;
+  Core* core = core_.get();
+  const uint64_t id = op->id;
+  RemoteRegionImpl* r = region->get();
+  op->start = [core, id, r, dst, len, offset](Conn& c) {
+    Error err;
+    ucp_rkey_h rkey = core->RkeyFor(*r, c, &err);
+    if (rkey == nullptr) return core->FailOp(id, std::move(err));
+    auto* req = new OpReq{core, id};
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.send = &OpReqCallback;
+    p.user_data = req;
+    void* get = ucp_get_nbx(c.ep, dst, len, r->desc().addr + offset, rkey, &p);
+    if (UCS_PTR_IS_PTR(get)) return;
+    delete req;
+    core->CompleteOp(id, UCS_PTR_STATUS(get), 0);
+  };
+  core_->Submit(std::move(op));
+}
+
+void StartAtomic(Core* core, uint64_t id, RemoteRegionImpl* r, uint64_t offset,
+                 ucp_atomic_op_t opcode, uint64_t operand, uint64_t value, Conn& c) {
+  Error err;
+  ucp_rkey_h rkey = core->RkeyFor(*r, c, &err);
+  if (rkey == nullptr) return core->FailOp(id, std::move(err));
+  auto* req = new OpReq{core, id, operand, value};
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                   UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+  p.cb.send = &OpReqCallback;
+  p.user_data = req;
+  p.datatype = ucp_dt_make_contig(8);
+  p.reply_buffer = &req->value;
+  void* a = ucp_atomic_op_nbx(c.ep, opcode, &req->operand, 1, r->desc().addr + offset, rkey, &p);
+  if (UCS_PTR_IS_PTR(a)) return;
+  const uint64_t v = req->value;
+  delete req;
+  core->CompleteOp(id, UCS_PTR_STATUS(a), v);
+}
+
+void EndpointImpl::FetchAdd(const RemoteRegion& region, uint64_t offset, uint64_t add,
+                            Timeout timeout, Callback<uint64_t> done) {
+  auto r = Check(region, offset, 8, true);
+  if (!r) return done(Err(r.error()));
+  auto op = NewOp(OpKind::kAtomic, std::move(done), timeout);
+  op->region = *r;
+  Core* core = core_.get();
+  const uint64_t id = op->id;
+  RemoteRegionImpl* raw = r->get();
+  op->start = [core, id, raw, offset, add](Conn& c) {
+    StartAtomic(core, id, raw, offset, UCP_ATOMIC_OP_ADD, add, 0, c);
+  };
+  core_->Submit(std::move(op));
+}
+
+void EndpointImpl::CompareSwap(const RemoteRegion& region, uint64_t offset, uint64_t expected,
+                               uint64_t desired, Timeout timeout, Callback<uint64_t> done) {
+  auto r = Check(region, offset, 8, true);
+  if (!r) return done(Err(r.error()));
+  auto op = NewOp(OpKind::kAtomic, std::move(done), timeout);
+  op->region = *r;
+  Core* core = core_.get();
+  const uint64_t id = op->id;
+  RemoteRegionImpl* raw = r->get();
+  // CSWAP: buffer = compare value; reply_buffer = new value in, old value out.
+  op->start = [core, id, raw, offset, expected, desired](Conn& c) {
+    StartAtomic(core, id, raw, offset, UCP_ATOMIC_OP_CSWAP, expected, desired, c);
+  };
+  core_->Submit(std::move(op));
+}
+
+void EndpointImpl::Disconnect() {
+  Core* core = core_.get();
+  core_->Post([core, self = shared_from_this()] { core->DisconnectEndpoint(self.get()); });
+}
+
+// --- UcxTransport -----------------------------------------------------------
+
+class UcxTransport final : public Transport {
+ public:
+  explicit UcxTransport(std::shared_ptr<Core> core) : core_(std::move(core)) {}
+  ~UcxTransport() override { Shutdown(); }
+
+  void Handle(uint16_t method, RpcHandler handler) override {
+    core_->Handle(method, std::move(handler));
+  }
+  Result<std::string> Listen(const std::string& addr) override { return core_->Listen(addr); }
+  std::shared_ptr<Endpoint> GetEndpoint(const std::string& addr) override {
+    return core_->GetEndpoint(addr);
+  }
+  Result<std::unique_ptr<LocalRegion>> Register(void* addr, size_t len) override {
+    return core_->MapMemory(addr, len, false);
+  }
+  Result<std::unique_ptr<LocalRegion>> Allocate(size_t len) override {
+    return core_->MapMemory(nullptr, len, true);
+  }
+  void Shutdown() override { core_->Shutdown(); }
+
+ private:
+  std::shared_ptr<Core> core_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Transport>> MakeUcxTransport(const UcxOptions& ucx,
+                                                    const TransportOptions& opts) {
+  if (opts.cluster_key.size() != kClusterKeyBytes) {
+    return Err(EINVAL, "cluster key must be " + std::to_string(kClusterKeyBytes) + " bytes");
+  }
+  auto core = std::make_shared<Core>(ucx, opts);
+  if (Status st = core->Start(); !st) {
+    core->Shutdown();
+    return Err(st.error());
+  }
+  return std::unique_ptr<Transport>(std::make_unique<UcxTransport>(std::move(core)));
+}
+
+// --- raw sender for tests ----------------------------------------------------
+
+namespace {
+
+struct RawState {
+  bool failed = false;
+  ucs_status_t status = UCS_OK;
+};
+
+void RawErr(void* arg, ucp_ep_h, ucs_status_t s) {
+  auto* st = static_cast<RawState*>(arg);
+  st->failed = true;
+  st->status = s;
+}
+
+// Progresses until req completes or `until`; true if it completed.
+bool RawWait(ucp_worker_h w, void* req, Clock::time_point until) {
+  if (!UCS_PTR_IS_PTR(req)) return true;
+  while (ucp_request_check_status(req) == UCS_INPROGRESS) {
+    if (Clock::now() > until) return false;
+    ucp_worker_progress(w);
+  }
+  ucp_request_free(req);
+  return true;
+}
+
+}  // namespace
+
+Status UcxSendRawForTest(const UcxOptions& ucx_opts, const std::string& addr, const Bytes& header,
+                         const Bytes& payload) {
+  auto sa = ucx::ParseAddress(addr);
+  if (!sa) return Err(sa.error());
+  auto ctx = ucx::CreateContext(ucx_opts);
+  if (!ctx) return Err(ctx.error());
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+  ucp_worker_h w = nullptr;
+  if (ucp_worker_create((*ctx)->h, &wp, &w) != UCS_OK) return Err(EIO, "ucp_worker_create");
+  RawState state;
+  ucp_ep_params_t p{};
+  p.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                 UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+  p.sockaddr.addr = sa->get();
+  p.sockaddr.addrlen = sa->len;
+  p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  p.err_handler.cb = &RawErr;
+  p.err_handler.arg = &state;
+  ucp_ep_h ep = nullptr;
+  Status result = Ok();
+  if (ucp_ep_create(w, &p, &ep) != UCS_OK) {
+    ucp_worker_destroy(w);
+    return Err(EHOSTDOWN, "connect to " + addr);
+  }
+  const auto until = Clock::now() + std::chrono::seconds(5);
+  ucp_request_param_t sp{};
+  sp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  sp.flags = UCP_AM_SEND_FLAG_REPLY;
+  void* req = ucp_am_send_nbx(ep, kAmId, header.empty() ? nullptr : header.data(), header.size(),
+                              payload.empty() ? nullptr : payload.data(), payload.size(), &sp);
+  if (UCS_PTR_IS_ERR(req)) {
+    result = Err(EHOSTDOWN, std::string("send: ") + ucs_status_string(UCS_PTR_STATUS(req)));
+  } else if (!RawWait(w, req, until)) {
+    result = Err(ETIMEDOUT, "raw send did not complete");
+  }
+  // Give the server time to see the message before the connection goes away.
+  const auto linger = std::min(until, Clock::now() + std::chrono::milliseconds(200));
+  while (Clock::now() < linger && !state.failed) ucp_worker_progress(w);
+  ucp_request_param_t cp{};
+  cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  RawWait(w, ucp_ep_close_nbx(ep, &cp), Clock::now() + std::chrono::seconds(2));
+  ucp_worker_destroy(w);
+  return result;
+}
+
+}  // namespace fedfs::m2m
