@@ -1,0 +1,41 @@
+// The one registry of RPC method ids for the whole project.
+//
+// Every two-sided request carries a uint16 method id (m2m::Transport::Handle,
+// Endpoint::Call). Ids are allocated here, in ranges per module, so that two
+// modules never collide and a reader can tell from an id who serves it.
+// Never reuse or renumber a released id: peers of different builds may meet
+// during a rolling upgrade. Add new ids at the end of the module's range.
+//
+//   0            reserved (never valid)
+//   1..15        membership (fedfsd/membership.h)
+//   16..63       namespace: VD lookup, dirmerge, directory table coherence
+//   64..95       data path: forwarded read/write/attributes
+//   96..127      cooperative cache
+//   128..159     migration
+//   160..191     tools and benchmarks (fedfs-bench, test-only methods)
+//   192..65535   unallocated
+#pragma once
+
+#include <cstdint>
+
+namespace fedfs {
+
+enum class RpcMethod : uint16_t {
+  kInvalid = 0,
+
+  // Membership (fedfsd/membership.fbs: MemberMessage in both directions).
+  kMemberJoin = 1,       // a starting node asks a seed for the view
+  kMemberHeartbeat = 2,  // periodic all-to-all exchange of views
+  kMemberLeave = 3,      // reserved: graceful leave on shutdown
+
+  kNamespaceFirst = 16,
+  kDataFirst = 64,
+  kCoopCacheFirst = 96,
+  kMigrationFirst = 128,
+  kToolsFirst = 160,
+};
+
+// The id as passed to the transport.
+constexpr uint16_t MethodId(RpcMethod m) { return static_cast<uint16_t>(m); }
+
+}  // namespace fedfs

@@ -1,0 +1,396 @@
+#include "fedfsd/config.h"
+
+#include <arpa/inet.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include <yaml-cpp/yaml.h>
+
+#include "m2m/auth.h"
+
+namespace fedfs::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Builds the one-line error messages; the first error wins.
+class Checker {
+ public:
+  explicit Checker(std::string path) : path_(std::move(path)) {}
+
+  bool failed() const { return failed_; }
+  const std::string& message() const { return message_; }
+
+  void Fail(const std::string& field, const std::string& problem) {
+    if (failed_) return;
+    failed_ = true;
+    message_ = "config " + path_ + ": field '" + field + "': " + problem;
+  }
+  void FailFile(const std::string& problem) {
+    if (failed_) return;
+    failed_ = true;
+    message_ = "config " + path_ + ": " + problem;
+  }
+
+ private:
+  std::string path_;
+  bool failed_ = false;
+  std::string message_;
+};
+
+std::string Quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string Describe(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Null: return "null";
+    case YAML::NodeType::Scalar: return Quote(n.Scalar());
+    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Map: return "a map";
+    default: return "nothing";
+  }
+}
+
+void CheckKeys(Checker& c, const YAML::Node& map, const std::string& prefix,
+               const std::set<std::string>& allowed) {
+  for (const auto& kv : map) {
+    const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "?";
+    if (!allowed.contains(key)) {
+      c.FailFile("unknown key '" + prefix + key + "'");
+      return;
+    }
+  }
+}
+
+// Reads a string field; `required` ones must be present and non-empty.
+bool GetString(Checker& c, const YAML::Node& map, const std::string& key, const std::string& name,
+               bool required, std::string* out) {
+  const YAML::Node n = map[key];
+  if (!n || n.IsNull()) {
+    if (required) c.Fail(name, "missing (required)");
+    return false;
+  }
+  if (!n.IsScalar()) {
+    c.Fail(name, "expected a string, got " + Describe(n));
+    return false;
+  }
+  if (n.Scalar().empty() && required) {
+    c.Fail(name, "must not be empty");
+    return false;
+  }
+  *out = n.Scalar();
+  return true;
+}
+
+// Reads an unsigned integer field in [lo, hi].
+bool GetUint(Checker& c, const YAML::Node& map, const std::string& key, const std::string& name,
+             uint64_t lo, uint64_t hi, uint64_t* out) {
+  const YAML::Node n = map[key];
+  if (!n || n.IsNull()) return false;
+  if (!n.IsScalar()) {
+    c.Fail(name, "expected an integer, got " + Describe(n));
+    return false;
+  }
+  const std::string& s = n.Scalar();
+  uint64_t v = 0;
+  if (s.empty() || s.size() > 19 || !std::all_of(s.begin(), s.end(), ::isdigit)) {
+    c.Fail(name, "expected an integer, got " + Quote(s));
+    return false;
+  }
+  v = std::stoull(s);
+  if (v < lo || v > hi) {
+    c.Fail(name, std::to_string(v) + " is out of range [" + std::to_string(lo) + ", " +
+                     std::to_string(hi) + "]");
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+const YAML::Node GetMap(Checker& c, const YAML::Node& map, const std::string& key) {
+  const YAML::Node n = map[key];
+  if (!n || n.IsNull()) return YAML::Node();
+  if (!n.IsMap()) {
+    c.Fail(key, "expected a map, got " + Describe(n));
+    return YAML::Node();
+  }
+  return n;
+}
+
+std::string Resolve(const std::string& base_dir, const std::string& p) {
+  if (p.empty() || p[0] == '/') return p;
+  return (fs::path(base_dir) / p).lexically_normal().string();
+}
+
+bool IsDnsName(std::string_view h) {
+  if (h.empty() || h.size() > 253) return false;
+  size_t label = 0;
+  for (char c : h) {
+    if (c == '.') {
+      if (label == 0) return false;
+      label = 0;
+      continue;
+    }
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-')) return false;
+    if (++label > 63) return false;
+  }
+  return label > 0;
+}
+
+}  // namespace
+
+bool IsValidNodeId(std::string_view id) {
+  if (id.empty() || id.size() > 64) return false;
+  return std::all_of(id.begin(), id.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  });
+}
+
+Result<HostPort> ParseHostPort(std::string_view s) {
+  HostPort hp;
+  std::string_view port;
+  if (!s.empty() && s[0] == '[') {
+    const size_t close = s.find(']');
+    if (close == std::string_view::npos || close + 1 >= s.size() || s[close + 1] != ':') {
+      return Err(EINVAL, "not host:port");
+    }
+    hp.host = std::string(s.substr(1, close - 1));
+    port = s.substr(close + 2);
+    in6_addr a6{};
+    if (inet_pton(AF_INET6, hp.host.c_str(), &a6) != 1) return Err(EINVAL, "bad IPv6 address");
+  } else {
+    const size_t colon = s.rfind(':');
+    if (colon == std::string_view::npos || colon == 0) return Err(EINVAL, "not host:port");
+    hp.host = std::string(s.substr(0, colon));
+    port = s.substr(colon + 1);
+    if (hp.host.find(':') != std::string::npos) return Err(EINVAL, "IPv6 needs [brackets]");
+    if (!IsDnsName(hp.host)) return Err(EINVAL, "bad host name");
+  }
+  if (port.empty() || port.size() > 5 ||
+      !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return Err(EINVAL, "not host:port");
+  }
+  const unsigned long p = std::stoul(std::string(port));
+  if (p == 0 || p > 65535) return Err(EINVAL, "port out of range 1..65535");
+  hp.port = static_cast<uint16_t>(p);
+  return hp;
+}
+
+std::string DefaultControlSocket(const std::string& node_id) {
+  return "/run/fedfs/" + node_id + ".sock";
+}
+
+Result<DaemonOptions> ParseConfig(const std::string& text, const std::string& path) {
+  Checker c(path);
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return Err(EINVAL, "config " + path + ": line " + std::to_string(e.mark.line + 1) +
+                           ": YAML syntax error: " + e.msg);
+  }
+  if (!root.IsMap()) {
+    return Err(EINVAL, "config " + path + ": expected a map of settings at the top level, got " +
+                           Describe(root));
+  }
+  const std::string base_dir = fs::path(path).parent_path().string();
+  DaemonOptions o;
+  o.config_path = path;
+  try {
+    CheckKeys(c, root, "",
+              {"node_id", "listen", "export_root", "mountpoint", "peers", "cluster_key_file",
+               "control_socket", "log_level", "transport", "timeouts", "ring"});
+
+    // Required scalars, in the order of the documentation.
+    if (GetString(c, root, "node_id", "node_id", true, &o.node_id) && !IsValidNodeId(o.node_id)) {
+      c.Fail("node_id", Quote(o.node_id) + " must match [A-Za-z0-9_-]{1,64}");
+    }
+    if (GetString(c, root, "listen", "listen", true, &o.listen)) {
+      if (auto hp = ParseHostPort(o.listen); !hp) {
+        c.Fail("listen", Quote(o.listen) + " is not host:port (" + hp.error().context + ")");
+      } else if (hp->host == "0.0.0.0" || hp->host == "::") {
+        c.Fail("listen", Quote(o.listen) +
+                             " is a wildcard; give the address peers use to reach this node");
+      }
+    }
+    if (GetString(c, root, "export_root", "export_root", true, &o.export_root)) {
+      o.export_root = Resolve(base_dir, o.export_root);
+      struct stat st {};
+      if (::stat(o.export_root.c_str(), &st) != 0) {
+        c.Fail("export_root", Quote(o.export_root) + " does not exist");
+      } else if (!S_ISDIR(st.st_mode)) {
+        c.Fail("export_root", Quote(o.export_root) + " is not a directory");
+      }
+    }
+    if (GetString(c, root, "mountpoint", "mountpoint", true, &o.mountpoint)) {
+      o.mountpoint = Resolve(base_dir, o.mountpoint);
+    }
+
+    // peers: a list of host:port (may be empty or absent).
+    if (const YAML::Node peers = root["peers"]; peers && !peers.IsNull()) {
+      if (!peers.IsSequence()) {
+        c.Fail("peers", "expected a list of host:port, got " + Describe(peers));
+      } else {
+        for (size_t i = 0; i < peers.size(); ++i) {
+          const std::string name = "peers[" + std::to_string(i) + "]";
+          if (!peers[i].IsScalar()) {
+            c.Fail(name, "expected host:port, got " + Describe(peers[i]));
+            break;
+          }
+          const std::string& p = peers[i].Scalar();
+          if (auto hp = ParseHostPort(p); !hp) {
+            c.Fail(name, Quote(p) + " is not host:port (" + hp.error().context + ")");
+            break;
+          }
+          o.peers.push_back(p);
+        }
+      }
+    }
+
+    if (GetString(c, root, "cluster_key_file", "cluster_key_file", true, &o.cluster_key_file)) {
+      o.cluster_key_file = Resolve(base_dir, o.cluster_key_file);
+      if (!c.failed()) {
+        if (auto key = m2m::LoadClusterKeyFile(o.cluster_key_file); !key) {
+          const Error& e = key.error();
+          c.Fail("cluster_key_file",
+                 (e.code == EINVAL || e.code == EPERM) ? e.context : e.ToString());
+        }
+      }
+    }
+
+    if (GetString(c, root, "control_socket", "control_socket", false, &o.control_socket)) {
+      o.control_socket = Resolve(base_dir, o.control_socket);
+    } else if (!o.node_id.empty()) {
+      o.control_socket = DefaultControlSocket(o.node_id);
+    }
+    if (!c.failed() && o.control_socket.size() >= 108) {
+      c.Fail("control_socket", Quote(o.control_socket) + " is longer than a unix socket path may be (107)");
+    }
+
+    if (GetString(c, root, "log_level", "log_level", false, &o.log_level)) {
+      static const std::set<std::string> kLevels = {"trace", "debug", "info", "warn",
+                                                    "error", "critical", "off"};
+      if (!kLevels.contains(o.log_level)) {
+        c.Fail("log_level", Quote(o.log_level) +
+                                " is not one of trace, debug, info, warn, error, critical, off");
+      }
+    }
+
+    if (const YAML::Node t = GetMap(c, root, "transport")) {
+      CheckKeys(c, t, "transport.", {"tls", "net_devices", "max_message_bytes"});
+      if (GetString(c, t, "tls", "transport.tls", false, &o.transport.tls) &&
+          o.transport.tls.empty()) {
+        c.Fail("transport.tls", "must not be empty (e.g. \"tcp\")");
+      }
+      GetString(c, t, "net_devices", "transport.net_devices", false, &o.transport.net_devices);
+      uint64_t v = 0;
+      if (GetUint(c, t, "max_message_bytes", "transport.max_message_bytes", 4u << 20, 1u << 30, &v)) {
+        o.transport.max_message_bytes = v;
+      }
+    }
+
+    if (const YAML::Node t = GetMap(c, root, "timeouts")) {
+      CheckKeys(c, t, "timeouts.",
+                {"rpc_ms", "heartbeat_interval_ms", "failure_timeout_ms", "connect_ms"});
+      constexpr uint64_t kMaxMs = 3600 * 1000;
+      uint64_t v = 0;
+      if (GetUint(c, t, "rpc_ms", "timeouts.rpc_ms", 1, kMaxMs, &v)) o.timeouts.rpc = Millis(v);
+      if (GetUint(c, t, "heartbeat_interval_ms", "timeouts.heartbeat_interval_ms", 1, kMaxMs, &v)) {
+        o.timeouts.heartbeat_interval = Millis(v);
+      }
+      if (GetUint(c, t, "failure_timeout_ms", "timeouts.failure_timeout_ms", 1, kMaxMs, &v)) {
+        o.timeouts.failure_timeout = Millis(v);
+      }
+      if (GetUint(c, t, "connect_ms", "timeouts.connect_ms", 1, kMaxMs, &v)) {
+        o.timeouts.connect = Millis(v);
+      }
+    }
+    if (o.timeouts.failure_timeout <= o.timeouts.heartbeat_interval) {
+      c.Fail("timeouts.failure_timeout_ms",
+             std::to_string(o.timeouts.failure_timeout.count()) +
+                 " must be greater than timeouts.heartbeat_interval_ms (" +
+                 std::to_string(o.timeouts.heartbeat_interval.count()) + ")");
+    }
+
+    if (const YAML::Node r = GetMap(c, root, "ring")) {
+      CheckKeys(c, r, "ring.", {"vnodes"});
+      uint64_t v = 0;
+      if (GetUint(c, r, "vnodes", "ring.vnodes", 1, 65536, &v)) o.ring.vnodes = static_cast<uint32_t>(v);
+    }
+  } catch (const YAML::Exception& e) {
+    c.FailFile("line " + std::to_string(e.mark.line + 1) + ": " + e.msg);
+  }
+  if (c.failed()) return Err(EINVAL, c.message());
+  return o;
+}
+
+namespace {
+
+Result<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    const int err = errno ? errno : EACCES;
+    return Err(err, "config " + path + ": cannot read: " + std::strerror(err));
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+Result<DaemonOptions> LoadConfigFile(const std::string& path) {
+  auto text = ReadFile(path);
+  if (!text) return Err(text.error());
+  return ParseConfig(*text, path);
+}
+
+Result<std::string> ControlSocketFromConfigFile(const std::string& path) {
+  auto text = ReadFile(path);
+  if (!text) return Err(text.error());
+  try {
+    const YAML::Node root = YAML::Load(*text);
+    if (root.IsMap()) {
+      if (const YAML::Node s = root["control_socket"]; s && s.IsScalar() && !s.Scalar().empty()) {
+        return Resolve(fs::path(path).parent_path().string(), s.Scalar());
+      }
+      if (const YAML::Node id = root["node_id"]; id && id.IsScalar() && IsValidNodeId(id.Scalar())) {
+        return DefaultControlSocket(id.Scalar());
+      }
+    }
+  } catch (const YAML::Exception& e) {
+    return Err(EINVAL, "config " + path + ": YAML syntax error: " + e.msg);
+  }
+  return Err(EINVAL, "config " + path + ": names neither control_socket nor a valid node_id");
+}
+
+MembershipOptions MembershipOptionsFrom(const DaemonOptions& o, const std::string& advertise) {
+  MembershipOptions m;
+  m.node_id = o.node_id;
+  m.advertise_addr = advertise;
+  m.seeds = o.peers;
+  m.heartbeat_interval = o.timeouts.heartbeat_interval;
+  m.failure_timeout = o.timeouts.failure_timeout;
+  m.rpc_timeout = o.timeouts.rpc;
+  m.ring = o.ring;
+  return m;
+}
+
+}  // namespace fedfs::daemon

@@ -1,0 +1,211 @@
+#include "fedfsd/control.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "common/logging.h"
+
+namespace fedfs::daemon {
+namespace {
+
+using Json = nlohmann::json;
+constexpr size_t kMaxLine = 64 * 1024;
+constexpr int kIdleMs = 5000;
+
+std::string ErrorReply(const std::string& msg) { return Json{{"error", msg}}.dump(); }
+
+// "/a//b/" -> "/a/b"; "/" stays "/". The caller checked the leading '/'.
+std::string NormalizePath(const std::string& p) {
+  std::string out;
+  for (char c : p) {
+    if (c == '/' && !out.empty() && out.back() == '/') continue;
+    out += c;
+  }
+  if (out.size() > 1 && out.back() == '/') out.pop_back();
+  return out;
+}
+
+bool SendAll(int fd, const std::string& s) {
+  size_t off = 0;
+  while (off < s.size()) {
+    const ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    off += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+sockaddr_un UnixAddr(const std::string& path) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strncpy(a.sun_path, path.c_str(), sizeof(a.sun_path) - 1);
+  return a;
+}
+
+}  // namespace
+
+std::string HandleControlRequest(const std::string& line, const MembershipView& view) {
+  Json req = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (req.is_discarded() || !req.is_object()) return ErrorReply("request is not a JSON object");
+  auto cmd = req.find("cmd");
+  if (cmd == req.end() || !cmd->is_string()) return ErrorReply("missing \"cmd\"");
+  const auto now = std::chrono::steady_clock::now();
+  if (*cmd == "status") {
+    Json members = Json::array();
+    for (const auto& [id, m] : view.members) {
+      const bool self = id == view.self_id;
+      const int64_t ago =
+          self ? 0
+               : std::chrono::duration_cast<std::chrono::milliseconds>(now - m.last_heard).count();
+      members.push_back({{"id", id},
+                         {"addr", m.addr},
+                         {"state", MemberStateName(m.state)},
+                         {"incarnation", m.incarnation},
+                         {"ring_share", view.ring ? view.ring->Share(id) : 0.0},
+                         {"rtt_us", m.rtt_us},
+                         {"last_heard_ms_ago", ago},
+                         {"self", self}});
+    }
+    return Json{{"node_id", view.self_id}, {"epoch", view.epoch}, {"members", members}}.dump();
+  }
+  if (*cmd == "ring") {
+    auto path = req.find("path");
+    if (path == req.end() || !path->is_string()) return ErrorReply("missing \"path\"");
+    const std::string p = path->get<std::string>();
+    if (p.empty() || p[0] != '/') return ErrorReply("path must be absolute (start with /)");
+    const std::string norm = NormalizePath(p);
+    const std::string manager = view.ring ? view.ring->Owner(norm) : std::string();
+    return Json{{"path", norm}, {"manager", manager}, {"epoch", view.epoch}}.dump();
+  }
+  return ErrorReply("unknown cmd \"" + cmd->get<std::string>() + "\" (status, ring)");
+}
+
+ControlServer::ControlServer(ControlOptions options, ViewProvider provider)
+    : options_(std::move(options)), provider_(std::move(provider)) {}
+
+ControlServer::~ControlServer() { Stop(); }
+
+Status ControlServer::Start() {
+  const std::string& path = options_.socket_path;
+  if (path.empty() || path.size() >= sizeof(sockaddr_un::sun_path)) {
+    return Err(EINVAL, "control socket path \"" + path + "\" is empty or too long");
+  }
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::exists(parent, ec)) {
+      std::filesystem::create_directories(parent, ec);
+      if (ec) return Err(ec.value(), "control socket directory " + parent.string());
+      ::chmod(parent.c_str(), 0700);
+    }
+  }
+  const sockaddr_un addr = UnixAddr(path);
+  // A socket file already there: another live daemon, or a stale leftover.
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      return Err(EEXIST, "control socket " + path + " exists and is not a socket");
+    }
+    const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const bool live =
+        probe >= 0 && ::connect(probe, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0;
+    if (probe >= 0) ::close(probe);
+    if (live) return Err(EADDRINUSE, "control socket " + path + " is in use by a running fedfsd");
+    ::unlink(path.c_str());
+  }
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Err(errno, "control socket");
+  if (::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
+    const int e = errno;
+    ::close(fd);
+    return Err(e, "control socket " + path);
+  }
+  ::chmod(path.c_str(), 0600);
+  if (::listen(fd, 16) != 0) {
+    const int e = errno;
+    ::close(fd);
+    ::unlink(path.c_str());
+    return Err(e, "control socket " + path);
+  }
+  const int efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (efd < 0) {
+    const int e = errno;
+    ::close(fd);
+    ::unlink(path.c_str());
+    return Err(e, "eventfd");
+  }
+  listen_fd_ = fd;
+  stop_fd_ = efd;
+  thread_ = std::thread([this] { Run(); });
+  Logger("control")->info("control socket at {}", path);
+  return Ok();
+}
+
+void ControlServer::Stop() {
+  if (stop_fd_ < 0) return;
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(stop_fd_, &one, sizeof one);
+  if (thread_.joinable()) thread_.join();
+  ::close(listen_fd_);
+  ::close(stop_fd_);
+  listen_fd_ = stop_fd_ = -1;
+  ::unlink(options_.socket_path.c_str());
+}
+
+void ControlServer::Run() {
+  for (;;) {
+    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      Logger("control")->error("poll: {}", std::strerror(errno));
+      return;
+    }
+    if (fds[1].revents) return;
+    if (fds[0].revents & POLLIN) {
+      const int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) continue;
+      Serve(c);
+      ::close(c);
+    }
+  }
+}
+
+void ControlServer::Serve(int fd) {
+  std::string buf;
+  char chunk[4096];
+  for (;;) {
+    size_t nl;
+    while ((nl = buf.find('\n')) != std::string::npos) {
+      std::string line = buf.substr(0, nl);
+      buf.erase(0, nl + 1);
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (line.empty()) continue;
+      const auto view = provider_();
+      if (!SendAll(fd, HandleControlRequest(line, *view) + "\n")) return;
+    }
+    if (buf.size() > kMaxLine) {
+      SendAll(fd, ErrorReply("request line too long") + "\n");
+      return;
+    }
+    pollfd fds[2] = {{fd, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
+    const int r = ::poll(fds, 2, kIdleMs);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0 || fds[1].revents) return;
+    const ssize_t n = ::recv(fd, chunk, sizeof chunk, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    buf.append(chunk, static_cast<size_t>(n));
+  }
+}
+
+}  // namespace fedfs::daemon

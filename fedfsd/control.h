@@ -1,0 +1,61 @@
+// The control socket: how fedfsctl (and scripts) ask a running fedfsd about
+// its state (docs/membership.md, "Control socket").
+//
+// Protocol: a unix stream socket; each request is one JSON object on one
+// line, answered by one JSON object on one line:
+//   {"cmd":"status"}         -> {"node_id","epoch","members":[{"id","addr",
+//                                "state","incarnation","ring_share","rtt_us",
+//                                "last_heard_ms_ago","self"}]}
+//   {"cmd":"ring","path":P}  -> {"path","manager","epoch"}
+//   anything else            -> {"error":"..."}
+// The socket is created mode 0600 (its parent directory 0700 if it has to be
+// created), so only root (the daemon's user) may talk to it.
+//
+// Threads: ControlServer owns one thread that accepts and serves connections
+// one at a time (a client idle for 5 s is dropped). The view provider is
+// called on that thread. nlohmann/json stays inside control.cc.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "common/result.h"
+#include "fedfsd/membership.h"
+#include "fedfsd/options.h"
+
+namespace fedfs::daemon {
+
+using ViewProvider = std::function<std::shared_ptr<const MembershipView>()>;
+
+// Answers one request line (without its newline) from `view`. Pure; any thread.
+std::string HandleControlRequest(const std::string& line, const MembershipView& view);
+
+class ControlServer {
+ public:
+  ControlServer(ControlOptions options, ViewProvider provider);
+  ~ControlServer();  // Stop()
+  ControlServer(const ControlServer&) = delete;
+  ControlServer& operator=(const ControlServer&) = delete;
+
+  // Creates the socket (replacing a stale one; EADDRINUSE if another live
+  // daemon answers on it) and starts the thread. On failure nothing is left
+  // behind.
+  Status Start();
+
+  // Stops the thread, closes and removes the socket. Idempotent.
+  void Stop();
+
+ private:
+  void Run();
+  void Serve(int fd);
+
+  const ControlOptions options_;
+  const ViewProvider provider_;
+  int listen_fd_ = -1;
+  int stop_fd_ = -1;  // eventfd: wakes the thread to stop
+  std::thread thread_;
+};
+
+}  // namespace fedfs::daemon

@@ -1,0 +1,92 @@
+// Options of the daemon's modules, gathered into DaemonOptions.
+//
+// Plain structs with their defaults written next to each field (leveldb
+// options.h style). fedfsd/config.h fills a DaemonOptions from the YAML file;
+// tests build them directly. There is no global configuration object: each
+// module receives its own struct by value at construction and never sees the
+// others. docs/config.md documents every field.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fedfs::daemon {
+
+using Millis = std::chrono::milliseconds;
+
+// Consistent-hash ring (fedfsd/ring.h).
+struct RingOptions {
+  // Virtual nodes (ring points) per member. 256 keeps every member's share
+  // within a few percent of 1/N for tens of members.
+  uint32_t vnodes = 256;
+};
+
+// Membership (fedfsd/membership.h).
+struct MembershipOptions {
+  // This node's id: [A-Za-z0-9_-]{1,64}, stable across restarts.
+  std::string node_id;
+  // The address peers use to reach this node ("host:port"), as returned by
+  // the transport's Listen.
+  std::string advertise_addr;
+  // Seed addresses tried in order at start until one answers the join.
+  std::vector<std::string> seeds;
+  // Interval between two heartbeat rounds (all-to-all).
+  Millis heartbeat_interval{200};
+  // A member with no successful exchange for this long is marked dead.
+  // Must be greater than heartbeat_interval.
+  Millis failure_timeout{1500};
+  // Deadline of a join call (heartbeats use min(rpc_timeout, failure_timeout)).
+  Millis rpc_timeout{2000};
+  // Longest pause between two rounds of join attempts over the seed list.
+  Millis join_backoff_max{5000};
+  RingOptions ring;
+};
+
+// Transport settings handed to the UCX engine (m2m/ucx_transport.h).
+struct TransportConfig {
+  // UCX_TLS: transports UCX may use ("tcp", "tcp,sm", "rc,ud,sm", ...).
+  std::string tls = "tcp";
+  // UCX_NET_DEVICES: network devices ("" = all; "lo"; "eth0"; "mlx5_0:1").
+  std::string net_devices;
+  // Largest RPC payload accepted.
+  size_t max_message_bytes = 64u << 20;
+};
+
+// Timeouts, all in milliseconds in the YAML file.
+struct TimeoutOptions {
+  Millis rpc{2000};                 // default deadline of a remote call
+  Millis heartbeat_interval{200};   // see MembershipOptions
+  Millis failure_timeout{1500};     // see MembershipOptions
+  Millis connect{1000};             // connect + authentication handshake
+};
+
+// Control socket (fedfsd/control.h).
+struct ControlOptions {
+  // Unix stream socket path; mode 0600, parent directory created 0700.
+  std::string socket_path;
+};
+
+// Everything one fedfsd process is configured with.
+struct DaemonOptions {
+  std::string config_path;  // where these came from (for messages)
+  std::string node_id;      // required
+  std::string listen;       // required, "host:port"
+  std::string export_root;  // required, an existing directory
+  std::string mountpoint;   // required (used by the FUSE frontend later)
+  std::vector<std::string> peers;  // seeds; may be empty for the first node
+  std::string cluster_key_file;    // required, 64 hex digits, mode 0600/0400
+  std::string control_socket;      // default /run/fedfs/<node_id>.sock
+  std::string log_level = "info";  // trace, debug, info, warn, error, off
+  TransportConfig transport;
+  TimeoutOptions timeouts;
+  RingOptions ring;
+};
+
+// The membership options implied by a daemon's options (advertise_addr is
+// the transport's listen address, filled in once listening).
+MembershipOptions MembershipOptionsFrom(const DaemonOptions& o, const std::string& advertise_addr);
+
+}  // namespace fedfs::daemon
