@@ -69,6 +69,7 @@ struct Packet {
   uint64_t op_id = 0;
   uint64_t region = 0, tag = 0, addr = 0, len = 0, a = 0, b = 0;
   int err = 0;  // kReset and kOneSidedDone: 0 or an errno
+  bool host_reset = false;  // a reset the network sends for an absent host
 
   size_t WireBytes() const {
     switch (kind) {
@@ -403,7 +404,9 @@ LinkModel FakeNetwork::Core::ModelFor(const std::string& a, const std::string& b
 void FakeNetwork::Core::Send(Packet p) {
   FakeTransport* src = Find(p.src);
   const size_t bytes = p.WireBytes();
-  if (src) {
+  if (p.host_reset) {
+    src = nullptr;  // answered by the "host", not by a (possibly dead) transport
+  } else if (src) {
     if (src->dead_) {
       ++src->stats_.messages_dropped;
       return;
@@ -455,6 +458,7 @@ void FakeNetwork::Core::ResetBack(const Packet& p, int err) {
   r.to_server = !p.to_server;
   r.kind = PacketKind::kReset;
   r.err = err;
+  r.host_reset = true;
   Send(std::move(r));
 }
 
