@@ -1515,6 +1515,14 @@ Status UcxSendRawForTest(const UcxOptions& ucx_opts, const std::string& addr, co
   wp.thread_mode = UCS_THREAD_MODE_SINGLE;
   ucp_worker_h w = nullptr;
   if (ucp_worker_create((*ctx)->h, &wp, &w) != UCS_OK) return Err(EIO, "ucp_worker_create");
+  // Whatever the server answers is dropped (UCX needs a handler for the id).
+  ucp_am_handler_param_t hp{};
+  hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB;
+  hp.id = kAmId;
+  hp.cb = [](void*, const void*, size_t, void*, size_t, const ucp_am_recv_param_t*) {
+    return UCS_OK;
+  };
+  ucp_worker_set_am_recv_handler(w, &hp);
   RawState state;
   ucp_ep_params_t p{};
   p.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |

@@ -75,6 +75,10 @@ struct UcxOptions {
   // SYSV_ERROR_HANDLING=y (UCX 1.13 silently drops shm with PEER mode
   // otherwise). Default true.
   bool shm_error_handling = true;
+  // Whether a listener may bind an address still held by connections of a
+  // previous listener (TIME_WAIT), so a restarted node gets its port back at
+  // once: UCX's CM_REUSEADDR=y. Default true.
+  bool reuse_address = true;
   // Further UCX configuration, (name without "UCX_" prefix, value), applied
   // with ucp_config_modify after the fields above. Default none.
   std::vector<std::pair<std::string, std::string>> extra_config;

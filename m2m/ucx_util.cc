@@ -78,10 +78,16 @@ Result<ucp_config_t*> ReadConfig(const UcxOptions& opts) {
   Status st = Ok();
   if (!opts.tls.empty()) st = set("TLS", opts.tls, true);
   if (st && !opts.net_devices.empty()) st = set("NET_DEVICES", opts.net_devices, true);
-  if (st && opts.shm_error_handling) {
+  // Only when shared memory may be used (UCX warns about unused settings).
+  const bool shm_possible = opts.tls.empty() || opts.tls.find("sm") != std::string::npos ||
+                            opts.tls.find("posix") != std::string::npos ||
+                            opts.tls.find("sysv") != std::string::npos ||
+                            opts.tls.find("all") != std::string::npos;
+  if (st && opts.shm_error_handling && shm_possible) {
     st = set("POSIX_ERROR_HANDLING", "y", false);
     if (st) st = set("SYSV_ERROR_HANDLING", "y", false);
   }
+  if (st && opts.reuse_address) st = set("CM_REUSEADDR", "y", false);
   for (const auto& [name, value] : opts.extra_config) {
     if (!st) break;
     st = set(name, value, true);
