@@ -60,6 +60,9 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
   m2m::UcxOptions ucx;
   ucx.tls = o.transport.tls;
   ucx.net_devices = o.transport.net_devices;
+  // A restarted daemon must get its port back at once, although the
+  // connections of its previous life linger in TIME_WAIT for a minute.
+  ucx.extra_config.emplace_back("TCP_CM_REUSEADDR", "y");
   m2m::TransportOptions topts;
   topts.cluster_key = std::move(*key);
   topts.max_message_bytes = o.transport.max_message_bytes;

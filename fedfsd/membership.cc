@@ -65,7 +65,7 @@ m2m::Bytes EncodeMemberMessage(const MemberMessage& m, uint16_t version) {
   members.reserve(m.members.size());
   for (const auto& r : m.members) members.push_back(BuildMember(b, r));
   auto vec = b.CreateVector(members);
-  b.Finish(wire::CreateMemberMessage(b, version, sender, m.epoch, vec));
+  b.FinishSizePrefixed(wire::CreateMemberMessage(b, version, sender, m.epoch, vec));
   return m2m::ToBytes({b.GetBufferPointer(), b.GetSize()});
 }
 
@@ -83,10 +83,10 @@ Result<MemberMessage> DecodeMemberMessage(std::span<const std::byte> payload) {
   }
   flatbuffers::Verifier verifier(data, payload.size(), /*max_depth=*/8,
                                  /*max_tables=*/2 * kMaxViewMembers + 8);
-  if (!wire::VerifyMemberMessageBuffer(verifier)) {
+  if (!wire::VerifySizePrefixedMemberMessageBuffer(verifier)) {
     return Err(EPROTO, "malformed membership message (verifier refused it)");
   }
-  const wire::MemberMessage* m = wire::GetMemberMessage(data);
+  const wire::MemberMessage* m = wire::GetSizePrefixedMemberMessage(data);
   if (m->version() != kMembershipWireVersion) {
     return Err(EPROTO, "unsupported membership message version " + std::to_string(m->version()));
   }

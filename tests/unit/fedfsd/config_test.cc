@@ -1,0 +1,207 @@
+// Config validation: one good config parses; each bad one gives ONE line that
+// names the field (or the unknown key) and the problem. Table-driven.
+#include "fedfsd/config.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "m2m/auth.h"
+
+namespace fedfs::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/fedfs-config-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    fs::create_directory(dir_ / "export");
+    WriteFile(dir_ / "key", m2m::GenerateClusterKeyHex() + "\n", 0600);
+    WriteFile(dir_ / "key-open", m2m::GenerateClusterKeyHex() + "\n", 0644);
+    WriteFile(dir_ / "key-bad", "not hex\n", 0600);
+    WriteFile(dir_ / "a-file", "x", 0644);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  static void WriteFile(const fs::path& p, const std::string& text, mode_t mode) {
+    std::ofstream(p) << text;
+    ::chmod(p.c_str(), mode);
+  }
+
+  // The good config, with `extra` appended (YAML keeps the last duplicate?
+  // no: yaml-cpp refuses nothing, so tests replace whole lines instead).
+  std::string Good(const std::string& replace_key = "", const std::string& with = "") const {
+    const std::vector<std::pair<std::string, std::string>> lines = {
+        {"node_id", "node_id: n1"},
+        {"listen", "listen: 127.0.0.1:7001"},
+        {"export_root", "export_root: " + (dir_ / "export").string()},
+        {"mountpoint", "mountpoint: /fedfs"},
+        {"peers", "peers: [\"127.0.0.1:7002\", \"host-b.example:7003\"]"},
+        {"cluster_key_file", "cluster_key_file: " + (dir_ / "key").string()},
+    };
+    std::string out;
+    for (const auto& [k, line] : lines) {
+      if (k == replace_key) {
+        out += with.empty() ? "" : with + "\n";
+      } else {
+        out += line + "\n";
+      }
+    }
+    if (replace_key == "+") out += with + "\n";
+    return out;
+  }
+
+  Result<DaemonOptions> Parse(const std::string& text) const {
+    const fs::path p = dir_ / "fedfsd.yaml";
+    WriteFile(p, text, 0644);
+    return LoadConfigFile(p.string());
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(ConfigTest, GoodConfigParsesWithDefaults) {
+  auto o = Parse(Good());
+  ASSERT_TRUE(o) << o.error().context;
+  EXPECT_EQ(o->node_id, "n1");
+  EXPECT_EQ(o->listen, "127.0.0.1:7001");
+  EXPECT_EQ(o->peers.size(), 2u);
+  EXPECT_EQ(o->control_socket, "/run/fedfs/n1.sock");
+  EXPECT_EQ(o->log_level, "info");
+  EXPECT_EQ(o->transport.tls, "tcp");
+  EXPECT_EQ(o->transport.net_devices, "");
+  EXPECT_EQ(o->timeouts.rpc.count(), 2000);
+  EXPECT_EQ(o->timeouts.heartbeat_interval.count(), 200);
+  EXPECT_EQ(o->timeouts.failure_timeout.count(), 1500);
+  EXPECT_EQ(o->ring.vnodes, 256u);
+}
+
+TEST_F(ConfigTest, FullConfigParses) {
+  auto o = Parse(Good("+",
+                      "control_socket: ctl.sock\nlog_level: debug\n"
+                      "transport: {tls: \"tcp,sm\", net_devices: lo, max_message_bytes: 8388608}\n"
+                      "timeouts: {rpc_ms: 100, heartbeat_interval_ms: 50, failure_timeout_ms: 400, "
+                      "connect_ms: 70}\n"
+                      "ring: {vnodes: 64}"));
+  ASSERT_TRUE(o) << o.error().context;
+  EXPECT_EQ(o->control_socket, (dir_ / "ctl.sock").string());  // relative to the config
+  EXPECT_EQ(o->transport.tls, "tcp,sm");
+  EXPECT_EQ(o->transport.net_devices, "lo");
+  EXPECT_EQ(o->transport.max_message_bytes, 8388608u);
+  EXPECT_EQ(o->timeouts.failure_timeout.count(), 400);
+  EXPECT_EQ(o->timeouts.connect.count(), 70);
+  EXPECT_EQ(o->ring.vnodes, 64u);
+}
+
+TEST_F(ConfigTest, EmptyPeersIsFine) {
+  auto o = Parse(Good("peers", "peers: []"));
+  ASSERT_TRUE(o) << o.error().context;
+  EXPECT_TRUE(o->peers.empty());
+  ASSERT_TRUE(Parse(Good("peers", "")));
+}
+
+struct BadCase {
+  const char* name;
+  std::string replace;  // key of the good line to replace, or "+" to append
+  std::string with;     // replacement line(s)
+  std::vector<std::string> expect;  // substrings of the one-line error
+};
+
+TEST_F(ConfigTest, BadConfigsNameTheFieldInOneLine) {
+  const std::string d = dir_.string();
+  const std::vector<BadCase> cases = {
+      {"missing node_id", "node_id", "", {"field 'node_id'", "missing"}},
+      {"missing listen", "listen", "", {"field 'listen'", "missing"}},
+      {"missing export_root", "export_root", "", {"field 'export_root'", "missing"}},
+      {"missing mountpoint", "mountpoint", "", {"field 'mountpoint'", "missing"}},
+      {"missing key", "cluster_key_file", "", {"field 'cluster_key_file'", "missing"}},
+      {"bad node id", "node_id", "node_id: \"a b\"", {"field 'node_id'", "[A-Za-z0-9_-]"}},
+      {"long node id", "node_id", "node_id: " + std::string(65, 'x'), {"field 'node_id'"}},
+      {"unknown key", "+", "foo: 1", {"unknown key 'foo'"}},
+      {"unknown nested key", "+", "timeouts: {rpc_ms: 5, bogus_ms: 1}",
+       {"unknown key 'timeouts.bogus_ms'"}},
+      {"bad listen", "listen", "listen: abc", {"field 'listen'", "\"abc\" is not host:port"}},
+      {"bad port", "listen", "listen: 127.0.0.1:70000", {"field 'listen'", "port"}},
+      {"port zero", "listen", "listen: 127.0.0.1:0", {"field 'listen'"}},
+      {"wildcard listen", "listen", "listen: 0.0.0.0:7001", {"field 'listen'", "wildcard"}},
+      {"v6 without brackets", "listen", "listen: \"::1:7001\"", {"field 'listen'"}},
+      {"listen is a list", "listen", "listen: [a, b]", {"field 'listen'", "expected a string"}},
+      {"bad peer", "peers", "peers: [\"127.0.0.1:1\", \"nope\"]",
+       {"field 'peers[1]'", "\"nope\" is not host:port"}},
+      {"peers not a list", "peers", "peers: 127.0.0.1:7002", {"field 'peers'", "list"}},
+      {"export_root missing", "export_root", "export_root: " + d + "/nothing",
+       {"field 'export_root'", "does not exist"}},
+      {"export_root a file", "export_root", "export_root: " + d + "/a-file",
+       {"field 'export_root'", "not a directory"}},
+      {"key file missing", "cluster_key_file", "cluster_key_file: " + d + "/nokey",
+       {"field 'cluster_key_file'", "nokey", "No such file"}},
+      {"key file readable by others", "cluster_key_file", "cluster_key_file: " + d + "/key-open",
+       {"field 'cluster_key_file'", "key-open", "group or others"}},
+      {"key file malformed", "cluster_key_file", "cluster_key_file: " + d + "/key-bad",
+       {"field 'cluster_key_file'", "64 hex digits"}},
+      {"bad log level", "+", "log_level: loud", {"field 'log_level'", "loud"}},
+      {"string timeout", "+", "timeouts: {rpc_ms: soon}",
+       {"field 'timeouts.rpc_ms'", "expected an integer"}},
+      {"negative timeout", "+", "timeouts: {rpc_ms: -5}", {"field 'timeouts.rpc_ms'"}},
+      {"failure <= heartbeat", "+",
+       "timeouts: {heartbeat_interval_ms: 500, failure_timeout_ms: 500}",
+       {"field 'timeouts.failure_timeout_ms'", "greater than timeouts.heartbeat_interval_ms"}},
+      {"vnodes zero", "+", "ring: {vnodes: 0}", {"field 'ring.vnodes'", "out of range"}},
+      {"transport not a map", "+", "transport: tcp", {"field 'transport'", "expected a map"}},
+      {"empty tls", "+", "transport: {tls: \"\"}", {"field 'transport.tls'"}},
+      {"tiny max message", "+", "transport: {max_message_bytes: 10}",
+       {"field 'transport.max_message_bytes'"}},
+      {"socket path too long", "+", "control_socket: /" + std::string(120, 's'),
+       {"field 'control_socket'"}},
+      {"yaml syntax", "+", "peers: [unclosed", {"YAML syntax error"}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto o = Parse(Good(c.replace, c.with));
+    ASSERT_FALSE(o) << "accepted";
+    const std::string& msg = o.error().context;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    EXPECT_EQ(msg.rfind("config " + (dir_ / "fedfsd.yaml").string(), 0), 0u) << msg;
+    for (const auto& e : c.expect) EXPECT_NE(msg.find(e), std::string::npos) << msg;
+  }
+}
+
+TEST_F(ConfigTest, NotAMapAndUnreadableFile) {
+  auto o = Parse("- a\n- b\n");
+  ASSERT_FALSE(o);
+  EXPECT_NE(o.error().context.find("expected a map"), std::string::npos);
+  auto missing = LoadConfigFile((dir_ / "none.yaml").string());
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, ENOENT);
+  EXPECT_NE(missing.error().context.find("none.yaml"), std::string::npos);
+}
+
+TEST_F(ConfigTest, ControlSocketFromConfig) {
+  WriteFile(dir_ / "c.yaml", "node_id: zz\n", 0644);
+  EXPECT_EQ(ControlSocketFromConfigFile((dir_ / "c.yaml").string()).value(), "/run/fedfs/zz.sock");
+  WriteFile(dir_ / "c.yaml", "node_id: zz\ncontrol_socket: /tmp/x.sock\n", 0644);
+  EXPECT_EQ(ControlSocketFromConfigFile((dir_ / "c.yaml").string()).value(), "/tmp/x.sock");
+}
+
+TEST(HostPort, Parses) {
+  EXPECT_EQ(ParseHostPort("10.0.0.1:80")->port, 80);
+  EXPECT_EQ(ParseHostPort("[::1]:7001")->host, "::1");
+  EXPECT_EQ(ParseHostPort("node-a.example:1")->host, "node-a.example");
+  for (const char* bad : {"", ":80", "a:", "a:b", "a:-1", "a:65536", "a b:1", "[::1:80", "[zz]:1",
+                          "::1:80"}) {
+    EXPECT_FALSE(ParseHostPort(bad)) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace fedfs::daemon
