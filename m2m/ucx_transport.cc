@@ -303,6 +303,7 @@ class Core : public std::enable_shared_from_this<Core> {
   std::unordered_map<ucp_ep_h, uint64_t> ep_conn_;
   std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_;
   std::deque<Event> events_;
+  alignas(8) std::byte aligned_header_[kMaxFrameHeaderBytes];  // see OnAm
   std::vector<void*> closing_;  // ucp_ep_close_nbx requests in progress
 };
 
@@ -492,7 +493,8 @@ bool Core::Post(std::move_only_function<void()> fn) {
     queue_.push_back(std::move(fn));
   }
   has_work_.store(true, std::memory_order_release);
-  if (wake) {
+  // The progress thread drains the queue before it next sleeps: no wake-up needed.
+  if (wake && !OnProgressThread()) {
     const uint64_t one = 1;
     [[maybe_unused]] ssize_t n = ::write(evfd_, &one, sizeof one);
   }
@@ -951,7 +953,13 @@ ucs_status_t Core::OnAm(const void* header, size_t header_len, void* data, size_
     auto it = ep_conn_.find(param->reply_ep);
     if (it != ep_conn_.end()) conn_id = it->second;
   }
-  const std::span<const std::byte> hdr(static_cast<const std::byte*>(header), header_len);
+  // UCX delivers the header at any alignment; FlatBuffers reads it in place
+  // and needs 4-byte alignment, so copy it into an aligned buffer first.
+  std::span<const std::byte> hdr(static_cast<const std::byte*>(header), header_len);
+  if (header_len <= sizeof(aligned_header_) && reinterpret_cast<uintptr_t>(header) % 8 != 0) {
+    std::memcpy(aligned_header_, header, header_len);
+    hdr = std::span<const std::byte>(aligned_header_, header_len);
+  }
   auto h = DecodeFrame(hdr, len, opts_.max_message_bytes);
   if (!h) {
     Conn* c = FindConn(conn_id);
