@@ -262,6 +262,8 @@ class FakeEndpoint final : public Endpoint, public std::enable_shared_from_this<
   void Submit(Op op, Timeout timeout, Status early = Ok());
   void Start(Op op, Timeout timeout);
   void StartConnect(SimDuration limit);
+  // Moves the attempt's deadline to `deadline`, capped by connect_timeout.
+  void ExtendConnect(SimDuration deadline);
   void ConnectFailed(const Error& e);
   void OnConnected();
   void SendOp(uint64_t id);
@@ -285,6 +287,8 @@ class FakeEndpoint final : public Endpoint, public std::enable_shared_from_this<
   uint64_t peer_ = 0;  // transport id the connection goes to (0: nobody)
   std::unique_ptr<ClientHandshake> handshake_;
   SimScheduler::TimerId connect_timer_ = 0;
+  SimDuration connect_started_{0};
+  SimDuration connect_deadline_{0};  // when the attempt gives up
   std::map<uint64_t, Op> ops_;  // by id = issue order
   uint64_t next_op_ = 1;
 };
@@ -898,7 +902,10 @@ void FakeEndpoint::Start(Op op, Timeout timeout) {
       StartConnect(timeout);
       break;
     case State::kConnecting:
-      break;  // sent when the handshake completes
+      // Sent when the handshake completes; the attempt may last as long as
+      // this operation allows (within connect_timeout).
+      ExtendConnect(ops_.at(id).deadline);
+      break;
   }
 }
 
@@ -910,11 +917,22 @@ void FakeEndpoint::StartConnect(SimDuration limit) {
   owner_->client_conns_[conn_] = this;
   state_ = State::kConnecting;
   handshake_ = std::make_unique<ClientHandshake>(owner_->opts_.cluster_key);
-  connect_timer_ = core.sched.Schedule(std::min<SimDuration>(owner_->opts_.connect_timeout, limit),
-                                       [w = weak_from_this(), conn = conn_] {
-                                         if (auto ep = w.lock()) ep->OnConnectTimeout(conn);
-                                       });
+  connect_started_ = core.sched.Now();
+  connect_deadline_ = connect_started_;
+  connect_timer_ = 0;
+  ExtendConnect(connect_started_ + limit);
   SendFrame(handshake_->Hello(), {});
+}
+
+void FakeEndpoint::ExtendConnect(SimDuration deadline) {
+  deadline = std::min<SimDuration>(deadline, connect_started_ + owner_->opts_.connect_timeout);
+  if (connect_timer_ != 0 && deadline <= connect_deadline_) return;
+  core_->sched.Cancel(connect_timer_);
+  connect_deadline_ = deadline;
+  connect_timer_ = core_->sched.Schedule(deadline - core_->sched.Now(),
+                                         [w = weak_from_this(), conn = conn_] {
+                                           if (auto ep = w.lock()) ep->OnConnectTimeout(conn);
+                                         });
 }
 
 void FakeEndpoint::SendFrame(const FrameHeader& h, Bytes payload, bool is_request) {

@@ -454,6 +454,19 @@ TEST(FakeNetwork, LateReplyAfterTimeoutIsDiscarded) {
   EXPECT_EQ(sim.net.Now() - t0, milliseconds(20));  // the reply did arrive, and was dropped
 }
 
+TEST(FakeNetwork, ConnectAttemptLastsAsLongAsItsLongestWaiter) {
+  Sim sim(SimOptions(1, LinkModel{milliseconds(10), 0, nanoseconds(0)}));
+  sim.Add("a");
+  sim.Add("b");
+  auto quick = sim.Call("a", "b", kEcho, {}, milliseconds(15));
+  auto patient = sim.Call("a", "b", kEcho, {}, milliseconds(100));
+  sim.net.RunUntilIdle();
+  EXPECT_EQ(quick->code(), ETIMEDOUT);
+  EXPECT_EQ(quick->at, milliseconds(15));
+  ASSERT_TRUE(patient->ok());
+  EXPECT_EQ(patient->at, milliseconds(60));  // 4 one-way handshake trips + a round trip
+}
+
 TEST(FakeNetwork, LinksAreFifoUnlessReorderingIsOn) {
   for (bool reorder : {false, true}) {
     FakeNetworkOptions o = SimOptions(9, LinkModel::TcpLan());  // jitter 5 us
