@@ -1,0 +1,122 @@
+// fedfsd refuses bad configurations with ONE line on stderr that names the
+// problem, and a non-zero exit (2: config, 1: start-up such as a port in use).
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include "tests/tools/cluster.h"
+
+namespace fedfs::testing {
+namespace {
+
+struct Case {
+  const char* name;
+  std::string replace;  // line prefix to drop from the good config ("" none)
+  std::string add;      // line(s) to add
+  int exit_code;
+  std::vector<std::string> expect;
+};
+
+class BadConfig : public ::testing::Test {
+ protected:
+  // The good config as lines.
+  std::vector<std::string> GoodLines() {
+    return {"node_id: n1", "listen: \"127.0.0.1:" + std::to_string(port_) + "\"",
+            "export_root: " + c_.dir(), "mountpoint: /fedfs",
+            "cluster_key_file: " + c_.key_file(),
+            "control_socket: " + c_.Socket("n1"), "transport: {tls: tcp, net_devices: lo}"};
+  }
+  CommandResult RunWith(const Case& k) {
+    std::string text;
+    for (const auto& l : GoodLines()) {
+      if (!k.replace.empty() && l.rfind(k.replace, 0) == 0) continue;
+      text += l + "\n";
+    }
+    text += k.add;
+    const std::string cfg = c_.WriteFile("bad.yaml", text);
+    return RunCommand({FEDFS_FEDFSD_PATH, "--config", cfg}, 15s);
+  }
+  static void ExpectOneLine(const CommandResult& r, int code, const std::vector<std::string>& want) {
+    EXPECT_EQ(r.exit_code, code) << r.err;
+    std::string err = r.err;
+    while (!err.empty() && err.back() == '\n') err.pop_back();
+    EXPECT_FALSE(err.empty());
+    EXPECT_EQ(err.find('\n'), std::string::npos) << "more than one line:\n" << r.err;
+    for (const auto& w : want) EXPECT_NE(err.find(w), std::string::npos) << "want '" << w << "' in: " << err;
+  }
+
+  Cluster c_;
+  uint16_t port_ = FreePort();
+};
+
+TEST_F(BadConfig, EachProblemGivesOneLineAndNonZeroExit) {
+  const std::string open_key = c_.NewKeyFile("open.key", 0644);
+  const std::vector<Case> cases = {
+      {"missing field", "listen:", "", 2, {"field 'listen'", "missing"}},
+      {"missing key field", "cluster_key_file:", "", 2, {"field 'cluster_key_file'", "missing"}},
+      {"unknown key", "", "colour: blue\n", 2, {"unknown key 'colour'"}},
+      {"bad address", "listen:", "listen: abc\n", 2, {"field 'listen'", "\"abc\" is not host:port"}},
+      {"bad peer address", "", "peers: [\"127.0.0.1:99999\"]\n", 2, {"field 'peers[0]'"}},
+      {"key readable by others", "cluster_key_file:", "cluster_key_file: " + open_key + "\n", 2,
+       {"field 'cluster_key_file'", open_key, "group or others"}},
+      {"key missing", "cluster_key_file:", "cluster_key_file: " + c_.dir() + "/none.key\n", 2,
+       {"field 'cluster_key_file'", "none.key", "No such file"}},
+      {"export root missing", "export_root:", "export_root: /nonexistent/fedfs\n", 2,
+       {"field 'export_root'", "does not exist"}},
+      {"timeouts", "", "timeouts: {heartbeat_interval_ms: 300, failure_timeout_ms: 200}\n", 2,
+       {"field 'timeouts.failure_timeout_ms'"}},
+  };
+  for (const auto& k : cases) {
+    SCOPED_TRACE(k.name);
+    ExpectOneLine(RunWith(k), k.exit_code, k.expect);
+  }
+}
+
+TEST_F(BadConfig, MissingConfigFileAndNoArguments) {
+  auto r = RunCommand({FEDFS_FEDFSD_PATH, "--config", c_.dir() + "/nothing.yaml"}, 15s);
+  ExpectOneLine(r, 2, {"nothing.yaml", "No such file"});
+  auto none = RunCommand({FEDFS_FEDFSD_PATH}, 15s);
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_NE(none.err.find("--config"), std::string::npos) << none.err;
+}
+
+TEST_F(BadConfig, PortInUse) {
+  // Occupy the port with a bound (and listening) socket.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(port_);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << std::strerror(errno);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  ExpectOneLine(RunWith({"port in use", "", "", 1, {}}), 1,
+                {"127.0.0.1:" + std::to_string(port_), "already in use"});
+  ::close(fd);
+  // Only bound, not listening: still refused.
+  const int fd2 = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(::bind(fd2, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << std::strerror(errno);
+  ExpectOneLine(RunWith({"port bound", "", "", 1, {}}), 1, {"already in use"});
+  ::close(fd2);
+}
+
+TEST_F(BadConfig, ControlSocketOfARunningDaemon) {
+  const std::string cfg = c_.WriteConfig({.id = "n1", .listen = "127.0.0.1:" + std::to_string(port_)});
+  c_.Start("n1", cfg);
+  ASSERT_TRUE(WaitFor([&] { return c_.AliveCount("n1") == 1; }, 15s)) << c_.Log("n1");
+  // Same control socket, another port: refused, and the first keeps running.
+  const std::string cfg2 = c_.WriteFile(
+      "second.yaml", ReadFileText(cfg) + "\n");  // same socket path ...
+  std::string text = ReadFileText(cfg);
+  const std::string from = "127.0.0.1:" + std::to_string(port_);
+  text.replace(text.find(from), from.size(), "127.0.0.1:" + std::to_string(FreePort()));
+  c_.WriteFile("second.yaml", text);
+  auto r = RunCommand({FEDFS_FEDFSD_PATH, "--config", cfg2}, 15s);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("in use by a running fedfsd"), std::string::npos) << r.err;
+  EXPECT_EQ(c_.AliveCount("n1"), 1);
+}
+
+}  // namespace
+}  // namespace fedfs::testing

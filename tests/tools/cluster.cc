@@ -1,0 +1,276 @@
+#include "tests/tools/cluster.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "m2m/auth.h"
+
+namespace fedfs::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int ExitCode(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+// waitpid with a deadline; returns the exit code or -2 if still running.
+int WaitPid(pid_t pid, std::chrono::milliseconds timeout) {
+  const auto end = Clock::now() + timeout;
+  for (;;) {
+    int status = 0;
+    const pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) return ExitCode(status);
+    if (r < 0 && errno != EINTR) return -1;
+    if (Clock::now() >= end) return -2;
+    std::this_thread::sleep_for(10ms);
+  }
+}
+
+[[noreturn]] void ExecOrDie(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  ::execvp(args[0], args.data());
+  std::fprintf(stderr, "exec %s: %s\n", args[0], std::strerror(errno));
+  ::_exit(127);
+}
+
+}  // namespace
+
+CommandResult RunCommand(const std::vector<std::string>& argv, std::chrono::milliseconds timeout) {
+  CommandResult res;
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) return res;
+  if (::pipe2(err, O_CLOEXEC) != 0) {
+    ::close(out[0]);
+    ::close(out[1]);
+    return res;
+  }
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::dup2(err[1], 2);
+    ExecOrDie(argv);
+  }
+  ::close(out[1]);
+  ::close(err[1]);
+  if (pid < 0) {
+    ::close(out[0]);
+    ::close(err[0]);
+    return res;
+  }
+  const auto end = Clock::now() + timeout;
+  bool out_open = true, err_open = true, killed = false;
+  char buf[4096];
+  while (out_open || err_open) {
+    pollfd fds[2] = {{out_open ? out[0] : -1, POLLIN, 0}, {err_open ? err[0] : -1, POLLIN, 0}};
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now());
+    if (left.count() <= 0) {
+      ::kill(pid, SIGKILL);
+      killed = true;
+      break;
+    }
+    if (::poll(fds, 2, static_cast<int>(left.count())) < 0 && errno != EINTR) break;
+    for (int i = 0; i < 2; ++i) {
+      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      const ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
+      if (n <= 0) {
+        (i == 0 ? out_open : err_open) = false;
+      } else {
+        (i == 0 ? res.out : res.err).append(buf, static_cast<size_t>(n));
+      }
+    }
+  }
+  ::close(out[0]);
+  ::close(err[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  res.exit_code = killed ? -1 : ExitCode(status);
+  return res;
+}
+
+uint16_t FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    throw std::runtime_error(std::string("FreePort: ") + std::strerror(errno));
+  }
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::string ReadFileText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+  const auto end = Clock::now() + timeout;
+  for (;;) {
+    if (pred()) return true;
+    if (Clock::now() >= end) return false;
+    std::this_thread::sleep_for(50ms);
+  }
+}
+
+Cluster::Cluster() {
+  char tmpl[] = "/tmp/fedfs-it-XXXXXX";
+  if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
+  dir_ = tmpl;
+  key_file_ = NewKeyFile("cluster.key");
+}
+
+Cluster::~Cluster() {
+  std::vector<std::string> names;
+  for (const auto& [name, pid] : nodes_) names.push_back(name);
+  for (const auto& n : names) ::kill(nodes_.at(n), SIGTERM);
+  for (const auto& n : names) Stop(n, SIGTERM);
+  if (std::getenv("FEDFS_KEEP_TEST_DIR") == nullptr) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+}
+
+std::string Cluster::WriteFile(const std::string& name, const std::string& text, int mode) {
+  const std::string path = dir_ + "/" + name;
+  {
+    std::ofstream(path, std::ios::trunc) << text;
+  }
+  ::chmod(path.c_str(), static_cast<mode_t>(mode));
+  return path;
+}
+
+std::string Cluster::NewKeyFile(const std::string& name, int mode) {
+  return WriteFile(name, m2m::GenerateClusterKeyHex() + "\n", mode);
+}
+
+std::string Cluster::WriteConfig(const NodeConfig& c) {
+  const std::string export_root = dir_ + "/" + c.id + "-export";
+  std::filesystem::create_directories(export_root);
+  std::ostringstream y;
+  y << "node_id: " << c.id << "\n"
+    << "listen: \"" << c.listen << "\"\n"
+    << "export_root: " << export_root << "\n"
+    << "mountpoint: " << dir_ << "/" << c.id << "-mnt\n"
+    << "peers: [";
+  for (size_t i = 0; i < c.peers.size(); ++i) y << (i ? ", " : "") << "\"" << c.peers[i] << "\"";
+  y << "]\n"
+    << "cluster_key_file: " << (c.key_file.empty() ? key_file_ : c.key_file) << "\n"
+    << "control_socket: " << Socket(c.id) << "\n"
+    << "log_level: debug\n"
+    << "transport: {tls: \"" << c.tls << "\", net_devices: \"" << c.net_devices << "\"}\n"
+    << "timeouts: {heartbeat_interval_ms: " << c.heartbeat_ms
+    << ", failure_timeout_ms: " << c.failure_ms << ", rpc_ms: 1000, connect_ms: 1000}\n"
+    << c.extra_yaml;
+  return WriteFile(c.id + ".yaml", y.str());
+}
+
+pid_t Cluster::Start(const std::string& name, const std::string& config, const std::string& netns) {
+  if (nodes_.contains(name)) throw std::runtime_error("node " + name + " is already running");
+  const std::string log = LogPath(name);
+  std::vector<std::string> argv;
+  if (!netns.empty()) argv = {"ip", "netns", "exec", netns};
+  argv.push_back(FEDFS_FEDFSD_PATH);
+  argv.push_back("--config");
+  argv.push_back(config);
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+    }
+    ExecOrDie(argv);  // `ip netns exec` execs fedfsd in place: pid stays the daemon's
+  }
+  nodes_[name] = pid;
+  return pid;
+}
+
+int Cluster::Stop(const std::string& name, int sig) {
+  auto it = nodes_.find(name);
+  if (it == nodes_.end()) return -1;
+  const pid_t pid = it->second;
+  ::kill(pid, sig);
+  int rc = WaitPid(pid, 5s);
+  if (rc == -2) {
+    ::kill(pid, SIGKILL);
+    rc = WaitPid(pid, 5s);
+  }
+  nodes_.erase(it);
+  return rc;
+}
+
+bool Cluster::Running(const std::string& name) {
+  auto it = nodes_.find(name);
+  if (it == nodes_.end()) return false;
+  int status = 0;
+  if (::waitpid(it->second, &status, WNOHANG) == it->second) {
+    nodes_.erase(it);
+    return false;
+  }
+  return true;
+}
+
+nlohmann::json Cluster::Status(const std::string& id) const {
+  auto r = RunCommand({FEDFS_FEDFSCTL_PATH, "--socket", Socket(id), "status", "--json"}, 10s);
+  if (r.exit_code != 0) return nullptr;
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  return j.is_discarded() ? nullptr : j;
+}
+
+nlohmann::json Cluster::Member(const std::string& id, const std::string& member) const {
+  auto s = Status(id);
+  if (!s.is_object()) return nullptr;
+  for (const auto& m : s["members"]) {
+    if (m["id"] == member) return m;
+  }
+  return nullptr;
+}
+
+int Cluster::AliveCount(const std::string& id) const {
+  auto s = Status(id);
+  if (!s.is_object()) return -1;
+  int n = 0;
+  for (const auto& m : s["members"]) n += m["state"] == "alive";
+  return n;
+}
+
+bool Cluster::SeesAlive(const std::string& id, const std::vector<std::string>& ids) const {
+  auto s = Status(id);
+  if (!s.is_object()) return false;
+  std::vector<std::string> alive;
+  for (const auto& m : s["members"]) {
+    if (m["state"] == "alive") alive.push_back(m["id"]);
+  }
+  std::vector<std::string> want = ids;
+  std::sort(want.begin(), want.end());
+  std::sort(alive.begin(), alive.end());
+  return alive == want;
+}
+
+}  // namespace fedfs::testing
