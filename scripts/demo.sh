@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# FedFS demo: a federation of 3 fedfsd daemons on this machine (loopback, UCX
+# over TCP), each with its own config, export root and mountpoint under .demo/.
+#
+#   scripts/demo.sh start    install deps, build, start 3 daemons, show status
+#   scripts/demo.sh status   show each daemon's view (fedfsctl status)
+#   scripts/demo.sh stop     stop them (SIGTERM by pid, SIGKILL after 10 s)
+#
+# Daemons are stopped by the pids recorded at start, never by name. Logs:
+# .demo/node<N>.log. Stopping leaves nothing running.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+DEMO=$ROOT/.demo
+BUILD=$ROOT/build
+FEDFSD=$BUILD/fedfsd/fedfsd
+FEDFSCTL=$BUILD/tools/fedfsctl
+NODES=(1 2 3)
+WAIT_SECONDS=30
+GRACE_SECONDS=10
+
+say() { echo "demo: $*" >&2; }
+die() { say "error: $*"; exit 1; }
+
+# pid of node $1 if it is running fedfsd, else empty.
+node_pid() {
+  local f=$DEMO/node$1.pid pid
+  [ -f "$f" ] || return 0
+  pid=$(cat "$f")
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null &&
+     tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q "fedfsd --config $DEMO/node$1.yaml"; then
+    echo "$pid"
+  fi
+}
+
+# A TCP port nobody listens on now, not in $USED_PORTS.
+USED_PORTS=" "
+free_port() {
+  local p
+  for _ in $(seq 1 200); do
+    p=$(( 20000 + RANDOM % 30000 ))
+    case "$USED_PORTS" in *" $p "*) continue ;; esac
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null &&
+       ! ss -Htan "( sport = :$p )" 2>/dev/null | grep -q .; then
+      USED_PORTS="$USED_PORTS$p "
+      echo "$p"
+      return 0
+    fi
+  done
+  die "no free TCP port found on 127.0.0.1"
+}
+
+stop_nodes() {
+  local n pid pids=()
+  for n in "${NODES[@]}"; do
+    pid=$(node_pid "$n")
+    if [ -n "$pid" ]; then
+      kill -TERM "$pid" 2>/dev/null || true
+      pids+=("$n:$pid")
+    fi
+  done
+  for entry in "${pids[@]}"; do
+    n=${entry%%:*}; pid=${entry#*:}
+    for _ in $(seq 1 $((GRACE_SECONDS * 10))); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+      say "node$n (pid $pid) did not stop after ${GRACE_SECONDS}s: SIGKILL"
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+    say "stopped node$n (pid $pid)"
+  done
+  for n in "${NODES[@]}"; do rm -f "$DEMO/node$n.pid" "$DEMO/node$n.sock"; done
+}
+
+alive_count() {  # alive members in node $1's view
+  "$FEDFSCTL" --socket "$DEMO/node$1.sock" status --json 2>/dev/null |
+    grep -c '"state": "alive"' || true
+}
+
+cmd_start() {
+  for n in "${NODES[@]}"; do
+    if [ -n "$(node_pid "$n")" ]; then
+      say "already running (node$n pid $(node_pid "$n")); 'scripts/demo.sh stop' first"
+      cmd_status
+      return 0
+    fi
+  done
+  say "installing dependencies (scripts/install-deps.sh)"
+  "$ROOT/scripts/install-deps.sh"
+  say "building fedfsd and fedfsctl in build/"
+  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  ninja -C "$BUILD" -j2 fedfsd fedfsctl
+
+  umask 077
+  mkdir -p "$DEMO"
+  chmod 700 "$DEMO"
+  if [ ! -s "$DEMO/cluster.key" ]; then
+    "$FEDFSCTL" keygen > "$DEMO/cluster.key"
+  fi
+  chmod 600 "$DEMO/cluster.key"
+
+  local addrs=() n
+  for n in "${NODES[@]}"; do addrs+=("127.0.0.1:$(free_port)"); done
+  for n in "${NODES[@]}"; do
+    local peers="" i
+    for ((i = 1; i < n; i++)); do peers+="${peers:+, }\"${addrs[i-1]}\""; done
+    mkdir -p "$DEMO/node$n/export" "$DEMO/node$n/mnt"
+    cat > "$DEMO/node$n.yaml" <<YAML
+# FedFS demo node $n (docs/config.md)
+node_id: node$n
+listen: "${addrs[n-1]}"
+export_root: $DEMO/node$n/export
+mountpoint: $DEMO/node$n/mnt
+peers: [$peers]
+cluster_key_file: $DEMO/cluster.key
+control_socket: $DEMO/node$n.sock
+log_level: info
+transport: {tls: tcp, net_devices: lo}
+timeouts: {heartbeat_interval_ms: 200, failure_timeout_ms: 1500}
+YAML
+  done
+
+  for n in "${NODES[@]}"; do
+    setsid "$FEDFSD" --config "$DEMO/node$n.yaml" >> "$DEMO/node$n.log" 2>&1 < /dev/null &
+    echo $! > "$DEMO/node$n.pid"
+    say "started node$n (pid $!, ${addrs[n-1]}, log .demo/node$n.log)"
+  done
+
+  local deadline=$((SECONDS + WAIT_SECONDS)) ok
+  while :; do
+    ok=1
+    for n in "${NODES[@]}"; do
+      if [ -z "$(node_pid "$n")" ]; then
+        say "node$n exited; last lines of .demo/node$n.log:"
+        tail -n 5 "$DEMO/node$n.log" >&2 || true
+        stop_nodes
+        die "node$n failed to start"
+      fi
+      [ "$(alive_count "$n")" = "${#NODES[@]}" ] || ok=0
+    done
+    [ "$ok" = 1 ] && break
+    if [ $SECONDS -ge $deadline ]; then
+      for n in "${NODES[@]}"; do
+        say "node$n sees $(alive_count "$n") alive; last lines of its log:"
+        tail -n 5 "$DEMO/node$n.log" >&2 || true
+      done
+      stop_nodes
+      die "the 3 daemons did not form a federation within ${WAIT_SECONDS}s"
+    fi
+    sleep 0.2
+  done
+  say "federation of ${#NODES[@]} nodes is up"
+  cmd_status
+  echo
+  echo "Stop it with: scripts/demo.sh stop"
+}
+
+cmd_status() {
+  local n any=0
+  for n in "${NODES[@]}"; do
+    echo "== node$n =="
+    if [ -z "$(node_pid "$n")" ]; then
+      echo "not running"
+      continue
+    fi
+    any=1
+    "$FEDFSCTL" --socket "$DEMO/node$n.sock" status || true
+  done
+  [ "$any" = 1 ] || return 1
+}
+
+case "${1:-}" in
+  start) cmd_start ;;
+  stop) stop_nodes ;;
+  status) cmd_status ;;
+  *) echo "usage: $0 start|status|stop" >&2; exit 2 ;;
+esac
