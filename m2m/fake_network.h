@@ -169,7 +169,8 @@ class FakeNetwork {
   // the frames had time to arrive).
   std::vector<FrameHeader> TakeInjectorInbox();
 
-  // ENOENT-free: unknown addresses yield zeros.
+  // Counters of the transport now holding addr (zeros if none), and the sum
+  // over live transports (a shut-down transport's counters leave the sum).
   TrafficStats Stats(const std::string& addr);
   TrafficStats TotalStats();
   void ResetStats();

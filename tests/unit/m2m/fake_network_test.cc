@@ -10,6 +10,7 @@
 #include <cstring>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <random>
 
@@ -515,8 +516,6 @@ TEST(FakeNetwork, MalformedAndUnauthenticatedFramesAreRefused) {
   Sim sim;
   sim.Add("a");
   sim.Add("b");
-  int served = 0;
-  // Count requests served by b through its echo handler (via stats below).
   auto garbage = Bytes(50);
   for (size_t i = 0; i < garbage.size(); ++i) garbage[i] = std::byte(i * 37 + 11);
   sim.net.InjectRawFrame("b", garbage, {});
@@ -576,7 +575,6 @@ TEST(FakeNetwork, MalformedAndUnauthenticatedFramesAreRefused) {
   sim.net.RunUntilIdle();
   ASSERT_TRUE(r->ok());
   EXPECT_EQ(**r->r, Str("still here"));
-  (void)served;
 }
 
 TEST(FakeNetwork, MessageLimitsOnBothSides) {
@@ -673,6 +671,43 @@ TEST(FakeNetwork, CountsMessagesPerNodeAndMethod) {
   EXPECT_EQ(sim.net.TotalStats().messages_sent, 14u);
   sim.net.ResetStats();
   EXPECT_EQ(sim.net.TotalStats(), TrafficStats{});
+}
+
+// --- Real-time mode ---------------------------------------------------------------
+
+TEST(FakeNetworkRealTime, TransportsAndRespondersMayOutliveTheNetwork) {
+  std::unique_ptr<Transport> a, b;
+  std::shared_ptr<Endpoint> ep;
+  std::mutex mu;
+  std::vector<Responder> held;
+  {
+    FakeNetwork net;  // kRealTime by default
+    TransportOptions o;
+    o.cluster_key = Key('k');
+    a = net.NewTransport(o);
+    b = net.NewTransport(o);
+    b->Handle(kEcho, [](IncomingCall c, Responder r) { r.Reply(std::move(c.payload)); });
+    b->Handle(kHold, [&](IncomingCall, Responder r) {
+      std::lock_guard lk(mu);
+      held.push_back(std::move(r));
+    });
+    auto addr = b->Listen("");
+    ASSERT_TRUE(addr);
+    EXPECT_TRUE(addr->starts_with("fake:"));
+    ep = a->GetEndpoint(*addr);
+    auto r = CallSync(*ep, kEcho, Str("x"), seconds(5));
+    ASSERT_TRUE(r) << r.error().ToString();
+    auto h = CallSync(*ep, kHold, {}, milliseconds(50));
+    EXPECT_EQ(h.error().code, ETIMEDOUT);
+  }
+  auto r = CallSync(*ep, kEcho, Str("x"), seconds(1));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ESHUTDOWN);
+  a.reset();
+  b.reset();
+  std::lock_guard lk(mu);
+  EXPECT_EQ(held.size(), 1u);
+  held.clear();  // replies into nothing
 }
 
 // --- Scale ------------------------------------------------------------------------
