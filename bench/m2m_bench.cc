@@ -1,7 +1,8 @@
 // fedfs-m2m-bench: latency and bandwidth of the UCX transport between two
 // processes on one machine (UCX tcp on loopback by default).
 //
-//   fedfs-m2m-bench [--tls tcp] [--dev lo] [--iters N]
+//   fedfs-m2m-bench [--tls=tcp] [--dev=lo] [--iters=N] [--spin=us] [--window=4]
+//                   [--yield=0|1] [--put-local]
 //
 // The benchmark forks and execs itself as the server (`--server`), a separate
 // process with its own progress thread, which publishes its address and a
@@ -10,7 +11,7 @@
 //   rpc64     RPC round trip, 64-byte request and reply
 //   put8/get8 8-byte Put (remote completion: put + flush) / Get
 //   fadd/cas  remote FetchAdd / CompareSwap
-//   put1m/get1m  1 MiB Put / Get bandwidth, 4 operations outstanding
+//   put1m/get1m  1 MiB Put / Get bandwidth, --window operations outstanding
 // Two issue modes for the latency tests:
 //   app       an application thread issues the operation and sleeps until its
 //             callback wakes it (futex), as a FUSE worker would;
@@ -49,12 +50,19 @@ struct Args {
   std::string tls = "tcp";
   std::string dev = "lo";
   int iters = 20000;
+  int spin_us = -1;  // progress-thread spin of both transports (-1: UcxOptions default)
+  int window = 4;    // bandwidth tests: operations outstanding
+  int yield = 1;     // UcxOptions::spin_yield
+  bool put_local = false;  // UcxOptions::put_remote_completion = false (client)
 };
 
 std::unique_ptr<Transport> MakeTransport(const Args& a) {
   UcxOptions u;
   u.tls = a.tls;
   u.net_devices = a.dev;
+  if (a.spin_us >= 0) u.spin_us = static_cast<uint32_t>(a.spin_us);
+  u.spin_yield = a.yield != 0;
+  u.put_remote_completion = !a.put_local;
   TransportOptions o;
   o.cluster_key = Bytes(kClusterKeyBytes, std::byte{0x42});
   auto t = MakeUcxTransport(u, o);
@@ -177,8 +185,10 @@ int RunClient(const Args& a, const char* self) {
   int to_child[2], from_child[2];
   if (::pipe(to_child) != 0 || ::pipe(from_child) != 0) return 1;
   std::string tls = "--tls=" + a.tls, dev = "--dev=" + a.dev;
+  std::string spin = "--spin=" + std::to_string(a.spin_us);
+  std::string yield = "--yield=" + std::to_string(a.yield);
   char* argv[] = {const_cast<char*>(self), const_cast<char*>("--server"), tls.data(), dev.data(),
-                  nullptr};
+                  spin.data(), yield.data(), nullptr};
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::dup2(to_child[0], STDIN_FILENO);
@@ -258,9 +268,9 @@ int RunClient(const Args& a, const char* self) {
                 [done = std::move(done)](Status s) { done(s.has_value()); });
       };
       RunBandwidth(put1m, 16, 4, kMiB);
-      std::printf("put1m_MBps %.0f\n", RunBandwidth(put1m, n, 4, kMiB));
+      std::printf("put1m_MBps %.0f\n", RunBandwidth(put1m, n, a.window, kMiB));
       RunBandwidth(get1m, 16, 4, kMiB);
-      std::printf("get1m_MBps %.0f\n", RunBandwidth(get1m, n, 4, kMiB));
+      std::printf("get1m_MBps %.0f\n", RunBandwidth(get1m, n, a.window, kMiB));
       std::fflush(stdout);
     }
     t->Shutdown();
@@ -282,8 +292,12 @@ int main(int argc, char** argv) {
     else if (s.rfind("--tls=", 0) == 0) a.tls = s.substr(6);
     else if (s.rfind("--dev=", 0) == 0) a.dev = s.substr(6);
     else if (s.rfind("--iters=", 0) == 0) a.iters = std::stoi(s.substr(8));
+    else if (s.rfind("--spin=", 0) == 0) a.spin_us = std::stoi(s.substr(7));
+    else if (s.rfind("--window=", 0) == 0) a.window = std::stoi(s.substr(9));
+    else if (s.rfind("--yield=", 0) == 0) a.yield = std::stoi(s.substr(8));
+    else if (s == "--put-local") a.put_local = true;
     else {
-      std::cerr << "usage: " << argv[0] << " [--tls=tcp] [--dev=lo] [--iters=20000]\n";
+      std::cerr << "usage: " << argv[0] << " [--tls=tcp] [--dev=lo] [--iters=20000] [--spin=us] [--window=4] [--yield=1] [--put-local]\n";
       return 2;
     }
   }

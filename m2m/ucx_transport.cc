@@ -16,6 +16,7 @@
 #include "m2m/ucx_transport.h"
 
 #include <sys/epoll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -208,6 +209,7 @@ class Core : public std::enable_shared_from_this<Core> {
   uint64_t NextId() { return next_id_.fetch_add(1, std::memory_order_relaxed); }
 
   const TransportOptions& opts() const { return opts_; }
+  const UcxOptions& ucx() const { return ucx_; }
   const std::shared_ptr<Context>& context() const { return ctx_; }
 
   void Handle(uint16_t method, RpcHandler handler);
@@ -542,6 +544,10 @@ void Core::Run() {
         busy = true;
         break;
       }
+      // Let a thread that waits for this core run (e.g. the application
+      // thread our last completion woke): on small machines the progress
+      // threads would otherwise starve it for a whole time slice.
+      if (ucx_.spin_yield) sched_yield();
     }
     if (busy || !events_.empty()) continue;
 
@@ -1343,6 +1349,18 @@ void EndpointImpl::Put(const void* src, size_t len, const RemoteRegion& dst, uin
     Error err;
     ucp_rkey_h rkey = core->RkeyFor(*r, c, &err);
     if (rkey == nullptr) return core->FailOp(id, std::move(err));
+    if (!core->ucx().put_remote_completion) {
+      // Local completion only: the callback of the put itself.
+      auto* req = new OpReq{core, id};
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+      p.cb.send = &OpReqCallback;
+      p.user_data = req;
+      void* put = ucp_put_nbx(c.ep, src, len, r->desc().addr + offset, rkey, &p);
+      if (UCS_PTR_IS_PTR(put)) return;
+      delete req;
+      return core->CompleteOp(id, UCS_PTR_STATUS(put), 0);
+    }
     ucp_request_param_t p{};
     void* put = ucp_put_nbx(c.ep, src, len, r->desc().addr + offset, rkey, &p);
     if (UCS_PTR_IS_ERR(put)) return core->CompleteOp(id, UCS_PTR_STATUS(put), 0);

@@ -70,6 +70,14 @@ struct UcxOptions {
   // epoll costs ~20 us on this class of machine; polling costs one core.
   // Default 50 us.
   uint32_t spin_us = 50;
+  // Whether the progress thread calls sched_yield() between polls while it
+  // spins, so that runnable threads sharing its core (the application thread
+  // that a completion just woke) are not starved. Default true.
+  bool spin_yield = true;
+  // Put completes when the data is visible at the target (put + endpoint
+  // flush). false: Put completes when the source buffer may be reused (local
+  // completion; no visibility guarantee). Default true; see the header comment.
+  bool put_remote_completion = true;
   // Whether shared-memory transports may be used together with error
   // handling mode PEER: sets UCX's POSIX_ERROR_HANDLING=y and
   // SYSV_ERROR_HANDLING=y (UCX 1.13 silently drops shm with PEER mode
