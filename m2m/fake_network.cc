@@ -600,7 +600,8 @@ void FakeTransport::ResetConnections() {
   server_conns_.clear();
   std::vector<std::shared_ptr<FakeEndpoint>> eps;
   for (auto& [addr, ep] : endpoints_) eps.push_back(ep);
-  for (auto& ep : eps) ep->Break(ECONNRESET, "node restarted", /*notify=*/false);
+  // Our old client connections: tell their servers, so they free them.
+  for (auto& ep : eps) ep->Break(ECONNRESET, "node restarted", /*notify=*/true);
 }
 
 void FakeTransport::SendServerFrame(uint64_t conn, uint64_t client, const FrameHeader& h,
