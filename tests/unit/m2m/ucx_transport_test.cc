@@ -588,6 +588,23 @@ TEST(UcxTransport, OneSidedWhileTargetBlocked) {
   uint64_t word = 0;
   ASSERT_TRUE(GetSync(*ep, &word, 8, **remote, 0, kT));
   EXPECT_EQ(word, 42u);
+
+  // A frozen target (even its progress thread): a one-sided operation fails
+  // with ETIMEDOUT (and the connection is force-closed); once the target runs
+  // again, the next operation reconnects and re-unpacks the key.
+  ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+  int wstatus = 0;
+  ASSERT_EQ(::waitpid(pid, &wstatus, WUNTRACED), pid);  // stopped for sure
+  ASSERT_TRUE(WIFSTOPPED(wstatus));
+  uint64_t stale = 0;
+  auto frozen = GetSync(*ep, &stale, 8, **remote, 0, 300ms);
+  ASSERT_FALSE(frozen);
+  EXPECT_EQ(frozen.error().code, ETIMEDOUT);
+  ASSERT_EQ(::kill(pid, SIGCONT), 0);
+  word = 0;
+  auto thawed = GetSync(*ep, &word, 8, **remote, 0, kT);
+  ASSERT_TRUE(thawed) << thawed.error().ToString();
+  EXPECT_EQ(word, 42u);
   c->Shutdown();
 }
 
