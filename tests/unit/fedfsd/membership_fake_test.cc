@@ -1,0 +1,130 @@
+// Membership over the in-process fake network (real-time mode): join,
+// failure detection, partitions (hearsay never resurrects a member), rejoin
+// with a new incarnation. Short timeouts; waits are polls with generous bounds.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "fedfsd/membership.h"
+#include "m2m/fake_network.h"
+
+namespace fedfs::daemon {
+namespace {
+
+using namespace std::chrono_literals;
+
+bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 5s) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(10ms);
+  }
+  return true;
+}
+
+class FakeFederation : public ::testing::Test {
+ protected:
+  struct Node {
+    std::unique_ptr<m2m::Transport> transport;
+    std::unique_ptr<Membership> membership;
+  };
+
+  static std::string Addr(int i) { return "n" + std::to_string(i) + ":7000"; }
+
+  void StartNode(int i, std::vector<std::string> seeds) {
+    Node n;
+    n.transport = net_.NewTransport({.cluster_key = m2m::Bytes(32, std::byte{7})});
+    MembershipOptions o;
+    o.node_id = "n" + std::to_string(i);
+    o.advertise_addr = Addr(i);
+    o.seeds = std::move(seeds);
+    o.heartbeat_interval = 20ms;
+    o.failure_timeout = 200ms;
+    o.rpc_timeout = 200ms;
+    o.join_backoff_max = 200ms;
+    o.ring.vnodes = 32;
+    n.membership = std::make_unique<Membership>(o, n.transport.get());
+    n.membership->RegisterHandlers();
+    ASSERT_TRUE(n.transport->Listen(Addr(i)));
+    n.membership->Start();
+    nodes_[i] = std::move(n);
+  }
+
+  void StopNode(int i) {
+    auto& n = nodes_.at(i);
+    n.membership->Stop();
+    n.transport->Shutdown();
+    nodes_.erase(i);
+  }
+
+  void TearDown() override {
+    for (auto& [i, n] : nodes_) n.membership->Stop();
+    for (auto& [i, n] : nodes_) n.transport->Shutdown();
+    nodes_.clear();
+  }
+
+  std::string State(int at, int of) {
+    auto v = nodes_.at(at).membership->Snapshot();
+    auto it = v->members.find("n" + std::to_string(of));
+    return it == v->members.end() ? "absent" : MemberStateName(it->second.state);
+  }
+  size_t Alive(int at) {
+    auto v = nodes_.at(at).membership->Snapshot();
+    size_t n = 0;
+    for (const auto& [id, m] : v->members) n += m.state == MemberState::kAlive;
+    return n;
+  }
+  uint64_t Epoch(int at) { return nodes_.at(at).membership->Snapshot()->epoch; }
+
+  m2m::FakeNetwork net_;
+  std::map<int, Node> nodes_;
+};
+
+TEST_F(FakeFederation, JoinFailPartitionRejoin) {
+  StartNode(1, {});
+  StartNode(2, {Addr(1)});
+  StartNode(3, {Addr(2)});
+  StartNode(4, {"nobody:1", Addr(3)});  // a dead seed first
+  for (int i = 1; i <= 4; ++i) ASSERT_TRUE(WaitFor([&] { return Alive(i) == 4; })) << i;
+  // Same ring everywhere.
+  for (int i = 2; i <= 4; ++i) {
+    auto a = nodes_.at(1).membership->Snapshot()->ring;
+    auto b = nodes_.at(i).membership->Snapshot()->ring;
+    for (const char* p : {"/a", "/b/c", "/d"}) EXPECT_EQ(a->Owner(p), b->Owner(p));
+  }
+
+  // Kill n4: everyone marks it dead; epochs converge upward.
+  const uint64_t e0 = Epoch(1);
+  ASSERT_TRUE(net_.Kill(Addr(4)));
+  for (int i = 1; i <= 3; ++i) ASSERT_TRUE(WaitFor([&] { return State(i, 4) == "dead"; })) << i;
+  EXPECT_GT(Epoch(1), e0);
+  EXPECT_EQ(nodes_.at(1).membership->Snapshot()->ring->Share("n4"), 0.0);
+  ASSERT_TRUE(net_.Revive(Addr(4)));
+  for (int i = 1; i <= 3; ++i) ASSERT_TRUE(WaitFor([&] { return State(i, 4) == "alive"; })) << i;
+
+  // Partition n1 <-> n2: each marks the other dead although n3 (which sees
+  // both) keeps gossiping them as alive: hearsay never resurrects.
+  net_.Partition(Addr(1), Addr(2));
+  ASSERT_TRUE(WaitFor([&] { return State(1, 2) == "dead" && State(2, 1) == "dead"; }));
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(State(1, 2), "dead");
+  EXPECT_EQ(State(2, 1), "dead");
+  EXPECT_EQ(State(3, 1), "alive");
+  EXPECT_EQ(State(3, 2), "alive");
+  net_.HealAll();
+  ASSERT_TRUE(WaitFor([&] { return State(1, 2) == "alive" && State(2, 1) == "alive"; }));
+
+  // Restart n3 (new transport on the same address, new incarnation).
+  const uint64_t inc = nodes_.at(3).membership->incarnation();
+  const uint64_t e1 = std::max(Epoch(1), Epoch(2));
+  StopNode(3);
+  for (int i : {1, 2, 4}) ASSERT_TRUE(WaitFor([&] { return State(i, 3) == "dead"; })) << i;
+  std::this_thread::sleep_for(2ms);  // the incarnation's clock part moves on
+  StartNode(3, {Addr(1)});
+  EXPECT_GT(nodes_.at(3).membership->incarnation(), inc);
+  for (int i = 1; i <= 4; ++i) ASSERT_TRUE(WaitFor([&] { return Alive(i) == 4; })) << i;
+  for (int i = 1; i <= 4; ++i) EXPECT_GT(Epoch(i), e1) << i;
+}
+
+}  // namespace
+}  // namespace fedfs::daemon
