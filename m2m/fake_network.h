@@ -40,7 +40,9 @@
 // and wait (Listen, GetEndpoint, Register, Shutdown, ...). In kSimulated mode
 // every call must come from the owner thread, except Responder replies, which
 // may come from any thread in both modes. Do not destroy a transport from
-// inside its own handlers or callbacks.
+// inside its own handlers or callbacks. In kSimulated mode the blocking *Sync
+// helpers cannot be used (nothing would run the events they wait for): issue
+// operations with callbacks, then RunUntilIdle/RunFor/RunUntil.
 //
 // Ownership. FakeNetwork owns the scheduler. Transports and endpoints share
 // the network's core and may outlive the FakeNetwork object (they then fail
