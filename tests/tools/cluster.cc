@@ -16,6 +16,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include <gtest/gtest.h>
+
 #include "m2m/auth.h"
 
 namespace fedfs::testing {
@@ -148,7 +150,23 @@ Cluster::~Cluster() {
   std::vector<std::string> names;
   for (const auto& [name, pid] : nodes_) names.push_back(name);
   for (const auto& n : names) ::kill(nodes_.at(n), SIGTERM);
-  for (const auto& n : names) Stop(n, SIGTERM);
+  for (const auto& n : names) {
+    // A clean shutdown exits 0; anything else (a crash, a sanitizer report,
+    // a hang that needed SIGKILL) fails the test that owns the cluster.
+    if (const int rc = Stop(n, SIGTERM); rc != 0) {
+      ADD_FAILURE() << "fedfsd " << n << " exited with " << rc << " on SIGTERM; log:\n" << Log(n);
+    }
+  }
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir_, ec)) {
+    if (e.path().extension() != ".log") continue;
+    const std::string log = ReadFileText(e.path());
+    if (log.find("ERROR: AddressSanitizer") != std::string::npos ||
+        log.find("ERROR: LeakSanitizer") != std::string::npos ||
+        log.find("runtime error:") != std::string::npos) {
+      ADD_FAILURE() << "sanitizer report in " << e.path() << ":\n" << log;
+    }
+  }
   if (std::getenv("FEDFS_KEEP_TEST_DIR") == nullptr) {
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);

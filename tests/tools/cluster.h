@@ -5,7 +5,9 @@
 // logs, control sockets) and every process it started. Its destructor stops
 // them all by pid -- SIGTERM, then SIGKILL after a grace period, and waitpid
 // -- even when the test failed, then removes the directory (kept when the
-// environment variable FEDFS_KEEP_TEST_DIR is set). Daemons run in the
+// environment variable FEDFS_KEEP_TEST_DIR is set). A daemon that does not
+// exit 0 on that SIGTERM, or a sanitizer report in any log, fails the test
+// (gtest ADD_FAILURE). Daemons run in the
 // foreground as children of the test, so nothing outlives it.
 //
 // The binaries come from compile definitions (FEDFS_FEDFSD_PATH,
