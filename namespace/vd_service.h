@@ -1,0 +1,92 @@
+// The VD service: managers hold virtual directories, and every node asks them.
+//
+// Server side (VdService::RegisterHandlers, on every node):
+//  * kNsListLocal(P): this node's local listing of P (from its LocalNodeFs,
+//    run on the blocking executor) — the leaf of dirmerge;
+//  * kNsVdGet(P): at M(P): VD(P) if resident and built in the current epoch,
+//    else dirmerge — one parallel fan-out of kNsListLocal to every live node,
+//    merged by DirMerge — then kept (bounded: `max_resident_vds`, LRU) and
+//    returned. Concurrent gets of a VD being built wait for the same build.
+//  * kNsVdUpdate(P, change): at M(P): applies a change made by a node (an
+//    entry added or removed on that node) to the resident VD, version + 1;
+//    a non-resident VD needs nothing (the next get rebuilds it).
+//  * kNsConflicts(P): at M(P): the conflicts of P (namespace/vd.h).
+// A request that reaches a node which is not M(P) in its own view answers
+// ESTALE; the client refreshes its view and retries (bounded).
+//
+// Client side (VdService::Get/Update/Conflicts, any node): sends to M(P) from
+// the current ClusterView, or serves locally when M(P) is this node.
+//
+// All methods are asynchronous (callbacks run on the transport's progress
+// context or inline) so that the same code runs in the daemon and in the
+// single-threaded simulator. Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/executor.h"
+#include "common/result.h"
+#include "m2m/transport.h"
+#include "namespace/cluster.h"
+#include "namespace/node_fs.h"
+#include "namespace/vd.h"
+
+namespace fedfs::ns {
+
+struct VdServiceOptions {
+  // VDs a manager keeps in memory before evicting the least recently used.
+  size_t max_resident_vds = 4096;
+  // Deadline of each remote call (gets, updates, dirmerge leaves).
+  std::chrono::milliseconds rpc_timeout{2000};
+};
+
+// A change to one entry of VD(P), made on `node`.
+struct VdChange {
+  enum class Kind : uint8_t { kAdd = 0, kRemove = 1 };
+  Kind kind = Kind::kAdd;
+  std::string name;  // real name in the node's export root
+  uint8_t type = 0;  // DT_* (kAdd)
+  std::string node;
+};
+
+using VdPtr = std::shared_ptr<const VirtualDirectory>;
+
+class VdService {
+ public:
+  // `local` lists this node's export root (ListDir with root credentials) and
+  // runs on `blocking`. None of the pointers is owned; all outlive this.
+  VdService(VdServiceOptions options, m2m::Transport* transport, const ClusterViewSource* cluster,
+            NodeFs* local, Executor* blocking);
+  ~VdService();
+
+  void RegisterHandlers();  // before the transport's Listen
+
+  void Get(const std::string& path, std::move_only_function<void(Result<VdPtr>)> done);
+  void Update(const std::string& path, VdChange change, std::move_only_function<void(Status)> done);
+  void Conflicts(const std::string& path,
+                 std::move_only_function<void(Result<std::vector<Conflict>>)> done);
+
+  // Counters for observability and tests.
+  struct Stats {
+    uint64_t gets_served = 0;      // kNsVdGet answered as manager
+    uint64_t dirmerges = 0;        // VDs built
+    uint64_t updates_applied = 0;
+    uint64_t resident = 0;         // VDs in memory now
+  };
+  Stats stats() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Blocking helpers for worker threads (FUSE), not for the progress context.
+Result<VdPtr> GetVdSync(VdService& s, const std::string& path);
+Status UpdateVdSync(VdService& s, const std::string& path, VdChange change);
+
+}  // namespace fedfs::ns
