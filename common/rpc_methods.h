@@ -29,6 +29,12 @@ enum class RpcMethod : uint16_t {
   kMemberLeave = 3,      // reserved: graceful leave on shutdown
 
   kNamespaceFirst = 16,
+  // Namespace, VD service (namespace/vd_service.h; bodies: namespace/vd.fbs).
+  // Sub-range 16..31.
+  kNsListLocal = 16,  // a node's local listing of P (dirmerge leaf)
+  kNsVdGet = 17,      // VD(P) from its manager M(P)
+  kNsVdUpdate = 18,   // a change of one entry of VD(P), sent to M(P)
+  kNsConflicts = 19,  // the name conflicts of P, from M(P)
   kDataFirst = 64,
   kCoopCacheFirst = 96,
   kMigrationFirst = 128,
