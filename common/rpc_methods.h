@@ -36,6 +36,11 @@ enum class RpcMethod : uint16_t {
   kNsVdUpdate = 18,   // a change of one entry of VD(P), sent to M(P)
   kNsConflicts = 19,  // the name conflicts of P, from M(P)
   kDataFirst = 64,
+  // Data path, file service (namespace/file_service.h; bodies: namespace/fs.fbs).
+  // Sub-range 64..79.
+  kFsHello = 64,  // a client session binds this connection and its buffer pool
+  kFsMeta = 65,   // one NodeFs operation other than Read/Write (FsRequest.op)
+  kFsData = 66,   // Read/Write (same FsRequest body; own id for traffic stats)
   kCoopCacheFirst = 96,
   kMigrationFirst = 128,
   kToolsFirst = 160,
