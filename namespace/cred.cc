@@ -1,0 +1,109 @@
+#include "namespace/cred.h"
+
+#include <sched.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/logging.h"
+
+namespace fedfs::ns {
+namespace {
+
+// Raw, per-thread system calls (see the header: never the glibc wrappers).
+long RawSetFsuid(uid_t uid) { return syscall(SYS_setfsuid, uid); }
+long RawSetFsgid(gid_t gid) { return syscall(SYS_setfsgid, gid); }
+long RawSetGroups(const std::vector<gid_t>& g) {
+  return syscall(SYS_setgroups, g.size(), g.empty() ? nullptr : g.data());
+}
+
+// True once this thread has its own fs_struct, so umask(2) is per thread.
+bool ThreadOwnsUmask() {
+  thread_local int state = 0;  // 0 unknown, 1 own, -1 failed
+  if (state == 0) {
+    if (unshare(CLONE_FS) == 0) {
+      state = 1;
+    } else {
+      state = -1;
+      static std::atomic<bool> warned{false};
+      if (!warned.exchange(true)) {
+        Logger("namespace")->warn(
+            "unshare(CLONE_FS) failed ({}): umask applied by masking modes, the process umask "
+            "applies as well",
+            std::strerror(errno));
+      }
+    }
+  }
+  return state == 1;
+}
+
+[[noreturn]] void RestoreFailed(const char* what) {
+  Logger("namespace")->critical("cannot restore thread credentials ({}): {}", what,
+                                std::strerror(errno));
+  std::abort();
+}
+
+}  // namespace
+
+uid_t ScopedCred::CurrentFsuid() { return static_cast<uid_t>(RawSetFsuid(static_cast<uid_t>(-1))); }
+gid_t ScopedCred::CurrentFsgid() { return static_cast<gid_t>(RawSetFsgid(static_cast<gid_t>(-1))); }
+
+Status ScopedCred::Enter(const Cred& c) {
+  if (entered_) return Err(EINVAL, "ScopedCred entered twice");
+  if (c.groups.size() > 65536) return Err(EINVAL, "too many supplementary groups");
+
+  // Save what we find, to restore it exactly.
+  int n = static_cast<int>(syscall(SYS_getgroups, 0, nullptr));
+  if (n < 0) return Err(errno, "getgroups");
+  prev_groups_.assign(static_cast<size_t>(n), 0);
+  if (n > 0 && syscall(SYS_getgroups, n, prev_groups_.data()) < 0) return Err(errno, "getgroups");
+  prev_uid_ = CurrentFsuid();
+  prev_gid_ = CurrentFsgid();
+
+  // Groups and fsgid first, while fsuid is still root's (setgroups needs
+  // CAP_SETGID, which a non-zero fsuid does not drop, but keep the order
+  // obvious: least privilege last).
+  std::vector<gid_t> groups(c.groups.begin(), c.groups.end());
+  if (RawSetGroups(groups) != 0) return Err(errno, "setgroups");
+  RawSetFsgid(c.gid);
+  if (CurrentFsgid() != c.gid) {
+    RawSetGroups(prev_groups_);
+    return Err(EPERM, "setfsgid " + std::to_string(c.gid) + " refused");
+  }
+  RawSetFsuid(c.uid);
+  if (CurrentFsuid() != c.uid) {
+    RawSetFsgid(prev_gid_);
+    RawSetGroups(prev_groups_);
+    return Err(EPERM, "setfsuid " + std::to_string(c.uid) + " refused");
+  }
+  umask_ = static_cast<mode_t>(c.umask & 07777);
+  umask_set_ = ThreadOwnsUmask();
+  if (umask_set_) prev_umask_ = umask(umask_);
+  entered_ = true;
+  return Ok();
+}
+
+void ScopedCred::Leave() {
+  if (!entered_) return;
+  entered_ = false;
+  if (umask_set_) umask(prev_umask_);
+  RawSetFsuid(prev_uid_);
+  if (CurrentFsuid() != prev_uid_) RestoreFailed("setfsuid");
+  RawSetFsgid(prev_gid_);
+  if (CurrentFsgid() != prev_gid_) RestoreFailed("setfsgid");
+  if (RawSetGroups(prev_groups_) != 0) RestoreFailed("setgroups");
+}
+
+ScopedCred::~ScopedCred() { Leave(); }
+
+mode_t ScopedCred::NewMode(mode_t mode) const {
+  if (!entered_ || umask_set_) return mode;
+  return mode & ~umask_;
+}
+
+}  // namespace fedfs::ns

@@ -1,0 +1,73 @@
+// ScopedCred: runs the current thread's file-system operations as a FedFS
+// caller (namespace/node_fs.h Cred): fsuid, fsgid, supplementary groups and
+// umask, then restores the daemon's own (root) credentials.
+//
+// Per-thread only. Linux keeps credentials per task (thread). The glibc
+// wrappers setgroups(3)/setuid(3)/... deliberately broadcast the change to
+// EVERY thread of the process (POSIX says credentials are per process), so a
+// FUSE worker serving user A would silently change the groups of the worker
+// serving user B at the same moment: a privilege bug. ScopedCred therefore
+// uses the raw system calls syscall(SYS_setfsuid/SYS_setfsgid/SYS_setgroups),
+// which change the calling thread only. Never call the glibc wrappers of
+// setgroups/setuid/setgid in fedfsd.
+//
+// umask: the thread unshares its fs_struct once (unshare(CLONE_FS), done
+// lazily on the first ScopedCred of each thread) so that umask(2) becomes a
+// per-thread setting; the caller's umask is then applied by the kernel exactly
+// as for a local process (including "default ACL present => umask ignored").
+// If unshare fails (a seccomp sandbox), NewMode() masks modes explicitly
+// instead and a warning is logged once.
+//
+// Threads: a ScopedCred must be destroyed on the thread that entered it.
+// Nesting is allowed (each level restores what it found).
+#pragma once
+
+#include <sys/types.h>
+
+#include <vector>
+
+#include "common/result.h"
+#include "namespace/node_fs.h"
+
+namespace fedfs::ns {
+
+class ScopedCred {
+ public:
+  ScopedCred() = default;
+  ScopedCred(const ScopedCred&) = delete;
+  ScopedCred& operator=(const ScopedCred&) = delete;
+  // Restores the fsuid, fsgid, groups and umask found by Enter(). A failure
+  // to restore aborts the process: a worker thread must never keep serving
+  // with a user's credentials.
+  ~ScopedCred();
+
+  // Switches this thread to `c`. Fails with the errno of the failing system
+  // call (EPERM without CAP_SETUID/CAP_SETGID, EINVAL for more than
+  // NGROUPS_MAX groups), or EPERM when the kernel silently refused the fsuid
+  // or fsgid (setfsuid returns the previous value, so the result is checked
+  // with a second call). After a failure nothing is changed.
+  [[nodiscard]] Status Enter(const Cred& c);
+
+  // Switches back now (the destructor then does nothing).
+  void Leave();
+
+  // The mode to pass to mkdirat/openat/mknodat for a new object of mode
+  // `mode`: `mode` itself when the kernel applies the per-thread umask, or
+  // mode & ~umask when the thread could not get its own umask.
+  mode_t NewMode(mode_t mode) const;
+
+  // This thread's current fsuid/fsgid (for tests and assertions).
+  static uid_t CurrentFsuid();
+  static gid_t CurrentFsgid();
+
+ private:
+  bool entered_ = false;
+  bool umask_set_ = false;
+  uid_t prev_uid_ = 0;
+  gid_t prev_gid_ = 0;
+  mode_t prev_umask_ = 0;
+  mode_t umask_ = 0;
+  std::vector<gid_t> prev_groups_;
+};
+
+}  // namespace fedfs::ns

@@ -1,0 +1,876 @@
+#include "namespace/local_node_fs.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <cstring>
+
+#include "common/logging.h"
+#include "namespace/cred.h"
+#include "namespace/path.h"
+
+#ifndef SYS_fchmodat2
+#define SYS_fchmodat2 452  // Linux 6.6; same number on every architecture
+#endif
+
+namespace fedfs::ns {
+namespace {
+
+constexpr uint64_t kResolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+// Longest piece of a parent path resolved by one openat2 (bytes, < PATH_MAX).
+constexpr size_t kChunk = PATH_MAX - NAME_MAX - 2;
+
+// Owns one file descriptor.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& o) noexcept : fd_(o.release()) {}
+  UniqueFd& operator=(UniqueFd&& o) noexcept {
+    if (this != &o) reset(o.release());
+    return *this;
+  }
+  ~UniqueFd() { reset(); }
+  int get() const { return fd_; }
+  int release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void reset(int fd = -1) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// openat2(2) (no glibc wrapper in 2.36). Retries EAGAIN, which
+// RESOLVE_BENEATH returns when a concurrent rename made the check racy.
+int OpenAt2(int dirfd, const char* path, uint64_t flags, uint64_t mode) {
+  struct open_how how {};
+  how.flags = flags;
+  how.mode = mode;
+  how.resolve = kResolve;
+  for (int attempt = 0;; ++attempt) {
+    long fd = syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+    if (fd >= 0) return static_cast<int>(fd);
+    if (errno == EINTR || (errno == EAGAIN && attempt < 16)) continue;
+    return -1;
+  }
+}
+
+// Paths in log lines and error contexts: bounded.
+std::string Shown(std::string_view path) {
+  if (path.size() <= 200) return std::string(path);
+  return std::string(path.substr(0, 96)) + "..." + std::string(path.substr(path.size() - 96));
+}
+
+std::unexpected<Error> SysErr(const char* op, std::string_view path, int e = errno) {
+  return Err(e, std::string(op) + " " + Shown(path));
+}
+
+std::shared_ptr<spdlog::logger> Log() {
+  static auto log = Logger("namespace");
+  return log;
+}
+
+bool Trusted(const std::string& name) { return name.rfind("trusted.", 0) == 0; }
+bool Security(const std::string& name) { return name.rfind("security.", 0) == 0; }
+
+}  // namespace
+
+struct LocalNodeFs::Parent {
+  UniqueFd fd;       // O_PATH directory beneath the root
+  std::string name;  // final component ("." for the root itself)
+};
+
+struct LocalNodeFs::LockDesc {
+  explicit LockDesc(int f) : fd(f) {}
+  ~LockDesc() { ::close(fd); }
+  LockDesc(const LockDesc&) = delete;
+  LockDesc& operator=(const LockDesc&) = delete;
+  const int fd;
+};
+
+struct LocalNodeFs::OpenFile {
+  OpenFile(int f, int fl, bool d, dev_t dv, ino_t in) : fd(f), flags(fl), direct(d), dev(dv), ino(in) {}
+  ~OpenFile() { ::close(fd); }
+  OpenFile(const OpenFile&) = delete;
+  OpenFile& operator=(const OpenFile&) = delete;
+
+  const int fd;
+  const int flags;    // as opened (O_ACCMODE, O_APPEND, ...)
+  const bool direct;  // O_DIRECT actually set on fd
+  const dev_t dev;
+  const ino_t ino;
+  std::mutex direct_mu;  // serializes clearing O_DIRECT for an unaligned I/O
+};
+
+LocalNodeFs::LocalNodeFs(std::string node_id, std::string export_root, int root_fd)
+    : node_id_(std::move(node_id)), export_root_(std::move(export_root)), root_fd_(root_fd) {}
+
+LocalNodeFs::~LocalNodeFs() {
+  handles_.clear();
+  inodes_.clear();
+  ::close(root_fd_);
+}
+
+Result<std::unique_ptr<LocalNodeFs>> LocalNodeFs::Open(std::string node_id,
+                                                       std::string export_root) {
+  int fd = ::open(export_root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return SysErr("open export root", export_root);
+  return std::unique_ptr<LocalNodeFs>(
+      new LocalNodeFs(std::move(node_id), std::move(export_root), fd));
+}
+
+// ---------------------------------------------------------------------------
+// Resolution
+
+Result<int> LocalNodeFs::OpenDirBeneath(int dirfd, std::string_view rel, const std::string& path,
+                                        const char* op) {
+  constexpr uint64_t kDirFlags = O_PATH | O_DIRECTORY | O_CLOEXEC;
+  auto fail = [&](int e) -> std::unexpected<Error> {
+    if (e == EXDEV || e == ELOOP) {
+      Log()->warn("{}: path '{}' escapes the export root or loops: refused ({})", op, Shown(path),
+                  std::strerror(e));
+    }
+    return SysErr(op, path, e);
+  };
+  if (rel.size() < kChunk) {
+    std::string r(rel);
+    int fd = OpenAt2(dirfd, r.c_str(), kDirFlags, 0);
+    if (fd < 0) return fail(errno);
+    return fd;
+  }
+  // Longer than PATH_MAX allows: whole components, chunk by chunk.
+  UniqueFd cur;
+  size_t pos = 0;
+  while (pos < rel.size()) {
+    size_t end = pos;
+    while (end < rel.size()) {
+      size_t next = rel.find('/', end);
+      if (next == std::string_view::npos) next = rel.size();
+      if (next - pos >= kChunk && end > pos) break;
+      end = next == rel.size() ? next : next + 1;
+      if (next == rel.size()) break;
+    }
+    std::string chunk(rel.substr(pos, end - pos));
+    if (!chunk.empty() && chunk.back() == '/') chunk.pop_back();
+    int fd = OpenAt2(cur.get() >= 0 ? cur.get() : dirfd, chunk.c_str(), kDirFlags, 0);
+    if (fd < 0) return fail(errno);
+    cur.reset(fd);
+    pos = end;
+  }
+  return cur.release();
+}
+
+Result<LocalNodeFs::Parent> LocalNodeFs::ResolveParent(const std::string& path, const char* op) {
+  if (auto st = ValidateGlobalPath(path); !st) {
+    if (st.error().code == ENAMETOOLONG) {
+      Log()->debug("{}: {}: {}", op, Shown(path), st.error().context);
+    } else {
+      Log()->warn("{}: refused path '{}': {}", op, Shown(path), st.error().context);
+    }
+    return Err(st.error().code, std::string(op) + " " + Shown(path) + ": " + st.error().context);
+  }
+  Parent p;
+  if (path == "/") {
+    auto fd = OpenDirBeneath(root_fd_, ".", path, op);
+    if (!fd) return Err(fd.error());
+    p.fd.reset(*fd);
+    p.name = ".";
+    return p;
+  }
+  auto fd = OpenDirBeneath(root_fd_, RelativePath(ParentPath(path)), path, op);
+  if (!fd) return Err(fd.error());
+  p.fd.reset(*fd);
+  p.name = std::string(BaseName(path));
+  return p;
+}
+
+// ---------------------------------------------------------------------------
+// Names
+
+#define FEDFS_AS(cred)                                 \
+  ScopedCred scoped_cred;                              \
+  if (auto st_ = scoped_cred.Enter(cred); !st_) {      \
+    Log()->error("credentials: {}", st_.error().ToString()); \
+    return Err(st_.error());                           \
+  }
+
+#define FEDFS_PARENT(var, path, op)            \
+  auto var##_r = ResolveParent(path, op);      \
+  if (!var##_r) return Err(var##_r.error());   \
+  Parent& var = *var##_r;
+
+Result<struct stat> LocalNodeFs::Stat(const Cred& c, const std::string& path) {
+  FEDFS_AS(c);
+  FEDFS_PARENT(p, path, "stat");
+  struct stat st {};
+  if (fstatat(p.fd.get(), p.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    return SysErr("stat", path);
+  }
+  return st;
+}
+
+Result<std::vector<DirEntry>> LocalNodeFs::ListDir(const Cred& c, const std::string& path) {
+  FEDFS_AS(c);
+  FEDFS_PARENT(p, path, "listdir");
+  int fd = OpenAt2(p.fd.get(), p.name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+  if (fd < 0) return SysErr("listdir", path);
+  DIR* d = fdopendir(fd);
+  if (d == nullptr) {
+    int e = errno;
+    ::close(fd);
+    return SysErr("listdir", path, e);
+  }
+  std::vector<DirEntry> out;
+  for (;;) {
+    errno = 0;
+    struct dirent* de = readdir(d);
+    if (de == nullptr) {
+      if (errno != 0) {
+        int e = errno;
+        closedir(d);
+        return SysErr("readdir", path, e);
+      }
+      break;
+    }
+    std::string_view name(de->d_name);
+    if (name == "." || name == "..") continue;
+    DirEntry e;
+    e.name = std::string(name);
+    e.type = de->d_type;
+    e.ino = de->d_ino;
+    if (e.type == DT_UNKNOWN) {
+      struct stat st {};
+      if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // raced
+      e.type = static_cast<uint8_t>(IFTODT(st.st_mode));
+    }
+    out.push_back(std::move(e));
+  }
+  closedir(d);
+  return out;
+}
+
+Result<struct stat> LocalNodeFs::Mkdir(const Cred& c, const std::string& path, mode_t mode) {
+  FEDFS_AS(c);
+  FEDFS_PARENT(p, path, "mkdir");
+  if (mkdirat(p.fd.get(), p.name.c_str(), scoped_cred.NewMode(mode & 07777)) != 0) {
+    return SysErr("mkdir", path);
+  }
+  struct stat st {};
+  if (fstatat(p.fd.get(), p.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    return SysErr("mkdir: stat", path);
+  }
+  return st;
+}
+
+Status LocalNodeFs::MkdirParents(const std::string& path,
+                                 const std::vector<DirTemplate>& templates) {
+  const char* op = "mkdir-parents";
+  if (auto st = ValidateGlobalPath(path); !st) {
+    Log()->warn("{}: refused path '{}': {}", op, Shown(path), st.error().context);
+    return Err(st.error());
+  }
+  std::string_view parent = ParentPath(path);
+  if (parent == "/") return Ok();
+  auto rootfd = OpenDirBeneath(root_fd_, ".", path, op);
+  if (!rootfd) return Err(rootfd.error());
+  UniqueFd cur(*rootfd);
+  std::string_view rel = RelativePath(parent);
+  size_t depth = 0;
+  size_t pos = 0;
+  while (pos <= rel.size()) {
+    size_t end = rel.find('/', pos);
+    if (end == std::string_view::npos) end = rel.size();
+    std::string comp(rel.substr(pos, end - pos));
+    int fd = OpenAt2(cur.get(), comp.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
+    if (fd < 0 && errno == ENOENT) {
+      DirTemplate t = depth < templates.size() ? templates[depth] : DirTemplate{};
+      if (mkdirat(cur.get(), comp.c_str(), 0700) != 0 && errno != EEXIST) {
+        return SysErr(op, path);
+      }
+      // Set owner and mode on the directory itself (never through a name
+      // that could meanwhile have become a symlink): open it, then f*().
+      fd = OpenAt2(cur.get(), comp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
+      if (fd >= 0) {
+        if (fchown(fd, t.uid, t.gid) != 0 || fchmod(fd, t.mode & 07777) != 0) {
+          int e = errno;
+          ::close(fd);
+          return SysErr(op, path, e);
+        }
+      }
+    }
+    if (fd < 0) {
+      if (errno == EXDEV || errno == ELOOP) {
+        Log()->warn("{}: path '{}' escapes the export root: refused", op, Shown(path));
+      }
+      return SysErr(op, path);
+    }
+    cur.reset(fd);
+    ++depth;
+    pos = end + 1;
+  }
+  return Ok();
+}
+
+Status LocalNodeFs::Rmdir(const Cred& c, const std::string& path) {
+  FEDFS_AS(c);
+  FEDFS_PARENT(p, path, "rmdir");
+  if (unlinkat(p.fd.get(), p.name.c_str(), AT_REMOVEDIR) != 0) return SysErr("rmdir", path);
+  return Ok();
+}
+
+Result<struct stat> LocalNodeFs::Mknod(const Cred& c, const std::string& path, mode_t mode,
+                                       dev_t rdev) {
+  FEDFS_AS(c);
+  FEDFS_PARENT(p, path, "mknod");
+  if ((mode & S_IFMT) == 0) mode |= S_IFREG;
+  mode_t m = (mode & S_IFMT) | scoped_cred.NewMode(mode & 07777);
+  if (mknodat(p.fd.get(), p.name.c_str(), m, rdev) != 0) return SysErr("mknod", path);
+  struct stat st {};
+  if (fstatat(p.fd.get(), p.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    return SysErr("mknod: stat", path);
+  }
+  return st;
+}
+
+Result<struct stat> LocalNodeFs::Symlink(const Cred& c, const std::string& target,
+                                         const std::string& path) {
+  if (target.find('\0') != std::string::npos) return Err(EINVAL, "symlink target contains NUL");
+  FEDFS_AS(c);
+  FEDFS_PARENT(p, path, "symlink");
+  if (symlinkat(target.c_str(), p.fd.get(), p.name.c_str()) != 0) return SysErr("symlink", path);
+  struct stat st {};
+  if (fstatat(p.fd.get(), p.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    return SysErr("symlink: stat", path);
+  }
+  return st;
+}
+
+Result<std::string> LocalNodeFs::Readlink(const Cred& c, const std::string& path) {
+  FEDFS_AS(c);
+  FEDFS_PARENT(p, path, "readlink");
+  std::string buf(PATH_MAX, '\0');
+  ssize_t n = readlinkat(p.fd.get(), p.name.c_str(), buf.data(), buf.size());
+  if (n < 0) return SysErr("readlink", path);
+  buf.resize(static_cast<size_t>(n));
+  return buf;
+}
+
+Status LocalNodeFs::Unlink(const Cred& c, const std::string& path) {
+  FEDFS_AS(c);
+  FEDFS_PARENT(p, path, "unlink");
+  if (unlinkat(p.fd.get(), p.name.c_str(), 0) != 0) return SysErr("unlink", path);
+  return Ok();
+}
+
+Status LocalNodeFs::Rename(const Cred& c, const std::string& from, const std::string& to,
+                           unsigned flags) {
+  FEDFS_AS(c);
+  FEDFS_PARENT(a, from, "rename");
+  FEDFS_PARENT(b, to, "rename");
+  if (renameat2(a.fd.get(), a.name.c_str(), b.fd.get(), b.name.c_str(), flags) != 0) {
+    return SysErr("rename", from + " -> " + to);
+  }
+  return Ok();
+}
+
+Result<struct stat> LocalNodeFs::Link(const Cred& c, const std::string& existing,
+                                      const std::string& newpath) {
+  FEDFS_AS(c);
+  FEDFS_PARENT(a, existing, "link");
+  FEDFS_PARENT(b, newpath, "link");
+  if (linkat(a.fd.get(), a.name.c_str(), b.fd.get(), b.name.c_str(), 0) != 0) {
+    return SysErr("link", existing + " -> " + newpath);
+  }
+  struct stat st {};
+  if (fstatat(b.fd.get(), b.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    return SysErr("link: stat", newpath);
+  }
+  return st;
+}
+
+Result<struct stat> LocalNodeFs::SetAttr(const Cred& c, const std::string& path,
+                                         std::optional<Handle> handle,
+                                         const SetAttrRequest& req) {
+  struct timespec ts[2];
+  ts[0] = req.atime.value_or(timespec{0, UTIME_OMIT});
+  ts[1] = req.mtime.value_or(timespec{0, UTIME_OMIT});
+  const bool times = req.atime.has_value() || req.mtime.has_value();
+  const uid_t uid = req.uid.value_or(static_cast<uid_t>(-1));
+  const gid_t gid = req.gid.value_or(static_cast<gid_t>(-1));
+  const bool chown = req.uid.has_value() || req.gid.has_value();
+
+  if (handle) {
+    auto f = Lookup(*handle);
+    if (!f) return Err(f.error());
+    FEDFS_AS(c);  // fchmod/fchown/futimens check ownership against the caller
+    int fd = (*f)->fd;
+    if (req.mode && fchmod(fd, *req.mode & 07777) != 0) return SysErr("fchmod", path);
+    if (chown && fchown(fd, uid, gid) != 0) return SysErr("fchown", path);
+    if (req.size) {
+      if (*req.size < 0) return Err(EINVAL, "ftruncate: negative size");
+      if (ftruncate(fd, *req.size) != 0) return SysErr("ftruncate", path);
+    }
+    if (times && futimens(fd, ts) != 0) return SysErr("futimens", path);
+    struct stat st {};
+    if (fstat(fd, &st) != 0) return SysErr("fstat", path);
+    return st;
+  }
+
+  FEDFS_AS(c);
+  FEDFS_PARENT(p, path, "setattr");
+  const int pfd = p.fd.get();
+  const char* name = p.name.c_str();
+  if (req.mode) {
+    mode_t m = *req.mode & 07777;
+    if (syscall(SYS_fchmodat2, pfd, name, m, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno != ENOSYS) return SysErr("chmod", path);
+      // Kernels before 6.6: refuse symlinks as fchmodat2 would, else chmod.
+      struct stat st {};
+      if (fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return SysErr("chmod", path);
+      if (S_ISLNK(st.st_mode)) return SysErr("chmod", path, EOPNOTSUPP);
+      if (fchmodat(pfd, name, m, 0) != 0) return SysErr("chmod", path);
+    }
+  }
+  if (chown && fchownat(pfd, name, uid, gid, AT_SYMLINK_NOFOLLOW) != 0) {
+    return SysErr("chown", path);
+  }
+  if (req.size) {
+    if (*req.size < 0) return Err(EINVAL, "truncate: negative size");
+    int fd = OpenAt2(pfd, name, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0);
+    if (fd < 0) return SysErr("truncate", path);
+    UniqueFd guard(fd);
+    if (ftruncate(fd, *req.size) != 0) return SysErr("truncate", path);
+  }
+  if (times && utimensat(pfd, name, ts, AT_SYMLINK_NOFOLLOW) != 0) return SysErr("utimens", path);
+  struct stat st {};
+  if (fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return SysErr("setattr: stat", path);
+  return st;
+}
+
+Result<struct statvfs> LocalNodeFs::StatFs() {
+  struct statvfs sv {};
+  if (fstatvfs(root_fd_, &sv) != 0) return SysErr("statfs", export_root_);
+  return sv;
+}
+
+// ---------------------------------------------------------------------------
+// Extended attributes
+
+Status LocalNodeFs::XattrTarget(const Cred& c, const std::string& path, const char* op,
+                                int* out) {
+  *out = -1;
+  UniqueFd parent;
+  std::string name;
+  struct stat st {};
+  {
+    FEDFS_AS(c);
+    FEDFS_PARENT(p, path, op);
+    int fd = OpenAt2(p.fd.get(), p.name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC, 0);
+    if (fd < 0) return SysErr(op, path);
+    UniqueFd guard(fd);
+    if (fstat(fd, &st) != 0) return SysErr(op, path);
+    parent = std::move(p.fd);
+    name = std::move(p.name);
+  }
+  if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) return Ok();
+  // As the daemon: f*xattr need a real descriptor, and reading the xattrs of
+  // a file needs no read permission on its data. The xattr calls themselves
+  // run as the caller.
+  int flags = O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
+  if (S_ISDIR(st.st_mode)) flags |= O_DIRECTORY;
+  int fd = OpenAt2(parent.get(), name.c_str(), static_cast<uint64_t>(flags), 0);
+  if (fd < 0) return SysErr(op, path);
+  struct stat st2 {};
+  if (fstat(fd, &st2) != 0 || st2.st_dev != st.st_dev || st2.st_ino != st.st_ino) {
+    ::close(fd);
+    return SysErr(op, path, ENOENT);  // replaced while we looked: as if gone
+  }
+  *out = fd;
+  return Ok();
+}
+
+Result<std::string> LocalNodeFs::GetXattr(const Cred& c, const std::string& path,
+                                          const std::string& name, size_t size, size_t* needed) {
+  if (needed) *needed = 0;
+  int raw = -1;
+  if (auto st = XattrTarget(c, path, "getxattr", &raw); !st) return Err(st.error());
+  UniqueFd fd(raw);
+  if (fd.get() < 0) return SysErr("getxattr", path, ENODATA);
+  // The daemon keeps CAP_SYS_ADMIN under a non-root fsuid: hide trusted.* as
+  // the kernel does for unprivileged callers.
+  if (c.uid != 0 && Trusted(name)) return SysErr("getxattr", path, ENODATA);
+  FEDFS_AS(c);
+  if (size == 0) {
+    ssize_t n = fgetxattr(fd.get(), name.c_str(), nullptr, 0);
+    if (n < 0) return SysErr("getxattr", path);
+    if (needed) *needed = static_cast<size_t>(n);
+    return std::string();
+  }
+  std::string buf(std::min<size_t>(size, 65536), '\0');
+  ssize_t n = fgetxattr(fd.get(), name.c_str(), buf.data(), buf.size());
+  if (n < 0) return SysErr("getxattr", path);
+  buf.resize(static_cast<size_t>(n));
+  if (needed) *needed = static_cast<size_t>(n);
+  return buf;
+}
+
+Status LocalNodeFs::SetXattr(const Cred& c, const std::string& path, const std::string& name,
+                             std::span<const std::byte> value, int flags) {
+  int raw = -1;
+  if (auto st = XattrTarget(c, path, "setxattr", &raw); !st) return Err(st.error());
+  UniqueFd fd(raw);
+  if (fd.get() < 0) return SysErr("setxattr", path, EPERM);
+  // The daemon keeps CAP_SYS_ADMIN and CAP_SETFCAP under a non-root fsuid:
+  // a non-root caller may not set trusted.* or security.* (file capabilities).
+  if (c.uid != 0 && (Trusted(name) || Security(name))) return SysErr("setxattr", path, EPERM);
+  FEDFS_AS(c);
+  if (fsetxattr(fd.get(), name.c_str(), value.data(), value.size(), flags) != 0) {
+    return SysErr("setxattr", path);
+  }
+  return Ok();
+}
+
+Result<std::string> LocalNodeFs::ListXattr(const Cred& c, const std::string& path, size_t size,
+                                           size_t* needed) {
+  if (needed) *needed = 0;
+  int raw = -1;
+  if (auto st = XattrTarget(c, path, "listxattr", &raw); !st) return Err(st.error());
+  UniqueFd fd(raw);
+  if (fd.get() < 0) return std::string();
+  FEDFS_AS(c);
+  // Read the whole list (filtering may shrink it), then answer size/ERANGE.
+  std::string buf;
+  for (;;) {
+    ssize_t n = flistxattr(fd.get(), nullptr, 0);
+    if (n < 0) return SysErr("listxattr", path);
+    buf.assign(static_cast<size_t>(n), '\0');
+    if (n == 0) break;
+    ssize_t m = flistxattr(fd.get(), buf.data(), buf.size());
+    if (m >= 0) {
+      buf.resize(static_cast<size_t>(m));
+      break;
+    }
+    if (errno != ERANGE) return SysErr("listxattr", path);  // ERANGE: grew, retry
+  }
+  if (c.uid != 0) {
+    std::string filtered;
+    for (size_t pos = 0; pos < buf.size();) {
+      size_t end = buf.find('\0', pos);
+      if (end == std::string::npos) end = buf.size();
+      std::string one = buf.substr(pos, end - pos);
+      if (!Trusted(one)) filtered.append(one).push_back('\0');
+      pos = end + 1;
+    }
+    buf.swap(filtered);
+  }
+  if (needed) *needed = buf.size();
+  if (size == 0) return std::string();
+  if (buf.size() > size) return SysErr("listxattr", path, ERANGE);
+  return buf;
+}
+
+Status LocalNodeFs::RemoveXattr(const Cred& c, const std::string& path, const std::string& name) {
+  int raw = -1;
+  if (auto st = XattrTarget(c, path, "removexattr", &raw); !st) return Err(st.error());
+  UniqueFd fd(raw);
+  if (fd.get() < 0) return SysErr("removexattr", path, EPERM);
+  if (c.uid != 0 && (Trusted(name) || Security(name))) return SysErr("removexattr", path, EPERM);
+  FEDFS_AS(c);
+  if (fremovexattr(fd.get(), name.c_str()) != 0) return SysErr("removexattr", path);
+  return Ok();
+}
+
+// ---------------------------------------------------------------------------
+// Files
+
+Result<Opened> LocalNodeFs::OpenCommon(const Cred& c, const std::string& path, int flags,
+                                       mode_t mode, const char* op) {
+  flags |= O_CLOEXEC | O_NOCTTY;
+  const bool creat = (flags & O_CREAT) != 0;
+  int fd = -1;
+  bool direct = (flags & O_DIRECT) != 0;
+  {
+    FEDFS_AS(c);
+    FEDFS_PARENT(p, path, op);
+    const uint64_t m = creat ? scoped_cred.NewMode(mode & 07777) : 0;
+    fd = OpenAt2(p.fd.get(), p.name.c_str(), static_cast<uint64_t>(flags), m);
+    if (fd < 0 && errno == EINVAL && direct) {
+      // The file system does not do O_DIRECT at all: strip it.
+      direct = false;
+      flags &= ~O_DIRECT;
+      fd = OpenAt2(p.fd.get(), p.name.c_str(), static_cast<uint64_t>(flags), m);
+    }
+    if (fd < 0) return SysErr(op, path);
+  }
+  Opened out;
+  if (fstat(fd, &out.st) != 0) {
+    int e = errno;
+    ::close(fd);
+    return SysErr(op, path, e);
+  }
+  auto f = std::make_shared<OpenFile>(fd, flags, direct, out.st.st_dev, out.st.st_ino);
+  std::lock_guard lock(mu_);
+  out.handle = next_handle_++;
+  handles_.emplace(out.handle, std::move(f));
+  ++inodes_[InodeKey{out.st.st_dev, out.st.st_ino}].handles;
+  return out;
+}
+
+Result<Opened> LocalNodeFs::Open(const Cred& c, const std::string& path, int flags) {
+  if (flags & O_CREAT) return Err(EINVAL, "open with O_CREAT: use Create");
+  return OpenCommon(c, path, flags, 0, "open");
+}
+
+Result<Opened> LocalNodeFs::Create(const Cred& c, const std::string& path, int flags,
+                                   mode_t mode) {
+  return OpenCommon(c, path, flags | O_CREAT, mode, "create");
+}
+
+Result<std::shared_ptr<LocalNodeFs::OpenFile>> LocalNodeFs::Lookup(Handle h) const {
+  std::lock_guard lock(mu_);
+  auto it = handles_.find(h);
+  if (it == handles_.end()) return Err(EBADF, "unknown handle " + std::to_string(h));
+  return it->second;
+}
+
+namespace {
+
+// Runs `io` with O_DIRECT cleared on f's open file description (an I/O the
+// kernel refused for alignment), then sets it again.
+template <class Fn>
+ssize_t WithoutDirect(int fd, std::mutex& mu, Fn io) {
+  std::lock_guard lock(mu);
+  int fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_DIRECT) != 0) return -1;
+  ssize_t n;
+  do {
+    n = io();
+  } while (n < 0 && errno == EINTR);
+  int e = errno;
+  fcntl(fd, F_SETFL, fl);
+  errno = e;
+  return n;
+}
+
+}  // namespace
+
+Result<size_t> LocalNodeFs::Read(Handle h, uint64_t offset, std::span<std::byte> dst) {
+  auto f = Lookup(h);
+  if (!f) return Err(f.error());
+  if (offset > static_cast<uint64_t>(INT64_MAX)) return Err(EINVAL, "read: offset");
+  OpenFile& file = **f;
+  auto io = [&] { return pread(file.fd, dst.data(), dst.size(), static_cast<off_t>(offset)); };
+  ssize_t n;
+  do {
+    n = io();
+  } while (n < 0 && errno == EINTR);
+  if (n < 0 && errno == EINVAL && file.direct) n = WithoutDirect(file.fd, file.direct_mu, io);
+  if (n < 0) return Err(errno, "read");
+  return static_cast<size_t>(n);
+}
+
+Result<size_t> LocalNodeFs::Write(Handle h, uint64_t offset, std::span<const std::byte> src) {
+  auto f = Lookup(h);
+  if (!f) return Err(f.error());
+  if (offset > static_cast<uint64_t>(INT64_MAX)) return Err(EINVAL, "write: offset");
+  OpenFile& file = **f;
+  // O_APPEND fds: Linux pwrite appends at the current end, ignoring offset.
+  auto io = [&] { return pwrite(file.fd, src.data(), src.size(), static_cast<off_t>(offset)); };
+  ssize_t n;
+  do {
+    n = io();
+  } while (n < 0 && errno == EINTR);
+  if (n < 0 && errno == EINVAL && file.direct) n = WithoutDirect(file.fd, file.direct_mu, io);
+  if (n < 0) return Err(errno, "write");
+  return static_cast<size_t>(n);
+}
+
+Status LocalNodeFs::Fsync(Handle h, bool datasync) {
+  auto f = Lookup(h);
+  if (!f) return Err(f.error());
+  int rc = datasync ? fdatasync((*f)->fd) : fsync((*f)->fd);
+  if (rc != 0) return Err(errno, "fsync");
+  return Ok();
+}
+
+Status LocalNodeFs::Fallocate(Handle h, int mode, uint64_t offset, uint64_t len) {
+  auto f = Lookup(h);
+  if (!f) return Err(f.error());
+  if (offset > static_cast<uint64_t>(INT64_MAX) || len > static_cast<uint64_t>(INT64_MAX)) {
+    return Err(EINVAL, "fallocate: range");
+  }
+  if (fallocate((*f)->fd, mode, static_cast<off_t>(offset), static_cast<off_t>(len)) != 0) {
+    return Err(errno, "fallocate");
+  }
+  return Ok();
+}
+
+Status LocalNodeFs::Release(Handle h) {
+  std::shared_ptr<OpenFile> f;
+  std::map<uint64_t, std::shared_ptr<LockDesc>> dropped;
+  {
+    std::lock_guard lock(mu_);
+    auto it = handles_.find(h);
+    if (it == handles_.end()) return Err(EBADF, "release: unknown handle " + std::to_string(h));
+    f = std::move(it->second);
+    handles_.erase(it);
+    auto in = inodes_.find(InodeKey{f->dev, f->ino});
+    if (in != inodes_.end() && --in->second.handles == 0) {
+      dropped.swap(in->second.owners);
+      inodes_.erase(in);
+    }
+  }
+  return Ok();  // f and the dropped lock descriptions close here, unlocked
+}
+
+Status LocalNodeFs::Flush(Handle h, uint64_t lock_owner) {
+  auto f = Lookup(h);
+  if (!f) return Err(f.error());
+  auto d = LockFd(**f, lock_owner, false);
+  if (!d) return Err(d.error());
+  if (!*d) return Ok();
+  struct flock fl {};
+  fl.l_type = F_UNLCK;
+  fl.l_whence = SEEK_SET;
+  if (fcntl((*d)->fd, F_OFD_SETLK, &fl) != 0) return Err(errno, "flush: unlock");
+  return Ok();
+}
+
+size_t LocalNodeFs::OpenHandleCount() const {
+  std::lock_guard lock(mu_);
+  return handles_.size();
+}
+
+// ---------------------------------------------------------------------------
+// Locks
+
+namespace {
+
+// A new open file description of the same file as `fd` (see the header).
+int Reopen(int fd) {
+  static const int kModes[] = {O_RDWR, O_RDONLY, O_WRONLY};
+  constexpr int kFlags = O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
+  alignas(struct file_handle) char storage[sizeof(struct file_handle) + MAX_HANDLE_SZ];
+  auto* fh = reinterpret_cast<struct file_handle*>(storage);
+  fh->handle_bytes = MAX_HANDLE_SZ;
+  int mount_id = 0;
+  if (name_to_handle_at(fd, "", fh, &mount_id, AT_EMPTY_PATH) == 0) {
+    for (int m : kModes) {
+      int nfd = open_by_handle_at(fd, fh, m | kFlags);
+      if (nfd >= 0) return nfd;
+      if (errno != EISDIR && errno != EACCES && errno != EROFS && errno != ETXTBSY &&
+          errno != EPERM) {
+        break;
+      }
+    }
+  }
+  // Our own descriptor's /proc entry (not a path from the network).
+  char proc[64];
+  std::snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+  for (int m : kModes) {
+    int nfd = ::open(proc, m | kFlags);
+    if (nfd >= 0) return nfd;
+  }
+  return -1;
+}
+
+Result<struct flock> ToFlock(const LockRange& r) {
+  if (r.type != F_RDLCK && r.type != F_WRLCK && r.type != F_UNLCK) {
+    return Err(EINVAL, "lock: bad type");
+  }
+  if (r.start > static_cast<uint64_t>(INT64_MAX) || r.len > static_cast<uint64_t>(INT64_MAX)) {
+    return Err(EINVAL, "lock: range");
+  }
+  struct flock fl {};
+  fl.l_type = r.type;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = static_cast<off_t>(r.start);
+  fl.l_len = static_cast<off_t>(r.len);
+  fl.l_pid = 0;  // required 0 for OFD locks
+  return fl;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<LocalNodeFs::LockDesc>> LocalNodeFs::LockFd(const OpenFile& f,
+                                                                  uint64_t owner, bool create) {
+  const InodeKey key{f.dev, f.ino};
+  {
+    std::lock_guard lock(mu_);
+    auto in = inodes_.find(key);
+    if (in == inodes_.end()) return Err(EBADF, "lock: file released");
+    auto it = in->second.owners.find(owner);
+    if (it != in->second.owners.end()) return it->second;
+    if (!create) return std::shared_ptr<LockDesc>();
+  }
+  int fd = Reopen(f.fd);
+  if (fd < 0) return Err(errno, "lock: reopen for owner");
+  auto d = std::make_shared<LockDesc>(fd);
+  std::lock_guard lock(mu_);
+  auto in = inodes_.find(key);
+  if (in == inodes_.end()) return Err(EBADF, "lock: file released");
+  auto [it, inserted] = in->second.owners.emplace(owner, d);
+  return it->second;  // a concurrent creator's description wins; ours closes
+}
+
+Result<LockRange> LocalNodeFs::GetLk(Handle h, uint64_t owner, const LockRange& want) {
+  auto f = Lookup(h);
+  if (!f) return Err(f.error());
+  auto fl = ToFlock(want);
+  if (!fl) return Err(fl.error());
+  if (fl->l_type == F_UNLCK) return Err(EINVAL, "getlk: F_UNLCK");
+  auto d = LockFd(**f, owner, true);
+  if (!d) return Err(d.error());
+  if (fcntl((*d)->fd, F_OFD_GETLK, &*fl) != 0) return Err(errno, "getlk");
+  LockRange out;
+  out.type = static_cast<int16_t>(fl->l_type);
+  out.start = static_cast<uint64_t>(fl->l_start);
+  out.len = static_cast<uint64_t>(fl->l_len);
+  out.pid = fl->l_pid;
+  return out;
+}
+
+Status LocalNodeFs::SetLk(Handle h, uint64_t owner, const LockRange& want) {
+  auto f = Lookup(h);
+  if (!f) return Err(f.error());
+  auto fl = ToFlock(want);
+  if (!fl) return Err(fl.error());
+  const int acc = (*f)->flags & O_ACCMODE;
+  if ((fl->l_type == F_WRLCK && acc == O_RDONLY) || (fl->l_type == F_RDLCK && acc == O_WRONLY)) {
+    return Err(EBADF, "setlk: handle not open for that lock type");
+  }
+  auto d = LockFd(**f, owner, fl->l_type != F_UNLCK);
+  if (!d) return Err(d.error());
+  if (!*d) return Ok();  // unlocking with no locks held
+  if (fcntl((*d)->fd, F_OFD_SETLK, &*fl) != 0) return Err(errno, "setlk");
+  return Ok();
+}
+
+Status LocalNodeFs::Flock(Handle h, uint64_t owner, int op) {
+  auto f = Lookup(h);
+  if (!f) return Err(f.error());
+  const int base = op & ~LOCK_NB;
+  if (base != LOCK_SH && base != LOCK_EX && base != LOCK_UN) return Err(EINVAL, "flock: op");
+  auto d = LockFd(**f, owner, base != LOCK_UN);
+  if (!d) return Err(d.error());
+  if (!*d) return Ok();
+  if (flock((*d)->fd, base | LOCK_NB) != 0) return Err(errno, "flock");
+  return Ok();
+}
+
+}  // namespace fedfs::ns
