@@ -18,6 +18,8 @@ PACKAGES=(
   libxxhash-dev libsodium-dev nlohmann-json3-dev
   # multi-host tests (network namespaces)
   iproute2 procps
+  # third-party tools run on the mount by tests/integration/tools_test and bench/fs_bench.sh
+  fio stress-ng sqlite3 git mergerfs
 )
 
 missing=()
