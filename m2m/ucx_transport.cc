@@ -285,6 +285,7 @@ class Core : public std::enable_shared_from_this<Core> {
   std::vector<std::move_only_function<void()>> queue_;  // guarded by queue_mu_
   bool closed_ = false;                                 // guarded by queue_mu_: Post fails
   std::atomic<bool> has_work_{false};
+  std::atomic<bool> sleeping_{false};  // the progress thread is (about to be) in epoll_wait
 
   std::mutex endpoints_mu_;
   std::unordered_map<std::string, std::shared_ptr<EndpointImpl>> endpoints_;  // guarded
@@ -487,16 +488,17 @@ void Core::Shutdown() {
 }
 
 bool Core::Post(std::move_only_function<void()> fn) {
-  bool wake;
   {
     std::lock_guard lock(queue_mu_);
     if (closed_) return false;
-    wake = queue_.empty();
     queue_.push_back(std::move(fn));
   }
-  has_work_.store(true, std::memory_order_release);
-  // The progress thread drains the queue before it next sleeps: no wake-up needed.
-  if (wake && !OnProgressThread()) {
+  // Dekker-style handshake with Run(): we publish has_work_ then read
+  // sleeping_; Run publishes sleeping_ then reads has_work_ (both seq_cst), so
+  // at least one side sees the other and no wake-up is lost. While the
+  // progress thread spins (or when we are on it) no syscall is needed.
+  has_work_.store(true, std::memory_order_seq_cst);
+  if (!OnProgressThread() && sleeping_.load(std::memory_order_seq_cst)) {
     const uint64_t one = 1;
     [[maybe_unused]] ssize_t n = ::write(evfd_, &one, sizeof one);
   }
@@ -558,8 +560,14 @@ void Core::Run() {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
       continue;
     }
+    sleeping_.store(true, std::memory_order_seq_cst);
+    if (has_work_.load(std::memory_order_seq_cst)) {
+      sleeping_.store(false, std::memory_order_relaxed);
+      continue;
+    }
     epoll_event evs[2];
     const int n = ::epoll_wait(epfd_, evs, 2, SleepMs());
+    sleeping_.store(false, std::memory_order_relaxed);
     for (int i = 0; i < n; ++i) {
       if (evs[i].data.fd == evfd_) {
         uint64_t v;
