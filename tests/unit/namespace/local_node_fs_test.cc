@@ -1,0 +1,171 @@
+// LocalNodeFs: the NodeFs contract suite on a temporary export root, plus
+// LocalNodeFs- and ScopedCred-specific tests.
+#include "namespace/local_node_fs.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <barrier>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "namespace/cred.h"
+#include "node_fs_contract.h"
+
+namespace fedfs::ns::testing {
+namespace {
+
+class LocalEnv : public NodeFsEnv {
+ public:
+  LocalEnv() {
+    root_ = MakeTempDir("fedfs-local-");
+    auto fs = LocalNodeFs::Open("n0", root_);
+    if (fs) fs_ = std::move(*fs);
+  }
+  ~LocalEnv() override {
+    fs_.reset();
+    RemoveTree(root_);
+  }
+  NodeFs& fs() override { return *fs_; }
+  std::string root() override { return root_; }
+
+ private:
+  std::string root_;
+  std::unique_ptr<LocalNodeFs> fs_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Local, NodeFsContract,
+                         ::testing::Values(NodeFsEnvFactory{
+                             "local", [] { return std::unique_ptr<NodeFsEnv>(new LocalEnv()); }}),
+                         NodeFsEnvName);
+
+std::vector<gid_t> ThreadGroups() {
+  int n = static_cast<int>(syscall(SYS_getgroups, 0, nullptr));
+  std::vector<gid_t> g(static_cast<size_t>(std::max(n, 0)));
+  if (n > 0) syscall(SYS_getgroups, n, g.data());
+  return g;
+}
+
+TEST(ScopedCred, SwitchesAndRestoresThisThreadOnly) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root";
+  const auto groups_before = ThreadGroups();
+  std::barrier sync(2);
+  uid_t seen_uid = 0, seen_gid = 0;
+  std::vector<gid_t> seen_groups;
+  std::thread t([&] {
+    ScopedCred sc;
+    ASSERT_TRUE(sc.Enter(Cred{65534, 65533, {4242, 4243}, 022}));
+    seen_uid = ScopedCred::CurrentFsuid();
+    seen_gid = ScopedCred::CurrentFsgid();
+    seen_groups = ThreadGroups();
+    sync.arrive_and_wait();  // main thread checks itself while we hold the cred
+    sync.arrive_and_wait();
+  });
+  sync.arrive_and_wait();
+  EXPECT_EQ(ScopedCred::CurrentFsuid(), 0u);
+  EXPECT_EQ(ScopedCred::CurrentFsgid(), 0u);
+  EXPECT_EQ(ThreadGroups(), groups_before);
+  sync.arrive_and_wait();
+  t.join();
+  EXPECT_EQ(seen_uid, 65534u);
+  EXPECT_EQ(seen_gid, 65533u);
+  EXPECT_EQ(seen_groups, (std::vector<gid_t>{4242, 4243}));
+}
+
+TEST(ScopedCred, RestoresOnScopeExitAndChecksAccess) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root";
+  std::string dir = MakeTempDir("fedfs-cred-");
+  std::string f = dir + "/secret";
+  int fd = open(f.c_str(), O_CREAT | O_WRONLY, 0600);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  const auto groups_before = ThreadGroups();
+  {
+    ScopedCred sc;
+    ASSERT_TRUE(sc.Enter(Cred{65534, 65534, {}, 0}));
+    EXPECT_EQ(open(f.c_str(), O_RDONLY), -1);
+    EXPECT_EQ(errno, EACCES);
+    // The umask is the caller's, per thread.
+    EXPECT_TRUE(ThreadGroups().empty());
+  }
+  EXPECT_EQ(ScopedCred::CurrentFsuid(), 0u);
+  EXPECT_EQ(ThreadGroups(), groups_before);
+  fd = open(f.c_str(), O_RDONLY);
+  EXPECT_GE(fd, 0);
+  close(fd);
+  {
+    ScopedCred sc;
+    ASSERT_TRUE(sc.Enter(Cred{0, 0, {}, 077}));
+    ASSERT_EQ(mkdir((dir + "/m").c_str(), 0777), 0);
+    ScopedCred twice;
+    EXPECT_TRUE(twice.Enter(Cred{1, 1, {}, 0}));  // nesting restores in order
+    EXPECT_EQ(ScopedCred::CurrentFsuid(), 1u);
+    twice.Leave();
+    EXPECT_EQ(ScopedCred::CurrentFsuid(), 0u);
+  }
+  struct stat st {};
+  ASSERT_EQ(stat((dir + "/m").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  RemoveTree(dir);
+}
+
+TEST(ScopedCred, EnterTwiceRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root";
+  ScopedCred sc;
+  ASSERT_TRUE(sc.Enter(Cred{5, 5, {}, 0}));
+  EXPECT_FALSE(sc.Enter(Cred{6, 6, {}, 0}));
+  EXPECT_EQ(ScopedCred::CurrentFsuid(), 5u);
+}
+
+TEST(ScopedCred, FailsWhenNotPermitted) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root";
+  // A thread whose real/effective ids are not root cannot switch fsuid.
+  std::thread t([] {
+    ASSERT_EQ(syscall(SYS_setresuid, 1000, 1000, 1000), 0);  // this thread only
+    ScopedCred sc;
+    auto st = sc.Enter(Cred{2000, 2000, {}, 0});
+    EXPECT_FALSE(st);
+    if (!st) {
+      EXPECT_EQ(st.error().code, EPERM);
+    }
+  });
+  t.join();
+  EXPECT_EQ(getuid(), 0u);
+}
+
+TEST(LocalNodeFs, OpenRootErrors) {
+  EXPECT_EQ(LocalNodeFs::Open("n", "/nonexistent/fedfs").error().code, ENOENT);
+  EXPECT_EQ(LocalNodeFs::Open("n", "/etc/passwd").error().code, ENOTDIR);
+}
+
+TEST(LocalNodeFs, HandlesAreTableIndicesNotFds) {
+  std::string dir = MakeTempDir("fedfs-local-");
+  auto fs = LocalNodeFs::Open("n0", dir);
+  ASSERT_TRUE(fs);
+  Cred root;
+  auto a = (*fs)->Create(root, "/a", O_RDWR, 0644);
+  auto b = (*fs)->Create(root, "/b", O_RDWR, 0644);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->handle, 1u);
+  EXPECT_EQ(b->handle, 2u);
+  EXPECT_EQ((*fs)->OpenHandleCount(), 2u);
+  std::vector<std::byte> buf(4);
+  // fd numbers (0, 1, 2, ...) are not handles.
+  EXPECT_EQ((*fs)->Read(0, 0, buf).error().code, EBADF);
+  EXPECT_EQ((*fs)->Read(3, 0, buf).error().code, EBADF);
+  EXPECT_TRUE((*fs)->Release(a->handle));
+  EXPECT_TRUE((*fs)->Release(b->handle));
+  EXPECT_EQ((*fs)->OpenHandleCount(), 0u);
+  auto c = (*fs)->Open(root, "/a", O_RDONLY);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->handle, 3u);  // never reused
+  EXPECT_TRUE((*fs)->Release(c->handle));
+  fs->reset();
+  RemoveTree(dir);
+}
+
+}  // namespace
+}  // namespace fedfs::ns::testing
