@@ -1,0 +1,860 @@
+// The VD service (namespace/vd_service.h): managers, dirmerge fan-out,
+// bounded residency, updates. See docs/namespace.md for the protocol.
+//
+// Structure. VdService::Impl owns a shared Core; every callback and handler
+// holds the Core (handlers only weakly), so an answer arriving after the
+// service was destroyed finds a closed Core instead of freed memory.
+//
+// Nothing here blocks, sleeps or starts a thread: remote work completes in
+// transport callbacks and local listings run on the blocking executor (an
+// InlineExecutor runs them at once in the simulator). One mutex, mu_, guards
+// the Core's tables; it is never held while calling out (transport, executor,
+// NodeFs, user callbacks), so callbacks may re-enter the service.
+#include "namespace/vd_service.h"
+
+#include <cstring>
+#include <future>
+#include <list>
+#include <mutex>
+#include <unordered_map>
+
+#include <flatbuffers/flatbuffers.h>
+#include <spdlog/spdlog.h>
+
+#include "common/logging.h"
+#include "common/rpc_methods.h"
+#include "namespace/path.h"
+#include "namespace/vd_internal.h"
+#include "vd_generated.h"
+
+namespace fedfs::ns {
+
+namespace wire = fedfs::ns::vdwire;
+using vd_internal::MergeState;
+
+namespace {
+
+constexpr uint16_t kVdWireVersion = 1;
+// A client that hears ESTALE refreshes its view and retries this many times.
+constexpr int kMaxStaleRetries = 3;
+constexpr size_t kMaxPayloadBytes = 1u << 30;
+
+std::shared_ptr<spdlog::logger> Log() {
+  static auto logger = Logger("vd");
+  return logger;
+}
+
+// ---- Encoding -------------------------------------------------------------
+
+template <class T>
+m2m::Bytes Finish(flatbuffers::FlatBufferBuilder& b, wire::Body type, flatbuffers::Offset<T> body) {
+  b.FinishSizePrefixed(wire::CreateVdMessage(b, kVdWireVersion, type, body.Union()));
+  return m2m::ToBytes({b.GetBufferPointer(), b.GetSize()});
+}
+
+m2m::Bytes EncodePathRequest(const std::string& path, const ClusterView& view) {
+  flatbuffers::FlatBufferBuilder b(128 + path.size());
+  auto p = b.CreateString(path);
+  auto f = b.CreateString(view.self);
+  return Finish(b, wire::Body::PathRequest, wire::CreatePathRequest(b, p, f, view.epoch));
+}
+
+m2m::Bytes EncodeUpdateRequest(const std::string& path, const VdChange& c,
+                               const ClusterView& view) {
+  flatbuffers::FlatBufferBuilder b(256 + path.size() + c.name.size());
+  auto p = b.CreateString(path);
+  auto f = b.CreateString(view.self);
+  auto n = b.CreateString(c.name);
+  auto node = b.CreateString(c.node);
+  auto kind = c.kind == VdChange::Kind::kAdd ? wire::ChangeKind::Add : wire::ChangeKind::Remove;
+  auto change = wire::CreateChange(b, kind, n, c.type, node);
+  return Finish(b, wire::Body::UpdateRequest, wire::CreateUpdateRequest(b, p, f, view.epoch, change));
+}
+
+m2m::Bytes EncodeListing(const std::vector<DirEntry>& entries) {
+  flatbuffers::FlatBufferBuilder b(64 + 48 * entries.size());
+  std::vector<flatbuffers::Offset<wire::LocalEntry>> v;
+  v.reserve(entries.size());
+  for (const DirEntry& e : entries) {
+    v.push_back(wire::CreateLocalEntry(b, b.CreateString(e.name), e.type, e.ino));
+  }
+  return Finish(b, wire::Body::Listing, wire::CreateListing(b, b.CreateVector(v)));
+}
+
+flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> Strings(
+    flatbuffers::FlatBufferBuilder& b, const std::vector<std::string>& v) {
+  return b.CreateVectorOfStrings(v);
+}
+
+m2m::Bytes EncodeVd(const VirtualDirectory& vd) {
+  flatbuffers::FlatBufferBuilder b(128 + 64 * vd.entries.size());
+  std::vector<flatbuffers::Offset<wire::Entry>> v;
+  v.reserve(vd.entries.size());
+  for (const VdEntry& e : vd.entries) {
+    v.push_back(wire::CreateEntry(b, b.CreateString(e.name), b.CreateString(e.real_name), e.type,
+                                  Strings(b, e.holders), e.alias));
+  }
+  auto p = b.CreateString(vd.path);
+  auto h = Strings(b, vd.holders);
+  auto ev = b.CreateVector(v);
+  return Finish(b, wire::Body::Vd, wire::CreateVd(b, p, vd.version, vd.epoch, h, ev));
+}
+
+// noinline: g++ 12 otherwise reports a false -Wmaybe-uninitialized through
+// std::expected when this is inlined into a move_only_function.
+[[gnu::noinline]] m2m::Bytes EncodeConflicts(const std::vector<Conflict>& conflicts) {
+  flatbuffers::FlatBufferBuilder b(128 + 64 * conflicts.size());
+  std::vector<flatbuffers::Offset<wire::ConflictEntry>> v;
+  v.reserve(conflicts.size());
+  for (const Conflict& c : conflicts) {
+    std::vector<flatbuffers::Offset<wire::Copy>> copies;
+    for (const auto& [node, type] : c.copies) {
+      copies.push_back(wire::CreateCopy(b, b.CreateString(node), type));
+    }
+    v.push_back(wire::CreateConflictEntry(b, b.CreateString(c.name), b.CreateVector(copies)));
+  }
+  return Finish(b, wire::Body::ConflictList, wire::CreateConflictList(b, b.CreateVector(v)));
+}
+
+m2m::Bytes EncodeUpdateReply(uint64_t version) {
+  flatbuffers::FlatBufferBuilder b(64);
+  return Finish(b, wire::Body::UpdateReply, wire::CreateUpdateReply(b, version));
+}
+
+// ---- Decoding -------------------------------------------------------------
+
+// A verified message. FlatBuffers reads scalars in place, so the bytes are
+// copied to 8-aligned storage when the payload is not aligned; otherwise msg()
+// points into the payload, which must outlive this object.
+class Decoded {
+ public:
+  // EPROTO unless `payload` is a well-formed VdMessage of our version whose
+  // body is `expected`.
+  static Result<Decoded> Open(const m2m::Bytes& payload, wire::Body expected) {
+    Decoded d;
+    if (payload.size() < 8 || payload.size() > kMaxPayloadBytes) {
+      return Err(EPROTO, "VD message of " + std::to_string(payload.size()) + " bytes");
+    }
+    const auto* data = reinterpret_cast<const uint8_t*>(payload.data());
+    if (reinterpret_cast<uintptr_t>(data) % alignof(uint64_t) != 0) {
+      d.aligned_.resize((payload.size() + 7) / 8);
+      std::memcpy(d.aligned_.data(), payload.data(), payload.size());
+      data = reinterpret_cast<const uint8_t*>(d.aligned_.data());
+    }
+    flatbuffers::Verifier verifier(data, payload.size(), /*max_depth=*/16,
+                                   /*max_tables=*/1u << 26);
+    if (!wire::VerifySizePrefixedVdMessageBuffer(verifier)) {
+      return Err(EPROTO, "malformed VD message (verifier refused it)");
+    }
+    d.msg_ = wire::GetSizePrefixedVdMessage(data);
+    if (d.msg_->version() != kVdWireVersion) {
+      return Err(EPROTO, "unsupported VD message version " + std::to_string(d.msg_->version()));
+    }
+    if (d.msg_->body_type() != expected || d.msg_->body() == nullptr) {
+      return Err(EPROTO, "VD message with an unexpected body type " +
+                             std::to_string(static_cast<int>(d.msg_->body_type())));
+    }
+    return d;
+  }
+  const wire::VdMessage* msg() const { return msg_; }
+
+ private:
+  std::vector<uint64_t> aligned_;  // its heap buffer survives moves of `this`
+  const wire::VdMessage* msg_ = nullptr;
+};
+
+Result<std::string> Need(const flatbuffers::String* s, const char* field) {
+  if (s == nullptr) return Err(EPROTO, std::string("VD message without ") + field);
+  return s->str();
+}
+
+struct PathRequestData {
+  std::string path;
+  std::string from;
+  uint64_t epoch = 0;
+};
+
+Result<PathRequestData> DecodePathRequest(const m2m::Bytes& payload) {
+  auto d = Decoded::Open(payload, wire::Body::PathRequest);
+  if (!d) return Err(d.error());
+  const wire::PathRequest* r = d->msg()->body_as_PathRequest();
+  PathRequestData out;
+  auto path = Need(r->path(), "path");
+  if (!path) return Err(path.error());
+  out.path = std::move(*path);
+  out.from = r->from() ? r->from()->str() : std::string();
+  out.epoch = r->epoch();
+  return out;
+}
+
+struct UpdateRequestData {
+  std::string path;
+  std::string from;
+  uint64_t epoch = 0;
+  VdChange change;
+};
+
+Result<UpdateRequestData> DecodeUpdateRequest(const m2m::Bytes& payload) {
+  auto d = Decoded::Open(payload, wire::Body::UpdateRequest);
+  if (!d) return Err(d.error());
+  const wire::UpdateRequest* r = d->msg()->body_as_UpdateRequest();
+  UpdateRequestData out;
+  auto path = Need(r->path(), "path");
+  if (!path) return Err(path.error());
+  out.path = std::move(*path);
+  out.from = r->from() ? r->from()->str() : std::string();
+  out.epoch = r->epoch();
+  const wire::Change* c = r->change();
+  if (c == nullptr) return Err(EPROTO, "VD update without a change");
+  switch (c->kind()) {
+    case wire::ChangeKind::Add: out.change.kind = VdChange::Kind::kAdd; break;
+    case wire::ChangeKind::Remove: out.change.kind = VdChange::Kind::kRemove; break;
+    default: return Err(EPROTO, "VD update with an unknown change kind");
+  }
+  auto name = Need(c->name(), "change.name");
+  if (!name) return Err(name.error());
+  auto node = Need(c->node(), "change.node");
+  if (!node) return Err(node.error());
+  out.change.name = std::move(*name);
+  out.change.node = std::move(*node);
+  out.change.type = c->type();
+  return out;
+}
+
+Result<std::vector<DirEntry>> DecodeListing(const m2m::Bytes& payload) {
+  auto d = Decoded::Open(payload, wire::Body::Listing);
+  if (!d) return Err(d.error());
+  std::vector<DirEntry> out;
+  const auto* v = d->msg()->body_as_Listing()->entries();
+  if (v == nullptr) return out;
+  out.reserve(v->size());
+  for (const wire::LocalEntry* e : *v) {
+    auto name = Need(e->name(), "entry.name");
+    if (!name) return Err(name.error());
+    out.push_back(DirEntry{std::move(*name), e->type(), e->ino()});
+  }
+  return out;
+}
+
+Result<std::vector<std::string>> DecodeStrings(
+    const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>* v) {
+  std::vector<std::string> out;
+  if (v == nullptr) return out;
+  out.reserve(v->size());
+  for (const flatbuffers::String* s : *v) {
+    if (s == nullptr) return Err(EPROTO, "VD message with a null string");
+    out.push_back(s->str());
+  }
+  return out;
+}
+
+Result<VdPtr> DecodeVd(const m2m::Bytes& payload) {
+  auto d = Decoded::Open(payload, wire::Body::Vd);
+  if (!d) return Err(d.error());
+  const wire::Vd* w = d->msg()->body_as_Vd();
+  auto vd = std::make_shared<VirtualDirectory>();
+  auto path = Need(w->path(), "vd.path");
+  if (!path) return Err(path.error());
+  vd->path = std::move(*path);
+  vd->version = w->version();
+  vd->epoch = w->epoch();
+  auto holders = DecodeStrings(w->holders());
+  if (!holders) return Err(holders.error());
+  vd->holders = std::move(*holders);
+  if (w->entries() != nullptr) {
+    vd->entries.reserve(w->entries()->size());
+    for (const wire::Entry* e : *w->entries()) {
+      VdEntry out;
+      auto name = Need(e->name(), "entry.name");
+      if (!name) return Err(name.error());
+      auto real = Need(e->real_name(), "entry.real_name");
+      if (!real) return Err(real.error());
+      auto h = DecodeStrings(e->holders());
+      if (!h) return Err(h.error());
+      out.name = std::move(*name);
+      out.real_name = std::move(*real);
+      out.type = e->type();
+      out.holders = std::move(*h);
+      out.alias = e->alias();
+      vd->entries.push_back(std::move(out));
+    }
+  }
+  // Find() relies on the order: refuse a VD that is not sorted.
+  for (size_t i = 1; i < vd->entries.size(); ++i) {
+    if (!(vd->entries[i - 1].name < vd->entries[i].name)) {
+      return Err(EPROTO, "VD entries not sorted by name");
+    }
+  }
+  return VdPtr(std::move(vd));
+}
+
+Result<std::vector<Conflict>> DecodeConflicts(const m2m::Bytes& payload) {
+  auto d = Decoded::Open(payload, wire::Body::ConflictList);
+  if (!d) return Err(d.error());
+  std::vector<Conflict> out;
+  const auto* v = d->msg()->body_as_ConflictList()->conflicts();
+  if (v == nullptr) return out;
+  for (const wire::ConflictEntry* c : *v) {
+    Conflict conflict;
+    auto name = Need(c->name(), "conflict.name");
+    if (!name) return Err(name.error());
+    conflict.name = std::move(*name);
+    if (c->copies() != nullptr) {
+      for (const wire::Copy* copy : *c->copies()) {
+        auto node = Need(copy->node(), "copy.node");
+        if (!node) return Err(node.error());
+        conflict.copies.emplace_back(std::move(*node), copy->type());
+      }
+    }
+    out.push_back(std::move(conflict));
+  }
+  return out;
+}
+
+Result<uint64_t> DecodeUpdateReply(const m2m::Bytes& payload) {
+  auto d = Decoded::Open(payload, wire::Body::UpdateReply);
+  if (!d) return Err(d.error());
+  return d->msg()->body_as_UpdateReply()->vd_version();
+}
+
+Status ValidateChange(const VdChange& c) {
+  if (auto s = ValidateName(c.name); !s) return s;
+  if (c.node.empty()) return Err(EINVAL, "VD change without a node");
+  return Ok();
+}
+
+}  // namespace
+
+// ---- The service ------------------------------------------------------------
+
+class VdService::Impl {
+ public:
+  class Core;
+  std::shared_ptr<Core> core;
+};
+
+class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
+ public:
+  Core(VdServiceOptions options, m2m::Transport* transport, const ClusterViewSource* cluster,
+       NodeFs* local, Executor* blocking)
+      : options_(options),
+        transport_(transport),
+        cluster_(cluster),
+        local_(local),
+        blocking_(blocking) {
+    if (options_.max_resident_vds == 0) options_.max_resident_vds = 1;
+  }
+
+  m2m::Transport* transport() const { return transport_; }
+
+  void Close() {
+    std::lock_guard lock(mu_);
+    closed_ = true;
+    resident_.clear();
+    lru_.clear();
+  }
+
+  // --- Handlers (progress context) ---
+
+  void OnListLocal(m2m::IncomingCall call, m2m::Responder responder) {
+    auto req = DecodePathRequest(call.payload);
+    if (!req) return Refuse("kNsListLocal", call, std::move(responder), req.error());
+    if (auto s = ValidateGlobalPath(req->path); !s) {
+      return Refuse("kNsListLocal", call, std::move(responder), s.error());
+    }
+    blocking_->Post([self = shared_from_this(), path = std::move(req->path),
+                     responder = std::move(responder)]() mutable {
+      if (self->IsClosed()) return responder.Fail(Error{ESHUTDOWN, "VD service closed"});
+      auto listing = self->local_->ListDir(Cred{}, path);
+      if (!listing) return responder.Fail(listing.error());
+      responder.Reply(EncodeListing(*listing));
+    });
+  }
+
+  void OnGet(m2m::IncomingCall call, m2m::Responder responder) {
+    auto req = DecodePathRequest(call.payload);
+    if (!req) return Refuse("kNsVdGet", call, std::move(responder), req.error());
+    if (auto s = ValidateGlobalPath(req->path); !s) {
+      return Refuse("kNsVdGet", call, std::move(responder), s.error());
+    }
+    auto view = cluster_->Current();
+    if (auto s = CheckManager(*view, req->path); !s) return responder.Fail(s.error());
+    ServeGet(req->path, req->from,
+             [responder = std::move(responder)](Result<VdPtr> vd) mutable {
+               if (!vd) return responder.Fail(vd.error());
+               responder.Reply(EncodeVd(**vd));
+             });
+  }
+
+  void OnUpdate(m2m::IncomingCall call, m2m::Responder responder) {
+    auto req = DecodeUpdateRequest(call.payload);
+    if (!req) return Refuse("kNsVdUpdate", call, std::move(responder), req.error());
+    Status valid = ValidateGlobalPath(req->path);
+    if (valid) valid = ValidateChange(req->change);
+    if (!valid) return Refuse("kNsVdUpdate", call, std::move(responder), valid.error());
+    auto view = cluster_->Current();
+    if (auto s = CheckManager(*view, req->path); !s) return responder.Fail(s.error());
+    auto version = ServeUpdate(req->path, req->change, *view);
+    if (!version) return responder.Fail(version.error());
+    responder.Reply(EncodeUpdateReply(*version));
+  }
+
+  void OnConflicts(m2m::IncomingCall call, m2m::Responder responder) {
+    auto req = DecodePathRequest(call.payload);
+    if (!req) return Refuse("kNsConflicts", call, std::move(responder), req.error());
+    if (auto s = ValidateGlobalPath(req->path); !s) {
+      return Refuse("kNsConflicts", call, std::move(responder), s.error());
+    }
+    auto view = cluster_->Current();
+    if (auto s = CheckManager(*view, req->path); !s) return responder.Fail(s.error());
+    ServeConflicts(req->path, [responder = std::move(responder)](
+                                  Result<std::vector<Conflict>> c) mutable {
+      if (c.has_value()) {
+        const std::vector<Conflict>& list = c.value();
+        responder.Reply(EncodeConflicts(list));
+      } else {
+        responder.Fail(c.error());
+      }
+    });
+  }
+
+  // --- Client side (any thread) ---
+
+  void Get(const std::string& path, std::move_only_function<void(Result<VdPtr>)> done) {
+    if (auto s = ValidateGlobalPath(path); !s) return done(Err(s.error()));
+    auto self = shared_from_this();
+    auto r = std::make_shared<Routed<VdPtr>>();
+    r->path = path;
+    r->method = MethodId(RpcMethod::kNsVdGet);
+    r->timeout = ManagerTimeout();
+    r->encode = [path](const ClusterView& v) { return EncodePathRequest(path, v); };
+    r->local = [self, path](const ClusterView& v, m2m::Callback<VdPtr> cb) {
+      self->ServeGet(path, v.self, std::move(cb));
+    };
+    r->decode = [](const m2m::Bytes& b) { return DecodeVd(b); };
+    r->done = std::move(done);
+    Route(std::move(r));
+  }
+
+  void Update(const std::string& path, VdChange change, std::move_only_function<void(Status)> done) {
+    Status valid = ValidateGlobalPath(path);
+    if (valid) valid = ValidateChange(change);
+    if (!valid) return done(Err(valid.error()));
+    auto self = shared_from_this();
+    auto r = std::make_shared<Routed<uint64_t>>();
+    r->path = path;
+    r->method = MethodId(RpcMethod::kNsVdUpdate);
+    r->timeout = std::chrono::duration_cast<m2m::Timeout>(options_.rpc_timeout);
+    r->encode = [path, change](const ClusterView& v) {
+      return EncodeUpdateRequest(path, change, v);
+    };
+    r->local = [self, path, change](const ClusterView& v, m2m::Callback<uint64_t> cb) {
+      cb(self->ServeUpdate(path, change, v));
+    };
+    r->decode = [](const m2m::Bytes& b) { return DecodeUpdateReply(b); };
+    r->done = [done = std::move(done)](Result<uint64_t> v) mutable {
+      if (!v) return done(Err(v.error()));
+      done(Ok());
+    };
+    Route(std::move(r));
+  }
+
+  void Conflicts(const std::string& path,
+                 std::move_only_function<void(Result<std::vector<Conflict>>)> done) {
+    if (auto s = ValidateGlobalPath(path); !s) return done(Err(s.error()));
+    auto self = shared_from_this();
+    auto r = std::make_shared<Routed<std::vector<Conflict>>>();
+    r->path = path;
+    r->method = MethodId(RpcMethod::kNsConflicts);
+    r->timeout = ManagerTimeout();
+    r->encode = [path](const ClusterView& v) { return EncodePathRequest(path, v); };
+    r->local = [self, path](const ClusterView&, m2m::Callback<std::vector<Conflict>> cb) {
+      self->ServeConflicts(path, std::move(cb));
+    };
+    r->decode = [](const m2m::Bytes& b) { return DecodeConflicts(b); };
+    r->done = std::move(done);
+    Route(std::move(r));
+  }
+
+  Stats stats() const {
+    std::lock_guard lock(mu_);
+    Stats s = stats_;
+    s.resident = resident_.size();
+    return s;
+  }
+
+ private:
+  // A built VD and the merge state it was derived from; both immutable
+  // (an update replaces them), so they are read outside mu_.
+  struct Snapshot {
+    VdPtr vd;
+    std::shared_ptr<const MergeState> state;
+  };
+  using Waiter = std::move_only_function<void(Result<Snapshot>)>;
+
+  struct Resident {
+    Snapshot snap;
+    std::list<std::string>::iterator lru;  // position in lru_
+  };
+
+  // One dirmerge in flight.
+  struct Build {
+    std::string path;
+    uint64_t epoch = 0;
+    std::vector<NodeListing> listings;  // one per live node, in node-id order
+    size_t outstanding = 0;             // leaves not yet answered (+1 while issuing)
+    std::vector<Waiter> waiters;
+    std::vector<VdChange> pending;      // updates that arrived during the build
+  };
+
+  // A request for M(P): serve here or send, and retry on ESTALE.
+  template <class T>
+  struct Routed {
+    std::string path;
+    uint16_t method = 0;
+    m2m::Timeout timeout{};
+    std::function<m2m::Bytes(const ClusterView&)> encode;
+    std::function<void(const ClusterView&, m2m::Callback<T>)> local;
+    std::function<Result<T>(const m2m::Bytes&)> decode;
+    m2m::Callback<T> done;
+    int attempt = 0;
+  };
+
+  // Gets and conflicts wait for the manager's own dirmerge leaves (each up to
+  // rpc_timeout), so their own deadline is twice that.
+  m2m::Timeout ManagerTimeout() const {
+    return 2 * std::chrono::duration_cast<m2m::Timeout>(options_.rpc_timeout);
+  }
+
+  bool IsClosed() const {
+    std::lock_guard lock(mu_);
+    return closed_;
+  }
+
+  void Refuse(const char* method, const m2m::IncomingCall& call, m2m::Responder responder,
+              const Error& e) {
+    Log()->warn("refused {} from {}: {}", method, call.peer.remote_addr, e.ToString());
+    responder.Fail(e);
+  }
+
+  static Status CheckManager(const ClusterView& view, const std::string& path) {
+    const std::string& m = view.Manager(path);
+    if (m == view.self) return Ok();
+    SPDLOG_LOGGER_DEBUG(Log(), "not the manager of {} in epoch {} (it is '{}'): ESTALE", path,
+                        view.epoch, m);
+    return Err(ESTALE, "not the manager of " + path + " in epoch " + std::to_string(view.epoch));
+  }
+
+  template <class T>
+  void Route(std::shared_ptr<Routed<T>> r) {
+    auto view = cluster_->Current();
+    const std::string manager = view->Manager(r->path);
+    if (manager.empty()) return r->done(Err(EHOSTDOWN, "no live member to manage " + r->path));
+    if (manager == view->self) return r->local(*view, std::move(r->done));
+    auto addr = view->live.find(manager);
+    if (addr == view->live.end()) {
+      return r->done(Err(EHOSTDOWN, "manager " + manager + " of " + r->path + " is not alive"));
+    }
+    auto ep = transport_->GetEndpoint(addr->second);
+    auto payload = r->encode(*view);
+    const uint16_t method = r->method;
+    const m2m::Timeout timeout = r->timeout;
+    ep->Call(method, std::move(payload), timeout,
+             [self = shared_from_this(), r](Result<m2m::Bytes> reply) mutable {
+               if (!reply && reply.error().code == ESTALE && r->attempt < kMaxStaleRetries) {
+                 ++r->attempt;
+                 return self->Route(std::move(r));  // with a refreshed view
+               }
+               if (!reply) return r->done(Err(reply.error()));
+               auto v = r->decode(*reply);
+               if (!v) Log()->warn("bad reply to method {} for {}: {}", r->method, r->path,
+                                   v.error().ToString());
+               r->done(std::move(v));
+             });
+  }
+
+  // --- Manager side ---
+
+  void ServeGet(const std::string& path, const std::string& from, m2m::Callback<VdPtr> done) {
+    {
+      std::lock_guard lock(mu_);
+      ++stats_.gets_served;
+    }
+    EnsureResident(path, [self = shared_from_this(), path, from,
+                          done = std::move(done)](Result<Snapshot> s) mutable {
+      if (!s) return done(Err(s.error()));
+      // ISSUE 4 HOOK (sharers): `from` has now fetched VD(P) at version
+      // s->vd->version; the directory table records it as a sharer here, so
+      // that ServeUpdate can invalidate it before acknowledging a change.
+      self->OnSharerHook(path, from, s->vd->version);
+      done(std::move(s->vd));
+    });
+  }
+
+  void ServeConflicts(const std::string& path, m2m::Callback<std::vector<Conflict>> done) {
+    EnsureResident(path, [done = std::move(done)](Result<Snapshot> s) mutable {
+      if (!s) return done(Err(s.error()));
+      done(vd_internal::ConflictsOf(*s->state));
+    });
+  }
+
+  // Applies `change` to the resident VD(P); returns its new version, or 0
+  // when P is not resident (nothing to do: the next get rebuilds it).
+  Result<uint64_t> ServeUpdate(const std::string& path, const VdChange& change,
+                               const ClusterView& view) {
+    std::lock_guard lock(mu_);
+    if (closed_) return Err(ESHUTDOWN, "VD service closed");
+    auto b = builds_.find(path);
+    if (b != builds_.end()) b->second->pending.push_back(change);  // replayed after the merge
+    auto it = resident_.find(path);
+    if (it == resident_.end()) return uint64_t{0};
+    if (it->second.snap.vd->epoch != view.epoch) {
+      EvictLocked(it);
+      return uint64_t{0};
+    }
+    auto state = std::make_shared<MergeState>(*it->second.snap.state);
+    const bool changed = change.kind == VdChange::Kind::kAdd
+                             ? vd_internal::ApplyAdd(*state, change.node, change.name, change.type)
+                             : vd_internal::ApplyRemove(*state, change.node, change.name);
+    Touch(it->second);
+    if (!changed) return it->second.snap.vd->version;  // already so: same version
+    auto vd = std::make_shared<VirtualDirectory>(*it->second.snap.vd);
+    vd->version += 1;
+    vd->holders = state->holders;
+    vd_internal::RefreshEntries(*state, change.name, &vd->entries);
+    version_floor_ = std::max(version_floor_, vd->version);
+    it->second.snap = Snapshot{std::move(vd), std::move(state)};
+    ++stats_.updates_applied;
+    // ISSUE 4 HOOK (invalidation): before this change is acknowledged, every
+    // sharer of VD(P) recorded by OnSharerHook must see its DT slot's version
+    // bumped (one parallel round of one-sided atomics). Today there are none.
+    return it->second.snap.vd->version;
+  }
+
+  // ISSUE 4 HOOK: records `node` as a sharer of VD(path) at `version`. No-op
+  // until the directory table exists.
+  void OnSharerHook(const std::string& path, const std::string& node, uint64_t version) {
+    (void)path;
+    (void)node;
+    (void)version;
+  }
+
+  void Touch(Resident& r) { lru_.splice(lru_.begin(), lru_, r.lru); }
+
+  void EvictLocked(std::unordered_map<std::string, Resident>::iterator it) {
+    // ISSUE 4 HOOK (eviction): the sharers of a VD leaving residency must be
+    // invalidated (or the sharer list kept) before it can be rebuilt.
+    lru_.erase(it->second.lru);
+    resident_.erase(it);
+  }
+
+  // Calls `waiter` with VD(P) of the current epoch: resident, or joined to
+  // the dirmerge in flight, or after a new dirmerge.
+  void EnsureResident(const std::string& path, Waiter waiter) {
+    auto view = cluster_->Current();
+    std::shared_ptr<Build> build;
+    {
+      std::unique_lock lock(mu_);
+      if (closed_) {
+        lock.unlock();
+        return waiter(Err(ESHUTDOWN, "VD service closed"));
+      }
+      auto it = resident_.find(path);
+      if (it != resident_.end()) {
+        if (it->second.snap.vd->epoch == view->epoch) {
+          Touch(it->second);
+          Snapshot snap = it->second.snap;
+          lock.unlock();
+          return waiter(std::move(snap));
+        }
+        EvictLocked(it);  // built in another epoch: rebuild
+      }
+      auto b = builds_.find(path);
+      if (b != builds_.end() && b->second->epoch == view->epoch) {
+        b->second->waiters.push_back(std::move(waiter));
+        return;
+      }
+      build = std::make_shared<Build>();
+      build->path = path;
+      build->epoch = view->epoch;
+      build->waiters.push_back(std::move(waiter));
+      build->outstanding = view->live.size() + 1;
+      for (const auto& [node, addr] : view->live) {
+        build->listings.push_back(NodeListing{node, Err(EIO, "no answer")});
+      }
+      builds_[path] = build;  // a build of an older epoch finishes on its own
+      ++stats_.dirmerges;
+    }
+    // One parallel fan-out: a kNsListLocal to every other live node, this
+    // node's own listing through the blocking executor (no message).
+    size_t i = 0;
+    for (const auto& [node, addr] : view->live) {
+      if (node == view->self) {
+        blocking_->Post([self = shared_from_this(), build, i] {
+          Result<std::vector<DirEntry>> r =
+              self->IsClosed() ? Err(ESHUTDOWN, "VD service closed")
+                               : self->local_->ListDir(Cred{}, build->path);
+          self->LeafDone(build, i, std::move(r));
+        });
+      } else {
+        auto ep = transport_->GetEndpoint(addr);
+        ep->Call(MethodId(RpcMethod::kNsListLocal), EncodePathRequest(path, *view),
+                 std::chrono::duration_cast<m2m::Timeout>(options_.rpc_timeout),
+                 [self = shared_from_this(), build, i, node](Result<m2m::Bytes> reply) {
+                   Result<std::vector<DirEntry>> r =
+                       reply ? DecodeListing(*reply) : Result<std::vector<DirEntry>>(
+                                                           Err(reply.error()));
+                   if (!r && r.error().code == EPROTO) {
+                     Log()->warn("bad listing of {} from {}: {}", build->path, node,
+                                 r.error().ToString());
+                   }
+                   self->LeafDone(build, i, std::move(r));
+                 });
+      }
+      ++i;
+    }
+    LeafDone(build, kIssued, Result<std::vector<DirEntry>>(std::vector<DirEntry>{}));
+  }
+
+  static constexpr size_t kIssued = static_cast<size_t>(-1);
+
+  // One leaf answered (or `kIssued`: every leaf was sent). The last one merges,
+  // makes the VD resident and answers the waiters.
+  void LeafDone(const std::shared_ptr<Build>& build, size_t i, Result<std::vector<DirEntry>> r) {
+    std::vector<Waiter> waiters;
+    Result<Snapshot> result = Err(EIO, "unset");
+    {
+      std::lock_guard lock(mu_);
+      if (i != kIssued) {
+        if (!r && r.error().code != ENOENT) {
+          SPDLOG_LOGGER_DEBUG(Log(), "dirmerge {}: node {} left out: {}", build->path,
+                              build->listings[i].node, r.error().ToString());
+        }
+        build->listings[i].listing = std::move(r);
+      }
+      if (--build->outstanding > 0) return;
+      waiters = std::move(build->waiters);
+      auto b = builds_.find(build->path);
+      if (b != builds_.end() && b->second == build) builds_.erase(b);
+      result = FinishLocked(*build);
+    }
+    for (auto& w : waiters) {
+      w(result);  // copies of an immutable snapshot (or the error)
+    }
+  }
+
+  Result<Snapshot> FinishLocked(Build& build) {
+    if (closed_) return Err(ESHUTDOWN, "VD service closed");
+    auto collected = vd_internal::Collect(build.listings);
+    if (!collected) {
+      if (collected.error().code == ENOENT) {
+        SPDLOG_LOGGER_DEBUG(Log(), "dirmerge {}: {}", build.path, collected.error().ToString());
+      }
+      return Err(collected.error().code, build.path + ": " + collected.error().context);
+    }
+    auto state = std::make_shared<MergeState>(std::move(*collected));
+    for (const VdChange& c : build.pending) {  // changes that raced with the fan-out
+      if (c.kind == VdChange::Kind::kAdd) {
+        vd_internal::ApplyAdd(*state, c.node, c.name, c.type);
+      } else {
+        vd_internal::ApplyRemove(*state, c.node, c.name);
+      }
+    }
+    auto vd = std::make_shared<VirtualDirectory>();
+    vd->path = build.path;
+    vd->epoch = build.epoch;
+    // Versions of one path never repeat at this manager, even across
+    // eviction and rebuild (a DT may still hold an older copy).
+    vd->version = ++version_floor_;
+    vd->holders = state->holders;
+    vd->entries = vd_internal::AllEntries(*state);
+    Snapshot snap{std::move(vd), std::move(state)};
+
+    auto it = resident_.find(build.path);
+    if (it != resident_.end()) {
+      if (it->second.snap.vd->epoch > build.epoch) return snap;  // a newer one is there
+      it->second.snap = snap;
+      Touch(it->second);
+    } else {
+      lru_.push_front(build.path);
+      resident_.emplace(build.path, Resident{snap, lru_.begin()});
+      while (resident_.size() > options_.max_resident_vds) {
+        EvictLocked(resident_.find(lru_.back()));
+      }
+    }
+    return snap;
+  }
+
+  VdServiceOptions options_;
+  m2m::Transport* const transport_;
+  const ClusterViewSource* const cluster_;
+  NodeFs* const local_;
+  Executor* const blocking_;
+
+  mutable std::mutex mu_;  // a leaf lock: nothing is called out while held
+  bool closed_ = false;
+  std::unordered_map<std::string, Resident> resident_;
+  std::list<std::string> lru_;  // most recently used first
+  std::unordered_map<std::string, std::shared_ptr<Build>> builds_;
+  uint64_t version_floor_ = 0;  // the largest VD version handed out
+  Stats stats_;
+};
+
+VdService::VdService(VdServiceOptions options, m2m::Transport* transport,
+                     const ClusterViewSource* cluster, NodeFs* local, Executor* blocking)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->core = std::make_shared<Impl::Core>(options, transport, cluster, local, blocking);
+}
+
+VdService::~VdService() { impl_->core->Close(); }
+
+void VdService::RegisterHandlers() {
+  using Core = Impl::Core;
+  std::weak_ptr<Core> weak = impl_->core;
+  auto install = [&](RpcMethod m, void (Core::*fn)(m2m::IncomingCall, m2m::Responder)) {
+    impl_->core->transport()->Handle(
+        MethodId(m), [weak, fn](m2m::IncomingCall call, m2m::Responder responder) {
+          auto core = weak.lock();
+          if (!core) return responder.Fail(Error{ESHUTDOWN, "VD service gone"});
+          ((*core).*fn)(std::move(call), std::move(responder));
+        });
+  };
+  install(RpcMethod::kNsListLocal, &Core::OnListLocal);
+  install(RpcMethod::kNsVdGet, &Core::OnGet);
+  install(RpcMethod::kNsVdUpdate, &Core::OnUpdate);
+  install(RpcMethod::kNsConflicts, &Core::OnConflicts);
+}
+
+void VdService::Get(const std::string& path, std::move_only_function<void(Result<VdPtr>)> done) {
+  impl_->core->Get(path, std::move(done));
+}
+
+void VdService::Update(const std::string& path, VdChange change,
+                       std::move_only_function<void(Status)> done) {
+  impl_->core->Update(path, std::move(change), std::move(done));
+}
+
+void VdService::Conflicts(const std::string& path,
+                          std::move_only_function<void(Result<std::vector<Conflict>>)> done) {
+  impl_->core->Conflicts(path, std::move(done));
+}
+
+VdService::Stats VdService::stats() const { return impl_->core->stats(); }
+
+// ---- Blocking helpers (worker threads only; never used inside the service) --
+
+Result<VdPtr> GetVdSync(VdService& s, const std::string& path) {
+  std::promise<Result<VdPtr>> p;
+  auto f = p.get_future();
+  s.Get(path, [&p](Result<VdPtr> r) { p.set_value(std::move(r)); });
+  return f.get();
+}
+
+Status UpdateVdSync(VdService& s, const std::string& path, VdChange change) {
+  std::promise<Status> p;
+  auto f = p.get_future();
+  s.Update(path, std::move(change), [&p](Status r) { p.set_value(std::move(r)); });
+  return f.get();
+}
+
+}  // namespace fedfs::ns

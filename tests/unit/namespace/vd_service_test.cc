@@ -1,0 +1,801 @@
+// The VD service (namespace/vd_service.h) over the fake network in simulated
+// mode: 3-8 nodes in one thread, each with an in-memory "local" file system
+// (only ListDir matters here), an InlineExecutor and its own cluster view.
+// Message counts come from the fake network's per-method statistics.
+// g++ 12 reports a false -Wmaybe-uninitialized when a
+// std::expected<std::vector<Conflict>, Error> is moved through optionals.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include "namespace/vd_service.h"
+
+#include <dirent.h>
+#include <gtest/gtest.h>
+
+#include <flatbuffers/flatbuffers.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/rpc_methods.h"
+#include "m2m/auth.h"
+#include "m2m/fake_network.h"
+#include "namespace/path.h"
+#include "vd_generated.h"
+
+namespace fedfs::ns {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+// ---- An in-memory node file system: directories of (name -> type) ----------
+
+class MemFs final : public NodeFs {
+ public:
+  explicit MemFs(std::string node) : node_(std::move(node)) { dirs_["/"]; }
+
+  // Adds a directory (and its ancestors) or a non-directory entry.
+  void AddDir(const std::string& path) {
+    if (path == "/") return;
+    AddDir(std::string(ParentPath(path)));
+    dirs_[std::string(ParentPath(path))][std::string(BaseName(path))] = DT_DIR;
+    dirs_[path];
+  }
+  void AddFile(const std::string& path, uint8_t type = DT_REG) {
+    AddDir(std::string(ParentPath(path)));
+    dirs_[std::string(ParentPath(path))][std::string(BaseName(path))] = type;
+  }
+  void Remove(const std::string& path) {
+    dirs_[std::string(ParentPath(path))].erase(std::string(BaseName(path)));
+  }
+  int list_calls = 0;
+
+  const std::string& node_id() const override { return node_; }
+  Result<std::vector<DirEntry>> ListDir(const Cred&, const std::string& path) override {
+    ++list_calls;
+    auto it = dirs_.find(path);
+    if (it == dirs_.end()) {
+      auto parent = dirs_.find(std::string(ParentPath(path)));
+      if (parent != dirs_.end()) {
+        auto e = parent->second.find(std::string(BaseName(path)));
+        if (e != parent->second.end()) return Err(ENOTDIR, path);
+      }
+      return Err(ENOENT, path);
+    }
+    std::vector<DirEntry> out;
+    uint64_t ino = 1;
+    for (const auto& [name, type] : it->second) out.push_back(DirEntry{name, type, ino++});
+    return out;
+  }
+
+  // Everything else is not needed by the VD service.
+  Result<struct stat> Stat(const Cred&, const std::string&) override { return No(); }
+  Result<struct stat> Mkdir(const Cred&, const std::string&, mode_t) override { return No(); }
+  Status MkdirParents(const std::string&, const std::vector<DirTemplate>&) override { return No(); }
+  Status Rmdir(const Cred&, const std::string&) override { return No(); }
+  Result<struct stat> Mknod(const Cred&, const std::string&, mode_t, dev_t) override { return No(); }
+  Result<struct stat> Symlink(const Cred&, const std::string&, const std::string&) override {
+    return No();
+  }
+  Result<std::string> Readlink(const Cred&, const std::string&) override { return No(); }
+  Status Unlink(const Cred&, const std::string&) override { return No(); }
+  Status Rename(const Cred&, const std::string&, const std::string&, unsigned) override {
+    return No();
+  }
+  Result<struct stat> Link(const Cred&, const std::string&, const std::string&) override {
+    return No();
+  }
+  Result<struct stat> SetAttr(const Cred&, const std::string&, std::optional<Handle>,
+                              const SetAttrRequest&) override {
+    return No();
+  }
+  Result<struct statvfs> StatFs() override { return No(); }
+  Result<std::string> GetXattr(const Cred&, const std::string&, const std::string&, size_t,
+                               size_t*) override {
+    return No();
+  }
+  Status SetXattr(const Cred&, const std::string&, const std::string&,
+                  std::span<const std::byte>, int) override {
+    return No();
+  }
+  Result<std::string> ListXattr(const Cred&, const std::string&, size_t, size_t*) override {
+    return No();
+  }
+  Status RemoveXattr(const Cred&, const std::string&, const std::string&) override { return No(); }
+  Result<Opened> Open(const Cred&, const std::string&, int) override { return No(); }
+  Result<Opened> Create(const Cred&, const std::string&, int, mode_t) override { return No(); }
+  Result<size_t> Read(Handle, uint64_t, std::span<std::byte>) override { return No(); }
+  Result<size_t> Write(Handle, uint64_t, std::span<const std::byte>) override { return No(); }
+  Status Flush(Handle, uint64_t) override { return No(); }
+  Status Fsync(Handle, bool) override { return No(); }
+  Status Fallocate(Handle, int, uint64_t, uint64_t) override { return No(); }
+  Status Release(Handle) override { return No(); }
+  Result<LockRange> GetLk(Handle, uint64_t, const LockRange&) override { return No(); }
+  Status SetLk(Handle, uint64_t, const LockRange&) override { return No(); }
+  Status Flock(Handle, uint64_t, int) override { return No(); }
+
+ private:
+  static std::unexpected<Error> No() { return Err(ENOSYS, "not in the test fake"); }
+  std::string node_;
+  std::map<std::string, std::map<std::string, uint8_t>> dirs_;
+};
+
+// A settable view; `next` (if set) replaces the current view after `after`
+// more calls of Current() (a membership refresh racing with a request).
+class TestViewSource final : public ClusterViewSource {
+ public:
+  std::shared_ptr<const ClusterView> Current() const override {
+    if (next_ && switch_after_-- == 0) {
+      view_ = std::move(next_);
+      next_.reset();
+    }
+    return view_;
+  }
+  void Set(std::shared_ptr<const ClusterView> v) { view_ = std::move(v); }
+  void SetLater(std::shared_ptr<const ClusterView> v, int after) {
+    next_ = std::move(v);
+    switch_after_ = after;
+  }
+
+ private:
+  mutable std::shared_ptr<const ClusterView> view_;
+  mutable std::shared_ptr<const ClusterView> next_;
+  mutable int switch_after_ = 0;
+};
+
+constexpr uint16_t kListLocal = MethodId(RpcMethod::kNsListLocal);
+constexpr uint16_t kVdGet = MethodId(RpcMethod::kNsVdGet);
+constexpr uint16_t kVdUpdate = MethodId(RpcMethod::kNsVdUpdate);
+
+std::string Name(int i) { return "n" + std::to_string(i); }
+
+// A simulated federation of `n` nodes running the VD service.
+class Federation {
+ public:
+  explicit Federation(int n, VdServiceOptions options = {}, uint64_t seed = 1,
+                      m2m::LinkModel link = m2m::LinkModel::Rdma())
+      : net_(Options(seed, link)) {
+    for (int i = 0; i < n; ++i) {
+      auto node = std::make_unique<Node>();
+      node->fs = std::make_unique<MemFs>(Name(i));
+      m2m::TransportOptions t;
+      t.cluster_key = m2m::Bytes(m2m::kClusterKeyBytes, std::byte{7});
+      node->transport = net_.NewTransport(t);
+      node->svc = std::make_unique<VdService>(options, node->transport.get(), &node->view,
+                                              node->fs.get(), &inline_);
+      node->svc->RegisterHandlers();
+      auto addr = node->transport->Listen(Name(i));
+      EXPECT_TRUE(addr) << addr.error().ToString();
+      nodes_.push_back(std::move(node));
+    }
+    std::vector<std::string> all;
+    for (int i = 0; i < n; ++i) all.push_back(Name(i));
+    SetViews(all, 1);
+  }
+
+  static m2m::FakeNetworkOptions Options(uint64_t seed, m2m::LinkModel link) {
+    m2m::FakeNetworkOptions o;
+    o.mode = m2m::SchedulerMode::kSimulated;
+    o.seed = seed;
+    link.jitter = std::chrono::microseconds(3);  // jitter from the seeded RNG
+    o.link = link;
+    return o;
+  }
+
+  // Every node's view: `live` alive, the others dead, at `epoch`.
+  void SetViews(const std::vector<std::string>& live, uint64_t epoch) {
+    for (size_t i = 0; i < nodes_.size(); ++i) nodes_[i]->view.Set(MakeView(Name(i), live, epoch));
+  }
+  std::shared_ptr<const ClusterView> MakeView(const std::string& self,
+                                              const std::vector<std::string>& live,
+                                              uint64_t epoch) const {
+    auto v = std::make_shared<ClusterView>();
+    v->self = self;
+    v->epoch = epoch;
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      const std::string id = Name(static_cast<int>(i));
+      if (std::find(live.begin(), live.end(), id) != live.end()) v->live[id] = id;
+      else v->dead[id] = id;
+    }
+    v->ring = std::make_shared<const Ring>(live, 64);
+    return v;
+  }
+
+  MemFs& fs(int i) { return *nodes_[i]->fs; }
+  VdService& svc(int i) { return *nodes_[i]->svc; }
+  TestViewSource& view(int i) { return nodes_[i]->view; }
+  m2m::FakeNetwork& net() { return net_; }
+  int size() const { return static_cast<int>(nodes_.size()); }
+  int Index(const std::string& id) const { return std::stoi(id.substr(1)); }
+  std::string Manager(const std::string& path) { return view(0).Current()->Manager(path); }
+
+  Result<VdPtr> Get(int from, const std::string& path) {
+    std::optional<Result<VdPtr>> out;
+    svc(from).Get(path, [&](Result<VdPtr> r) { out = std::move(r); });
+    net_.RunUntilIdle();
+    EXPECT_TRUE(out.has_value()) << "Get never completed";
+    if (!out) return Err(EIO, "never completed");
+    return std::move(*out);
+  }
+  Status Update(int from, const std::string& path, VdChange c) {
+    std::optional<Status> out;
+    svc(from).Update(path, std::move(c), [&](Status s) { out = std::move(s); });
+    net_.RunUntilIdle();
+    EXPECT_TRUE(out.has_value()) << "Update never completed";
+    if (!out) return Err(EIO, "never completed");
+    return std::move(*out);
+  }
+  Result<std::vector<Conflict>> Conflicts(int from, const std::string& path) {
+    std::optional<Result<std::vector<Conflict>>> out;
+    svc(from).Conflicts(path, [&](Result<std::vector<Conflict>> r) { out = std::move(r); });
+    net_.RunUntilIdle();
+    EXPECT_TRUE(out.has_value());
+    if (!out) return Err(EIO, "never completed");
+    return std::move(*out);
+  }
+
+  uint64_t Requests(uint16_t method) {
+    auto s = net_.TotalStats();
+    auto it = s.per_method.find(method);
+    return it == s.per_method.end() ? 0 : it->second.requests;
+  }
+
+  // Some node that is not in `avoid`.
+  int Other(std::set<int> avoid) const {
+    for (int i = 0; i < size(); ++i) {
+      if (!avoid.count(i)) return i;
+    }
+    return -1;
+  }
+
+ private:
+  struct Node {
+    std::unique_ptr<MemFs> fs;
+    TestViewSource view;
+    std::unique_ptr<m2m::Transport> transport;
+    std::unique_ptr<VdService> svc;
+  };
+  m2m::FakeNetwork net_;
+  InlineExecutor inline_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+};
+
+std::vector<std::string> Names(const VirtualDirectory& vd) {
+  std::vector<std::string> out;
+  for (const auto& e : vd.entries) out.push_back(e.name);
+  return out;
+}
+
+// A path under "/" whose manager in `f`'s current view is (or is not) `node`.
+std::string PathManagedBy(Federation& f, const std::string& node, bool by = true,
+                          const std::string& stem = "/d") {
+  for (int i = 0; i < 10000; ++i) {
+    std::string p = stem + std::to_string(i);
+    if ((f.Manager(p) == node) == by) return p;
+  }
+  ADD_FAILURE() << "no path managed by " << node;
+  return "/";
+}
+
+// Puts directory `path` on every node with a file "f<i>" on node i and a
+// subdirectory "sub" on nodes 0 and 1.
+void Populate(Federation& f, const std::string& path) {
+  for (int i = 0; i < f.size(); ++i) {
+    f.fs(i).AddDir(path);
+    f.fs(i).AddFile(path + "/f" + std::to_string(i));
+  }
+  f.fs(0).AddDir(path + "/sub");
+  f.fs(1).AddDir(path + "/sub");
+}
+
+TEST(VdService, GetBuildsByOneFanOut) {
+  for (int n : {3, 5, 8}) {
+    SCOPED_TRACE(n);
+    Federation f(n);
+    const std::string p = "/data";
+    Populate(f, p);
+    const int manager = f.Index(f.Manager(p));
+    const int client = f.Other({manager});
+
+    auto vd = f.Get(client, p);
+    ASSERT_TRUE(vd) << vd.error().ToString();
+    EXPECT_EQ(f.Requests(kListLocal), static_cast<uint64_t>(n - 1));  // one fan-out
+    EXPECT_EQ(f.Requests(kVdGet), 1u);
+    EXPECT_EQ(f.svc(manager).stats().dirmerges, 1u);
+    EXPECT_EQ(f.svc(manager).stats().gets_served, 1u);
+    EXPECT_EQ(f.svc(manager).stats().resident, 1u);
+    EXPECT_EQ(f.svc(client).stats().dirmerges, 0u);
+    for (int i = 0; i < n; ++i) EXPECT_EQ(f.fs(i).list_calls, 1) << i;  // manager: locally
+
+    EXPECT_EQ((*vd)->path, p);
+    EXPECT_EQ((*vd)->epoch, 1u);
+    EXPECT_EQ((*vd)->holders.size(), static_cast<size_t>(n));
+    ASSERT_EQ((*vd)->entries.size(), static_cast<size_t>(n + 1));
+    for (int i = 0; i < n; ++i) {
+      const VdEntry* e = (*vd)->Find("f" + std::to_string(i));
+      ASSERT_NE(e, nullptr);
+      EXPECT_EQ(e->holders, std::vector<std::string>{Name(i)});
+    }
+    const VdEntry* sub = (*vd)->Find("sub");
+    ASSERT_NE(sub, nullptr);
+    EXPECT_EQ(sub->type, DT_DIR);
+    EXPECT_EQ(sub->holders, (std::vector<std::string>{"n0", "n1"}));
+  }
+}
+
+TEST(VdService, ManagerServesItselfWithoutAGetMessage) {
+  Federation f(4);
+  Populate(f, "/x");
+  const int manager = f.Index(f.Manager("/x"));
+  auto vd = f.Get(manager, "/x");
+  ASSERT_TRUE(vd);
+  EXPECT_EQ(f.Requests(kVdGet), 0u);
+  EXPECT_EQ(f.Requests(kListLocal), 3u);
+}
+
+TEST(VdService, SecondGetIsServedFromResidency) {
+  Federation f(5);
+  Populate(f, "/r");
+  const int manager = f.Index(f.Manager("/r"));
+  const int a = f.Other({manager});
+  const int b = f.Other({manager, a});
+  auto first = f.Get(a, "/r");
+  ASSERT_TRUE(first);
+  const uint64_t lists = f.Requests(kListLocal);
+  auto second = f.Get(b, "/r");
+  ASSERT_TRUE(second);
+  EXPECT_EQ(f.Requests(kListLocal), lists);  // zero ListLocal
+  EXPECT_EQ(f.Requests(kVdGet), 2u);
+  EXPECT_EQ(f.svc(manager).stats().dirmerges, 1u);
+  EXPECT_EQ(f.svc(manager).stats().gets_served, 2u);
+  EXPECT_EQ((*second)->version, (*first)->version);
+  EXPECT_EQ(Names(**second), Names(**first));
+}
+
+TEST(VdService, ConcurrentGetsJoinOneBuild) {
+  Federation f(6);
+  Populate(f, "/c");
+  const int manager = f.Index(f.Manager("/c"));
+  std::vector<std::optional<Result<VdPtr>>> got(f.size());
+  for (int i = 0; i < f.size(); ++i) {
+    f.svc(i).Get("/c", [&got, i](Result<VdPtr> r) { got[i] = std::move(r); });
+  }
+  f.net().RunUntilIdle();
+  for (int i = 0; i < f.size(); ++i) {
+    ASSERT_TRUE(got[i].has_value() && got[i]->has_value()) << i;
+    const VirtualDirectory& mine = ***got[i];
+    const VirtualDirectory& theirs = ***got[manager];
+    EXPECT_EQ(mine.version, theirs.version) << "one build shared by all";
+    EXPECT_EQ(Names(mine), Names(theirs));
+  }
+  EXPECT_EQ(f.svc(manager).stats().dirmerges, 1u);
+  EXPECT_EQ(f.Requests(kListLocal), 5u);
+}
+
+TEST(VdService, UpdatesAreVisibleInTheNextGet) {
+  Federation f(4);
+  Populate(f, "/u");
+  const int manager = f.Index(f.Manager("/u"));
+  const int client = f.Other({manager});
+  auto v1 = f.Get(client, "/u");
+  ASSERT_TRUE(v1);
+  const uint64_t lists = f.Requests(kListLocal);
+
+  // A file appears on node 2 (say, created there): add a holder.
+  ASSERT_TRUE(f.Update(2, "/u", {VdChange::Kind::kAdd, "new", DT_REG, "n2"}));
+  auto v2 = f.Get(client, "/u");
+  ASSERT_TRUE(v2);
+  EXPECT_EQ((*v2)->version, (*v1)->version + 1);
+  ASSERT_NE((*v2)->Find("new"), nullptr);
+  EXPECT_EQ((*v2)->Find("new")->holders, std::vector<std::string>{"n2"});
+
+  // The same name on node 3: a conflict; the alias appears.
+  ASSERT_TRUE(f.Update(3, "/u", {VdChange::Kind::kAdd, "new", DT_REG, "n3"}));
+  auto v3 = f.Get(client, "/u");
+  ASSERT_TRUE(v3);
+  EXPECT_EQ((*v3)->version, (*v2)->version + 1);
+  ASSERT_NE((*v3)->Find("new@n3"), nullptr);
+  EXPECT_TRUE((*v3)->Find("new@n3")->alias);
+  auto conflicts = f.Conflicts(client, "/u");
+  ASSERT_TRUE(conflicts);
+  ASSERT_EQ(conflicts->size(), 1u);
+  EXPECT_EQ((*conflicts)[0].name, "new");
+
+  // Remove n2's copy: n3's copy takes the plain name, the alias goes.
+  ASSERT_TRUE(f.Update(client, "/u", {VdChange::Kind::kRemove, "new", 0, "n2"}));
+  auto v4 = f.Get(client, "/u");
+  ASSERT_TRUE(v4);
+  EXPECT_EQ((*v4)->version, (*v3)->version + 1);
+  ASSERT_NE((*v4)->Find("new"), nullptr);
+  EXPECT_EQ((*v4)->Find("new")->holders, std::vector<std::string>{"n3"});
+  EXPECT_EQ((*v4)->Find("new@n3"), nullptr);
+
+  // The last holder goes: the entry goes.
+  ASSERT_TRUE(f.Update(manager, "/u", {VdChange::Kind::kRemove, "new", 0, "n3"}));
+  auto v5 = f.Get(client, "/u");
+  ASSERT_TRUE(v5);
+  EXPECT_EQ((*v5)->version, (*v4)->version + 1);
+  EXPECT_EQ((*v5)->Find("new"), nullptr);
+  EXPECT_EQ(Names(**v5), Names(**v1));
+
+  EXPECT_EQ(f.Requests(kListLocal), lists);  // never rebuilt
+  EXPECT_EQ(f.svc(manager).stats().updates_applied, 4u);
+}
+
+TEST(VdService, UpdateOfANonResidentVdDoesNothing) {
+  Federation f(3);
+  Populate(f, "/nr");
+  const int manager = f.Index(f.Manager("/nr"));
+  ASSERT_TRUE(f.Update(f.Other({manager}), "/nr", {VdChange::Kind::kAdd, "x", DT_REG, "n0"}));
+  EXPECT_EQ(f.svc(manager).stats().updates_applied, 0u);
+  EXPECT_EQ(f.svc(manager).stats().resident, 0u);
+  EXPECT_EQ(f.Requests(kListLocal), 0u);
+  // The next get lists what the nodes have (x was never really created).
+  auto vd = f.Get(0, "/nr");
+  ASSERT_TRUE(vd);
+  EXPECT_EQ((*vd)->Find("x"), nullptr);
+}
+
+TEST(VdService, UpdateRacingWithTheBuildIsNotLost) {
+  Federation f(4);
+  Populate(f, "/race");
+  const int manager = f.Index(f.Manager("/race"));
+  std::optional<Result<VdPtr>> got;
+  f.svc(manager).Get("/race", [&](Result<VdPtr> r) { got = std::move(r); });
+  // The fan-out is in flight; a node reports a file it made after listing.
+  std::optional<Status> upd;
+  f.svc(manager).Update("/race", {VdChange::Kind::kAdd, "late", DT_REG, "n0"},
+                        [&](Status s) { upd = s; });
+  f.net().RunUntilIdle();
+  ASSERT_TRUE(got && *got);
+  ASSERT_TRUE(upd && *upd);
+  EXPECT_NE((**got)->Find("late"), nullptr);
+}
+
+TEST(VdService, ResidencyIsBoundedLru) {
+  VdServiceOptions o;
+  o.max_resident_vds = 2;
+  Federation f(3, o);
+  const std::string m = "n1";
+  const int manager = f.Index(m);
+  std::vector<std::string> paths;
+  for (int i = 0; paths.size() < 3; ++i) {
+    std::string p = "/e" + std::to_string(i);
+    if (f.Manager(p) == m) paths.push_back(p);
+  }
+  for (const auto& p : paths) Populate(f, p);
+  for (const auto& p : paths) ASSERT_TRUE(f.Get(0, p));
+  EXPECT_EQ(f.svc(manager).stats().resident, 2u);
+  EXPECT_EQ(f.svc(manager).stats().dirmerges, 3u);
+  // paths[2] and paths[1] are resident; paths[0] was evicted: rebuilt.
+  ASSERT_TRUE(f.Get(0, paths[2]));
+  EXPECT_EQ(f.svc(manager).stats().dirmerges, 3u);
+  ASSERT_TRUE(f.Get(0, paths[0]));
+  EXPECT_EQ(f.svc(manager).stats().dirmerges, 4u);
+  // That evicted paths[1] (least recently used), not paths[2].
+  ASSERT_TRUE(f.Get(0, paths[2]));
+  EXPECT_EQ(f.svc(manager).stats().dirmerges, 4u);
+  ASSERT_TRUE(f.Get(0, paths[1]));
+  EXPECT_EQ(f.svc(manager).stats().dirmerges, 5u);
+  EXPECT_EQ(f.svc(manager).stats().resident, 2u);
+}
+
+TEST(VdService, VersionsNeverRepeatAcrossRebuilds) {
+  VdServiceOptions o;
+  o.max_resident_vds = 1;
+  Federation f(3, o);
+  const std::string a = PathManagedBy(f, "n0");
+  const std::string b = PathManagedBy(f, "n0", true, "/other");
+  Populate(f, a);
+  Populate(f, b);
+  auto v1 = f.Get(0, a);
+  ASSERT_TRUE(v1);
+  ASSERT_TRUE(f.Get(0, b));  // evicts a
+  auto v2 = f.Get(0, a);
+  ASSERT_TRUE(v2);
+  EXPECT_GT((*v2)->version, (*v1)->version);
+}
+
+TEST(VdService, EpochChangeRebuilds) {
+  Federation f(4);
+  Populate(f, "/ep");
+  const int manager = f.Index(f.Manager("/ep"));
+  const int client = f.Other({manager});
+  ASSERT_TRUE(f.Get(client, "/ep"));
+  const uint64_t lists = f.Requests(kListLocal);
+  // Same members, new epoch (e.g. a node left and came back): rebuild.
+  f.SetViews({"n0", "n1", "n2", "n3"}, 2);
+  auto vd = f.Get(client, "/ep");
+  ASSERT_TRUE(vd);
+  EXPECT_EQ((*vd)->epoch, 2u);
+  EXPECT_EQ(f.Requests(kListLocal), lists + 3);
+  EXPECT_EQ(f.svc(manager).stats().dirmerges, 2u);
+  EXPECT_EQ(f.svc(manager).stats().resident, 1u);
+  // Updates to a VD of an older epoch are not applied: it is dropped.
+  f.SetViews({"n0", "n1", "n2", "n3"}, 3);
+  ASSERT_TRUE(f.Update(client, "/ep", {VdChange::Kind::kAdd, "z", DT_REG, "n0"}));
+  EXPECT_EQ(f.svc(manager).stats().updates_applied, 0u);
+  EXPECT_EQ(f.svc(manager).stats().resident, 0u);
+}
+
+TEST(VdService, DeadNodesEntriesAreAbsentTheRestListed) {
+  VdServiceOptions o;
+  o.rpc_timeout = milliseconds(300);
+  Federation f(5, o);
+  Populate(f, "/dead");
+  const int manager = f.Index(f.Manager("/dead"));
+  const int victim = f.Other({manager});
+  const int client = f.Other({manager, victim});
+
+  // Killed but not yet detected: the leaf times out, the rest is merged.
+  ASSERT_TRUE(f.net().Kill(Name(victim)));
+  auto vd = f.Get(client, "/dead");
+  ASSERT_TRUE(vd) << vd.error().ToString();
+  EXPECT_EQ((*vd)->Find("f" + std::to_string(victim)), nullptr);
+  EXPECT_EQ((*vd)->holders.size(), 4u);
+  for (int i = 0; i < 5; ++i) {
+    if (i != victim) {
+      EXPECT_NE((*vd)->Find("f" + std::to_string(i)), nullptr) << i;
+    }
+  }
+
+  // Detected dead (new epoch, not live): no message is sent to it at all.
+  std::vector<std::string> live;
+  for (int i = 0; i < 5; ++i) {
+    if (i != victim) live.push_back(Name(i));
+  }
+  f.SetViews(live, 2);
+  const std::string p2 = PathManagedBy(f, Name(victim), false, "/alive");
+  Populate(f, p2);
+  const uint64_t to_victim = [&] {
+    auto s = f.net().Stats(Name(victim));
+    return s.messages_received;
+  }();
+  auto vd2 = f.Get(f.Index(f.Manager(p2)) == client ? f.Other({victim, client}) : client, p2);
+  ASSERT_TRUE(vd2);
+  EXPECT_EQ((*vd2)->Find("f" + std::to_string(victim)), nullptr);
+  EXPECT_EQ((*vd2)->entries.size(), 4u + 1u);
+  EXPECT_EQ(f.net().Stats(Name(victim)).messages_received, to_victim);
+}
+
+TEST(VdService, ASlowNodeJoinsWithinTheTimeout) {
+  VdServiceOptions o;
+  o.rpc_timeout = seconds(2);
+  Federation f(4, o);
+  Populate(f, "/slow");
+  const int manager = f.Index(f.Manager("/slow"));
+  const int slow = f.Other({manager});
+  const int too_slow = f.Other({manager, slow});
+  m2m::LinkModel slow_link;
+  // First contact: a 4-message handshake then the request and reply, 6
+  // one-way trips: 1.2 s < 2 s.
+  slow_link.base_latency = milliseconds(200);
+  f.net().SetNodeModel(Name(slow), slow_link);
+  m2m::LinkModel too_slow_link;
+  too_slow_link.base_latency = milliseconds(1500);  // 3 s even without the handshake
+  f.net().SetNodeModel(Name(too_slow), too_slow_link);
+
+  auto vd = f.Get(manager, "/slow");
+  ASSERT_TRUE(vd);
+  EXPECT_NE((*vd)->Find("f" + std::to_string(slow)), nullptr);
+  EXPECT_EQ((*vd)->Find("f" + std::to_string(too_slow)), nullptr);
+  EXPECT_LT(f.net().Now(), seconds(5));  // bounded by the leaf timeout
+}
+
+TEST(VdService, EnoentAndEnotdir) {
+  Federation f(3);
+  f.fs(1).AddFile("/file");
+  f.fs(2).AddDir("/only2");
+  for (int from = 0; from < 3; ++from) {
+    auto missing = f.Get(from, "/missing");
+    ASSERT_FALSE(missing);
+    EXPECT_EQ(missing.error().code, ENOENT);
+    auto notdir = f.Get(from, "/file");
+    ASSERT_FALSE(notdir);
+    EXPECT_EQ(notdir.error().code, ENOTDIR);
+    auto only2 = f.Get(from, "/only2");
+    ASSERT_TRUE(only2);
+    EXPECT_EQ((*only2)->holders, std::vector<std::string>{"n2"});
+  }
+  auto bad = f.Get(0, "relative");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, EINVAL);
+  EXPECT_EQ(f.svc(0).stats().resident + f.svc(1).stats().resident + f.svc(2).stats().resident,
+            1u);  // failures are not kept
+}
+
+TEST(VdService, EstaleRedirectAfterARingChange) {
+  Federation f(6);
+  // Old ring: n0..n4. New ring: n0..n5 (n5 joined). Find P whose manager moves
+  // to n5 and whose old manager is neither the client nor n5.
+  const std::vector<std::string> old_live = {"n0", "n1", "n2", "n3", "n4"};
+  const std::vector<std::string> new_live = {"n0", "n1", "n2", "n3", "n4", "n5"};
+  f.SetViews(new_live, 2);
+  const int client = 0;
+  auto old_view = f.MakeView(Name(client), old_live, 1);
+  std::string p;
+  for (int i = 0; i < 10000 && p.empty(); ++i) {
+    std::string c = "/m" + std::to_string(i);
+    if (f.Manager(c) == "n5" && old_view->Manager(c) != Name(client)) p = c;
+  }
+  ASSERT_FALSE(p.empty());
+  Populate(f, p);
+  const int old_manager = f.Index(old_view->Manager(p));
+
+  // The client's view is stale; it refreshes after the first attempt.
+  f.view(client).Set(old_view);
+  f.view(client).SetLater(f.MakeView(Name(client), new_live, 2), 1);
+  auto vd = f.Get(client, p);
+  ASSERT_TRUE(vd) << vd.error().ToString();
+  EXPECT_EQ(f.Requests(kVdGet), 2u);  // to the old manager (ESTALE), then to n5
+  EXPECT_EQ(f.svc(old_manager).stats().gets_served, 0u);
+  EXPECT_EQ(f.svc(5).stats().gets_served, 1u);
+  EXPECT_EQ((*vd)->entries.size(), 6u + 1u);
+
+  // A view that never refreshes: 1 + 3 retries, then ESTALE.
+  f.net().ResetStats();
+  f.view(client).Set(old_view);
+  auto stale = f.Get(client, p);
+  ASSERT_FALSE(stale);
+  EXPECT_EQ(stale.error().code, ESTALE);
+  EXPECT_EQ(f.Requests(kVdGet), 4u);
+  // Updates are redirected the same way.
+  f.net().ResetStats();
+  f.view(client).SetLater(f.MakeView(Name(client), new_live, 2), 1);
+  ASSERT_TRUE(f.Update(client, p, {VdChange::Kind::kAdd, "u", DT_REG, "n1"}));
+  EXPECT_EQ(f.Requests(kVdUpdate), 2u);
+  EXPECT_EQ(f.svc(5).stats().updates_applied, 1u);
+}
+
+// Sends raw bytes as `method` to node `to` from a bare transport.
+Result<m2m::Bytes> RawCall(Federation& f, m2m::Transport& raw, const std::string& to,
+                           uint16_t method, m2m::Bytes payload) {
+  std::optional<Result<m2m::Bytes>> out;
+  raw.GetEndpoint(to)->Call(method, std::move(payload), seconds(1),
+                            [&](Result<m2m::Bytes> r) { out = std::move(r); });
+  f.net().RunUntilIdle();
+  if (!out) return Err(EIO, "never completed");
+  return std::move(*out);
+}
+
+m2m::Bytes WireMessage(uint16_t version, bool with_path, const std::string& path = "/x") {
+  namespace wire = fedfs::ns::vdwire;
+  flatbuffers::FlatBufferBuilder b;
+  auto p = with_path ? b.CreateString(path) : flatbuffers::Offset<flatbuffers::String>();
+  auto req = wire::CreatePathRequest(b, p, 0, 1);
+  b.FinishSizePrefixed(wire::CreateVdMessage(b, version, wire::Body::PathRequest, req.Union()));
+  return m2m::ToBytes({b.GetBufferPointer(), b.GetSize()});
+}
+
+m2m::Bytes WrongBody() {
+  namespace wire = fedfs::ns::vdwire;
+  flatbuffers::FlatBufferBuilder b;
+  auto reply = wire::CreateUpdateReply(b, 5);
+  b.FinishSizePrefixed(wire::CreateVdMessage(b, 1, wire::Body::UpdateReply, reply.Union()));
+  return m2m::ToBytes({b.GetBufferPointer(), b.GetSize()});
+}
+
+TEST(VdService, MalformedRequestsAreRefusedWithEproto) {
+  Federation f(3);
+  Populate(f, "/ok");
+  const std::string target = f.Manager("/x");
+  m2m::TransportOptions t;
+  t.cluster_key = m2m::Bytes(m2m::kClusterKeyBytes, std::byte{7});
+  auto raw = f.net().NewTransport(t);
+  ASSERT_TRUE(raw->Listen("raw"));
+
+  m2m::Bytes garbage = {std::byte{0xff}, std::byte{0x00}, std::byte{0x13}, std::byte{0x37},
+                        std::byte{0x01}, std::byte{0x02}, std::byte{0x03}, std::byte{0x04},
+                        std::byte{0x05}, std::byte{0x06}, std::byte{0x07}, std::byte{0x08}};
+  m2m::Bytes truncated = WireMessage(1, true);
+  truncated.resize(truncated.size() - 5);
+  m2m::Bytes huge_prefix = WireMessage(1, true);
+  huge_prefix[0] = std::byte{0xff};
+  huge_prefix[3] = std::byte{0x7f};
+  const std::vector<std::pair<const char*, m2m::Bytes>> bad = {
+      {"empty", {}},
+      {"garbage", garbage},
+      {"truncated", truncated},
+      {"size prefix too large", huge_prefix},
+      {"wrong version", WireMessage(2, true)},
+      {"no path", WireMessage(1, false)},
+      {"wrong body type", WrongBody()},
+  };
+  for (uint16_t method : {kVdGet, kListLocal, kVdUpdate, MethodId(RpcMethod::kNsConflicts)}) {
+    for (const auto& [what, bytes] : bad) {
+      SCOPED_TRACE(std::string(what) + " method " + std::to_string(method));
+      // kNsVdUpdate expects an UpdateRequest: a PathRequest is a wrong body.
+      auto r = RawCall(f, *raw, target, method, bytes);
+      ASSERT_FALSE(r);
+      EXPECT_EQ(r.error().code, EPROTO);
+    }
+  }
+  // A well-formed request with a path that escapes: EINVAL.
+  auto escape = RawCall(f, *raw, target, kListLocal, WireMessage(1, true, "/../etc"));
+  ASSERT_FALSE(escape);
+  EXPECT_EQ(escape.error().code, EINVAL);
+  // A well-formed get reaches the manager and works; the service keeps serving.
+  auto ok = RawCall(f, *raw, f.Manager("/ok"), kVdGet, WireMessage(1, true, "/ok"));
+  ASSERT_TRUE(ok) << ok.error().ToString();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(f.Get(i, "/ok"));
+  raw->Shutdown();
+}
+
+TEST(VdService, SameSeedSameMessages) {
+  auto run = [](uint64_t seed) {
+    VdServiceOptions o;
+    o.max_resident_vds = 3;
+    o.rpc_timeout = milliseconds(200);
+    Federation f(8, o, seed, m2m::LinkModel::TcpLan());
+    for (int d = 0; d < 10; ++d) Populate(f, "/s" + std::to_string(d));
+    EXPECT_TRUE(f.net().Kill("n7"));
+    for (int round = 0; round < 3; ++round) {
+      for (int d = 0; d < 10; ++d) {
+        const std::string p = "/s" + std::to_string(d);
+        const int from = (d * 3 + round) % 7;
+        EXPECT_TRUE(f.Get(from, p));
+        EXPECT_TRUE(f.Update(from, p, {VdChange::Kind::kAdd, "r" + std::to_string(round),
+                                       DT_REG, Name(from)}));
+      }
+    }
+    return std::make_pair(f.net().TotalStats(), f.net().Now());
+  };
+  auto a = run(11);
+  auto b = run(11);
+  EXPECT_EQ(a.first, b.first);
+  EXPECT_EQ(a.second, b.second);
+  EXPECT_GT(a.first.per_method[kListLocal].requests, 0u);
+}
+
+TEST(VdService, RealTimeModeWithBlockingHelpers) {
+  // The same service on the real-time fake network (a dispatcher thread),
+  // driven from this thread through GetVdSync/UpdateVdSync as a FUSE worker
+  // would.
+  m2m::FakeNetworkOptions o;
+  o.mode = m2m::SchedulerMode::kRealTime;
+  m2m::FakeNetwork net(o);
+  InlineExecutor inline_exec;
+  std::vector<std::unique_ptr<MemFs>> fs;
+  std::vector<TestViewSource> views(3);
+  std::vector<std::unique_ptr<m2m::Transport>> transports;
+  std::vector<std::unique_ptr<VdService>> svcs;
+  std::vector<std::string> live = {"n0", "n1", "n2"};
+  for (int i = 0; i < 3; ++i) {
+    fs.push_back(std::make_unique<MemFs>(Name(i)));
+    fs[i]->AddFile("/rt/file" + std::to_string(i));
+    auto v = std::make_shared<ClusterView>();
+    v->self = Name(i);
+    v->epoch = 1;
+    for (auto& n : live) v->live[n] = n;
+    v->ring = std::make_shared<const Ring>(live, 64);
+    views[i].Set(v);
+    m2m::TransportOptions t;
+    t.cluster_key = m2m::Bytes(m2m::kClusterKeyBytes, std::byte{7});
+    transports.push_back(net.NewTransport(t));
+    svcs.push_back(std::make_unique<VdService>(VdServiceOptions{}, transports[i].get(),
+                                               &views[i], fs[i].get(), &inline_exec));
+    svcs[i]->RegisterHandlers();
+    ASSERT_TRUE(transports[i]->Listen(Name(i)));
+  }
+  for (int i = 0; i < 3; ++i) {
+    auto vd = GetVdSync(*svcs[i], "/rt");
+    ASSERT_TRUE(vd) << vd.error().ToString();
+    EXPECT_EQ((*vd)->entries.size(), 3u);
+  }
+  ASSERT_TRUE(UpdateVdSync(*svcs[0], "/rt", {VdChange::Kind::kAdd, "file1", DT_REG, "n0"}));
+  auto vd = GetVdSync(*svcs[2], "/rt");
+  ASSERT_TRUE(vd);
+  ASSERT_NE((*vd)->Find("file1@n1"), nullptr);
+  // Malformed bytes with the blocking helper, then the service still serves.
+  auto r = m2m::CallSync(*transports[1]->GetEndpoint("n0"), kVdGet, m2m::Bytes(16), seconds(2));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, EPROTO);
+  EXPECT_TRUE(GetVdSync(*svcs[1], "/rt"));
+  for (auto& t : transports) t->Shutdown();
+}
+
+}  // namespace
+}  // namespace fedfs::ns
