@@ -1,0 +1,712 @@
+#include "namespace/file_service.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include "common/logging.h"
+#include "common/rpc_methods.h"
+#include "namespace/fs_wire.h"
+#include "namespace/path.h"
+
+namespace fedfs::ns {
+
+namespace fb = fswire::fb;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// The server's registered slots. Acquire waits (bounded by a deadline) for a
+// free slot; any thread but the progress context.
+class SlotPool {
+ public:
+  Status Init(m2m::Transport* t, size_t slot_size, size_t count) {
+    auto r = t->Allocate(slot_size * count);
+    if (!r) return Err(r.error());
+    region_ = std::move(*r);
+    slot_size_ = slot_size;
+    for (size_t i = 0; i < count; ++i) free_.push_back(static_cast<int>(i));
+    return Ok();
+  }
+  int Acquire(Clock::time_point deadline) {
+    std::unique_lock lock(mu_);
+    if (!cv_.wait_until(lock, deadline, [&] { return !free_.empty(); })) return -1;
+    int s = free_.back();
+    free_.pop_back();
+    return s;
+  }
+  void Release(int s) {
+    {
+      std::lock_guard lock(mu_);
+      free_.push_back(s);
+    }
+    cv_.notify_one();
+  }
+  std::byte* slot(int s) { return region_->data() + static_cast<size_t>(s) * slot_size_; }
+  size_t slot_size() const { return slot_size_; }
+
+ private:
+  std::unique_ptr<m2m::LocalRegion> region_;
+  size_t slot_size_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<int> free_;  // guarded by mu_
+};
+
+// RAII slot holder.
+struct SlotRef {
+  SlotPool* pool;
+  int slot;
+  ~SlotRef() {
+    if (slot >= 0) pool->Release(slot);
+  }
+};
+
+bool IsPathOp(fb::Op op) {
+  switch (op) {
+    case fb::Op::kStatFs:
+    case fb::Op::kRead:
+    case fb::Op::kWrite:
+    case fb::Op::kFlush:
+    case fb::Op::kFsync:
+    case fb::Op::kFallocate:
+    case fb::Op::kRelease:
+    case fb::Op::kGetLk:
+    case fb::Op::kSetLk:
+    case fb::Op::kFlock:
+      return false;
+    default:
+      return true;
+  }
+}
+
+bool IsTwoPathOp(fb::Op op) { return op == fb::Op::kRename || op == fb::Op::kLink; }
+
+std::string Str(const flatbuffers::String* s) { return s ? s->str() : std::string(); }
+
+bool HasNul(const flatbuffers::String* s) {
+  return s != nullptr && std::memchr(s->data(), '\0', s->size()) != nullptr;
+}
+
+// Checks a request's fields before any work: paths, strings, op code.
+Status CheckRequest(const fb::FsRequest* req) {
+  if (req->version() != fswire::kVersion) {
+    return Err(EPROTO, "unsupported fs wire version " + std::to_string(req->version()));
+  }
+  const fb::Op op = req->op();
+  if (op == fb::Op::kInvalid || op > fb::Op::kFlock) return Err(EPROTO, "unknown op");
+  if (IsPathOp(op)) {
+    if (req->path() == nullptr) return Err(EINVAL, "missing path");
+    if (auto st = ValidateGlobalPath(req->path()->string_view()); !st) return st;
+  }
+  if (IsTwoPathOp(op)) {
+    if (req->path2() == nullptr) return Err(EINVAL, "missing second path");
+    if (auto st = ValidateGlobalPath(req->path2()->string_view()); !st) return st;
+  }
+  if (HasNul(req->target())) return Err(EINVAL, "NUL inside a symlink target or xattr name");
+  return Ok();
+}
+
+}  // namespace
+
+struct Session {
+  uint64_t id = 0;
+  uint64_t incarnation = 0;
+  std::string node;
+  std::string addr;
+  std::set<uint64_t> conns;
+  std::shared_ptr<m2m::Endpoint> ep;        // to the client's listen address
+  std::shared_ptr<m2m::RemoteRegion> pool;  // the client's slots (null: inline only)
+  uint64_t slot_size = 0;
+  uint32_t slot_count = 0;
+  std::unordered_map<uint64_t, Handle> handles;  // remote handle -> local
+};
+
+class FileService::Impl : public std::enable_shared_from_this<Impl> {
+ public:
+  Impl(FileServiceOptions o, m2m::Transport* t, NodeFs* local, Executor* blocking)
+      : opts_(o), transport_(t), local_(local), blocking_(blocking), log_(Logger("fs")) {}
+
+  // The FileService is going away (the Impl may live on inside the
+  // transport's handlers): refuse everything from now on and release every
+  // handle while local_ is still alive.
+  void Stop() {
+    stopped_.store(true);
+    std::vector<Handle> all;
+    {
+      std::lock_guard lock(mu_);
+      for (auto& [id, s] : sessions_) {
+        for (auto& [rh, h] : s.handles) all.push_back(h);
+      }
+      sessions_.clear();
+    }
+    for (Handle h : all) (void)local_->Release(h);
+  }
+
+  m2m::Transport* transport() const { return transport_; }
+
+  Status Init() { return slots_.Init(transport_, opts_.slot_size, opts_.slot_count); }
+
+  // Progress context: verify, validate, post.
+  void OnCall(m2m::IncomingCall call, m2m::Responder r) {
+    const Clock::time_point arrival = Clock::now();
+    if (stopped_.load()) {
+      r.Fail(Error{ESHUTDOWN, "file service stopped"});
+      return;
+    }
+    if (call.method == MethodId(RpcMethod::kFsHello)) {
+      const auto* h = fswire::Verify<fb::FsHello>(call.payload);
+      if (h == nullptr) return Refuse(call, r, Error{EPROTO, "malformed FsHello"});
+      if (h->version() != fswire::kVersion) {
+        return Refuse(call, r, Error{EPROTO, "unsupported fs wire version"});
+      }
+      blocking_->Post([self = shared_from_this(), call = std::move(call),
+                       r = std::move(r)]() mutable { self->DoHello(std::move(call), r); });
+      return;
+    }
+    const auto* req = fswire::Verify<fb::FsRequest>(call.payload);
+    if (req == nullptr) return Refuse(call, r, Error{EPROTO, "malformed FsRequest"});
+    if (auto st = CheckRequest(req); !st) return Refuse(call, r, st.error());
+    blocking_->Post([self = shared_from_this(), call = std::move(call), r = std::move(r),
+                     arrival]() mutable {
+      const auto* req = flatbuffers::GetRoot<fb::FsRequest>(call.payload.data());
+      if (self->stopped_.load()) {
+        r.Fail(Error{ESHUTDOWN, "file service stopped"});
+        return;
+      }
+      auto reply = self->Run(call.peer, req, arrival);
+      self->served_.fetch_add(1, std::memory_order_relaxed);
+      if (reply) {
+        r.Reply(std::move(*reply));
+      } else {
+        if (reply.error().code == ENOENT) {
+          self->log_->debug("{} from {}: {}", fb::EnumNameOp(req->op()), call.peer.remote_addr,
+                            reply.error().ToString());
+        }
+        r.Fail(std::move(reply.error()));
+      }
+    });
+  }
+
+  void DropPeer(const std::string& node) {
+    std::vector<Handle> release;
+    {
+      std::lock_guard lock(mu_);
+      for (auto it = sessions_.begin(); it != sessions_.end();) {
+        if (it->second.node == node) {
+          for (auto& [rh, h] : it->second.handles) release.push_back(h);
+          it = sessions_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    if (!release.empty()) log_->info("peer {}: released {} handles", node, release.size());
+    for (Handle h : release) (void)local_->Release(h);
+  }
+
+  FileService::Stats stats() const {
+    FileService::Stats s;
+    std::lock_guard lock(mu_);
+    s.sessions = sessions_.size();
+    for (auto& [id, ss] : sessions_) s.handles += ss.handles.size();
+    s.refused = refused_.load();
+    s.served = served_.load();
+    return s;
+  }
+
+ private:
+  void Refuse(const m2m::IncomingCall& call, m2m::Responder& r, Error e) {
+    refused_.fetch_add(1, std::memory_order_relaxed);
+    log_->warn("refused request (method {}) from {} (conn {}): {}", call.method,
+               call.peer.remote_addr, call.peer.conn_id, e.ToString());
+    r.Fail(std::move(e));
+  }
+
+  void DoHello(m2m::IncomingCall call, m2m::Responder& r) {
+    if (stopped_.load()) {
+      r.Fail(Error{ESHUTDOWN, "file service stopped"});
+      return;
+    }
+    const auto* h = flatbuffers::GetRoot<fb::FsHello>(call.payload.data());
+    const std::string node = Str(h->client_node());
+    const std::string addr = Str(h->client_addr());
+    if (h->bye()) {
+      std::vector<Handle> release;
+      {
+        std::lock_guard lock(mu_);
+        auto it = sessions_.find(h->session());
+        if (it != sessions_.end() && it->second.conns.count(call.peer.conn_id)) {
+          for (auto& [rh, lh] : it->second.handles) release.push_back(lh);
+          sessions_.erase(it);
+        }
+      }
+      for (Handle lh : release) (void)local_->Release(lh);
+      r.Reply(HelloReply());
+      return;
+    }
+    if (node.size() > 1024 || addr.size() > 1024) {
+      return Refuse(call, r, Error{EINVAL, "oversized node id or address in FsHello"});
+    }
+    std::shared_ptr<m2m::Endpoint> ep;
+    std::shared_ptr<m2m::RemoteRegion> pool;
+    if (!addr.empty() && h->slot_count() > 0) {
+      const uint64_t need = h->slot_size() * uint64_t{h->slot_count()};
+      if (h->slot_size() == 0 || h->slot_size() > (1u << 30) || h->slot_count() > 4096 ||
+          need > h->pool_length() || h->pool_rkey() == nullptr) {
+        return Refuse(call, r, Error{EINVAL, "bad buffer pool in FsHello"});
+      }
+      ep = transport_->GetEndpoint(addr);
+      m2m::RegionDesc d;
+      d.addr = h->pool_addr();
+      d.length = h->pool_length();
+      const auto* k = reinterpret_cast<const std::byte*>(h->pool_rkey()->data());
+      d.rkey.assign(k, k + h->pool_rkey()->size());
+      auto imported = ep->Import(d);
+      if (!imported) {
+        log_->warn("hello from {} ({}): cannot import its pool: {}", node, call.peer.remote_addr,
+                   imported.error().ToString());
+        r.Fail(imported.error());
+        return;
+      }
+      pool = std::move(*imported);
+    }
+    std::vector<Handle> release;
+    {
+      std::lock_guard lock(mu_);
+      // A session of the same client node from another process incarnation:
+      // that process is gone (restarted); release what it held.
+      for (auto it = sessions_.begin(); it != sessions_.end();) {
+        if (it->second.node == node && it->second.incarnation != h->incarnation()) {
+          for (auto& [rh, lh] : it->second.handles) release.push_back(lh);
+          it = sessions_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      auto it = sessions_.find(h->session());
+      if (it == sessions_.end()) {
+        if (sessions_.size() >= opts_.max_sessions) {
+          r.Fail(Error{EAGAIN, "too many file service sessions"});
+          return;
+        }
+        it = sessions_.emplace(h->session(), Session{}).first;
+        it->second.id = h->session();
+      } else if (it->second.incarnation != h->incarnation() || it->second.node != node) {
+        r.Fail(Error{EPERM, "session id belongs to another client"});
+        return;
+      }
+      Session& s = it->second;
+      s.incarnation = h->incarnation();
+      s.node = node;
+      s.addr = addr;
+      s.conns.insert(call.peer.conn_id);
+      s.ep = std::move(ep);
+      s.pool = std::move(pool);
+      s.slot_size = s.pool ? h->slot_size() : 0;
+      s.slot_count = s.pool ? h->slot_count() : 0;
+    }
+    if (!release.empty()) {
+      log_->info("client {} restarted: released {} handles of its old sessions", node,
+                 release.size());
+    }
+    for (Handle lh : release) (void)local_->Release(lh);
+    log_->debug("session {:x} of {} bound to conn {} ({})", h->session(), node,
+                call.peer.conn_id, call.peer.remote_addr);
+    r.Reply(HelloReply());
+  }
+
+  m2m::Bytes HelloReply() {
+    flatbuffers::FlatBufferBuilder b(64);
+    fb::FsHelloReplyBuilder hb(b);
+    hb.add_version(fswire::kVersion);
+    hb.add_max_io(std::min(opts_.slot_size, opts_.max_inline));
+    b.Finish(hb.Finish());
+    return fswire::Finish(b);
+  }
+
+  // What a data request needs from its session, copied under the lock.
+  struct SessionView {
+    std::shared_ptr<m2m::Endpoint> ep;
+    std::shared_ptr<m2m::RemoteRegion> pool;
+    uint64_t slot_size = 0;
+    uint32_t slot_count = 0;
+  };
+
+  Result<SessionView> Bound(const m2m::PeerInfo& peer, uint64_t session) {
+    std::lock_guard lock(mu_);
+    auto it = sessions_.find(session);
+    if (it == sessions_.end() || it->second.conns.count(peer.conn_id) == 0) {
+      return Err(fswire::kErrSessionUnknown, "unknown file service session");
+    }
+    return SessionView{it->second.ep, it->second.pool, it->second.slot_size,
+                       it->second.slot_count};
+  }
+
+  Result<Handle> Local(uint64_t session, uint64_t rh) {
+    std::lock_guard lock(mu_);
+    auto it = sessions_.find(session);
+    if (it == sessions_.end()) return Err(EBADF, "no such handle");
+    auto h = it->second.handles.find(rh);
+    if (h == it->second.handles.end()) return Err(EBADF, "no such handle");
+    return h->second;
+  }
+
+  // Records a newly opened local handle; releases it again when the session
+  // vanished meanwhile or holds too many.
+  Result<uint64_t> AddHandle(uint64_t session, Handle lh) {
+    {
+      std::lock_guard lock(mu_);
+      auto it = sessions_.find(session);
+      if (it != sessions_.end() && it->second.handles.size() < opts_.max_handles_per_session) {
+        const uint64_t rh = ++next_handle_;
+        it->second.handles.emplace(rh, lh);
+        return rh;
+      }
+    }
+    (void)local_->Release(lh);
+    return Err(EMFILE, "too many open handles for this session");
+  }
+
+  Result<Handle> TakeHandle(uint64_t session, uint64_t rh) {
+    std::lock_guard lock(mu_);
+    auto it = sessions_.find(session);
+    if (it == sessions_.end()) return Err(EBADF, "no such handle");
+    auto h = it->second.handles.find(rh);
+    if (h == it->second.handles.end()) return Err(EBADF, "no such handle");
+    Handle lh = h->second;
+    it->second.handles.erase(h);
+    return lh;
+  }
+
+  static m2m::Bytes StatReply(const struct stat& st) {
+    flatbuffers::FlatBufferBuilder b(256);
+    auto w = fswire::ToWire(st);
+    fb::FsReplyBuilder rb(b);
+    rb.add_version(fswire::kVersion);
+    rb.add_stat(&w);
+    b.Finish(rb.Finish());
+    return fswire::Finish(b);
+  }
+  static m2m::Bytes EmptyReply() {
+    flatbuffers::FlatBufferBuilder b(32);
+    fb::FsReplyBuilder rb(b);
+    rb.add_version(fswire::kVersion);
+    b.Finish(rb.Finish());
+    return fswire::Finish(b);
+  }
+  static m2m::Bytes DataReply(std::span<const std::byte> data, uint64_t n) {
+    flatbuffers::FlatBufferBuilder b(64 + data.size());
+    auto d = b.CreateVector(reinterpret_cast<const uint8_t*>(data.data()), data.size());
+    fb::FsReplyBuilder rb(b);
+    rb.add_version(fswire::kVersion);
+    rb.add_data(d);
+    rb.add_n(n);
+    b.Finish(rb.Finish());
+    return fswire::Finish(b);
+  }
+  static m2m::Bytes CountReply(uint64_t n) {
+    flatbuffers::FlatBufferBuilder b(32);
+    fb::FsReplyBuilder rb(b);
+    rb.add_version(fswire::kVersion);
+    rb.add_n(n);
+    b.Finish(rb.Finish());
+    return fswire::Finish(b);
+  }
+  static m2m::Bytes OpenedReply(uint64_t rh, const struct stat& st) {
+    flatbuffers::FlatBufferBuilder b(256);
+    auto w = fswire::ToWire(st);
+    fb::FsReplyBuilder rb(b);
+    rb.add_version(fswire::kVersion);
+    rb.add_stat(&w);
+    rb.add_handle(rh);
+    b.Finish(rb.Finish());
+    return fswire::Finish(b);
+  }
+
+  Result<m2m::Bytes> Run(const m2m::PeerInfo& peer, const fb::FsRequest* req,
+                         Clock::time_point arrival) {
+    const uint64_t session = req->session();
+    auto view = Bound(peer, session);
+    if (!view) return Err(view.error());
+    const Cred cred = fswire::FromWire(req->cred());
+    const std::string path = Str(req->path());
+    auto budget = std::chrono::microseconds(
+        std::min<uint64_t>(req->budget_us(), 600'000'000ull));
+    if (budget.count() == 0) budget = opts_.transfer_timeout;
+    const Clock::time_point deadline = arrival + budget;
+
+    auto stat_or = [](Result<struct stat> r) -> Result<m2m::Bytes> {
+      if (!r) return Err(r.error());
+      return StatReply(*r);
+    };
+    auto status_or = [](Status s) -> Result<m2m::Bytes> {
+      if (!s) return Err(s.error());
+      return EmptyReply();
+    };
+    auto handle = [&]() { return Local(session, req->handle()); };
+
+    switch (req->op()) {
+      case fb::Op::kStat:
+        return stat_or(local_->Stat(cred, path));
+      case fb::Op::kListDir: {
+        auto r = local_->ListDir(cred, path);
+        if (!r) return Err(r.error());
+        flatbuffers::FlatBufferBuilder b(64 + r->size() * 48);
+        std::vector<flatbuffers::Offset<fb::DirEntry>> es;
+        es.reserve(r->size());
+        for (const DirEntry& e : *r) {
+          es.push_back(fb::CreateDirEntry(b, b.CreateString(e.name), e.type, e.ino));
+        }
+        auto v = b.CreateVector(es);
+        fb::FsReplyBuilder rb(b);
+        rb.add_version(fswire::kVersion);
+        rb.add_entries(v);
+        b.Finish(rb.Finish());
+        return fswire::Finish(b);
+      }
+      case fb::Op::kMkdir:
+        return stat_or(local_->Mkdir(cred, path, req->mode()));
+      case fb::Op::kMkdirParents: {
+        std::vector<NodeFs::DirTemplate> t;
+        if (req->templates()) {
+          for (const fb::DirTemplate* d : *req->templates()) {
+            t.push_back({static_cast<mode_t>(d->mode()), d->uid(), d->gid()});
+          }
+        }
+        return status_or(local_->MkdirParents(path, t));
+      }
+      case fb::Op::kRmdir:
+        return status_or(local_->Rmdir(cred, path));
+      case fb::Op::kMknod:
+        return stat_or(local_->Mknod(cred, path, req->mode(), req->rdev()));
+      case fb::Op::kSymlink:
+        return stat_or(local_->Symlink(cred, Str(req->target()), path));
+      case fb::Op::kReadlink: {
+        auto r = local_->Readlink(cred, path);
+        if (!r) return Err(r.error());
+        return DataReply(std::as_bytes(std::span(*r)), r->size());
+      }
+      case fb::Op::kUnlink:
+        return status_or(local_->Unlink(cred, path));
+      case fb::Op::kRename:
+        return status_or(local_->Rename(cred, path, Str(req->path2()), req->flags()));
+      case fb::Op::kLink:
+        return stat_or(local_->Link(cred, path, Str(req->path2())));
+      case fb::Op::kSetAttr: {
+        std::optional<Handle> h;
+        if (req->has_handle()) {
+          auto lh = handle();
+          if (!lh) return Err(lh.error());
+          h = *lh;
+        }
+        SetAttrRequest sa;
+        const uint32_t m = req->setattr_mask();
+        if (m & fswire::kSaMode) sa.mode = req->sa_mode();
+        if (m & fswire::kSaUid) sa.uid = req->sa_uid();
+        if (m & fswire::kSaGid) sa.gid = req->sa_gid();
+        if (m & fswire::kSaSize) sa.size = req->sa_size();
+        if (m & fswire::kSaAtime) sa.atime = timespec{req->sa_atime_sec(), req->sa_atime_nsec()};
+        if (m & fswire::kSaMtime) sa.mtime = timespec{req->sa_mtime_sec(), req->sa_mtime_nsec()};
+        return stat_or(local_->SetAttr(cred, path, h, sa));
+      }
+      case fb::Op::kStatFs: {
+        auto r = local_->StatFs();
+        if (!r) return Err(r.error());
+        flatbuffers::FlatBufferBuilder b(128);
+        auto w = fswire::ToWire(*r);
+        fb::FsReplyBuilder rb(b);
+        rb.add_version(fswire::kVersion);
+        rb.add_statvfs(&w);
+        b.Finish(rb.Finish());
+        return fswire::Finish(b);
+      }
+      case fb::Op::kGetXattr:
+      case fb::Op::kListXattr: {
+        size_t needed = 0;
+        const size_t size = std::min<uint64_t>(req->length(), 1u << 20);
+        auto r = req->op() == fb::Op::kGetXattr
+                     ? local_->GetXattr(cred, path, Str(req->target()), size, &needed)
+                     : local_->ListXattr(cred, path, size, &needed);
+        if (!r) return Err(r.error());
+        return DataReply(std::as_bytes(std::span(*r)), needed);
+      }
+      case fb::Op::kSetXattr: {
+        std::span<const std::byte> v;
+        if (req->data()) v = std::as_bytes(std::span(req->data()->data(), req->data()->size()));
+        return status_or(local_->SetXattr(cred, path, Str(req->target()), v, req->flags()));
+      }
+      case fb::Op::kRemoveXattr:
+        return status_or(local_->RemoveXattr(cred, path, Str(req->target())));
+      case fb::Op::kOpen:
+      case fb::Op::kCreate: {
+        auto r = req->op() == fb::Op::kOpen ? local_->Open(cred, path, req->flags())
+                                            : local_->Create(cred, path, req->flags(), req->mode());
+        if (!r) return Err(r.error());
+        auto rh = AddHandle(session, r->handle);
+        if (!rh) return Err(rh.error());
+        return OpenedReply(*rh, r->st);
+      }
+      case fb::Op::kRead:
+        return DoRead(*view, req, deadline, session);
+      case fb::Op::kWrite:
+        return DoWrite(*view, req, deadline, session);
+      case fb::Op::kFlush: {
+        auto h = handle();
+        if (!h) return Err(h.error());
+        return status_or(local_->Flush(*h, req->owner()));
+      }
+      case fb::Op::kFsync: {
+        auto h = handle();
+        if (!h) return Err(h.error());
+        return status_or(local_->Fsync(*h, req->flags() != 0));
+      }
+      case fb::Op::kFallocate: {
+        auto h = handle();
+        if (!h) return Err(h.error());
+        return status_or(local_->Fallocate(*h, req->flags(), req->offset(), req->length()));
+      }
+      case fb::Op::kRelease: {
+        auto h = TakeHandle(session, req->handle());
+        if (!h) return Err(h.error());
+        return status_or(local_->Release(*h));
+      }
+      case fb::Op::kGetLk:
+      case fb::Op::kSetLk: {
+        auto h = handle();
+        if (!h) return Err(h.error());
+        LockRange want{req->lock_type(), req->lock_start(), req->lock_len(), req->lock_pid()};
+        if (req->op() == fb::Op::kSetLk) return status_or(local_->SetLk(*h, req->owner(), want));
+        auto r = local_->GetLk(*h, req->owner(), want);
+        if (!r) return Err(r.error());
+        flatbuffers::FlatBufferBuilder b(64);
+        fb::FsReplyBuilder rb(b);
+        rb.add_version(fswire::kVersion);
+        rb.add_lock_type(r->type);
+        rb.add_lock_start(r->start);
+        rb.add_lock_len(r->len);
+        rb.add_lock_pid(r->pid);
+        b.Finish(rb.Finish());
+        return fswire::Finish(b);
+      }
+      case fb::Op::kFlock: {
+        auto h = handle();
+        if (!h) return Err(h.error());
+        return status_or(local_->Flock(*h, req->owner(), req->flags()));
+      }
+      default:
+        return Err(EPROTO, "unknown op");
+    }
+  }
+
+  // Checks a slot request against the session's pool and the server's slots.
+  Status CheckSlot(const SessionView& v, const fb::FsRequest* req) {
+    if (!v.pool) return Err(EINVAL, "slot named but the session has no buffer pool");
+    if (req->slot() >= static_cast<int64_t>(v.slot_count)) return Err(EINVAL, "bad slot");
+    if (req->length() > v.slot_size || req->length() > opts_.slot_size) {
+      return Err(EINVAL, "length over the slot size");
+    }
+    return Ok();
+  }
+
+  std::chrono::nanoseconds Remaining(Clock::time_point deadline) {
+    return std::min<std::chrono::nanoseconds>(deadline - Clock::now(), opts_.transfer_timeout);
+  }
+
+  Result<m2m::Bytes> DoRead(const SessionView& v, const fb::FsRequest* req,
+                            Clock::time_point deadline, uint64_t session) {
+    auto h = Local(session, req->handle());
+    if (!h) return Err(h.error());
+    if (req->slot() < 0) {
+      if (req->length() > opts_.max_inline) return Err(EINVAL, "inline read over the limit");
+      std::vector<std::byte> buf(req->length());
+      auto n = local_->Read(*h, req->offset(), buf);
+      if (!n) return Err(n.error());
+      return DataReply(std::span(buf.data(), *n), *n);
+    }
+    if (auto st = CheckSlot(v, req); !st) return Err(st.error());
+    SlotRef mine{&slots_, slots_.Acquire(deadline)};
+    if (mine.slot < 0) return Err(ETIMEDOUT, "no free server slot before the deadline");
+    std::byte* buf = slots_.slot(mine.slot);
+    auto n = local_->Read(*h, req->offset(), std::span(buf, req->length()));
+    if (!n) return Err(n.error());
+    if (*n > 0) {
+      if (Clock::now() >= deadline) return Err(ETIMEDOUT, "read: the client's deadline passed");
+      auto st = m2m::PutSync(*v.ep, buf, *n, *v.pool, uint64_t(req->slot()) * v.slot_size,
+                             Remaining(deadline));
+      if (!st) return Err(st.error());
+    }
+    return CountReply(*n);
+  }
+
+  Result<m2m::Bytes> DoWrite(const SessionView& v, const fb::FsRequest* req,
+                             Clock::time_point deadline, uint64_t session) {
+    auto h = Local(session, req->handle());
+    if (!h) return Err(h.error());
+    if (req->slot() < 0) {
+      std::span<const std::byte> d;
+      if (req->data()) d = std::as_bytes(std::span(req->data()->data(), req->data()->size()));
+      auto n = local_->Write(*h, req->offset(), d);
+      if (!n) return Err(n.error());
+      return CountReply(*n);
+    }
+    if (auto st = CheckSlot(v, req); !st) return Err(st.error());
+    SlotRef mine{&slots_, slots_.Acquire(deadline)};
+    if (mine.slot < 0) return Err(ETIMEDOUT, "no free server slot before the deadline");
+    std::byte* buf = slots_.slot(mine.slot);
+    const size_t len = req->length();
+    if (len > 0) {
+      auto st = m2m::GetSync(*v.ep, buf, len, *v.pool, uint64_t(req->slot()) * v.slot_size,
+                             Remaining(deadline));
+      if (!st) return Err(st.error());
+    }
+    // Past the deadline the client may already reuse its slot: the bytes we
+    // fetched are then not known to be the ones it meant. Never write them.
+    if (Clock::now() >= deadline) return Err(ETIMEDOUT, "write: the client's deadline passed");
+    auto n = local_->Write(*h, req->offset(), std::span<const std::byte>(buf, len));
+    if (!n) return Err(n.error());
+    return CountReply(*n);
+  }
+
+  const FileServiceOptions opts_;
+  m2m::Transport* const transport_;
+  NodeFs* const local_;
+  Executor* const blocking_;
+  std::shared_ptr<spdlog::logger> log_;
+  SlotPool slots_;
+  std::atomic<bool> stopped_{false};
+  std::atomic<uint64_t> refused_{0};
+  std::atomic<uint64_t> served_{0};
+
+  mutable std::mutex mu_;  // leaf lock: never held across a call into local_ or the transport
+  std::unordered_map<uint64_t, Session> sessions_;  // guarded by mu_
+  uint64_t next_handle_ = 0;                        // guarded by mu_
+};
+
+FileService::FileService(FileServiceOptions options, m2m::Transport* transport, NodeFs* local,
+                         Executor* blocking)
+    : impl_(std::make_shared<Impl>(options, transport, local, blocking)) {}
+
+FileService::~FileService() { impl_->Stop(); }
+
+Status FileService::RegisterHandlers() {
+  if (auto st = impl_->Init(); !st) return st;
+  // The handlers hold the Impl alive for as long as the transport keeps them.
+  for (RpcMethod m : {RpcMethod::kFsHello, RpcMethod::kFsMeta, RpcMethod::kFsData}) {
+    impl_->transport()->Handle(MethodId(m), [impl = impl_](m2m::IncomingCall c, m2m::Responder r) {
+      impl->OnCall(std::move(c), std::move(r));
+    });
+  }
+  return Ok();
+}
+
+void FileService::DropPeer(const std::string& client_node) { impl_->DropPeer(client_node); }
+
+FileService::Stats FileService::stats() const { return impl_->stats(); }
+
+}  // namespace fedfs::ns

@@ -1,0 +1,74 @@
+#include "namespace/fs_wire.h"
+
+namespace fedfs::ns::fswire {
+
+fb::Stat ToWire(const struct stat& s) {
+  return fb::Stat(s.st_dev, s.st_ino, s.st_mode, s.st_nlink, s.st_uid, s.st_gid, s.st_rdev,
+                  s.st_size, s.st_blksize, s.st_blocks, s.st_atim.tv_sec, s.st_atim.tv_nsec,
+                  s.st_mtim.tv_sec, s.st_mtim.tv_nsec, s.st_ctim.tv_sec, s.st_ctim.tv_nsec);
+}
+
+struct stat FromWire(const fb::Stat& w) {
+  struct stat s {};
+  s.st_dev = w.dev();
+  s.st_ino = w.ino();
+  s.st_mode = w.mode();
+  s.st_nlink = w.nlink();
+  s.st_uid = w.uid();
+  s.st_gid = w.gid();
+  s.st_rdev = w.rdev();
+  s.st_size = w.size();
+  s.st_blksize = w.blksize();
+  s.st_blocks = w.blocks();
+  s.st_atim = {w.atime_sec(), w.atime_nsec()};
+  s.st_mtim = {w.mtime_sec(), w.mtime_nsec()};
+  s.st_ctim = {w.ctime_sec(), w.ctime_nsec()};
+  return s;
+}
+
+fb::StatVfs ToWire(const struct statvfs& s) {
+  return fb::StatVfs(s.f_bsize, s.f_frsize, s.f_blocks, s.f_bfree, s.f_bavail, s.f_files,
+                     s.f_ffree, s.f_favail, s.f_fsid, s.f_flag, s.f_namemax);
+}
+
+struct statvfs FromWire(const fb::StatVfs& w) {
+  struct statvfs s {};
+  s.f_bsize = w.bsize();
+  s.f_frsize = w.frsize();
+  s.f_blocks = w.blocks();
+  s.f_bfree = w.bfree();
+  s.f_bavail = w.bavail();
+  s.f_files = w.files();
+  s.f_ffree = w.ffree();
+  s.f_favail = w.favail();
+  s.f_fsid = w.fsid();
+  s.f_flag = w.flag();
+  s.f_namemax = w.namemax();
+  return s;
+}
+
+flatbuffers::Offset<fb::Cred> ToWire(flatbuffers::FlatBufferBuilder& b, const Cred& c) {
+  auto groups = c.groups.empty() ? 0 : b.CreateVector(c.groups);
+  fb::CredBuilder cb(b);
+  cb.add_uid(c.uid);
+  cb.add_gid(c.gid);
+  if (!groups.IsNull()) cb.add_groups(groups);
+  cb.add_umask(c.umask);
+  return cb.Finish();
+}
+
+Cred FromWire(const fb::Cred* c) {
+  Cred out;
+  if (c == nullptr) {
+    out.uid = 65534;
+    out.gid = 65534;
+    return out;
+  }
+  out.uid = c->uid();
+  out.gid = c->gid();
+  out.umask = c->umask();
+  if (c->groups()) out.groups.assign(c->groups()->begin(), c->groups()->end());
+  return out;
+}
+
+}  // namespace fedfs::ns::fswire
