@@ -24,6 +24,7 @@
 
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -50,6 +51,9 @@ struct NodeFsEnvFactory {
   std::string name;
   std::function<std::unique_ptr<NodeFsEnv>()> make;
 };
+
+// gtest prints the factory by its name.
+inline void PrintTo(const NodeFsEnvFactory& f, std::ostream* os) { *os << f.name; }
 
 inline std::string NodeFsEnvName(const ::testing::TestParamInfo<NodeFsEnvFactory>& info) {
   return info.param.name;
