@@ -5,8 +5,8 @@
 // and the resulting lstat fields (syscall_trace.h). A mismatch prints the
 // diff, "-" lines from the native directory, "+" lines from the mount.
 //
-// Targets are created once per test binary (a mount takes a moment) and torn
-// down by a gtest Environment; each test works in its own case directory.
+// Targets come from the shared registry (targets.h); each test works in its
+// own case directory.
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -25,59 +25,12 @@
 
 #include "tests/posix/mount_target.h"
 #include "tests/posix/syscall_trace.h"
-#ifdef FEDFS_HAVE_FEDFS_TARGET
-#include "tests/posix/fedfs_target.h"
-#endif
+#include "tests/posix/targets.h"
 
 namespace fedfs::testing {
 namespace {
 
 constexpr int kNobody = 65534;
-
-// ---- targets ---------------------------------------------------------------
-
-struct TargetSlot {
-  std::unique_ptr<MountTarget> target;
-  std::string why_not;  // set when the target could not be created
-  bool tried = false;
-};
-
-std::map<std::string, TargetSlot>& Slots() {
-  static std::map<std::string, TargetSlot> slots;
-  return slots;
-}
-
-std::unique_ptr<MountTarget> Create(const std::string& name, std::string* why) {
-  if (name == "native" || name == "native-ref") return MakeNativeTarget();
-  if (name == "passthrough_ll") return MakePassthroughLlTarget(why);
-#ifdef FEDFS_HAVE_FEDFS_TARGET
-  if (name == "fedfs-local") return MakeFedfsTarget(FedfsPlacement::kLocal, why);
-  if (name == "fedfs-remote") return MakeFedfsTarget(FedfsPlacement::kRemote, why);
-#endif
-  *why = "unknown target " + name;
-  return nullptr;
-}
-
-// The target `name`, created on first use; null (and *why) if unavailable.
-MountTarget* GetTarget(const std::string& name, std::string* why) {
-  TargetSlot& s = Slots()[name];
-  if (!s.tried) {
-    s.tried = true;
-    try {
-      s.target = Create(name, &s.why_not);
-    } catch (const std::exception& e) {
-      s.why_not = e.what();
-    }
-  }
-  *why = s.why_not;
-  return s.target.get();
-}
-
-class TargetsEnvironment : public ::testing::Environment {
- public:
-  void TearDown() override { Slots().clear(); }
-};
-const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new TargetsEnvironment);
 
 // ---- helpers used inside sequences ------------------------------------------
 
