@@ -690,12 +690,10 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     size_t i = 0;
     for (const auto& [node, addr] : view->live) {
       if (node == view->self) {
-        blocking_->Post([self = shared_from_this(), build, i] {
-          Result<std::vector<DirEntry>> r =
-              self->IsClosed() ? Err(ESHUTDOWN, "VD service closed")
-                               : self->local_->ListDir(Cred{}, build->path);
-          self->LeafDone(build, i, std::move(r));
-        });
+        // The guard answers the leaf even if the executor drops the task
+        // (shutdown), so that the build always completes.
+        auto guard = std::make_unique<LocalLeaf>(shared_from_this(), build, i);
+        blocking_->Post([guard = std::move(guard)]() mutable { guard->Run(); });
       } else {
         auto ep = transport_->GetEndpoint(addr);
         ep->Call(MethodId(RpcMethod::kNsListLocal), EncodePathRequest(path, *view),
@@ -717,6 +715,32 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   }
 
   static constexpr size_t kIssued = static_cast<size_t>(-1);
+
+  // This node's own dirmerge leaf, run on the blocking executor. Completes
+  // the leaf exactly once: by Run(), or with ESHUTDOWN when destroyed unrun.
+  class LocalLeaf {
+   public:
+    LocalLeaf(std::shared_ptr<Core> core, std::shared_ptr<Build> build, size_t i)
+        : core_(std::move(core)), build_(std::move(build)), i_(i) {}
+    LocalLeaf(const LocalLeaf&) = delete;
+    LocalLeaf& operator=(const LocalLeaf&) = delete;
+    ~LocalLeaf() {
+      if (!done_) core_->LeafDone(build_, i_, Err(ESHUTDOWN, "local listing dropped"));
+    }
+    void Run() {
+      done_ = true;
+      Result<std::vector<DirEntry>> r = core_->IsClosed()
+                                            ? Err(ESHUTDOWN, "VD service closed")
+                                            : core_->local_->ListDir(Cred{}, build_->path);
+      core_->LeafDone(build_, i_, std::move(r));
+    }
+
+   private:
+    std::shared_ptr<Core> core_;
+    std::shared_ptr<Build> build_;
+    size_t i_;
+    bool done_ = false;
+  };
 
   // One leaf answered (or `kIssued`: every leaf was sent). The last one merges,
   // makes the VD resident and answers the waiters.

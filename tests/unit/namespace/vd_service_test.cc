@@ -155,8 +155,10 @@ std::string Name(int i) { return "n" + std::to_string(i); }
 // A simulated federation of `n` nodes running the VD service.
 class Federation {
  public:
+  // `dropping_node`: that node's blocking executor drops every task (as a
+  // shut-down pool does).
   explicit Federation(int n, VdServiceOptions options = {}, uint64_t seed = 1,
-                      m2m::LinkModel link = m2m::LinkModel::Rdma())
+                      m2m::LinkModel link = m2m::LinkModel::Rdma(), int dropping_node = -1)
       : net_(Options(seed, link)) {
     for (int i = 0; i < n; ++i) {
       auto node = std::make_unique<Node>();
@@ -165,7 +167,9 @@ class Federation {
       t.cluster_key = m2m::Bytes(m2m::kClusterKeyBytes, std::byte{7});
       node->transport = net_.NewTransport(t);
       node->svc = std::make_unique<VdService>(options, node->transport.get(), &node->view,
-                                              node->fs.get(), &inline_);
+                                              node->fs.get(),
+                                              i == dropping_node ? static_cast<Executor*>(&dropping_)
+                                                                 : &inline_);
       node->svc->RegisterHandlers();
       auto addr = node->transport->Listen(Name(i));
       EXPECT_TRUE(addr) << addr.error().ToString();
@@ -258,8 +262,13 @@ class Federation {
     std::unique_ptr<m2m::Transport> transport;
     std::unique_ptr<VdService> svc;
   };
+  class DroppingExecutor final : public Executor {
+   public:
+    void Post(Task task) override { Task dropped = std::move(task); }
+  };
   m2m::FakeNetwork net_;
   InlineExecutor inline_;
+  DroppingExecutor dropping_;
   std::vector<std::unique_ptr<Node>> nodes_;
 };
 
@@ -583,6 +592,25 @@ TEST(VdService, ASlowNodeJoinsWithinTheTimeout) {
   EXPECT_NE((*vd)->Find("f" + std::to_string(slow)), nullptr);
   EXPECT_EQ((*vd)->Find("f" + std::to_string(too_slow)), nullptr);
   EXPECT_LT(f.net().Now(), seconds(5));  // bounded by the leaf timeout
+}
+
+TEST(VdService, ADroppedLocalListingStillCompletesTheBuild) {
+  Federation probe(4);
+  const int manager = probe.Index(probe.Manager("/drop"));
+  Federation f(4, {}, 1, m2m::LinkModel::Rdma(), manager);
+  Populate(f, "/drop");
+  auto vd = f.Get(f.Other({manager}), "/drop");
+  ASSERT_TRUE(vd) << vd.error().ToString();
+  EXPECT_EQ((*vd)->Find("f" + std::to_string(manager)), nullptr);  // its own leaf failed
+  EXPECT_EQ((*vd)->holders.size(), 3u);
+  // Its kNsListLocal handler drops too: the callers get an error, not a hang.
+  const int other_manager_path_client = f.Other({manager});
+  const std::string p = PathManagedBy(f, Name(other_manager_path_client), true, "/q");
+  Populate(f, p);
+  auto vd2 = f.Get(other_manager_path_client, p);
+  ASSERT_TRUE(vd2);
+  EXPECT_EQ((*vd2)->Find("f" + std::to_string(manager)), nullptr);
+  EXPECT_NE((*vd2)->Find("f" + std::to_string(other_manager_path_client)), nullptr);
 }
 
 TEST(VdService, EnoentAndEnotdir) {
