@@ -1,5 +1,7 @@
 #include "m2m/frame.h"
 
+#include <cstring>
+
 #include <flatbuffers/flatbuffers.h>
 
 #include "frame_generated.h"
@@ -41,7 +43,14 @@ Result<FrameHeader> DecodeFrame(std::span<const std::byte> header, uint64_t payl
   if (payload_size > max_payload) {
     return Err(EMSGSIZE, "payload of " + std::to_string(payload_size) + " bytes over the limit");
   }
+  // FlatBuffers reads fields in place and needs its buffer aligned; received
+  // headers may sit anywhere (UCX hands them over unaligned).
+  alignas(8) uint8_t aligned[kMaxFrameHeaderBytes];
   const auto* data = reinterpret_cast<const uint8_t*>(header.data());
+  if (reinterpret_cast<uintptr_t>(data) % 8 != 0) {
+    std::memcpy(aligned, data, header.size());
+    data = aligned;
+  }
   flatbuffers::Verifier::Options opts;
   opts.max_depth = 8;
   opts.max_tables = 16;

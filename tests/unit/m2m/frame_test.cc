@@ -83,3 +83,24 @@ TEST(Frame, RejectsWrongVersion) {
 
 }  // namespace
 }  // namespace fedfs::m2m
+
+namespace fedfs::m2m {
+namespace {
+
+TEST(Frame, DecodesUnalignedHeaders) {
+  FrameHeader h;
+  h.kind = FrameKind::kRequest;
+  h.call_id = 7;
+  h.method = 3;
+  Bytes enc = EncodeFrame(h);
+  for (size_t shift = 1; shift < 8; ++shift) {
+    Bytes buf(enc.size() + shift);
+    std::copy(enc.begin(), enc.end(), buf.begin() + shift);
+    auto d = DecodeFrame(std::span(buf).subspan(shift), 0, 1 << 20);
+    ASSERT_TRUE(d) << "shift " << shift << ": " << d.error().ToString();
+    EXPECT_EQ(d->call_id, 7u);
+  }
+}
+
+}  // namespace
+}  // namespace fedfs::m2m
