@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -124,6 +125,45 @@ bool GetUint(Checker& c, const YAML::Node& map, const std::string& key, const st
   return true;
 }
 
+// Reads a boolean field (true/false, yes/no, on/off).
+bool GetBool(Checker& c, const YAML::Node& map, const std::string& key, const std::string& name,
+             bool* out) {
+  const YAML::Node n = map[key];
+  if (!n || n.IsNull()) return false;
+  static const std::set<std::string> kTrue = {"true", "yes", "on"};
+  static const std::set<std::string> kFalse = {"false", "no", "off"};
+  if (n.IsScalar() && kTrue.contains(n.Scalar())) {
+    *out = true;
+    return true;
+  }
+  if (n.IsScalar() && kFalse.contains(n.Scalar())) {
+    *out = false;
+    return true;
+  }
+  c.Fail(name, "expected true or false, got " + Describe(n));
+  return false;
+}
+
+// Reads a number of seconds in [0, 3600] (decimals allowed).
+bool GetSeconds(Checker& c, const YAML::Node& map, const std::string& key,
+                const std::string& name, double* out) {
+  const YAML::Node n = map[key];
+  if (!n || n.IsNull()) return false;
+  double v = -1;
+  if (n.IsScalar()) {
+    const std::string& s = n.Scalar();
+    char* end = nullptr;
+    v = std::strtod(s.c_str(), &end);
+    if (s.empty() || end != s.c_str() + s.size()) v = -1;
+  }
+  if (!(v >= 0 && v <= 3600)) {
+    c.Fail(name, "expected seconds in [0, 3600], got " + Describe(n));
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
 const YAML::Node GetMap(Checker& c, const YAML::Node& map, const std::string& key) {
   const YAML::Node n = map[key];
   if (!n || n.IsNull()) return YAML::Node();
@@ -215,12 +255,21 @@ Result<DaemonOptions> ParseConfig(const std::string& text, const std::string& pa
   o.config_path = path;
   try {
     CheckKeys(c, root, "",
-              {"node_id", "listen", "export_root", "mountpoint", "peers", "cluster_key_file",
-               "control_socket", "log_level", "transport", "timeouts", "ring"});
+              {"node_id", "node_tag", "listen", "export_root", "mountpoint", "peers",
+               "cluster_key_file", "control_socket", "log_level", "transport", "timeouts", "ring",
+               "fuse", "placement"});
 
     // Required scalars, in the order of the documentation.
     if (GetString(c, root, "node_id", "node_id", true, &o.node_id) && !IsValidNodeId(o.node_id)) {
       c.Fail("node_id", Quote(o.node_id) + " must match [A-Za-z0-9_-]{1,64}");
+    }
+    {
+      uint64_t tag = 0;
+      if (!root["node_tag"] || root["node_tag"].IsNull()) {
+        c.Fail("node_tag", "missing (required: 1..65534, unique in the federation)");
+      } else if (GetUint(c, root, "node_tag", "node_tag", 1, 65534, &tag)) {
+        o.node_tag = static_cast<uint32_t>(tag);
+      }
     }
     if (GetString(c, root, "listen", "listen", true, &o.listen)) {
       if (auto hp = ParseHostPort(o.listen); !hp) {
@@ -333,6 +382,65 @@ Result<DaemonOptions> ParseConfig(const std::string& text, const std::string& pa
       CheckKeys(c, r, "ring.", {"vnodes"});
       uint64_t v = 0;
       if (GetUint(c, r, "vnodes", "ring.vnodes", 1, 65536, &v)) o.ring.vnodes = static_cast<uint32_t>(v);
+    }
+
+    if (const YAML::Node f = GetMap(c, root, "fuse")) {
+      CheckKeys(c, f, "fuse.",
+                {"mount", "entry_timeout_s", "attr_timeout_s", "max_threads", "allow_other",
+                 "default_permissions"});
+      GetBool(c, f, "mount", "fuse.mount", &o.fuse.mount);
+      GetBool(c, f, "allow_other", "fuse.allow_other", &o.fuse.allow_other);
+      GetBool(c, f, "default_permissions", "fuse.default_permissions",
+              &o.fuse.default_permissions);
+      GetSeconds(c, f, "entry_timeout_s", "fuse.entry_timeout_s", &o.fuse.entry_timeout_s);
+      GetSeconds(c, f, "attr_timeout_s", "fuse.attr_timeout_s", &o.fuse.attr_timeout_s);
+      uint64_t v = 0;
+      if (GetUint(c, f, "max_threads", "fuse.max_threads", 1, 256, &v)) {
+        o.fuse.max_threads = static_cast<uint32_t>(v);
+      }
+    }
+
+    if (const YAML::Node p = GetMap(c, root, "placement")) {
+      CheckKeys(c, p, "placement.", {"policy", "rules"});
+      static const std::set<std::string> kPolicies = {"local", "hash", "most-free"};
+      if (GetString(c, p, "policy", "placement.policy", false, &o.placement.policy) &&
+          !kPolicies.contains(o.placement.policy)) {
+        c.Fail("placement.policy", Quote(o.placement.policy) + " is not one of local, hash, most-free");
+      }
+      if (const YAML::Node rules = p["rules"]; rules && !rules.IsNull()) {
+        if (!rules.IsSequence()) {
+          c.Fail("placement.rules", "expected a list of {prefix, policy|node}, got " + Describe(rules));
+        } else {
+          for (size_t i = 0; i < rules.size() && !c.failed(); ++i) {
+            const std::string name = "placement.rules[" + std::to_string(i) + "]";
+            const YAML::Node r = rules[i];
+            if (!r.IsMap()) {
+              c.Fail(name, "expected {prefix: /p, policy: hash} or {prefix: /p, node: n2}, got " +
+                               Describe(r));
+              break;
+            }
+            CheckKeys(c, r, name + ".", {"prefix", "policy", "node"});
+            PlacementRuleConfig rule;
+            if (GetString(c, r, "prefix", name + ".prefix", true, &rule.prefix) &&
+                (rule.prefix.empty() || rule.prefix[0] != '/' ||
+                 (rule.prefix.size() > 1 && rule.prefix.back() == '/') ||
+                 rule.prefix.find("//") != std::string::npos)) {
+              c.Fail(name + ".prefix", Quote(rule.prefix) + " is not an absolute path like /a/b");
+            }
+            const bool has_policy = GetString(c, r, "policy", name + ".policy", false, &rule.policy);
+            const bool has_node = GetString(c, r, "node", name + ".node", false, &rule.node);
+            if (c.failed()) break;
+            if (has_policy == has_node) {
+              c.Fail(name, "give exactly one of 'policy' or 'node'");
+            } else if (has_policy && !kPolicies.contains(rule.policy)) {
+              c.Fail(name + ".policy", Quote(rule.policy) + " is not one of local, hash, most-free");
+            } else if (has_node && !IsValidNodeId(rule.node)) {
+              c.Fail(name + ".node", Quote(rule.node) + " must match [A-Za-z0-9_-]{1,64}");
+            }
+            o.placement.rules.push_back(std::move(rule));
+          }
+        }
+      }
     }
   } catch (const YAML::Exception& e) {
     c.FailFile("line " + std::to_string(e.mark.line + 1) + ": " + e.msg);

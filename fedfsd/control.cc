@@ -87,11 +87,11 @@ std::string HandleControlRequest(const std::string& line, const MembershipView& 
     const std::string manager = view.ring ? view.ring->Owner(norm) : std::string();
     return Json{{"path", norm}, {"manager", manager}, {"epoch", view.epoch}}.dump();
   }
-  return ErrorReply("unknown cmd \"" + cmd->get<std::string>() + "\" (status, ring)");
+  return ErrorReply("unknown cmd \"" + cmd->get<std::string>() + "\" (status, ring, where, conflicts)");
 }
 
-ControlServer::ControlServer(ControlOptions options, ViewProvider provider)
-    : options_(std::move(options)), provider_(std::move(provider)) {}
+ControlServer::ControlServer(ControlOptions options, ViewProvider provider, ExtraHandler extra)
+    : options_(std::move(options)), provider_(std::move(provider)), extra_(std::move(extra)) {}
 
 ControlServer::~ControlServer() { Stop(); }
 
@@ -190,8 +190,10 @@ void ControlServer::Serve(int fd) {
       buf.erase(0, nl + 1);
       if (!line.empty() && line.back() == '\r') line.pop_back();
       if (line.empty()) continue;
-      const auto view = provider_();
-      if (!SendAll(fd, HandleControlRequest(line, *view) + "\n")) return;
+      std::optional<std::string> reply;
+      if (extra_) reply = extra_(line);
+      if (!reply) reply = HandleControlRequest(line, *provider_());
+      if (!SendAll(fd, *reply + "\n")) return;
     }
     if (buf.size() > kMaxLine) {
       SendAll(fd, ErrorReply("request line too long") + "\n");

@@ -7,6 +7,9 @@
 //                                "state","incarnation","ring_share","rtt_us",
 //                                "last_heard_ms_ago","self"}]}
 //   {"cmd":"ring","path":P}  -> {"path","manager","epoch"}
+//   {"cmd":"where","path":P} -> {"path","holders":[node ids]}      (daemon.cc)
+//   {"cmd":"conflicts","path":P} -> {"path","conflicts":[{"name",
+//                                "copies":[{"node","type"}]}]}      (daemon.cc)
 //   anything else            -> {"error":"..."}
 // The socket is created mode 0600 (its parent directory 0700 if it has to be
 // created), so only root (the daemon's user) may talk to it.
@@ -18,6 +21,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -28,13 +32,16 @@
 namespace fedfs::daemon {
 
 using ViewProvider = std::function<std::shared_ptr<const MembershipView>()>;
+// Answers the request lines it knows (one JSON line) and returns nullopt for
+// the others, which go to HandleControlRequest. Called on the server thread.
+using ExtraHandler = std::function<std::optional<std::string>(const std::string& line)>;
 
 // Answers one request line (without its newline) from `view`. Pure; any thread.
 std::string HandleControlRequest(const std::string& line, const MembershipView& view);
 
 class ControlServer {
  public:
-  ControlServer(ControlOptions options, ViewProvider provider);
+  ControlServer(ControlOptions options, ViewProvider provider, ExtraHandler extra = nullptr);
   ~ControlServer();  // Stop()
   ControlServer(const ControlServer&) = delete;
   ControlServer& operator=(const ControlServer&) = delete;
@@ -53,6 +60,7 @@ class ControlServer {
 
   const ControlOptions options_;
   const ViewProvider provider_;
+  const ExtraHandler extra_;
   int listen_fd_ = -1;
   int stop_fd_ = -1;  // eventfd: wakes the thread to stop
   std::thread thread_;

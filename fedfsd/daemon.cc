@@ -4,11 +4,27 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cstring>
+#include <dirent.h>
 
+#include <cstring>
+#include <future>
+#include <map>
+#include <mutex>
+
+#include <nlohmann/json.hpp>
+
+#include "common/executor.h"
 #include "common/logging.h"
 #include "fedfsd/config.h"
+#include "fuse/fuse_frontend.h"
 #include "m2m/auth.h"
+#include "namespace/cluster.h"
+#include "namespace/file_service.h"
+#include "namespace/local_node_fs.h"
+#include "namespace/placement.h"
+#include "namespace/remote_node_fs.h"
+#include "namespace/vd_service.h"
+#include "namespace/vfs_impl.h"
 #ifdef FEDFS_HAVE_UCX
 #include "m2m/ucx_transport.h"
 #endif
@@ -50,6 +66,127 @@ Status CheckListenAddressFree(const std::string& listen) {
   return result;
 }
 
+namespace {
+
+// ClusterView over Membership snapshots, rebuilt only when the snapshot
+// changes. Current() is called from any thread (the progress context too):
+// it holds its mutex only to swap two pointers.
+class MembershipClusterView final : public ns::ClusterViewSource {
+ public:
+  explicit MembershipClusterView(const Membership* m) : membership_(m) {}
+
+  std::shared_ptr<const ns::ClusterView> Current() const override {
+    auto snap = membership_->Snapshot();
+    {
+      std::lock_guard lock(mu_);
+      if (snap == last_snapshot_ && view_) return view_;
+    }
+    auto v = std::make_shared<ns::ClusterView>();
+    v->self = snap->self_id;
+    v->epoch = snap->epoch;
+    for (const auto& [id, m] : snap->members) {
+      (m.state == MemberState::kAlive ? v->live : v->dead)[id] = m.addr;
+    }
+    v->ring = snap->ring ? snap->ring : std::make_shared<const Ring>(std::vector<std::string>{}, 1);
+    std::lock_guard lock(mu_);
+    last_snapshot_ = std::move(snap);
+    view_ = v;
+    return v;
+  }
+
+ private:
+  const Membership* membership_;
+  mutable std::mutex mu_;
+  mutable std::shared_ptr<const MembershipView> last_snapshot_;  // guarded by mu_
+  mutable std::shared_ptr<const ns::ClusterView> view_;           // guarded by mu_
+};
+
+// The Vfs's blocking view of the VD service.
+class VdServiceClient final : public ns::VdClient {
+ public:
+  explicit VdServiceClient(ns::VdService* s) : s_(s) {}
+  Result<ns::VdPtr> Get(const std::string& path) override { return ns::GetVdSync(*s_, path); }
+  Status Add(const std::string& path, const std::string& name, uint8_t type,
+             const std::string& node) override {
+    ns::VdChange ch;
+    ch.kind = ns::VdChange::Kind::kAdd;
+    ch.name = name;
+    ch.type = type;
+    ch.node = node;
+    return ns::UpdateVdSync(*s_, path, std::move(ch));
+  }
+  Status Remove(const std::string& path, const std::string& name,
+                const std::string& node) override {
+    ns::VdChange ch;
+    ch.kind = ns::VdChange::Kind::kRemove;
+    ch.name = name;
+    ch.node = node;
+    return ns::UpdateVdSync(*s_, path, std::move(ch));
+  }
+
+ private:
+  ns::VdService* s_;
+};
+
+ns::PlacementOptions PlacementFrom(const PlacementConfig& c) {
+  ns::PlacementOptions p;
+  p.policy = c.policy;
+  for (const auto& r : c.rules) p.rules.push_back({r.prefix, r.policy, r.node});
+  return p;
+}
+
+bool UsesMostFree(const ns::PlacementOptions& p) {
+  if (p.policy == "most-free") return true;
+  for (const auto& r : p.rules) {
+    if (r.policy == "most-free") return true;
+  }
+  return false;
+}
+
+const char* TypeName(uint8_t dt) {
+  switch (dt) {
+    case DT_DIR: return "dir";
+    case DT_REG: return "file";
+    case DT_LNK: return "symlink";
+    case DT_FIFO: return "fifo";
+    case DT_SOCK: return "socket";
+    case DT_CHR: return "char";
+    case DT_BLK: return "block";
+    default: return "unknown";
+  }
+}
+
+// "/a//b/" -> "/a/b".
+std::string Normalize(const std::string& p) {
+  std::string out;
+  for (char ch : p) {
+    if (ch == '/' && !out.empty() && out.back() == '/') continue;
+    out += ch;
+  }
+  if (out.size() > 1 && out.back() == '/') out.pop_back();
+  return out;
+}
+
+// The blocking form of VdService::Conflicts (control thread only).
+Result<std::vector<ns::Conflict>> ConflictsSync(ns::VdService& s, const std::string& path) {
+  auto promise = std::make_shared<std::promise<Result<std::vector<ns::Conflict>>>>();
+  auto future = promise->get_future();
+  s.Conflicts(path, [promise](Result<std::vector<ns::Conflict>> r) { promise->set_value(std::move(r)); });
+  return future.get();
+}
+
+std::optional<std::string> HandleNamespaceRequest(const std::string& line, ns::VfsImpl* vfs,
+                                                  ns::VdService* vds);
+
+}  // namespace
+
+Daemon::Daemon() = default;
+
+Status CheckMountpointUsable(const DaemonOptions& o) {
+  if (!o.fuse.mount) return Ok();
+  return fuse::CheckMountpoint(o.mountpoint);
+}
+
 Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
   auto log = Logger("daemon");
   auto key = m2m::LoadClusterKeyFile(o.cluster_key_file);
@@ -82,6 +219,65 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
   d->membership_ = std::make_unique<Membership>(MembershipOptionsFrom(o, o.listen),
                                                 d->transport_.get());
   d->membership_->RegisterHandlers();
+
+  // The namespace: this node's export root, the services every node runs
+  // (file operations for other nodes, VDs and their managers), the Vfs.
+  d->cluster_ = std::make_unique<MembershipClusterView>(d->membership_.get());
+  d->pool_ = std::make_unique<ThreadPool>(8, "blocking");
+  auto local = ns::LocalNodeFs::Open(o.node_id, o.export_root);
+  if (!local) {
+    d->Stop();
+    return Err(local.error().code, "export root " + o.export_root + ": " + local.error().ToString());
+  }
+  d->local_fs_ = std::move(*local);
+  d->file_service_ = std::make_unique<ns::FileService>(ns::FileServiceOptions{}, d->transport_.get(),
+                                                       d->local_fs_.get(), d->pool_.get());
+  if (auto s = d->file_service_->RegisterHandlers(); !s) {
+    d->Stop();
+    return Err(s.error().code, "file service: " + s.error().ToString());
+  }
+  ns::VdServiceOptions vdo;
+  vdo.rpc_timeout = o.timeouts.rpc;
+  d->vd_service_ = std::make_unique<ns::VdService>(vdo, d->transport_.get(), d->cluster_.get(),
+                                                   d->local_fs_.get(), d->pool_.get());
+  d->vd_service_->RegisterHandlers();
+  d->vd_client_ = std::make_unique<VdServiceClient>(d->vd_service_.get());
+
+  ns::VfsOptions vo;
+  vo.entry_timeout = o.fuse.entry_timeout_s;
+  vo.attr_timeout = o.fuse.attr_timeout_s;
+  vo.node_tag = static_cast<uint16_t>(o.node_tag);
+  ns::VfsDeps deps;
+  deps.cluster = d->cluster_.get();
+  deps.local = d->local_fs_.get();
+  deps.vds = d->vd_client_.get();
+  m2m::Transport* tr = d->transport_.get();
+  const Millis rpc = o.timeouts.rpc;
+  deps.make_remote = [tr, rpc, self = o.node_id, addr = o.listen](
+                         const std::string& node, const std::string& peer_addr) {
+    ns::RemoteNodeFsOptions ro;
+    ro.rpc_timeout = rpc;
+    ro.local_node = self;
+    ro.local_address = addr;
+    return std::static_pointer_cast<ns::NodeFs>(std::make_shared<ns::RemoteNodeFs>(
+        node, tr->GetEndpoint(peer_addr), tr, ro));
+  };
+  const ns::PlacementOptions placement = PlacementFrom(o.placement);
+  const bool most_free = UsesMostFree(placement);
+  Daemon* self_ptr = d.get();
+  deps.place = [placement, most_free, self_ptr](const ns::ClusterView& view,
+                                                const std::string& path, bool) -> std::string {
+    std::map<std::string, uint64_t> free_bytes;
+    if (most_free && self_ptr->vfs_) free_bytes = self_ptr->vfs_->FreeBytes();
+    auto node = ns::ChoosePlacement(placement, view, path, free_bytes);
+    if (!node) {
+      Logger("daemon")->warn("placement of {}: {}; using this node", path, node.error().ToString());
+      return view.self;
+    }
+    return *node;
+  };
+  d->vfs_ = std::make_unique<ns::VfsImpl>(vo, std::move(deps));
+
   auto listening = d->transport_->Listen(o.listen);
   if (!listening) {
     const Error& e = listening.error();
@@ -95,13 +291,28 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
             o.transport.tls, o.transport.net_devices.empty() ? "all" : o.transport.net_devices);
 
   d->control_ = std::make_unique<ControlServer>(
-      ControlOptions{o.control_socket},
-      [m = d->membership_.get()] { return m->Snapshot(); });
+      ControlOptions{o.control_socket}, [m = d->membership_.get()] { return m->Snapshot(); },
+      [vfs = d->vfs_.get(), vds = d->vd_service_.get()](const std::string& line) {
+        return HandleNamespaceRequest(line, vfs, vds);
+      });
   if (auto s = d->control_->Start(); !s) {
     d->Stop();
     return Err(s.error().code, s.error().ToString());
   }
   d->membership_->Start();
+  if (o.fuse.mount) {
+    fuse::FuseOptions fo;
+    fo.mountpoint = o.mountpoint;
+    fo.allow_other = o.fuse.allow_other;
+    fo.default_permissions = o.fuse.default_permissions;
+    fo.max_threads = o.fuse.max_threads;
+    auto mount = fuse::FuseMount::Mount(fo, d->vfs_.get());
+    if (!mount) {
+      d->Stop();
+      return Err(mount.error().code, mount.error().context);
+    }
+    d->mount_ = std::move(*mount);
+  }
   log->info("started: incarnation {:016x}, {} seed(s), heartbeat {} ms, failure timeout {} ms",
             d->membership_->incarnation(), o.peers.size(), o.timeouts.heartbeat_interval.count(),
             o.timeouts.failure_timeout.count());
@@ -111,9 +322,57 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
 Daemon::~Daemon() { Stop(); }
 
 void Daemon::Stop() {
+  // The mount goes first, while the transport still serves its requests.
+  if (mount_) {
+    mount_->Unmount();
+    mount_.reset();
+  }
   if (control_) control_->Stop();
+  // Remote sessions say goodbye while the transport is up.
+  vfs_.reset();
   if (membership_) membership_->Stop();
   if (transport_) transport_->Shutdown();
+  // No handler runs after Shutdown: drain the pool, then the services.
+  pool_.reset();
+  vd_client_.reset();
+  vd_service_.reset();
+  file_service_.reset();
 }
+
+namespace {
+
+std::optional<std::string> HandleNamespaceRequest(const std::string& line, ns::VfsImpl* vfs,
+                                                  ns::VdService* vds) {
+  using Json = nlohmann::json;
+  Json req = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (req.is_discarded() || !req.is_object()) return std::nullopt;
+  auto cmd = req.find("cmd");
+  if (cmd == req.end() || !cmd->is_string() || (*cmd != "where" && *cmd != "conflicts")) {
+    return std::nullopt;
+  }
+  auto error = [](const std::string& m) { return Json{{"error", m}}.dump(); };
+  auto p = req.find("path");
+  if (p == req.end() || !p->is_string()) return error("missing \"path\"");
+  const std::string raw = p->get<std::string>();
+  if (raw.empty() || raw[0] != '/') return error("path must be absolute (start with /)");
+  const std::string path = Normalize(raw);
+  if (vfs == nullptr || vds == nullptr) return error("the namespace is not running");
+  if (*cmd == "where") {
+    auto holders = vfs->Where(path);
+    if (!holders) return error(path + ": " + holders.error().ToString());
+    return Json{{"path", path}, {"holders", *holders}}.dump();
+  }
+  auto conflicts = ConflictsSync(*vds, path);
+  if (!conflicts) return error(path + ": " + conflicts.error().ToString());
+  Json list = Json::array();
+  for (const auto& c : *conflicts) {
+    Json copies = Json::array();
+    for (const auto& [node, type] : c.copies) copies.push_back({{"node", node}, {"type", TypeName(type)}});
+    list.push_back({{"name", c.name}, {"copies", copies}});
+  }
+  return Json{{"path", path}, {"conflicts", list}}.dump();
+}
+
+}  // namespace
 
 }  // namespace fedfs::daemon

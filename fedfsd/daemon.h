@@ -1,9 +1,12 @@
 // The daemon's wiring: the one place that names concrete implementations
-// (the UCX transport) and connects transport, membership and the control
-// socket. main.cc owns one Daemon; integration tests run the fedfsd binary.
+// (the UCX transport, LocalNodeFs, RemoteNodeFs, the VD and file services,
+// VfsImpl, the FUSE frontend) and connects them with membership and the
+// control socket. main.cc owns one Daemon; integration tests run the fedfsd
+// binary.
 //
 // Threads: Start and Stop are called by the main thread. The transport, the
-// membership and the control server each own their threads.
+// membership, the control server, the blocking pool (services) and the FUSE
+// loop each own their threads.
 #pragma once
 
 #include <memory>
@@ -15,6 +18,21 @@
 #include "fedfsd/options.h"
 #include "m2m/transport.h"
 
+namespace fedfs {
+class ThreadPool;
+namespace fuse {
+class FuseMount;
+}
+namespace ns {
+class NodeFs;
+class FileService;
+class VdService;
+class VfsImpl;
+class VdClient;
+class ClusterViewSource;
+}  // namespace ns
+}  // namespace fedfs
+
 namespace fedfs::daemon {
 
 // Checks that nothing listens on (or holds) the TCP address "host:port", by
@@ -22,6 +40,11 @@ namespace fedfs::daemon {
 // EADDRINUSE with "address H:P is already in use"; EADDRNOTAVAIL when the host
 // is not an address of this machine; the error context is one line.
 Status CheckListenAddressFree(const std::string& listen);
+
+// Checks that the mountpoint can be mounted on (when the config mounts): an
+// existing directory and not a dead FUSE mount; for a stale mount the error's
+// one-line context tells the user to run `fusermount3 -u <mountpoint>`.
+Status CheckMountpointUsable(const DaemonOptions& options);
 
 class Daemon {
  public:
@@ -32,17 +55,26 @@ class Daemon {
 
   ~Daemon();  // Stop()
 
-  // Stops the control socket (and removes it), membership, then the
-  // transport. Idempotent.
+  // Unmounts the namespace, stops the control socket (and removes it),
+  // membership, then the transport. Idempotent.
   void Stop();
 
   std::shared_ptr<const MembershipView> Snapshot() const { return membership_->Snapshot(); }
 
  private:
-  Daemon() = default;
+  Daemon();
 
+  // Destroyed in reverse order; Stop() orders the shutdown explicitly.
   std::unique_ptr<m2m::Transport> transport_;
   std::unique_ptr<Membership> membership_;
+  std::unique_ptr<ns::ClusterViewSource> cluster_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<ns::NodeFs> local_fs_;
+  std::unique_ptr<ns::FileService> file_service_;
+  std::unique_ptr<ns::VdService> vd_service_;
+  std::unique_ptr<ns::VdClient> vd_client_;
+  std::unique_ptr<ns::VfsImpl> vfs_;
+  std::unique_ptr<fuse::FuseMount> mount_;
   std::unique_ptr<ControlServer> control_;
 };
 

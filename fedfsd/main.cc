@@ -26,7 +26,12 @@ int Run(const std::string& config_path) {
     std::fprintf(stderr, "fedfsd: %s\n", opts.error().context.c_str());
     return kExitConfig;
   }
-  // Before anything logs: a port in use must give exactly one line.
+  // Before anything logs: a stale mount or a port in use must give exactly
+  // one line.
+  if (auto s = CheckMountpointUsable(*opts); !s) {
+    std::fprintf(stderr, "fedfsd: %s\n", s.error().context.c_str());
+    return kExitStart;
+  }
   if (auto s = CheckListenAddressFree(opts->listen); !s) {
     std::fprintf(stderr, "fedfsd: %s\n", s.error().context.c_str());
     return kExitStart;

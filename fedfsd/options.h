@@ -69,10 +69,34 @@ struct ControlOptions {
   std::string socket_path;
 };
 
+// The FUSE mount (fuse/fuse_frontend.h, docs/namespace.md "The FUSE mount").
+struct FuseConfig {
+  bool mount = true;                // false: serve other nodes only, mount nothing
+  double entry_timeout_s = 0;       // kernel name cache; 0 is exact across nodes
+  double attr_timeout_s = 0;        // kernel attribute cache; 0 is exact across nodes
+  uint32_t max_threads = 16;        // FUSE worker threads at most
+  bool allow_other = true;          // -o allow_other
+  bool default_permissions = true;  // -o default_permissions (kernel checks modes)
+};
+
+// Placement of new files (namespace/placement.h; docs/config.md).
+struct PlacementRuleConfig {
+  std::string prefix;  // global path prefix
+  std::string policy;  // local | hash | most-free, or "" with `node`
+  std::string node;    // a fixed node id
+};
+struct PlacementConfig {
+  std::string policy = "local";
+  std::vector<PlacementRuleConfig> rules;
+};
+
 // Everything one fedfsd process is configured with.
 struct DaemonOptions {
   std::string config_path;  // where these came from (for messages)
   std::string node_id;      // required
+  // required, 1..65534, unique in the federation: the high 16 bits of the
+  // inode numbers of files this node holds (namespace/vfs.h).
+  uint32_t node_tag = 0;
   std::string listen;       // required, "host:port"
   std::string export_root;  // required, an existing directory
   std::string mountpoint;   // required (used by the FUSE frontend later)
@@ -83,6 +107,8 @@ struct DaemonOptions {
   TransportConfig transport;
   TimeoutOptions timeouts;
   RingOptions ring;
+  FuseConfig fuse;
+  PlacementConfig placement;
 };
 
 // The membership options implied by a daemon's options (advertise_addr is

@@ -3,6 +3,8 @@
 //
 //   fedfsctl [--socket PATH | --config FILE] status [--json]
 //   fedfsctl [--socket PATH | --config FILE] ring PATH [--json]
+//   fedfsctl [--socket PATH | --config FILE] where PATH [--json]
+//   fedfsctl [--socket PATH | --config FILE] conflicts PATH [--json]
 //   fedfsctl keygen
 //
 // Without --socket/--config, the only socket in /run/fedfs is used.
@@ -145,6 +147,12 @@ int main(int argc, char** argv) {
   std::string path;
   ring->add_option("path", path, "a global path, e.g. /a/b")->required();
   ring->add_flag("--json", json, "machine-readable output");
+  auto* where = app.add_subcommand("where", "which node(s) hold PATH (a file's node, a directory's nodes)");
+  where->add_option("path", path, "a global path, e.g. /a/b")->required();
+  where->add_flag("--json", json, "machine-readable output");
+  auto* conflicts = app.add_subcommand("conflicts", "name conflicts in directory PATH");
+  conflicts->add_option("path", path, "a global directory path, e.g. /a")->required();
+  conflicts->add_flag("--json", json, "machine-readable output");
   app.add_subcommand("keygen", "print a new cluster key (store it mode 0600)");
   try {
     app.parse(argc, argv);
@@ -164,6 +172,31 @@ int main(int argc, char** argv) {
         std::printf("%s\n", s.dump(2).c_str());
       } else {
         PrintStatus(s);
+      }
+    } else if (app.got_subcommand(where)) {
+      const Json r = Ask(sock, {{"cmd", "where"}, {"path", path}});
+      if (json) {
+        std::printf("%s\n", r.dump(2).c_str());
+      } else {
+        std::string holders;
+        for (const auto& h : r["holders"]) holders += (holders.empty() ? "" : " ") + h.get<std::string>();
+        std::printf("%s is held by %s\n", r["path"].get<std::string>().c_str(), holders.c_str());
+      }
+    } else if (app.got_subcommand(conflicts)) {
+      const Json r = Ask(sock, {{"cmd", "conflicts"}, {"path", path}});
+      if (json) {
+        std::printf("%s\n", r.dump(2).c_str());
+      } else if (r["conflicts"].empty()) {
+        std::printf("no conflicts in %s\n", r["path"].get<std::string>().c_str());
+      } else {
+        for (const auto& c : r["conflicts"]) {
+          std::string copies;
+          for (const auto& k : c["copies"]) {
+            copies += (copies.empty() ? "" : ", ") + k["type"].get<std::string>() + " on " +
+                      k["node"].get<std::string>();
+          }
+          std::printf("%s: %s\n", c["name"].get<std::string>().c_str(), copies.c_str());
+        }
       }
     } else {
       const Json r = Ask(sock, {{"cmd", "ring"}, {"path", path}});

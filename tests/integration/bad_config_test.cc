@@ -23,7 +23,7 @@ class BadConfig : public ::testing::Test {
  protected:
   // The good config as lines.
   std::vector<std::string> GoodLines() {
-    return {"node_id: n1", "listen: \"127.0.0.1:" + std::to_string(port_) + "\"",
+    return {"node_id: n1", "node_tag: 1", "listen: \"127.0.0.1:" + std::to_string(port_) + "\"",
             "export_root: " + c_.dir(), "mountpoint: /fedfs",
             "cluster_key_file: " + c_.key_file(),
             "control_socket: " + c_.Socket("n1"), "transport: {tls: tcp, net_devices: lo}"};

@@ -146,6 +146,24 @@ Cluster::Cluster() {
   key_file_ = NewKeyFile("cluster.key");
 }
 
+bool IsMounted(const std::string& path) {
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ss(line);
+    std::string id, parent, dev, root, mnt;
+    ss >> id >> parent >> dev >> root >> mnt;
+    if (mnt == path) return true;
+  }
+  return false;
+}
+
+bool Cluster::ClearMount(const std::string& mountpoint) {
+  if (!IsMounted(mountpoint)) return true;
+  RunCommand({"fusermount3", "-u", "-z", mountpoint}, 10s);
+  return !IsMounted(mountpoint);
+}
+
 Cluster::~Cluster() {
   std::vector<std::string> names;
   for (const auto& [name, pid] : nodes_) names.push_back(name);
@@ -157,7 +175,13 @@ Cluster::~Cluster() {
       ADD_FAILURE() << "fedfsd " << n << " exited with " << rc << " on SIGTERM; log:\n" << Log(n);
     }
   }
+  // Never leave a mount behind (and never let remove_all walk into one).
   std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir_, ec)) {
+    if (e.path().string().ends_with("-mnt") && !ClearMount(e.path().string())) {
+      ADD_FAILURE() << "cannot unmount " << e.path();
+    }
+  }
   for (const auto& e : std::filesystem::directory_iterator(dir_, ec)) {
     if (e.path().extension() != ".log") continue;
     const std::string log = ReadFileText(e.path());
@@ -189,11 +213,14 @@ std::string Cluster::NewKeyFile(const std::string& name, int mode) {
 std::string Cluster::WriteConfig(const NodeConfig& c) {
   const std::string export_root = dir_ + "/" + c.id + "-export";
   std::filesystem::create_directories(export_root);
+  std::filesystem::create_directories(Mountpoint(c.id));
+  const int tag = c.node_tag != 0 ? c.node_tag : ++next_tag_;
   std::ostringstream y;
   y << "node_id: " << c.id << "\n"
+    << "node_tag: " << tag << "\n"
     << "listen: \"" << c.listen << "\"\n"
     << "export_root: " << export_root << "\n"
-    << "mountpoint: " << dir_ << "/" << c.id << "-mnt\n"
+    << "mountpoint: " << Mountpoint(c.id) << "\n"
     << "peers: [";
   for (size_t i = 0; i < c.peers.size(); ++i) y << (i ? ", " : "") << "\"" << c.peers[i] << "\"";
   y << "]\n"
@@ -203,6 +230,7 @@ std::string Cluster::WriteConfig(const NodeConfig& c) {
     << "transport: {tls: \"" << c.tls << "\", net_devices: \"" << c.net_devices << "\"}\n"
     << "timeouts: {heartbeat_interval_ms: " << c.heartbeat_ms
     << ", failure_timeout_ms: " << c.failure_ms << ", rpc_ms: 1000, connect_ms: 1000}\n"
+    << (c.mount ? "" : "fuse: {mount: false}\n")
     << c.extra_yaml;
   return WriteFile(c.id + ".yaml", y.str());
 }
@@ -226,10 +254,15 @@ pid_t Cluster::Start(const std::string& name, const std::string& config, const s
     ExecOrDie(argv);  // `ip netns exec` execs fedfsd in place: pid stays the daemon's
   }
   nodes_[name] = pid;
+  // Remember the node's mountpoint (to clear it if the daemon dies).
+  std::istringstream cfg(ReadFileText(config));
+  for (std::string line; std::getline(cfg, line);) {
+    if (line.rfind("mountpoint: ", 0) == 0) mounts_[name] = line.substr(12);
+  }
   return pid;
 }
 
-int Cluster::Stop(const std::string& name, int sig) {
+int Cluster::Stop(const std::string& name, int sig, bool keep_stale_mount) {
   auto it = nodes_.find(name);
   if (it == nodes_.end()) return -1;
   const pid_t pid = it->second;
@@ -240,6 +273,9 @@ int Cluster::Stop(const std::string& name, int sig) {
     rc = WaitPid(pid, 5s);
   }
   nodes_.erase(it);
+  if (auto m = mounts_.find(name); m != mounts_.end() && rc != -2 && !keep_stale_mount) {
+    ClearMount(m->second);
+  }
   return rc;
 }
 

@@ -2,9 +2,10 @@
 // processes and talks to them with the real fedfsctl.
 //
 // A Cluster owns a temporary directory (configs, key files, export roots,
-// logs, control sockets) and every process it started. Its destructor stops
-// them all by pid -- SIGTERM, then SIGKILL after a grace period, and waitpid
-// -- even when the test failed, then removes the directory (kept when the
+// mountpoints, logs, control sockets) and every process it started. Its
+// destructor stops them all by pid -- SIGTERM, then SIGKILL after a grace
+// period, and waitpid -- even when the test failed, clears every FUSE mount a
+// daemon left behind (fusermount3 -u -z), then removes the directory (kept when the
 // environment variable FEDFS_KEEP_TEST_DIR is set). A daemon that does not
 // exit 0 on that SIGTERM, or a sanitizer report in any log, fails the test
 // (gtest ADD_FAILURE). Daemons run in the
@@ -62,8 +63,13 @@ struct NodeConfig {
   std::string net_devices = "lo";
   int heartbeat_ms = 100;
   int failure_ms = 1000;
+  int node_tag = 0;         // 0: a tag unique within this Cluster
+  bool mount = true;        // false: "fuse: {mount: false}" (no FUSE mount)
   std::string extra_yaml;  // appended verbatim
 };
+
+// True if `path` is a mountpoint now (/proc/self/mountinfo).
+bool IsMounted(const std::string& path);
 
 class Cluster {
  public:
@@ -78,8 +84,9 @@ class Cluster {
   // A new key file with a fresh key, mode `mode`.
   std::string NewKeyFile(const std::string& name, int mode = 0600);
 
-  // Writes <dir>/<id>.yaml (creating the export root <dir>/<id>-export) and
-  // returns its path. The control socket is <dir>/<id>.sock.
+  // Writes <dir>/<id>.yaml (creating the export root <dir>/<id>-export and
+  // the mountpoint <dir>/<id>-mnt) and returns its path. The control socket
+  // is <dir>/<id>.sock.
   std::string WriteConfig(const NodeConfig& c);
   // Writes an arbitrary config file and returns its path.
   std::string WriteFile(const std::string& name, const std::string& text, int mode = 0644);
@@ -89,8 +96,15 @@ class Cluster {
   pid_t Start(const std::string& name, const std::string& config, const std::string& netns = "");
   // Sends `sig` to the node's pid; for SIGKILL/SIGTERM also waits for it to
   // exit (SIGKILL after 5 s if SIGTERM is not enough). Returns the exit code
-  // (or 128 + signal).
-  int Stop(const std::string& name, int sig = SIGTERM);
+  // (or 128 + signal). A mount the dead daemon left behind is cleared with
+  // fusermount3 -u -z unless `keep_stale_mount`.
+  int Stop(const std::string& name, int sig = SIGTERM, bool keep_stale_mount = false);
+  // The mountpoint of node `id` (as WriteConfig writes it).
+  std::string Mountpoint(const std::string& id) const { return dir_ + "/" + id + "-mnt"; }
+  std::string ExportRoot(const std::string& id) const { return dir_ + "/" + id + "-export"; }
+  // fusermount3 -u -z <mountpoint> if it is mounted; true if it is not
+  // mounted afterwards.
+  bool ClearMount(const std::string& mountpoint);
   bool Running(const std::string& name);
   pid_t pid(const std::string& name) const { return nodes_.at(name); }
 
@@ -112,6 +126,8 @@ class Cluster {
   std::string dir_;
   std::string key_file_;
   std::map<std::string, pid_t> nodes_;  // running (not yet reaped) children
+  std::map<std::string, std::string> mounts_;  // node name -> its config's mountpoint
+  int next_tag_ = 0;
 };
 
 }  // namespace fedfs::testing

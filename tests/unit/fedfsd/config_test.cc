@@ -43,6 +43,7 @@ class ConfigTest : public ::testing::Test {
   std::string Good(const std::string& replace_key = "", const std::string& with = "") const {
     const std::vector<std::pair<std::string, std::string>> lines = {
         {"node_id", "node_id: n1"},
+        {"node_tag", "node_tag: 1"},
         {"listen", "listen: 127.0.0.1:7001"},
         {"export_root", "export_root: " + (dir_ / "export").string()},
         {"mountpoint", "mountpoint: /fedfs"},

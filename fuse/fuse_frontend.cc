@@ -1,0 +1,606 @@
+#define FUSE_USE_VERSION 312
+#include "fuse/fuse_frontend.h"
+
+#include <fuse_lowlevel.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <new>
+#include <sstream>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "common/logging.h"
+
+namespace fedfs::fuse {
+namespace {
+
+using ns::Cred;
+using ns::EntryOut;
+
+std::shared_ptr<spdlog::logger> Log() {
+  static auto log = Logger("fuse");
+  return log;
+}
+
+ns::Vfs* VfsOf(fuse_req_t req) { return static_cast<ns::Vfs*>(fuse_req_userdata(req)); }
+
+Cred CredOf(fuse_req_t req) {
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  Cred c;
+  c.uid = ctx->uid;
+  c.gid = ctx->gid;
+  c.umask = ctx->umask;
+  gid_t groups[64];
+  int n = fuse_req_getgroups(req, 64, groups);
+  if (n > 64) {
+    std::vector<gid_t> more(static_cast<size_t>(n));
+    n = fuse_req_getgroups(req, n, more.data());
+    if (n > 0) c.groups.assign(more.begin(), more.begin() + std::min<size_t>(n, more.size()));
+  } else if (n > 0) {
+    c.groups.assign(groups, groups + n);
+  }
+  return c;
+}
+
+// The errno the caller sees. A node that cannot be reached answers
+// EHOSTDOWN whatever the transport said (docs/errors.md); ETIMEDOUT stays.
+int Errno(const Error& e) {
+  switch (e.code) {
+    case ECONNREFUSED:
+    case ECONNRESET:
+    case ESHUTDOWN:
+    case EHOSTUNREACH:
+    case ENOTCONN:
+      return EHOSTDOWN;
+    default:
+      return e.code > 0 ? e.code : EIO;
+  }
+}
+
+void ReplyErr(fuse_req_t req, const Error& e) {
+  if (e.code == ENOENT) {
+    SPDLOG_LOGGER_DEBUG(Log(), "{}", e.ToString());
+  } else {
+    SPDLOG_LOGGER_DEBUG(Log(), "request failed: {}", e.ToString());
+  }
+  fuse_reply_err(req, Errno(e));
+}
+
+fuse_entry_param EntryParam(const EntryOut& e) {
+  fuse_entry_param p{};
+  p.ino = e.ino;
+  p.generation = e.generation;
+  p.attr = e.attr;
+  p.attr_timeout = e.attr_timeout;
+  p.entry_timeout = e.entry_timeout;
+  return p;
+}
+
+// Runs `body`, turning bad_alloc into ENOMEM. `body` replies itself; an
+// exception can only come before its reply (replies do not throw).
+template <class F>
+void Guard(fuse_req_t req, F&& body) {
+  try {
+    body();
+  } catch (const std::bad_alloc&) {
+    fuse_reply_err(req, ENOMEM);
+  }
+}
+
+void ReplyEntry(fuse_req_t req, const Result<EntryOut>& r) {
+  if (!r) return ReplyErr(req, r.error());
+  const fuse_entry_param p = EntryParam(*r);
+  if (fuse_reply_entry(req, &p) != 0) {
+    // The kernel did not take the reference (interrupted request).
+    VfsOf(req)->Forget(r->ino, 1);
+  }
+}
+
+void ReplyStatus(fuse_req_t req, const Status& s) {
+  if (!s) return ReplyErr(req, s.error());
+  fuse_reply_err(req, 0);
+}
+
+double AttrTimeout(const struct stat&) { return 0.0; }
+
+// Backoff of blocking lock requests: 1 ms doubling to 100 ms.
+template <class F>
+Status RetryUntilGranted(fuse_req_t req, F&& attempt) {
+  auto delay = std::chrono::milliseconds(1);
+  for (;;) {
+    Status s = attempt();
+    if (s || (s.error().code != EAGAIN && s.error().code != EWOULDBLOCK &&
+              s.error().code != EACCES)) {
+      return s;
+    }
+    if (fuse_req_interrupted(req)) return Err(EINTR, "lock wait interrupted");
+    std::this_thread::sleep_for(delay);
+    delay = std::min(delay * 2, std::chrono::milliseconds(100));
+  }
+}
+
+// ---------------------------------------------------------------- ops
+
+void OpInit(void* userdata, fuse_conn_info* conn) {
+  (void)userdata;
+  // The umask reaches us in the request and is applied by the node that
+  // creates the file (namespace/cred.h).
+  if (conn->capable & FUSE_CAP_DONT_MASK) conn->want |= FUSE_CAP_DONT_MASK;
+  // Locks are kept by the file's node (coherent across nodes).
+  if (conn->capable & FUSE_CAP_POSIX_LOCKS) conn->want |= FUSE_CAP_POSIX_LOCKS;
+  if (conn->capable & FUSE_CAP_FLOCK_LOCKS) conn->want |= FUSE_CAP_FLOCK_LOCKS;
+  // Data may change on another node: no writeback caching.
+  conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+}
+
+void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Guard(req, [&] { ReplyEntry(req, VfsOf(req)->Lookup(CredOf(req), parent, name)); });
+}
+
+void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+  VfsOf(req)->Forget(ino, nlookup);
+  fuse_reply_none(req);
+}
+
+void OpForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
+  for (size_t i = 0; i < count; ++i) VfsOf(req)->Forget(forgets[i].ino, forgets[i].nlookup);
+  fuse_reply_none(req);
+}
+
+void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  Guard(req, [&] {
+    std::optional<uint64_t> fh;
+    if (fi) fh = fi->fh;
+    auto st = VfsOf(req)->GetAttr(CredOf(req), ino, fh);
+    if (!st) return ReplyErr(req, st.error());
+    fuse_reply_attr(req, &*st, AttrTimeout(*st));
+  });
+}
+
+void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
+               fuse_file_info* fi) {
+  Guard(req, [&] {
+    ns::SetAttrRequest r;
+    if (to_set & FUSE_SET_ATTR_MODE) r.mode = attr->st_mode & 07777;
+    if (to_set & FUSE_SET_ATTR_UID) r.uid = attr->st_uid;
+    if (to_set & FUSE_SET_ATTR_GID) r.gid = attr->st_gid;
+    if (to_set & FUSE_SET_ATTR_SIZE) r.size = attr->st_size;
+    if (to_set & FUSE_SET_ATTR_ATIME_NOW) {
+      r.atime = timespec{0, UTIME_NOW};
+    } else if (to_set & FUSE_SET_ATTR_ATIME) {
+      r.atime = attr->st_atim;
+    }
+    if (to_set & FUSE_SET_ATTR_MTIME_NOW) {
+      r.mtime = timespec{0, UTIME_NOW};
+    } else if (to_set & FUSE_SET_ATTR_MTIME) {
+      r.mtime = attr->st_mtim;
+    }
+    std::optional<uint64_t> fh;
+    if (fi) fh = fi->fh;
+    auto st = VfsOf(req)->SetAttr(CredOf(req), ino, fh, r);
+    if (!st) return ReplyErr(req, st.error());
+    fuse_reply_attr(req, &*st, AttrTimeout(*st));
+  });
+}
+
+void OpReadlink(fuse_req_t req, fuse_ino_t ino) {
+  Guard(req, [&] {
+    auto t = VfsOf(req)->Readlink(CredOf(req), ino);
+    if (!t) return ReplyErr(req, t.error());
+    fuse_reply_readlink(req, t->c_str());
+  });
+}
+
+void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
+  Guard(req, [&] { ReplyEntry(req, VfsOf(req)->Mknod(CredOf(req), parent, name, mode, rdev)); });
+}
+
+void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+  Guard(req, [&] { ReplyEntry(req, VfsOf(req)->Mkdir(CredOf(req), parent, name, mode)); });
+}
+
+void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Guard(req, [&] { ReplyStatus(req, VfsOf(req)->Unlink(CredOf(req), parent, name)); });
+}
+
+void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Guard(req, [&] { ReplyStatus(req, VfsOf(req)->Rmdir(CredOf(req), parent, name)); });
+}
+
+void OpSymlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
+  Guard(req, [&] { ReplyEntry(req, VfsOf(req)->Symlink(CredOf(req), link, parent, name)); });
+}
+
+void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
+              const char* newname, unsigned int flags) {
+  Guard(req, [&] {
+    ReplyStatus(req, VfsOf(req)->Rename(CredOf(req), parent, name, newparent, newname, flags));
+  });
+}
+
+void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
+  Guard(req, [&] { ReplyEntry(req, VfsOf(req)->Link(CredOf(req), ino, newparent, newname)); });
+}
+
+void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  Guard(req, [&] {
+    auto f = VfsOf(req)->Open(CredOf(req), ino, fi->flags);
+    if (!f) return ReplyErr(req, f.error());
+    fi->fh = f->fh;
+    fi->direct_io = f->direct_io;
+    fi->keep_cache = f->keep_cache;
+    if (fuse_reply_open(req, fi) != 0) (void)VfsOf(req)->Release(f->fh);
+  });
+}
+
+void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
+              fuse_file_info* fi) {
+  Guard(req, [&] {
+    auto r = VfsOf(req)->Create(CredOf(req), parent, name, mode, fi->flags);
+    if (!r) return ReplyErr(req, r.error());
+    fi->fh = r->second.fh;
+    fi->direct_io = r->second.direct_io;
+    fi->keep_cache = r->second.keep_cache;
+    const fuse_entry_param p = EntryParam(r->first);
+    if (fuse_reply_create(req, &p, fi) != 0) {
+      (void)VfsOf(req)->Release(r->second.fh);
+      VfsOf(req)->Forget(r->first.ino, 1);
+    }
+  });
+}
+
+void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
+  Guard(req, [&] {
+    std::vector<std::byte> buf(size);
+    auto n = VfsOf(req)->Read(fi->fh, static_cast<uint64_t>(off), buf);
+    if (!n) return ReplyErr(req, n.error());
+    fuse_reply_buf(req, reinterpret_cast<const char*>(buf.data()), *n);
+  });
+}
+
+void OpWrite(fuse_req_t req, fuse_ino_t, const char* data, size_t size, off_t off,
+             fuse_file_info* fi) {
+  Guard(req, [&] {
+    auto n = VfsOf(req)->Write(fi->fh, static_cast<uint64_t>(off),
+                               {reinterpret_cast<const std::byte*>(data), size});
+    if (!n) return ReplyErr(req, n.error());
+    fuse_reply_write(req, *n);
+  });
+}
+
+void OpFlush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  Guard(req, [&] { ReplyStatus(req, VfsOf(req)->Flush(fi->fh, fi->lock_owner)); });
+}
+
+void OpRelease(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  Guard(req, [&] { ReplyStatus(req, VfsOf(req)->Release(fi->fh)); });
+}
+
+void OpFsync(fuse_req_t req, fuse_ino_t, int datasync, fuse_file_info* fi) {
+  Guard(req, [&] { ReplyStatus(req, VfsOf(req)->Fsync(fi->fh, datasync != 0)); });
+}
+
+void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  Guard(req, [&] {
+    auto dh = VfsOf(req)->OpenDir(CredOf(req), ino);
+    if (!dh) return ReplyErr(req, dh.error());
+    fi->fh = *dh;
+    if (fuse_reply_open(req, fi) != 0) (void)VfsOf(req)->ReleaseDir(*dh);
+  });
+}
+
+void ReadDirCommon(fuse_req_t req, size_t size, off_t off, fuse_file_info* fi, bool plus) {
+  Guard(req, [&] {
+    ns::Vfs* vfs = VfsOf(req);
+    // An upper bound of the entries that fit (smallest record per entry).
+    const size_t max = size / (plus ? 152 : 32) + 1;
+    auto entries = vfs->ReadDir(CredOf(req), fi->fh, static_cast<uint64_t>(off), max, plus);
+    if (!entries) return ReplyErr(req, entries.error());
+    std::vector<char> buf(size);
+    size_t used = 0;
+    size_t i = 0;
+    for (; i < entries->size(); ++i) {
+      const ns::DirEntryOut& e = (*entries)[i];
+      size_t need;
+      if (plus) {
+        fuse_entry_param p{};
+        if (e.entry) p = EntryParam(*e.entry);
+        need = fuse_add_direntry_plus(req, buf.data() + used, size - used, e.name.c_str(), &p,
+                                      static_cast<off_t>(e.next_offset));
+      } else {
+        struct stat st {};
+        st.st_ino = e.ino;
+        st.st_mode = e.type;
+        need = fuse_add_direntry(req, buf.data() + used, size - used, e.name.c_str(), &st,
+                                 static_cast<off_t>(e.next_offset));
+      }
+      if (need > size - used) break;
+      used += need;
+    }
+    // Entries looked up for readdirplus that did not fit: drop the lookups.
+    for (; plus && i < entries->size(); ++i) {
+      const auto& e = (*entries)[i];
+      if (e.entry && e.entry->ino != 0) vfs->Forget(e.entry->ino, 1);
+    }
+    fuse_reply_buf(req, buf.data(), used);
+  });
+}
+
+void OpReaddir(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
+  ReadDirCommon(req, size, off, fi, false);
+}
+
+void OpReaddirplus(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
+  ReadDirCommon(req, size, off, fi, true);
+}
+
+void OpReleasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  Guard(req, [&] { ReplyStatus(req, VfsOf(req)->ReleaseDir(fi->fh)); });
+}
+
+void OpFsyncdir(fuse_req_t req, fuse_ino_t, int, fuse_file_info*) {
+  // Directory changes are applied by system calls on the holders' local
+  // file systems; nothing is buffered here.
+  fuse_reply_err(req, 0);
+}
+
+void OpStatfs(fuse_req_t req, fuse_ino_t) {
+  Guard(req, [&] {
+    auto st = VfsOf(req)->StatFs();
+    if (!st) return ReplyErr(req, st.error());
+    fuse_reply_statfs(req, &*st);
+  });
+}
+
+void OpSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value,
+                size_t size, int flags) {
+  Guard(req, [&] {
+    ReplyStatus(req, VfsOf(req)->SetXattr(CredOf(req), ino, name,
+                                          {reinterpret_cast<const std::byte*>(value), size},
+                                          flags));
+  });
+}
+
+void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  Guard(req, [&] {
+    size_t needed = 0;
+    auto v = VfsOf(req)->GetXattr(CredOf(req), ino, name, size, &needed);
+    if (!v) return ReplyErr(req, v.error());
+    if (size == 0) return (void)fuse_reply_xattr(req, needed);
+    fuse_reply_buf(req, v->data(), v->size());
+  });
+}
+
+void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  Guard(req, [&] {
+    size_t needed = 0;
+    auto v = VfsOf(req)->ListXattr(CredOf(req), ino, size, &needed);
+    if (!v) return ReplyErr(req, v.error());
+    if (size == 0) return (void)fuse_reply_xattr(req, needed);
+    fuse_reply_buf(req, v->data(), v->size());
+  });
+}
+
+void OpRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  Guard(req, [&] { ReplyStatus(req, VfsOf(req)->RemoveXattr(CredOf(req), ino, name)); });
+}
+
+ns::LockRange RangeOf(const struct flock* l) {
+  ns::LockRange r;
+  r.type = l->l_type;
+  r.start = static_cast<uint64_t>(l->l_start);
+  r.len = static_cast<uint64_t>(l->l_len);
+  r.pid = l->l_pid;
+  return r;
+}
+
+void OpGetlk(fuse_req_t req, fuse_ino_t, fuse_file_info* fi, struct flock* lock) {
+  Guard(req, [&] {
+    auto r = VfsOf(req)->GetLk(fi->fh, fi->lock_owner, RangeOf(lock));
+    if (!r) return ReplyErr(req, r.error());
+    struct flock out = *lock;
+    out.l_type = r->type;
+    if (r->type != F_UNLCK) {
+      out.l_whence = SEEK_SET;
+      out.l_start = static_cast<off_t>(r->start);
+      out.l_len = static_cast<off_t>(r->len);
+      out.l_pid = r->pid;
+    }
+    fuse_reply_lock(req, &out);
+  });
+}
+
+void OpSetlk(fuse_req_t req, fuse_ino_t, fuse_file_info* fi, struct flock* lock, int sleep) {
+  Guard(req, [&] {
+    ns::Vfs* vfs = VfsOf(req);
+    const uint64_t fh = fi->fh, owner = fi->lock_owner;
+    const ns::LockRange want = RangeOf(lock);
+    if (!sleep) return ReplyStatus(req, vfs->SetLk(fh, owner, want, false));
+    ReplyStatus(req, RetryUntilGranted(req, [&] { return vfs->SetLk(fh, owner, want, false); }));
+  });
+}
+
+void OpFlock(fuse_req_t req, fuse_ino_t, fuse_file_info* fi, int op) {
+  Guard(req, [&] {
+    ns::Vfs* vfs = VfsOf(req);
+    const uint64_t fh = fi->fh, owner = fi->lock_owner;
+    const int nb = op | LOCK_NB;
+    if (op & LOCK_NB) return ReplyStatus(req, vfs->Flock(fh, owner, nb));
+    ReplyStatus(req, RetryUntilGranted(req, [&] { return vfs->Flock(fh, owner, nb); }));
+  });
+}
+
+void OpFallocate(fuse_req_t req, fuse_ino_t, int mode, off_t offset, off_t length,
+                 fuse_file_info* fi) {
+  Guard(req, [&] {
+    ReplyStatus(req, VfsOf(req)->Fallocate(fi->fh, mode, static_cast<uint64_t>(offset),
+                                           static_cast<uint64_t>(length)));
+  });
+}
+
+fuse_lowlevel_ops MakeOps() {
+  fuse_lowlevel_ops ops{};
+  ops.init = OpInit;
+  ops.lookup = OpLookup;
+  ops.forget = OpForget;
+  ops.forget_multi = OpForgetMulti;
+  ops.getattr = OpGetattr;
+  ops.setattr = OpSetattr;
+  ops.readlink = OpReadlink;
+  ops.mknod = OpMknod;
+  ops.mkdir = OpMkdir;
+  ops.unlink = OpUnlink;
+  ops.rmdir = OpRmdir;
+  ops.symlink = OpSymlink;
+  ops.rename = OpRename;
+  ops.link = OpLink;
+  ops.open = OpOpen;
+  ops.read = OpRead;
+  ops.write = OpWrite;
+  ops.flush = OpFlush;
+  ops.release = OpRelease;
+  ops.fsync = OpFsync;
+  ops.opendir = OpOpendir;
+  ops.readdir = OpReaddir;
+  ops.readdirplus = OpReaddirplus;
+  ops.releasedir = OpReleasedir;
+  ops.fsyncdir = OpFsyncdir;
+  ops.statfs = OpStatfs;
+  ops.setxattr = OpSetxattr;
+  ops.getxattr = OpGetxattr;
+  ops.listxattr = OpListxattr;
+  ops.removexattr = OpRemovexattr;
+  ops.create = OpCreate;
+  ops.getlk = OpGetlk;
+  ops.setlk = OpSetlk;
+  ops.flock = OpFlock;
+  ops.fallocate = OpFallocate;
+  return ops;
+}
+
+// The FUSE connection id of the fuse.fedfs mount at `mountpoint`
+// (/sys/fs/fuse/connections/<id>), from /proc/self/mountinfo; "" if absent.
+std::string ConnectionId(const std::string& mountpoint) {
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line, found;
+  while (std::getline(in, line)) {
+    std::istringstream ss(line);
+    std::string id, parent, devno, root, mnt;
+    ss >> id >> parent >> devno >> root >> mnt;
+    if (mnt != mountpoint) continue;
+    if (line.find(" - fuse.") == std::string::npos) continue;
+    const size_t colon = devno.find(':');
+    if (colon == std::string::npos) continue;
+    const unsigned major = static_cast<unsigned>(std::stoul(devno.substr(0, colon)));
+    const unsigned minor = static_cast<unsigned>(std::stoul(devno.substr(colon + 1)));
+    found = std::to_string((major << 20) | minor);  // the kernel's s_dev
+  }
+  return found;
+}
+
+}  // namespace
+
+struct FuseMount::State {
+  std::atomic<bool> loop_done{false};
+};
+
+Status CheckMountpoint(const std::string& mp) {
+  struct stat st {};
+  if (::stat(mp.c_str(), &st) != 0) {
+    const int e = errno;
+    if (e == ENOTCONN) {
+      return Err(ENOTCONN, "mountpoint " + mp +
+                               " is a stale FUSE mount (a previous fedfsd crashed?); clear it "
+                               "with: fusermount3 -u " + mp);
+    }
+    return Err(e, "mountpoint " + mp + ": " + std::strerror(e));
+  }
+  if (!S_ISDIR(st.st_mode)) return Err(ENOTDIR, "mountpoint " + mp + " is not a directory");
+  return Ok();
+}
+
+Result<std::unique_ptr<FuseMount>> FuseMount::Mount(const FuseOptions& options, ns::Vfs* vfs) {
+  if (auto s = CheckMountpoint(options.mountpoint); !s) return Err(s.error());
+  std::unique_ptr<FuseMount> m(new FuseMount(options));
+  m->state_ = std::make_unique<State>();
+
+  std::string o = "fsname=" + options.fsname + ",subtype=fedfs";
+  if (options.allow_other) o += ",allow_other";
+  if (options.default_permissions) o += ",default_permissions";
+  std::vector<std::string> argv_s = {"fedfsd", "-o", o};
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
+  static const fuse_lowlevel_ops kOps = MakeOps();
+  m->session_ = fuse_session_new(&args, &kOps, sizeof kOps, vfs);
+  if (m->session_ == nullptr) {
+    return Err(EINVAL, "cannot create the FUSE session (options: " + o + ")");
+  }
+  if (fuse_session_mount(m->session_, options.mountpoint.c_str()) != 0) {
+    fuse_session_destroy(m->session_);
+    m->session_ = nullptr;
+    return Err(EIO, "cannot mount FUSE at " + options.mountpoint +
+                        " (is /dev/fuse available and are we root?)");
+  }
+  m->conn_id_ = ConnectionId(options.mountpoint);
+  fuse_session* se = m->session_;
+  State* state = m->state_.get();
+  const unsigned max_threads = std::max(1u, options.max_threads);
+  const bool clone_fd = options.clone_fd;
+  m->loop_ = std::thread([se, state, max_threads, clone_fd] {
+    fuse_loop_config* cfg = fuse_loop_cfg_create();
+    fuse_loop_cfg_set_max_threads(cfg, max_threads);
+    fuse_loop_cfg_set_idle_threads(cfg, std::min(max_threads, 4u));
+    fuse_loop_cfg_set_clone_fd(cfg, clone_fd ? 1 : 0);
+    const int rc = fuse_session_loop_mt(se, cfg);
+    fuse_loop_cfg_destroy(cfg);
+    if (rc != 0) Log()->info("FUSE loop ended ({})", rc);
+    state->loop_done = true;
+  });
+  Log()->info("mounted at {} (max {} threads{}{}{})", options.mountpoint, max_threads,
+              clone_fd ? ", clone_fd" : "", options.allow_other ? ", allow_other" : "",
+              options.default_permissions ? ", default_permissions" : "");
+  return m;
+}
+
+FuseMount::FuseMount(FuseOptions options) : options_(std::move(options)) {}
+
+FuseMount::~FuseMount() { Unmount(); }
+
+void FuseMount::Abort() {
+  if (conn_id_.empty()) return;
+  const std::string path = "/sys/fs/fuse/connections/" + conn_id_ + "/abort";
+  std::ofstream out(path);
+  if (out) {
+    out << "1";
+    Log()->warn("FUSE connection {} still busy after unmount: aborted", conn_id_);
+  }
+}
+
+void FuseMount::Unmount() {
+  if (session_ == nullptr) return;
+  fuse_session_exit(session_);
+  fuse_session_unmount(session_);
+  // The loop ends when the kernel closes the connection: at once unless
+  // files are still open on the (now detached) mount.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (!state_->loop_done && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!state_->loop_done) Abort();
+  if (loop_.joinable()) loop_.join();
+  fuse_session_destroy(session_);
+  session_ = nullptr;
+  Log()->info("unmounted {}", options_.mountpoint);
+}
+
+}  // namespace fedfs::fuse

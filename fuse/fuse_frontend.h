@@ -1,0 +1,73 @@
+// The FUSE 3 low-level frontend: mounts a Vfs (namespace/vfs.h) at a
+// mountpoint and serves the kernel's requests with a bounded pool of worker
+// threads (fuse_session_loop_mt).
+//
+// Ownership: a FuseMount owns the FUSE session and the thread that runs the
+// loop; it does not own the Vfs, which must outlive it. fuse_lowlevel.h is
+// included only in fuse/*.cc: nothing FUSE leaks out of this header.
+//
+// Every request is answered with what the Vfs returns (errno on failure);
+// std::bad_alloc becomes ENOMEM; no reply is sent while a lock is held (the
+// frontend holds none). Credentials come from the request (uid, gid, umask
+// with FUSE_CAP_DONT_MASK, supplementary groups from fuse_req_getgroups).
+//
+// Threads: Mount and Unmount are called by one owner thread (the daemon's
+// main thread); the workers call the Vfs concurrently.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "common/result.h"
+#include "namespace/vfs.h"
+
+struct fuse_session;
+
+namespace fedfs::fuse {
+
+struct FuseOptions {
+  std::string mountpoint;            // required, an existing directory
+  bool allow_other = true;           // -o allow_other (needs root or user_allow_other)
+  bool default_permissions = true;   // -o default_permissions: the kernel checks modes
+  unsigned max_threads = 16;         // upper bound of FUSE worker threads
+  bool clone_fd = true;              // one /dev/fuse fd per worker
+  std::string fsname = "fedfs";      // -o fsname= (shown by mount/df)
+};
+
+// Ok if `mountpoint` can be mounted on: an existing directory that is not a
+// dead FUSE mount. A dead mount (stat gives ENOTCONN) gives ENOTCONN with the
+// one-line message "mountpoint M is a stale FUSE mount (a previous fedfsd
+// crashed?); clear it with: fusermount3 -u M".
+Status CheckMountpoint(const std::string& mountpoint);
+
+class FuseMount {
+ public:
+  // Checks the mountpoint, creates the session, mounts and starts the loop.
+  // On failure nothing is mounted; the error's context is one line.
+  static Result<std::unique_ptr<FuseMount>> Mount(const FuseOptions& options, ns::Vfs* vfs);
+
+  ~FuseMount();  // Unmount()
+  FuseMount(const FuseMount&) = delete;
+  FuseMount& operator=(const FuseMount&) = delete;
+
+  // Ends the loop and unmounts (fuse_session_unmount; if the kernel still
+  // holds the connection after a grace period because files are open, the
+  // connection is aborted). Idempotent.
+  void Unmount();
+
+  const std::string& mountpoint() const { return options_.mountpoint; }
+
+ private:
+  explicit FuseMount(FuseOptions options);
+  void Abort();
+
+  FuseOptions options_;
+  struct fuse_session* session_ = nullptr;
+  struct State;
+  std::unique_ptr<State> state_;
+  std::thread loop_;
+  std::string conn_id_;  // /sys/fs/fuse/connections/<id>
+};
+
+}  // namespace fedfs::fuse

@@ -1,0 +1,1046 @@
+#include "namespace/vfs_impl.h"
+
+#include <dirent.h>
+#include <linux/fs.h>
+#include <sys/file.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "common/hash.h"
+#include "common/logging.h"
+#include "namespace/path.h"
+
+namespace fedfs::ns {
+namespace {
+
+constexpr uint64_t kInoMask = (uint64_t{1} << 48) - 1;
+constexpr uint64_t kDirTag = 0xffff;
+
+mode_t TypeFromDt(uint8_t dt) { return static_cast<mode_t>(DTTOIF(dt)); }
+uint8_t DtFromMode(mode_t m) { return static_cast<uint8_t>(IFTODT(m & S_IFMT)); }
+bool IsDir(mode_t type) { return S_ISDIR(type); }
+
+std::shared_ptr<spdlog::logger> Log() {
+  static auto log = Logger("vfs");
+  return log;
+}
+
+// The entry with visible name `name` (entries are sorted by name).
+const VdEntry* FindEntry(const VirtualDirectory& vd, const std::string& name) {
+  auto it = std::lower_bound(vd.entries.begin(), vd.entries.end(), name,
+                             [](const VdEntry& e, const std::string& n) { return e.name < n; });
+  if (it != vd.entries.end() && it->name == name) return &*it;
+  for (const auto& e : vd.entries) {  // tolerate an unsorted VD
+    if (e.name == name) return &e;
+  }
+  return nullptr;
+}
+
+std::string Join(const std::vector<std::string>& v, const char* sep) {
+  std::string out;
+  for (const auto& s : v) {
+    if (!out.empty()) out += sep;
+    out += s;
+  }
+  return out;
+}
+
+}  // namespace
+
+VfsImpl::VfsImpl(VfsOptions options, VfsDeps deps)
+    : options_(std::move(options)), deps_(std::move(deps)) {
+  Inode root;
+  root.parent = 0;
+  root.type = S_IFDIR;
+  root.st_ino = DirIno("/");
+  root.nlookup = 1;  // never forgotten
+  root.generation = 1;
+  inodes_.emplace(kRootIno, std::move(root));
+}
+
+VfsImpl::~VfsImpl() = default;
+
+#define FEDFS_TRY(var, expr)            \
+  auto var = (expr);                    \
+  if (!var) return Err(var.error())
+
+// ---------------------------------------------------------------- helpers
+
+uint64_t VfsImpl::DirIno(const std::string& path) {
+  return (kDirTag << 48) | (StableHash(path) & kInoMask);
+}
+
+uint16_t VfsImpl::TagOf(const std::string& node) const {
+  if (node.empty() || node == deps_.cluster->Current()->self) return options_.node_tag;
+  if (deps_.tag_of) {
+    if (const uint16_t t = deps_.tag_of(node); t != 0) return t;
+  }
+  // Derived tag, kept away from 0, 0xffff and this node's configured tag.
+  uint16_t t = static_cast<uint16_t>(StableHash(node) % 65534 + 1);
+  if (t == options_.node_tag) t = static_cast<uint16_t>(t % 65534 + 1);
+  return t;
+}
+
+uint64_t VfsImpl::FileIno(const std::string& node, uint64_t local_ino) const {
+  return (uint64_t{TagOf(node)} << 48) | (local_ino & kInoMask);
+}
+
+uint64_t VfsImpl::GlobalOwner(uint64_t owner) const {
+  return (uint64_t{options_.node_tag} << 48) ^ owner;
+}
+
+std::string VfsImpl::PathLocked(uint64_t ino) const {
+  if (ino == kRootIno) return "/";
+  std::vector<const std::string*> parts;
+  uint64_t cur = ino;
+  while (cur != kRootIno) {
+    auto it = inodes_.find(cur);
+    if (it == inodes_.end() || !it->second.linked) return "";
+    const Inode& n = it->second;
+    parts.push_back(IsDir(n.type) ? &n.name : &n.real_name);
+    cur = n.parent;
+  }
+  std::string path;
+  for (auto p = parts.rbegin(); p != parts.rend(); ++p) {
+    path += '/';
+    path += **p;
+  }
+  return path;
+}
+
+Result<VfsImpl::Resolved> VfsImpl::Resolve(uint64_t ino) const {
+  std::lock_guard lock(mu_);
+  auto it = inodes_.find(ino);
+  if (it == inodes_.end()) return Err(ESTALE, "unknown inode " + std::to_string(ino));
+  std::string path = PathLocked(ino);
+  if (path.empty()) return Err(ENOENT, "inode " + std::to_string(ino) + " was removed");
+  return Resolved{std::move(path), it->second.type, it->second.node, it->second.st_ino};
+}
+
+Result<VfsImpl::Resolved> VfsImpl::ResolveDir(uint64_t ino) const {
+  auto r = Resolve(ino);
+  if (r && !IsDir(r->type)) return Err(ENOTDIR, r->path);
+  return r;
+}
+
+Result<std::shared_ptr<NodeFs>> VfsImpl::FsOf(const std::string& node) {
+  auto view = deps_.cluster->Current();
+  if (node.empty() || node == view->self) {
+    // Non-owning alias of the local NodeFs.
+    return std::shared_ptr<NodeFs>(std::shared_ptr<NodeFs>{}, deps_.local);
+  }
+  auto live = view->live.find(node);
+  if (live == view->live.end()) {
+    return Err(EHOSTDOWN, "node " + node + " is down");
+  }
+  {
+    std::lock_guard lock(remotes_mu_);
+    if (auto it = remotes_.find(node); it != remotes_.end()) return it->second;
+  }
+  if (!deps_.make_remote) return Err(EHOSTDOWN, "no remote access to node " + node);
+  std::shared_ptr<NodeFs> fs = deps_.make_remote(node, live->second);
+  if (!fs) return Err(EHOSTDOWN, "cannot reach node " + node);
+  std::lock_guard lock(remotes_mu_);
+  auto [it, inserted] = remotes_.emplace(node, std::move(fs));
+  return it->second;
+}
+
+Result<struct stat> VfsImpl::DirAttr(const Cred& c, const std::string& path, const VdPtr& vd) {
+  Error last{ENOENT, path};
+  for (const auto& h : vd->holders) {  // sorted by node id
+    auto fs = FsOf(h);
+    if (!fs) {
+      last = fs.error();
+      continue;
+    }
+    auto st = (*fs)->Stat(c, path);
+    if (!st) {
+      last = st.error();
+      if (st.error().code == EACCES || st.error().code == EPERM) return Err(st.error());
+      continue;
+    }
+    if (!S_ISDIR(st->st_mode)) continue;  // changed behind our back
+    nlink_t subdirs = 0;
+    for (const auto& e : vd->entries) {
+      if (e.type == DT_DIR) ++subdirs;
+    }
+    st->st_nlink = 2 + subdirs;
+    st->st_ino = DirIno(path);
+    return *st;
+  }
+  return Err(std::move(last));
+}
+
+Result<VfsImpl::Child> VfsImpl::ChildFromEntry(const Cred& c, const std::string& dir_path,
+                                               const VdEntry& e) {
+  Child ch;
+  ch.name = e.name;
+  ch.real_name = e.real_name.empty() ? e.name : e.real_name;
+  ch.type = TypeFromDt(e.type);
+  const std::string path = JoinPath(dir_path, ch.real_name);
+  if (e.type == DT_DIR) {
+    auto vd = deps_.vds->Get(path);
+    if (!vd) return Err(vd.error());
+    auto st = DirAttr(c, path, *vd);
+    if (!st) return Err(st.error());
+    ch.st = *st;
+    return ch;
+  }
+  if (e.holders.empty()) return Err(ENOENT, path + " has no holder");
+  ch.node = e.holders.front();
+  auto fs = FsOf(ch.node);
+  if (!fs) return Err(fs.error());
+  auto st = (*fs)->Stat(c, path);
+  if (!st) return Err(st.error());
+  ch.type = st->st_mode & S_IFMT;
+  st->st_ino = FileIno(ch.node, st->st_ino);
+  ch.st = *st;
+  return ch;
+}
+
+Result<VfsImpl::Child> VfsImpl::LookupChild(const Cred& c, const std::string& dir_path,
+                                            const std::string& name) {
+  auto vd = deps_.vds->Get(dir_path);
+  if (!vd) return Err(vd.error());
+  const VdEntry* e = FindEntry(**vd, name);
+  if (e == nullptr) return Err(ENOENT, JoinPath(dir_path, name));
+  return ChildFromEntry(c, dir_path, *e);
+}
+
+EntryOut VfsImpl::Remember(uint64_t parent, const Child& ch) {
+  EntryOut out;
+  out.attr = ch.st;
+  out.attr_timeout = options_.attr_timeout;
+  out.entry_timeout = options_.entry_timeout;
+  std::lock_guard lock(mu_);
+  const auto key = std::make_pair(parent, ch.name);
+  if (auto it = names_.find(key); it != names_.end()) {
+    Inode& n = inodes_.at(it->second);
+    if ((n.type & S_IFMT) == (ch.type & S_IFMT) && n.node == ch.node &&
+        n.real_name == ch.real_name && (IsDir(ch.type) || n.st_ino == ch.st.st_ino)) {
+      ++n.nlookup;
+      out.ino = it->second;
+      out.generation = n.generation;
+      out.attr.st_ino = n.st_ino;
+      return out;
+    }
+    // Replaced behind our back: the old inode keeps its remaining lookups.
+    n.linked = false;
+    names_.erase(it);
+  }
+  Inode n;
+  n.parent = parent;
+  n.name = ch.name;
+  n.real_name = ch.real_name;
+  n.type = ch.type & S_IFMT;
+  n.node = ch.node;
+  n.st_ino = ch.st.st_ino;
+  n.nlookup = 1;
+  n.generation = 1;
+  const uint64_t ino = next_ino_++;
+  inodes_.emplace(ino, std::move(n));
+  names_.emplace(key, ino);
+  ++inodes_.at(parent).children;
+  out.ino = ino;
+  out.generation = 1;
+  return out;
+}
+
+void VfsImpl::DetachName(uint64_t parent, const std::string& name) {
+  std::lock_guard lock(mu_);
+  auto it = names_.find({parent, name});
+  if (it == names_.end()) return;
+  inodes_.at(it->second).linked = false;
+  names_.erase(it);
+}
+
+void VfsImpl::MaybeEraseLocked(uint64_t ino) {
+  while (ino != kRootIno) {
+    auto it = inodes_.find(ino);
+    if (it == inodes_.end()) return;
+    Inode& n = it->second;
+    if (n.nlookup > 0 || n.children > 0) return;
+    if (n.linked) names_.erase({n.parent, n.name});
+    const uint64_t parent = n.parent;
+    inodes_.erase(it);
+    auto p = inodes_.find(parent);
+    if (p == inodes_.end()) return;
+    --p->second.children;
+    ino = parent;
+  }
+}
+
+void VfsImpl::ReportAdd(const std::string& dir, const std::string& name, uint8_t type,
+                        const std::string& node) {
+  if (auto s = deps_.vds->Add(dir, name, type, node); !s) {
+    Log()->warn("VD update (add {} in {}) failed: {}", name, dir, s.error().ToString());
+  }
+}
+
+void VfsImpl::ReportRemove(const std::string& dir, const std::string& name,
+                           const std::string& node) {
+  if (auto s = deps_.vds->Remove(dir, name, node); !s) {
+    Log()->warn("VD update (remove {} in {}) failed: {}", name, dir, s.error().ToString());
+  }
+}
+
+Status VfsImpl::EnsureDirOn(const Cred& c, const std::string& node, const std::string& dir_path,
+                            const VdPtr& dir_vd) {
+  if (std::find(dir_vd->holders.begin(), dir_vd->holders.end(), node) != dir_vd->holders.end()) {
+    return Ok();
+  }
+  if (dir_vd->holders.empty()) return Err(ENOENT, dir_path);
+  // Every ancestor of dir_path exists on a holder of dir_path: copy their
+  // attributes from there.
+  auto src = FsOf(dir_vd->holders.front());
+  if (!src) return Err(src.error());
+  std::vector<std::string> ancestors;  // "/a", "/a/b", ..., dir_path
+  for (std::string p = dir_path; p != "/"; p = std::string(ParentPath(p))) ancestors.push_back(p);
+  std::reverse(ancestors.begin(), ancestors.end());
+  std::vector<NodeFs::DirTemplate> templates;
+  for (const auto& a : ancestors) {
+    auto st = (*src)->Stat(c, a);
+    if (!st) return Err(st.error());
+    templates.push_back({static_cast<mode_t>(st->st_mode & 07777), st->st_uid, st->st_gid});
+  }
+  auto dst = FsOf(node);
+  if (!dst) return Err(dst.error());
+  // MkdirParents creates the ancestors of its argument: name a child.
+  if (auto s = (*dst)->MkdirParents(JoinPath(dir_path, "x"), templates); !s) return s;
+  for (const auto& a : ancestors) ReportAdd(std::string(ParentPath(a)), std::string(BaseName(a)), DT_DIR, node);
+  return Ok();
+}
+
+Result<std::string> VfsImpl::PlaceNew(const Cred& c, const std::string& dir_path,
+                                      const VdPtr& dir_vd, const std::string& path, bool is_dir) {
+  auto view = deps_.cluster->Current();
+  std::string node = view->self;
+  if (deps_.place) {
+    std::string chosen = deps_.place(*view, path, is_dir);
+    if (!chosen.empty()) node = std::move(chosen);
+  }
+  if (node != view->self && !view->IsAlive(node)) {
+    return Err(EHOSTDOWN, "placement chose node " + node + ", which is down");
+  }
+  if (auto s = EnsureDirOn(c, node, dir_path, dir_vd); !s) return Err(s.error());
+  return node;
+}
+
+// ---------------------------------------------------------------- names
+
+Result<EntryOut> VfsImpl::Lookup(const Cred& c, uint64_t parent, const std::string& name) {
+  if (auto s = ValidateName(name); !s) return Err(s.error());
+  auto dir = ResolveDir(parent);
+  if (!dir) return Err(dir.error());
+  auto ch = LookupChild(c, dir->path, name);
+  if (!ch) return Err(ch.error());
+  return Remember(parent, *ch);
+}
+
+void VfsImpl::Forget(uint64_t ino, uint64_t nlookup) {
+  if (ino == kRootIno) return;
+  std::lock_guard lock(mu_);
+  auto it = inodes_.find(ino);
+  if (it == inodes_.end()) return;
+  it->second.nlookup -= std::min(nlookup, it->second.nlookup);
+  MaybeEraseLocked(ino);
+}
+
+Result<struct stat> VfsImpl::GetAttr(const Cred& c, uint64_t ino, std::optional<uint64_t> fh) {
+  auto r = Resolve(ino);
+  if (!r) {
+    // An open-unlinked file: fstat semantics through the handle (SetAttr
+    // with nothing to change returns the open file's attributes).
+    if (r.error().code != ENOENT || !fh) return Err(r.error());
+    FEDFS_TRY(f, FileOf(*fh));
+    auto st = f->fs->SetAttr(c, "/", f->handle, SetAttrRequest{});
+    if (!st) return st;
+    std::lock_guard lock(mu_);
+    if (auto it = inodes_.find(ino); it != inodes_.end()) st->st_ino = it->second.st_ino;
+    return st;
+  }
+  if (IsDir(r->type)) {
+    auto vd = deps_.vds->Get(r->path);
+    if (!vd) return Err(vd.error());
+    return DirAttr(c, r->path, *vd);
+  }
+  auto fs = FsOf(r->node);
+  if (!fs) return Err(fs.error());
+  auto st = (*fs)->Stat(c, r->path);
+  if (!st) return st;
+  st->st_ino = FileIno(r->node, st->st_ino);
+  return st;
+}
+
+Result<struct stat> VfsImpl::SetAttr(const Cred& c, uint64_t ino, std::optional<uint64_t> fh,
+                                     const SetAttrRequest& req) {
+  if (fh) {
+    if (auto f = FileOf(*fh)) {
+      auto r = Resolve(ino);
+      auto st = f->fs->SetAttr(c, r ? r->path : std::string("/"), f->handle, req);
+      if (!st) return st;
+      std::lock_guard lock(mu_);
+      if (auto it = inodes_.find(ino); it != inodes_.end()) st->st_ino = it->second.st_ino;
+      return st;
+    }
+  }
+  auto r = Resolve(ino);
+  if (!r) return Err(r.error());
+  if (IsDir(r->type)) {
+    // Attributes of a directory are set on every node that holds it.
+    auto vd = deps_.vds->Get(r->path);
+    if (!vd) return Err(vd.error());
+    std::optional<Error> first_error;
+    bool any = false;
+    for (const auto& h : (*vd)->holders) {
+      auto fs = FsOf(h);
+      auto st = fs ? (*fs)->SetAttr(c, r->path, std::nullopt, req)
+                   : Result<struct stat>(Err(fs.error()));
+      if (st) {
+        any = true;
+      } else if (!first_error) {
+        first_error = st.error();
+      }
+    }
+    if (!any && first_error) return Err(*first_error);
+    return DirAttr(c, r->path, *vd);
+  }
+  auto fs = FsOf(r->node);
+  if (!fs) return Err(fs.error());
+  auto st = (*fs)->SetAttr(c, r->path, std::nullopt, req);
+  if (!st) return st;
+  st->st_ino = FileIno(r->node, st->st_ino);
+  return st;
+}
+
+Result<std::string> VfsImpl::Readlink(const Cred& c, uint64_t ino) {
+  auto r = Resolve(ino);
+  if (!r) return Err(r.error());
+  if (!S_ISLNK(r->type)) return Err(EINVAL, r->path + " is not a symlink");
+  auto fs = FsOf(r->node);
+  if (!fs) return Err(fs.error());
+  return (*fs)->Readlink(c, r->path);
+}
+
+namespace {
+// The parent dir, its VD, and the new entry's path, for the create family.
+struct NewEntry {
+  std::string dir;
+  VdPtr vd;
+  std::string path;
+};
+}  // namespace
+
+Result<EntryOut> VfsImpl::Mknod(const Cred& c, uint64_t parent, const std::string& name,
+                                mode_t mode, dev_t rdev) {
+  if (auto s = ValidateName(name); !s) return Err(s.error());
+  FEDFS_TRY(dir, ResolveDir(parent));
+  FEDFS_TRY(vd, deps_.vds->Get(dir->path));
+  if (FindEntry(**vd, name)) return Err(EEXIST, JoinPath(dir->path, name));
+  const std::string path = JoinPath(dir->path, name);
+  FEDFS_TRY(node, PlaceNew(c, dir->path, *vd, path, false));
+  FEDFS_TRY(fs, FsOf(*node));
+  FEDFS_TRY(st, (*fs)->Mknod(c, path, mode, rdev));
+  ReportAdd(dir->path, name, DtFromMode(st->st_mode), *node);
+  Child ch{name, name, static_cast<mode_t>(st->st_mode & S_IFMT), *node, *st};
+  ch.st.st_ino = FileIno(*node, st->st_ino);
+  return Remember(parent, ch);
+}
+
+Result<EntryOut> VfsImpl::Mkdir(const Cred& c, uint64_t parent, const std::string& name,
+                                mode_t mode) {
+  if (auto s = ValidateName(name); !s) return Err(s.error());
+  FEDFS_TRY(dir, ResolveDir(parent));
+  FEDFS_TRY(vd, deps_.vds->Get(dir->path));
+  if (FindEntry(**vd, name)) return Err(EEXIST, JoinPath(dir->path, name));
+  const std::string path = JoinPath(dir->path, name);
+  FEDFS_TRY(node, PlaceNew(c, dir->path, *vd, path, true));
+  FEDFS_TRY(fs, FsOf(*node));
+  FEDFS_TRY(st, (*fs)->Mkdir(c, path, mode));
+  ReportAdd(dir->path, name, DT_DIR, *node);
+  Child ch{name, name, S_IFDIR, "", *st};
+  ch.st.st_ino = DirIno(path);
+  ch.st.st_nlink = 2;
+  return Remember(parent, ch);
+}
+
+Result<EntryOut> VfsImpl::Symlink(const Cred& c, const std::string& target, uint64_t parent,
+                                  const std::string& name) {
+  if (auto s = ValidateName(name); !s) return Err(s.error());
+  FEDFS_TRY(dir, ResolveDir(parent));
+  FEDFS_TRY(vd, deps_.vds->Get(dir->path));
+  if (FindEntry(**vd, name)) return Err(EEXIST, JoinPath(dir->path, name));
+  const std::string path = JoinPath(dir->path, name);
+  FEDFS_TRY(node, PlaceNew(c, dir->path, *vd, path, false));
+  FEDFS_TRY(fs, FsOf(*node));
+  FEDFS_TRY(st, (*fs)->Symlink(c, target, path));
+  ReportAdd(dir->path, name, DT_LNK, *node);
+  Child ch{name, name, S_IFLNK, *node, *st};
+  ch.st.st_ino = FileIno(*node, st->st_ino);
+  return Remember(parent, ch);
+}
+
+Result<EntryOut> VfsImpl::Link(const Cred& c, uint64_t ino, uint64_t new_parent,
+                               const std::string& new_name) {
+  if (auto s = ValidateName(new_name); !s) return Err(s.error());
+  FEDFS_TRY(src, Resolve(ino));
+  if (IsDir(src->type)) return Err(EPERM, src->path + " is a directory");
+  FEDFS_TRY(dir, ResolveDir(new_parent));
+  FEDFS_TRY(vd, deps_.vds->Get(dir->path));
+  if (FindEntry(**vd, new_name)) return Err(EEXIST, JoinPath(dir->path, new_name));
+  // A hard link lives on the file's node, in a directory that node holds.
+  const auto& h = (*vd)->holders;
+  if (std::find(h.begin(), h.end(), src->node) == h.end()) {
+    return Err(EXDEV, "link: " + dir->path + " is not on node " + src->node);
+  }
+  const std::string path = JoinPath(dir->path, new_name);
+  FEDFS_TRY(fs, FsOf(src->node));
+  FEDFS_TRY(st, (*fs)->Link(c, src->path, path));
+  ReportAdd(dir->path, new_name, DtFromMode(st->st_mode), src->node);
+  Child ch{new_name, new_name, static_cast<mode_t>(st->st_mode & S_IFMT), src->node, *st};
+  ch.st.st_ino = FileIno(src->node, st->st_ino);
+  return Remember(new_parent, ch);
+}
+
+Status VfsImpl::Unlink(const Cred& c, uint64_t parent, const std::string& name) {
+  FEDFS_TRY(dir, ResolveDir(parent));
+  FEDFS_TRY(vd, deps_.vds->Get(dir->path));
+  const VdEntry* e = FindEntry(**vd, name);
+  if (e == nullptr) return Err(ENOENT, JoinPath(dir->path, name));
+  if (e->type == DT_DIR) return Err(EISDIR, JoinPath(dir->path, name));
+  const std::string node = e->holders.empty() ? std::string() : e->holders.front();
+  const std::string real = e->real_name.empty() ? e->name : e->real_name;
+  FEDFS_TRY(fs, FsOf(node));
+  if (auto s = (*fs)->Unlink(c, JoinPath(dir->path, real)); !s) return s;
+  ReportRemove(dir->path, real, node);
+  DetachName(parent, name);
+  return Ok();
+}
+
+Status VfsImpl::Rmdir(const Cred& c, uint64_t parent, const std::string& name) {
+  FEDFS_TRY(dir, ResolveDir(parent));
+  FEDFS_TRY(vd, deps_.vds->Get(dir->path));
+  const VdEntry* e = FindEntry(**vd, name);
+  if (e == nullptr) return Err(ENOENT, JoinPath(dir->path, name));
+  if (e->type != DT_DIR) return Err(ENOTDIR, JoinPath(dir->path, name));
+  const std::string path = JoinPath(dir->path, name);
+  const std::vector<std::string> holders = e->holders;
+  if (holders.size() > 1 && deps_.dir_ops != nullptr) {
+    if (auto s = deps_.dir_ops->RemoveDir(c, path); !s) return s;
+  } else {
+    if (holders.size() > 1) {
+      // Without the journaled coordinator: refuse unless empty everywhere,
+      // then remove it node by node (docs/namespace.md).
+      FEDFS_TRY(child, deps_.vds->Get(path));
+      if (!(*child)->entries.empty()) return Err(ENOTEMPTY, path);
+    }
+    for (const auto& h : holders) {
+      FEDFS_TRY(fs, FsOf(h));
+      if (auto s = (*fs)->Rmdir(c, path); !s && s.error().code != ENOENT) return s;
+    }
+  }
+  for (const auto& h : holders) ReportRemove(dir->path, name, h);
+  DetachName(parent, name);
+  return Ok();
+}
+
+Status VfsImpl::Rename(const Cred& c, uint64_t parent, const std::string& name,
+                       uint64_t new_parent, const std::string& new_name, unsigned flags) {
+  if (auto s = ValidateName(new_name); !s) return Err(s.error());
+  if ((flags & RENAME_EXCHANGE) && (flags & RENAME_NOREPLACE)) return Err(EINVAL, "rename flags");
+  FEDFS_TRY(sdir, ResolveDir(parent));
+  FEDFS_TRY(ddir, ResolveDir(new_parent));
+  FEDFS_TRY(svd, deps_.vds->Get(sdir->path));
+  const VdEntry* se = FindEntry(**svd, name);
+  if (se == nullptr) return Err(ENOENT, JoinPath(sdir->path, name));
+  const VdEntry src = *se;
+  const std::string sreal = src.real_name.empty() ? src.name : src.real_name;
+  const std::string from = JoinPath(sdir->path, sreal);
+  const std::string to = JoinPath(ddir->path, new_name);
+  if (from == to) return Ok();
+  if (src.type == DT_DIR && PathWithin(to, from)) return Err(EINVAL, "rename into itself");
+  FEDFS_TRY(dvd, sdir->path == ddir->path ? Result<VdPtr>(*svd) : deps_.vds->Get(ddir->path));
+  const VdEntry* de = FindEntry(**dvd, new_name);
+  std::optional<VdEntry> dst;
+  if (de) dst = *de;
+  if (dst && (flags & RENAME_NOREPLACE)) return Err(EEXIST, to);
+  if (!dst && (flags & RENAME_EXCHANGE)) return Err(ENOENT, to);
+
+  const bool src_dir = src.type == DT_DIR;
+  std::string node;  // where the rename runs
+  if (src_dir) {
+    const bool single = src.holders.size() == 1 &&
+                        (!dst || (dst->holders.size() == 1 && dst->holders[0] == src.holders[0]));
+    if (!single) {
+      if (deps_.dir_ops == nullptr) {
+        return Err(EXDEV, "rename of a directory held by several nodes: " + from);
+      }
+      if (auto s = deps_.dir_ops->RenameDir(c, from, to, flags); !s) return s;
+      {
+        std::lock_guard lock(mu_);
+        if (auto it = names_.find({new_parent, new_name}); it != names_.end()) {
+          inodes_.at(it->second).linked = false;
+          names_.erase(it);
+        }
+        if (auto it = names_.find({parent, name}); it != names_.end()) {
+          const uint64_t ino = it->second;
+          names_.erase(it);
+          Inode& n = inodes_.at(ino);
+          --inodes_.at(n.parent).children;
+          n.parent = new_parent;
+          n.name = n.real_name = new_name;
+          ++inodes_.at(new_parent).children;
+          names_.emplace(std::make_pair(new_parent, new_name), ino);
+        }
+      }
+      return Ok();
+    }
+    node = src.holders[0];
+  } else {
+    node = src.holders.empty() ? std::string() : src.holders.front();
+  }
+  if (dst) {
+    const bool dst_dir = dst->type == DT_DIR;
+    if (!(flags & RENAME_EXCHANGE)) {
+      if (src_dir && !dst_dir) return Err(ENOTDIR, to);
+      if (!src_dir && dst_dir) return Err(EISDIR, to);
+    }
+    const bool dst_here = std::find(dst->holders.begin(), dst->holders.end(), node) !=
+                          dst->holders.end();
+    const std::string dreal = dst->real_name.empty() ? dst->name : dst->real_name;
+    if (!dst_here || dreal != new_name) {
+      if (flags & RENAME_EXCHANGE) return Err(EXDEV, "exchange across nodes: " + from + ", " + to);
+      if (dst_dir) return Err(EXDEV, "replace a directory on another node: " + to);
+      // The destination lives on another node: remove it there first (not
+      // atomic; docs/namespace.md).
+      const std::string dnode = dst->holders.front();
+      FEDFS_TRY(dfs, FsOf(dnode));
+      if (auto s = (*dfs)->Unlink(c, JoinPath(ddir->path, dreal)); !s) return s;
+      ReportRemove(ddir->path, dreal, dnode);
+      dst.reset();
+    }
+  }
+  if (auto s = EnsureDirOn(c, node, ddir->path, *dvd); !s) return s;
+  FEDFS_TRY(fs, FsOf(node));
+  if (auto s = (*fs)->Rename(c, from, to, flags); !s) return s;
+  ReportRemove(sdir->path, sreal, node);
+  if (flags & RENAME_EXCHANGE) {
+    ReportRemove(ddir->path, new_name, node);
+    ReportAdd(sdir->path, sreal, dst->type, node);
+  }
+  ReportAdd(ddir->path, new_name, src.type, node);
+
+  std::lock_guard lock(mu_);
+  auto s_it = names_.find({parent, name});
+  auto d_it = names_.find({new_parent, new_name});
+  std::optional<uint64_t> s_ino, d_ino;
+  if (s_it != names_.end()) {
+    s_ino = s_it->second;
+    names_.erase(s_it);
+  }
+  if (d_it != names_.end()) {
+    d_ino = d_it->second;
+    names_.erase(d_it);
+  }
+  auto move = [&](uint64_t ino, uint64_t np, const std::string& nn) {
+    Inode& n = inodes_.at(ino);
+    --inodes_.at(n.parent).children;
+    n.parent = np;
+    n.name = n.real_name = nn;
+    ++inodes_.at(np).children;
+    names_[{np, nn}] = ino;
+  };
+  if (flags & RENAME_EXCHANGE) {
+    if (s_ino) move(*s_ino, new_parent, new_name);
+    if (d_ino) move(*d_ino, parent, sreal);
+  } else {
+    if (d_ino) inodes_.at(*d_ino).linked = false;
+    if (s_ino) move(*s_ino, new_parent, new_name);
+  }
+  return Ok();
+}
+
+// ---------------------------------------------------------------- files
+
+Result<VfsImpl::OpenFile> VfsImpl::FileOf(uint64_t fh) const {
+  std::lock_guard lock(files_mu_);
+  auto it = files_.find(fh);
+  if (it == files_.end()) return Err(EBADF, "unknown file handle " + std::to_string(fh));
+  return it->second;
+}
+
+uint64_t VfsImpl::AddFile(OpenFile f) {
+  std::lock_guard lock(files_mu_);
+  const uint64_t fh = next_fh_++;
+  files_.emplace(fh, std::move(f));
+  return fh;
+}
+
+Result<FileOut> VfsImpl::Open(const Cred& c, uint64_t ino, int flags) {
+  FEDFS_TRY(r, Resolve(ino));
+  if (IsDir(r->type)) return Err(EISDIR, r->path);
+  FEDFS_TRY(fs, FsOf(r->node));
+  FEDFS_TRY(op, (*fs)->Open(c, r->path, flags & ~(O_CREAT | O_EXCL)));
+  FileOut out;
+  out.fh = AddFile(OpenFile{*fs, op->handle, ino});
+  return out;
+}
+
+Result<std::pair<EntryOut, FileOut>> VfsImpl::Create(const Cred& c, uint64_t parent,
+                                                     const std::string& name, mode_t mode,
+                                                     int flags) {
+  if (auto s = ValidateName(name); !s) return Err(s.error());
+  FEDFS_TRY(dir, ResolveDir(parent));
+  FEDFS_TRY(vd, deps_.vds->Get(dir->path));
+  if (const VdEntry* e = FindEntry(**vd, name)) {
+    // Lost a race with another creator: open the existing file.
+    if (flags & O_EXCL) return Err(EEXIST, JoinPath(dir->path, name));
+    if (e->type == DT_DIR) return Err(EISDIR, JoinPath(dir->path, name));
+    FEDFS_TRY(ch, ChildFromEntry(c, dir->path, *e));
+    FEDFS_TRY(fs, FsOf(ch->node));
+    FEDFS_TRY(op, (*fs)->Open(c, JoinPath(dir->path, ch->real_name), flags & ~(O_CREAT | O_EXCL)));
+    EntryOut entry = Remember(parent, *ch);
+    FileOut out;
+    out.fh = AddFile(OpenFile{*fs, op->handle, entry.ino});
+    return std::make_pair(entry, out);
+  }
+  const std::string path = JoinPath(dir->path, name);
+  FEDFS_TRY(node, PlaceNew(c, dir->path, *vd, path, false));
+  FEDFS_TRY(fs, FsOf(*node));
+  FEDFS_TRY(op, (*fs)->Create(c, path, flags | O_CREAT, mode));
+  ReportAdd(dir->path, name, DT_REG, *node);
+  Child ch{name, name, S_IFREG, *node, op->st};
+  ch.st.st_ino = FileIno(*node, op->st.st_ino);
+  EntryOut entry = Remember(parent, ch);
+  FileOut out;
+  out.fh = AddFile(OpenFile{*fs, op->handle, entry.ino});
+  return std::make_pair(entry, out);
+}
+
+Result<size_t> VfsImpl::Read(uint64_t fh, uint64_t offset, std::span<std::byte> dst) {
+  FEDFS_TRY(f, FileOf(fh));
+  return f->fs->Read(f->handle, offset, dst);
+}
+
+Result<size_t> VfsImpl::Write(uint64_t fh, uint64_t offset, std::span<const std::byte> src) {
+  FEDFS_TRY(f, FileOf(fh));
+  return f->fs->Write(f->handle, offset, src);
+}
+
+Status VfsImpl::Flush(uint64_t fh, uint64_t lock_owner) {
+  FEDFS_TRY(f, FileOf(fh));
+  return f->fs->Flush(f->handle, GlobalOwner(lock_owner));
+}
+
+Status VfsImpl::Fsync(uint64_t fh, bool datasync) {
+  FEDFS_TRY(f, FileOf(fh));
+  return f->fs->Fsync(f->handle, datasync);
+}
+
+Status VfsImpl::Release(uint64_t fh) {
+  OpenFile f;
+  {
+    std::lock_guard lock(files_mu_);
+    auto it = files_.find(fh);
+    if (it == files_.end()) return Err(EBADF, "unknown file handle");
+    f = std::move(it->second);
+    files_.erase(it);
+  }
+  return f.fs->Release(f.handle);
+}
+
+Status VfsImpl::Fallocate(uint64_t fh, int mode, uint64_t offset, uint64_t len) {
+  FEDFS_TRY(f, FileOf(fh));
+  return f->fs->Fallocate(f->handle, mode, offset, len);
+}
+
+Result<LockRange> VfsImpl::GetLk(uint64_t fh, uint64_t owner, const LockRange& want) {
+  FEDFS_TRY(f, FileOf(fh));
+  return f->fs->GetLk(f->handle, GlobalOwner(owner), want);
+}
+
+Status VfsImpl::SetLk(uint64_t fh, uint64_t owner, const LockRange& want, bool wait) {
+  FEDFS_TRY(f, FileOf(fh));
+  // One attempt: a waiting caller (the FUSE frontend) retries with backoff
+  // and stops when its request is interrupted.
+  (void)wait;
+  return f->fs->SetLk(f->handle, GlobalOwner(owner), want);
+}
+
+Status VfsImpl::Flock(uint64_t fh, uint64_t owner, int op) {
+  FEDFS_TRY(f, FileOf(fh));
+  return f->fs->Flock(f->handle, GlobalOwner(owner), op);
+}
+
+// ---------------------------------------------------------------- directories
+
+std::vector<DirEntryOut> VfsImpl::Snapshot(const std::string& path, uint64_t ino,
+                                           const VdPtr& vd, uint64_t parent_st_ino) const {
+  std::vector<DirEntryOut> out;
+  out.reserve(vd->entries.size() + 2);
+  out.push_back({".", DirIno(path), S_IFDIR, 1, std::nullopt});
+  out.push_back({"..", parent_st_ino, S_IFDIR, 2, std::nullopt});
+  std::lock_guard lock(mu_);
+  for (const auto& e : vd->entries) {
+    DirEntryOut d;
+    d.name = e.name;
+    d.type = TypeFromDt(e.type);
+    const std::string real = e.real_name.empty() ? e.name : e.real_name;
+    if (e.type == DT_DIR) {
+      d.ino = DirIno(JoinPath(path, real));
+    } else if (auto it = names_.find({ino, e.name}); it != names_.end()) {
+      d.ino = inodes_.at(it->second).st_ino;
+    } else {
+      // Not known yet: a stand-in from the holder and name (st_ino comes
+      // with the first lookup).
+      const std::string holder = e.holders.empty() ? std::string() : e.holders.front();
+      d.ino = (uint64_t{0xfffe} << 48) | (StableHash(holder + ":" + JoinPath(path, real)) & kInoMask);
+    }
+    d.next_offset = out.size() + 1;
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+Result<uint64_t> VfsImpl::OpenDir(const Cred& c, uint64_t ino) {
+  FEDFS_TRY(r, ResolveDir(ino));
+  FEDFS_TRY(vd, deps_.vds->Get(r->path));
+  (void)c;
+  uint64_t parent_ino = DirIno(std::string(ParentPath(r->path)));
+  auto d = std::make_shared<DirHandle>();
+  d->ino = ino;
+  d->path = r->path;
+  d->entries = Snapshot(r->path, ino, *vd, parent_ino);
+  std::lock_guard lock(files_mu_);
+  const uint64_t dh = next_fh_++;
+  dirs_.emplace(dh, std::move(d));
+  return dh;
+}
+
+Result<std::vector<DirEntryOut>> VfsImpl::ReadDir(const Cred& c, uint64_t dh, uint64_t offset,
+                                                  size_t max, bool plus) {
+  std::shared_ptr<DirHandle> d;
+  {
+    std::lock_guard lock(files_mu_);
+    auto it = dirs_.find(dh);
+    if (it == dirs_.end()) return Err(EBADF, "unknown directory handle");
+    d = it->second;
+  }
+  std::vector<DirEntryOut> snapshot;
+  {
+    std::lock_guard lock(files_mu_);
+    if (offset == 0 && !d->fresh) d->entries.clear();  // rewinddir: refresh below
+    d->fresh = false;
+    snapshot = d->entries;
+  }
+  if (snapshot.empty()) {
+    FEDFS_TRY(vd, deps_.vds->Get(d->path));
+    snapshot = Snapshot(d->path, d->ino, *vd, DirIno(std::string(ParentPath(d->path))));
+    std::lock_guard lock(files_mu_);
+    d->entries = snapshot;
+  }
+  std::vector<DirEntryOut> out;
+  max = std::min(max == 0 ? options_.max_readdir_batch : max, options_.max_readdir_batch);
+  for (size_t i = offset; i < snapshot.size() && out.size() < max; ++i) {
+    DirEntryOut e = snapshot[i];
+    if (plus) {
+      EntryOut entry;
+      entry.attr.st_ino = e.ino;
+      entry.attr.st_mode = e.type;
+      if (e.name != "." && e.name != "..") {
+        // An entry that cannot be stated (dead holder) is listed without
+        // attributes (node id 0): the rest of the listing stays available.
+        auto got = Lookup(c, d->ino, e.name);
+        if (got) entry = *got;
+      }
+      e.entry = entry;
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+Status VfsImpl::ReleaseDir(uint64_t dh) {
+  std::lock_guard lock(files_mu_);
+  dirs_.erase(dh);
+  return Ok();
+}
+
+// ---------------------------------------------------------------- misc
+
+Result<struct statvfs> VfsImpl::StatFs() {
+  auto view = deps_.cluster->Current();
+  std::vector<std::string> nodes;
+  nodes.push_back(view->self);
+  for (const auto& [id, addr] : view->live) {
+    if (id != view->self) nodes.push_back(id);
+  }
+  std::optional<struct statvfs> sum;
+  unsigned __int128 blocks = 0, bfree = 0, bavail = 0;
+  Error last{EIO, "statfs"};
+  for (const auto& n : nodes) {
+    auto fs = FsOf(n);
+    if (!fs) continue;
+    auto st = (*fs)->StatFs();
+    if (!st) {
+      last = st.error();
+      continue;
+    }
+    if (!sum) {
+      sum = *st;
+      sum->f_files = sum->f_ffree = sum->f_favail = 0;
+    }
+    const uint64_t unit = st->f_frsize ? st->f_frsize : st->f_bsize;
+    blocks += static_cast<unsigned __int128>(st->f_blocks) * unit;
+    bfree += static_cast<unsigned __int128>(st->f_bfree) * unit;
+    bavail += static_cast<unsigned __int128>(st->f_bavail) * unit;
+    sum->f_files += st->f_files;
+    sum->f_ffree += st->f_ffree;
+    sum->f_favail += st->f_favail;
+    sum->f_namemax = std::min<unsigned long>(sum->f_namemax, st->f_namemax);
+  }
+  if (!sum) return Err(std::move(last));
+  const uint64_t unit = sum->f_frsize ? sum->f_frsize : sum->f_bsize;
+  sum->f_frsize = unit;
+  sum->f_blocks = static_cast<fsblkcnt_t>(blocks / unit);
+  sum->f_bfree = static_cast<fsblkcnt_t>(bfree / unit);
+  sum->f_bavail = static_cast<fsblkcnt_t>(bavail / unit);
+  return *sum;
+}
+
+Result<std::vector<std::string>> VfsImpl::Where(const std::string& path) {
+  if (auto s = ValidateGlobalPath(path); !s) return Err(s.error());
+  if (path == "/") {
+    FEDFS_TRY(vd, deps_.vds->Get("/"));
+    return (*vd)->holders;
+  }
+  FEDFS_TRY(vd, deps_.vds->Get(std::string(ParentPath(path))));
+  const VdEntry* e = FindEntry(**vd, std::string(BaseName(path)));
+  if (e == nullptr) return Err(ENOENT, path);
+  return e->holders;
+}
+
+Result<std::string> VfsImpl::PathOf(uint64_t ino) const {
+  FEDFS_TRY(r, Resolve(ino));
+  return r->path;
+}
+
+std::map<std::string, uint64_t> VfsImpl::FreeBytes() {
+  const auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard lock(free_mu_);
+    if (free_at_ != std::chrono::steady_clock::time_point{} &&
+        now - free_at_ < std::chrono::seconds(1)) {
+      return free_bytes_;
+    }
+  }
+  std::map<std::string, uint64_t> out;
+  auto view = deps_.cluster->Current();
+  std::vector<std::string> nodes{view->self};
+  for (const auto& [id, addr] : view->live) {
+    if (id != view->self) nodes.push_back(id);
+  }
+  for (const auto& n : nodes) {
+    auto fs = FsOf(n);
+    if (!fs) continue;
+    auto st = (*fs)->StatFs();
+    if (st) out[n] = static_cast<uint64_t>(st->f_bavail) * (st->f_frsize ? st->f_frsize : st->f_bsize);
+  }
+  std::lock_guard lock(free_mu_);
+  free_bytes_ = out;
+  free_at_ = now;
+  return out;
+}
+
+size_t VfsImpl::InodeCount() const {
+  std::lock_guard lock(mu_);
+  return inodes_.size();
+}
+
+namespace {
+Result<std::string> SizedAnswer(std::string value, size_t size, size_t* needed) {
+  if (needed) *needed = value.size();
+  if (size == 0) return std::string();
+  if (value.size() > size) return Err(ERANGE, "xattr buffer too small");
+  return value;
+}
+}  // namespace
+
+Result<std::string> VfsImpl::GetXattr(const Cred& c, uint64_t ino, const std::string& name,
+                                      size_t size, size_t* needed) {
+  FEDFS_TRY(r, Resolve(ino));
+  if (name == kLocationXattr) {
+    if (!IsDir(r->type)) return SizedAnswer(r->node, size, needed);
+    FEDFS_TRY(vd, deps_.vds->Get(r->path));
+    return SizedAnswer(Join((*vd)->holders, ","), size, needed);
+  }
+  std::string node = r->node;
+  if (IsDir(r->type)) {
+    FEDFS_TRY(vd, deps_.vds->Get(r->path));
+    if ((*vd)->holders.empty()) return Err(ENOENT, r->path);
+    node = (*vd)->holders.front();
+  }
+  FEDFS_TRY(fs, FsOf(node));
+  return (*fs)->GetXattr(c, r->path, name, size, needed);
+}
+
+Status VfsImpl::SetXattr(const Cred& c, uint64_t ino, const std::string& name,
+                         std::span<const std::byte> value, int flags) {
+  if (name == kLocationXattr) return Err(EPERM, "user.fedfs.location is read-only");
+  FEDFS_TRY(r, Resolve(ino));
+  std::vector<std::string> nodes{r->node};
+  if (IsDir(r->type)) {
+    FEDFS_TRY(vd, deps_.vds->Get(r->path));
+    nodes = (*vd)->holders;
+  }
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    FEDFS_TRY(fs, FsOf(nodes[i]));
+    auto s = (*fs)->SetXattr(c, r->path, name, value, flags);
+    if (!s && i == 0) return s;
+  }
+  return Ok();
+}
+
+Result<std::string> VfsImpl::ListXattr(const Cred& c, uint64_t ino, size_t size,
+                                       size_t* needed) {
+  FEDFS_TRY(r, Resolve(ino));
+  std::string node = r->node;
+  if (IsDir(r->type)) {
+    FEDFS_TRY(vd, deps_.vds->Get(r->path));
+    if ((*vd)->holders.empty()) return Err(ENOENT, r->path);
+    node = (*vd)->holders.front();
+  }
+  FEDFS_TRY(fs, FsOf(node));
+  size_t need = 0;
+  FEDFS_TRY(probe, (*fs)->ListXattr(c, r->path, 0, &need));
+  std::string names;
+  if (need > 0) {
+    FEDFS_TRY(all, (*fs)->ListXattr(c, r->path, need, &need));
+    names = std::move(*all);
+  }
+  names.append(kLocationXattr);
+  names.push_back('\0');
+  return SizedAnswer(std::move(names), size, needed);
+}
+
+Status VfsImpl::RemoveXattr(const Cred& c, uint64_t ino, const std::string& name) {
+  if (name == kLocationXattr) return Err(EPERM, "user.fedfs.location is read-only");
+  FEDFS_TRY(r, Resolve(ino));
+  std::vector<std::string> nodes{r->node};
+  if (IsDir(r->type)) {
+    FEDFS_TRY(vd, deps_.vds->Get(r->path));
+    nodes = (*vd)->holders;
+  }
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    FEDFS_TRY(fs, FsOf(nodes[i]));
+    auto s = (*fs)->RemoveXattr(c, r->path, name);
+    if (!s && i == 0) return s;
+  }
+  return Ok();
+}
+
+#undef FEDFS_TRY
+
+}  // namespace fedfs::ns

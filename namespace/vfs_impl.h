@@ -1,0 +1,280 @@
+// VfsImpl: the per-node Vfs (namespace/vfs.h) over virtual directories and
+// node file systems.
+//
+// Ownership. VfsImpl owns the inode table (FUSE node id -> parent id, visible
+// name, name in the holder's export root, type, location, cached st_ino,
+// lookup count, generation), the open-file and open-directory tables, and the
+// RemoteNodeFs objects it creates on demand (one per peer, through
+// VfsDeps::make_remote). It does not own the local NodeFs, the VD client or
+// the cluster view source; they outlive it.
+//
+// Paths are never stored whole: an inode's global path is rebuilt from its
+// parent links, so a rename moves exactly one table entry and every
+// descendant follows. Directories hold no location (they are the union of the
+// same path on every node); every other inode has exactly one holder node.
+//
+// What each operation does is stated in docs/namespace.md ("The FUSE mount").
+// In short: names are resolved through VD(P) (VdClient), attributes and data
+// come from the holder's NodeFs, new entries go to the node chosen by the
+// placement function, and every change to a directory is reported to its
+// manager (VdClient::Update) after it succeeded on the node. A VD update that
+// fails after the change was made is logged and does not fail the operation
+// (the manager rebuilds the VD by dirmerge on its next miss).
+//
+// Threads: every method may block (remote calls with deadlines) and is called
+// from FUSE worker threads; thread-safe. Lock order: mu_ (inode table) before
+// files_mu_ before remotes_mu_; no lock is held across a NodeFs or VdClient
+// call.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "namespace/cluster.h"
+#include "namespace/node_fs.h"
+#include "namespace/vd.h"
+#include "namespace/vfs.h"
+
+namespace fedfs::ns {
+
+using VdPtr = std::shared_ptr<const VirtualDirectory>;
+
+// What VfsImpl needs from the VD service, as blocking calls (the daemon
+// adapts VdService with GetVdSync/UpdateVdSync; tests use fakes).
+class VdClient {
+ public:
+  virtual ~VdClient() = default;
+  // VD(path); ENOENT if no live node has `path` as a directory.
+  virtual Result<VdPtr> Get(const std::string& path) = 0;
+  // Reports that `node` added or removed the entry `name` of directory
+  // `path` (kAdd/kRemove).
+  virtual Status Add(const std::string& path, const std::string& name, uint8_t type,
+                     const std::string& node) = 0;
+  virtual Status Remove(const std::string& path, const std::string& name,
+                        const std::string& node) = 0;
+};
+
+// Multi-node directory operations (namespace/dir_ops.h), when wired.
+class DirOpsClient {
+ public:
+  virtual ~DirOpsClient() = default;
+  // Renames directory `from` to `to` on every node in `holders` (journaled).
+  virtual Status RenameDir(const Cred& c, const std::string& from, const std::string& to,
+                           unsigned flags) = 0;
+  // Removes directory `path` from every node that holds it (journaled).
+  virtual Status RemoveDir(const Cred& c, const std::string& path) = 0;
+};
+
+struct VfsOptions {
+  // Seconds the kernel may cache names and attributes. 0 (default) is the
+  // only correct choice across nodes until kernel-cache invalidation lands
+  // (issue 4); see docs/namespace.md.
+  double entry_timeout = 0;
+  double attr_timeout = 0;
+  // This node's tag (1..65534, unique in the federation): the high 16 bits
+  // of the st_ino of files it holds.
+  uint16_t node_tag = 1;
+  // Entries returned by one ReadDir call at most.
+  size_t max_readdir_batch = 1024;
+};
+
+struct VfsDeps {
+  const ClusterViewSource* cluster = nullptr;  // required
+  NodeFs* local = nullptr;                     // required: this node's export root
+  VdClient* vds = nullptr;                     // required
+  DirOpsClient* dir_ops = nullptr;             // optional (nullptr: single-node only)
+  // Creates the NodeFs of a peer reachable at `addr`. Called at most once per
+  // node id while it succeeds. Optional: without it, remote files are EHOSTDOWN.
+  std::function<std::shared_ptr<NodeFs>(const std::string& node, const std::string& addr)>
+      make_remote;
+  // The node that stores a new entry at global path `path`. Optional: the
+  // default is this node. Must return a live node id ("" = this node).
+  std::function<std::string(const ClusterView& view, const std::string& path, bool is_dir)> place;
+  // The tag of another node (st_ino high bits); optional: default is derived
+  // from StableHash(node id) (docs/namespace.md, "Inode numbers").
+  std::function<uint16_t(const std::string& node)> tag_of;
+};
+
+class VfsImpl final : public Vfs {
+ public:
+  VfsImpl(VfsOptions options, VfsDeps deps);
+  ~VfsImpl() override;
+
+  Result<EntryOut> Lookup(const Cred& c, uint64_t parent, const std::string& name) override;
+  void Forget(uint64_t ino, uint64_t nlookup) override;
+  Result<struct stat> GetAttr(const Cred& c, uint64_t ino, std::optional<uint64_t> fh) override;
+  Result<struct stat> SetAttr(const Cred& c, uint64_t ino, std::optional<uint64_t> fh,
+                              const SetAttrRequest& req) override;
+  Result<std::string> Readlink(const Cred& c, uint64_t ino) override;
+  Result<EntryOut> Mknod(const Cred& c, uint64_t parent, const std::string& name, mode_t mode,
+                         dev_t rdev) override;
+  Result<EntryOut> Mkdir(const Cred& c, uint64_t parent, const std::string& name,
+                         mode_t mode) override;
+  Status Unlink(const Cred& c, uint64_t parent, const std::string& name) override;
+  Status Rmdir(const Cred& c, uint64_t parent, const std::string& name) override;
+  Result<EntryOut> Symlink(const Cred& c, const std::string& target, uint64_t parent,
+                           const std::string& name) override;
+  Status Rename(const Cred& c, uint64_t parent, const std::string& name, uint64_t new_parent,
+                const std::string& new_name, unsigned flags) override;
+  Result<EntryOut> Link(const Cred& c, uint64_t ino, uint64_t new_parent,
+                        const std::string& new_name) override;
+
+  Result<FileOut> Open(const Cred& c, uint64_t ino, int flags) override;
+  Result<std::pair<EntryOut, FileOut>> Create(const Cred& c, uint64_t parent,
+                                              const std::string& name, mode_t mode,
+                                              int flags) override;
+  Result<size_t> Read(uint64_t fh, uint64_t offset, std::span<std::byte> dst) override;
+  Result<size_t> Write(uint64_t fh, uint64_t offset, std::span<const std::byte> src) override;
+  Status Flush(uint64_t fh, uint64_t lock_owner) override;
+  Status Fsync(uint64_t fh, bool datasync) override;
+  Status Release(uint64_t fh) override;
+  Status Fallocate(uint64_t fh, int mode, uint64_t offset, uint64_t len) override;
+
+  Result<uint64_t> OpenDir(const Cred& c, uint64_t ino) override;
+  Result<std::vector<DirEntryOut>> ReadDir(const Cred& c, uint64_t dh, uint64_t offset,
+                                           size_t max, bool plus) override;
+  Status ReleaseDir(uint64_t dh) override;
+
+  Result<struct statvfs> StatFs() override;
+
+  Result<std::string> GetXattr(const Cred& c, uint64_t ino, const std::string& name, size_t size,
+                               size_t* needed) override;
+  Status SetXattr(const Cred& c, uint64_t ino, const std::string& name,
+                  std::span<const std::byte> value, int flags) override;
+  Result<std::string> ListXattr(const Cred& c, uint64_t ino, size_t size,
+                                size_t* needed) override;
+  Status RemoveXattr(const Cred& c, uint64_t ino, const std::string& name) override;
+
+  Result<LockRange> GetLk(uint64_t fh, uint64_t owner, const LockRange& want) override;
+  Status SetLk(uint64_t fh, uint64_t owner, const LockRange& want, bool wait) override;
+  Status Flock(uint64_t fh, uint64_t owner, int op) override;
+
+  // --- Introspection (fedfsctl, tests). ---
+
+  // The holder(s) of global path `path`: the holders of a directory, the one
+  // node of anything else. ENOENT if no such entry.
+  Result<std::vector<std::string>> Where(const std::string& path);
+  // The global path of a known inode (ENOENT if unknown or unlinked).
+  Result<std::string> PathOf(uint64_t ino) const;
+  // Inodes in the table (root included).
+  size_t InodeCount() const;
+  // Free bytes (f_bavail * f_frsize) of every live node that answered,
+  // refreshed at most once a second (for the most-free placement policy).
+  std::map<std::string, uint64_t> FreeBytes();
+
+  // The xattr that names a file's holder node(s) (comma-separated).
+  static constexpr const char* kLocationXattr = "user.fedfs.location";
+
+ private:
+  struct Inode {
+    uint64_t parent = 0;
+    std::string name;       // visible name in the parent VD
+    std::string real_name;  // the name in the holder's export root
+    mode_t type = 0;        // S_IF* bits
+    std::string node;       // holder (non-directories)
+    uint64_t st_ino = 0;
+    uint64_t nlookup = 0;
+    uint64_t generation = 0;
+    size_t children = 0;    // inodes whose parent is this one
+    bool linked = true;     // still reachable by (parent, name)
+  };
+  struct OpenFile {
+    std::shared_ptr<NodeFs> fs;
+    Handle handle = 0;
+    uint64_t ino = 0;
+  };
+  struct DirHandle {
+    uint64_t ino = 0;
+    std::string path;
+    bool fresh = true;  // the snapshot was taken by OpenDir and not yet read
+    std::vector<DirEntryOut> entries;  // "." and ".." first; plus fields empty
+  };
+  // A resolved inode: its path (global, real names) and identity.
+  struct Resolved {
+    std::string path;
+    mode_t type = 0;
+    std::string node;
+    uint64_t st_ino = 0;
+  };
+  // A looked-up child: what the table needs to insert it.
+  struct Child {
+    std::string name, real_name;
+    mode_t type = 0;
+    std::string node;
+    struct stat st {};
+  };
+
+  // Path of `ino` under mu_ (held by the caller). "" if unknown/unlinked.
+  std::string PathLocked(uint64_t ino) const;
+  Result<Resolved> Resolve(uint64_t ino) const;
+  Result<Resolved> ResolveDir(uint64_t ino) const;
+
+  // The NodeFs of `node` (local or remote, created on demand); EHOSTDOWN for a
+  // dead or unknown node.
+  Result<std::shared_ptr<NodeFs>> FsOf(const std::string& node);
+  uint16_t TagOf(const std::string& node) const;
+  uint64_t FileIno(const std::string& node, uint64_t local_ino) const;
+  static uint64_t DirIno(const std::string& path);
+
+  // Attributes of directory `path` from its VD: first holder's lstat with
+  // nlink = 2 + subdirectories and the directory st_ino.
+  Result<struct stat> DirAttr(const Cred& c, const std::string& path, const VdPtr& vd);
+  // Looks up `name` in the VD of `dir_path` and stats it.
+  Result<Child> LookupChild(const Cred& c, const std::string& dir_path, const std::string& name);
+  Result<Child> ChildFromEntry(const Cred& c, const std::string& dir_path, const VdEntry& e);
+  // Inserts (or finds) the child in the table, +1 lookup; fills an EntryOut.
+  EntryOut Remember(uint64_t parent, const Child& child);
+  // Removes (parent, name) from the name index (the inode lives on for its
+  // remaining lookups/handles).
+  void DetachName(uint64_t parent, const std::string& name);
+  void MaybeEraseLocked(uint64_t ino);
+
+  // Placement + missing parents on the chosen node; returns the node.
+  Result<std::string> PlaceNew(const Cred& c, const std::string& dir_path, const VdPtr& dir_vd,
+                               const std::string& path, bool is_dir);
+  // Makes sure `node` has directory `dir_path` (and its ancestors), with the
+  // attributes of the existing directories; reports created ones to the VDs.
+  Status EnsureDirOn(const Cred& c, const std::string& node, const std::string& dir_path,
+                     const VdPtr& dir_vd);
+  void ReportAdd(const std::string& dir, const std::string& name, uint8_t type,
+                 const std::string& node);
+  void ReportRemove(const std::string& dir, const std::string& name, const std::string& node);
+
+  Result<OpenFile> FileOf(uint64_t fh) const;
+  uint64_t AddFile(OpenFile f);
+  uint64_t GlobalOwner(uint64_t owner) const;
+  std::vector<DirEntryOut> Snapshot(const std::string& path, uint64_t ino, const VdPtr& vd,
+                                    uint64_t parent_st_ino) const;
+
+  const VfsOptions options_;
+  VfsDeps deps_;
+
+  mutable std::mutex mu_;
+  std::unordered_map<uint64_t, Inode> inodes_;  // guarded by mu_
+  // (parent, visible name) -> inode, for linked inodes; guarded by mu_.
+  std::map<std::pair<uint64_t, std::string>, uint64_t> names_;
+  uint64_t next_ino_ = 2;  // guarded by mu_
+
+  mutable std::mutex files_mu_;  // after mu_
+  std::unordered_map<uint64_t, OpenFile> files_;  // guarded by files_mu_
+  std::unordered_map<uint64_t, std::shared_ptr<DirHandle>> dirs_;  // guarded by files_mu_
+  uint64_t next_fh_ = 1;  // guarded by files_mu_
+
+  std::mutex free_mu_;  // leaf lock; not held across calls
+  std::map<std::string, uint64_t> free_bytes_;  // guarded by free_mu_
+  std::chrono::steady_clock::time_point free_at_{};  // guarded by free_mu_
+
+  mutable std::mutex remotes_mu_;  // after files_mu_
+  std::map<std::string, std::shared_ptr<NodeFs>> remotes_;  // guarded by remotes_mu_
+};
+
+}  // namespace fedfs::ns

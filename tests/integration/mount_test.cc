@@ -1,0 +1,222 @@
+// The global namespace through FUSE with real daemons (label "integration"):
+// three fedfsd processes, each mounting the namespace under the test's
+// temporary directory. Files put directly into the export roots are listed
+// and readable through every mount; changes made through one mount are seen
+// through the others; a stale mount is refused with a clear message; the
+// files of a killed node fail with a clear errno while the rest lists fine.
+// The Cluster unmounts whatever is left, whatever happens.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <fstream>
+#include <set>
+
+#include "tests/tools/cluster.h"
+
+namespace fedfs::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Loop() { return "127.0.0.1:" + std::to_string(FreePort()); }
+
+void Put(const std::string& path, const std::string& text) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path, std::ios::trunc) << text;
+}
+
+// Names in a directory (without "." and ".."); {"<errno N>"} on failure.
+std::set<std::string> List(const std::string& dir) {
+  std::set<std::string> out;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return {"<errno " + std::to_string(errno) + ">"};
+  while (dirent* e = ::readdir(d)) {
+    const std::string n = e->d_name;
+    if (n != "." && n != "..") out.insert(n);
+  }
+  ::closedir(d);
+  return out;
+}
+
+bool Contains(const std::set<std::string>& s, std::initializer_list<const char*> names) {
+  for (const char* n : names) {
+    if (!s.contains(n)) return false;
+  }
+  return true;
+}
+
+std::string Xattr(const std::string& path, const char* name) {
+  char buf[256];
+  const ssize_t n = ::getxattr(path.c_str(), name, buf, sizeof buf);
+  return n < 0 ? "<errno " + std::to_string(errno) + ">" : std::string(buf, static_cast<size_t>(n));
+}
+
+class Mount : public ::testing::Test {
+ protected:
+  // Starts n1..n<count> with mounts; returns when all see each other and
+  // every mount is up.
+  void StartNodes(int count, const std::string& extra_yaml = "") {
+    std::vector<std::string> addrs;
+    for (int i = 0; i < count; ++i) addrs.push_back(Loop());
+    for (int i = 0; i < count; ++i) {
+      const std::string id = "n" + std::to_string(i + 1);
+      std::vector<std::string> peers(addrs.begin(), addrs.begin() + i);
+      configs_[id] = c_.WriteConfig(
+          {.id = id, .listen = addrs[i], .peers = peers, .extra_yaml = extra_yaml});
+      ids_.push_back(id);
+    }
+  }
+  void Launch() {
+    for (const auto& id : ids_) c_.Start(id, configs_[id]);
+    for (const auto& id : ids_) {
+      ASSERT_TRUE(WaitFor([&] { return c_.SeesAlive(id, ids_); }, 30s))
+          << id << " log:\n" << c_.Log(id);
+      ASSERT_TRUE(WaitFor([&] { return IsMounted(c_.Mountpoint(id)); }, 30s))
+          << id << " log:\n" << c_.Log(id);
+    }
+  }
+  std::string M(const std::string& id, const std::string& rel = "") const {
+    return c_.Mountpoint(id) + rel;
+  }
+  std::string E(const std::string& id, const std::string& rel) const {
+    return c_.ExportRoot(id) + rel;
+  }
+
+  Cluster c_;
+  std::vector<std::string> ids_;
+  std::map<std::string, std::string> configs_;
+};
+
+TEST_F(Mount, MergedTreeAndChangesSeenByEveryMount) {
+  StartNodes(3);
+  // Placed directly in the export roots, as local programs would.
+  Put(E("n1", "/top1.txt"), "one\n");
+  Put(E("n1", "/shared/from1.txt"), "from n1\n");
+  Put(E("n2", "/shared/from2.txt"), "from n2\n");
+  Put(E("n3", "/only3/deep/x.txt"), "deep on n3\n");
+  ASSERT_NO_FATAL_FAILURE(Launch());
+
+  for (const auto& id : ids_) {
+    EXPECT_TRUE(WaitFor([&] { return Contains(List(M(id)), {"top1.txt", "shared", "only3"}); }, 10s))
+        << id;
+    EXPECT_TRUE(Contains(List(M(id, "/shared")), {"from1.txt", "from2.txt"})) << id;
+    EXPECT_EQ(ReadFileText(M(id, "/top1.txt")), "one\n") << id;
+    EXPECT_EQ(ReadFileText(M(id, "/shared/from1.txt")), "from n1\n") << id;
+    EXPECT_EQ(ReadFileText(M(id, "/shared/from2.txt")), "from n2\n") << id;
+    EXPECT_EQ(ReadFileText(M(id, "/only3/deep/x.txt")), "deep on n3\n") << id;
+    EXPECT_EQ(Xattr(M(id, "/shared/from2.txt"), "user.fedfs.location"), "n2") << id;
+    struct stat st {};
+    ASSERT_EQ(::stat(M(id, "/shared").c_str(), &st), 0) << id << ": " << std::strerror(errno);
+    EXPECT_TRUE(S_ISDIR(st.st_mode));
+  }
+  // st_ino: unique across nodes, the same through every mount.
+  struct stat a {}, b {};
+  ASSERT_EQ(::stat(M("n1", "/shared/from1.txt").c_str(), &a), 0);
+  ASSERT_EQ(::stat(M("n1", "/shared/from2.txt").c_str(), &b), 0);
+  EXPECT_NE(a.st_ino, b.st_ino);
+
+  // Create through n1's mount, read through n3's.
+  {
+    std::ofstream(M("n1", "/created.txt")) << "made on n1\n";
+  }
+  EXPECT_EQ(ReadFileText(M("n3", "/created.txt")), "made on n1\n");
+  EXPECT_EQ(ReadFileText(E("n1", "/created.txt")), "made on n1\n");  // placement: local
+  // mkdir through n1, seen by n2 and n3.
+  ASSERT_EQ(::mkdir(M("n1", "/newdir").c_str(), 0755), 0) << std::strerror(errno);
+  for (const char* id : {"n2", "n3"}) {
+    struct stat st {};
+    ASSERT_EQ(::stat(M(id, "/newdir").c_str(), &st), 0) << id;
+    EXPECT_TRUE(S_ISDIR(st.st_mode)) << id;
+  }
+  // Rename through n2 (the file stays on n1), seen by n3.
+  ASSERT_EQ(::rename(M("n2", "/created.txt").c_str(), M("n2", "/newdir/moved.txt").c_str()), 0)
+      << std::strerror(errno);
+  EXPECT_TRUE(List(M("n3")).count("created.txt") == 0);
+  EXPECT_EQ(ReadFileText(M("n3", "/newdir/moved.txt")), "made on n1\n");
+  EXPECT_TRUE(fs::exists(E("n1", "/newdir/moved.txt")));
+  // A file on n2 renamed into a directory n2 lacks: n2 creates the parent.
+  ASSERT_EQ(::rename(M("n3", "/shared/from2.txt").c_str(), M("n3", "/newdir/from2.txt").c_str()), 0)
+      << std::strerror(errno);
+  EXPECT_TRUE(fs::exists(E("n2", "/newdir/from2.txt")));
+  EXPECT_EQ(ReadFileText(M("n1", "/newdir/from2.txt")), "from n2\n");
+  EXPECT_EQ(List(M("n1", "/newdir")), (std::set<std::string>{"from2.txt", "moved.txt"}));
+  // fedfsctl where.
+  auto r = RunCommand({FEDFS_FEDFSCTL_PATH, "--socket", c_.Socket("n3"), "where", "/newdir/from2.txt"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("n2"), std::string::npos) << r.out;
+  // Unlink through n3, gone everywhere.
+  ASSERT_EQ(::unlink(M("n3", "/newdir/moved.txt").c_str()), 0) << std::strerror(errno);
+  for (const auto& id : ids_) {
+    struct stat st {};
+    EXPECT_EQ(::stat(M(id, "/newdir/moved.txt").c_str(), &st), -1) << id;
+    EXPECT_EQ(errno, ENOENT) << id;
+  }
+  EXPECT_FALSE(fs::exists(E("n1", "/newdir/moved.txt")));
+  // link across nodes: EXDEV; on the same node: fine.
+  EXPECT_EQ(::link(M("n1", "/top1.txt").c_str(), M("n1", "/only3/deep/l").c_str()), -1);
+  EXPECT_EQ(errno, EXDEV);
+  ASSERT_EQ(::link(M("n2", "/top1.txt").c_str(), M("n2", "/top1.link").c_str()), 0)
+      << std::strerror(errno);
+  struct stat l1 {}, l2 {};
+  ASSERT_EQ(::stat(M("n3", "/top1.txt").c_str(), &l1), 0);
+  ASSERT_EQ(::stat(M("n3", "/top1.link").c_str(), &l2), 0);
+  EXPECT_EQ(l1.st_ino, l2.st_ino);
+  EXPECT_EQ(l1.st_nlink, 2u);
+}
+
+TEST_F(Mount, StaleMountIsRefusedWithAClearMessage) {
+  StartNodes(1);
+  ASSERT_NO_FATAL_FAILURE(Launch());
+  c_.Stop("n1", SIGKILL, /*keep_stale_mount=*/true);
+  struct stat st {};
+  ASSERT_EQ(::stat(M("n1").c_str(), &st), -1);
+  ASSERT_EQ(errno, ENOTCONN);
+  auto r = RunCommand({FEDFS_FEDFSD_PATH, "--config", configs_["n1"]}, 30s);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("fusermount3 -u " + M("n1")), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  // Cleared with fusermount3 -u, the daemon starts again.
+  ASSERT_TRUE(c_.ClearMount(M("n1")));
+  c_.Start("n1", configs_["n1"]);
+  ASSERT_TRUE(WaitFor([&] { return IsMounted(M("n1")); }, 30s)) << c_.Log("n1");
+}
+
+TEST_F(Mount, FilesOfAKilledNodeFailClearlyWhileTheRestLists) {
+  StartNodes(3);
+  Put(E("n1", "/d/one.txt"), "1\n");
+  Put(E("n3", "/d/three.txt"), "3\n");
+  ASSERT_NO_FATAL_FAILURE(Launch());
+  ASSERT_EQ(ReadFileText(M("n1", "/d/three.txt")), "3\n");
+  const int fd = ::open(M("n1", "/d/three.txt").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  c_.Stop("n3", SIGKILL);
+  char buf[16];
+  const ssize_t n = ::pread(fd, buf, sizeof buf, 0);
+  const int err = errno;
+  EXPECT_EQ(n, -1);
+  EXPECT_TRUE(err == EHOSTDOWN || err == ETIMEDOUT) << std::strerror(err);
+  struct stat st {};
+  EXPECT_EQ(::fstat(fd, &st), -1);
+  EXPECT_TRUE(errno == EHOSTDOWN || errno == ETIMEDOUT) << std::strerror(errno);
+  ::close(fd);
+  // The rest of the namespace keeps working; the dead node's file leaves
+  // the listing once the failure is detected.
+  EXPECT_TRUE(WaitFor([&] { return List(M("n1", "/d")) == std::set<std::string>{"one.txt"}; }, 20s))
+      << ::testing::PrintToString(List(M("n1", "/d")));
+  // (Until a node has noticed the failure, a directory the dead node
+  // managed may time out there: wait for n2 too.)
+  EXPECT_TRUE(WaitFor([&] { return ReadFileText(M("n2", "/d/one.txt")) == "1\n"; }, 20s))
+      << c_.Log("n2");
+}
+
+}  // namespace
+}  // namespace fedfs::testing
