@@ -256,7 +256,7 @@ Result<DaemonOptions> ParseConfig(const std::string& text, const std::string& pa
   try {
     CheckKeys(c, root, "",
               {"node_id", "node_tag", "listen", "export_root", "mountpoint", "peers",
-               "cluster_key_file", "control_socket", "log_level", "transport", "timeouts", "ring",
+               "cluster_key_file", "control_socket", "state_dir", "log_level", "transport", "timeouts", "ring",
                "fuse", "placement"});
 
     // Required scalars, in the order of the documentation.
@@ -328,6 +328,11 @@ Result<DaemonOptions> ParseConfig(const std::string& text, const std::string& pa
       o.control_socket = Resolve(base_dir, o.control_socket);
     } else if (!o.node_id.empty()) {
       o.control_socket = DefaultControlSocket(o.node_id);
+    }
+    if (GetString(c, root, "state_dir", "state_dir", false, &o.state_dir)) {
+      o.state_dir = Resolve(base_dir, o.state_dir);
+    } else if (!o.node_id.empty()) {
+      o.state_dir = "/var/lib/fedfs/" + o.node_id;
     }
     if (!c.failed() && o.control_socket.size() >= 108) {
       c.Fail("control_socket", Quote(o.control_socket) + " is longer than a unix socket path may be (107)");

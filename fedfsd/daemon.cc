@@ -19,6 +19,8 @@
 #include "fuse/fuse_frontend.h"
 #include "m2m/auth.h"
 #include "namespace/cluster.h"
+#include "namespace/dir_ops.h"
+#include "namespace/kv.h"
 #include "namespace/file_service.h"
 #include "namespace/local_node_fs.h"
 #include "namespace/placement.h"
@@ -126,6 +128,23 @@ class VdServiceClient final : public ns::VdClient {
 
  private:
   ns::VdService* s_;
+};
+
+// The Vfs's view of the journaled multi-node directory operations.
+class DirOpsAdapter final : public ns::DirOpsClient {
+ public:
+  explicit DirOpsAdapter(ns::DirOps* d) : d_(d) {}
+  Status RenameDir(const ns::Cred& c, const std::string& from, const std::string& to,
+                   unsigned flags, std::vector<std::string> holders) override {
+    return d_->RenameDir(c, from, to, flags, std::move(holders));
+  }
+  Status RemoveDir(const ns::Cred& c, const std::string& path,
+                   std::vector<std::string> holders) override {
+    return d_->RemoveDir(c, path, std::move(holders));
+  }
+
+ private:
+  ns::DirOps* d_;
 };
 
 ns::PlacementOptions PlacementFrom(const PlacementConfig& c) {
@@ -299,7 +318,31 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
     d->Stop();
     return Err(s.error().code, s.error().ToString());
   }
+  // The journal of multi-node directory operations.
+  auto kv = ns::OpenRocksDbKv({o.state_dir});
+  if (!kv) {
+    d->Stop();
+    return Err(kv.error().code, "state_dir " + o.state_dir + ": " + kv.error().ToString());
+  }
+  d->kv_ = std::move(*kv);
+  {
+    ns::VfsImpl* vfs = d->vfs_.get();
+    ns::VdService* vds = d->vd_service_.get();
+    const ns::ClusterViewSource* cluster = d->cluster_.get();
+    d->dir_ops_ = std::make_unique<ns::DirOps>(
+        o.node_id, d->kv_.get(), [vfs](const std::string& n) { return vfs->NodeFsFor(n); },
+        [cluster] { return cluster->Current(); },
+        [vds](const std::string& dir, const ns::VdChange& ch) { return ns::UpdateVdSync(*vds, dir, ch); },
+        ns::DirOpsOptions{}, ns::PauseHooksFromEnv());
+    d->dir_ops_client_ = std::make_unique<DirOpsAdapter>(d->dir_ops_.get());
+    d->vfs_->SetDirOps(d->dir_ops_client_.get());
+  }
+
   d->membership_->Start();
+  if (auto s = d->dir_ops_->Recover(); !s) {
+    d->Stop();
+    return Err(s.error().code, "journal recovery: " + s.error().ToString());
+  }
   if (o.fuse.mount) {
     fuse::FuseOptions fo;
     fo.mountpoint = o.mountpoint;
@@ -329,6 +372,10 @@ void Daemon::Stop() {
   }
   if (control_) control_->Stop();
   // Remote sessions say goodbye while the transport is up.
+  if (vfs_) vfs_->SetDirOps(nullptr);
+  dir_ops_client_.reset();
+  dir_ops_.reset();
+  kv_.reset();
   vfs_.reset();
   if (membership_) membership_->Stop();
   if (transport_) transport_->Shutdown();

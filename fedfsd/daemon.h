@@ -30,6 +30,9 @@ class VdService;
 class VfsImpl;
 class VdClient;
 class ClusterViewSource;
+class DirOps;
+class DirOpsClient;
+class Kv;
 }  // namespace ns
 }  // namespace fedfs
 
@@ -74,6 +77,9 @@ class Daemon {
   std::unique_ptr<ns::VdService> vd_service_;
   std::unique_ptr<ns::VdClient> vd_client_;
   std::unique_ptr<ns::VfsImpl> vfs_;
+  std::unique_ptr<ns::Kv> kv_;
+  std::unique_ptr<ns::DirOps> dir_ops_;
+  std::unique_ptr<ns::DirOpsClient> dir_ops_client_;
   std::unique_ptr<fuse::FuseMount> mount_;
   std::unique_ptr<ControlServer> control_;
 };

@@ -28,11 +28,11 @@ int Run(const std::string& config_path) {
   }
   // Before anything logs: a stale mount or a port in use must give exactly
   // one line.
-  if (auto s = CheckMountpointUsable(*opts); !s) {
+  if (auto s = CheckListenAddressFree(opts->listen); !s) {
     std::fprintf(stderr, "fedfsd: %s\n", s.error().context.c_str());
     return kExitStart;
   }
-  if (auto s = CheckListenAddressFree(opts->listen); !s) {
+  if (auto s = CheckMountpointUsable(*opts); !s) {
     std::fprintf(stderr, "fedfsd: %s\n", s.error().context.c_str());
     return kExitStart;
   }

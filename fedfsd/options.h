@@ -103,6 +103,9 @@ struct DaemonOptions {
   std::vector<std::string> peers;  // seeds; may be empty for the first node
   std::string cluster_key_file;    // required, 64 hex digits, mode 0600/0400
   std::string control_socket;      // default /run/fedfs/<node_id>.sock
+  // Durable state (the journal of multi-node directory operations, RocksDB);
+  // default /var/lib/fedfs/<node_id>.
+  std::string state_dir;
   std::string log_level = "info";  // trace, debug, info, warn, error, off
   TransportConfig transport;
   TimeoutOptions timeouts;

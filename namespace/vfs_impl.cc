@@ -528,7 +528,9 @@ Status VfsImpl::Rmdir(const Cred& c, uint64_t parent, const std::string& name) {
   const std::string path = JoinPath(dir->path, name);
   const std::vector<std::string> holders = e->holders;
   if (holders.size() > 1 && deps_.dir_ops != nullptr) {
-    if (auto s = deps_.dir_ops->RemoveDir(c, path); !s) return s;
+    if (auto s = deps_.dir_ops->RemoveDir(c, path, holders); !s) return s;
+    DetachName(parent, name);
+    return Ok();
   } else {
     if (holders.size() > 1) {
       // Without the journaled coordinator: refuse unless empty everywhere,
@@ -577,7 +579,7 @@ Status VfsImpl::Rename(const Cred& c, uint64_t parent, const std::string& name,
       if (deps_.dir_ops == nullptr) {
         return Err(EXDEV, "rename of a directory held by several nodes: " + from);
       }
-      if (auto s = deps_.dir_ops->RenameDir(c, from, to, flags); !s) return s;
+      if (auto s = deps_.dir_ops->RenameDir(c, from, to, flags, src.holders); !s) return s;
       {
         std::lock_guard lock(mu_);
         if (auto it = names_.find({new_parent, new_name}); it != names_.end()) {
@@ -920,6 +922,11 @@ Result<std::vector<std::string>> VfsImpl::Where(const std::string& path) {
   const VdEntry* e = FindEntry(**vd, std::string(BaseName(path)));
   if (e == nullptr) return Err(ENOENT, path);
   return e->holders;
+}
+
+NodeFs* VfsImpl::NodeFsFor(const std::string& node) {
+  auto fs = FsOf(node);
+  return fs ? fs->get() : nullptr;
 }
 
 Result<std::string> VfsImpl::PathOf(uint64_t ino) const {

@@ -67,11 +67,14 @@ class VdClient {
 class DirOpsClient {
  public:
   virtual ~DirOpsClient() = default;
-  // Renames directory `from` to `to` on every node in `holders` (journaled).
+  // Renames directory `from` to `to` on every node in `holders` (journaled;
+  // also reports the VD changes).
   virtual Status RenameDir(const Cred& c, const std::string& from, const std::string& to,
-                           unsigned flags) = 0;
-  // Removes directory `path` from every node that holds it (journaled).
-  virtual Status RemoveDir(const Cred& c, const std::string& path) = 0;
+                           unsigned flags, std::vector<std::string> holders) = 0;
+  // Removes directory `path` from every node in `holders` (journaled; also
+  // reports the VD changes).
+  virtual Status RemoveDir(const Cred& c, const std::string& path,
+                           std::vector<std::string> holders) = 0;
 };
 
 struct VfsOptions {
@@ -163,6 +166,11 @@ class VfsImpl final : public Vfs {
   // The holder(s) of global path `path`: the holders of a directory, the one
   // node of anything else. ENOENT if no such entry.
   Result<std::vector<std::string>> Where(const std::string& path);
+  // The NodeFs of `node` (this node's or a peer's, created on demand);
+  // nullptr for a dead or unknown node. Valid while this object lives.
+  NodeFs* NodeFsFor(const std::string& node);
+  // Wires the multi-node directory operations (before serving).
+  void SetDirOps(DirOpsClient* d) { deps_.dir_ops = d; }
   // The global path of a known inode (ENOENT if unknown or unlinked).
   Result<std::string> PathOf(uint64_t ino) const;
   // Inodes in the table (root included).

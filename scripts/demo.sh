@@ -2,12 +2,17 @@
 # FedFS demo: a federation of 3 fedfsd daemons on this machine (loopback, UCX
 # over TCP), each with its own config, export root and mountpoint under .demo/.
 #
-#   scripts/demo.sh start    install deps, build, start 3 daemons, show status
+#   scripts/demo.sh start    install deps, build, put a few files directly into
+#                            each node's export root, start 3 daemons (each
+#                            mounts the global namespace at .demo/node<N>/mnt),
+#                            show status, `ls -la` of the merged tree and `cat`
+#                            of every file through every mount
 #   scripts/demo.sh status   show each daemon's view (fedfsctl status)
-#   scripts/demo.sh stop     stop them (SIGTERM by pid, SIGKILL after 10 s)
+#   scripts/demo.sh stop     stop them (SIGTERM by pid: each unmounts; SIGKILL
+#                            after 10 s, then fusermount3 -u)
 #
 # Daemons are stopped by the pids recorded at start, never by name. Logs:
-# .demo/node<N>.log. Stopping leaves nothing running.
+# .demo/node<N>.log. Stopping leaves nothing running and nothing mounted.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -71,7 +76,56 @@ stop_nodes() {
     fi
     say "stopped node$n (pid $pid)"
   done
-  for n in "${NODES[@]}"; do rm -f "$DEMO/node$n.pid" "$DEMO/node$n.sock"; done
+  for n in "${NODES[@]}"; do
+    rm -f "$DEMO/node$n.pid" "$DEMO/node$n.sock"
+    clear_mount "$DEMO/node$n/mnt"
+  done
+}
+
+is_mounted() { grep -q " $1 fuse" /proc/self/mounts 2>/dev/null; }
+
+# Unmounts a mount left by a killed daemon (or a stale one: ENOTCONN).
+clear_mount() {
+  local mp=$1
+  if is_mounted "$mp"; then
+    fusermount3 -u -z "$mp" 2>/dev/null || umount -l "$mp" 2>/dev/null || true
+    say "cleared the mount at $mp"
+  fi
+}
+
+# Files a local program puts directly into each export root (not through FedFS).
+seed_exports() {
+  local n
+  for n in "${NODES[@]}"; do
+    mkdir -p "$DEMO/node$n/export/shared" "$DEMO/node$n/export/node$n-only"
+    echo "hello from node$n's export root" > "$DEMO/node$n/export/hello-node$n.txt"
+    echo "node$n wrote this into /shared" > "$DEMO/node$n/export/shared/from-node$n.txt"
+    echo "a file only node$n has, in a directory only node$n has" \
+      > "$DEMO/node$n/export/node$n-only/notes.txt"
+  done
+}
+
+# ls -la of the merged tree and cat of every file, through every mount.
+show_mounts() {
+  local n f
+  for n in "${NODES[@]}"; do
+    echo "== ls -la through node$n's mount ($DEMO/node$n/mnt) =="
+    (cd "$DEMO/node$n/mnt" && ls -laR .)
+    echo
+  done
+  for n in "${NODES[@]}"; do
+    echo "== cat of every file through node$n's mount =="
+    (cd "$DEMO/node$n/mnt" && find . -type f | sort | while read -r f; do
+      printf '%-32s (on %s): %s\n' "$f" "$(getfattr_loc "$f")" "$(cat "$f")"
+    done)
+    echo
+  done
+}
+
+# The holder of a file, from the user.fedfs.location xattr.
+getfattr_loc() {
+  python3 -c 'import os,sys; print(os.getxattr(sys.argv[1], "user.fedfs.location").decode())' "$1" \
+    2>/dev/null || echo "?"
 }
 
 alive_count() {  # alive members in node $1's view
@@ -106,22 +160,26 @@ cmd_start() {
   for n in "${NODES[@]}"; do
     local peers="" i
     for ((i = 1; i < n; i++)); do peers+="${peers:+, }\"${addrs[i-1]}\""; done
-    mkdir -p "$DEMO/node$n/export" "$DEMO/node$n/mnt"
+    mkdir -p "$DEMO/node$n/export" "$DEMO/node$n/mnt" "$DEMO/node$n/state"
+    clear_mount "$DEMO/node$n/mnt"
     cat > "$DEMO/node$n.yaml" <<YAML
 # FedFS demo node $n (docs/config.md)
 node_id: node$n
+node_tag: $n
 listen: "${addrs[n-1]}"
 export_root: $DEMO/node$n/export
 mountpoint: $DEMO/node$n/mnt
 peers: [$peers]
 cluster_key_file: $DEMO/cluster.key
 control_socket: $DEMO/node$n.sock
+state_dir: $DEMO/node$n/state
 log_level: info
 transport: {tls: tcp, net_devices: lo}
 timeouts: {heartbeat_interval_ms: 200, failure_timeout_ms: 1500}
 YAML
   done
 
+  seed_exports
   for n in "${NODES[@]}"; do
     setsid "$FEDFSD" --config "$DEMO/node$n.yaml" >> "$DEMO/node$n.log" 2>&1 < /dev/null &
     echo $! > "$DEMO/node$n.pid"
@@ -151,9 +209,21 @@ YAML
     fi
     sleep 0.2
   done
-  say "federation of ${#NODES[@]} nodes is up"
+  for n in "${NODES[@]}"; do
+    while ! is_mounted "$DEMO/node$n/mnt"; do
+      if [ $SECONDS -ge $deadline ]; then
+        tail -n 5 "$DEMO/node$n.log" >&2 || true
+        stop_nodes
+        die "node$n did not mount $DEMO/node$n/mnt within ${WAIT_SECONDS}s"
+      fi
+      sleep 0.2
+    done
+  done
+  say "federation of ${#NODES[@]} nodes is up; each mounts the global namespace"
   cmd_status
   echo
+  show_mounts
+  echo "Try: ls -la $DEMO/node1/mnt; echo hi > $DEMO/node1/mnt/new.txt; cat $DEMO/node3/mnt/new.txt"
   echo "Stop it with: scripts/demo.sh stop"
 }
 

@@ -226,6 +226,7 @@ std::string Cluster::WriteConfig(const NodeConfig& c) {
   y << "]\n"
     << "cluster_key_file: " << (c.key_file.empty() ? key_file_ : c.key_file) << "\n"
     << "control_socket: " << Socket(c.id) << "\n"
+    << "state_dir: " << dir_ << "/" << c.id << "-state\n"
     << "log_level: debug\n"
     << "transport: {tls: \"" << c.tls << "\", net_devices: \"" << c.net_devices << "\"}\n"
     << "timeouts: {heartbeat_interval_ms: " << c.heartbeat_ms
