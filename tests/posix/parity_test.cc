@@ -507,10 +507,10 @@ TEST_P(PosixParity, FcntlLocksAndFlock) {
     t.Note("parent F_GETLK type", std::to_string(q.l_type));
     wr.l_type = F_UNLCK;
     t.Call("parent F_SETLK unlock", [&] { return ::fcntl(fd, F_SETLK, &wr); });
-    t.Call("parent flock LOCK_EX", [&] { return ::flock(fd, LOCK_EX); });
+    t.Call("parent flock LOCK_EX|LOCK_NB", [&] { return ::flock(fd, LOCK_EX | LOCK_NB); });
     t.InChild(child_try);
     t.Call("parent flock LOCK_UN", [&] { return ::flock(fd, LOCK_UN); });
-    t.Call("parent flock LOCK_SH", [&] { return ::flock(fd, LOCK_SH); });
+    t.Call("parent flock LOCK_SH|LOCK_NB", [&] { return ::flock(fd, LOCK_SH | LOCK_NB); });
     t.InChild([](Trace& c) {
       const int cfd = ::openat(c.dir(), "f", O_RDONLY | O_CLOEXEC);
       c.Call("flock LOCK_SH|LOCK_NB (shared ok)", [&] { return ::flock(cfd, LOCK_SH | LOCK_NB); });

@@ -182,6 +182,7 @@ void Trace::InChild(const std::function<void(Trace&)>& fn, int uid, int gid) {
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::close(p[0]);
+    ::alarm(30);  // a hung file system must not hang the test: the child dies, the parent reports it
     if (uid >= 0) {
       if (::setgroups(0, nullptr) != 0 || ::setgid(static_cast<gid_t>(gid)) != 0 ||
           ::setuid(static_cast<uid_t>(uid)) != 0) {
