@@ -1,6 +1,8 @@
 #include "tests/posix/fedfs_target.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <vector>
 
@@ -52,6 +54,23 @@ class FedfsTarget : public MountTarget {
       }
     }
     ::chmod(cluster_.Mountpoint("n0").c_str(), 0755);
+    // The placement really is what the target claims: a probe file created
+    // through n0's mount lands in n0's (local) or n1's (remote) export root.
+    const std::string probe = "/.placement-probe";
+    const int fd = ::open((view(0) + probe).c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      *why = "cannot create a probe file through " + view(0);
+      return false;
+    }
+    ::close(fd);
+    const std::string want = placement_ == FedfsPlacement::kLocal ? "n0" : "n1";
+    struct stat st;
+    const bool placed = ::stat((cluster_.ExportRoot(want) + probe).c_str(), &st) == 0;
+    ::unlink((view(0) + probe).c_str());
+    if (!placed) {
+      *why = "a file created through n0's mount is not in " + want + "'s export root";
+      return false;
+    }
     return true;
   }
 
