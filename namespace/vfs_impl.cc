@@ -351,10 +351,11 @@ void VfsImpl::Forget(uint64_t ino, uint64_t nlookup) {
 Result<struct stat> VfsImpl::GetAttr(const Cred& c, uint64_t ino, std::optional<uint64_t> fh) {
   auto r = Resolve(ino);
   if (!r) {
-    // An open-unlinked file: fstat semantics through the handle (SetAttr
-    // with nothing to change returns the open file's attributes).
-    if (r.error().code != ENOENT || !fh) return Err(r.error());
-    FEDFS_TRY(f, FileOf(*fh));
+    // An open-unlinked file: fstat semantics through a handle of it (SetAttr
+    // with nothing to change returns the open file's attributes). The kernel
+    // sends fstat without a handle, so any open handle of the inode will do.
+    if (r.error().code != ENOENT) return Err(r.error());
+    FEDFS_TRY(f, fh ? FileOf(*fh) : AnyFileOf(ino));
     auto st = f->fs->SetAttr(c, "/", f->handle, SetAttrRequest{});
     if (!st) return st;
     std::lock_guard lock(mu_);
@@ -374,8 +375,25 @@ Result<struct stat> VfsImpl::GetAttr(const Cred& c, uint64_t ino, std::optional<
   return st;
 }
 
-Result<struct stat> VfsImpl::SetAttr(const Cred& c, uint64_t ino, std::optional<uint64_t> fh,
+Result<struct stat> VfsImpl::SetAttr(const Cred& c_in, uint64_t ino, std::optional<uint64_t> fh,
                                      const SetAttrRequest& req) {
+  Cred c = c_in;
+  if (req.mode && !req.uid && !req.gid && !req.size && !req.atime && !req.mtime) {
+    // The kernel clears set-id bits after a write by a non-owner with a
+    // setattr in the writer's name, which chmod would refuse: a change that
+    // only drops S_ISUID/S_ISGID runs as root (the kernel checked explicit
+    // chmods already under default_permissions; docs/namespace.md).
+    auto cur = GetAttr(c, ino, fh);
+    if (cur && (cur->st_mode & 07777 & ~static_cast<mode_t>(S_ISUID | S_ISGID)) == *req.mode &&
+        (cur->st_mode & 07777) != *req.mode) {
+      c = Cred{};
+    }
+  }
+  std::optional<uint64_t> open_fh = fh;
+  if (!open_fh && !Resolve(ino)) {
+    if (auto any = AnyFileHandleOf(ino)) open_fh = *any;  // open-unlinked file
+  }
+  fh = open_fh;
   if (fh) {
     if (auto f = FileOf(*fh)) {
       auto r = Resolve(ino);
@@ -671,6 +689,20 @@ Result<VfsImpl::OpenFile> VfsImpl::FileOf(uint64_t fh) const {
   auto it = files_.find(fh);
   if (it == files_.end()) return Err(EBADF, "unknown file handle " + std::to_string(fh));
   return it->second;
+}
+
+std::optional<uint64_t> VfsImpl::AnyFileHandleOf(uint64_t ino) const {
+  std::lock_guard lock(files_mu_);
+  for (const auto& [fh, f] : files_) {
+    if (f.ino == ino) return fh;
+  }
+  return std::nullopt;
+}
+
+Result<VfsImpl::OpenFile> VfsImpl::AnyFileOf(uint64_t ino) const {
+  auto fh = AnyFileHandleOf(ino);
+  if (!fh) return Err(ENOENT, "inode " + std::to_string(ino) + " was removed");
+  return FileOf(*fh);
 }
 
 uint64_t VfsImpl::AddFile(OpenFile f) {

@@ -258,6 +258,9 @@ class VfsImpl final : public Vfs {
   void ReportRemove(const std::string& dir, const std::string& name, const std::string& node);
 
   Result<OpenFile> FileOf(uint64_t fh) const;
+  // An open handle of inode `ino` (open-unlinked files), if any.
+  std::optional<uint64_t> AnyFileHandleOf(uint64_t ino) const;
+  Result<OpenFile> AnyFileOf(uint64_t ino) const;
   uint64_t AddFile(OpenFile f);
   uint64_t GlobalOwner(uint64_t owner) const;
   std::vector<DirEntryOut> Snapshot(const std::string& path, uint64_t ino, const VdPtr& vd,
