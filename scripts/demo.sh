@@ -96,6 +96,7 @@ clear_mount() {
 # Files a local program puts directly into each export root (not through FedFS).
 seed_exports() {
   local n
+  umask 022
   for n in "${NODES[@]}"; do
     mkdir -p "$DEMO/node$n/export/shared" "$DEMO/node$n/export/node$n-only"
     echo "hello from node$n's export root" > "$DEMO/node$n/export/hello-node$n.txt"
