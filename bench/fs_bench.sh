@@ -44,7 +44,8 @@ WORK=$(mktemp -d /var/tmp/fedfs-fsbench-XXXXXX)
 chmod 755 "$WORK"
 PIDS=()
 MOUNTS=()
-cleanup() {
+# stop_started: unmounts and stops (by pid) what the current target started.
+stop_started() {
   set +e
   for m in "${MOUNTS[@]}"; do
     if mountpoint -q "$m"; then umount "$m" 2>/dev/null || umount -l "$m"; fi
@@ -57,6 +58,12 @@ cleanup() {
     fi
     wait "$p" 2>/dev/null
   done
+  PIDS=()
+  MOUNTS=()
+  set -e
+}
+cleanup() {
+  stop_started
   if [ -z "${KEEP:-}" ]; then rm -rf "$WORK"; else echo "fs_bench: kept $WORK" >&2; fi
 }
 trap cleanup EXIT
@@ -142,6 +149,7 @@ mountpoint: $d/mnt$i
 peers: $peers
 cluster_key_file: $d/key
 control_socket: $d/n$i.sock
+state_dir: $d/state$i
 log_level: warn
 transport: {tls: tcp, net_devices: lo}
 $placement
@@ -220,6 +228,7 @@ for t in $TARGETS; do
   else
     log "$t: n/a"
   fi
+  stop_started  # one target at a time: no idle daemons skewing the next
 done
 
 # ---- table ----------------------------------------------------------------------
