@@ -542,6 +542,7 @@ Result<std::unique_ptr<FuseMount>> FuseMount::Mount(const FuseOptions& options, 
   fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
   static const fuse_lowlevel_ops kOps = MakeOps();
   m->session_ = fuse_session_new(&args, &kOps, sizeof kOps, vfs);
+  fuse_opt_free_args(&args);  // the session keeps its own copies
   if (m->session_ == nullptr) {
     return Err(EINVAL, "cannot create the FUSE session (options: " + o + ")");
   }
