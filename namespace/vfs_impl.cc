@@ -645,6 +645,10 @@ Status VfsImpl::Rename(const Cred& c, uint64_t parent, const std::string& name,
   if (auto s = EnsureDirOn(c, node, ddir->path, *dvd); !s) return s;
   FEDFS_TRY(fs, FsOf(node));
   if (auto s = (*fs)->Rename(c, from, to, flags); !s) return s;
+  if (!(flags & RENAME_EXCHANGE) && dst && (*fs)->Stat(c, from)) {
+    // Two hard links of one file: rename(2) does nothing, both names stay.
+    return Ok();
+  }
   ReportRemove(sdir->path, sreal, node);
   if (flags & RENAME_EXCHANGE) {
     ReportRemove(ddir->path, new_name, node);
