@@ -282,7 +282,13 @@ void OpFlush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
 }
 
 void OpRelease(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
-  Guard(req, [&] { ReplyStatus(req, VfsOf(req)->Release(fi->fh)); });
+  Guard(req, [&] {
+    ns::Vfs* vfs = VfsOf(req);
+    // The last close of an open file drops its flock lock (flock(2)); the
+    // kernel says so with flock_release and the lock's owner.
+    if (fi->flock_release) (void)vfs->Flock(fi->fh, fi->lock_owner, LOCK_UN);
+    ReplyStatus(req, vfs->Release(fi->fh));
+  });
 }
 
 void OpFsync(fuse_req_t req, fuse_ino_t, int datasync, fuse_file_info* fi) {
