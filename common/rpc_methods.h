@@ -35,6 +35,7 @@ enum class RpcMethod : uint16_t {
   kNsVdGet = 17,      // VD(P) from its manager M(P)
   kNsVdUpdate = 18,   // a change of one entry of VD(P), sent to M(P)
   kNsConflicts = 19,  // the name conflicts of P, from M(P)
+  kNsVdDrop = 20,     // drop resident VDs at or beneath P (sent to every live node)
   kDataFirst = 64,
   // Data path, file service (namespace/file_service.h; bodies: namespace/fs.fbs).
   // Sub-range 64..79.

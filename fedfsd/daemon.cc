@@ -125,6 +125,9 @@ class VdServiceClient final : public ns::VdClient {
     ch.node = node;
     return ns::UpdateVdSync(*s_, path, std::move(ch));
   }
+  Status DropSubtree(const std::string& path) override {
+    return ns::DropSubtreeSync(*s_, path);
+  }
 
  private:
   ns::VdService* s_;

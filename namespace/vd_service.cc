@@ -418,7 +418,71 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     });
   }
 
+  void OnDrop(m2m::IncomingCall call, m2m::Responder responder) {
+    auto req = DecodePathRequest(call.payload);
+    if (!req) return Refuse("kNsVdDrop", call, std::move(responder), req.error());
+    if (auto s = ValidateGlobalPath(req->path); !s) {
+      return Refuse("kNsVdDrop", call, std::move(responder), s.error());
+    }
+    DropLocal(req->path);
+    responder.Reply({});
+  }
+
+  // Forgets every resident VD at or beneath `path`, and keeps the dirmerges
+  // in flight there from becoming resident.
+  void DropLocal(const std::string& path) {
+    std::lock_guard lock(mu_);
+    for (auto it = resident_.begin(); it != resident_.end();) {
+      auto next = std::next(it);
+      if (PathWithin(it->first, path)) EvictLocked(it);
+      it = next;
+    }
+    for (auto& [p, b] : builds_) {
+      if (PathWithin(p, path)) b->dropped = true;
+    }
+  }
+
   // --- Client side (any thread) ---
+
+  void DropSubtree(const std::string& path, std::move_only_function<void(Status)> done) {
+    if (auto s = ValidateGlobalPath(path); !s) return done(Err(s.error()));
+    auto view = cluster_->Current();
+    struct Round {
+      std::mutex mu;
+      size_t outstanding = 0;
+      std::move_only_function<void(Status)> done;
+    };
+    auto round = std::make_shared<Round>();
+    round->outstanding = 1;  // this node, below
+    for (const auto& [node, addr] : view->live) {
+      if (node != view->self) ++round->outstanding;
+    }
+    round->done = std::move(done);
+    auto finish = [round] {
+      std::move_only_function<void(Status)> d;
+      {
+        std::lock_guard lock(round->mu);
+        if (--round->outstanding > 0) return;
+        d = std::move(round->done);
+      }
+      d(Ok());
+    };
+    // One parallel round to every other live node; a node that does not answer
+    // in time is logged (its residency ends with the next epoch anyway).
+    for (const auto& [node, addr] : view->live) {
+      if (node == view->self) continue;
+      transport_->GetEndpoint(addr)->Call(
+          MethodId(RpcMethod::kNsVdDrop), EncodePathRequest(path, *view),
+          std::chrono::duration_cast<m2m::Timeout>(options_.rpc_timeout),
+          [finish, node, path](Result<m2m::Bytes> r) mutable {
+            if (!r) Log()->warn("drop of VDs under {} at {}: {}", path, node, r.error().ToString());
+            finish();
+          });
+    }
+    DropLocal(path);
+    finish();
+  }
+
 
   void Get(const std::string& path, std::move_only_function<void(Result<VdPtr>)> done) {
     if (auto s = ValidateGlobalPath(path); !s) return done(Err(s.error()));
@@ -505,6 +569,7 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     size_t outstanding = 0;             // leaves not yet answered (+1 while issuing)
     std::vector<Waiter> waiters;
     std::vector<VdChange> pending;      // updates that arrived during the build
+    bool dropped = false;               // DropSubtree covered it: answer, do not keep
   };
 
   // A request for M(P): serve here or send, and retry on ESTALE.
@@ -793,6 +858,7 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     vd->holders = state->holders;
     vd->entries = vd_internal::AllEntries(*state);
     Snapshot snap{std::move(vd), std::move(state)};
+    if (build.dropped) return snap;  // the directory moved while it was merged
 
     auto it = resident_.find(build.path);
     if (it != resident_.end()) {
@@ -847,6 +913,7 @@ void VdService::RegisterHandlers() {
   install(RpcMethod::kNsVdGet, &Core::OnGet);
   install(RpcMethod::kNsVdUpdate, &Core::OnUpdate);
   install(RpcMethod::kNsConflicts, &Core::OnConflicts);
+  install(RpcMethod::kNsVdDrop, &Core::OnDrop);
 }
 
 void VdService::Get(const std::string& path, std::move_only_function<void(Result<VdPtr>)> done) {
@@ -863,6 +930,10 @@ void VdService::Conflicts(const std::string& path,
   impl_->core->Conflicts(path, std::move(done));
 }
 
+void VdService::DropSubtree(const std::string& path, std::move_only_function<void(Status)> done) {
+  impl_->core->DropSubtree(path, std::move(done));
+}
+
 VdService::Stats VdService::stats() const { return impl_->core->stats(); }
 
 // ---- Blocking helpers (worker threads only; never used inside the service) --
@@ -871,6 +942,13 @@ Result<VdPtr> GetVdSync(VdService& s, const std::string& path) {
   std::promise<Result<VdPtr>> p;
   auto f = p.get_future();
   s.Get(path, [&p](Result<VdPtr> r) { p.set_value(std::move(r)); });
+  return f.get();
+}
+
+Status DropSubtreeSync(VdService& s, const std::string& path) {
+  std::promise<Status> p;
+  auto f = p.get_future();
+  s.DropSubtree(path, [&p](Status r) { p.set_value(std::move(r)); });
   return f.get();
 }
 

@@ -11,6 +11,9 @@
 //    entry added or removed on that node) to the resident VD, version + 1;
 //    a non-resident VD needs nothing (the next get rebuilds it).
 //  * kNsConflicts(P): at M(P): the conflicts of P (namespace/vd.h).
+//  * kNsVdDrop(P): on every node: forget the resident VDs at or beneath P.
+//    Sent after a directory is renamed or removed, whose subtree's VDs (kept
+//    at many managers) would otherwise keep listing the old names.
 // A request that reaches a node which is not M(P) in its own view answers
 // ESTALE; the client refreshes its view and retries (bounded).
 //
@@ -70,6 +73,9 @@ class VdService {
   void Update(const std::string& path, VdChange change, std::move_only_function<void(Status)> done);
   void Conflicts(const std::string& path,
                  std::move_only_function<void(Result<std::vector<Conflict>>)> done);
+  // One parallel round of kNsVdDrop(path) to every live node (this one
+  // locally); completes Ok when all answered or timed out (logged).
+  void DropSubtree(const std::string& path, std::move_only_function<void(Status)> done);
 
   // Counters for observability and tests.
   struct Stats {
@@ -88,5 +94,6 @@ class VdService {
 // Blocking helpers for worker threads (FUSE), not for the progress context.
 Result<VdPtr> GetVdSync(VdService& s, const std::string& path);
 Status UpdateVdSync(VdService& s, const std::string& path, VdChange change);
+Status DropSubtreeSync(VdService& s, const std::string& path);
 
 }  // namespace fedfs::ns

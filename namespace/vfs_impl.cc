@@ -547,6 +547,7 @@ Status VfsImpl::Rmdir(const Cred& c, uint64_t parent, const std::string& name) {
   const std::vector<std::string> holders = e->holders;
   if (holders.size() > 1 && deps_.dir_ops != nullptr) {
     if (auto s = deps_.dir_ops->RemoveDir(c, path, holders); !s) return s;
+    ForgetSubtreeVds(path);
     DetachName(parent, name);
     return Ok();
   } else {
@@ -562,8 +563,17 @@ Status VfsImpl::Rmdir(const Cred& c, uint64_t parent, const std::string& name) {
     }
   }
   for (const auto& h : holders) ReportRemove(dir->path, name, h);
+  ForgetSubtreeVds(path);
   DetachName(parent, name);
   return Ok();
+}
+
+void VfsImpl::ForgetSubtreeVds(const std::string& path) {
+  // The operation already succeeded; a failure here only leaves VDs that the
+  // next epoch or eviction rebuilds, so it is logged, not returned.
+  if (auto s = deps_.vds->DropSubtree(path); !s) {
+    Log()->warn("forgetting the VDs under {}: {}", path, s.error().ToString());
+  }
 }
 
 Status VfsImpl::Rename(const Cred& c, uint64_t parent, const std::string& name,
@@ -598,6 +608,8 @@ Status VfsImpl::Rename(const Cred& c, uint64_t parent, const std::string& name,
         return Err(EXDEV, "rename of a directory held by several nodes: " + from);
       }
       if (auto s = deps_.dir_ops->RenameDir(c, from, to, flags, src.holders); !s) return s;
+      ForgetSubtreeVds(from);
+      ForgetSubtreeVds(to);
       {
         std::lock_guard lock(mu_);
         if (auto it = names_.find({new_parent, new_name}); it != names_.end()) {
@@ -645,6 +657,10 @@ Status VfsImpl::Rename(const Cred& c, uint64_t parent, const std::string& name,
   if (auto s = EnsureDirOn(c, node, ddir->path, *dvd); !s) return s;
   FEDFS_TRY(fs, FsOf(node));
   if (auto s = (*fs)->Rename(c, from, to, flags); !s) return s;
+  if (src_dir || (dst && dst->type == DT_DIR)) {
+    ForgetSubtreeVds(from);
+    ForgetSubtreeVds(to);
+  }
   if (!(flags & RENAME_EXCHANGE) && dst && (*fs)->Stat(c, from)) {
     // Two hard links of one file: rename(2) does nothing, both names stay.
     return Ok();

@@ -61,6 +61,12 @@ class VdClient {
                      const std::string& node) = 0;
   virtual Status Remove(const std::string& path, const std::string& name,
                         const std::string& node) = 0;
+  // Forgets every VD at or beneath `path` wherever it is kept (after a
+  // directory moved or went away). Clients that keep no VDs do nothing.
+  virtual Status DropSubtree(const std::string& path) {
+    (void)path;
+    return Ok();
+  }
 };
 
 // Multi-node directory operations (namespace/dir_ops.h), when wired.
@@ -244,6 +250,8 @@ class VfsImpl final : public Vfs {
   // Removes (parent, name) from the name index (the inode lives on for its
   // remaining lookups/handles).
   void DetachName(uint64_t parent, const std::string& name);
+  // Drops the VDs at or beneath `path` everywhere (after a directory moved).
+  void ForgetSubtreeVds(const std::string& path);
   void MaybeEraseLocked(uint64_t ino);
 
   // Placement + missing parents on the chosen node; returns the node.

@@ -492,6 +492,33 @@ TEST(VdService, ResidencyIsBoundedLru) {
   EXPECT_EQ(f.svc(manager).stats().resident, 2u);
 }
 
+TEST(VdService, DropSubtreeForgetsResidentVdsAtEveryManager) {
+  Federation f(4);
+  Populate(f, "/t");
+  Populate(f, "/t/sub");
+  Populate(f, "/other");
+  for (const char* p : {"/t", "/t/sub", "/other"}) ASSERT_TRUE(f.Get(0, p));
+  const auto dirmerges = [&] {
+    uint64_t n = 0;
+    for (int i = 0; i < f.size(); ++i) n += f.svc(i).stats().dirmerges;
+    return n;
+  };
+  const uint64_t before = dirmerges();
+  std::optional<Status> out;
+  f.svc(2).DropSubtree("/t", [&](Status s) { out = std::move(s); });
+  f.net().RunUntilIdle();
+  ASSERT_TRUE(out.has_value());
+  EXPECT_TRUE(*out);
+  // One parallel round: a drop to every other node.
+  EXPECT_EQ(f.Requests(MethodId(RpcMethod::kNsVdDrop)), 3u);
+  // /t and /t/sub are rebuilt on the next get; /other is still resident.
+  ASSERT_TRUE(f.Get(0, "/other"));
+  EXPECT_EQ(dirmerges(), before);
+  ASSERT_TRUE(f.Get(0, "/t"));
+  ASSERT_TRUE(f.Get(0, "/t/sub"));
+  EXPECT_EQ(dirmerges(), before + 2);
+}
+
 TEST(VdService, VersionsNeverRepeatAcrossRebuilds) {
   VdServiceOptions o;
   o.max_resident_vds = 1;
