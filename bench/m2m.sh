@@ -13,7 +13,7 @@
 # every number; run it on an idle machine and repeat.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BUILD=${BUILD:-$ROOT/build-ucx}
+BUILD=${BUILD:-$ROOT/build}
 ITERS=${ITERS:-20000}
 BENCH=$BUILD/bench/fedfs-m2m-bench
 export UCX_TLS=tcp UCX_NET_DEVICES=lo
