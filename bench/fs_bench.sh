@@ -22,7 +22,7 @@
 # Env: BUILD=<build dir> (default build-bench), FILES=10000, SEQ_SIZE=256M,
 #      RAND_SIZE=64M, RUNTIME=5 (seconds per random fio job),
 #      TARGETS="native ptll mergerfs fedfs1 fedfs3-loc fedfs3-rem",
-#      KEEP=1 keeps the work directory.
+#      KEEP=1 keeps the work directory, STEP_TIMEOUT=900 (s) bounds the metadata loop.
 # Everything started here (FUSE servers, daemons) is stopped by pid and
 # everything mounted is unmounted on exit, failure or Ctrl-C (trap).
 set -euo pipefail
@@ -64,6 +64,7 @@ stop_started() {
 }
 cleanup() {
   stop_started
+  print_table 2>/dev/null || true
   if [ -z "${KEEP:-}" ]; then rm -rf "$WORK"; else echo "fs_bench: kept $WORK" >&2; fi
 }
 trap cleanup EXIT
@@ -202,7 +203,7 @@ measure() {
   local t=$1 dir=$2
   log "$t: metadata ($FILES files) in $dir"
   local out
-  if out=$("$META" --dir "$dir" --files "$FILES" 2>"$WORK/meta-$t.err"); then
+  if out=$(timeout "${STEP_TIMEOUT:-900}" "$META" --dir "$dir" --files "$FILES" 2>"$WORK/meta-$t.err"); then
     while read -r k v; do R[$t,$k]=$v; done <<<"$out"
   else
     log "$t: fedfs-meta-bench failed: $(cat "$WORK/meta-$t.err")"
@@ -221,6 +222,34 @@ measure() {
   rm -f "$dir/fio-seq" "$dir/fio-rnd"
 }
 
+# ---- table (also printed by the EXIT trap if a run is cut short) ----------------
+TABLE_DONE=
+print_table() {
+  [ -z "$TABLE_DONE" ] || return 0
+  TABLE_DONE=1
+  echo
+  echo "fs_bench: FILES=$FILES SEQ_SIZE=$SEQ_SIZE RAND_SIZE=$RAND_SIZE RUNTIME=${RUNTIME}s, $(nproc) cores, $(uname -r)"
+  echo "each cell: value (ratio to ptll = libfuse passthrough_ll)"
+  printf "%-20s" "row"
+  for t in $TARGETS; do printf " %20s" "$t"; done
+  echo
+  for r in "${ROWS[@]}"; do
+    printf "%-20s" "$r"
+    ref=${R[ptll,$r]:-}
+    for t in $TARGETS; do
+      v=${R[$t,$r]:-}
+      if [ -z "$v" ]; then
+        printf " %20s" "n/a"
+      elif [ -n "$ref" ] && [ "$ref" != 0 ]; then
+        printf " %20s" "$v ($(awk -v a="$v" -v b="$ref" 'BEGIN { printf "%.2fx", a / b }'))"
+      else
+        printf " %20s" "$v"
+      fi
+    done
+    echo
+  done
+}
+
 for t in $TARGETS; do
   DIR=
   if "setup_$t" && [ -n "$DIR" ]; then
@@ -231,25 +260,4 @@ for t in $TARGETS; do
   stop_started  # one target at a time: no idle daemons skewing the next
 done
 
-# ---- table ----------------------------------------------------------------------
-echo
-echo "fs_bench: FILES=$FILES SEQ_SIZE=$SEQ_SIZE RAND_SIZE=$RAND_SIZE RUNTIME=${RUNTIME}s, $(nproc) cores, $(uname -r)"
-echo "each cell: value (ratio to ptll = libfuse passthrough_ll)"
-printf "%-20s" "row"
-for t in $TARGETS; do printf " %20s" "$t"; done
-echo
-for r in "${ROWS[@]}"; do
-  printf "%-20s" "$r"
-  ref=${R[ptll,$r]:-}
-  for t in $TARGETS; do
-    v=${R[$t,$r]:-}
-    if [ -z "$v" ]; then
-      printf " %20s" "n/a"
-    elif [ -n "$ref" ] && [ "$ref" != 0 ]; then
-      printf " %20s" "$v ($(awk -v a="$v" -v b="$ref" 'BEGIN { printf "%.2fx", a / b }'))"
-    else
-      printf " %20s" "$v"
-    fi
-  done
-  echo
-done
+print_table
