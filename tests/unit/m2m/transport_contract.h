@@ -8,6 +8,7 @@
 #pragma once
 
 #include <functional>
+#include <ostream>
 #include <memory>
 #include <string>
 
@@ -34,6 +35,9 @@ struct ContractEnvFactory {
   std::string name;
   std::function<std::unique_ptr<ContractEnv>()> make;
 };
+
+// gtest prints a parameter with PrintTo: the factory's name, not its bytes.
+inline void PrintTo(const ContractEnvFactory& f, std::ostream* os) { *os << f.name; }
 
 inline std::string ContractEnvName(const ::testing::TestParamInfo<ContractEnvFactory>& info) {
   return info.param.name;
