@@ -579,6 +579,23 @@ void Core::Run() {
 }
 
 void Core::Teardown() {
+  // Stop accepting first: reject the connection requests already delivered,
+  // then destroy the listener, so that no request for it is in flight while
+  // the connections close (a request racing with a late ucp_listener_destroy
+  // crashed UCX 1.13's connection manager in ucp_cm_server_conn_request_cb).
+  if (listener_ != nullptr) {
+    ucp_worker_progress(worker_);
+    for (auto it = events_.begin(); it != events_.end();) {
+      if (auto* cr = std::get_if<ConnRequestEvent>(&*it)) {
+        ucp_listener_reject(listener_, cr->req);
+        it = events_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    ucp_listener_destroy(listener_);
+    listener_ = nullptr;
+  }
   // Fail every operation, then close client connections before accepted ones.
   std::vector<uint64_t> ids;
   for (auto& [id, op] : ops_) ids.push_back(id);
@@ -605,7 +622,9 @@ void Core::Teardown() {
       // Frames and errors after shutdown are dropped; conn requests rejected.
       Event ev = std::move(events_.front());
       events_.pop_front();
-      if (auto* cr = std::get_if<ConnRequestEvent>(&ev)) ucp_listener_reject(listener_, cr->req);
+      if (auto* cr = std::get_if<ConnRequestEvent>(&ev); cr && listener_ != nullptr) {
+        ucp_listener_reject(listener_, cr->req);
+      }
       if (auto* rv = std::get_if<RndvEvent>(&ev)) ucp_am_data_release(worker_, rv->desc);
     }
     std::erase_if(closing_, [](void* req) {
