@@ -8,6 +8,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "tests/tools/log_capture.h"
 #include <spdlog/sinks/base_sink.h>
 
 #include "common/logging.h"
@@ -37,40 +39,7 @@ inline std::unique_ptr<Transport> NewUcx(const Bytes& key,
   return t ? std::move(*t) : nullptr;
 }
 
-// Records every line logged by the "m2m" logger (installed once, never removed).
-class CaptureSink : public spdlog::sinks::base_sink<std::mutex> {
- public:
-  static CaptureSink& Get() {
-    static std::shared_ptr<CaptureSink> sink = [] {
-      auto s = std::make_shared<CaptureSink>();
-      Logger("m2m")->sinks().push_back(s);
-      return s;
-    }();
-    return *sink;
-  }
-  size_t Mark() {
-    std::lock_guard lock(mu_);
-    return lines_.size();
-  }
-  // Whether a line logged after `mark` contains `needle`.
-  bool Contains(const std::string& needle, size_t mark) {
-    std::lock_guard lock(mu_);
-    for (size_t i = mark; i < lines_.size(); ++i) {
-      if (lines_[i].find(needle) != std::string::npos) return true;
-    }
-    return false;
-  }
-
- protected:
-  void sink_it_(const spdlog::details::log_msg& msg) override {
-    std::lock_guard lock(mu_);
-    lines_.emplace_back(msg.payload.data(), msg.payload.size());
-  }
-  void flush_() override {}
-
- private:
-  std::mutex mu_;
-  std::vector<std::string> lines_;
-};
+// Captures the "m2m" logger.
+inline ::fedfs::testing::LogCapture& CaptureSinkGet() { return ::fedfs::testing::LogCapture::For("m2m"); }
 
 }  // namespace fedfs::m2m::testing

@@ -28,7 +28,7 @@ namespace fedfs::m2m {
 namespace {
 
 using namespace std::chrono_literals;
-using testing::CaptureSink;
+using testing::CaptureSinkGet;
 using testing::NewUcx;
 using testing::TestKey;
 
@@ -304,7 +304,7 @@ TEST_F(Regions, ConcurrentFetchAddFromFourTransports) {
 }
 
 TEST(UcxTransport, WrongKeyRefusedBothWays) {
-  auto& log = CaptureSink::Get();
+  auto& log = CaptureSinkGet();
   Server s(TestKey('k'));
 
   // A client with the wrong key: it detects the server's MAC mismatch (EACCES),
@@ -356,7 +356,7 @@ Bytes FrameWithVersion(uint16_t version) {
 }
 
 TEST(UcxTransport, MalformedFramesAreDropped) {
-  auto& log = CaptureSink::Get();
+  auto& log = CaptureSinkGet();
   const size_t mark = log.Mark();
   Server s(TestKey('k'), /*max=*/1u << 20);
   // Sanity of the hand-built frame: version 1 decodes, version 7 does not.

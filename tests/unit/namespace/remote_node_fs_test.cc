@@ -20,6 +20,8 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+
+#include "tests/tools/log_capture.h"
 #include <spdlog/sinks/base_sink.h>
 
 #include "common/executor.h"
@@ -39,40 +41,8 @@ namespace {
 namespace fb = fswire::fb;
 using namespace std::chrono_literals;
 
-// Records the lines of the "fs" logger.
-class FsLogSink : public spdlog::sinks::base_sink<std::mutex> {
- public:
-  static FsLogSink& Get() {
-    static std::shared_ptr<FsLogSink> sink = [] {
-      auto s = std::make_shared<FsLogSink>();
-      Logger("fs")->sinks().push_back(s);
-      return s;
-    }();
-    return *sink;
-  }
-  size_t Mark() {
-    std::lock_guard lock(mu_);
-    return lines_.size();
-  }
-  bool Contains(const std::string& needle, size_t mark) {
-    std::lock_guard lock(mu_);
-    for (size_t i = mark; i < lines_.size(); ++i) {
-      if (lines_[i].find(needle) != std::string::npos) return true;
-    }
-    return false;
-  }
-
- protected:
-  void sink_it_(const spdlog::details::log_msg& msg) override {
-    std::lock_guard lock(mu_);
-    lines_.emplace_back(msg.payload.data(), msg.payload.size());
-  }
-  void flush_() override {}
-
- private:
-  std::mutex mu_;
-  std::vector<std::string> lines_;
-};
+// Captures the "fs" logger.
+inline ::fedfs::testing::LogCapture& FsLogSinkGet() { return ::fedfs::testing::LogCapture::For("fs"); }
 
 enum class Net { kFake, kUcx };
 
@@ -101,7 +71,7 @@ std::vector<std::byte> RandomBytes(size_t n, uint64_t seed) {
 class RemoteFsTest : public ::testing::TestWithParam<Net> {
  protected:
   void SetUp() override {
-    FsLogSink::Get();
+    FsLogSinkGet();
     char tmpl[] = "/var/tmp/fedfs-remote-XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     root_ = tmpl;
@@ -541,9 +511,9 @@ TEST_P(RemoteFsTest, HostileRequestsAreRefusedAndLogged) {
   auto ep = client_.transport->GetEndpoint(server_addr_);
   const uint16_t meta = MethodId(RpcMethod::kFsMeta);
   const auto before = service_->stats().refused;
-  size_t mark = FsLogSink::Get().Mark();
+  size_t mark = FsLogSinkGet().Mark();
   EXPECT_EQ(RawStat(*ep, "/../x", meta), EINVAL);
-  EXPECT_TRUE(FsLogSink::Get().Contains("refused", mark));
+  EXPECT_TRUE(FsLogSinkGet().Contains("refused", mark));
   EXPECT_EQ(RawStat(*ep, "/a/../../x", meta), EINVAL);
   EXPECT_EQ(RawStat(*ep, "a/b", meta), EINVAL);
   EXPECT_EQ(RawStat(*ep, std::string_view("/a\0b", 4), meta), EINVAL);
@@ -576,7 +546,7 @@ TEST_P(RemoteFsTest, HostileRequestsAreRefusedAndLogged) {
   // A valid path but no session: ENOTCONN, never served.
   EXPECT_EQ(RawStat(*ep, "/", meta), ENOTCONN);
   EXPECT_GE(service_->stats().refused, before + 13);
-  EXPECT_TRUE(FsLogSink::Get().Contains(client_.addr.empty() ? "" : "refused", mark));
+  EXPECT_TRUE(FsLogSinkGet().Contains(client_.addr.empty() ? "" : "refused", mark));
 
   // A symlink escaping the export root: refused by the LocalNodeFs.
   ASSERT_EQ(::symlink("/etc", P("/esc").c_str()), 0);
