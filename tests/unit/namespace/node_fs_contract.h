@@ -45,6 +45,10 @@ class NodeFsEnv {
   // local program would, and takes local-program locks on them). The suite
   // sets its mode to 0755.
   virtual std::string root() = 0;
+  // False for a NodeFs that keeps its tree elsewhere than root() (MemNodeFs:
+  // root() is then only an empty scratch directory). The tests that act as a
+  // local program on root() (planting files, locks, statvfs) skip.
+  virtual bool backed_by_root() const { return true; }
 };
 
 struct NodeFsEnvFactory {
