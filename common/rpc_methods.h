@@ -36,6 +36,8 @@ enum class RpcMethod : uint16_t {
   kNsVdUpdate = 18,   // a change of one entry of VD(P), sent to M(P)
   kNsConflicts = 19,  // the name conflicts of P, from M(P)
   kNsVdDrop = 20,     // drop resident VDs at or beneath P (sent to every live node)
+  kNsDtInval = 21,    // invalidate directory-table entries of P (two-sided fallback
+                      // when a VD's sharer list overflowed; see vd_service.h)
   kDataFirst = 64,
   // Data path, file service (namespace/file_service.h; bodies: namespace/fs.fbs).
   // Sub-range 64..79.
@@ -45,6 +47,9 @@ enum class RpcMethod : uint16_t {
   kCoopCacheFirst = 96,
   kMigrationFirst = 128,
   kToolsFirst = 160,
+  // Tools and benchmarks. fedfs-bench sim: one NodeFs operation on a simulated
+  // node (bench/sim/sim_fs.fbs).
+  kBenchSimFs = 160,
 };
 
 // The id as passed to the transport.

@@ -145,20 +145,35 @@ bool ApplyRemove(MergeState& s, const std::string& node, const std::string& name
   return true;
 }
 
-void RefreshEntries(const MergeState& s, const std::string& name, std::vector<VdEntry>* entries) {
-  const std::string base = AliasBase(name);
-  std::erase_if(*entries, [&](const VdEntry& e) {
-    return e.real_name == name || (!base.empty() && e.real_name == base);
-  });
-  std::vector<VdEntry> fresh = EntriesForName(s, name);
-  if (!base.empty()) {
-    auto b = EntriesForName(s, base);
-    std::move(b.begin(), b.end(), std::back_inserter(fresh));
+std::vector<std::string> RefreshKeys(const std::string& name) {
+  std::vector<std::string> keys{name};
+  if (std::string base = AliasBase(name); !base.empty()) keys.push_back(std::move(base));
+  return keys;
+}
+
+std::vector<VdEntry> FreshEntries(const MergeState& s, const std::string& name) {
+  std::vector<VdEntry> fresh;
+  for (const std::string& k : RefreshKeys(name)) {
+    auto e = EntriesForName(s, k);
+    std::move(e.begin(), e.end(), std::back_inserter(fresh));
   }
+  std::sort(fresh.begin(), fresh.end(), ByName);
+  return fresh;
+}
+
+void PatchEntries(const std::vector<std::string>& keys, std::vector<VdEntry> fresh,
+                  std::vector<VdEntry>* entries) {
+  std::erase_if(*entries, [&](const VdEntry& e) {
+    return std::find(keys.begin(), keys.end(), e.real_name) != keys.end();
+  });
   std::sort(fresh.begin(), fresh.end(), ByName);
   const auto mid = static_cast<std::ptrdiff_t>(entries->size());
   std::move(fresh.begin(), fresh.end(), std::back_inserter(*entries));
   std::inplace_merge(entries->begin(), entries->begin() + mid, entries->end(), ByName);
+}
+
+void RefreshEntries(const MergeState& s, const std::string& name, std::vector<VdEntry>* entries) {
+  PatchEntries(RefreshKeys(name), FreshEntries(s, name), entries);
 }
 
 }  // namespace vd_internal

@@ -57,4 +57,13 @@ bool ApplyRemove(MergeState& s, const std::string& node, const std::string& name
 // stays. O(entries).
 void RefreshEntries(const MergeState& s, const std::string& name, std::vector<VdEntry>* entries);
 
+// RefreshEntries in two halves, for a copy of the entries kept elsewhere (a
+// directory table patching its VD after its own change): the real names whose
+// entries a change of `name` recomputes, and their fresh entries (sorted).
+std::vector<std::string> RefreshKeys(const std::string& name);
+std::vector<VdEntry> FreshEntries(const MergeState& s, const std::string& name);
+// Replaces the entries whose real name is in `keys` by `fresh` (sorted).
+void PatchEntries(const std::vector<std::string>& keys, std::vector<VdEntry> fresh,
+                  std::vector<VdEntry>* entries);
+
 }  // namespace fedfs::ns::vd_internal

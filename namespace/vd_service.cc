@@ -15,8 +15,11 @@
 #include <cstring>
 #include <future>
 #include <list>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <flatbuffers/flatbuffers.h>
 #include <spdlog/spdlog.h>
@@ -52,11 +55,24 @@ m2m::Bytes Finish(flatbuffers::FlatBufferBuilder& b, wire::Body type, flatbuffer
   return m2m::ToBytes({b.GetBufferPointer(), b.GetSize()});
 }
 
-m2m::Bytes EncodePathRequest(const std::string& path, const ClusterView& view) {
-  flatbuffers::FlatBufferBuilder b(128 + path.size());
+// A directory-table slot named in a kNsVdGet.
+struct SharerSlotData {
+  uint32_t slot = 0;
+  m2m::RegionDesc region;
+};
+
+m2m::Bytes EncodePathRequest(const std::string& path, const ClusterView& view,
+                             const SharerSlotData* sharer = nullptr) {
+  flatbuffers::FlatBufferBuilder b(256 + path.size());
   auto p = b.CreateString(path);
   auto f = b.CreateString(view.self);
-  return Finish(b, wire::Body::PathRequest, wire::CreatePathRequest(b, p, f, view.epoch));
+  flatbuffers::Offset<wire::SharerSlot> sh;
+  if (sharer != nullptr) {
+    auto rkey = b.CreateVector(reinterpret_cast<const uint8_t*>(sharer->region.rkey.data()),
+                               sharer->region.rkey.size());
+    sh = wire::CreateSharerSlot(b, sharer->slot, sharer->region.addr, sharer->region.length, rkey);
+  }
+  return Finish(b, wire::Body::PathRequest, wire::CreatePathRequest(b, p, f, view.epoch, sh));
 }
 
 m2m::Bytes EncodeUpdateRequest(const std::string& path, const VdChange& c,
@@ -86,17 +102,22 @@ flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>
   return b.CreateVectorOfStrings(v);
 }
 
-m2m::Bytes EncodeVd(const VirtualDirectory& vd) {
-  flatbuffers::FlatBufferBuilder b(128 + 64 * vd.entries.size());
+flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::Entry>>> Entries(
+    flatbuffers::FlatBufferBuilder& b, const std::vector<VdEntry>& entries) {
   std::vector<flatbuffers::Offset<wire::Entry>> v;
-  v.reserve(vd.entries.size());
-  for (const VdEntry& e : vd.entries) {
+  v.reserve(entries.size());
+  for (const VdEntry& e : entries) {
     v.push_back(wire::CreateEntry(b, b.CreateString(e.name), b.CreateString(e.real_name), e.type,
                                   Strings(b, e.holders), e.alias));
   }
+  return b.CreateVector(v);
+}
+
+m2m::Bytes EncodeVd(const VirtualDirectory& vd) {
+  flatbuffers::FlatBufferBuilder b(128 + 64 * vd.entries.size());
+  auto ev = Entries(b, vd.entries);
   auto p = b.CreateString(vd.path);
   auto h = Strings(b, vd.holders);
-  auto ev = b.CreateVector(v);
   return Finish(b, wire::Body::Vd, wire::CreateVd(b, p, vd.version, vd.epoch, h, ev));
 }
 
@@ -116,9 +137,22 @@ m2m::Bytes EncodeVd(const VirtualDirectory& vd) {
   return Finish(b, wire::Body::ConflictList, wire::CreateConflictList(b, b.CreateVector(v)));
 }
 
-m2m::Bytes EncodeUpdateReply(uint64_t version) {
-  flatbuffers::FlatBufferBuilder b(64);
-  return Finish(b, wire::Body::UpdateReply, wire::CreateUpdateReply(b, version));
+// What one applied change did (kNsVdUpdate reply).
+struct UpdateOutcome {
+  uint64_t version = 0;  // after the change; 0: VD(P) was not resident
+  uint64_t prev_version = 0;
+  std::vector<std::string> keys;
+  std::vector<VdEntry> fresh;
+  std::vector<std::string> holders;
+};
+
+m2m::Bytes EncodeUpdateReply(const UpdateOutcome& o) {
+  flatbuffers::FlatBufferBuilder b(128 + 64 * o.fresh.size());
+  auto keys = Strings(b, o.keys);
+  auto entries = Entries(b, o.fresh);
+  auto holders = Strings(b, o.holders);
+  return Finish(b, wire::Body::UpdateReply,
+                wire::CreateUpdateReply(b, o.version, o.prev_version, keys, entries, holders));
 }
 
 // ---- Decoding -------------------------------------------------------------
@@ -172,6 +206,7 @@ struct PathRequestData {
   std::string path;
   std::string from;
   uint64_t epoch = 0;
+  std::optional<SharerSlotData> sharer;
 };
 
 Result<PathRequestData> DecodePathRequest(const m2m::Bytes& payload) {
@@ -184,6 +219,19 @@ Result<PathRequestData> DecodePathRequest(const m2m::Bytes& payload) {
   out.path = std::move(*path);
   out.from = r->from() ? r->from()->str() : std::string();
   out.epoch = r->epoch();
+  if (const wire::SharerSlot* sh = r->sharer(); sh != nullptr) {
+    if (sh->rkey() == nullptr || sh->rkey()->size() == 0 || sh->length() == 0 ||
+        sh->length() % 8 != 0 || uint64_t{sh->slot()} * 8 + 8 > sh->length()) {
+      return Err(EPROTO, "VD get with a malformed sharer slot");
+    }
+    SharerSlotData d;
+    d.slot = sh->slot();
+    d.region.addr = sh->addr();
+    d.region.length = sh->length();
+    d.region.rkey.resize(sh->rkey()->size());
+    std::memcpy(d.region.rkey.data(), sh->rkey()->data(), sh->rkey()->size());
+    out.sharer = std::move(d);
+  }
   return out;
 }
 
@@ -248,6 +296,33 @@ Result<std::vector<std::string>> DecodeStrings(
   return out;
 }
 
+Result<std::vector<VdEntry>> DecodeEntries(
+    const flatbuffers::Vector<flatbuffers::Offset<wire::Entry>>* v) {
+  std::vector<VdEntry> out;
+  if (v == nullptr) return out;
+  out.reserve(v->size());
+  for (const wire::Entry* e : *v) {
+    VdEntry entry;
+    auto name = Need(e->name(), "entry.name");
+    if (!name) return Err(name.error());
+    auto real = Need(e->real_name(), "entry.real_name");
+    if (!real) return Err(real.error());
+    auto h = DecodeStrings(e->holders());
+    if (!h) return Err(h.error());
+    entry.name = std::move(*name);
+    entry.real_name = std::move(*real);
+    entry.type = e->type();
+    entry.holders = std::move(*h);
+    entry.alias = e->alias();
+    out.push_back(std::move(entry));
+  }
+  // Find() relies on the order: refuse entries that are not sorted.
+  for (size_t i = 1; i < out.size(); ++i) {
+    if (!(out[i - 1].name < out[i].name)) return Err(EPROTO, "VD entries not sorted by name");
+  }
+  return out;
+}
+
 Result<VdPtr> DecodeVd(const m2m::Bytes& payload) {
   auto d = Decoded::Open(payload, wire::Body::Vd);
   if (!d) return Err(d.error());
@@ -261,30 +336,9 @@ Result<VdPtr> DecodeVd(const m2m::Bytes& payload) {
   auto holders = DecodeStrings(w->holders());
   if (!holders) return Err(holders.error());
   vd->holders = std::move(*holders);
-  if (w->entries() != nullptr) {
-    vd->entries.reserve(w->entries()->size());
-    for (const wire::Entry* e : *w->entries()) {
-      VdEntry out;
-      auto name = Need(e->name(), "entry.name");
-      if (!name) return Err(name.error());
-      auto real = Need(e->real_name(), "entry.real_name");
-      if (!real) return Err(real.error());
-      auto h = DecodeStrings(e->holders());
-      if (!h) return Err(h.error());
-      out.name = std::move(*name);
-      out.real_name = std::move(*real);
-      out.type = e->type();
-      out.holders = std::move(*h);
-      out.alias = e->alias();
-      vd->entries.push_back(std::move(out));
-    }
-  }
-  // Find() relies on the order: refuse a VD that is not sorted.
-  for (size_t i = 1; i < vd->entries.size(); ++i) {
-    if (!(vd->entries[i - 1].name < vd->entries[i].name)) {
-      return Err(EPROTO, "VD entries not sorted by name");
-    }
-  }
+  auto entries = DecodeEntries(w->entries());
+  if (!entries) return Err(entries.error());
+  vd->entries = std::move(*entries);
   return VdPtr(std::move(vd));
 }
 
@@ -311,10 +365,23 @@ Result<std::vector<Conflict>> DecodeConflicts(const m2m::Bytes& payload) {
   return out;
 }
 
-Result<uint64_t> DecodeUpdateReply(const m2m::Bytes& payload) {
+Result<UpdateOutcome> DecodeUpdateReply(const m2m::Bytes& payload) {
   auto d = Decoded::Open(payload, wire::Body::UpdateReply);
   if (!d) return Err(d.error());
-  return d->msg()->body_as_UpdateReply()->vd_version();
+  const wire::UpdateReply* r = d->msg()->body_as_UpdateReply();
+  UpdateOutcome o;
+  o.version = r->vd_version();
+  o.prev_version = r->prev_version();
+  auto keys = DecodeStrings(r->keys());
+  if (!keys) return Err(keys.error());
+  o.keys = std::move(*keys);
+  auto fresh = DecodeEntries(r->entries());
+  if (!fresh) return Err(fresh.error());
+  o.fresh = std::move(*fresh);
+  auto holders = DecodeStrings(r->holders());
+  if (!holders) return Err(holders.error());
+  o.holders = std::move(*holders);
+  return o;
 }
 
 Status ValidateChange(const VdChange& c) {
@@ -343,6 +410,18 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
         local_(local),
         blocking_(blocking) {
     if (options_.max_resident_vds == 0) options_.max_resident_vds = 1;
+    if (options_.max_sharers_per_vd == 0) options_.max_sharers_per_vd = 1;
+    if (options_.dt_entries > 0 && transport_ != nullptr) {
+      auto dt = DirTable::Create(
+          DirTableOptions{.max_entries = options_.dt_entries, .max_bytes = options_.dt_bytes},
+          transport_);
+      if (dt) {
+        dt_ = std::move(*dt);
+      } else {
+        Log()->error("no directory table ({}): every lookup asks the manager",
+                     dt.error().ToString());
+      }
+    }
   }
 
   m2m::Transport* transport() const { return transport_; }
@@ -379,7 +458,11 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     }
     auto view = cluster_->Current();
     if (auto s = CheckManager(*view, req->path); !s) return responder.Fail(s.error());
-    ServeGet(req->path, req->from,
+    if (req->sharer && !view->IsAlive(req->from)) {
+      return Refuse("kNsVdGet", call, std::move(responder),
+                    Error{EPERM, "sharer '" + req->from + "' is not a live member"});
+    }
+    ServeGet(req->path, req->from, std::move(req->sharer),
              [responder = std::move(responder)](Result<VdPtr> vd) mutable {
                if (!vd) return responder.Fail(vd.error());
                responder.Reply(EncodeVd(**vd));
@@ -394,9 +477,25 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     if (!valid) return Refuse("kNsVdUpdate", call, std::move(responder), valid.error());
     auto view = cluster_->Current();
     if (auto s = CheckManager(*view, req->path); !s) return responder.Fail(s.error());
-    auto version = ServeUpdate(req->path, req->change, *view);
-    if (!version) return responder.Fail(version.error());
-    responder.Reply(EncodeUpdateReply(*version));
+    ServeUpdate(req->path, req->change, req->from, *view,
+                [responder = std::move(responder)](Result<UpdateOutcome> o) mutable {
+                  if (!o) return responder.Fail(o.error());
+                  responder.Reply(EncodeUpdateReply(*o));
+                });
+  }
+
+  void OnDtInval(m2m::IncomingCall call, m2m::Responder responder) {
+    auto req = DecodePathRequest(call.payload);
+    if (!req) return Refuse("kNsDtInval", call, std::move(responder), req.error());
+    if (auto s = ValidateGlobalPath(req->path); !s) {
+      return Refuse("kNsDtInval", call, std::move(responder), s.error());
+    }
+    if (dt_) dt_->Invalidate(req->path);
+    {
+      std::lock_guard lock(mu_);
+      ++stats_.dt_invals_received;
+    }
+    responder.Reply({});
   }
 
   void OnConflicts(m2m::IncomingCall call, m2m::Responder responder) {
@@ -431,6 +530,7 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   // Forgets every resident VD at or beneath `path`, and keeps the dirmerges
   // in flight there from becoming resident.
   void DropLocal(const std::string& path) {
+    if (dt_) dt_->InvalidateSubtree(path);
     std::lock_guard lock(mu_);
     for (auto it = resident_.begin(); it != resident_.end();) {
       auto next = std::next(it);
@@ -486,16 +586,40 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
 
   void Get(const std::string& path, std::move_only_function<void(Result<VdPtr>)> done) {
     if (auto s = ValidateGlobalPath(path); !s) return done(Err(s.error()));
+    {
+      std::lock_guard lock(mu_);
+      ++stats_.lookups;
+    }
+    auto view = cluster_->Current();
+    std::optional<DirTable::Ticket> ticket;
+    std::optional<SharerSlotData> sharer;
+    if (dt_) {
+      const std::string& manager = view->Manager(path);
+      if (!manager.empty() && manager != view->self) {
+        if (VdPtr vd = dt_->Find(path, view->epoch)) return done(std::move(vd));  // a hit
+        ticket = dt_->Reserve(path);
+        sharer = SharerSlotData{ticket->slot, dt_->region()};
+      }
+    }
     auto self = shared_from_this();
     auto r = std::make_shared<Routed<VdPtr>>();
     r->path = path;
     r->method = MethodId(RpcMethod::kNsVdGet);
     r->timeout = ManagerTimeout();
-    r->encode = [path](const ClusterView& v) { return EncodePathRequest(path, v); };
+    r->encode = [path, sharer = std::move(sharer)](const ClusterView& v) {
+      return EncodePathRequest(path, v, sharer ? &*sharer : nullptr);
+    };
     r->local = [self, path](const ClusterView& v, m2m::Callback<VdPtr> cb) {
-      self->ServeGet(path, v.self, std::move(cb));
+      self->ServeGet(path, v.self, std::nullopt, std::move(cb));
     };
     r->decode = [](const m2m::Bytes& b) { return DecodeVd(b); };
+    if (ticket) {
+      r->inspect = [self, ticket = std::move(*ticket)](const Result<VdPtr>& vd, bool remote,
+                                                        uint64_t epoch) {
+        // Only a VD served by a manager that recorded the slot may be kept.
+        if (vd && remote) self->dt_->Install(ticket, *vd, epoch);
+      };
+    }
     r->done = std::move(done);
     Route(std::move(r));
   }
@@ -505,18 +629,26 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     if (valid) valid = ValidateChange(change);
     if (!valid) return done(Err(valid.error()));
     auto self = shared_from_this();
-    auto r = std::make_shared<Routed<uint64_t>>();
+    auto r = std::make_shared<Routed<UpdateOutcome>>();
     r->path = path;
     r->method = MethodId(RpcMethod::kNsVdUpdate);
-    r->timeout = std::chrono::duration_cast<m2m::Timeout>(options_.rpc_timeout);
+    // The manager waits for its sharers' invalidations (up to rpc_timeout).
+    r->timeout = 2 * std::chrono::duration_cast<m2m::Timeout>(options_.rpc_timeout);
     r->encode = [path, change](const ClusterView& v) {
       return EncodeUpdateRequest(path, change, v);
     };
-    r->local = [self, path, change](const ClusterView& v, m2m::Callback<uint64_t> cb) {
-      cb(self->ServeUpdate(path, change, v));
+    r->local = [self, path, change](const ClusterView& v, m2m::Callback<UpdateOutcome> cb) {
+      self->ServeUpdate(path, change, v.self, v, std::move(cb));
     };
     r->decode = [](const m2m::Bytes& b) { return DecodeUpdateReply(b); };
-    r->done = [done = std::move(done)](Result<uint64_t> v) mutable {
+    if (dt_) {
+      r->inspect = [self, path](const Result<UpdateOutcome>& o, bool remote, uint64_t) {
+        if (!remote) return;  // served here: this node keeps no DT copy of its own VDs
+        if (!o) return self->dt_->Invalidate(path);
+        self->dt_->Patch(path, o->prev_version, o->version, o->keys, o->fresh, o->holders);
+      };
+    }
+    r->done = [done = std::move(done)](Result<UpdateOutcome> v) mutable {
       if (!v) return done(Err(v.error()));
       done(Ok());
     };
@@ -544,6 +676,11 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     std::lock_guard lock(mu_);
     Stats s = stats_;
     s.resident = resident_.size();
+    s.sharer_records = sharer_records_;
+    if (dt_) {
+      s.has_dt = true;
+      s.dt = dt_->stats();
+    }
     return s;
   }
 
@@ -582,6 +719,9 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     std::function<void(const ClusterView&, m2m::Callback<T>)> local;
     std::function<Result<T>(const m2m::Bytes&)> decode;
     m2m::Callback<T> done;
+    // Optional: sees the result before `done`, with whether a remote manager
+    // served it and the epoch of the view the request was sent in.
+    std::function<void(const Result<T>&, bool remote, uint64_t epoch)> inspect;
     int attempt = 0;
   };
 
@@ -615,43 +755,57 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     auto view = cluster_->Current();
     const std::string manager = view->Manager(r->path);
     if (manager.empty()) return r->done(Err(EHOSTDOWN, "no live member to manage " + r->path));
-    if (manager == view->self) return r->local(*view, std::move(r->done));
+    if (manager == view->self) {
+      if (r->inspect) {
+        return r->local(*view, [r](Result<T> v) mutable {
+          r->inspect(v, false, 0);
+          r->done(std::move(v));
+        });
+      }
+      return r->local(*view, std::move(r->done));
+    }
     auto addr = view->live.find(manager);
     if (addr == view->live.end()) {
       return r->done(Err(EHOSTDOWN, "manager " + manager + " of " + r->path + " is not alive"));
     }
+    if (r->method == MethodId(RpcMethod::kNsVdGet)) {
+      std::lock_guard lock(mu_);
+      ++stats_.gets_sent;
+    }
+    const uint64_t epoch = view->epoch;
     auto ep = transport_->GetEndpoint(addr->second);
     auto payload = r->encode(*view);
     const uint16_t method = r->method;
     const m2m::Timeout timeout = r->timeout;
     ep->Call(method, std::move(payload), timeout,
-             [self = shared_from_this(), r](Result<m2m::Bytes> reply) mutable {
+             [self = shared_from_this(), r, epoch](Result<m2m::Bytes> reply) mutable {
                if (!reply && reply.error().code == ESTALE && r->attempt < kMaxStaleRetries) {
                  ++r->attempt;
                  return self->Route(std::move(r));  // with a refreshed view
                }
-               if (!reply) return r->done(Err(reply.error()));
-               auto v = r->decode(*reply);
-               if (!v) Log()->warn("bad reply to method {} for {}: {}", r->method, r->path,
-                                   v.error().ToString());
+               Result<T> v = reply ? r->decode(*reply) : Result<T>(Err(reply.error()));
+               if (reply && !v) {
+                 Log()->warn("bad reply to method {} for {}: {}", r->method, r->path,
+                             v.error().ToString());
+               }
+               if (r->inspect) r->inspect(v, true, epoch);
                r->done(std::move(v));
              });
   }
 
   // --- Manager side ---
 
-  void ServeGet(const std::string& path, const std::string& from, m2m::Callback<VdPtr> done) {
+  void ServeGet(const std::string& path, const std::string& from,
+                std::optional<SharerSlotData> sharer, m2m::Callback<VdPtr> done) {
     {
       std::lock_guard lock(mu_);
       ++stats_.gets_served;
+      // Recorded before the VD is read: a change applied after this point
+      // bumps the requester's slot; one applied before is in what it gets.
+      if (sharer && from != cluster_->Current()->self) RecordSharerLocked(path, from, *sharer);
     }
-    EnsureResident(path, [self = shared_from_this(), path, from,
-                          done = std::move(done)](Result<Snapshot> s) mutable {
+    EnsureResident(path, [done = std::move(done)](Result<Snapshot> s) mutable {
       if (!s) return done(Err(s.error()));
-      // ISSUE 4 HOOK (sharers): `from` has now fetched VD(P) at version
-      // s->vd->version; the directory table records it as a sharer here, so
-      // that ServeUpdate can invalidate it before acknowledging a change.
-      self->OnSharerHook(path, from, s->vd->version);
       done(std::move(s->vd));
     });
   }
@@ -663,52 +817,225 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     });
   }
 
-  // Applies `change` to the resident VD(P); returns its new version, or 0
-  // when P is not resident (nothing to do: the next get rebuilds it).
-  Result<uint64_t> ServeUpdate(const std::string& path, const VdChange& change,
-                               const ClusterView& view) {
-    std::lock_guard lock(mu_);
-    if (closed_) return Err(ESHUTDOWN, "VD service closed");
-    auto b = builds_.find(path);
-    if (b != builds_.end()) b->second->pending.push_back(change);  // replayed after the merge
-    auto it = resident_.find(path);
-    if (it == resident_.end()) return uint64_t{0};
-    if (it->second.snap.vd->epoch != view.epoch) {
-      EvictLocked(it);
-      return uint64_t{0};
+  // Applies `change` (made on change.node, reported by `from`) to the
+  // resident VD(P), invalidates the other sharers of P, then answers what the
+  // change did (version 0 when P is not resident: the next get rebuilds it).
+  void ServeUpdate(const std::string& path, const VdChange& change, const std::string& from,
+                   const ClusterView& view, m2m::Callback<UpdateOutcome> done) {
+    UpdateOutcome o;
+    std::vector<SharerRec> targets;
+    bool broadcast = false;
+    {
+      std::lock_guard lock(mu_);
+      if (closed_) return done(Err(ESHUTDOWN, "VD service closed"));
+      auto b = builds_.find(path);
+      if (b != builds_.end()) b->second->pending.push_back(change);  // replayed after the merge
+      bool changed = true;  // unknown when not resident: invalidate
+      auto it = resident_.find(path);
+      if (it != resident_.end() && it->second.snap.vd->epoch != view.epoch) {
+        EvictLocked(it);
+        it = resident_.end();
+      }
+      if (it != resident_.end()) {
+        auto state = std::make_shared<MergeState>(*it->second.snap.state);
+        changed = change.kind == VdChange::Kind::kAdd
+                      ? vd_internal::ApplyAdd(*state, change.node, change.name, change.type)
+                      : vd_internal::ApplyRemove(*state, change.node, change.name);
+        Touch(it->second);
+        o.prev_version = it->second.snap.vd->version;
+        if (changed) {
+          auto vd = std::make_shared<VirtualDirectory>(*it->second.snap.vd);
+          vd->version += 1;
+          vd->holders = state->holders;
+          vd_internal::RefreshEntries(*state, change.name, &vd->entries);
+          version_floor_ = std::max(version_floor_, vd->version);
+          it->second.snap = Snapshot{std::move(vd), std::move(state)};
+          ++stats_.updates_applied;
+        }
+        const MergeState& st = *it->second.snap.state;
+        o.version = it->second.snap.vd->version;
+        o.keys = vd_internal::RefreshKeys(change.name);
+        o.fresh = vd_internal::FreshEntries(st, change.name);
+        o.holders = st.holders;
+      }
+      if (changed) {
+        targets = TakeSharersLocked(path, from);
+        broadcast = broadcast_all_ || broadcast_paths_.erase(path) > 0;
+        if (!targets.empty() || broadcast) ++stats_.changes_invalidated;
+      }
     }
-    auto state = std::make_shared<MergeState>(*it->second.snap.state);
-    const bool changed = change.kind == VdChange::Kind::kAdd
-                             ? vd_internal::ApplyAdd(*state, change.node, change.name, change.type)
-                             : vd_internal::ApplyRemove(*state, change.node, change.name);
-    Touch(it->second);
-    if (!changed) return it->second.snap.vd->version;  // already so: same version
-    auto vd = std::make_shared<VirtualDirectory>(*it->second.snap.vd);
-    vd->version += 1;
-    vd->holders = state->holders;
-    vd_internal::RefreshEntries(*state, change.name, &vd->entries);
-    version_floor_ = std::max(version_floor_, vd->version);
-    it->second.snap = Snapshot{std::move(vd), std::move(state)};
-    ++stats_.updates_applied;
-    // ISSUE 4 HOOK (invalidation): before this change is acknowledged, every
-    // sharer of VD(P) recorded by OnSharerHook must see its DT slot's version
-    // bumped (one parallel round of one-sided atomics). Today there are none.
-    return it->second.snap.vd->version;
+    if (targets.empty() && !broadcast) return done(std::move(o));
+    InvalidateSharers(path, std::move(targets), broadcast, view, from,
+                      [o = std::move(o), done = std::move(done)]() mutable { done(std::move(o)); });
   }
 
-  // ISSUE 4 HOOK: records `node` as a sharer of VD(path) at `version`. No-op
-  // until the directory table exists.
-  void OnSharerHook(const std::string& path, const std::string& node, uint64_t version) {
-    (void)path;
-    (void)node;
-    (void)version;
+  // --- Sharers (manager side; see the header) ---
+
+  struct SharerRec {
+    std::string node;
+    uint32_t slot = 0;
+  };
+  // A sharer node's DT words, imported on its endpoint when first needed.
+  struct NodeRegion {
+    m2m::RegionDesc desc;
+    std::string addr;  // the endpoint `remote` was imported on
+    std::shared_ptr<m2m::Endpoint> ep;
+    std::shared_ptr<m2m::RemoteRegion> remote;
+  };
+
+  void RecordSharerLocked(const std::string& path, const std::string& node,
+                          const SharerSlotData& sharer) {
+    if (broadcast_all_ || broadcast_paths_.count(path) != 0) return;
+    NodeRegion& nr = node_regions_[node];
+    if (nr.desc.addr != sharer.region.addr || nr.desc.length != sharer.region.length ||
+        nr.desc.rkey != sharer.region.rkey) {
+      nr = NodeRegion{.desc = sharer.region};  // a restarted node: import again
+    }
+    std::vector<SharerRec>& recs = sharers_[path];
+    for (SharerRec& r : recs) {
+      if (r.node == node) {  // one slot per path at a node
+        r.slot = sharer.slot;
+        return;
+      }
+    }
+    if (recs.size() >= options_.max_sharers_per_vd) {
+      sharer_records_ -= recs.size();
+      sharers_.erase(path);
+      broadcast_paths_.insert(path);
+      ++sharer_records_;  // the broadcast mark counts as one record
+      return;
+    }
+    recs.push_back(SharerRec{node, sharer.slot});
+    if (++sharer_records_ > options_.max_sharer_records) {
+      Log()->warn("{} sharer records: every VD change is broadcast from now on",
+                  sharer_records_);
+      broadcast_all_ = true;
+      sharers_.clear();
+      broadcast_paths_.clear();
+      sharer_records_ = 0;
+    }
+  }
+
+  // The sharers of `path` to invalidate for a change reported by `from`;
+  // they are forgotten (they re-register when they refetch). `from` keeps
+  // its record: it patches its copy from the reply.
+  std::vector<SharerRec> TakeSharersLocked(const std::string& path, const std::string& from) {
+    auto it = sharers_.find(path);
+    if (it == sharers_.end()) return {};
+    std::vector<SharerRec> out;
+    std::vector<SharerRec> keep;
+    for (SharerRec& r : it->second) (r.node == from ? keep : out).push_back(std::move(r));
+    sharer_records_ -= out.size();
+    if (keep.empty()) {
+      sharers_.erase(it);
+    } else {
+      it->second = std::move(keep);
+    }
+    return out;
+  }
+
+  // The endpoint and imported DT words of `node`, or an error.
+  Result<std::pair<std::shared_ptr<m2m::Endpoint>, std::shared_ptr<m2m::RemoteRegion>>> RegionOf(
+      const std::string& node, const std::string& addr) {
+    m2m::RegionDesc desc;
+    {
+      std::lock_guard lock(mu_);
+      auto it = node_regions_.find(node);
+      if (it == node_regions_.end()) return Err(ENOENT, "no DT region known for " + node);
+      if (it->second.remote && it->second.addr == addr) {
+        return std::make_pair(it->second.ep, it->second.remote);
+      }
+      desc = it->second.desc;
+    }
+    auto ep = transport_->GetEndpoint(addr);
+    auto remote = ep->Import(desc);
+    if (!remote) return Err(remote.error());
+    std::lock_guard lock(mu_);
+    auto it = node_regions_.find(node);
+    if (it != node_regions_.end() && it->second.desc.addr == desc.addr &&
+        it->second.desc.rkey == desc.rkey) {
+      it->second.addr = addr;
+      it->second.ep = ep;
+      it->second.remote = *remote;
+    }
+    return std::make_pair(std::move(ep), std::move(*remote));
+  }
+
+  // One parallel round: a one-sided FetchAdd(+1) on each target's slot word
+  // (and, for `broadcast`, a kNsDtInval to every other live node); `done`
+  // when every one completed or failed (failures are logged and dropped).
+  void InvalidateSharers(const std::string& path, std::vector<SharerRec> targets, bool broadcast,
+                         const ClusterView& view, const std::string& from,
+                         std::move_only_function<void()> done) {
+    struct Round {
+      std::mutex mu;
+      size_t outstanding = 1;  // + 1 while issuing
+      std::move_only_function<void()> done;
+    };
+    auto round = std::make_shared<Round>();
+    round->done = std::move(done);
+    auto finish = [round] {
+      std::move_only_function<void()> d;
+      {
+        std::lock_guard lock(round->mu);
+        if (--round->outstanding > 0) return;
+        d = std::move(round->done);
+      }
+      d();
+    };
+    const auto timeout = std::chrono::duration_cast<m2m::Timeout>(options_.rpc_timeout);
+    auto self = shared_from_this();
+    auto failed = [self, path](const std::string& node, const Error& e) {
+      Log()->warn("invalidation of {} at sharer {} failed ({}); sharer dropped", path, node,
+                  e.ToString());
+      std::lock_guard lock(self->mu_);
+      ++self->stats_.invalidations_failed;
+    };
+    for (const SharerRec& t : targets) {
+      auto live = view.live.find(t.node);
+      if (live == view.live.end()) continue;  // dead: its DT dies with its epoch
+      auto region = RegionOf(t.node, live->second);
+      if (!region) {
+        failed(t.node, region.error());
+        continue;
+      }
+      {
+        std::lock_guard lock(mu_);
+        ++stats_.invalidations_sent;
+        ++round->outstanding;
+      }
+      auto [ep, remote] = std::move(*region);
+      ep->FetchAdd(*remote, uint64_t{t.slot} * 8, 1, timeout,
+                   [finish, failed, node = t.node, remote](Result<uint64_t> r) {
+                     if (!r) failed(node, r.error());
+                     finish();
+                   });
+    }
+    if (broadcast) {
+      if (dt_) dt_->Invalidate(path);
+      for (const auto& [node, addr] : view.live) {
+        if (node == view.self || node == from) continue;
+        {
+          std::lock_guard lock(mu_);
+          ++stats_.broadcasts_sent;
+          ++round->outstanding;
+        }
+        transport_->GetEndpoint(addr)->Call(
+            MethodId(RpcMethod::kNsDtInval), EncodePathRequest(path, view), timeout,
+            [finish, failed, node](Result<m2m::Bytes> r) {
+              if (!r) failed(node, r.error());
+              finish();
+            });
+      }
+    }
+    finish();
   }
 
   void Touch(Resident& r) { lru_.splice(lru_.begin(), lru_, r.lru); }
 
+  // The sharers of an evicted VD stay recorded (sharers_ is kept apart from
+  // residency), so a change after a rebuild still invalidates them.
   void EvictLocked(std::unordered_map<std::string, Resident>::iterator it) {
-    // ISSUE 4 HOOK (eviction): the sharers of a VD leaving residency must be
-    // invalidated (or the sharer list kept) before it can be rebuilt.
     lru_.erase(it->second.lru);
     resident_.erase(it);
   }
@@ -888,6 +1215,13 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   std::unordered_map<std::string, std::shared_ptr<Build>> builds_;
   uint64_t version_floor_ = 0;  // the largest VD version handed out
   Stats stats_;
+  // Coherence (manager side), guarded by mu_.
+  std::unordered_map<std::string, std::vector<SharerRec>> sharers_;
+  std::unordered_set<std::string> broadcast_paths_;  // sharer lists that overflowed
+  bool broadcast_all_ = false;                       // all records overflowed
+  size_t sharer_records_ = 0;
+  std::map<std::string, NodeRegion> node_regions_;
+  std::unique_ptr<DirTable> dt_;  // this node's directory table (client side); set once
 };
 
 VdService::VdService(VdServiceOptions options, m2m::Transport* transport,
@@ -914,6 +1248,7 @@ void VdService::RegisterHandlers() {
   install(RpcMethod::kNsVdUpdate, &Core::OnUpdate);
   install(RpcMethod::kNsConflicts, &Core::OnConflicts);
   install(RpcMethod::kNsVdDrop, &Core::OnDrop);
+  install(RpcMethod::kNsDtInval, &Core::OnDtInval);
 }
 
 void VdService::Get(const std::string& path, std::move_only_function<void(Result<VdPtr>)> done) {

@@ -20,6 +20,20 @@
 // Client side (VdService::Get/Update/Conflicts, any node): sends to M(P) from
 // the current ClusterView, or serves locally when M(P) is this node.
 //
+// Directory table and coherence (docs/namespace.md, "Directory table"). A Get
+// of a VD managed elsewhere is first looked up in this node's DirTable: a hit
+// sends nothing. A miss sends kNsVdGet naming the DT slot; M(P) records the
+// requester as a sharer of P (before it reads the VD, so no change can fall
+// between the two). When VD(P) changes (kNsVdUpdate, from any node), M(P)
+// adds 1 to every other sharer's slot word with a one-sided FetchAdd, in one
+// parallel round, and acknowledges the change only when every bump completed
+// or timed out (a sharer that is dead or times out is dropped and logged).
+// The node that made the change patches its own copy from the reply instead.
+// Past max_sharers_per_vd sharers, or max_sharer_records in all, a change is
+// announced by a two-sided kNsDtInval to every live node instead (the
+// fallback; the receiver invalidates its entry). DT entries are valid only in
+// the membership epoch they were fetched in.
+//
 // All methods are asynchronous (callbacks run on the transport's progress
 // context or inline) so that the same code runs in the daemon and in the
 // single-threaded simulator. Thread-safe.
@@ -36,6 +50,7 @@
 #include "common/result.h"
 #include "m2m/transport.h"
 #include "namespace/cluster.h"
+#include "namespace/dir_table.h"
 #include "namespace/node_fs.h"
 #include "namespace/vd.h"
 
@@ -44,8 +59,19 @@ namespace fedfs::ns {
 struct VdServiceOptions {
   // VDs a manager keeps in memory before evicting the least recently used.
   size_t max_resident_vds = 4096;
-  // Deadline of each remote call (gets, updates, dirmerge leaves).
+  // Deadline of each remote call (gets, updates, dirmerge leaves, sharer
+  // invalidations).
   std::chrono::milliseconds rpc_timeout{2000};
+  // This node's directory table (namespace/dir_table.h): entries (0: none)
+  // and bytes.
+  size_t dt_entries = 4096;
+  size_t dt_bytes = size_t{64} << 20;
+  // Sharers a manager records per VD; past this, changes of that VD are
+  // announced by a broadcast kNsDtInval to every live node instead.
+  size_t max_sharers_per_vd = 64;
+  // Sharer records a manager keeps in all; past this, it stops recording and
+  // announces every change by broadcast (until it restarts).
+  size_t max_sharer_records = size_t{1} << 20;
 };
 
 // A change to one entry of VD(P), made on `node`.
@@ -83,6 +109,18 @@ class VdService {
     uint64_t dirmerges = 0;        // VDs built
     uint64_t updates_applied = 0;
     uint64_t resident = 0;         // VDs in memory now
+    // Client side.
+    uint64_t lookups = 0;          // Get calls
+    uint64_t gets_sent = 0;        // kNsVdGet requests sent to a manager
+    // Manager side: coherence of the directory tables.
+    uint64_t sharer_records = 0;         // now
+    uint64_t invalidations_sent = 0;     // one-sided bumps issued
+    uint64_t invalidations_failed = 0;   // bumps that failed or timed out (sharer dropped)
+    uint64_t broadcasts_sent = 0;        // kNsDtInval messages sent (overflow fallback)
+    uint64_t changes_invalidated = 0;    // changes that ran an invalidation round
+    uint64_t dt_invals_received = 0;     // kNsDtInval handled
+    bool has_dt = false;
+    DirTable::Stats dt;            // this node's directory table (if has_dt)
   };
   Stats stats() const;
 

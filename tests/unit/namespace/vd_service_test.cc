@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -467,6 +468,7 @@ TEST(VdService, UpdateRacingWithTheBuildIsNotLost) {
 TEST(VdService, ResidencyIsBoundedLru) {
   VdServiceOptions o;
   o.max_resident_vds = 2;
+  o.dt_entries = 0;  // every get reaches the manager
   Federation f(3, o);
   const std::string m = "n1";
   const int manager = f.Index(m);
@@ -680,9 +682,10 @@ TEST(VdService, EstaleRedirectAfterARingChange) {
   Populate(f, p);
   const int old_manager = f.Index(old_view->Manager(p));
 
-  // The client's view is stale; it refreshes after the first attempt.
+  // The client's view is stale; it refreshes after the first attempt (Get
+  // reads the view once for its directory table, Route once per attempt).
   f.view(client).Set(old_view);
-  f.view(client).SetLater(f.MakeView(Name(client), new_live, 2), 1);
+  f.view(client).SetLater(f.MakeView(Name(client), new_live, 2), 2);
   auto vd = f.Get(client, p);
   ASSERT_TRUE(vd) << vd.error().ToString();
   EXPECT_EQ(f.Requests(kVdGet), 2u);  // to the old manager (ESTALE), then to n5
@@ -850,6 +853,303 @@ TEST(VdService, RealTimeModeWithBlockingHelpers) {
   EXPECT_EQ(r.error().code, EPROTO);
   EXPECT_TRUE(GetVdSync(*svcs[1], "/rt"));
   for (auto& t : transports) t->Shutdown();
+}
+
+
+// ---- Directory table and coherence ------------------------------------------
+
+constexpr uint16_t kDtInval = MethodId(RpcMethod::kNsDtInval);
+
+VdChange Add(const std::string& node, const std::string& name, uint8_t type = DT_REG) {
+  return VdChange{VdChange::Kind::kAdd, name, type, node};
+}
+VdChange Remove(const std::string& node, const std::string& name) {
+  return VdChange{VdChange::Kind::kRemove, name, 0, node};
+}
+
+std::set<std::string> NameSet(const VirtualDirectory& vd) {
+  std::set<std::string> out;
+  for (const auto& e : vd.entries) out.insert(e.name);
+  return out;
+}
+
+TEST(DirTable, HitSendsNothingAndMissSendsOneRequestToTheManager) {
+  Federation f(4);
+  const std::string p = PathManagedBy(f, "n0");
+  Populate(f, p);
+  ASSERT_TRUE(f.Get(1, p));  // builds VD(P) at n0 (dirmerge)
+  f.net().ResetStats();
+  const auto before = f.svc(2).stats();
+  ASSERT_TRUE(f.Get(2, p));  // a miss at n2: one request, to n0
+  EXPECT_EQ(f.net().Stats("n2").rpc_requests, 1u);
+  EXPECT_EQ(f.Requests(kVdGet), 1u);
+  EXPECT_EQ(f.net().TotalStats().rpc_requests, 1u);  // resident: no dirmerge
+  EXPECT_EQ(f.svc(2).stats().gets_sent - before.gets_sent, 1u);
+  EXPECT_EQ(f.svc(2).stats().dt.misses - before.dt.misses, 1u);
+
+  f.net().ResetStats();
+  for (int i = 0; i < 5; ++i) {
+    auto vd = f.Get(2, p);  // hits
+    ASSERT_TRUE(vd);
+    EXPECT_EQ(NameSet(**vd).count("f3"), 1u);
+  }
+  EXPECT_EQ(f.net().TotalStats().messages_sent, 0u);  // not one message
+  EXPECT_EQ(f.svc(2).stats().dt.hits - before.dt.hits, 5u);
+  EXPECT_EQ(f.svc(2).stats().gets_sent - before.gets_sent, 1u);
+  EXPECT_EQ(f.svc(0).stats().sharer_records, 2u);  // n1 and n2
+}
+
+TEST(DirTable, ManagerKeepsNoTableEntryForItsOwnVds) {
+  Federation f(3);
+  const std::string p = PathManagedBy(f, "n1");
+  Populate(f, p);
+  ASSERT_TRUE(f.Get(1, p));
+  ASSERT_TRUE(f.Get(1, p));
+  EXPECT_EQ(f.svc(1).stats().dt.occupancy, 0u);
+  EXPECT_EQ(f.svc(1).stats().gets_sent, 0u);
+  EXPECT_EQ(f.svc(1).stats().sharer_records, 0u);
+}
+
+TEST(DirTable, ChangeIsAcknowledgedOnlyAfterEverySharerWasInvalidated) {
+  Federation f(5);
+  const std::string p = PathManagedBy(f, "n0");
+  Populate(f, p);
+  for (int i : {1, 2, 3}) ASSERT_TRUE(f.Get(i, p));
+  // n4 creates "x" in P: the manager bumps n1..n3 before answering.
+  std::optional<Status> done;
+  std::vector<uint64_t> bumps_at_ack;
+  f.fs(4).AddFile(p + "/x");
+  f.svc(4).Update(p, Add("n4", "x"), [&](Status s) {
+    done = std::move(s);
+    for (int i : {1, 2, 3}) bumps_at_ack.push_back(f.svc(i).stats().dt.bumps_received);
+  });
+  f.net().RunUntilIdle();
+  ASSERT_TRUE(done && *done);
+  EXPECT_EQ(bumps_at_ack, (std::vector<uint64_t>{1, 1, 1}));
+  EXPECT_EQ(f.svc(0).stats().invalidations_sent, 3u);
+  EXPECT_EQ(f.svc(0).stats().sharer_records, 0u);  // they re-register on refetch
+  // Each sharer misses once, refetches and sees "x".
+  for (int i : {1, 2, 3}) {
+    f.net().ResetStats();
+    auto vd = f.Get(i, p);
+    ASSERT_TRUE(vd);
+    EXPECT_EQ(NameSet(**vd).count("x"), 1u) << i;
+    EXPECT_EQ(f.Requests(kVdGet), 1u) << i;
+  }
+}
+
+TEST(DirTable, TheChangingNodePatchesItsOwnCopy) {
+  Federation f(3);
+  const std::string p = PathManagedBy(f, "n0");
+  Populate(f, p);
+  ASSERT_TRUE(f.Get(1, p));
+  f.fs(1).AddFile(p + "/mine");
+  ASSERT_TRUE(f.Update(1, p, Add("n1", "mine")));
+  f.net().ResetStats();
+  auto vd = f.Get(1, p);
+  ASSERT_TRUE(vd);
+  EXPECT_EQ(f.net().TotalStats().messages_sent, 0u);  // still a hit
+  const VdEntry* e = (*vd)->Find("mine");
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->holders, std::vector<std::string>{"n1"});
+  f.fs(1).Remove(p + "/mine");
+  ASSERT_TRUE(f.Update(1, p, Remove("n1", "mine")));
+  vd = f.Get(1, p);
+  ASSERT_TRUE(vd);
+  EXPECT_EQ((*vd)->Find("mine"), nullptr);
+  EXPECT_EQ(f.svc(1).stats().dt.patches, 2u);
+}
+
+// Random sequences of changes (create, unlink, rename as remove + add, mkdir,
+// rmdir) on one node, each followed by a lookup on another: every lookup sees
+// exactly the changes acknowledged so far.
+TEST(DirTable, EverySequenceOfChangesIsSeenByTheNextLookupElsewhere) {
+  uint64_t hits = 0;
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    SCOPED_TRACE(seed);
+    Federation f(4, {}, seed);
+    std::mt19937_64 rng(seed);
+    const std::string p = "/shared";
+    for (int i = 0; i < 4; ++i) f.fs(i).AddDir(p);
+    std::map<std::string, std::string> expect;  // name -> holder
+    for (int i = 0; i < 4; ++i) ASSERT_TRUE(f.Get(i, p));  // everyone caches VD(P)
+    for (int step = 0; step < 40; ++step) {
+      const int actor = static_cast<int>(rng() % 4);
+      const std::string node = Name(actor);
+      const std::string name = "e" + std::to_string(rng() % 6);
+      const int op = static_cast<int>(rng() % 4);
+      if (!expect.count(name) && op != 3) {  // create or mkdir
+        const bool dir = op == 1;
+        if (dir) f.fs(actor).AddDir(p + "/" + name); else f.fs(actor).AddFile(p + "/" + name);
+        ASSERT_TRUE(f.Update(actor, p, Add(node, name, dir ? DT_DIR : DT_REG)));
+        expect[name] = node;
+      } else if (expect.count(name) && op == 3) {  // rename name -> name + "r" (same holder)
+        const std::string holder = expect[name];
+        const int h = f.Index(holder);
+        const std::string to = name + "r";
+        if (expect.count(to)) continue;
+        f.fs(h).Remove(p + "/" + name);
+        f.fs(h).AddFile(p + "/" + to);
+        ASSERT_TRUE(f.Update(h, p, Add(holder, to)));
+        ASSERT_TRUE(f.Update(h, p, Remove(holder, name)));
+        expect.erase(name);
+        expect[to] = holder;
+      } else if (expect.count(name)) {  // unlink or rmdir, by its holder
+        const int h = f.Index(expect[name]);
+        f.fs(h).Remove(p + "/" + name);
+        ASSERT_TRUE(f.Update(h, p, Remove(expect[name], name)));
+        expect.erase(name);
+      }
+      const int reader = static_cast<int>((actor + 1 + rng() % 3) % 4);
+      auto vd = f.Get(reader, p);
+      ASSERT_TRUE(vd) << vd.error().ToString();
+      std::set<std::string> want;
+      for (const auto& [n, h] : expect) want.insert(n);
+      ASSERT_EQ(NameSet(**vd), want) << "step " << step << " reader n" << reader;
+    }
+    for (int i = 0; i < 4; ++i) hits += f.svc(i).stats().dt.hits;
+  }
+  EXPECT_GT(hits, 20u);  // the table was used, not bypassed
+}
+
+TEST(DirTable, ASlowSharerDelaysTheAcknowledgement) {
+  Federation f(3);
+  const std::string p = PathManagedBy(f, "n0");
+  Populate(f, p);
+  ASSERT_TRUE(f.Get(1, p));
+  ASSERT_TRUE(f.Get(2, p));
+  // n1 answers one-sided operations 5 ms late each way.
+  m2m::LinkModel slow = m2m::LinkModel::Rdma();
+  slow.base_latency = std::chrono::milliseconds(5);
+  f.net().SetNodeModel("n1", slow);
+  const auto start = f.net().Now();
+  std::optional<m2m::SimDuration> acked;
+  f.fs(2).AddFile(p + "/y");
+  f.svc(2).Update(p, Add("n2", "y"), [&](Status s) {
+    EXPECT_TRUE(s);
+    acked = f.net().Now() - start;
+  });
+  f.net().RunUntilIdle();
+  ASSERT_TRUE(acked);
+  EXPECT_GE(*acked, std::chrono::milliseconds(10));  // the bump's round trip to n1
+  EXPECT_LT(*acked, std::chrono::milliseconds(100));
+  EXPECT_EQ(f.svc(1).stats().dt.bumps_received, 1u);
+}
+
+TEST(DirTable, ADeadSharerIsDroppedAfterTheDeadlineAndNeverBlocks) {
+  VdServiceOptions o;
+  o.rpc_timeout = std::chrono::milliseconds(200);
+  Federation f(4, o);
+  const std::string p = PathManagedBy(f, "n0");
+  Populate(f, p);
+  ASSERT_TRUE(f.Get(1, p));
+  ASSERT_TRUE(f.Get(2, p));
+  ASSERT_TRUE(f.net().Kill("n1"));  // silent, but still "alive" in every view
+  const auto start = f.net().Now();
+  std::optional<m2m::SimDuration> acked;
+  f.fs(3).AddFile(p + "/z");
+  f.svc(3).Update(p, Add("n3", "z"), [&](Status s) {
+    EXPECT_TRUE(s) << s.error().ToString();
+    acked = f.net().Now() - start;
+  });
+  f.net().RunUntilIdle();
+  ASSERT_TRUE(acked);
+  EXPECT_GE(*acked, o.rpc_timeout);
+  EXPECT_LT(*acked, 2 * o.rpc_timeout);
+  EXPECT_EQ(f.svc(0).stats().invalidations_failed, 1u);
+  EXPECT_EQ(f.svc(2).stats().dt.bumps_received, 1u);  // the live sharer was bumped
+  auto vd = f.Get(2, p);
+  ASSERT_TRUE(vd);
+  EXPECT_NE((*vd)->Find("z"), nullptr);
+}
+
+TEST(DirTable, OverflowingSharerListFallsBackToBroadcast) {
+  VdServiceOptions o;
+  o.max_sharers_per_vd = 2;
+  Federation f(5, o);
+  const std::string p = PathManagedBy(f, "n0");
+  Populate(f, p);
+  for (int i : {1, 2, 3}) ASSERT_TRUE(f.Get(i, p));  // the third overflows
+  EXPECT_EQ(f.svc(0).stats().sharer_records, 1u);    // just the broadcast mark
+  f.net().ResetStats();
+  f.fs(4).AddFile(p + "/w");
+  ASSERT_TRUE(f.Update(4, p, Add("n4", "w")));
+  EXPECT_EQ(f.Requests(kDtInval), 3u);  // n1, n2, n3 (not n0 itself, not n4)
+  for (int i : {1, 2, 3}) {
+    EXPECT_EQ(f.svc(i).stats().dt_invals_received, 1u) << i;
+    auto vd = f.Get(i, p);
+    ASSERT_TRUE(vd);
+    EXPECT_NE((*vd)->Find("w"), nullptr) << i;
+  }
+}
+
+TEST(DirTable, EntriesOfAnOlderEpochAreNotUsed) {
+  Federation f(4);
+  const std::string p = PathManagedBy(f, "n0");
+  Populate(f, p);
+  ASSERT_TRUE(f.Get(1, p));
+  f.SetViews({"n0", "n1", "n2", "n3"}, 2);  // same members, new epoch
+  f.net().ResetStats();
+  ASSERT_TRUE(f.Get(1, p));
+  EXPECT_EQ(f.Requests(kVdGet), 1u);
+  EXPECT_EQ(f.svc(1).stats().dt.stale, 1u);
+}
+
+TEST(DirTable, DropSubtreeInvalidatesTablesEverywhere) {
+  Federation f(3);
+  const std::string p = PathManagedBy(f, "n0", true, "/t");
+  Populate(f, p);
+  ASSERT_TRUE(f.Get(1, p));
+  std::optional<Status> dropped;
+  f.svc(2).DropSubtree(p, [&](Status s) { dropped = std::move(s); });
+  f.net().RunUntilIdle();
+  ASSERT_TRUE(dropped && *dropped);
+  f.net().ResetStats();
+  ASSERT_TRUE(f.Get(1, p));
+  EXPECT_EQ(f.Requests(kVdGet), 1u);
+}
+
+TEST(DirTable, CapacityIsBoundedWithClockReplacement) {
+  VdServiceOptions o;
+  o.dt_entries = 4;
+  Federation f(2, o);
+  std::vector<std::string> paths;
+  for (int i = 0; paths.size() < 6; ++i) {
+    std::string p = "/c" + std::to_string(i);
+    if (f.Manager(p) == "n0") paths.push_back(p);
+  }
+  for (const auto& p : paths) Populate(f, p);
+  for (const auto& p : paths) ASSERT_TRUE(f.Get(1, p));
+  const auto s = f.svc(1).stats().dt;
+  EXPECT_EQ(s.capacity, 4u);
+  EXPECT_LE(s.occupancy, 4u);
+  EXPECT_GE(s.evictions, 2u);
+  for (const auto& p : paths) ASSERT_TRUE(f.Get(1, p));  // still correct after eviction
+}
+
+TEST(DirTable, MalformedSharerSlotIsRefusedAndTheManagerKeepsServing) {
+  Federation f(3);
+  const std::string p = PathManagedBy(f, "n0");
+  Populate(f, p);
+  // A kNsVdGet whose sharer slot lies outside its region.
+  flatbuffers::FlatBufferBuilder b;
+  auto path = b.CreateString(p);
+  auto from = b.CreateString("n1");
+  std::vector<uint8_t> key(24, 1);
+  auto sh = vdwire::CreateSharerSlot(b, 100, 4096, 64, b.CreateVector(key));
+  b.FinishSizePrefixed(vdwire::CreateVdMessage(
+      b, 1, vdwire::Body::PathRequest, vdwire::CreatePathRequest(b, path, from, 1, sh).Union()));
+  auto ep = f.net().NewTransport({.cluster_key = m2m::Bytes(m2m::kClusterKeyBytes, std::byte{7})});
+  std::optional<Result<m2m::Bytes>> reply;
+  ep->GetEndpoint("n0")->Call(kVdGet, m2m::ToBytes({b.GetBufferPointer(), b.GetSize()}),
+                              std::chrono::seconds(1),
+                              [&](Result<m2m::Bytes> r) { reply = std::move(r); });
+  f.net().RunUntilIdle();
+  ASSERT_TRUE(reply);
+  ASSERT_FALSE(*reply);
+  EXPECT_EQ(reply->error().code, EPROTO);
+  EXPECT_EQ(f.svc(0).stats().sharer_records, 0u);
+  EXPECT_TRUE(f.Get(1, p));
 }
 
 }  // namespace
