@@ -1,0 +1,235 @@
+// fedfs-bench: the namespace-scalability simulator (bench/sim/sim.h).
+//
+//   fedfs-bench sim [--nodes 8,64,256,1024] [--model rdma|tcp-lan|wan|zero]
+//                   [--latency-us X] [--bandwidth B/s] [--seed S] [--ops N]
+//                   [--workload W] [--zipf-s 0.99] [--dt-capacity 0,44,...]
+//                   [--clients C] [--concurrency K] [--out DIR]
+//   fedfs-bench study --out DIR     the default study (a few minutes)
+//
+// Writes CSV (one file per run, header row), summary.md and PNG plots
+// (gnuplot) into --out. Progress lines go to stderr when it is a terminal.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "bench/sim/report.h"
+#include "bench/sim/sim.h"
+#include "common/logging.h"
+
+namespace fb = fedfs::bench;
+
+namespace {
+
+bool Tty() { return isatty(STDERR_FILENO) == 1; }
+
+fb::ProgressFn Progress() {
+  if (!Tty()) return {};
+  return [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+}
+
+void Step(const std::string& line) {
+  if (Tty()) std::fprintf(stderr, "%s\n", line.c_str());
+}
+
+int Fail(const fedfs::Error& e) {
+  std::fprintf(stderr, "fedfs-bench: %s\n", e.ToString().c_str());
+  return 1;
+}
+
+fedfs::Status MakeOut(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return fedfs::Err(ec.value(), "cannot create " + dir);
+  return fedfs::Ok();
+}
+
+std::string Figures(const fb::RunResult& r) {
+  char b[256];
+  std::snprintf(b, sizeof(b), "%.0f ops/s, %.2f msgs/op, %llu errors, %.1fs wall",
+                r.ops_per_sec, r.msgs_per_op, static_cast<unsigned long long>(r.errors),
+                r.wall_seconds);
+  return b;
+}
+
+// The DT capacity sweep of the study: capacities as fractions of the
+// directories of the zipf-lookup tree.
+std::vector<size_t> StudyCapacities(uint64_t dirs) {
+  std::vector<size_t> out;
+  for (double pct : {0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0}) {
+    size_t c = static_cast<size_t>(static_cast<double>(dirs) * pct / 100.0 + 0.5);
+    if (c == 0) c = 1;
+    if (out.empty() || out.back() != c) out.push_back(c);
+  }
+  return out;
+}
+
+uint64_t TreeDirs(const fb::SimOptions& o) {
+  uint64_t dirs = 1, level = 1;
+  for (int d = 0; d < o.tree_depth; ++d) {
+    level *= static_cast<uint64_t>(o.tree_fanout);
+    dirs += level;
+  }
+  return dirs;
+}
+
+int Finish(const std::string& out, const fb::ReportData& data) {
+  std::string note;
+  if (auto s = fb::WriteReport(out, data, &note); !s) return Fail(s.error());
+  if (!note.empty()) std::fprintf(stderr, "fedfs-bench: %s\n", note.c_str());
+  std::printf("fedfs-bench: results in %s (summary.md)\n", out.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"fedfs-bench: namespace-scalability simulation of FedFS"};
+  app.require_subcommand(1);
+  std::string log_level = "error";
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off")->capture_default_str();
+
+  fb::SimOptions o;
+  std::vector<int> nodes{8, 64};
+  std::vector<size_t> capacities;
+  std::string out = "fedfs-bench-out";
+
+  auto* sim = app.add_subcommand("sim", "run one workload over a list of node counts");
+  sim->add_option("--nodes", nodes, "node counts (comma-separated list)")->delimiter(',');
+  sim->add_option("--model", o.model, "link model: zero, rdma, tcp-lan, wan")->capture_default_str();
+  sim->add_option("--latency-us", o.latency_us, "one-way base latency override (µs)");
+  sim->add_option("--bandwidth", o.bandwidth, "bandwidth override (bytes/s)");
+  sim->add_option("--seed", o.seed, "seed of the network and the workload")->capture_default_str();
+  sim->add_option("--ops", o.ops, "operations per run")->capture_default_str();
+  sim->add_option("--workload", o.workload,
+                  "create-stat-private | create-stat-shared | fanout-wide | fanout-deep | "
+                  "hot-dir | zipf-lookup | churn")
+      ->capture_default_str();
+  sim->add_option("--zipf-s", o.zipf_s, "Zipf exponent of zipf-lookup")->capture_default_str();
+  sim->add_option("--dt-capacity", capacities,
+                  "directory-table entries per node (comma-separated list: a hit-ratio sweep)")
+      ->delimiter(',');
+  sim->add_option("--clients", o.clients, "clients (0: one per node)")->capture_default_str();
+  sim->add_option("--concurrency", o.concurrency, "operations in flight per client")
+      ->capture_default_str();
+  sim->add_option("--resolve", o.resolve, "walk (look up every directory) | parent")
+      ->capture_default_str();
+  sim->add_option("--placement", o.placement, "local | hash")->capture_default_str();
+  sim->add_option("--out", out, "output directory")->capture_default_str();
+
+  auto* study = app.add_subcommand("study", "the default study: N = 8..1024, workloads, DT sweep");
+  study->add_option("--out", out, "output directory")->capture_default_str();
+  study->add_option("--seed", o.seed, "seed")->capture_default_str();
+
+  CLI11_PARSE(app, argc, argv);
+  fedfs::InitLogging("bench", log_level);
+  if (auto s = MakeOut(out); !s) return Fail(s.error());
+
+  if (sim->parsed()) {
+    if (capacities.empty()) capacities.push_back(0);
+    std::string cmd = "fedfs-bench";
+    for (int i = 1; i < argc; ++i) cmd += std::string(" ") + argv[i];
+    fb::ReportData data;
+    data.command = cmd;
+    std::vector<fb::RunResult> rows;
+    for (int n : nodes) {
+      for (size_t cap : capacities) {
+        fb::SimOptions run = o;
+        run.nodes = n;
+        run.dt_capacity = cap;
+        Step("sim " + run.workload + " N=" + std::to_string(n) + " dt=" + std::to_string(cap));
+        auto r = fb::RunSim(run, Progress());
+        if (!r) return Fail(r.error());
+        Step("  " + Figures(*r));
+        rows.push_back(*r);
+        if (cap == capacities.front()) data.scaling.push_back(*r);
+        if (capacities.size() > 1 && n == nodes.back()) data.dt_sweep.push_back(*r);
+      }
+      fb::SimOptions dm = o;
+      dm.nodes = n;
+      Step("dirmerge N=" + std::to_string(n));
+      auto d = fb::MeasureDirmerge(dm);
+      if (!d) return Fail(d.error());
+      data.dirmerge.push_back(*d);
+    }
+    if (auto s = fb::WriteRunsCsv(out + "/" + o.workload + ".csv", rows); !s) return Fail(s.error());
+    if (auto s = fb::WriteDirmergeCsv(out + "/dirmerge.csv", data.dirmerge); !s) {
+      return Fail(s.error());
+    }
+    if (capacities.size() > 1 && !data.dt_sweep.empty() && !data.dt_sweep.front().dt_measured) {
+      data.dt_note = "this build's VdService has no directory table yet";
+    }
+    return Finish(out, data);
+  }
+
+  // The default study.
+  fb::ReportData data;
+  data.command = "fedfs-bench study --out " + out;
+  const auto wall0 = std::chrono::steady_clock::now();
+  fb::SimOptions base;
+  base.seed = o.seed;
+  base.model = "rdma";
+  for (int n : {8, 16, 32, 64, 128, 256, 512, 1024}) {
+    fb::SimOptions run = base;
+    run.nodes = n;
+    run.workload = "create-stat-private";
+    run.ops = 20000;
+    Step("study: scaling N=" + std::to_string(n));
+    auto r = fb::RunSim(run, Progress());
+    if (!r) return Fail(r.error());
+    Step("  " + Figures(*r));
+    data.scaling.push_back(*r);
+    Step("study: dirmerge N=" + std::to_string(n));
+    auto d = fb::MeasureDirmerge(run);
+    if (!d) return Fail(d.error());
+    data.dirmerge.push_back(*d);
+  }
+  for (const char* w : {"create-stat-private", "create-stat-shared", "fanout-wide", "fanout-deep",
+                        "hot-dir", "zipf-lookup", "churn"}) {
+    fb::SimOptions run = base;
+    run.nodes = 64;
+    run.workload = w;
+    run.ops = 10000;
+    Step(std::string("study: workload ") + w + " N=64");
+    auto r = fb::RunSim(run, Progress());
+    if (!r) return Fail(r.error());
+    Step("  " + Figures(*r));
+    data.workloads.push_back(*r);
+  }
+  fb::SimOptions z = base;
+  z.nodes = 64;
+  z.workload = "zipf-lookup";
+  z.ops = 20000;
+  for (size_t cap : StudyCapacities(TreeDirs(z))) {
+    fb::SimOptions run = z;
+    run.dt_capacity = cap;
+    Step("study: DT capacity " + std::to_string(cap));
+    auto r = fb::RunSim(run, Progress());
+    if (!r) return Fail(r.error());
+    data.dt_sweep.push_back(*r);
+    if (!r->dt_measured) {
+      data.dt_note = "this build's VdService has no directory table yet";
+      data.dt_sweep.clear();
+      break;
+    }
+  }
+  for (auto [name, rows] : {std::pair{"scaling", &data.scaling}, std::pair{"workloads", &data.workloads},
+                            std::pair{"dt", &data.dt_sweep}}) {
+    if (rows->empty()) continue;
+    if (auto s = fb::WriteRunsCsv(out + "/" + name + ".csv", *rows); !s) return Fail(s.error());
+  }
+  if (auto s = fb::WriteDirmergeCsv(out + "/dirmerge.csv", data.dirmerge); !s) {
+    return Fail(s.error());
+  }
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  std::fprintf(stderr, "fedfs-bench: study took %.1f s\n", wall);
+  return Finish(out, data);
+}

@@ -1,0 +1,325 @@
+// CSV, Markdown and gnuplot output of fedfs-bench (bench/sim/report.h).
+#include "bench/sim/report.h"
+
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+extern char** environ;
+
+namespace fedfs::bench {
+
+namespace {
+
+std::string F(double v) {
+  char b[64];
+  std::snprintf(b, sizeof(b), "%.3f", v);
+  return b;
+}
+
+std::string F9(double v) {
+  char b[64];
+  std::snprintf(b, sizeof(b), "%.9f", v);
+  return b;
+}
+
+const OpStats* Op(const RunResult& r, const std::string& kind) {
+  auto it = r.per_op.find(kind);
+  return it == r.per_op.end() ? nullptr : &it->second;
+}
+
+uint64_t Req(const RunResult& r, const std::string& m) {
+  auto it = r.requests.find(m);
+  return it == r.requests.end() ? 0 : it->second;
+}
+
+Status WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::trunc);
+  if (!f) return Err(errno ? errno : EIO, "cannot write " + path);
+  f << text;
+  f.close();
+  if (!f) return Err(EIO, "write failed: " + path);
+  return Ok();
+}
+
+std::string Join(const std::vector<std::string>& v, const char* sep) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) out += sep;
+    out += v[i];
+  }
+  return out;
+}
+
+std::vector<std::string> RunRow(const RunResult& r) {
+  const SimOptions& o = r.options;
+  std::vector<std::string> v = {
+      o.workload, std::to_string(o.nodes), o.model, std::to_string(o.seed),
+      std::to_string(o.ops), std::to_string(o.clients > 0 ? o.clients : o.nodes),
+      std::to_string(o.concurrency), o.resolve, o.placement, std::to_string(o.dt_capacity),
+      std::to_string(r.directories), std::to_string(r.ops_done), std::to_string(r.errors),
+      F9(r.sim_seconds), F(r.ops_per_sec)};
+  for (const char* k : {"create", "stat", "unlink", "lookup"}) {
+    const OpStats* s = Op(r, k);
+    v.push_back(std::to_string(s ? s->count : 0));
+    v.push_back(F(s ? s->p50_us : 0));
+    v.push_back(F(s ? s->p99_us : 0));
+  }
+  for (auto x : {std::to_string(r.messages), std::to_string(r.bytes), F(r.msgs_per_op),
+                 F(r.bytes_per_op), std::to_string(Req(r, "vd_get")),
+                 std::to_string(Req(r, "vd_update")), std::to_string(Req(r, "list_local")),
+                 std::to_string(Req(r, "sim_fs")), std::to_string(r.gets_served),
+                 std::to_string(r.dirmerges), std::to_string(r.updates_applied),
+                 std::to_string(r.mgr_max), F(r.mgr_mean), F(r.mgr_imbalance),
+                 std::to_string(r.dt_measured ? 1 : 0), std::to_string(r.dt_hits),
+                 std::to_string(r.dt_misses), F(r.dt_hit_ratio), std::to_string(r.invalidations),
+                 std::to_string(r.changes), F(r.invalidations_per_change)}) {
+    v.push_back(x);
+  }
+  return v;
+}
+
+// Runs gnuplot on `script`; Ok iff it exited 0.
+Status RunGnuplot(const std::string& script) {
+  pid_t pid = 0;
+  std::string prog = "gnuplot";
+  char* argv[] = {prog.data(), const_cast<char*>(script.c_str()), nullptr};
+  int rc = posix_spawnp(&pid, "gnuplot", nullptr, nullptr, argv, environ);
+  if (rc != 0) return Err(rc, "cannot start gnuplot");
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return Err(errno, "waitpid gnuplot");
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return Err(EIO, "gnuplot failed on " + script);
+  }
+  return Ok();
+}
+
+constexpr const char* kTerm =
+    "set terminal pngcairo size 900,560 noenhanced font 'sans,11'\n"
+    "set grid\nset key top left\n";
+
+}  // namespace
+
+const std::vector<std::string>& RunCsvColumns() {
+  static const std::vector<std::string> c = {
+      "workload", "nodes", "model", "seed", "ops", "clients", "concurrency", "resolve",
+      "placement", "dt_capacity", "directories", "ops_done", "errors", "sim_seconds",
+      "ops_per_sec", "create_count", "create_p50_us", "create_p99_us", "stat_count",
+      "stat_p50_us", "stat_p99_us", "unlink_count", "unlink_p50_us", "unlink_p99_us",
+      "lookup_count", "lookup_p50_us", "lookup_p99_us", "messages", "bytes", "msgs_per_op",
+      "bytes_per_op", "vd_get_requests", "vd_update_requests", "list_local_requests",
+      "sim_fs_requests", "gets_served", "dirmerges", "updates_applied", "mgr_max", "mgr_mean",
+      "mgr_imbalance", "dt_measured", "dt_hits", "dt_misses", "dt_hit_ratio", "invalidations",
+      "changes", "invalidations_per_change"};
+  return c;
+}
+
+const std::vector<std::string>& DirmergeCsvColumns() {
+  static const std::vector<std::string> c = {"nodes", "messages", "bytes", "list_requests",
+                                             "sim_us", "entries"};
+  return c;
+}
+
+Status WriteRunsCsv(const std::string& path, const std::vector<RunResult>& rows) {
+  std::string text = Join(RunCsvColumns(), ",") + "\n";
+  for (const auto& r : rows) text += Join(RunRow(r), ",") + "\n";
+  return WriteFile(path, text);
+}
+
+Status WriteDirmergeCsv(const std::string& path, const std::vector<DirmergeResult>& rows) {
+  std::string text = Join(DirmergeCsvColumns(), ",") + "\n";
+  for (const auto& d : rows) {
+    text += std::to_string(d.nodes) + "," + std::to_string(d.messages) + "," +
+            std::to_string(d.bytes) + "," + std::to_string(d.list_requests) + "," + F(d.sim_us) +
+            "," + std::to_string(d.entries) + "\n";
+  }
+  return WriteFile(path, text);
+}
+
+bool HaveGnuplot() {
+  const char* path = std::getenv("PATH");
+  std::stringstream ss(path ? path : "/usr/bin:/bin");
+  std::string dir;
+  while (std::getline(ss, dir, ':')) {
+    if (!dir.empty() && access((dir + "/gnuplot").c_str(), X_OK) == 0) return true;
+  }
+  return false;
+}
+
+Status WriteReport(const std::string& out, const ReportData& d, std::string* plots_note) {
+  std::vector<std::pair<std::string, std::string>> plots;  // name -> gnuplot script
+  std::ostringstream md;
+  md << "# fedfs-bench: namespace scalability\n\n";
+  md << "Produced by `" << d.command << "`. Every figure is simulated time on the fake "
+        "network's clock (one process, the production VdService on every node over an "
+        "in-memory export root); the same command and seed reproduce every number.\n\n";
+
+  if (!d.scaling.empty()) {
+    const RunResult& first = d.scaling.front();
+    const RunResult& last = d.scaling.back();
+    md << "## Latency and throughput vs N (`latency_vs_n.png`, `throughput_vs_n.png`)\n\n";
+    md << "Workload `" << first.options.workload << "`, model `" << first.options.model
+       << "`, " << first.options.ops << " operations per run, one client per node, "
+       << first.options.concurrency << " in flight per client, path resolution `"
+       << first.options.resolve << "`. `latency_vs_n.png` shows p50 and p99 of each operation "
+       << "type (µs, log scale) against the number of nodes; `throughput_vs_n.png` the "
+          "aggregate simulated operations per second.\n\n";
+    md << "| N | ops/s | create p50 µs | create p99 µs | stat p50 µs | stat p99 µs | msgs/op | "
+          "errors |\n|---|---|---|---|---|---|---|---|\n";
+    std::ostringstream dat;
+    dat << "# nodes ops_per_sec create_p50 create_p99 stat_p50 stat_p99 mgr_imbalance mgr_max "
+           "mgr_mean\n";
+    for (const auto& r : d.scaling) {
+      const OpStats* c = Op(r, "create");
+      const OpStats* s = Op(r, "stat") ? Op(r, "stat") : Op(r, "lookup");
+      md << "| " << r.options.nodes << " | " << F(r.ops_per_sec) << " | " << F(c ? c->p50_us : 0)
+         << " | " << F(c ? c->p99_us : 0) << " | " << F(s ? s->p50_us : 0) << " | "
+         << F(s ? s->p99_us : 0) << " | " << F(r.msgs_per_op) << " | " << r.errors << " |\n";
+      dat << r.options.nodes << " " << F(r.ops_per_sec) << " " << F(c ? c->p50_us : 0) << " "
+          << F(c ? c->p99_us : 0) << " " << F(s ? s->p50_us : 0) << " " << F(s ? s->p99_us : 0)
+          << " " << F(r.mgr_imbalance) << " " << r.mgr_max << " " << F(r.mgr_mean) << "\n";
+    }
+    if (auto s = WriteFile(out + "/scaling.dat", dat.str()); !s) return s;
+    md << "\n## Manager load balance vs N (`load_vs_n.png`)\n\n"
+       << "Requests each node served as a manager (VdService `gets_served` + "
+          "`updates_applied`), maximum over the mean across nodes. 1 is perfect balance; "
+          "with `walk` resolution every operation also looks up `/` and its ancestors, whose "
+          "managers are hot spots unless a directory table absorbs those lookups.\n\n";
+    md << "At the largest N (" << last.options.nodes << "): max " << last.mgr_max << ", mean "
+       << F(last.mgr_mean) << ", **max/mean " << F(last.mgr_imbalance) << "**.\n\n";
+    plots.emplace_back("latency_vs_n",
+                       std::string() +
+                           "set logscale x 2\nset logscale y\nset xlabel 'nodes (N)'\n"
+                           "set ylabel 'latency (simulated µs)'\nset title 'Operation latency vs N'\n"
+                           "plot 'scaling.dat' u 1:3 w lp t 'create p50', '' u 1:4 w lp t 'create p99', "
+                           "'' u 1:5 w lp t 'stat p50', '' u 1:6 w lp t 'stat p99'\n");
+    plots.emplace_back("throughput_vs_n",
+                       std::string() +
+                           "set logscale x 2\nset xlabel 'nodes (N)'\n"
+                           "set ylabel 'throughput (simulated ops/s)'\n"
+                           "set title 'Aggregate throughput vs N'\n"
+                           "plot 'scaling.dat' u 1:2 w lp t 'ops/s'\n");
+    plots.emplace_back("load_vs_n",
+                       std::string() +
+                           "set logscale x 2\nset xlabel 'nodes (N)'\n"
+                           "set ylabel 'manager requests, max / mean'\n"
+                           "set title 'Manager load balance vs N'\n"
+                           "plot 'scaling.dat' u 1:7 w lp t 'max/mean'\n");
+  }
+
+  if (!d.dirmerge.empty()) {
+    md << "## Dirmerge cost vs N (`dirmerge_vs_n.png`)\n\n"
+       << "One dirmerge of a directory present on every node (" << d.dirmerge.front().entries /
+              std::max(1, d.dirmerge.front().nodes)
+       << " entries per node), measured with warm connections: a Get from a node that is not "
+          "the manager. Messages count every packet (requests and replies); time is from the "
+          "Get to its answer. Left axis messages, right axis simulated µs.\n\n";
+    md << "| N | messages | kNsListLocal | bytes | time µs |\n|---|---|---|---|---|\n";
+    std::ostringstream dat;
+    dat << "# nodes messages bytes list_requests sim_us\n";
+    for (const auto& r : d.dirmerge) {
+      md << "| " << r.nodes << " | " << r.messages << " | " << r.list_requests << " | " << r.bytes
+         << " | " << F(r.sim_us) << " |\n";
+      dat << r.nodes << " " << r.messages << " " << r.bytes << " " << r.list_requests << " "
+          << F(r.sim_us) << "\n";
+    }
+    md << "\n";
+    if (auto s = WriteFile(out + "/dirmerge.dat", dat.str()); !s) return s;
+    plots.emplace_back("dirmerge_vs_n",
+                       std::string() +
+                           "set logscale x 2\nset xlabel 'nodes (N)'\n"
+                           "set ylabel 'messages per dirmerge'\nset y2label 'simulated µs'\n"
+                           "set ytics nomirror\nset y2tics\n"
+                           "set title 'Cost of one dirmerge vs N'\n"
+                           "plot 'dirmerge.dat' u 1:2 w lp t 'messages' axes x1y1, "
+                           "'' u 1:5 w lp t 'time (µs)' axes x1y2\n");
+  }
+
+  md << "## Directory-table hit ratio vs capacity (`hitratio_vs_capacity.png`)\n\n";
+  const bool have_dt = !d.dt_sweep.empty() && d.dt_sweep.front().dt_measured;
+  if (have_dt) {
+    const RunResult& f = d.dt_sweep.front();
+    md << "Workload `" << f.options.workload << "` (Zipf s = " << F(f.options.zipf_s) << ") at N = "
+       << f.options.nodes << " over " << f.directories
+       << " directories; capacity is the number of DT entries per node, shown as a percentage "
+          "of the directories. Hit ratio = hits / (hits + misses) over all nodes.\n\n";
+    md << "| capacity (entries) | % of dirs | hit ratio | invalidations/change | msgs/op |\n"
+          "|---|---|---|---|---|\n";
+    std::ostringstream dat;
+    dat << "# capacity pct_dirs hit_ratio inval_per_change\n";
+    const RunResult* at1 = nullptr;
+    for (const auto& r : d.dt_sweep) {
+      const double pct = 100.0 * static_cast<double>(r.options.dt_capacity) /
+                         static_cast<double>(std::max<uint64_t>(1, r.directories));
+      md << "| " << r.options.dt_capacity << " | " << F(pct) << " | " << F(r.dt_hit_ratio)
+         << " | " << F(r.invalidations_per_change) << " | " << F(r.msgs_per_op) << " |\n";
+      dat << r.options.dt_capacity << " " << F(pct) << " " << F(r.dt_hit_ratio) << " "
+          << F(r.invalidations_per_change) << "\n";
+      if (at1 == nullptr && pct >= 0.999) at1 = &r;
+    }
+    if (at1 != nullptr) {
+      md << "\nKey figure: **hit ratio " << F(at1->dt_hit_ratio) << " at capacity "
+         << at1->options.dt_capacity << " entries (~1% of directories)**.\n";
+    }
+    md << "\n";
+    if (auto s = WriteFile(out + "/dt.dat", dat.str()); !s) return s;
+    plots.emplace_back("hitratio_vs_capacity",
+                       std::string() +
+                           "set logscale x\nset xlabel 'DT capacity (% of directories)'\n"
+                           "set ylabel 'hit ratio'\nset yrange [0:1]\n"
+                           "set title 'Directory-table hit ratio vs capacity'\n"
+                           "plot 'dt.dat' u 2:3 w lp t 'hit ratio'\n");
+  } else {
+    md << "Not measured: " << (d.dt_note.empty() ? "no capacity sweep was run." : d.dt_note)
+       << "\n\n";
+  }
+
+  if (!d.workloads.empty()) {
+    md << "## Workloads\n\n| workload | N | ops/s | p50 µs (first op type) | p99 µs | msgs/op | "
+          "dirmerges | max/mean load | errors |\n|---|---|---|---|---|---|---|---|---|\n";
+    for (const auto& r : d.workloads) {
+      const OpStats* s = r.per_op.empty() ? nullptr : &r.per_op.begin()->second;
+      std::string first = r.per_op.empty() ? "-" : r.per_op.begin()->first;
+      md << "| " << r.options.workload << " | " << r.options.nodes << " | " << F(r.ops_per_sec)
+         << " | " << first << " " << F(s ? s->p50_us : 0) << " | " << F(s ? s->p99_us : 0)
+         << " | " << F(r.msgs_per_op) << " | " << r.dirmerges << " | " << F(r.mgr_imbalance)
+         << " | " << r.errors << " |\n";
+    }
+    md << "\n";
+  }
+
+  std::string note;
+  if (plots.empty()) {
+    // Nothing to draw.
+  } else if (!HaveGnuplot()) {
+    note = "gnuplot not found: CSV and summary.md written, PNG plots skipped "
+           "(install gnuplot-nox, e.g. scripts/install-deps.sh)";
+  } else {
+    for (const auto& [name, script] : plots) {
+      std::string gp = out + "/" + name + ".gp";
+      std::string text = "cd '" + out + "'\n" + kTerm + "set output '" + name + ".png'\n" + script;
+      if (auto s = WriteFile(gp, text); !s) return s;
+      if (auto s = RunGnuplot(gp); !s) {
+        note += (note.empty() ? "" : "; ") + s.error().ToString();
+      }
+    }
+  }
+  md << "## Plots\n\n";
+  if (!note.empty()) {
+    md << note << ".\n";
+  } else {
+    for (const auto& [name, script] : plots) md << "- `" << name << ".png`\n";
+  }
+  if (plots_note) *plots_note = note;
+  return WriteFile(out + "/summary.md", md.str());
+}
+
+}  // namespace fedfs::bench

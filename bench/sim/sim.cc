@@ -1,0 +1,877 @@
+// The namespace-scalability simulation (bench/sim/sim.h).
+//
+// Structure: Federation owns the fake network and the nodes (MemNodeFs,
+// transport, view, VdService); Driver runs one workload on it: clients with
+// `concurrency` slots each, every slot issuing operations one after the other;
+// each operation is an Op object whose steps chain through VdService and
+// kBenchSimFs callbacks. A slot's next operation starts from a scheduled event
+// (never inline), so the stack never grows with the number of operations.
+#include "bench/sim/sim.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <set>
+
+#include <flatbuffers/flatbuffers.h>
+
+#include "common/executor.h"
+#include "common/logging.h"
+#include "common/rpc_methods.h"
+#include "m2m/auth.h"
+#include "m2m/fake_network.h"
+#include "namespace/cluster.h"
+#include "namespace/mem_node_fs.h"
+#include "namespace/path.h"
+#include "namespace/placement.h"
+#include "namespace/vd_service.h"
+#include "sim_fs_generated.h"
+
+namespace fedfs::bench {
+
+namespace {
+
+namespace sw = fedfs::bench::simwire;
+using m2m::SimDuration;
+using std::chrono::duration;
+using std::chrono::microseconds;
+using std::chrono::nanoseconds;
+
+constexpr uint16_t kSimFs = MethodId(RpcMethod::kBenchSimFs);
+constexpr auto kRpcTimeout = std::chrono::milliseconds(2000);
+constexpr uint32_t kVnodes = 64;
+
+const std::vector<std::string>& Workloads() {
+  static const std::vector<std::string> w = {"create-stat-private", "create-stat-shared",
+                                             "fanout-wide",         "fanout-deep",
+                                             "hot-dir",             "zipf-lookup",
+                                             "churn"};
+  return w;
+}
+
+std::string NodeName(int i) {
+  char b[16];
+  std::snprintf(b, sizeof(b), "n%04d", i);
+  return b;
+}
+
+double Us(SimDuration d) { return duration<double, std::micro>(d).count(); }
+
+std::string MethodName(uint16_t m) {
+  switch (static_cast<RpcMethod>(m)) {
+    case RpcMethod::kNsListLocal: return "list_local";
+    case RpcMethod::kNsVdGet: return "vd_get";
+    case RpcMethod::kNsVdUpdate: return "vd_update";
+    case RpcMethod::kNsConflicts: return "conflicts";
+    case RpcMethod::kNsVdDrop: return "vd_drop";
+    case RpcMethod::kBenchSimFs: return "sim_fs";
+    default: return "method_" + std::to_string(m);
+  }
+}
+
+// ---- kBenchSimFs messages ----------------------------------------------------
+
+struct FsRequest {
+  sw::SimFsOp op = sw::SimFsOp::Stat;
+  std::string path;
+  uint32_t mode = 0644;
+};
+
+struct FsReply {
+  int err = 0;
+  struct stat st {};
+};
+
+m2m::Bytes EncodeRequest(const FsRequest& r) {
+  flatbuffers::FlatBufferBuilder b(64 + r.path.size());
+  auto p = b.CreateString(r.path);
+  auto body = sw::CreateSimFsRequest(b, r.op, p, r.mode, 0, 0);
+  b.Finish(sw::CreateSimFsMessage(b, sw::SimFsBody::SimFsRequest, body.Union()));
+  return m2m::ToBytes({b.GetBufferPointer(), b.GetSize()});
+}
+
+m2m::Bytes EncodeReply(const FsReply& r) {
+  flatbuffers::FlatBufferBuilder b(96);
+  auto body = sw::CreateSimFsReply(b, r.err, r.st.st_ino, r.st.st_mode,
+                                   static_cast<uint64_t>(r.st.st_size),
+                                   static_cast<uint32_t>(r.st.st_nlink));
+  b.Finish(sw::CreateSimFsMessage(b, sw::SimFsBody::SimFsReply, body.Union()));
+  return m2m::ToBytes({b.GetBufferPointer(), b.GetSize()});
+}
+
+// The verified message, or EPROTO. Copies to aligned storage when needed.
+Result<const sw::SimFsMessage*> OpenMessage(const m2m::Bytes& payload,
+                                            std::vector<uint64_t>* storage) {
+  const auto* data = reinterpret_cast<const uint8_t*>(payload.data());
+  if (reinterpret_cast<uintptr_t>(data) % alignof(uint64_t) != 0) {
+    storage->resize((payload.size() + 7) / 8);
+    std::memcpy(storage->data(), payload.data(), payload.size());
+    data = reinterpret_cast<const uint8_t*>(storage->data());
+  }
+  flatbuffers::Verifier v(data, payload.size(), /*max_depth=*/8, /*max_tables=*/16);
+  if (payload.size() < 8 || !sw::VerifySimFsMessageBuffer(v)) {
+    return Err(EPROTO, "malformed kBenchSimFs message");
+  }
+  return sw::GetSimFsMessage(data);
+}
+
+// Runs one request on a node's MemNodeFs (as root, umask 022).
+FsReply Apply(ns::MemNodeFs& fs, const FsRequest& r) {
+  const ns::Cred root{0, 0, {}, 022};
+  FsReply out;
+  auto fail = [&](const Error& e) { out.err = e.code; };
+  switch (r.op) {
+    case sw::SimFsOp::Create: {
+      auto o = fs.Create(root, r.path, O_WRONLY | O_EXCL, r.mode);
+      if (!o) { fail(o.error()); break; }
+      out.st = o->st;
+      (void)fs.Release(o->handle);
+      break;
+    }
+    case sw::SimFsOp::Stat: {
+      auto s = fs.Stat(root, r.path);
+      if (!s) { fail(s.error()); break; }
+      out.st = *s;
+      break;
+    }
+    case sw::SimFsOp::Unlink: {
+      auto s = fs.Unlink(root, r.path);
+      if (!s) fail(s.error());
+      break;
+    }
+    case sw::SimFsOp::MkdirParents: {
+      auto s = fs.MkdirParents(r.path, {});
+      if (!s) fail(s.error());
+      break;
+    }
+  }
+  return out;
+}
+
+// ---- The federation ----------------------------------------------------------
+
+// A node's view, replaced by the simulation on membership changes. Single
+// thread (the simulation's).
+class ViewHolder final : public ns::ClusterViewSource {
+ public:
+  std::shared_ptr<const ns::ClusterView> Current() const override { return view_; }
+  void Set(std::shared_ptr<const ns::ClusterView> v) { view_ = std::move(v); }
+
+ private:
+  std::shared_ptr<const ns::ClusterView> view_;
+};
+
+struct Node {
+  std::string id;
+  std::unique_ptr<ns::MemNodeFs> fs;
+  std::unique_ptr<m2m::Transport> transport;
+  ViewHolder view;
+  std::unique_ptr<ns::VdService> vd;  // declared last: destroyed first
+  bool alive = true;
+};
+
+Result<m2m::LinkModel> LinkOf(const SimOptions& o) {
+  auto m = m2m::LinkModel::Preset(o.model);
+  if (!m) return Err(m.error());
+  if (o.latency_us) m->base_latency = nanoseconds(static_cast<int64_t>(*o.latency_us * 1000));
+  if (o.bandwidth) m->bytes_per_second = *o.bandwidth;
+  m->jitter = o.jitter_us >= 0 ? nanoseconds(static_cast<int64_t>(o.jitter_us * 1000))
+                               : m->base_latency / 10;
+  return *m;
+}
+
+ns::VdServiceOptions VdOptions(const SimOptions& o) {
+  ns::VdServiceOptions v;
+  v.rpc_timeout = kRpcTimeout;
+  v.dt_entries = o.dt_capacity;  // 0: no directory table
+  return v;
+}
+
+class Federation {
+ public:
+  static m2m::FakeNetworkOptions NetOptions(const SimOptions& o, const m2m::LinkModel& link) {
+    m2m::FakeNetworkOptions n;
+    n.mode = m2m::SchedulerMode::kSimulated;
+    n.seed = o.seed;
+    n.link = link;
+    return n;
+  }
+
+  Federation(const SimOptions& o, const m2m::LinkModel& link) : net_(NetOptions(o, link)) {
+    m2m::TransportOptions t;
+    t.cluster_key = m2m::Bytes(m2m::kClusterKeyBytes, std::byte{0x5e});
+    const ns::VdServiceOptions vo = VdOptions(o);
+    nodes_.reserve(static_cast<size_t>(o.nodes));
+    for (int i = 0; i < o.nodes; ++i) {
+      auto n = std::make_unique<Node>();
+      n->id = NodeName(i);
+      n->fs = std::make_unique<ns::MemNodeFs>(n->id);
+      n->transport = net_.NewTransport(t);
+      n->vd = std::make_unique<ns::VdService>(vo, n->transport.get(), &n->view, n->fs.get(),
+                                              &inline_);
+      n->vd->RegisterHandlers();
+      ns::MemNodeFs* fs = n->fs.get();
+      n->transport->Handle(kSimFs, [fs](m2m::IncomingCall call, m2m::Responder r) {
+        std::vector<uint64_t> storage;
+        auto msg = OpenMessage(call.payload, &storage);
+        if (!msg) return r.Fail(msg.error());
+        const sw::SimFsRequest* req = (*msg)->body_as_SimFsRequest();
+        if (req == nullptr || req->path() == nullptr) {
+          return r.Fail(Error{EPROTO, "kBenchSimFs without a request"});
+        }
+        FsRequest q{req->op(), req->path()->str(), req->mode()};
+        if (auto v = ns::ValidateGlobalPath(q.path); !v) return r.Fail(v.error());
+        r.Reply(EncodeReply(Apply(*fs, q)));
+      });
+      nodes_.push_back(std::move(n));
+    }
+  }
+
+  Status Listen() {
+    for (auto& n : nodes_) {
+      auto a = n->transport->Listen(n->id);
+      if (!a) return Err(a.error());
+    }
+    PublishViews();
+    return Ok();
+  }
+
+  // A new epoch: every live node gets a view of the live set (dead nodes keep
+  // their old view: they hear nothing).
+  void PublishViews() {
+    ++epoch_;
+    std::vector<std::string> live;
+    std::map<std::string, std::string> live_map, dead_map;
+    for (const auto& n : nodes_) {
+      if (n->alive) {
+        live.push_back(n->id);
+        live_map.emplace(n->id, n->id);
+      } else {
+        dead_map.emplace(n->id, n->id);
+      }
+    }
+    auto ring = std::make_shared<const ns::Ring>(live, kVnodes);
+    for (auto& n : nodes_) {
+      if (!n->alive) continue;
+      auto v = std::make_shared<ns::ClusterView>();
+      v->self = n->id;
+      v->epoch = epoch_;
+      v->live = live_map;
+      v->dead = dead_map;
+      v->ring = ring;
+      n->view.Set(std::move(v));
+    }
+  }
+
+  void SetAlive(int i, bool alive) {
+    Node& n = *nodes_[static_cast<size_t>(i)];
+    if (n.alive == alive) return;
+    n.alive = alive;
+    if (alive) (void)net_.Revive(n.id);
+    else (void)net_.Kill(n.id);
+    PublishViews();
+  }
+
+  // One NodeFs operation on node `target`, issued by node `from`.
+  void FsOp(int from, int target, FsRequest req, std::move_only_function<void(FsReply)> done) {
+    if (from == target) {
+      done(Apply(*nodes_[static_cast<size_t>(target)]->fs, req));
+      return;
+    }
+    auto ep = nodes_[static_cast<size_t>(from)]->transport->GetEndpoint(
+        nodes_[static_cast<size_t>(target)]->id);
+    ep->Call(kSimFs, EncodeRequest(req), kRpcTimeout,
+             [done = std::move(done)](Result<m2m::Bytes> r) mutable {
+               FsReply out;
+               if (!r) {
+                 out.err = r.error().code;
+                 return done(out);
+               }
+               std::vector<uint64_t> storage;
+               auto msg = OpenMessage(*r, &storage);
+               const sw::SimFsReply* rep = msg ? (*msg)->body_as_SimFsReply() : nullptr;
+               if (rep == nullptr) {
+                 out.err = EPROTO;
+                 return done(out);
+               }
+               out.err = rep->err();
+               out.st.st_ino = rep->ino();
+               out.st.st_mode = rep->mode();
+               out.st.st_size = static_cast<off_t>(rep->size());
+               out.st.st_nlink = rep->nlink();
+               done(out);
+             });
+  }
+
+  int Index(const std::string& id) const { return std::stoi(id.substr(1)); }
+  int size() const { return static_cast<int>(nodes_.size()); }
+  Node& node(int i) { return *nodes_[static_cast<size_t>(i)]; }
+  m2m::FakeNetwork& net() { return net_; }
+
+  // Setup, as local programs would: direct MemNodeFs calls, no messages.
+  void SetupDir(int i, const std::string& dir) {
+    (void)node(i).fs->MkdirParents(ns::JoinPath(dir, "x"), {});
+  }
+  void SetupFile(int i, const std::string& path) {
+    SetupDir(i, std::string(ns::ParentPath(path)));
+    auto o = node(i).fs->Create(ns::Cred{}, path, O_WRONLY, 0644);
+    if (o) (void)node(i).fs->Release(o->handle);
+  }
+
+ private:
+  m2m::FakeNetwork net_;
+  InlineExecutor inline_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+  uint64_t epoch_ = 0;
+};
+
+struct Totals {
+  m2m::TrafficStats traffic;
+  std::vector<ns::VdService::Stats> vd;
+};
+
+Totals Snapshot(Federation& f) {
+  Totals t;
+  t.traffic = f.net().TotalStats();
+  t.vd.reserve(static_cast<size_t>(f.size()));
+  for (int i = 0; i < f.size(); ++i) t.vd.push_back(f.node(i).vd->stats());
+  return t;
+}
+
+// ---- Workloads -----------------------------------------------------------------
+
+// Zipf(s) over ranks 0..n-1 by inverse CDF.
+class Zipf {
+ public:
+  Zipf(size_t n, double s) : cdf_(n) {
+    double sum = 0;
+    for (size_t i = 0; i < n; ++i) {
+      sum += 1.0 / std::pow(static_cast<double>(i + 1), s);
+      cdf_[i] = sum;
+    }
+    for (double& c : cdf_) c /= sum;
+  }
+  size_t operator()(std::mt19937_64& rng) const {
+    double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+    return static_cast<size_t>(std::lower_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin());
+  }
+
+ private:
+  std::vector<double> cdf_;
+};
+
+struct OpSpec {
+  std::string kind;  // create | stat | unlink | lookup
+  std::string path;
+};
+
+// Per (client, slot) generator state.
+struct Slot {
+  int client = 0;
+  int index = 0;
+  uint64_t made = 0;
+  std::string last;                // last file this slot created
+  std::vector<std::string> mine;   // hot-dir: files this slot created and not removed
+  bool create_next = true;
+};
+
+class Driver {
+ public:
+  Driver(const SimOptions& o, Federation& f, const ProgressFn& progress)
+      : o_(o), f_(f), progress_(progress), rng_(o.seed * 0x9e3779b97f4a7c15ULL + 7) {
+    placement_.policy = o.placement;
+  }
+
+  uint64_t Setup();  // returns the number of directories
+  Result<RunResult> Run();
+
+ private:
+  struct Op;
+  OpSpec Next(Slot& s);
+  void StartSlot(size_t slot);
+  void Finish(size_t slot, const std::string& kind, SimDuration t0, bool ok);
+  void MaybeChurn();
+  int ClientNode(int client) const { return client % f_.size(); }
+  std::string ClientDir(int client) const { return "/p/c" + std::to_string(client); }
+  size_t Uniform(size_t n) { return static_cast<size_t>(rng_() % n); }
+
+  const SimOptions& o_;
+  Federation& f_;
+  const ProgressFn& progress_;
+  std::mt19937_64 rng_;
+  ns::PlacementOptions placement_;
+  std::vector<Slot> slots_;
+  uint64_t issued_ = 0;
+  uint64_t completed_ = 0;
+  uint64_t errors_ = 0;
+  SimDuration start_{0}, last_done_{0};
+  std::map<std::string, std::vector<int64_t>> lat_;  // ns per op kind
+  std::map<std::string, uint64_t> op_errors_;
+  uint64_t next_progress_ = 0;
+  // Workload data.
+  int wide_dirs_ = 0;
+  int deep_levels_ = 16;
+  std::vector<std::string> hot_files_;
+  std::vector<std::string> tree_files_;
+  std::unique_ptr<Zipf> zipf_;
+  // Churn.
+  std::vector<uint64_t> churn_at_;
+  size_t churn_next_ = 0;
+  int churn_victim_ = -1;
+};
+
+uint64_t Driver::Setup() {
+  const int n = f_.size();
+  const int clients = o_.clients > 0 ? o_.clients : n;
+  for (int c = 0; c < clients; ++c) {
+    for (int s = 0; s < o_.concurrency; ++s) slots_.push_back(Slot{c, s});
+  }
+  const std::string& w = o_.workload;
+  uint64_t dirs = 0;
+  if (w == "create-stat-private" || w == "churn") {
+    for (int c = 0; c < clients; ++c) f_.SetupDir(ClientNode(c), ClientDir(c));
+    dirs = 1 + static_cast<uint64_t>(clients);
+  } else if (w == "create-stat-shared") {
+    for (int i = 0; i < n; ++i) f_.SetupDir(i, "/shared");
+    dirs = 1;
+  } else if (w == "fanout-wide") {
+    wide_dirs_ = std::max(64, 4 * n);
+    for (int d = 0; d < wide_dirs_; ++d) f_.SetupDir(d % n, "/w/d" + std::to_string(d));
+    dirs = 1 + static_cast<uint64_t>(wide_dirs_);
+  } else if (w == "fanout-deep") {
+    std::string p = "/deep";
+    for (int l = 1; l <= deep_levels_; ++l) p += "/l" + std::to_string(l);
+    f_.SetupDir(0, p);
+    dirs = 1 + static_cast<uint64_t>(deep_levels_);
+  } else if (w == "hot-dir") {
+    for (int i = 0; i < n; ++i) f_.SetupDir(i, "/hot");
+    for (int h = 0; h < 1024; ++h) {
+      hot_files_.push_back("/hot/h" + std::to_string(h));
+      f_.SetupFile(h % n, hot_files_.back());
+    }
+    dirs = 1;
+  } else if (w == "zipf-lookup") {
+    std::vector<std::string> level{"/z"};
+    for (int d = 0; d < o_.tree_depth; ++d) {
+      std::vector<std::string> next;
+      for (const auto& parent : level) {
+        for (int k = 0; k < o_.tree_fanout; ++k) next.push_back(parent + "/d" + std::to_string(k));
+      }
+      for (const auto& dir : next) {
+        for (int k = 0; k < o_.files_per_dir; ++k) {
+          std::string file = dir + "/f" + std::to_string(k);
+          f_.SetupFile(static_cast<int>(Uniform(static_cast<size_t>(n))), file);
+          tree_files_.push_back(std::move(file));
+        }
+      }
+      dirs += next.size();
+      level = std::move(next);
+    }
+    // Popularity ranks: a seeded permutation, so hot files are spread over
+    // the tree rather than all in its first directory.
+    std::shuffle(tree_files_.begin(), tree_files_.end(), rng_);
+    zipf_ = std::make_unique<Zipf>(tree_files_.size(), o_.zipf_s);
+    dirs += 1;
+  }
+  if (w == "churn") {
+    for (int e = 1; e <= o_.churn_events; ++e) {
+      churn_at_.push_back(o_.ops * static_cast<uint64_t>(e) /
+                          static_cast<uint64_t>(o_.churn_events + 1));
+    }
+  }
+  return dirs;
+}
+
+OpSpec Driver::Next(Slot& s) {
+  const std::string& w = o_.workload;
+  const std::string tag = std::to_string(s.client) + "-" + std::to_string(s.index) + "-";
+  if (w == "zipf-lookup") return OpSpec{"lookup", tree_files_[(*zipf_)(rng_)]};
+  if (w == "hot-dir") {
+    const size_t r = Uniform(100);
+    if (r < 5 || (r < 10 && s.mine.empty())) {
+      std::string p = "/hot/c" + tag + std::to_string(s.made++);
+      s.mine.push_back(p);
+      return OpSpec{"create", p};
+    }
+    if (r < 10) {
+      std::string p = s.mine.back();
+      s.mine.pop_back();
+      return OpSpec{"unlink", p};
+    }
+    // Stat a pre-existing file (never one being removed by another slot).
+    return OpSpec{"stat", hot_files_[Uniform(hot_files_.size())]};
+  }
+  // Create/stat pairs: create a new file, then stat it.
+  if (!s.create_next) {
+    s.create_next = true;
+    return OpSpec{"stat", s.last};
+  }
+  s.create_next = false;
+  std::string dir;
+  if (w == "create-stat-private" || w == "churn") dir = ClientDir(s.client);
+  else if (w == "create-stat-shared") dir = "/shared";
+  else if (w == "fanout-wide") dir = "/w/d" + std::to_string(Uniform(static_cast<size_t>(wide_dirs_)));
+  else {  // fanout-deep
+    dir = "/deep";
+    const size_t depth = 1 + Uniform(static_cast<size_t>(deep_levels_));
+    for (size_t l = 1; l <= depth; ++l) dir += "/l" + std::to_string(l);
+  }
+  s.last = ns::JoinPath(dir, "f" + tag + std::to_string(s.made++));
+  return OpSpec{"create", s.last};
+}
+
+// One operation in flight. Steps: Resolve (VD gets) -> Act -> done.
+struct Driver::Op : std::enable_shared_from_this<Op> {
+  Driver* d = nullptr;
+  size_t slot = 0;
+  int node = 0;
+  OpSpec spec;
+  SimDuration t0{0};
+  std::string dir, name;
+  std::vector<std::string> walk;  // directories to look up, root first
+  size_t step = 0;
+  ns::VdPtr vd;                   // the parent's VD
+  int target = -1;                // the node acting on the file
+  std::vector<std::string> ensure;  // ancestors reported after MkdirParents
+
+  ns::VdService& vds() { return *d->f_.node(node).vd; }
+
+  void Start() {
+    dir = std::string(ns::ParentPath(spec.path));
+    name = std::string(ns::BaseName(spec.path));
+    if (d->o_.resolve == "walk") {
+      for (std::string p = dir;; p = std::string(ns::ParentPath(p))) {
+        walk.push_back(p);
+        if (p == "/") break;
+      }
+      std::reverse(walk.begin(), walk.end());
+    } else {
+      walk.push_back(dir);
+    }
+    Lookup();
+  }
+
+  void Lookup() {
+    auto self = shared_from_this();
+    vds().Get(walk[step], [self](Result<ns::VdPtr> r) {
+      if (!r) return self->Done(false);
+      if (self->step + 1 < self->walk.size()) {
+        // The next directory must be an entry of this one.
+        const std::string& next = self->walk[self->step + 1];
+        const ns::VdEntry* e = (*r)->Find(std::string(ns::BaseName(next)));
+        if (e == nullptr || e->type != DT_DIR) return self->Done(false);
+        ++self->step;
+        return self->Lookup();
+      }
+      self->vd = std::move(*r);
+      self->Act();
+    });
+  }
+
+  void Act() {
+    const ns::VdEntry* e = vd->Find(name);
+    if (spec.kind == "create") {
+      if (e != nullptr) return Done(false);  // EEXIST
+      auto view = d->f_.node(node).view.Current();
+      auto chosen = ns::ChoosePlacement(d->placement_, *view, spec.path, {});
+      if (!chosen) return Done(false);
+      target = d->f_.Index(*chosen);
+      if (std::find(vd->holders.begin(), vd->holders.end(), *chosen) == vd->holders.end()) {
+        return EnsureDir();
+      }
+      return CreateFile();
+    }
+    if (e == nullptr || e->holders.empty()) return Done(false);  // ENOENT
+    target = d->f_.Index(e->holders.front());
+    auto self = shared_from_this();
+    if (spec.kind == "unlink") {
+      d->f_.FsOp(node, target, FsRequest{sw::SimFsOp::Unlink, spec.path}, [self](FsReply r) {
+        if (r.err != 0) return self->Done(false);
+        ns::VdChange c{ns::VdChange::Kind::kRemove, self->name, DT_REG, self->d->f_.node(self->target).id};
+        self->vds().Update(self->dir, std::move(c), [self](Status s) { self->Done(s.has_value()); });
+      });
+      return;
+    }
+    d->f_.FsOp(node, target, FsRequest{sw::SimFsOp::Stat, spec.path},
+               [self](FsReply r) { self->Done(r.err == 0); });
+  }
+
+  // As VfsImpl::EnsureDirOn: the parent made present on the chosen node,
+  // then every created ancestor reported to its parent's manager.
+  void EnsureDir() {
+    auto self = shared_from_this();
+    d->f_.FsOp(node, target, FsRequest{sw::SimFsOp::MkdirParents, spec.path}, [self](FsReply r) {
+      if (r.err != 0) return self->Done(false);
+      for (std::string p = self->dir; p != "/"; p = std::string(ns::ParentPath(p))) {
+        self->ensure.push_back(p);
+      }
+      std::reverse(self->ensure.begin(), self->ensure.end());
+      self->step = 0;
+      self->Report();
+    });
+  }
+
+  void Report() {
+    if (step >= ensure.size()) return CreateFile();
+    auto self = shared_from_this();
+    const std::string& a = ensure[step];
+    ns::VdChange c{ns::VdChange::Kind::kAdd, std::string(ns::BaseName(a)), DT_DIR,
+                   d->f_.node(target).id};
+    vds().Update(std::string(ns::ParentPath(a)), std::move(c), [self](Status s) {
+      if (!s) return self->Done(false);
+      ++self->step;
+      self->Report();
+    });
+  }
+
+  void CreateFile() {
+    auto self = shared_from_this();
+    d->f_.FsOp(node, target, FsRequest{sw::SimFsOp::Create, spec.path}, [self](FsReply r) {
+      if (r.err != 0) return self->Done(false);
+      ns::VdChange c{ns::VdChange::Kind::kAdd, self->name, DT_REG, self->d->f_.node(self->target).id};
+      self->vds().Update(self->dir, std::move(c), [self](Status s) { self->Done(s.has_value()); });
+    });
+  }
+
+  void Done(bool ok) { d->Finish(slot, spec.kind, t0, ok); }
+};
+
+void Driver::StartSlot(size_t slot) {
+  if (issued_ >= o_.ops) return;
+  Slot& s = slots_[slot];
+  const int node = ClientNode(s.client);
+  if (!f_.node(node).alive) {
+    // The client's node is down: it waits until the node is back.
+    f_.net().Schedule(std::chrono::milliseconds(1), [this, slot] { StartSlot(slot); });
+    return;
+  }
+  ++issued_;
+  auto op = std::make_shared<Op>();
+  op->d = this;
+  op->slot = slot;
+  op->node = node;
+  op->spec = Next(s);
+  op->t0 = f_.net().Now();
+  op->Start();
+}
+
+void Driver::Finish(size_t slot, const std::string& kind, SimDuration t0, bool ok) {
+  const SimDuration now = f_.net().Now();
+  lat_[kind].push_back((now - t0).count());
+  if (!ok) {
+    ++errors_;
+    ++op_errors_[kind];
+  }
+  ++completed_;
+  last_done_ = std::max(last_done_, now);
+  if (progress_ && completed_ >= next_progress_) {
+    progress_("  " + o_.workload + " N=" + std::to_string(f_.size()) + ": " +
+              std::to_string(completed_) + "/" + std::to_string(o_.ops) + " ops");
+    next_progress_ += std::max<uint64_t>(1, o_.ops / 10);
+  }
+  MaybeChurn();
+  f_.net().Schedule(SimDuration(0), [this, slot] { StartSlot(slot); });
+}
+
+void Driver::MaybeChurn() {
+  while (churn_next_ < churn_at_.size() && completed_ >= churn_at_[churn_next_]) {
+    if (churn_victim_ < 0) {
+      // A node other than n0000 leaves (killed: silent to everyone).
+      churn_victim_ = 1 + static_cast<int>(Uniform(static_cast<size_t>(f_.size() - 1)));
+      f_.SetAlive(churn_victim_, false);
+    } else {
+      f_.SetAlive(churn_victim_, true);  // and rejoins with its export root
+      churn_victim_ = -1;
+    }
+    ++churn_next_;
+  }
+}
+
+Result<RunResult> Driver::Run() {
+  const auto wall0 = std::chrono::steady_clock::now();
+  RunResult out;
+  out.options = o_;
+  out.directories = Setup();
+  const Totals before = Snapshot(f_);
+  start_ = last_done_ = f_.net().Now();
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    f_.net().Schedule(SimDuration(0), [this, s] { StartSlot(s); });
+  }
+  f_.net().RunUntilIdle();
+  const Totals after = Snapshot(f_);
+
+  out.ops_done = completed_;
+  out.errors = errors_;
+  out.sim_seconds = duration<double>(last_done_ - start_).count();
+  out.ops_per_sec = out.sim_seconds > 0 ? static_cast<double>(completed_) / out.sim_seconds : 0;
+  for (auto& [kind, v] : lat_) {
+    std::sort(v.begin(), v.end());
+    OpStats s;
+    s.count = v.size();
+    s.errors = op_errors_[kind];
+    auto at = [&](double q) {
+      size_t i = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size()))) - 1;
+      return static_cast<double>(v[std::min(i, v.size() - 1)]) / 1000.0;
+    };
+    s.p50_us = at(0.50);
+    s.p99_us = at(0.99);
+    double sum = 0;
+    for (int64_t x : v) sum += static_cast<double>(x);
+    s.mean_us = sum / static_cast<double>(v.size()) / 1000.0;
+    out.per_op[kind] = s;
+  }
+  out.messages = after.traffic.messages_sent - before.traffic.messages_sent;
+  out.bytes = after.traffic.bytes_sent - before.traffic.bytes_sent;
+  for (const auto& [m, st] : after.traffic.per_method) {
+    uint64_t prev = 0;
+    if (auto it = before.traffic.per_method.find(m); it != before.traffic.per_method.end()) {
+      prev = it->second.requests;
+    }
+    if (st.requests > prev) out.requests[MethodName(m)] = st.requests - prev;
+  }
+  if (completed_ > 0) {
+    out.msgs_per_op = static_cast<double>(out.messages) / static_cast<double>(completed_);
+    out.bytes_per_op = static_cast<double>(out.bytes) / static_cast<double>(completed_);
+  }
+  uint64_t total = 0;
+  for (size_t i = 0; i < after.vd.size(); ++i) {
+    const auto& a = after.vd[i];
+    const auto& b = before.vd[i];
+    const uint64_t served = (a.gets_served - b.gets_served) + (a.updates_applied - b.updates_applied);
+    out.mgr_max = std::max(out.mgr_max, served);
+    total += served;
+    out.gets_served += a.gets_served - b.gets_served;
+    out.dirmerges += a.dirmerges - b.dirmerges;
+    out.updates_applied += a.updates_applied - b.updates_applied;
+  }
+  out.mgr_mean = static_cast<double>(total) / static_cast<double>(after.vd.size());
+  out.mgr_imbalance = out.mgr_mean > 0 ? static_cast<double>(out.mgr_max) / out.mgr_mean : 0;
+  out.changes = out.updates_applied;
+  // Directory tables: hits and misses over all nodes; invalidations are the
+  // managers' one-sided bumps plus broadcast messages (overflow fallback).
+  for (size_t i = 0; i < after.vd.size(); ++i) {
+    const auto& a = after.vd[i];
+    const auto& b = before.vd[i];
+    if (!a.has_dt) continue;
+    out.dt_measured = true;
+    out.dt_hits += a.dt.hits - b.dt.hits;
+    out.dt_misses += a.dt.misses - b.dt.misses;
+    out.invalidations += (a.invalidations_sent - b.invalidations_sent) +
+                         (a.broadcasts_sent - b.broadcasts_sent);
+  }
+  if (out.dt_hits + out.dt_misses > 0) {
+    out.dt_hit_ratio = static_cast<double>(out.dt_hits) /
+                       static_cast<double>(out.dt_hits + out.dt_misses);
+  }
+  if (out.changes > 0) {
+    out.invalidations_per_change =
+        static_cast<double>(out.invalidations) / static_cast<double>(out.changes);
+  }
+  out.wall_seconds =
+      duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  return out;
+}
+
+}  // namespace
+
+Status ValidateSimOptions(const SimOptions& o) {
+  if (o.nodes < 1) return Err(EINVAL, "--nodes must be at least 1");
+  if (o.nodes > 100000) return Err(EINVAL, "--nodes above 100000");
+  if (auto m = m2m::LinkModel::Preset(o.model); !m) {
+    return Err(EINVAL, "--model must be zero, rdma, tcp-lan or wan");
+  }
+  if (std::find(Workloads().begin(), Workloads().end(), o.workload) == Workloads().end()) {
+    return Err(EINVAL, "unknown --workload " + o.workload);
+  }
+  if (o.concurrency < 1) return Err(EINVAL, "--concurrency must be at least 1");
+  if (o.clients < 0) return Err(EINVAL, "--clients must not be negative");
+  if (o.resolve != "walk" && o.resolve != "parent") {
+    return Err(EINVAL, "--resolve must be walk or parent");
+  }
+  if (o.placement != "local" && o.placement != "hash") {
+    return Err(EINVAL, "--placement must be local or hash");
+  }
+  if (o.zipf_s <= 0) return Err(EINVAL, "--zipf-s must be positive");
+  if (o.workload == "churn" && o.nodes < 2) return Err(EINVAL, "churn needs at least 2 nodes");
+  if (o.tree_fanout < 1 || o.tree_depth < 1 || o.files_per_dir < 1) {
+    return Err(EINVAL, "tree shape must be positive");
+  }
+  return Ok();
+}
+
+Result<RunResult> RunSim(const SimOptions& options, const ProgressFn& progress) {
+  if (auto v = ValidateSimOptions(options); !v) return Err(v.error());
+  auto link = LinkOf(options);
+  if (!link) return Err(link.error());
+  Federation f(options, *link);
+  if (auto s = f.Listen(); !s) return Err(EIO, "listen: " + s.error().ToString());
+  Driver d(options, f, progress);
+  return d.Run();
+}
+
+Result<DirmergeResult> MeasureDirmerge(const SimOptions& options) {
+  if (auto v = ValidateSimOptions(options); !v) return Err(v.error());
+  auto link = LinkOf(options);
+  if (!link) return Err(link.error());
+  Federation f(options, *link);
+  if (auto s = f.Listen(); !s) return Err(EIO, "listen: " + s.error().ToString());
+  const int n = f.size();
+  // Two directories with the same manager: the first warms the manager's
+  // connections to every node, the second is measured.
+  auto view = f.node(0).view.Current();
+  const std::string d0 = "/dm/x0";
+  const std::string mgr = view->Manager(d0);
+  std::string d1;
+  for (int k = 1; d1.empty(); ++k) {
+    std::string c = "/dm/x" + std::to_string(k);
+    if (view->Manager(c) == mgr) d1 = c;
+  }
+  for (int i = 0; i < n; ++i) {
+    for (const auto& d : {d0, d1}) {
+      f.SetupDir(i, d);
+      for (int e = 0; e < options.dirmerge_entries; ++e) {
+        f.SetupFile(i, d + "/e" + std::to_string(i) + "-" + std::to_string(e));
+      }
+    }
+  }
+  const int client = f.Index(mgr) == 0 ? std::min(1, n - 1) : 0;
+  bool ok = false;
+  f.node(client).vd->Get(d0, [&](Result<ns::VdPtr> r) { ok = r.has_value(); });
+  f.net().RunUntilIdle();
+  if (!ok) return Err(EIO, "warm-up dirmerge failed");
+  const Totals before = Snapshot(f);
+  const SimDuration t0 = f.net().Now();
+  SimDuration t1{0};
+  uint64_t entries = 0;
+  ok = false;
+  f.node(client).vd->Get(d1, [&](Result<ns::VdPtr> r) {
+    t1 = f.net().Now();
+    ok = r.has_value();
+    if (ok) entries = (*r)->entries.size();
+  });
+  f.net().RunUntilIdle();
+  if (!ok) return Err(EIO, "measured dirmerge failed");
+  const Totals after = Snapshot(f);
+  DirmergeResult out;
+  out.nodes = n;
+  out.messages = after.traffic.messages_sent - before.traffic.messages_sent;
+  out.bytes = after.traffic.bytes_sent - before.traffic.bytes_sent;
+  auto req = [](const m2m::TrafficStats& s, uint16_t m) -> uint64_t {
+    auto it = s.per_method.find(m);
+    return it == s.per_method.end() ? 0 : it->second.requests;
+  };
+  const uint16_t list = MethodId(RpcMethod::kNsListLocal);
+  out.list_requests = req(after.traffic, list) - req(before.traffic, list);
+  out.sim_us = Us(t1 - t0);
+  out.entries = entries;
+  return out;
+}
+
+}  // namespace fedfs::bench

@@ -1,0 +1,132 @@
+// fedfs-bench sim: a namespace-scalability simulation. N nodes (8 .. 1024+)
+// live in one process on the fake network in simulated time
+// (m2m/fake_network.h, kSimulated), each with a MemNodeFs export root
+// (namespace/mem_node_fs.h), its own transport and the production VdService
+// (namespace/vd_service.h); every node's ClusterView is built directly (ring
+// over the live nodes). There is no model of the namespace here: operations
+// are performed the way the daemon performs them, asynchronously, and the
+// VdService code decides which messages flow and what they cost:
+//   create  = VD lookups (VdService::Get of each directory on the path, or of
+//             the parent only with resolve = "parent") + placement
+//             (ChoosePlacement) + the parent made present on the chosen node
+//             if needed (MkdirParents + VD updates, as VfsImpl::EnsureDirOn) +
+//             the file created on that node + VdService::Update to M(parent);
+//   stat    = VD lookups + stat on the holder;
+//   unlink  = VD lookups + unlink on the holder + VdService::Update.
+// The file operation on another node is a real kBenchSimFs message through
+// the fake network (bench/sim/sim_fs.fbs), served by that node's MemNodeFs;
+// on the node itself it is a direct call.
+//
+// Determinism: one thread; the fake network's seeded RNG and the workload's
+// own seeded generator are the only randomness; no wall clock reaches the
+// results; all iteration is over ordered containers. The same options give
+// the same RunResult (wall_seconds aside).
+//
+// Threads: everything runs on the calling thread. Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace fedfs::bench {
+
+struct SimOptions {
+  int nodes = 8;
+  std::string model = "rdma";             // zero | rdma | tcp-lan | wan
+  std::optional<double> latency_us;       // overrides the model's one-way base latency
+  std::optional<double> bandwidth;        // overrides the model's bytes per second
+  double jitter_us = -1;                  // < 0: 10% of the base latency
+  uint64_t seed = 1;
+  uint64_t ops = 10000;
+  // create-stat-private | create-stat-shared | fanout-wide | fanout-deep |
+  // hot-dir | zipf-lookup | churn
+  std::string workload = "create-stat-private";
+  double zipf_s = 0.99;
+  int clients = 0;       // 0: one per node (client i runs on node i mod N)
+  int concurrency = 1;   // operations in flight per client
+  std::string resolve = "walk";       // walk: Get every directory of the path; parent: only the parent
+  std::string placement = "local";    // local | hash (namespace/placement.h)
+  size_t dt_capacity = 0;             // directory-table entries per node (0: none)
+  // zipf-lookup: the pre-built tree (fanout^1 + ... + fanout^depth
+  // directories, files_per_dir files each on seeded random nodes).
+  int tree_fanout = 16;
+  int tree_depth = 3;
+  int files_per_dir = 4;
+  // churn: this many membership changes (alternately a node leaves and
+  // rejoins), evenly spread over the operations.
+  int churn_events = 8;
+  // dirmerge measurement: entries each node holds in the measured directory.
+  int dirmerge_entries = 4;
+};
+
+// Validates names and ranges (EINVAL with the reason).
+Status ValidateSimOptions(const SimOptions& o);
+
+struct OpStats {
+  uint64_t count = 0;
+  uint64_t errors = 0;
+  double p50_us = 0;
+  double p99_us = 0;
+  double mean_us = 0;
+};
+
+struct RunResult {
+  SimOptions options;
+  uint64_t ops_done = 0;
+  uint64_t errors = 0;
+  double sim_seconds = 0;      // simulated time of the workload phase
+  double ops_per_sec = 0;      // ops_done / sim_seconds
+  std::map<std::string, OpStats> per_op;  // "create", "stat", "unlink", "lookup"
+  // Network traffic of the workload phase (fake network TrafficStats).
+  uint64_t messages = 0;       // every packet: requests, replies, handshakes, one-sided
+  uint64_t bytes = 0;
+  double msgs_per_op = 0;
+  double bytes_per_op = 0;
+  std::map<std::string, uint64_t> requests;  // per method name ("vd_get", ...)
+  // Managers: requests served per node (gets_served + updates_applied).
+  uint64_t mgr_max = 0;
+  double mgr_mean = 0;
+  double mgr_imbalance = 0;    // max / mean
+  uint64_t gets_served = 0;
+  uint64_t dirmerges = 0;
+  uint64_t updates_applied = 0;
+  // Directory table (when VdService has one and dt_capacity > 0).
+  bool dt_measured = false;
+  uint64_t dt_hits = 0;
+  uint64_t dt_misses = 0;
+  double dt_hit_ratio = 0;
+  uint64_t invalidations = 0;  // one-sided bumps + broadcast messages sent
+  uint64_t changes = 0;        // VD changes applied (updates)
+  double invalidations_per_change = 0;
+  uint64_t directories = 0;    // directories in the namespace at the start
+  double wall_seconds = 0;     // real time the run took (not reproducible)
+};
+
+struct DirmergeResult {
+  int nodes = 0;
+  uint64_t messages = 0;       // every packet of one Get that rebuilt the VD
+  uint64_t bytes = 0;
+  uint64_t list_requests = 0;  // kNsListLocal requests
+  double sim_us = 0;           // simulated time from the Get to its answer
+  uint64_t entries = 0;        // entries of the merged VD
+};
+
+// One line of progress (for a terminal); may be empty.
+using ProgressFn = std::function<void(const std::string&)>;
+
+// Runs one workload. EINVAL for bad options; EIO if the simulation could not
+// be set up.
+Result<RunResult> RunSim(const SimOptions& options, const ProgressFn& progress = {});
+
+// The cost of one dirmerge of a directory present on all `options.nodes`
+// nodes, measured with warm connections: a Get from a node that is not the
+// manager of a directory whose VD is not resident.
+Result<DirmergeResult> MeasureDirmerge(const SimOptions& options);
+
+}  // namespace fedfs::bench
