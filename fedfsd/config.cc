@@ -257,7 +257,7 @@ Result<DaemonOptions> ParseConfig(const std::string& text, const std::string& pa
     CheckKeys(c, root, "",
               {"node_id", "node_tag", "listen", "export_root", "mountpoint", "peers",
                "cluster_key_file", "control_socket", "state_dir", "log_level", "transport", "timeouts", "ring",
-               "fuse", "placement"});
+               "fuse", "placement", "security"});
 
     // Required scalars, in the order of the documentation.
     if (GetString(c, root, "node_id", "node_id", true, &o.node_id) && !IsValidNodeId(o.node_id)) {
@@ -405,6 +405,19 @@ Result<DaemonOptions> ParseConfig(const std::string& text, const std::string& pa
       }
     }
 
+    if (const YAML::Node s = GetMap(c, root, "security")) {
+      CheckKeys(c, s, "security.", {"root_squash", "squash_uid", "squash_gid"});
+      GetBool(c, s, "root_squash", "security.root_squash", &o.security.root_squash);
+      // 0 would squash root to root; 4294967295 is (uid_t)-1, "no change".
+      uint64_t v = 0;
+      if (GetUint(c, s, "squash_uid", "security.squash_uid", 1, 4294967294ull, &v)) {
+        o.security.squash_uid = static_cast<uint32_t>(v);
+      }
+      if (GetUint(c, s, "squash_gid", "security.squash_gid", 1, 4294967294ull, &v)) {
+        o.security.squash_gid = static_cast<uint32_t>(v);
+      }
+    }
+
     if (const YAML::Node p = GetMap(c, root, "placement")) {
       CheckKeys(c, p, "placement.", {"policy", "rules"});
       static const std::set<std::string> kPolicies = {"local", "hash", "most-free"};
@@ -503,6 +516,7 @@ MembershipOptions MembershipOptionsFrom(const DaemonOptions& o, const std::strin
   m.failure_timeout = o.timeouts.failure_timeout;
   m.rpc_timeout = o.timeouts.rpc;
   m.ring = o.ring;
+  m.node_tag = static_cast<uint16_t>(o.node_tag);
   return m;
 }
 

@@ -16,6 +16,7 @@
 #include "common/executor.h"
 #include "common/logging.h"
 #include "fedfsd/config.h"
+#include "fedfsd/privileges.h"
 #include "fuse/fuse_frontend.h"
 #include "m2m/auth.h"
 #include "namespace/cluster.h"
@@ -214,6 +215,13 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
   auto key = m2m::LoadClusterKeyFile(o.cluster_key_file);
   if (!key) return Err(key.error().code, key.error().ToString());
 
+  // Before any thread exists: capabilities are per thread (privileges.h).
+  const auto hp = ParseHostPort(o.listen);
+  auto dropped = DropCapabilities({.bind_privileged_port = hp && hp->port < 1024});
+  if (!dropped) return Err(dropped.error().code, "capabilities: " + dropped.error().context);
+  log->info("capabilities: kept {} of the process's, dropped {}{}", dropped->kept.size(),
+            dropped->dropped, dropped->bounding_reduced ? " (bounding set too)" : " (bounding set unchanged)");
+
   std::unique_ptr<Daemon> d(new Daemon());
 #ifdef FEDFS_HAVE_UCX
   m2m::UcxOptions ucx;
@@ -252,7 +260,11 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
     return Err(local.error().code, "export root " + o.export_root + ": " + local.error().ToString());
   }
   d->local_fs_ = std::move(*local);
-  d->file_service_ = std::make_unique<ns::FileService>(ns::FileServiceOptions{}, d->transport_.get(),
+  ns::FileServiceOptions fso;
+  fso.root_squash = o.security.root_squash;
+  fso.squash_uid = o.security.squash_uid;
+  fso.squash_gid = o.security.squash_gid;
+  d->file_service_ = std::make_unique<ns::FileService>(fso, d->transport_.get(),
                                                        d->local_fs_.get(), d->pool_.get());
   if (auto s = d->file_service_->RegisterHandlers(); !s) {
     d->Stop();
@@ -273,6 +285,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
   deps.cluster = d->cluster_.get();
   deps.local = d->local_fs_.get();
   deps.vds = d->vd_client_.get();
+  deps.tag_of = [m = d->membership_.get()](const std::string& node) { return m->TagOf(node); };
   m2m::Transport* tr = d->transport_.get();
   const Millis rpc = o.timeouts.rpc;
   deps.make_remote = [tr, rpc, self = o.node_id, addr = o.listen](

@@ -34,7 +34,8 @@ flatbuffers::Offset<wire::Member> BuildMember(flatbuffers::FlatBufferBuilder& b,
   auto addr = b.CreateString(r.addr);
   return wire::CreateMember(b, id, addr, r.incarnation,
                             r.state == MemberState::kAlive ? wire::MemberState::Alive
-                                                           : wire::MemberState::Dead);
+                                                           : wire::MemberState::Dead,
+                            r.tag);
 }
 
 Result<MemberRecord> ReadMember(const wire::Member* m, const char* what) {
@@ -48,11 +49,15 @@ Result<MemberRecord> ReadMember(const wire::Member* m, const char* what) {
   if (m->state() != wire::MemberState::Alive && m->state() != wire::MemberState::Dead) {
     return Err(EPROTO, std::string(what) + " " + m->id()->str() + ": invalid state");
   }
+  if (m->tag() == 0xffff) {
+    return Err(EPROTO, std::string(what) + " " + m->id()->str() + ": invalid node tag 65535");
+  }
   MemberRecord r;
   r.id = m->id()->str();
   r.addr = m->addr()->str();
   r.incarnation = m->incarnation();
   r.state = m->state() == wire::MemberState::Alive ? MemberState::kAlive : MemberState::kDead;
+  r.tag = m->tag();
   return r;
 }
 
@@ -137,6 +142,7 @@ class Membership::Core : public std::enable_shared_from_this<Membership::Core> {
     self.state = MemberState::kAlive;
     self.last_heard = Clock::now();
     self.rtt_us = 0;
+    self.tag = opts_.node_tag;
     members_[self.id] = self;
     epoch_ = 1;
     for (const auto& s : opts_.seeds) {
@@ -241,11 +247,11 @@ class Membership::Core : public std::enable_shared_from_this<Membership::Core> {
   MemberMessage BuildMessage() const {
     MemberMessage m;
     const MemberInfo& self = members_.at(opts_.node_id);
-    m.sender = {self.id, self.addr, self.incarnation, MemberState::kAlive};
+    m.sender = {self.id, self.addr, self.incarnation, MemberState::kAlive, self.tag};
     m.epoch = epoch_;
     m.members.reserve(members_.size());
     for (const auto& [id, info] : members_) {
-      m.members.push_back({id, info.addr, info.incarnation, info.state});
+      m.members.push_back({id, info.addr, info.incarnation, info.state, info.tag});
     }
     return m;
   }
@@ -255,13 +261,66 @@ class Membership::Core : public std::enable_shared_from_this<Membership::Core> {
     ring_dirty_ = true;
   }
 
+  // True if member a (incarnation, id) started before member b: the earlier
+  // one keeps a shared node tag.
+  static bool StartedFirst(uint64_t inc_a, const std::string& id_a, uint64_t inc_b,
+                           const std::string& id_b) {
+    return inc_a != inc_b ? inc_a < inc_b : id_a < id_b;
+  }
+
+  // Node tags (membership.h, "Node tags"): may `r`, alive, be in the view
+  // next to the members already there? If an alive member with another id
+  // holds r's tag, the one that started later loses: r is refused (false,
+  // with the reason in *why), or the other member is removed from the view
+  // (true). A conflict with this node itself always refuses r: whichever
+  // started first, the two nodes stay apart.
+  bool AdmitTag(const MemberRecord& r, const std::string& via, std::string* why) {
+    if (r.tag == 0) return true;
+    const MemberInfo* rival = nullptr;
+    for (const auto& [id, m] : members_) {
+      if (id != r.id && m.tag == r.tag && m.state == MemberState::kAlive) rival = &m;
+    }
+    if (rival == nullptr) return true;
+    const bool rival_is_self = rival->id == opts_.node_id;
+    const bool r_first = StartedFirst(r.incarnation, r.id, rival->incarnation, rival->id);
+    if (!rival_is_self && r_first) {
+      const std::string loser = rival->id;
+      log_->error("node tag {} is used by both {} ({}) and {} ({}): {} started first and keeps it; "
+                  "{} is removed from the view (give it another node_tag)",
+                  r.tag, r.id, r.addr, loser, rival->addr, r.id, loser);
+      tag_logged_.insert({loser, rival->incarnation});
+      members_.erase(loser);
+      in_flight_.erase(loser);
+      Changed();
+      return true;
+    }
+    *why = "node tag " + std::to_string(r.tag) + " of " + r.id + " is already used by " +
+           rival->id + (rival_is_self ? " (this node)" : "");
+    if (tag_logged_.insert({r.id, r.incarnation}).second) {
+      if (rival_is_self && r_first) {
+        log_->error("node tag {} of this node ({}) is already used by {} ({}), which started "
+                    "first: this node stays out of the federation (give it another node_tag)",
+                    r.tag, rival->id, r.id, r.addr);
+      } else {
+        log_->error("refused {} ({}, via {}): its node tag {} is already used by {} ({}){}", r.id,
+                    r.addr, via, r.tag, rival->id, rival->addr,
+                    rival_is_self ? ", this node" : "");
+      }
+    }
+    return false;
+  }
+
   // Direct contact with `s` (it sent us a request or answered ours).
-  // Returns false if the message must be ignored.
-  bool OnDirect(const MemberRecord& s, Clock::time_point now) {
+  // Returns false if the message must be ignored; *refused then says why if
+  // it is refused for its node tag.
+  bool OnDirect(const MemberRecord& s, Clock::time_point now, std::string* refused) {
     if (s.id == opts_.node_id) return false;  // ourselves (or an impostor; see caller)
     auto it = members_.find(s.id);
+    if (it != members_.end() && s.incarnation < it->second.incarnation) return false;
+    if (!AdmitTag(s, s.id, refused)) return false;
+    it = members_.find(s.id);  // AdmitTag may have removed another member
     if (it == members_.end()) {
-      MemberInfo m{s.id, s.addr, s.incarnation, MemberState::kAlive, now, -1};
+      MemberInfo m{s.id, s.addr, s.incarnation, MemberState::kAlive, now, -1, s.tag};
       members_.emplace(s.id, m);
       Changed();
       log_->info("member {} ({}) joined; epoch {}", s.id, s.addr, epoch_);
@@ -272,6 +331,7 @@ class Membership::Core : public std::enable_shared_from_this<Membership::Core> {
     if (s.incarnation > m.incarnation) {
       m.incarnation = s.incarnation;
       m.addr = s.addr;
+      m.tag = s.tag;
       m.state = MemberState::kAlive;
       m.rtt_us = -1;
       Changed();
@@ -292,10 +352,14 @@ class Membership::Core : public std::enable_shared_from_this<Membership::Core> {
     for (const MemberRecord& r : msg.members) {
       if (r.id == opts_.node_id || r.id == msg.sender.id) continue;
       auto it = members_.find(r.id);
+      std::string why;
+      const bool newer = it == members_.end() || r.incarnation > it->second.incarnation;
+      if (newer && r.state == MemberState::kAlive && !AdmitTag(r, msg.sender.id, &why)) continue;
+      it = members_.find(r.id);  // AdmitTag may have removed another member
       if (it == members_.end()) {
         // Unknown: learn it. If reported alive, give it a full failure
         // timeout to answer our own heartbeats.
-        members_.emplace(r.id, MemberInfo{r.id, r.addr, r.incarnation, r.state, now, -1});
+        members_.emplace(r.id, MemberInfo{r.id, r.addr, r.incarnation, r.state, now, -1, r.tag});
         Changed();
         log_->info("learned member {} ({}, {}) from {}; epoch {}", r.id, r.addr,
                    MemberStateName(r.state), msg.sender.id, epoch_);
@@ -306,6 +370,7 @@ class Membership::Core : public std::enable_shared_from_this<Membership::Core> {
         // A newer life of this member: adopt what the reporter says about it.
         m.incarnation = r.incarnation;
         m.addr = r.addr;
+        m.tag = r.tag;
         m.state = r.state;
         m.last_heard = now;
         m.rtt_us = -1;
@@ -318,16 +383,22 @@ class Membership::Core : public std::enable_shared_from_this<Membership::Core> {
     if (msg.epoch > epoch_) epoch_ = msg.epoch;
   }
 
-  void Absorb(const MemberMessage& msg, Clock::time_point now) {
+  // EEXIST (with the reason) if the sender is refused for its node tag.
+  Status Absorb(const MemberMessage& msg, Clock::time_point now) {
     if (msg.sender.id == opts_.node_id) {
       if (msg.sender.incarnation != members_.at(opts_.node_id).incarnation) {
         log_->warn("node {} claims our node id {}: ignored (two nodes with one id?)",
                    msg.sender.addr, opts_.node_id);
       }
-      return;
+      return Ok();
     }
-    if (!OnDirect(msg.sender, now)) return;
+    std::string refused;
+    if (!OnDirect(msg.sender, now, &refused)) {
+      if (!refused.empty()) return Err(EEXIST, refused);
+      return Ok();
+    }
     MergeView(msg, now);
+    return Ok();
   }
 
   void HandleRequest(bool join, const MemberMessage& msg, m2m::Responder r,
@@ -339,7 +410,10 @@ class Membership::Core : public std::enable_shared_from_this<Membership::Core> {
       r.Fail(Error{EEXIST, "node id " + msg.sender.id + " is already in use"});
       return;
     }
-    Absorb(msg, Clock::now());
+    if (auto s = Absorb(msg, Clock::now()); !s) {
+      r.Fail(s.error());
+      return;
+    }
     r.Reply(EncodeMemberMessage(BuildMessage()));
   }
 
@@ -391,7 +465,7 @@ class Membership::Core : public std::enable_shared_from_this<Membership::Core> {
       log_->warn("rejected heartbeat reply from {}: {}", id, msg.error().context);
       return;
     }
-    Absorb(*msg, received);
+    (void)Absorb(*msg, received);  // a refusal is logged by AdmitTag
     it = members_.find(msg->sender.id);
     if (it != members_.end() && msg->sender.id == id &&
         it->second.incarnation == msg->sender.incarnation) {
@@ -420,7 +494,14 @@ class Membership::Core : public std::enable_shared_from_this<Membership::Core> {
     join_in_flight_ = false;
     Result<MemberMessage> msg = reply ? DecodeMemberMessage(*reply) : Err(reply.error());
     if (msg) {
-      Absorb(*msg, Clock::now());
+      if (auto s = Absorb(*msg, Clock::now()); !s) msg = Err(s.error());
+    }
+    if (!msg && msg.error().code == EEXIST) {
+      // The seed refused us (or we it) for the node tag: say so at every
+      // attempt, not only at debug level; keep retrying (the holder may die).
+      log_->error("join through {} refused: {}", seed, msg.error().context);
+    }
+    if (msg) {
       joined_ = true;
       log_->info("joined the federation through {} ({}): {} members, epoch {}", seed,
                  msg->sender.id, members_.size(), epoch_);
@@ -467,6 +548,8 @@ class Membership::Core : public std::enable_shared_from_this<Membership::Core> {
   bool ring_dirty_ = false;
   std::shared_ptr<const Ring> ring_;
   std::set<std::string> in_flight_;  // members with a heartbeat outstanding
+  // (id, incarnation) of members refused for their node tag, logged once.
+  std::set<std::pair<std::string, uint64_t>> tag_logged_;
   std::vector<std::string> seeds_;
   bool joined_ = false;
   bool join_in_flight_ = false;
@@ -499,5 +582,11 @@ void Membership::Start() { core_->Start(); }
 void Membership::Stop() { core_->Stop(); }
 
 std::shared_ptr<const MembershipView> Membership::Snapshot() const { return core_->Snapshot(); }
+
+uint16_t Membership::TagOf(const std::string& node) const {
+  auto snap = core_->Snapshot();
+  auto it = snap->members.find(node);
+  return it == snap->members.end() ? 0 : it->second.tag;
+}
 
 }  // namespace fedfs::daemon

@@ -18,6 +18,17 @@
 // on hearsay about an older or equal incarnation; Dead comes only from this
 // node's own failure detector (or a newer incarnation reported dead).
 //
+// Node tags. Every member announces its configured node_tag (the high 16 bits
+// of the st_ino of its files, namespace/vfs.h) in every message, so all mounts
+// number a file alike. Two alive members may not share a tag: the one that
+// started later (larger incarnation; ties: larger id) is refused. A node
+// keeps it out of its view (and answers its requests EEXIST, naming both
+// nodes); if the later one was already in the view when the earlier one
+// shows up, it is removed from the view. Each conflict is logged at error
+// level, once per member incarnation. The refused node itself refuses the
+// holder of its tag likewise, so it runs alone until it is restarted with
+// another tag or the holder dies (docs/membership.md, "Node tags").
+//
 // Threads. All membership state belongs to one internal thread ("member").
 // RPC handlers run on the transport's progress thread: they only verify and
 // decode the message, then post it to the member thread, which merges it and
@@ -58,6 +69,8 @@ struct MemberRecord {
   std::string addr;
   uint64_t incarnation = 0;
   MemberState state = MemberState::kAlive;
+  // node_tag (1..65534; 0 = not announced). See "Node tags" above.
+  uint16_t tag = 0;
 };
 
 // A decoded kMemberJoin / kMemberHeartbeat payload (requests and replies).
@@ -87,6 +100,8 @@ struct MemberInfo {
   std::chrono::steady_clock::time_point last_heard{};
   // Heartbeat round-trip time, EWMA (alpha 1/4), microseconds; -1 unknown.
   int64_t rtt_us = -1;
+  // Its node_tag as it announced it (0 = not announced).
+  uint16_t tag = 0;
 };
 
 // An immutable snapshot for readers.
@@ -120,6 +135,11 @@ class Membership {
   std::shared_ptr<const MembershipView> Snapshot() const;
 
   uint64_t incarnation() const { return incarnation_; }
+
+  // The node_tag `node` announced (itself included), from the current
+  // snapshot; 0 if the node is unknown or announced none. Any thread: this is
+  // what the daemon wires into ns::VfsDeps::tag_of.
+  uint16_t TagOf(const std::string& node) const;
 
  private:
   class Core;

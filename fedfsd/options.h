@@ -43,6 +43,9 @@ struct MembershipOptions {
   // Longest pause between two rounds of join attempts over the seed list.
   Millis join_backoff_max{5000};
   RingOptions ring;
+  // This node's node_tag (1..65534), announced to every member; 0 announces
+  // none (tests that do not care).
+  uint16_t node_tag = 0;
 };
 
 // Transport settings handed to the UCX engine (m2m/ucx_transport.h).
@@ -90,6 +93,15 @@ struct PlacementConfig {
   std::vector<PlacementRuleConfig> rules;
 };
 
+// What this node lets other nodes do (docs/config.md "security"): applied by
+// the FileService (namespace/file_service.h) to every request from another
+// node, never to this node's own mount.
+struct SecurityConfig {
+  bool root_squash = false;     // uid 0 -> squash_uid, gid 0 -> squash_gid, group 0 removed
+  uint32_t squash_uid = 65534;  // 1..4294967294 (nobody)
+  uint32_t squash_gid = 65534;  // 1..4294967294 (nogroup)
+};
+
 // Everything one fedfsd process is configured with.
 struct DaemonOptions {
   std::string config_path;  // where these came from (for messages)
@@ -112,6 +124,7 @@ struct DaemonOptions {
   RingOptions ring;
   FuseConfig fuse;
   PlacementConfig placement;
+  SecurityConfig security;
 };
 
 // The membership options implied by a daemon's options (advertise_addr is

@@ -434,7 +434,7 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
     const uint64_t session = req->session();
     auto view = Bound(peer, session);
     if (!view) return Err(view.error());
-    const Cred cred = fswire::FromWire(req->cred());
+    const Cred cred = SquashCred(opts_, fswire::FromWire(req->cred()));
     const std::string path = Str(req->path());
     auto budget = std::chrono::microseconds(
         std::min<uint64_t>(req->budget_us(), 600'000'000ull));
@@ -687,6 +687,14 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   std::unordered_map<uint64_t, Session> sessions_;  // guarded by mu_
   uint64_t next_handle_ = 0;                        // guarded by mu_
 };
+
+Cred SquashCred(const FileServiceOptions& o, Cred c) {
+  if (!o.root_squash) return c;
+  if (c.uid == 0) c.uid = o.squash_uid;
+  if (c.gid == 0) c.gid = o.squash_gid;
+  std::erase(c.groups, 0u);
+  return c;
+}
 
 FileService::FileService(FileServiceOptions options, m2m::Transport* transport, NodeFs* local,
                          Executor* blocking)

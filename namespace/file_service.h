@@ -23,7 +23,8 @@
 // ENAMETOOLONG), the op code (EPROTO). Each refusal is logged at warn level
 // with the peer's address and counted; the service keeps serving. The
 // LocalNodeFs resolves paths beneath the export root again (EXDEV for a
-// symlink escape) and runs the operation with the Cred in the request.
+// symlink escape) and runs the operation with the Cred in the request, after
+// root squash when it is on (SquashCred).
 //
 // Handles. The server keeps, per session, a table remote handle -> local
 // Handle; a request can use only the handles its own session opened (EBADF
@@ -78,7 +79,17 @@ struct FileServiceOptions {
   // Timeout of the connect-back and import at Hello, and the upper bound of
   // one one-sided transfer. Default 5 s.
   std::chrono::milliseconds transfer_timeout{5000};
+  // Root squash (docs/config.md "security"). Every request this service
+  // serves comes from another node, so with root_squash a caller's uid 0
+  // runs as squash_uid, gid 0 as squash_gid, and group 0 is removed from its
+  // supplementary groups. Off by default: remote root acts as root here.
+  bool root_squash = false;
+  uint32_t squash_uid = 65534;
+  uint32_t squash_gid = 65534;
 };
+
+// The credentials a request with `c` runs with under `o` (root squash).
+Cred SquashCred(const FileServiceOptions& o, Cred c);
 
 class FileService {
  public:

@@ -11,7 +11,7 @@
 //
 // Inode numbers (st_ino) are unique across the federation: a file's is
 // (node tag << 48) | (its local st_ino & (2^48 - 1)), node tag from the
-// config; a directory's is (0xffff << 48) | (StableHash(path) & (2^48 - 1))
+// holder's config (announced through membership, VfsDeps::tag_of); a directory's is (0xffff << 48) | (StableHash(path) & (2^48 - 1))
 // when first looked up, kept while the kernel knows it. Hard links of one
 // file show one st_ino and the local link count.
 //

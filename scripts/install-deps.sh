@@ -16,6 +16,8 @@ PACKAGES=(
   # command line, config, wire format, hashing, authentication, control protocol
   libcli11-dev libyaml-cpp-dev flatbuffers-compiler libflatbuffers-dev
   libxxhash-dev libsodium-dev nlohmann-json3-dev
+  # dropping the daemon's unneeded capabilities (fedfsd/privileges.cc)
+  libcap-ng-dev
   # multi-host tests (network namespaces)
   iproute2 procps
   # third-party tools run on the mount by tests/integration/tools_test and bench/fs_bench.sh

@@ -67,6 +67,10 @@ TEST_F(BadConfig, EachProblemGivesOneLineAndNonZeroExit) {
        {"field 'export_root'", "does not exist"}},
       {"timeouts", "", "timeouts: {heartbeat_interval_ms: 300, failure_timeout_ms: 200}\n", 2,
        {"field 'timeouts.failure_timeout_ms'"}},
+      {"bad squash uid", "", "security: {root_squash: true, squash_uid: 0}\n", 2,
+       {"field 'security.squash_uid'", "out of range"}},
+      {"bad root_squash", "", "security: {root_squash: sometimes}\n", 2,
+       {"field 'security.root_squash'"}},
   };
   for (const auto& k : cases) {
     SCOPED_TRACE(k.name);

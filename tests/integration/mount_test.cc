@@ -173,6 +173,26 @@ TEST_F(Mount, MergedTreeAndChangesSeenByEveryMount) {
   EXPECT_EQ(l1.st_nlink, 2u);
 }
 
+// Node tags travel in membership: a file on n2 has one st_ino in every
+// mount, n2's own included: (n2's node_tag << 48) | its local inode number.
+TEST_F(Mount, RemoteFileHasTheSameInodeNumberInEveryMount) {
+  StartNodes(3);
+  Put(E("n2", "/ino/on2.txt"), "two\n");
+  ASSERT_NO_FATAL_FAILURE(Launch());
+  struct stat local {};
+  ASSERT_EQ(::stat(E("n2", "/ino/on2.txt").c_str(), &local), 0);
+  const std::string cfg = ReadFileText(configs_["n2"]);
+  const size_t at = cfg.find("node_tag: ");
+  ASSERT_NE(at, std::string::npos) << cfg;
+  const uint64_t tag = std::stoull(cfg.substr(at + 10));
+  const uint64_t want = (tag << 48) | (local.st_ino & ((uint64_t{1} << 48) - 1));
+  for (const char* id : {"n1", "n3", "n2"}) {
+    struct stat st {};
+    ASSERT_EQ(::stat(M(id, "/ino/on2.txt").c_str(), &st), 0) << id << ": " << std::strerror(errno);
+    EXPECT_EQ(st.st_ino, want) << id << " (tag " << tag << ")";
+  }
+}
+
 TEST_F(Mount, StaleMountIsRefusedWithAClearMessage) {
   StartNodes(1);
   ASSERT_NO_FATAL_FAILURE(Launch());

@@ -177,6 +177,54 @@ TEST_F(ConfigTest, BadConfigsNameTheFieldInOneLine) {
   }
 }
 
+TEST_F(ConfigTest, SecuritySection) {
+  auto def = Parse(Good());
+  ASSERT_TRUE(def) << def.error().context;
+  EXPECT_FALSE(def->security.root_squash);
+  EXPECT_EQ(def->security.squash_uid, 65534u);
+  EXPECT_EQ(def->security.squash_gid, 65534u);
+
+  auto on = Parse(Good("+", "security: {root_squash: true}"));
+  ASSERT_TRUE(on) << on.error().context;
+  EXPECT_TRUE(on->security.root_squash);
+  EXPECT_EQ(on->security.squash_uid, 65534u);
+
+  auto custom = Parse(Good("+", "security: {root_squash: yes, squash_uid: 4000, squash_gid: 4001}"));
+  ASSERT_TRUE(custom) << custom.error().context;
+  EXPECT_TRUE(custom->security.root_squash);
+  EXPECT_EQ(custom->security.squash_uid, 4000u);
+  EXPECT_EQ(custom->security.squash_gid, 4001u);
+
+  const std::vector<BadCase> cases = {
+      {"squash not a bool", "+", "security: {root_squash: maybe}",
+       {"field 'security.root_squash'", "expected true or false"}},
+      {"squash uid zero", "+", "security: {squash_uid: 0}", {"field 'security.squash_uid'", "out of range"}},
+      {"squash uid -1", "+", "security: {squash_uid: -1}",
+       {"field 'security.squash_uid'", "expected an integer"}},
+      {"squash uid too big", "+", "security: {squash_uid: 4294967295}",
+       {"field 'security.squash_uid'", "out of range"}},
+      {"squash gid text", "+", "security: {squash_gid: nogroup}",
+       {"field 'security.squash_gid'", "expected an integer"}},
+      {"unknown security key", "+", "security: {root_squash: true, all_squash: true}",
+       {"unknown key 'security.all_squash'"}},
+      {"security not a map", "+", "security: strict", {"field 'security'", "expected a map"}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto o = Parse(Good(c.replace, c.with));
+    ASSERT_FALSE(o) << "accepted";
+    const std::string& msg = o.error().context;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    for (const auto& e : c.expect) EXPECT_NE(msg.find(e), std::string::npos) << msg;
+  }
+}
+
+TEST_F(ConfigTest, NodeTagReachesMembership) {
+  auto o = Parse(Good("node_tag", "node_tag: 4242"));
+  ASSERT_TRUE(o) << o.error().context;
+  EXPECT_EQ(MembershipOptionsFrom(*o, o->listen).node_tag, 4242);
+}
+
 TEST_F(ConfigTest, NotAMapAndUnreadableFile) {
   auto o = Parse("- a\n- b\n");
   ASSERT_FALSE(o);

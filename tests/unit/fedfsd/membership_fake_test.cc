@@ -1,12 +1,13 @@
 // Membership over the in-process fake network (real-time mode): join,
 // failure detection, partitions (hearsay never resurrects a member), rejoin
-// with a new incarnation. Short timeouts; waits are polls with generous bounds.
+// with a new incarnation; node tags travel, and a duplicate tag is refused. Short timeouts; waits are polls with generous bounds.
 #include <gtest/gtest.h>
 
 #include <thread>
 
 #include "fedfsd/membership.h"
 #include "m2m/fake_network.h"
+#include "tests/tools/log_capture.h"
 
 namespace fedfs::daemon {
 namespace {
@@ -31,7 +32,7 @@ class FakeFederation : public ::testing::Test {
 
   static std::string Addr(int i) { return "n" + std::to_string(i) + ":7000"; }
 
-  void StartNode(int i, std::vector<std::string> seeds) {
+  void StartNode(int i, std::vector<std::string> seeds, uint16_t tag = 0) {
     Node n;
     n.transport = net_.NewTransport({.cluster_key = m2m::Bytes(32, std::byte{7})});
     MembershipOptions o;
@@ -43,6 +44,7 @@ class FakeFederation : public ::testing::Test {
     o.rpc_timeout = 200ms;
     o.join_backoff_max = 200ms;
     o.ring.vnodes = 32;
+    o.node_tag = tag;
     n.membership = std::make_unique<Membership>(o, n.transport.get());
     n.membership->RegisterHandlers();
     ASSERT_TRUE(n.transport->Listen(Addr(i)));
@@ -124,6 +126,68 @@ TEST_F(FakeFederation, JoinFailPartitionRejoin) {
   EXPECT_GT(nodes_.at(3).membership->incarnation(), inc);
   for (int i = 1; i <= 4; ++i) ASSERT_TRUE(WaitFor([&] { return Alive(i) == 4; })) << i;
   for (int i = 1; i <= 4; ++i) EXPECT_GT(Epoch(i), e1) << i;
+}
+
+TEST_F(FakeFederation, EveryMemberLearnsEveryTag) {
+  StartNode(1, {}, 11);
+  StartNode(2, {Addr(1)}, 12);
+  StartNode(3, {Addr(2)}, 13);
+  for (int i = 1; i <= 3; ++i) ASSERT_TRUE(WaitFor([&] { return Alive(i) == 3; })) << i;
+  for (int at = 1; at <= 3; ++at) {
+    const Membership& m = *nodes_.at(at).membership;
+    for (int of = 1; of <= 3; ++of) {
+      // n3 learned n1 by hearsay only at first: the tag comes with the view.
+      EXPECT_TRUE(WaitFor([&] { return m.TagOf("n" + std::to_string(of)) == 10 + of; }))
+          << "n" << at << " about n" << of;
+      EXPECT_EQ(m.Snapshot()->members.at("n" + std::to_string(of)).tag, 10 + of);
+    }
+    EXPECT_EQ(m.TagOf("nobody"), 0);
+  }
+}
+
+// The later of two nodes with one tag is refused by the seed it joins
+// through (EEXIST, an error naming both), and stays out of every view.
+TEST_F(FakeFederation, DuplicateTagJoinerIsRefused) {
+  auto& log = fedfs::testing::LogCapture::For("member");
+  const size_t mark = log.Mark();
+  StartNode(1, {}, 5);
+  StartNode(2, {Addr(1)}, 6);
+  for (int i = 1; i <= 2; ++i) ASSERT_TRUE(WaitFor([&] { return Alive(i) == 2; })) << i;
+  std::this_thread::sleep_for(2ms);  // n3 starts strictly later
+  StartNode(3, {Addr(2)}, 5);
+  ASSERT_TRUE(WaitFor([&] {
+    return log.Contains("refused n3", mark) && log.Contains("join through " + Addr(2) + " refused", mark);
+  })) << "no refusal logged";
+  EXPECT_TRUE(log.Contains("node tag 5 is already used by n1", mark));
+  // A few heartbeat rounds later, still apart.
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(State(1, 3), "absent");
+  EXPECT_EQ(State(2, 3), "absent");
+  EXPECT_EQ(Alive(1), 2u);
+  EXPECT_EQ(Alive(2), 2u);
+  EXPECT_EQ(Alive(3), 1u);
+  EXPECT_EQ(nodes_.at(2).membership->TagOf("n1"), 5);
+}
+
+// A node that started later but was admitted first (the holder was cut off)
+// is removed from the view when the earlier holder of its tag shows up.
+TEST_F(FakeFederation, EarlierHolderOfATagWins) {
+  auto& log = fedfs::testing::LogCapture::For("member");
+  const size_t mark = log.Mark();
+  StartNode(2, {}, 6);
+  net_.Partition(Addr(1), Addr(2));
+  StartNode(1, {Addr(2)}, 5);  // cannot reach its seed yet
+  std::this_thread::sleep_for(2ms);
+  StartNode(3, {Addr(2)}, 5);  // same tag, started later, admitted by n2
+  ASSERT_TRUE(WaitFor([&] { return State(2, 3) == "alive"; }));
+  net_.HealAll();
+  ASSERT_TRUE(WaitFor([&] { return State(2, 1) == "alive" && State(2, 3) == "absent"; }))
+      << "n2 sees n1 " << State(2, 1) << ", n3 " << State(2, 3);
+  EXPECT_TRUE(log.Contains("node tag 5 is used by both n1", mark));
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(State(2, 3), "absent");
+  EXPECT_NE(State(1, 3), "alive");
+  EXPECT_EQ(Alive(1), 2u);
 }
 
 }  // namespace

@@ -41,6 +41,19 @@ TEST(MemberMessage, RoundTrip) {
   }
 }
 
+TEST(MemberMessage, TagsTravel) {
+  MemberMessage in = Sample(3);
+  in.sender.tag = 7;
+  for (size_t i = 0; i < in.members.size(); ++i) in.members[i].tag = static_cast<uint16_t>(100 + i);
+  in.members[2].tag = 0;  // not announced (a node that does not care)
+  auto out = DecodeMemberMessage(EncodeMemberMessage(in));
+  ASSERT_TRUE(out) << out.error().context;
+  EXPECT_EQ(out->sender.tag, 7);
+  EXPECT_EQ(out->members[0].tag, 100);
+  EXPECT_EQ(out->members[1].tag, 101);
+  EXPECT_EQ(out->members[2].tag, 0);
+}
+
 void ExpectEproto(std::span<const std::byte> b, const std::string& what) {
   auto r = DecodeMemberMessage(b);
   ASSERT_FALSE(r) << what;
@@ -107,6 +120,12 @@ TEST(MemberMessage, InvalidFieldsAreRefused) {
   m = Sample();
   m.members[1].id = "";
   ExpectEproto(EncodeMemberMessage(m), "empty member id");
+  m = Sample();
+  m.sender.tag = 0xffff;
+  ExpectEproto(EncodeMemberMessage(m), "sender tag 65535");
+  m = Sample();
+  m.members[1].tag = 0xffff;
+  ExpectEproto(EncodeMemberMessage(m), "member tag 65535");
   m = Sample();
   m.members.resize(kMaxViewMembers + 1, m.members[0]);
   ExpectEproto(EncodeMemberMessage(m), "too many members");
