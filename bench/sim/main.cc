@@ -106,6 +106,9 @@ int main(int argc, char** argv) {
   sim->add_option("--model", o.model, "link model: zero, rdma, tcp-lan, wan")->capture_default_str();
   sim->add_option("--latency-us", o.latency_us, "one-way base latency override (µs)");
   sim->add_option("--bandwidth", o.bandwidth, "bandwidth override (bytes/s)");
+  sim->add_option("--local-op-us", o.local_op_us,
+                  "simulated CPU cost of a request's local overhead and of each local NodeFs call (µs)")
+      ->capture_default_str();
   sim->add_option("--seed", o.seed, "seed of the network and the workload")->capture_default_str();
   sim->add_option("--ops", o.ops, "operations per run")->capture_default_str();
   sim->add_option("--workload", o.workload,

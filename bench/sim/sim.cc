@@ -204,7 +204,9 @@ class Federation {
     return n;
   }
 
-  Federation(const SimOptions& o, const m2m::LinkModel& link) : net_(NetOptions(o, link)) {
+  Federation(const SimOptions& o, const m2m::LinkModel& link)
+      : net_(NetOptions(o, link)),
+        local_cost_(nanoseconds(static_cast<int64_t>(o.local_op_us * 1000))) {
     m2m::TransportOptions t;
     t.cluster_key = m2m::Bytes(m2m::kClusterKeyBytes, std::byte{0x5e});
     const ns::VdServiceOptions vo = VdOptions(o);
@@ -282,7 +284,8 @@ class Federation {
   // One NodeFs operation on node `target`, issued by node `from`.
   void FsOp(int from, int target, FsRequest req, std::move_only_function<void(FsReply)> done) {
     if (from == target) {
-      done(Apply(*nodes_[static_cast<size_t>(target)]->fs, req));
+      FsReply reply = Apply(*nodes_[static_cast<size_t>(target)]->fs, req);
+      net_.Schedule(local_cost_, [done = std::move(done), reply]() mutable { done(reply); });
       return;
     }
     auto ep = nodes_[static_cast<size_t>(from)]->transport->GetEndpoint(
@@ -314,6 +317,7 @@ class Federation {
   int size() const { return static_cast<int>(nodes_.size()); }
   Node& node(int i) { return *nodes_[static_cast<size_t>(i)]; }
   m2m::FakeNetwork& net() { return net_; }
+  SimDuration local_cost() const { return local_cost_; }
 
   // Setup, as local programs would: direct MemNodeFs calls, no messages.
   void SetupDir(int i, const std::string& dir) {
@@ -327,6 +331,7 @@ class Federation {
 
  private:
   m2m::FakeNetwork net_;
+  const SimDuration local_cost_;
   InlineExecutor inline_;
   std::vector<std::unique_ptr<Node>> nodes_;
   uint64_t epoch_ = 0;
@@ -659,7 +664,7 @@ void Driver::StartSlot(size_t slot) {
   op->node = node;
   op->spec = Next(s);
   op->t0 = f_.net().Now();
-  op->Start();
+  f_.net().Schedule(f_.local_cost(), [op] { op->Start(); });
 }
 
 void Driver::Finish(size_t slot, const std::string& kind, SimDuration t0, bool ok) {
@@ -798,6 +803,7 @@ Status ValidateSimOptions(const SimOptions& o) {
   if (o.placement != "local" && o.placement != "hash") {
     return Err(EINVAL, "--placement must be local or hash");
   }
+  if (o.local_op_us < 0) return Err(EINVAL, "--local-op-us must not be negative");
   if (o.zipf_s <= 0) return Err(EINVAL, "--zipf-s must be positive");
   if (o.workload == "churn" && o.nodes < 2) return Err(EINVAL, "churn needs at least 2 nodes");
   if (o.tree_fanout < 1 || o.tree_depth < 1 || o.files_per_dir < 1) {

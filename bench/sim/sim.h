@@ -42,6 +42,12 @@ struct SimOptions {
   std::optional<double> latency_us;       // overrides the model's one-way base latency
   std::optional<double> bandwidth;        // overrides the model's bytes per second
   double jitter_us = -1;                  // < 0: 10% of the base latency
+  // CPU cost charged on the simulated clock for work that sends nothing: the
+  // client's own request overhead (kernel + FUSE) before each operation, and
+  // each NodeFs call a node makes on its own export root. Without it, local
+  // operations would take no time and a node managing its own directories
+  // would finish its whole share at t = 0.
+  double local_op_us = 1.0;
   uint64_t seed = 1;
   uint64_t ops = 10000;
   // create-stat-private | create-stat-shared | fanout-wide | fanout-deep |

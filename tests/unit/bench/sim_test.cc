@@ -1,0 +1,258 @@
+// fedfs-bench sim (bench/sim/sim.h, report.h): a tiny sweep end to end
+// through the real binary (CSV and summary.md parse and carry the expected
+// columns, with and without gnuplot on PATH), reproducibility (one seed, the
+// same messages and simulated latencies), and that the production VdService
+// runs in the simulation (its counters move as the operations demand).
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench/sim/report.h"
+#include "bench/sim/sim.h"
+
+extern char** environ;
+
+namespace fedfs::bench {
+namespace {
+
+// A temporary directory removed when the test ends, passed or failed.
+class TempDir {
+ public:
+  TempDir() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string t = std::string(tmp && *tmp ? tmp : "/tmp") + "/fedfs-sim-test-XXXXXX";
+    if (mkdtemp(t.data()) != nullptr) path_ = t;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Runs the fedfs-bench binary with `args` and `env`; returns its exit code.
+int RunBench(const std::vector<std::string>& args, std::vector<std::string> env) {
+  std::vector<std::string> argv{FEDFS_BENCH_PATH};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<char*> a, e;
+  for (auto& s : argv) a.push_back(s.data());
+  a.push_back(nullptr);
+  for (auto& s : env) e.push_back(s.data());
+  e.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  pid_t pid = 0;
+  int rc = posix_spawn(&pid, a[0], &fa, nullptr, a.data(), e.data());
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return -1;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return -1;
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string Read(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::vector<std::string>> ParseCsv(const std::string& text) {
+  std::vector<std::vector<std::string>> rows;
+  std::stringstream ss(text);
+  std::string line;
+  while (std::getline(ss, line)) {
+    std::vector<std::string> cells;
+    std::stringstream ls(line);
+    std::string cell;
+    while (std::getline(ls, cell, ',')) cells.push_back(cell);
+    rows.push_back(cells);
+  }
+  return rows;
+}
+
+void CheckSweepOutput(const std::string& out) {
+  auto rows = ParseCsv(Read(out + "/create-stat-shared.csv"));
+  ASSERT_EQ(rows.size(), 3u);  // header + N = 4, 8
+  EXPECT_EQ(rows[0], RunCsvColumns());
+  for (size_t i = 1; i < rows.size(); ++i) {
+    ASSERT_EQ(rows[i].size(), RunCsvColumns().size());
+    EXPECT_EQ(rows[i][0], "create-stat-shared");
+    EXPECT_EQ(rows[i][11], "120");  // ops_done
+    EXPECT_EQ(rows[i][12], "0");    // errors
+    EXPECT_GT(std::stod(rows[i][14]), 0);  // ops_per_sec
+  }
+  EXPECT_EQ(rows[1][1], "4");
+  EXPECT_EQ(rows[2][1], "8");
+  auto dm = ParseCsv(Read(out + "/dirmerge.csv"));
+  ASSERT_EQ(dm.size(), 3u);
+  EXPECT_EQ(dm[0], DirmergeCsvColumns());
+  EXPECT_EQ(dm[1][3], "3");  // kNsListLocal to every other node
+  EXPECT_EQ(dm[2][3], "7");
+  const std::string md = Read(out + "/summary.md");
+  EXPECT_NE(md.find("## Latency and throughput vs N"), std::string::npos);
+  EXPECT_NE(md.find("## Dirmerge cost vs N"), std::string::npos);
+  EXPECT_NE(md.find("## Manager load balance vs N"), std::string::npos);
+  EXPECT_NE(md.find("## Directory-table hit ratio vs capacity"), std::string::npos);
+  EXPECT_NE(md.find("max/mean"), std::string::npos);
+}
+
+TEST(BenchSim, TinySweepEndToEnd) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const std::vector<std::string> args = {"sim", "--nodes", "4,8", "--ops", "120", "--workload",
+                                         "create-stat-shared", "--seed", "3", "--out",
+                                         dir.path() + "/a"};
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) env.emplace_back(*e);
+  ASSERT_EQ(RunBench(args, env), 0);
+  CheckSweepOutput(dir.path() + "/a");
+  if (HaveGnuplot()) {
+    EXPECT_TRUE(std::filesystem::exists(dir.path() + "/a/dirmerge_vs_n.png"));
+    EXPECT_TRUE(std::filesystem::exists(dir.path() + "/a/latency_vs_n.png"));
+  }
+
+  // Without gnuplot on PATH: CSV and Markdown all the same, plots named missing.
+  std::vector<std::string> bare = {"PATH=" + dir.path() + "/nothing-here"};
+  std::vector<std::string> args2 = args;
+  args2.back() = dir.path() + "/b";
+  ASSERT_EQ(RunBench(args2, bare), 0);
+  CheckSweepOutput(dir.path() + "/b");
+  EXPECT_NE(Read(dir.path() + "/b/summary.md").find("gnuplot not found"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/b/dirmerge_vs_n.png"));
+  // The same seed wrote the same CSV.
+  EXPECT_EQ(Read(dir.path() + "/a/create-stat-shared.csv"),
+            Read(dir.path() + "/b/create-stat-shared.csv"));
+}
+
+SimOptions Small(const std::string& workload) {
+  SimOptions o;
+  o.nodes = 16;
+  o.ops = 400;
+  o.workload = workload;
+  o.model = "tcp-lan";  // jitter from the seeded RNG
+  o.concurrency = 2;
+  o.seed = 11;
+  return o;
+}
+
+TEST(BenchSim, SameSeedSameMessagesAndLatencies) {
+  for (const char* w : {"create-stat-private", "hot-dir", "churn"}) {
+    SCOPED_TRACE(w);
+    auto a = RunSim(Small(w));
+    auto b = RunSim(Small(w));
+    ASSERT_TRUE(a && b);
+    EXPECT_EQ(a->messages, b->messages);
+    EXPECT_EQ(a->bytes, b->bytes);
+    EXPECT_EQ(a->requests, b->requests);
+    EXPECT_EQ(a->sim_seconds, b->sim_seconds);
+    ASSERT_EQ(a->per_op.size(), b->per_op.size());
+    for (const auto& [kind, s] : a->per_op) {
+      EXPECT_EQ(s.count, b->per_op[kind].count) << kind;
+      EXPECT_EQ(s.p50_us, b->per_op[kind].p50_us) << kind;
+      EXPECT_EQ(s.p99_us, b->per_op[kind].p99_us) << kind;
+      EXPECT_EQ(s.mean_us, b->per_op[kind].mean_us) << kind;
+    }
+    EXPECT_EQ(a->gets_served, b->gets_served);
+    EXPECT_EQ(a->dirmerges, b->dirmerges);
+  }
+  // Another seed draws other jitter.
+  SimOptions o = Small("create-stat-private");
+  auto a = RunSim(o);
+  o.seed = 12;
+  auto c = RunSim(o);
+  ASSERT_TRUE(a && c);
+  EXPECT_NE(a->per_op["create"].mean_us, c->per_op["create"].mean_us);
+}
+
+// The simulation runs the production VdService: its counters move exactly as
+// the operations demand. create-stat-shared with parent resolution and no
+// directory table: every operation is one VdService::Get of /shared, every
+// create one VdService::Update; /shared is built once (one dirmerge), and
+// every Get from a node other than M(/shared) is one kNsVdGet served there.
+TEST(BenchSim, ProductionVdServiceCountersMove) {
+  SimOptions o;
+  o.nodes = 8;
+  o.ops = 200;
+  o.workload = "create-stat-shared";
+  o.resolve = "parent";
+  auto r = RunSim(o);
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(r->errors, 0u);
+  const uint64_t creates = r->per_op["create"].count;
+  EXPECT_EQ(creates + r->per_op["stat"].count, 200u);
+  EXPECT_GE(creates, 100u);
+  EXPECT_EQ(r->dirmerges, 1u);
+  EXPECT_EQ(r->updates_applied, creates);
+  EXPECT_EQ(r->requests["vd_update"] + r->requests["vd_get"] + r->requests["list_local"] +
+                r->requests["sim_fs"],
+            r->requests["vd_update"] + r->requests["vd_get"] + 7u);
+  // Every Get is served by M(/shared) (locally for its own client); 7 of 8
+  // clients are remote from it and each of their Gets is one kNsVdGet.
+  EXPECT_EQ(r->gets_served, 200u);
+  EXPECT_GT(r->requests["vd_get"], 100u);
+  EXPECT_LT(r->requests["vd_get"], 200u);
+  EXPECT_EQ(r->requests["list_local"], 7u);  // the one dirmerge: every other node
+  // The manager did all the work: max/mean = N when one node serves everything.
+  EXPECT_DOUBLE_EQ(r->mgr_imbalance, 8.0);
+}
+
+TEST(BenchSim, DirectoryTableMeasuredWhenEnabled) {
+  SimOptions o;
+  o.nodes = 16;
+  o.ops = 2000;
+  o.workload = "zipf-lookup";
+  o.tree_fanout = 4;
+  o.tree_depth = 3;
+  auto off = RunSim(o);
+  ASSERT_TRUE(off);
+  EXPECT_FALSE(off->dt_measured);
+  o.dt_capacity = 16;
+  auto on = RunSim(o);
+  ASSERT_TRUE(on);
+  EXPECT_TRUE(on->dt_measured);
+  EXPECT_GT(on->dt_hits, 0u);
+  EXPECT_GT(on->dt_hit_ratio, 0.0);
+  EXPECT_LT(on->msgs_per_op, off->msgs_per_op);  // hits send nothing
+}
+
+TEST(BenchSim, DirmergeCostGrowsWithN) {
+  SimOptions o;
+  o.nodes = 4;
+  auto a = MeasureDirmerge(o);
+  o.nodes = 32;
+  auto b = MeasureDirmerge(o);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->list_requests, 3u);
+  EXPECT_EQ(b->list_requests, 31u);
+  EXPECT_EQ(b->entries, 32u * 4u);
+  EXPECT_GT(b->messages, a->messages);
+}
+
+TEST(BenchSim, BadOptionsRefused) {
+  SimOptions o;
+  o.workload = "nope";
+  EXPECT_EQ(RunSim(o).error().code, EINVAL);
+  o = SimOptions{};
+  o.model = "carrier-pigeon";
+  EXPECT_EQ(RunSim(o).error().code, EINVAL);
+}
+
+}  // namespace
+}  // namespace fedfs::bench
