@@ -50,9 +50,6 @@ enum class RpcMethod : uint16_t {
   // Tools and benchmarks. fedfs-bench sim: one NodeFs operation on a simulated
   // node (bench/sim/sim_fs.fbs).
   kBenchSimFs = 160,
-  // Tools and benchmarks. fedfs-bench sim: one NodeFs operation on a simulated
-  // node (bench/sim/sim_fs.fbs).
-  kBenchSimFs = 160,
 };
 
 // The id as passed to the transport.
