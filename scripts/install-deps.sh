@@ -22,6 +22,8 @@ PACKAGES=(
   iproute2 procps
   # third-party tools run on the mount by tests/integration/tools_test and bench/fs_bench.sh
   fio stress-ng sqlite3 git mergerfs
+  # plots of fedfs-bench (bench/sim)
+  gnuplot-nox
 )
 
 missing=()
