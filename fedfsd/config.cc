@@ -257,7 +257,7 @@ Result<DaemonOptions> ParseConfig(const std::string& text, const std::string& pa
     CheckKeys(c, root, "",
               {"node_id", "node_tag", "listen", "export_root", "mountpoint", "peers",
                "cluster_key_file", "control_socket", "state_dir", "log_level", "transport", "timeouts", "ring",
-               "fuse", "placement", "security"});
+               "fuse", "placement", "security", "directory_table", "autonomy"});
 
     // Required scalars, in the order of the documentation.
     if (GetString(c, root, "node_id", "node_id", true, &o.node_id) && !IsValidNodeId(o.node_id)) {
@@ -415,6 +415,26 @@ Result<DaemonOptions> ParseConfig(const std::string& text, const std::string& pa
       }
       if (GetUint(c, s, "squash_gid", "security.squash_gid", 1, 4294967294ull, &v)) {
         o.security.squash_gid = static_cast<uint32_t>(v);
+      }
+    }
+
+    if (const YAML::Node t = GetMap(c, root, "directory_table")) {
+      CheckKeys(c, t, "directory_table.", {"entries", "bytes"});
+      uint64_t v = 0;
+      if (GetUint(c, t, "entries", "directory_table.entries", 0, uint64_t{1} << 24, &v)) {
+        o.directory_table.entries = static_cast<size_t>(v);
+      }
+      if (GetUint(c, t, "bytes", "directory_table.bytes", 4096, uint64_t{1} << 40, &v)) {
+        o.directory_table.bytes = static_cast<size_t>(v);
+      }
+    }
+
+    if (const YAML::Node a = GetMap(c, root, "autonomy")) {
+      CheckKeys(c, a, "autonomy.", {"watch", "max_watches"});
+      GetBool(c, a, "watch", "autonomy.watch", &o.autonomy.watch);
+      uint64_t v = 0;
+      if (GetUint(c, a, "max_watches", "autonomy.max_watches", 1, uint64_t{1} << 24, &v)) {
+        o.autonomy.max_watches = static_cast<size_t>(v);
       }
     }
 

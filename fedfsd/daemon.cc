@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "common/executor.h"
 #include "common/logging.h"
@@ -24,6 +25,8 @@
 #include "namespace/kv.h"
 #include "namespace/file_service.h"
 #include "namespace/local_node_fs.h"
+#include "namespace/local_watch.h"
+#include "namespace/path.h"
 #include "namespace/placement.h"
 #include "namespace/remote_node_fs.h"
 #include "namespace/vd_service.h"
@@ -104,13 +107,17 @@ class MembershipClusterView final : public ns::ClusterViewSource {
   mutable std::shared_ptr<const ns::ClusterView> view_;           // guarded by mu_
 };
 
-// The Vfs's blocking view of the VD service.
+// The Vfs's blocking view of the VD service. Changes this node makes itself
+// are reported here, so the autonomy watcher is told to skip their echo.
 class VdServiceClient final : public ns::VdClient {
  public:
-  explicit VdServiceClient(ns::VdService* s) : s_(s) {}
+  using IgnoreFn = std::function<void(const std::string& dir, const std::string& name)>;
+  VdServiceClient(ns::VdService* s, std::string self, IgnoreFn ignore)
+      : s_(s), self_(std::move(self)), ignore_(std::move(ignore)) {}
   Result<ns::VdPtr> Get(const std::string& path) override { return ns::GetVdSync(*s_, path); }
   Status Add(const std::string& path, const std::string& name, uint8_t type,
              const std::string& node) override {
+    if (node == self_ && ignore_) ignore_(path, name);
     ns::VdChange ch;
     ch.kind = ns::VdChange::Kind::kAdd;
     ch.name = name;
@@ -120,6 +127,7 @@ class VdServiceClient final : public ns::VdClient {
   }
   Status Remove(const std::string& path, const std::string& name,
                 const std::string& node) override {
+    if (node == self_ && ignore_) ignore_(path, name);
     ns::VdChange ch;
     ch.kind = ns::VdChange::Kind::kRemove;
     ch.name = name;
@@ -132,7 +140,55 @@ class VdServiceClient final : public ns::VdClient {
 
  private:
   ns::VdService* s_;
+  const std::string self_;
+  const IgnoreFn ignore_;
 };
+
+// Autonomy (docs/namespace.md, "Autonomy"): turns what the watcher saw in the
+// export root into VD updates at the managers. Runs on the watcher's thread.
+// An event is checked against the directory as it is now, so a late event
+// (the name came back, or went again) reports nothing false.
+void ReportLocalChanges(ns::VdService* vds, ns::NodeFs* local, const std::string& self,
+                        std::vector<ns::LocalChange> changes) {
+  auto log = Logger("autonomy");
+  for (ns::LocalChange& c : changes) {
+    const std::string path = ns::JoinPath(c.dir, c.name);
+    auto st = local->Stat(ns::Cred{}, path);
+    const bool add = c.kind == ns::LocalChange::Kind::kAdd;
+    if (add != st.has_value()) continue;  // no longer so
+    ns::VdChange ch;
+    ch.kind = add ? ns::VdChange::Kind::kAdd : ns::VdChange::Kind::kRemove;
+    ch.name = c.name;
+    ch.type = add ? static_cast<uint8_t>(IFTODT(st->st_mode & S_IFMT)) : c.type;
+    ch.node = self;
+    SPDLOG_LOGGER_DEBUG(log, "{} {} in {} (behind FedFS' back)", add ? "add" : "remove", c.name,
+                        c.dir);
+    if (ch.type == DT_DIR) {
+      // A directory appeared or went: the VDs of its subtree (built without
+      // this node's copy, or with it) are rebuilt on their next use.
+      vds->DropSubtree(path, [log, path](Status s) {
+        if (!s) log->warn("drop of VDs under {}: {}", path, s.error().ToString());
+      });
+    }
+    vds->Update(c.dir, std::move(ch), [log, path](Status s) {
+      if (!s) log->warn("report of {}: {}", path, s.error().ToString());
+    });
+  }
+}
+
+// Directories whose changes may have been missed (inotify overflow, watch
+// limit, the directory itself moved): their VDs everywhere are dropped and
+// rebuilt by dirmerge on next use.
+void DropLostDirs(ns::VdService* vds, std::vector<std::string> dirs) {
+  auto log = Logger("autonomy");
+  if (dirs.size() > 64) dirs = {"/"};  // one broadcast instead of many
+  for (const std::string& d : dirs) {
+    log->info("changes under {} may have been missed: its VDs are rebuilt", d);
+    vds->DropSubtree(d, [log, d](Status s) {
+      if (!s) log->warn("drop of VDs under {}: {}", d, s.error().ToString());
+    });
+  }
+}
 
 // The Vfs's view of the journaled multi-node directory operations.
 class DirOpsAdapter final : public ns::DirOpsClient {
@@ -199,7 +255,7 @@ Result<std::vector<ns::Conflict>> ConflictsSync(ns::VdService& s, const std::str
 }
 
 std::optional<std::string> HandleNamespaceRequest(const std::string& line, ns::VfsImpl* vfs,
-                                                  ns::VdService* vds);
+                                                  ns::VdService* vds, const std::string& self);
 
 }  // namespace
 
@@ -272,10 +328,25 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
   }
   ns::VdServiceOptions vdo;
   vdo.rpc_timeout = o.timeouts.rpc;
+  vdo.dt_entries = o.directory_table.entries;
+  vdo.dt_bytes = o.directory_table.bytes;
+  // The watcher starts after the services it reports to; until then (and
+  // after Stop) `watching` is null.
+  auto watching = d->watching_;
+  vdo.on_local_listing = [watching](const std::string& path) {
+    if (ns::LocalWatch* w = watching->load(std::memory_order_acquire)) {
+      if (auto s = w->Watch(path); !s && s.error().code != ENOENT) {
+        Logger("autonomy")->warn("cannot watch {}: {}", path, s.error().ToString());
+      }
+    }
+  };
   d->vd_service_ = std::make_unique<ns::VdService>(vdo, d->transport_.get(), d->cluster_.get(),
                                                    d->local_fs_.get(), d->pool_.get());
   d->vd_service_->RegisterHandlers();
-  d->vd_client_ = std::make_unique<VdServiceClient>(d->vd_service_.get());
+  d->vd_client_ = std::make_unique<VdServiceClient>(
+      d->vd_service_.get(), o.node_id, [watching](const std::string& dir, const std::string& name) {
+        if (ns::LocalWatch* w = watching->load(std::memory_order_acquire)) w->Ignore(dir, name);
+      });
 
   ns::VfsOptions vo;
   vo.entry_timeout = o.fuse.entry_timeout_s;
@@ -327,8 +398,8 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
 
   d->control_ = std::make_unique<ControlServer>(
       ControlOptions{o.control_socket}, [m = d->membership_.get()] { return m->Snapshot(); },
-      [vfs = d->vfs_.get(), vds = d->vd_service_.get()](const std::string& line) {
-        return HandleNamespaceRequest(line, vfs, vds);
+      [vfs = d->vfs_.get(), vds = d->vd_service_.get(), self = o.node_id](const std::string& line) {
+        return HandleNamespaceRequest(line, vfs, vds, self);
       });
   if (auto s = d->control_->Start(); !s) {
     d->Stop();
@@ -354,6 +425,26 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
     d->vfs_->SetDirOps(d->dir_ops_client_.get());
   }
 
+  if (o.autonomy.watch) {
+    ns::VdService* vds = d->vd_service_.get();
+    ns::NodeFs* local = d->local_fs_.get();
+    auto watch = ns::LocalWatch::Start(
+        o.export_root, ns::LocalWatchOptions{.max_watches = o.autonomy.max_watches},
+        [vds, local, self = o.node_id](std::vector<ns::LocalChange> changes) {
+          ReportLocalChanges(vds, local, self, std::move(changes));
+        },
+        [vds](std::vector<std::string> dirs) { DropLostDirs(vds, std::move(dirs)); });
+    if (!watch) {
+      d->Stop();
+      return Err(watch.error().code, "watching export root " + o.export_root + ": " +
+                                         watch.error().ToString());
+    }
+    d->watch_ = std::move(*watch);
+    d->watching_->store(d->watch_.get(), std::memory_order_release);
+    if (auto s = d->watch_->Watch("/"); !s) {
+      log->warn("cannot watch the export root: {}", s.error().ToString());
+    }
+  }
   d->membership_->Start();
   if (auto s = d->dir_ops_->Recover(); !s) {
     d->Stop();
@@ -387,6 +478,9 @@ void Daemon::Stop() {
     mount_.reset();
   }
   if (control_) control_->Stop();
+  // The watcher reports to the VD service: it stops first.
+  watching_->store(nullptr, std::memory_order_release);
+  watch_.reset();
   // Remote sessions say goodbye while the transport is up.
   if (vfs_) vfs_->SetDirOps(nullptr);
   dir_ops_client_.reset();
@@ -404,16 +498,53 @@ void Daemon::Stop() {
 
 namespace {
 
+// The "dt" answer: this node's directory table and its manager-side
+// coherence counters (fedfsctl dt).
+nlohmann::json DtStatus(ns::VdService& vds, const std::string& self) {
+  using Json = nlohmann::json;
+  const ns::VdService::Stats s = vds.stats();
+  Json out{{"node", self},
+           {"lookups", s.lookups},
+           {"gets_sent", s.gets_sent},
+           {"messages_per_lookup",
+            s.lookups == 0 ? 0.0 : static_cast<double>(s.gets_sent) / static_cast<double>(s.lookups)},
+           {"dt_invals_received", s.dt_invals_received},
+           {"sharer_records", s.sharer_records},
+           {"invalidations_sent", s.invalidations_sent},
+           {"invalidations_failed", s.invalidations_failed},
+           {"broadcasts_sent", s.broadcasts_sent},
+           {"changes_invalidated", s.changes_invalidated},
+           {"gets_served", s.gets_served},
+           {"dirmerges", s.dirmerges},
+           {"updates_applied", s.updates_applied},
+           {"resident", s.resident},
+           {"table", nullptr}};
+  if (s.has_dt) {
+    out["table"] = Json{{"capacity", s.dt.capacity},     {"max_bytes", s.dt.max_bytes},
+                        {"occupancy", s.dt.occupancy},   {"bytes", s.dt.bytes},
+                        {"hits", s.dt.hits},             {"misses", s.dt.misses},
+                        {"stale", s.dt.stale},           {"evictions", s.dt.evictions},
+                        {"bumps_received", s.dt.bumps_received},
+                        {"local_bumps", s.dt.local_bumps}, {"patches", s.dt.patches}};
+  }
+  return out;
+}
+
 std::optional<std::string> HandleNamespaceRequest(const std::string& line, ns::VfsImpl* vfs,
-                                                  ns::VdService* vds) {
+                                                  ns::VdService* vds, const std::string& self) {
   using Json = nlohmann::json;
   Json req = Json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (req.is_discarded() || !req.is_object()) return std::nullopt;
   auto cmd = req.find("cmd");
-  if (cmd == req.end() || !cmd->is_string() || (*cmd != "where" && *cmd != "conflicts")) {
+  if (cmd == req.end() || !cmd->is_string() ||
+      (*cmd != "where" && *cmd != "conflicts" && *cmd != "dt")) {
     return std::nullopt;
   }
   auto error = [](const std::string& m) { return Json{{"error", m}}.dump(); };
+  if (*cmd == "dt") {
+    if (vds == nullptr) return error("the namespace is not running");
+    return DtStatus(*vds, self).dump();
+  }
   auto p = req.find("path");
   if (p == req.end() || !p->is_string()) return error("missing \"path\"");
   const std::string raw = p->get<std::string>();

@@ -9,6 +9,7 @@
 // loop each own their threads.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -27,6 +28,7 @@ namespace ns {
 class NodeFs;
 class FileService;
 class VdService;
+class LocalWatch;
 class VfsImpl;
 class VdClient;
 class ClusterViewSource;
@@ -75,6 +77,11 @@ class Daemon {
   std::unique_ptr<ns::NodeFs> local_fs_;
   std::unique_ptr<ns::FileService> file_service_;
   std::unique_ptr<ns::VdService> vd_service_;
+  std::unique_ptr<ns::LocalWatch> watch_;
+  // The watcher, for callbacks that may run before it starts or after it
+  // stopped (then null).
+  std::shared_ptr<std::atomic<ns::LocalWatch*>> watching_ =
+      std::make_shared<std::atomic<ns::LocalWatch*>>(nullptr);
   std::unique_ptr<ns::VdClient> vd_client_;
   std::unique_ptr<ns::VfsImpl> vfs_;
   std::unique_ptr<ns::Kv> kv_;

@@ -102,6 +102,19 @@ struct SecurityConfig {
   uint32_t squash_gid = 65534;  // 1..4294967294 (nogroup)
 };
 
+// This node's directory table (namespace/dir_table.h; docs/config.md).
+struct DirectoryTableConfig {
+  size_t entries = 4096;                // 0: no table (every lookup asks the manager)
+  size_t bytes = size_t{64} << 20;      // memory bound of the cached VDs
+};
+
+// Watching the export root for changes made behind FedFS' back
+// (namespace/local_watch.h; docs/namespace.md "Autonomy").
+struct AutonomyConfig {
+  bool watch = true;           // false: only changes made through FedFS are seen
+  size_t max_watches = 65536;  // inotify watches at most (LRU beyond)
+};
+
 // Everything one fedfsd process is configured with.
 struct DaemonOptions {
   std::string config_path;  // where these came from (for messages)
@@ -124,6 +137,8 @@ struct DaemonOptions {
   RingOptions ring;
   FuseConfig fuse;
   PlacementConfig placement;
+  DirectoryTableConfig directory_table;
+  AutonomyConfig autonomy;
   SecurityConfig security;
 };
 

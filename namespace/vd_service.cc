@@ -446,6 +446,7 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
       if (self->IsClosed()) return responder.Fail(Error{ESHUTDOWN, "VD service closed"});
       auto listing = self->local_->ListDir(Cred{}, path);
       if (!listing) return responder.Fail(listing.error());
+      if (self->options_.on_local_listing) self->options_.on_local_listing(path);
       responder.Reply(EncodeListing(*listing));
     });
   }
@@ -1124,6 +1125,7 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
       Result<std::vector<DirEntry>> r = core_->IsClosed()
                                             ? Err(ESHUTDOWN, "VD service closed")
                                             : core_->local_->ListDir(Cred{}, build_->path);
+      if (r && core_->options_.on_local_listing) core_->options_.on_local_listing(build_->path);
       core_->LeafDone(build_, i_, std::move(r));
     }
 

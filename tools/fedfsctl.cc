@@ -5,6 +5,7 @@
 //   fedfsctl [--socket PATH | --config FILE] ring PATH [--json]
 //   fedfsctl [--socket PATH | --config FILE] where PATH [--json]
 //   fedfsctl [--socket PATH | --config FILE] conflicts PATH [--json]
+//   fedfsctl [--socket PATH | --config FILE] dt [--json]
 //   fedfsctl keygen
 //
 // Without --socket/--config, the only socket in /run/fedfs is used.
@@ -131,6 +132,32 @@ void PrintStatus(const Json& s) {
   std::printf("(* this node; RING = share of the hash ring it manages)\n");
 }
 
+// The human form of the "dt" answer (docs/namespace.md, "Directory table").
+void PrintDt(const Json& r) {
+  auto u = [&](const Json& o, const char* k) {
+    return static_cast<unsigned long long>(o.value(k, uint64_t{0}));
+  };
+  const Json& t = r["table"];
+  std::printf("directory table of %s\n", r.value("node", std::string("?")).c_str());
+  if (t.is_null()) {
+    std::printf("  disabled (directory_table.entries: 0): every lookup asks the manager\n");
+  } else {
+    std::printf("  capacity      %llu entries, %llu bytes\n", u(t, "capacity"), u(t, "max_bytes"));
+    std::printf("  occupancy     %llu entries, %llu bytes\n", u(t, "occupancy"), u(t, "bytes"));
+    std::printf("  hits          %llu\n", u(t, "hits"));
+    std::printf("  misses        %llu (%llu stale, %llu evictions)\n", u(t, "misses"),
+                u(t, "stale"), u(t, "evictions"));
+    std::printf("  invalidations received %llu one-sided, %llu broadcast; own changes patched %llu\n",
+                u(t, "bumps_received"), u(r, "dt_invals_received"), u(t, "patches"));
+  }
+  std::printf("  lookups %llu, requests to managers %llu, messages per lookup %.4f\n",
+              u(r, "lookups"), u(r, "gets_sent"), r.value("messages_per_lookup", 0.0));
+  std::printf("as a manager: %llu sharer records, invalidations sent %llu (failed %llu), "
+              "broadcasts %llu, changes %llu\n",
+              u(r, "sharer_records"), u(r, "invalidations_sent"), u(r, "invalidations_failed"),
+              u(r, "broadcasts_sent"), u(r, "changes_invalidated"));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -153,6 +180,9 @@ int main(int argc, char** argv) {
   auto* conflicts = app.add_subcommand("conflicts", "name conflicts in directory PATH");
   conflicts->add_option("path", path, "a global directory path, e.g. /a")->required();
   conflicts->add_flag("--json", json, "machine-readable output");
+  auto* dt = app.add_subcommand(
+      "dt", "directory table: capacity, occupancy, hits, misses, invalidations, messages per lookup");
+  dt->add_flag("--json", json, "machine-readable output");
   app.add_subcommand("keygen", "print a new cluster key (store it mode 0600)");
   try {
     app.parse(argc, argv);
@@ -181,6 +211,13 @@ int main(int argc, char** argv) {
         std::string holders;
         for (const auto& h : r["holders"]) holders += (holders.empty() ? "" : " ") + h.get<std::string>();
         std::printf("%s is held by %s\n", r["path"].get<std::string>().c_str(), holders.c_str());
+      }
+    } else if (app.got_subcommand(dt)) {
+      const Json r = Ask(sock, {{"cmd", "dt"}});
+      if (json) {
+        std::printf("%s\n", r.dump(2).c_str());
+      } else {
+        PrintDt(r);
       }
     } else if (app.got_subcommand(conflicts)) {
       const Json r = Ask(sock, {{"cmd", "conflicts"}, {"path", path}});
