@@ -84,9 +84,9 @@ class DirOpsClient {
 };
 
 struct VfsOptions {
-  // Seconds the kernel may cache names and attributes. 0 (default) is the
-  // only correct choice across nodes until kernel-cache invalidation lands
-  // (issue 4); see docs/namespace.md.
+  // Seconds the kernel may cache names and attributes. 0 (default) keeps the
+  // consistency contract across nodes (docs/namespace.md, "Consistency
+  // contract"); more trades it for fewer FUSE requests.
   double entry_timeout = 0;
   double attr_timeout = 0;
   // This node's tag (1..65534, unique in the federation): the high 16 bits
