@@ -219,6 +219,47 @@ TEST_F(ConfigTest, SecuritySection) {
   }
 }
 
+TEST_F(ConfigTest, DirectoryTableAndAutonomySections) {
+  auto def = Parse(Good());
+  ASSERT_TRUE(def) << def.error().context;
+  EXPECT_EQ(def->directory_table.entries, 4096u);
+  EXPECT_EQ(def->directory_table.bytes, size_t{64} << 20);
+  EXPECT_TRUE(def->autonomy.watch);
+  EXPECT_EQ(def->autonomy.max_watches, 65536u);
+
+  auto set = Parse(Good("+", "directory_table: {entries: 0, bytes: 1048576}\n"
+                             "autonomy: {watch: false, max_watches: 10}"));
+  ASSERT_TRUE(set) << set.error().context;
+  EXPECT_EQ(set->directory_table.entries, 0u);
+  EXPECT_EQ(set->directory_table.bytes, 1048576u);
+  EXPECT_FALSE(set->autonomy.watch);
+  EXPECT_EQ(set->autonomy.max_watches, 10u);
+
+  const std::vector<BadCase> cases = {
+      {"dt entries text", "+", "directory_table: {entries: many}",
+       {"field 'directory_table.entries'", "expected an integer"}},
+      {"dt entries too big", "+", "directory_table: {entries: 16777217}",
+       {"field 'directory_table.entries'", "out of range"}},
+      {"dt bytes too small", "+", "directory_table: {bytes: 100}",
+       {"field 'directory_table.bytes'", "out of range"}},
+      {"dt unknown key", "+", "directory_table: {slots: 4}", {"unknown key 'directory_table.slots'"}},
+      {"dt not a map", "+", "directory_table: 4096", {"field 'directory_table'", "expected a map"}},
+      {"watch not a bool", "+", "autonomy: {watch: sometimes}",
+       {"field 'autonomy.watch'", "expected true or false"}},
+      {"max watches zero", "+", "autonomy: {max_watches: 0}",
+       {"field 'autonomy.max_watches'", "out of range"}},
+      {"autonomy unknown key", "+", "autonomy: {fanotify: true}", {"unknown key 'autonomy.fanotify'"}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto o = Parse(Good(c.replace, c.with));
+    ASSERT_FALSE(o) << "accepted";
+    const std::string& msg = o.error().context;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    for (const auto& e : c.expect) EXPECT_NE(msg.find(e), std::string::npos) << msg;
+  }
+}
+
 TEST_F(ConfigTest, NodeTagReachesMembership) {
   auto o = Parse(Good("node_tag", "node_tag: 4242"));
   ASSERT_TRUE(o) << o.error().context;
