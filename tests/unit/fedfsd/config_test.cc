@@ -19,6 +19,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
+struct BadCase {
+  const char* name;
+  std::string replace;  // key of the good line to replace, or "+" to append
+  std::string with;     // replacement line(s)
+  std::vector<std::string> expect;  // substrings of the one-line error
+};
+
 class ConfigTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -68,6 +75,20 @@ class ConfigTest : public ::testing::Test {
     return LoadConfigFile(p.string());
   }
 
+  // Every case is refused with one line that starts with "config <file>"
+  // and contains the case's expected substrings.
+  void ExpectRefused(const std::vector<BadCase>& cases) const {
+    for (const auto& c : cases) {
+      SCOPED_TRACE(c.name);
+      auto o = Parse(Good(c.replace, c.with));
+      ASSERT_FALSE(o) << "accepted";
+      const std::string& msg = o.error().context;
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+      EXPECT_EQ(msg.rfind("config " + (dir_ / "fedfsd.yaml").string(), 0), 0u) << msg;
+      for (const auto& e : c.expect) EXPECT_NE(msg.find(e), std::string::npos) << msg;
+    }
+  }
+
   fs::path dir_;
 };
 
@@ -110,13 +131,6 @@ TEST_F(ConfigTest, EmptyPeersIsFine) {
   EXPECT_TRUE(o->peers.empty());
   ASSERT_TRUE(Parse(Good("peers", "")));
 }
-
-struct BadCase {
-  const char* name;
-  std::string replace;  // key of the good line to replace, or "+" to append
-  std::string with;     // replacement line(s)
-  std::vector<std::string> expect;  // substrings of the one-line error
-};
 
 TEST_F(ConfigTest, BadConfigsNameTheFieldInOneLine) {
   const std::string d = dir_.string();
@@ -166,15 +180,7 @@ TEST_F(ConfigTest, BadConfigsNameTheFieldInOneLine) {
        {"field 'control_socket'"}},
       {"yaml syntax", "+", "peers: [unclosed", {"YAML syntax error"}},
   };
-  for (const auto& c : cases) {
-    SCOPED_TRACE(c.name);
-    auto o = Parse(Good(c.replace, c.with));
-    ASSERT_FALSE(o) << "accepted";
-    const std::string& msg = o.error().context;
-    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
-    EXPECT_EQ(msg.rfind("config " + (dir_ / "fedfsd.yaml").string(), 0), 0u) << msg;
-    for (const auto& e : c.expect) EXPECT_NE(msg.find(e), std::string::npos) << msg;
-  }
+  ExpectRefused(cases);
 }
 
 TEST_F(ConfigTest, SecuritySection) {
@@ -209,14 +215,7 @@ TEST_F(ConfigTest, SecuritySection) {
        {"unknown key 'security.all_squash'"}},
       {"security not a map", "+", "security: strict", {"field 'security'", "expected a map"}},
   };
-  for (const auto& c : cases) {
-    SCOPED_TRACE(c.name);
-    auto o = Parse(Good(c.replace, c.with));
-    ASSERT_FALSE(o) << "accepted";
-    const std::string& msg = o.error().context;
-    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
-    for (const auto& e : c.expect) EXPECT_NE(msg.find(e), std::string::npos) << msg;
-  }
+  ExpectRefused(cases);
 }
 
 TEST_F(ConfigTest, DirectoryTableAndAutonomySections) {
@@ -250,14 +249,7 @@ TEST_F(ConfigTest, DirectoryTableAndAutonomySections) {
        {"field 'autonomy.max_watches'", "out of range"}},
       {"autonomy unknown key", "+", "autonomy: {fanotify: true}", {"unknown key 'autonomy.fanotify'"}},
   };
-  for (const auto& c : cases) {
-    SCOPED_TRACE(c.name);
-    auto o = Parse(Good(c.replace, c.with));
-    ASSERT_FALSE(o) << "accepted";
-    const std::string& msg = o.error().context;
-    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
-    for (const auto& e : c.expect) EXPECT_NE(msg.find(e), std::string::npos) << msg;
-  }
+  ExpectRefused(cases);
 }
 
 TEST_F(ConfigTest, NodeTagReachesMembership) {
