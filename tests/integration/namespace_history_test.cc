@@ -1,0 +1,297 @@
+// Randomized multi-node namespace histories on real daemons (label
+// "integration"): three fedfsd processes with FUSE mounts; six worker threads
+// (two per node, each through its node's mountpoint) run random create
+// (O_EXCL), unlink, rename (plain and RENAME_NOREPLACE), lstat and readdir
+// on a pool of eight names in one shared directory, so that they collide.
+// Every system call is timed (steady clock, one process) and the history is
+// handed to the linearizability checker (tests/tools/history_check.h): the
+// contract of docs/namespace.md is that once a namespace operation returned
+// on one node, the next system call on any node observes it.
+//
+// Three layouts: the shared directory made through one mount with files
+// placed on the creating node (placement local); the shared directory present
+// in all three export roots with files spread over the nodes by a hash
+// placement rule, so that most operations touch a remote node; and every file
+// on one node (a fixed-node rule), used through all three mounts. Each runs
+// with and without renames. All variants show known violations of the
+// contract today and are instantiated disabled (see the end of this file).
+//
+// FEDFS_HISTORY_SEEDS="3,17" replaces the default seeds (to replay a failure;
+// the interleaving still depends on timing). The Cluster stops the daemons
+// and clears the mounts whatever happens.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <latch>
+#include <map>
+#include <ostream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "tests/tools/cluster.h"
+#include "tests/tools/history_check.h"
+
+namespace fedfs::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kNodes = 3;
+constexpr int kWorkersPerNode = 2;
+constexpr int kOpsPerWorker = 40;
+const char* const kNames[] = {"a", "b", "c", "d", "e", "f", "g", "h"};
+
+std::vector<uint64_t> Seeds() {
+  std::vector<uint64_t> seeds{1, 2, 3, 4, 5};
+  if (const char* env = std::getenv("FEDFS_HISTORY_SEEDS"); env != nullptr && *env != '\0') {
+    seeds.clear();
+    std::stringstream s(env);
+    for (std::string item; std::getline(s, item, ',');) seeds.push_back(std::stoull(item));
+  }
+  return seeds;
+}
+
+// Runs one operation on `dir` (a directory through some mount) and records
+// it. Paths in the history are relative to `dir`.
+class Worker {
+ public:
+  Worker(int process, std::string dir, uint64_t seed, bool renames, HistoryRecorder* rec)
+      : process_(process),
+        dir_(std::move(dir)),
+        renames_(renames),
+        rng_(seed * 1000 + static_cast<uint64_t>(process)),
+        rec_(rec) {}
+
+  void Run(int ops) {
+    for (int i = 0; i < ops; ++i) One();
+  }
+
+  void Readdir() {
+    NsOp op;
+    op.process = process_;
+    op.kind = NsOpKind::kReaddir;
+    const auto t = HistoryRecorder::Begin();
+    DIR* d = ::opendir(dir_.c_str());
+    if (d == nullptr) {
+      op.err = errno;
+    } else {
+      for (;;) {
+        errno = 0;
+        const dirent* e = ::readdir(d);
+        if (e == nullptr) {
+          op.err = errno;
+          break;
+        }
+        const std::string n = e->d_name;
+        if (n != "." && n != "..") op.names.insert(n);
+      }
+      ::closedir(d);
+    }
+    if (op.err != 0) op.names.clear();
+    rec_->End(std::move(op), t);
+  }
+
+ private:
+  std::string Name() { return kNames[std::uniform_int_distribution<size_t>(0, std::size(kNames) - 1)(rng_)]; }
+  std::string Path(const std::string& name) const { return dir_ + "/" + name; }
+
+  void One() {
+    int dice = std::uniform_int_distribution<int>(0, 99)(rng_);
+    if (!renames_ && dice >= 40 && dice < 60) dice -= 20;  // renames become creates/unlinks
+    NsOp op;
+    op.process = process_;
+    if (dice < 25) {
+      op.kind = NsOpKind::kCreate;
+      op.a = Name();
+      const auto t = HistoryRecorder::Begin();
+      const int fd = ::open(Path(op.a).c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+      op.err = fd < 0 ? errno : 0;
+      rec_->End(std::move(op), t);
+      if (fd >= 0) ::close(fd);
+    } else if (dice < 40) {
+      op.kind = NsOpKind::kUnlink;
+      op.a = Name();
+      const auto t = HistoryRecorder::Begin();
+      op.err = ::unlink(Path(op.a).c_str()) == 0 ? 0 : errno;
+      rec_->End(std::move(op), t);
+    } else if (dice < 60) {
+      const bool noreplace = dice < 50;
+      op.kind = noreplace ? NsOpKind::kRenameNoReplace : NsOpKind::kRename;
+      op.a = Name();
+      op.b = Name();
+      const auto t = HistoryRecorder::Begin();
+      op.err = ::renameat2(AT_FDCWD, Path(op.a).c_str(), AT_FDCWD, Path(op.b).c_str(),
+                           noreplace ? RENAME_NOREPLACE : 0) == 0
+                   ? 0
+                   : errno;
+      rec_->End(std::move(op), t);
+    } else if (dice < 80) {
+      op.kind = NsOpKind::kStat;
+      op.a = Name();
+      struct stat st {};
+      const auto t = HistoryRecorder::Begin();
+      const int rc = ::lstat(Path(op.a).c_str(), &st);
+      op.err = rc == 0 ? 0 : errno;
+      if (rc == 0) op.type = S_ISDIR(st.st_mode) ? NsType::kDir : NsType::kFile;
+      rec_->End(std::move(op), t);
+    } else {
+      Readdir();
+    }
+  }
+
+  int process_;
+  std::string dir_;
+  bool renames_;
+  std::mt19937_64 rng_;
+  HistoryRecorder* rec_;
+};
+
+// Where the shared directory lives and where new files go.
+enum class Layout {
+  kCreatingNode,  // made through n1's mount; files on the creating node
+  kSpreadByHash,  // in all three export roots; files spread by a hash rule
+  kOneNode,       // every file on n2 (fixed-node rule), used from all three
+};
+struct Variant {
+  Layout layout;
+  bool renames;  // false: create/unlink/stat/readdir only
+};
+
+std::string Describe(const Variant& v) {
+  const char* layout[] = {"CreatingNode", "SpreadByHash", "OneNode"};
+  return std::string(layout[static_cast<int>(v.layout)]) + (v.renames ? "WithRenames" : "NoRenames");
+}
+std::string VariantName(const ::testing::TestParamInfo<Variant>& info) { return Describe(info.param); }
+void PrintTo(const Variant& v, std::ostream* os) { *os << Describe(v); }
+
+class NamespaceHistory : public ::testing::TestWithParam<Variant> {
+ protected:
+  void StartAndLaunch(const std::string& extra_yaml,
+                      const std::function<void(const std::vector<std::string>&)>& before_launch) {
+    std::vector<std::string> addrs;
+    for (int i = 0; i < kNodes; ++i) addrs.push_back("127.0.0.1:" + std::to_string(FreePort()));
+    std::map<std::string, std::string> configs;
+    for (int i = 0; i < kNodes; ++i) {
+      const std::string id = "n" + std::to_string(i + 1);
+      std::vector<std::string> peers(addrs.begin(), addrs.begin() + i);
+      configs[id] = c_.WriteConfig({.id = id, .listen = addrs[static_cast<size_t>(i)], .peers = peers,
+                                    .extra_yaml = extra_yaml});
+      ids_.push_back(id);
+    }
+    before_launch(ids_);
+    for (const auto& id : ids_) c_.Start(id, configs[id]);
+    for (const auto& id : ids_) {
+      ASSERT_TRUE(WaitFor([&] { return c_.SeesAlive(id, ids_); }, 30s)) << id << " log:\n" << c_.Log(id);
+      ASSERT_TRUE(WaitFor([&] { return IsMounted(c_.Mountpoint(id)); }, 30s)) << id << " log:\n" << c_.Log(id);
+    }
+  }
+
+  void RunHistory(const std::string& rel, uint64_t seed, bool renames) {
+    HistoryRecorder rec;
+    std::vector<Worker> workers;
+    for (int n = 0; n < kNodes; ++n) {
+      for (int k = 0; k < kWorkersPerNode; ++k) {
+        workers.emplace_back(n * kWorkersPerNode + k, c_.Mountpoint(ids_[static_cast<size_t>(n)]) + rel,
+                             seed, renames, &rec);
+      }
+    }
+    std::latch go(static_cast<ptrdiff_t>(workers.size()));
+    std::vector<std::thread> threads;
+    for (auto& w : workers) {
+      threads.emplace_back([&go, &w] {
+        go.arrive_and_wait();
+        w.Run(kOpsPerWorker);
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int n = 0; n < kNodes; ++n) {
+      Worker(static_cast<int>(workers.size()) + n, c_.Mountpoint(ids_[static_cast<size_t>(n)]) + rel,
+             seed, renames, &rec)
+          .Readdir();
+    }
+    const std::vector<NsOp> history = rec.Take();
+    const auto start = std::chrono::steady_clock::now();
+    const HistoryVerdict v = CheckLinearizable(history);
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - start);
+    std::printf("seed %llu (%s): %zu operations, %s, %llu configurations, checked in %lld ms\n",
+                static_cast<unsigned long long>(seed), rel.c_str(), history.size(),
+                v.linearizable ? "linearizable" : "NOT linearizable",
+                static_cast<unsigned long long>(v.explored), static_cast<long long>(took.count()));
+    ASSERT_TRUE(v.linearizable) << "seed " << seed << ", directory " << rel << "\n"
+                                << v.explanation << "history (" << history.size()
+                                << " operations, by invocation; p0-p5 workers, p0/p1 on n1, "
+                                   "p2/p3 on n2, p4/p5 on n3, p6-p8 final listings):\n"
+                                << FormatHistory(history);
+  }
+
+  Cluster c_;
+  std::vector<std::string> ids_;
+};
+
+TEST_P(NamespaceHistory, RandomHistoriesAreLinearizable) {
+  const Variant v = GetParam();
+  const std::vector<uint64_t> seeds = Seeds();
+  std::string yaml;
+  if (v.layout == Layout::kSpreadByHash) {
+    yaml = "placement: {policy: local, rules: [{prefix: /h, policy: hash}]}\n";
+  } else if (v.layout == Layout::kOneNode) {
+    yaml = "placement: {policy: local, rules: [{prefix: /h, node: n2}]}\n";
+  }
+  ASSERT_NO_FATAL_FAILURE(StartAndLaunch(yaml, [&](const std::vector<std::string>& ids) {
+    if (v.layout != Layout::kSpreadByHash) return;
+    for (const auto& id : ids) {
+      for (uint64_t seed : seeds) fs::create_directories(c_.ExportRoot(id) + "/h/s" + std::to_string(seed));
+    }
+  }));
+  for (uint64_t seed : seeds) {
+    const std::string rel = "/h/s" + std::to_string(seed);
+    if (v.layout != Layout::kSpreadByHash) {
+      ASSERT_EQ(::mkdir((c_.Mountpoint("n1") + "/h").c_str(), 0755) == 0 || errno == EEXIST, true)
+          << std::strerror(errno);
+      ASSERT_EQ(::mkdir((c_.Mountpoint("n1") + rel).c_str(), 0755), 0) << std::strerror(errno);
+    }
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    ASSERT_NO_FATAL_FAILURE(RunHistory(rel, seed, v.renames));
+  }
+}
+
+// Every variant shows a known violation of the contract (found by this
+// test), so all are instantiated disabled: run them with
+// --gtest_also_run_disabled_tests, and enable each once the namespace is
+// fixed (move it to an instantiation without the DISABLED_ prefix):
+// - CreatingNode: two O_CREAT|O_EXCL creates of one name through two nodes
+//   both succeed (each node checks VD(P), sees no entry and creates in its
+//   own export root); readdir then shows "name" and "name@node".
+// - Every layout: create(b) through one node returns ENOENT while an
+//   unlink(b) through another node, invoked after the create began, succeeds
+//   (the create made the file, the unlink removed it, and the create then
+//   failed instead of answering success; about 1 run in 10 per layout).
+// - WithRenames, every layout: a rename is reported to the manager as two
+//   updates (remove the old name, then add the new one), so a readdir or
+//   lookup in between sees neither name.
+// - WithRenames, files on several nodes: rename(a, b) with b on another node
+//   unlinks b there first; if renaming a then fails (a concurrent rename
+//   moved it), the caller gets ENOENT and b is gone; if b vanished
+//   concurrently, the unlink's ENOENT fails the rename although a exists.
+INSTANTIATE_TEST_SUITE_P(
+    DISABLED_KnownViolations, NamespaceHistory,
+    ::testing::Values(Variant{Layout::kOneNode, false}, Variant{Layout::kCreatingNode, false},
+                      Variant{Layout::kSpreadByHash, false},
+                      Variant{Layout::kCreatingNode, true}, Variant{Layout::kSpreadByHash, true},
+                      Variant{Layout::kOneNode, true}),
+    VariantName);
+
+}  // namespace
+}  // namespace fedfs::testing
