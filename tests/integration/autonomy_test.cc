@@ -1,0 +1,515 @@
+// The directory table and autonomy on real daemons (label "integration"):
+// three fedfsd processes, each mounting the namespace under the test's
+// temporary directory (needs root and /dev/fuse).
+//
+//  * Autonomy: files and directories that a local program creates, renames
+//    and removes directly in one node's export root show up correctly
+//    through every mount within a bounded delay (the measured delays are
+//    printed, not asserted: only the 5 s bound is).
+//  * An inotify queue overflow on one node (a storm of creates and unlinks)
+//    ends consistent: every mount lists what the export roots hold.
+//  * Directory-table counters (fedfsctl dt --json): repeated lookups of a
+//    directory managed elsewhere are hits and send nothing.
+//  * Coherence: a change made through one mount is seen by the very next
+//    system call through another (no polling).
+//  * Membership: the manager of a directory is killed; the survivors keep
+//    listing and creating there; the restarted node rejoins and sees it all.
+//
+// Every test owns a Cluster, which stops the daemons by pid, unmounts and
+// removes its temporary directory whatever happens. Tests assert counts and
+// end states, never durations (apart from generous upper bounds on waits).
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/tools/cluster.h"
+
+namespace fedfs::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// Directories made before the start, among which a test picks one that a
+// given node manages (each has a 1/3 chance).
+constexpr int kCandidates = 30;
+
+std::string Loop() { return "127.0.0.1:" + std::to_string(FreePort()); }
+
+// Writes `text` to `path` with plain open/write/close, as a local program
+// would (the parent must exist).
+bool WriteLocal(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  return ::close(fd) == 0 && ok;
+}
+
+// Names in a directory (without "." and ".."); {"<errno N>"} on failure.
+std::set<std::string> List(const std::string& dir) {
+  std::set<std::string> out;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return {"<errno " + std::to_string(errno) + ">"};
+  while (dirent* e = ::readdir(d)) {
+    const std::string n = e->d_name;
+    if (n != "." && n != "..") out.insert(n);
+  }
+  ::closedir(d);
+  return out;
+}
+
+// 0 if `path` exists (lstat), else the errno.
+int StatErr(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0 ? 0 : errno;
+}
+
+bool IsDir(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// Polls `pred` every 10 ms until it holds or `limit` passes. Returns the
+// milliseconds from `since` until it held, or -1.
+long PollMs(const std::function<bool()>& pred, Clock::time_point since,
+            std::chrono::milliseconds limit = std::chrono::milliseconds(5000)) {
+  for (;;) {
+    if (pred()) {
+      return static_cast<long>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - since).count());
+    }
+    if (Clock::now() - since > limit) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+class Autonomy : public ::testing::Test {
+ protected:
+  // Writes the configs of n1..n<count> (n<i> seeds from the earlier ones).
+  void StartNodes(int count, const std::string& extra_yaml = "") {
+    std::vector<std::string> addrs;
+    for (int i = 0; i < count; ++i) addrs.push_back(Loop());
+    for (int i = 0; i < count; ++i) {
+      const std::string id = "n" + std::to_string(i + 1);
+      std::vector<std::string> peers;
+      for (int j = 0; j < count; ++j) {
+        if (j != i) peers.push_back(addrs[j]);
+      }
+      configs_[id] = c_.WriteConfig(
+          {.id = id, .listen = addrs[i], .peers = peers, .extra_yaml = extra_yaml});
+      ids_.push_back(id);
+    }
+  }
+  // Starts every node; returns when all see each other and every mount is up.
+  void Launch() {
+    for (const auto& id : ids_) c_.Start(id, configs_[id]);
+    ASSERT_NO_FATAL_FAILURE(WaitWhole(ids_));
+  }
+  void WaitWhole(const std::vector<std::string>& ids) {
+    for (const auto& id : ids) {
+      ASSERT_TRUE(WaitFor([&] { return c_.SeesAlive(id, ids); }, std::chrono::seconds(30)))
+          << id << " log:\n" << c_.Log(id);
+      ASSERT_TRUE(WaitFor([&] { return IsMounted(c_.Mountpoint(id)); }, std::chrono::seconds(30)))
+          << id << " log:\n" << c_.Log(id);
+    }
+  }
+  std::string M(const std::string& id, const std::string& rel = "") const {
+    return c_.Mountpoint(id) + rel;
+  }
+  std::string E(const std::string& id, const std::string& rel) const {
+    return c_.ExportRoot(id) + rel;
+  }
+  // fedfsctl <cmd...> --json on node `id`, parsed (null on failure).
+  nlohmann::json Ctl(const std::string& id, std::vector<std::string> args) const {
+    std::vector<std::string> argv = {FEDFS_FEDFSCTL_PATH, "--socket", c_.Socket(id)};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.push_back("--json");
+    auto r = RunCommand(argv, std::chrono::seconds(10));
+    if (r.exit_code != 0) {
+      ADD_FAILURE() << "fedfsctl " << args.front() << " on " << id << ": " << r.err;
+      return nullptr;
+    }
+    auto j = nlohmann::json::parse(r.out, nullptr, false);
+    return j.is_discarded() ? nullptr : j;
+  }
+  // The manager of `path` in `id`'s view.
+  std::string Manager(const std::string& id, const std::string& path) const {
+    auto j = Ctl(id, {"ring", path});
+    return j.is_object() ? j.value("manager", std::string()) : std::string();
+  }
+  // A fresh path "/<prefix><i>" whose manager is `manager`.
+  std::string PathManagedBy(const std::string& prefix, const std::string& manager) const {
+    for (int i = 0; i < kCandidates; ++i) {
+      const std::string p = "/" + prefix + std::to_string(i);
+      if (Manager(ids_.front(), p) == manager) return p;
+    }
+    ADD_FAILURE() << "no path " << prefix << "* is managed by " << manager;
+    return "";
+  }
+  // True when every mount shows `dir/name` (lstat works, readdir lists it).
+  bool SeenEverywhere(const std::string& dir, const std::string& name) const {
+    for (const auto& id : ids_) {
+      if (StatErr(M(id, dir + "/" + name)) != 0 || !List(M(id, dir)).contains(name)) return false;
+    }
+    return true;
+  }
+  // True when no mount shows `dir/name` (ENOENT, not listed).
+  bool GoneEverywhere(const std::string& dir, const std::string& name) const {
+    for (const auto& id : ids_) {
+      if (StatErr(M(id, dir + "/" + name)) != ENOENT || List(M(id, dir)).contains(name)) {
+        return false;
+      }
+    }
+    return true;
+  }
+  std::string Views(const std::string& dir) const {
+    std::string s;
+    for (const auto& id : ids_) s += id + ": " + ::testing::PrintToString(List(M(id, dir))) + "\n";
+    return s;
+  }
+
+  Cluster c_;
+  std::vector<std::string> ids_;
+  std::map<std::string, std::string> configs_;
+};
+
+// Changes made by local programs directly in n2's (or n3's, n1's) export
+// root show up in every mount. Delays are measured and printed.
+TEST_F(Autonomy, LocalChangesShowUpInEveryMount) {
+  StartNodes(3);
+  for (const auto& id : ids_) fs::create_directories(E(id, "/shared"));
+  fs::create_directories(E("n1", "/solo"));  // a directory only n1 has
+  ASSERT_NO_FATAL_FAILURE(Launch());
+  // List once through each mount: VDs exist, every node watches the
+  // directories it listed, the other nodes cache the VDs.
+  for (const auto& id : ids_) {
+    EXPECT_EQ(List(M(id, "/shared")), std::set<std::string>{}) << id;
+    EXPECT_EQ(List(M(id, "/solo")), std::set<std::string>{}) << id;
+  }
+
+  // Create, rename, unlink in n2's export root.
+  auto t0 = Clock::now();
+  ASSERT_TRUE(WriteLocal(E("n2", "/shared/local.txt"), "made behind FedFS' back\n"));
+  const long create_ms = PollMs([&] { return SeenEverywhere("/shared", "local.txt"); }, t0);
+  EXPECT_GE(create_ms, 0) << "create not seen within 5 s:\n" << Views("/shared");
+  for (const auto& id : ids_) {
+    EXPECT_EQ(ReadFileText(M(id, "/shared/local.txt")), "made behind FedFS' back\n") << id;
+  }
+
+  t0 = Clock::now();
+  ASSERT_EQ(::rename(E("n2", "/shared/local.txt").c_str(), E("n2", "/shared/renamed.txt").c_str()), 0)
+      << std::strerror(errno);
+  const long rename_ms = PollMs(
+      [&] { return GoneEverywhere("/shared", "local.txt") && SeenEverywhere("/shared", "renamed.txt"); },
+      t0);
+  EXPECT_GE(rename_ms, 0) << "rename not seen within 5 s:\n" << Views("/shared");
+
+  t0 = Clock::now();
+  ASSERT_EQ(::unlink(E("n2", "/shared/renamed.txt").c_str()), 0) << std::strerror(errno);
+  const long unlink_ms = PollMs([&] { return GoneEverywhere("/shared", "renamed.txt"); }, t0);
+  EXPECT_GE(unlink_ms, 0) << "unlink not seen within 5 s:\n" << Views("/shared");
+  std::printf("autonomy delay: create %ld ms, rename %ld ms, unlink %ld ms\n", create_ms, rename_ms,
+              unlink_ms);
+  for (const auto& id : ids_) EXPECT_EQ(List(M(id, "/shared")), std::set<std::string>{}) << id;
+
+  // A directory with a file inside, made directly in n3's export root.
+  t0 = Clock::now();
+  ASSERT_EQ(::mkdir(E("n3", "/shared/newdir").c_str(), 0755), 0) << std::strerror(errno);
+  ASSERT_TRUE(WriteLocal(E("n3", "/shared/newdir/inner.txt"), "inner\n"));
+  const long mkdir_ms = PollMs(
+      [&] {
+        for (const auto& id : ids_) {
+          if (!IsDir(M(id, "/shared/newdir")) || !List(M(id, "/shared")).contains("newdir") ||
+              List(M(id, "/shared/newdir")) != std::set<std::string>{"inner.txt"}) {
+            return false;
+          }
+        }
+        return true;
+      },
+      t0);
+  EXPECT_GE(mkdir_ms, 0) << "new directory not seen within 5 s:\n"
+                         << Views("/shared") << Views("/shared/newdir");
+  for (const auto& id : ids_) {
+    EXPECT_EQ(ReadFileText(M(id, "/shared/newdir/inner.txt")), "inner\n") << id;
+  }
+
+  // A file appears in the directory that only n1 has.
+  t0 = Clock::now();
+  ASSERT_TRUE(WriteLocal(E("n1", "/solo/late.txt"), "late\n"));
+  const long solo_ms = PollMs([&] { return SeenEverywhere("/solo", "late.txt"); }, t0);
+  EXPECT_GE(solo_ms, 0) << "file in a one-node directory not seen within 5 s:\n" << Views("/solo");
+  for (const auto& id : ids_) EXPECT_EQ(ReadFileText(M(id, "/solo/late.txt")), "late\n") << id;
+
+  // Then a file in the directory that appeared behind FedFS' back (now
+  // listed, hence watched).
+  t0 = Clock::now();
+  ASSERT_TRUE(WriteLocal(E("n3", "/shared/newdir/second.txt"), "second\n"));
+  const long second_ms = PollMs([&] { return SeenEverywhere("/shared/newdir", "second.txt"); }, t0);
+  EXPECT_GE(second_ms, 0) << "file in the new directory not seen within 5 s:\n"
+                          << Views("/shared/newdir");
+  std::printf("autonomy delay: new directory %ld ms, file in a one-node directory %ld ms, "
+              "file in the new directory %ld ms\n",
+              mkdir_ms, solo_ms, second_ms);
+}
+
+// A storm of local creates and unlinks in a watched directory of n2 (more
+// events than inotify queues by default) ends with every mount listing
+// exactly what the export roots hold.
+TEST_F(Autonomy, InotifyOverflowEndsConsistent) {
+  StartNodes(3);
+  for (const auto& id : ids_) fs::create_directories(E(id, "/storm"));
+  ASSERT_TRUE(WriteLocal(E("n1", "/storm/keep1.txt"), "1\n"));
+  ASSERT_TRUE(WriteLocal(E("n3", "/storm/keep3.txt"), "3\n"));
+  ASSERT_NO_FATAL_FAILURE(Launch());
+  for (const auto& id : ids_) {
+    EXPECT_EQ(List(M(id, "/storm")), (std::set<std::string>{"keep1.txt", "keep3.txt"})) << id;
+  }
+
+  // 20000 creates, then every other file unlinked: 30000 events.
+  constexpr int kFiles = 20000;
+  const std::string dir = E("n2", "/storm/");
+  const auto t0 = Clock::now();
+  for (int i = 0; i < kFiles; ++i) {
+    const std::string p = dir + "f" + std::to_string(i);
+    const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    ASSERT_GE(fd, 0) << p << ": " << std::strerror(errno);
+    ::close(fd);
+  }
+  for (int i = 0; i < kFiles; i += 2) {
+    const std::string p = dir + "f" + std::to_string(i);
+    ASSERT_EQ(::unlink(p.c_str()), 0) << p << ": " << std::strerror(errno);
+  }
+  const auto storm_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+
+  // The truth: the union of the export roots' /storm.
+  std::set<std::string> want;
+  for (const auto& id : ids_) {
+    for (const auto& e : fs::directory_iterator(E(id, "/storm"))) {
+      want.insert(e.path().filename().string());
+    }
+  }
+  ASSERT_EQ(want.size(), static_cast<size_t>(kFiles / 2 + 2));
+
+  std::map<std::string, std::set<std::string>> seen;
+  const long settle_ms = PollMs(
+      [&] {
+        for (const auto& id : ids_) {
+          seen[id] = List(M(id, "/storm"));
+          if (seen[id] != want) return false;
+        }
+        return true;
+      },
+      t0, std::chrono::seconds(30));
+  const bool overflowed = c_.Log("n2").find("inotify queue overflow") != std::string::npos;
+  std::printf("inotify storm: %d creates + %d unlinks in %lld ms, overflow %s, "
+              "every mount consistent after %ld ms\n",
+              kFiles, kFiles / 2, static_cast<long long>(storm_ms),
+              overflowed ? "happened" : "did not happen", settle_ms);
+  if (settle_ms < 0) {
+    for (const auto& [id, s] : seen) {
+      std::vector<std::string> extra, missing;
+      std::set_difference(s.begin(), s.end(), want.begin(), want.end(), std::back_inserter(extra));
+      std::set_difference(want.begin(), want.end(), s.begin(), s.end(),
+                          std::back_inserter(missing));
+      ADD_FAILURE() << id << " lists " << s.size() << " entries, the export roots hold "
+                    << want.size() << "; extra " << extra.size() << " (first "
+                    << (extra.empty() ? "-" : extra.front()) << "), missing " << missing.size()
+                    << " (first " << (missing.empty() ? "-" : missing.front()) << ")";
+    }
+  }
+  // And a change made after the storm is still reported (the watch stayed).
+  const auto t1 = Clock::now();
+  ASSERT_TRUE(WriteLocal(E("n2", "/storm/after.txt"), "after\n"));
+  EXPECT_GE(PollMs([&] { return SeenEverywhere("/storm", "after.txt"); }, t1), 0)
+      << "a change after the storm was not seen within 5 s";
+}
+
+// Lookups of a directory that another node manages: the first misses the
+// directory table (one get to the manager), the next N hit it.
+TEST_F(Autonomy, DirectoryTableHitsOnRepeatedLookups) {
+  StartNodes(3);
+  // Candidates made before the start: no autonomy report (and no
+  // invalidation it causes) can fall between the counter snapshots.
+  for (int i = 0; i < kCandidates; ++i) {
+    for (const auto& id : ids_) fs::create_directories(E(id, "/dtdir" + std::to_string(i)));
+    ASSERT_TRUE(WriteLocal(E("n2", "/dtdir" + std::to_string(i) + "/f.txt"), "f\n"));
+  }
+  ASSERT_NO_FATAL_FAILURE(Launch());
+  // A directory managed by n3, looked up through n1's mount.
+  const std::string x = "n1";
+  const std::string dir = PathManagedBy("dtdir", "n3");
+  ASSERT_FALSE(dir.empty());
+  // The first lookup may also need "/" (if another node manages it).
+  const int first_needs = 1 + (Manager(x, "/") != x ? 1 : 0);
+
+  const auto s0 = Ctl(x, {"dt"});
+  ASSERT_TRUE(s0.is_object() && s0["table"].is_object()) << s0.dump();
+  ASSERT_EQ(StatErr(M(x, dir + "/f.txt")), 0);  // the miss
+  const auto s1 = Ctl(x, {"dt"});
+  constexpr int kN = 200;
+  for (int i = 0; i < kN; ++i) ASSERT_EQ(StatErr(M(x, dir + "/f.txt")), 0) << i;
+  const auto s2 = Ctl(x, {"dt"});
+  ASSERT_TRUE(s1.is_object() && s2.is_object());
+
+  auto delta = [](const nlohmann::json& a, const nlohmann::json& b, const char* k) {
+    return b[k].get<int64_t>() - a[k].get<int64_t>();
+  };
+  auto tdelta = [](const nlohmann::json& a, const nlohmann::json& b, const char* k) {
+    return b["table"][k].get<int64_t>() - a["table"][k].get<int64_t>();
+  };
+  std::printf("dt on %s: first stat: gets_sent +%lld, lookups +%lld; %d more stats: gets_sent "
+              "+%lld, lookups +%lld, hits +%lld, misses +%lld\n",
+              x.c_str(), static_cast<long long>(delta(s0, s1, "gets_sent")),
+              static_cast<long long>(delta(s0, s1, "lookups")), kN,
+              static_cast<long long>(delta(s1, s2, "gets_sent")),
+              static_cast<long long>(delta(s1, s2, "lookups")),
+              static_cast<long long>(tdelta(s1, s2, "hits")),
+              static_cast<long long>(tdelta(s1, s2, "misses")));
+  EXPECT_GE(delta(s0, s1, "gets_sent"), 1) << "the first lookup was not a miss";
+  EXPECT_LE(delta(s0, s2, "gets_sent"), first_needs) << s0.dump() << "\n" << s2.dump();
+  EXPECT_LE(delta(s1, s2, "gets_sent"), 0) << s1.dump() << "\n" << s2.dump();
+  EXPECT_GE(delta(s1, s2, "lookups"), kN);
+  EXPECT_GE(tdelta(s1, s2, "hits"), kN - 2);
+  EXPECT_LE(tdelta(s1, s2, "misses"), 0);
+  // The manager recorded n1 as a sharer.
+  const auto m = Ctl("n3", {"dt"});
+  ASSERT_TRUE(m.is_object());
+  EXPECT_GE(m["sharer_records"].get<int64_t>(), 1) << m.dump();
+}
+
+// A change through n1's mount in a directory that n3 manages is seen by the
+// very next system call through n2's mount (no polling), 50 times over.
+TEST_F(Autonomy, ChangesThroughOneMountAreSeenAtOnceThroughAnother) {
+  StartNodes(3);
+  ASSERT_NO_FATAL_FAILURE(Launch());
+  const std::string dir = PathManagedBy("coh", "n3");
+  ASSERT_FALSE(dir.empty());
+  ASSERT_EQ(::mkdir(M("n1", dir).c_str(), 0755), 0) << std::strerror(errno);
+  ASSERT_TRUE(IsDir(M("n2", dir)));
+  // Both mounts cache VD(dir) before the changes start.
+  EXPECT_EQ(List(M("n2", dir)), std::set<std::string>{});
+  EXPECT_EQ(List(M("n1", dir)), std::set<std::string>{});
+  const auto before = Ctl("n2", {"dt"});
+
+  int failures = 0;
+  for (int i = 0; i < 50 && failures < 5; ++i) {
+    const std::string f = "f" + std::to_string(i), g = "g" + std::to_string(i);
+    const std::string a = M("n1", dir + "/"), b = M("n2", dir + "/");
+    const int fd = ::open((a + f).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    ASSERT_GE(fd, 0) << f << ": " << std::strerror(errno);
+    ASSERT_EQ(::close(fd), 0);
+    int e = StatErr(b + f);
+    if (e != 0 || !List(M("n2", dir)).contains(f)) {
+      ++failures;
+      ADD_FAILURE() << i << ": create through n1 not seen through n2 (stat: " << std::strerror(e)
+                    << ")";
+    }
+    ASSERT_EQ(::rename((a + f).c_str(), (a + g).c_str()), 0) << std::strerror(errno);
+    e = StatErr(b + f);
+    const int eg = StatErr(b + g);
+    const auto listed = List(M("n2", dir));
+    if (e != ENOENT || eg != 0 || listed.contains(f) || !listed.contains(g)) {
+      ++failures;
+      ADD_FAILURE() << i << ": rename through n1 not seen through n2 (old: " << std::strerror(e)
+                    << ", new: " << std::strerror(eg) << ")";
+    }
+    ASSERT_EQ(::unlink((a + g).c_str()), 0) << std::strerror(errno);
+    e = StatErr(b + g);
+    if (e != ENOENT || List(M("n2", dir)).contains(g)) {
+      ++failures;
+      ADD_FAILURE() << i << ": unlink through n1 not seen through n2 (stat: " << std::strerror(e)
+                    << ")";
+    }
+  }
+  EXPECT_EQ(List(M("n2", dir)), std::set<std::string>{});
+  // n2 answered from its directory table and was invalidated by n3.
+  const auto after = Ctl("n2", {"dt"});
+  ASSERT_TRUE(before.is_object() && after.is_object());
+  std::printf("coherence: n2 table hits +%lld, misses +%lld, stale +%lld; n3 invalidations_sent "
+              "%lld\n",
+              static_cast<long long>(after["table"]["hits"].get<int64_t>() -
+                                     before["table"]["hits"].get<int64_t>()),
+              static_cast<long long>(after["table"]["misses"].get<int64_t>() -
+                                     before["table"]["misses"].get<int64_t>()),
+              static_cast<long long>(after["table"]["stale"].get<int64_t>() -
+                                     before["table"]["stale"].get<int64_t>()),
+              static_cast<long long>(Ctl("n3", {"dt"}).value("invalidations_sent", int64_t{-1})));
+}
+
+// The manager of a directory dies: the survivors keep looking up and
+// creating there (its VD is rebuilt by the new manager); the restarted node
+// rejoins and sees what was created meanwhile.
+TEST_F(Autonomy, ManagerDeathAndRestart) {
+  StartNodes(3);
+  for (int i = 0; i < kCandidates; ++i) {
+    for (const auto& id : ids_) {
+      const std::string d = "/mdir" + std::to_string(i);
+      fs::create_directories(E(id, d));
+      ASSERT_TRUE(WriteLocal(E(id, d + "/on-" + id), id + "\n"));
+    }
+  }
+  ASSERT_NO_FATAL_FAILURE(Launch());
+  const std::string dir = PathManagedBy("mdir", "n3");
+  ASSERT_FALSE(dir.empty());
+  const std::set<std::string> all = {"on-n1", "on-n2", "on-n3"};
+  for (const auto& id : ids_) EXPECT_EQ(List(M(id, dir)), all) << id;
+
+  ASSERT_EQ(c_.Stop("n3", SIGKILL), 128 + SIGKILL);
+  ids_ = {"n1", "n2"};
+  for (const auto& id : ids_) {
+    ASSERT_TRUE(WaitFor([&] { return c_.SeesAlive(id, ids_); }, std::chrono::seconds(20)))
+        << id << " log:\n" << c_.Log(id);
+  }
+  EXPECT_NE(Manager("n1", dir), "n3");
+  // Both survivors see n3 dead: lookups work at once, without n3's file.
+  const std::set<std::string> survivors = {"on-n1", "on-n2"};
+  for (const auto& id : ids_) {
+    EXPECT_EQ(List(M(id, dir)), survivors) << id;
+    EXPECT_EQ(ReadFileText(M(id, dir + "/on-n1")), "n1\n") << id;
+    EXPECT_EQ(ReadFileText(M(id, dir + "/on-n2")), "n2\n") << id;
+    EXPECT_EQ(StatErr(M(id, dir + "/on-n3")), ENOENT) << id;
+  }
+  // A file created through n1's mount is seen through n2's.
+  {
+    std::ofstream(M("n1", dir + "/while-dead.txt")) << "created while n3 was dead\n";
+  }
+  EXPECT_EQ(StatErr(M("n2", dir + "/while-dead.txt")), 0);
+  EXPECT_TRUE(List(M("n2", dir)).contains("while-dead.txt"));
+  EXPECT_EQ(ReadFileText(M("n2", dir + "/while-dead.txt")), "created while n3 was dead\n");
+
+  // n3 comes back: it rejoins, manages dir again and sees everything.
+  c_.Start("n3", configs_["n3"]);
+  ids_ = {"n1", "n2", "n3"};
+  ASSERT_NO_FATAL_FAILURE(WaitWhole(ids_));
+  EXPECT_EQ(Manager("n1", dir), "n3");
+  const std::set<std::string> everything = {"on-n1", "on-n2", "on-n3", "while-dead.txt"};
+  for (const auto& id : ids_) {
+    // Every node sees the whole federation already; a node may still be a
+    // heartbeat behind in adopting n3 as manager, hence the bounded wait.
+    EXPECT_TRUE(WaitFor([&] { return List(M(id, dir)) == everything; }, std::chrono::seconds(10)))
+        << id << ": " << ::testing::PrintToString(List(M(id, dir)));
+    EXPECT_EQ(ReadFileText(M(id, dir + "/while-dead.txt")), "created while n3 was dead\n") << id;
+    EXPECT_EQ(ReadFileText(M(id, dir + "/on-n3")), "n3\n") << id;
+  }
+}
+
+}  // namespace
+}  // namespace fedfs::testing
