@@ -25,6 +25,7 @@
 #      KEEP=1 keeps the work directory, STEP_TIMEOUT=900 (s) bounds the metadata loop.
 # Everything started here (FUSE servers, daemons) is stopped by pid and
 # everything mounted is unmounted on exit, failure or Ctrl-C (trap).
+# Shared functions (builds, mounts, daemons, cleanup): bench/lib.sh.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$ROOT/build-bench}
@@ -33,35 +34,15 @@ SEQ_SIZE=${SEQ_SIZE:-256M}
 RAND_SIZE=${RAND_SIZE:-64M}
 RUNTIME=${RUNTIME:-5}
 TARGETS=${TARGETS:-"native ptll mergerfs fedfs1 fedfs3-loc fedfs3-rem"}
-EXAMPLES=/usr/share/doc/libfuse3-dev/examples
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 
-[ "$(id -u)" -eq 0 ] || { echo "fs_bench: run as root (FUSE mounts, drop_caches)" >&2; exit 1; }
-for t in fio python3 cc; do
-  command -v "$t" >/dev/null || { echo "fs_bench: $t missing (scripts/install-deps.sh)" >&2; exit 1; }
-done
+require_root_and_tools fs_bench fio python3 cc
 
 WORK=$(mktemp -d /var/tmp/fedfs-fsbench-XXXXXX)
 chmod 755 "$WORK"
 PIDS=()
 MOUNTS=()
-# stop_started: unmounts and stops (by pid) what the current target started.
-stop_started() {
-  set +e
-  for m in "${MOUNTS[@]}"; do
-    if mountpoint -q "$m"; then umount "$m" 2>/dev/null || umount -l "$m"; fi
-  done
-  for p in "${PIDS[@]}"; do
-    if kill -0 "$p" 2>/dev/null; then
-      kill -TERM "$p" 2>/dev/null
-      for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-      kill -KILL "$p" 2>/dev/null
-    fi
-    wait "$p" 2>/dev/null
-  done
-  PIDS=()
-  MOUNTS=()
-  set -e
-}
 cleanup() {
   stop_started
   print_table 2>/dev/null || true
@@ -70,53 +51,16 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-log() { echo "# $*" >&2; }
-
-is_fuse() { [ "$(stat -f -c %t "$1" 2>/dev/null)" = "65735546" ]; }
-
-# wait_mount <mountpoint> <pid...>: until a FUSE mount appears (20 s), or a pid dies.
-wait_mount() {
-  local m=$1; shift
-  for _ in $(seq 200); do
-    is_fuse "$m" && return 0
-    for p in "$@"; do kill -0 "$p" 2>/dev/null || return 1; done
-    sleep 0.1
-  done
-  return 1
-}
-
 # ---- builds -------------------------------------------------------------------
-log "building fedfs-meta-bench (and fedfsd, fedfsctl) in $BUILD"
-cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-ninja -C "$BUILD" -j2 fedfs-meta-bench >/dev/null
+build_bench_tools fedfs-meta-bench
 META=$BUILD/bench/fedfs-meta-bench
-FEDFSD=$BUILD/fedfsd/fedfsd
-FEDFSCTL=$BUILD/tools/fedfsctl
-HAVE_FEDFS=1
-if ! ninja -C "$BUILD" -j2 fedfsd fedfsctl >"$WORK/fedfs-build.log" 2>&1; then
-  log "fedfsd does not build (see $WORK/fedfs-build.log with KEEP=1): FedFS columns n/a"
-  HAVE_FEDFS=0
-fi
-
-PTLL=$WORK/passthrough_ll
-log "cc passthrough_ll.c -DHAVE_FALLOCATE -DHAVE_POSIX_FALLOCATE -DHAVE_COPY_FILE_RANGE ..."
-# shellcheck disable=SC2046
-cc -O2 -Wall -DHAVE_UTIMENSAT -DHAVE_SETXATTR -DHAVE_FALLOCATE -DHAVE_POSIX_FALLOCATE \
-  -DHAVE_COPY_FILE_RANGE $(pkg-config fuse3 --cflags) "$EXAMPLES/passthrough_ll.c" -o "$PTLL" \
-  $(pkg-config fuse3 --libs)
+build_ptll
 
 # ---- targets: setup_<name> sets DIR to the directory to benchmark, or fails -------
 # (not run in a subshell: PIDS and MOUNTS must reach the cleanup trap)
 setup_native() { mkdir -p "$WORK/native"; DIR=$WORK/native; }
 
-setup_ptll() {
-  mkdir -p "$WORK/ptll-src" "$WORK/ptll-mnt"
-  "$PTLL" -f -o "source=$WORK/ptll-src,allow_other,xattr,fsname=ptll" "$WORK/ptll-mnt" \
-    >"$WORK/ptll.log" 2>&1 &
-  PIDS+=($!); MOUNTS+=("$WORK/ptll-mnt")
-  wait_mount "$WORK/ptll-mnt" $! || { log "passthrough_ll did not mount"; return 1; }
-  DIR=$WORK/ptll-mnt
-}
+setup_ptll() { start_ptll ptll; }
 
 setup_mergerfs() {
   command -v mergerfs >/dev/null || { log "mergerfs not installed"; return 1; }
@@ -127,59 +71,12 @@ setup_mergerfs() {
   DIR=$WORK/mfs-mnt
 }
 
-# start_fedfs <tag> <nodes> <placement yaml or ""> : starts <nodes> daemons,
-# each with its export root and mountpoint; DIR = node 0's mountpoint.
-start_fedfs() {
-  local tag=$1 n=$2 placement=$3
-  [ "$HAVE_FEDFS" = 1 ] || return 1
-  local d=$WORK/$tag
-  mkdir -p "$d"
-  (umask 077; "$FEDFSCTL" keygen >"$d/key")
-  local base=$((20000 + RANDOM % 30000))
-  local pids=()
-  for i in $(seq 0 $((n - 1))); do
-    mkdir -p "$d/export$i" "$d/mnt$i"
-    local peers="[]"
-    [ "$i" -gt 0 ] && peers="[\"127.0.0.1:$base\"]"
-    cat >"$d/n$i.yaml" <<EOF
-node_id: n$i
-node_tag: $((i + 1))
-listen: "127.0.0.1:$((base + i))"
-export_root: $d/export$i
-mountpoint: $d/mnt$i
-peers: $peers
-cluster_key_file: $d/key
-control_socket: $d/n$i.sock
-state_dir: $d/state$i
-log_level: warn
-transport: {tls: tcp, net_devices: lo}
-$placement
-EOF
-    "$FEDFSD" --config "$d/n$i.yaml" >"$d/n$i.log" 2>&1 &
-    PIDS+=($!); pids+=($!); MOUNTS+=("$d/mnt$i")
-  done
-  for i in $(seq 0 $((n - 1))); do
-    if ! wait_mount "$d/mnt$i" "${pids[@]}"; then
-      log "$tag: node n$i did not mount: $(tail -2 "$d/n$i.log" | tr '\n' ' ')"
-      return 1
-    fi
-  done
-  # Wait until every node sees all n members alive.
-  for _ in $(seq 100); do
-    local alive
-    alive=$("$FEDFSCTL" --socket "$d/n0.sock" status --json 2>/dev/null |
-      python3 -c 'import json,sys; print(sum(1 for m in json.load(sys.stdin).get("members",[]) if m.get("state")=="alive"))' 2>/dev/null || echo 0)
-    [ "$alive" = "$n" ] && break
-    sleep 0.1
-  done
-  DIR=$d/mnt0
-}
+# start_fedfs (bench/lib.sh): <tag> <nodes> <placement yaml or "">
 setup_fedfs1() { start_fedfs fedfs1 1 ""; }
 setup_fedfs3-loc() { start_fedfs fedfs3loc 3 ""; }
 setup_fedfs3-rem() { start_fedfs fedfs3rem 3 "placement: {policy: local, rules: [{prefix: /, node: n1}]}"; }
 
 # ---- measurements -----------------------------------------------------------------
-drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 
 # fio_run <dir> <name> <rw> <bs> <size> <timed:0|1>: prints MiB/s or IOPS (json parse).
 fio_run() {

@@ -137,6 +137,25 @@ class VdServiceClient final : public ns::VdClient {
   Status DropSubtree(const std::string& path) override {
     return ns::DropSubtreeSync(*s_, path);
   }
+  Status Claim(const std::string& path, const std::string& name, const std::string& node) override {
+    return ns::UpdateVdSync(*s_, path, ns::VdChange{ns::VdChange::Kind::kClaim, name, 0, node});
+  }
+  void Release(const std::string& path, const std::string& name, const std::string& node) override {
+    if (auto s = ns::UpdateVdSync(*s_, path,
+                                  ns::VdChange{ns::VdChange::Kind::kRelease, name, 0, node});
+        !s) {
+      Logger("vfs")->debug("release of {} in {}: {}", name, path, s.error().ToString());
+    }
+  }
+  Status Apply(const std::string& path, const std::vector<ns::VdEdit>& edits) override {
+    std::vector<ns::VdChange> changes;
+    for (const ns::VdEdit& e : edits) {
+      if (e.node == self_ && ignore_) ignore_(path, e.name);
+      changes.push_back(ns::VdChange{e.add ? ns::VdChange::Kind::kAdd : ns::VdChange::Kind::kRemove,
+                                     e.name, e.type, e.node});
+    }
+    return ns::UpdateManyVdSync(*s_, path, std::move(changes));
+  }
 
  private:
   ns::VdService* s_;

@@ -1,0 +1,153 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034  # DIR, FEDFS_DIR, PTLL, ... are read by the caller
+# Shared functions of the file-system benchmarks (bench/fs_bench.sh,
+# bench/dt_bench.sh); sourced, not run.
+#
+# The caller sets ROOT (repository), BUILD (build dir) and WORK (its own
+# temporary directory, removed by its EXIT trap), declares the arrays PIDS
+# and MOUNTS, and calls stop_started from its EXIT trap: everything the
+# functions here start is recorded there (daemons and FUSE servers by pid,
+# mountpoints), so it is stopped by pid and unmounted on exit, failure or
+# Ctrl-C. Functions that start something are not run in subshells, so that
+# PIDS and MOUNTS reach the trap.
+
+EXAMPLES=/usr/share/doc/libfuse3-dev/examples
+
+log() { echo "# $*" >&2; }
+
+# require_root_and_tools <bench name> <tool...>
+require_root_and_tools() {
+  local name=$1; shift
+  [ "$(id -u)" -eq 0 ] || { echo "$name: run as root (FUSE mounts, drop_caches)" >&2; exit 1; }
+  for t in "$@"; do
+    command -v "$t" >/dev/null || { echo "$name: $t missing (scripts/install-deps.sh)" >&2; exit 1; }
+  done
+}
+
+# stop_started: unmounts and stops (by pid) what was started since the last call.
+stop_started() {
+  set +e
+  for m in "${MOUNTS[@]}"; do
+    if mountpoint -q "$m"; then umount "$m" 2>/dev/null || umount -l "$m"; fi
+  done
+  for p in "${PIDS[@]}"; do
+    if kill -0 "$p" 2>/dev/null; then
+      kill -TERM "$p" 2>/dev/null
+      for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+      kill -KILL "$p" 2>/dev/null
+    fi
+    wait "$p" 2>/dev/null
+  done
+  PIDS=()
+  MOUNTS=()
+  set -e
+}
+
+is_fuse() { [ "$(stat -f -c %t "$1" 2>/dev/null)" = "65735546" ]; }
+
+# wait_mount <mountpoint> <pid...>: until a FUSE mount appears (20 s), or a pid dies.
+wait_mount() {
+  local m=$1; shift
+  for _ in $(seq 200); do
+    is_fuse "$m" && return 0
+    for p in "$@"; do kill -0 "$p" 2>/dev/null || return 1; done
+    sleep 0.1
+  done
+  return 1
+}
+
+drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
+
+# build_bench_tools <target...>: configures $BUILD and builds the given bench
+# targets (failure is fatal), then fedfsd and fedfsctl: sets FEDFSD, FEDFSCTL
+# and HAVE_FEDFS (0 when the daemon does not build: FedFS columns are n/a).
+build_bench_tools() {
+  log "building $* (and fedfsd, fedfsctl) in $BUILD"
+  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  ninja -C "$BUILD" -j2 "$@" >/dev/null
+  FEDFSD=$BUILD/fedfsd/fedfsd
+  FEDFSCTL=$BUILD/tools/fedfsctl
+  HAVE_FEDFS=1
+  if ! ninja -C "$BUILD" -j2 fedfsd fedfsctl >"$WORK/fedfs-build.log" 2>&1; then
+    log "fedfsd does not build (see $WORK/fedfs-build.log with KEEP=1): FedFS columns n/a"
+    HAVE_FEDFS=0
+  fi
+}
+
+# build_ptll: compiles libfuse's passthrough_ll example into $WORK (sets
+# PTLL), with the HAVE_* macros it checks (HAVE_FALLOCATE,
+# HAVE_POSIX_FALLOCATE, HAVE_COPY_FILE_RANGE; HAVE_UTIMENSAT and HAVE_SETXATTR
+# too, which only the high-level examples read).
+build_ptll() {
+  PTLL=$WORK/passthrough_ll
+  log "cc passthrough_ll.c -DHAVE_FALLOCATE -DHAVE_POSIX_FALLOCATE -DHAVE_COPY_FILE_RANGE ..."
+  # shellcheck disable=SC2046
+  cc -O2 -Wall -DHAVE_UTIMENSAT -DHAVE_SETXATTR -DHAVE_FALLOCATE -DHAVE_POSIX_FALLOCATE \
+    -DHAVE_COPY_FILE_RANGE $(pkg-config fuse3 --cflags) "$EXAMPLES/passthrough_ll.c" -o "$PTLL" \
+    $(pkg-config fuse3 --libs)
+}
+
+# start_ptll <tag> [extra -o options]: mounts passthrough_ll of
+# $WORK/<tag>-src on $WORK/<tag>-mnt (-o xattr, defaults otherwise:
+# cache=auto, 1 s timeouts); DIR = the mountpoint.
+start_ptll() {
+  local tag=$1 extra=${2:-}
+  mkdir -p "$WORK/$tag-src" "$WORK/$tag-mnt"
+  "$PTLL" -f -o "source=$WORK/$tag-src,allow_other,xattr,fsname=$tag${extra:+,$extra}" \
+    "$WORK/$tag-mnt" >"$WORK/$tag.log" 2>&1 &
+  PIDS+=($!); MOUNTS+=("$WORK/$tag-mnt")
+  wait_mount "$WORK/$tag-mnt" $! || { log "passthrough_ll ($tag) did not mount"; return 1; }
+  DIR=$WORK/$tag-mnt
+}
+
+# start_fedfs <tag> <nodes> <yaml for every node or ""> [<yaml for node 0 only>]:
+# starts <nodes> daemons, each with its export root and mountpoint under
+# $WORK/<tag>, waits until every node sees all of them alive; DIR = node 0's
+# mountpoint, FEDFS_DIR = $WORK/<tag> (n<i>.sock are the control sockets).
+start_fedfs() {
+  local tag=$1 n=$2 common=$3 node0=${4:-}
+  [ "$HAVE_FEDFS" = 1 ] || return 1
+  local d=$WORK/$tag
+  mkdir -p "$d"
+  (umask 077; "$FEDFSCTL" keygen >"$d/key")
+  local base=$((20000 + RANDOM % 30000))
+  local pids=()
+  for i in $(seq 0 $((n - 1))); do
+    mkdir -p "$d/export$i" "$d/mnt$i"
+    local peers="[]"
+    [ "$i" -gt 0 ] && peers="[\"127.0.0.1:$base\"]"
+    cat >"$d/n$i.yaml" <<EOF
+node_id: n$i
+node_tag: $((i + 1))
+listen: "127.0.0.1:$((base + i))"
+export_root: $d/export$i
+mountpoint: $d/mnt$i
+peers: $peers
+cluster_key_file: $d/key
+control_socket: $d/n$i.sock
+state_dir: $d/state$i
+log_level: warn
+transport: {tls: tcp, net_devices: lo}
+$common
+EOF
+    [ "$i" -eq 0 ] && [ -n "$node0" ] && echo "$node0" >>"$d/n$i.yaml"
+    "$FEDFSD" --config "$d/n$i.yaml" >"$d/n$i.log" 2>&1 &
+    PIDS+=($!); pids+=($!); MOUNTS+=("$d/mnt$i")
+  done
+  for i in $(seq 0 $((n - 1))); do
+    if ! wait_mount "$d/mnt$i" "${pids[@]}"; then
+      log "$tag: node n$i did not mount: $(tail -2 "$d/n$i.log" | tr '\n' ' ')"
+      return 1
+    fi
+  done
+  # Wait until every node sees all n members alive.
+  for _ in $(seq 100); do
+    local alive
+    alive=$("$FEDFSCTL" --socket "$d/n0.sock" status --json 2>/dev/null |
+      python3 -c 'import json,sys; print(sum(1 for m in json.load(sys.stdin).get("members",[]) if m.get("state")=="alive"))' 2>/dev/null || echo 0)
+    [ "$alive" = "$n" ] && break
+    sleep 0.1
+  done
+  DIR=$d/mnt0
+  FEDFS_DIR=$d
+}
