@@ -10,6 +10,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <unordered_map>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -163,6 +164,14 @@ class VdServiceClient final : public ns::VdClient {
   const IgnoreFn ignore_;
 };
 
+// Past this many changes in one directory within one batch of the watcher,
+// the directory's VDs are dropped (one round) instead of updated once per
+// change: every update makes the manager copy the whole VD, so a burst of N
+// changes (a program unpacking an archive, a storm of creates) would cost it
+// O(N^2) and stall the watcher's thread (the manager may be this node, served
+// inline) until inotify's queue overflows.
+constexpr size_t kBurstPerDir = 64;
+
 // Autonomy (docs/namespace.md, "Autonomy"): turns what the watcher saw in the
 // export root into VD updates at the managers. Runs on the watcher's thread.
 // An event is checked against the directory as it is now, so a late event
@@ -170,7 +179,19 @@ class VdServiceClient final : public ns::VdClient {
 void ReportLocalChanges(ns::VdService* vds, ns::NodeFs* local, const std::string& self,
                         std::vector<ns::LocalChange> changes) {
   auto log = Logger("autonomy");
+  std::unordered_map<std::string, size_t> per_dir;
+  for (const ns::LocalChange& c : changes) ++per_dir[c.dir];
+  for (const auto& [dir, n] : per_dir) {
+    if (n <= kBurstPerDir) continue;
+    // Rebuilt by dirmerge on next use, from the export roots as they are
+    // then (the subtree too: directories made in the burst are covered).
+    log->info("{} changes in {} behind FedFS' back: its VDs are rebuilt", n, dir);
+    vds->DropSubtree(dir, [log, d = dir](Status s) {
+      if (!s) log->warn("drop of VDs under {}: {}", d, s.error().ToString());
+    });
+  }
   for (ns::LocalChange& c : changes) {
+    if (per_dir[c.dir] > kBurstPerDir) continue;  // dropped above
     const std::string path = ns::JoinPath(c.dir, c.name);
     auto st = local->Stat(ns::Cred{}, path);
     const bool add = c.kind == ns::LocalChange::Kind::kAdd;
