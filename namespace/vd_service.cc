@@ -18,6 +18,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -75,16 +76,28 @@ m2m::Bytes EncodePathRequest(const std::string& path, const ClusterView& view,
   return Finish(b, wire::Body::PathRequest, wire::CreatePathRequest(b, p, f, view.epoch, sh));
 }
 
-m2m::Bytes EncodeUpdateRequest(const std::string& path, const VdChange& c,
-                               const ClusterView& view) {
-  flatbuffers::FlatBufferBuilder b(256 + path.size() + c.name.size());
-  auto p = b.CreateString(path);
-  auto f = b.CreateString(view.self);
+flatbuffers::Offset<wire::Change> EncodeChange(flatbuffers::FlatBufferBuilder& b,
+                                               const VdChange& c) {
   auto n = b.CreateString(c.name);
   auto node = b.CreateString(c.node);
-  auto kind = c.kind == VdChange::Kind::kAdd ? wire::ChangeKind::Add : wire::ChangeKind::Remove;
-  auto change = wire::CreateChange(b, kind, n, c.type, node);
-  return Finish(b, wire::Body::UpdateRequest, wire::CreateUpdateRequest(b, p, f, view.epoch, change));
+  return wire::CreateChange(b, static_cast<wire::ChangeKind>(c.kind), n, c.type, node);
+}
+
+// `changes` is never empty.
+m2m::Bytes EncodeUpdateRequest(const std::string& path, const std::vector<VdChange>& changes,
+                               const ClusterView& view) {
+  flatbuffers::FlatBufferBuilder b(256 + path.size() + 64 * changes.size());
+  auto p = b.CreateString(path);
+  auto f = b.CreateString(view.self);
+  auto first = EncodeChange(b, changes.front());
+  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::Change>>> more;
+  if (changes.size() > 1) {
+    std::vector<flatbuffers::Offset<wire::Change>> v;
+    for (size_t i = 1; i < changes.size(); ++i) v.push_back(EncodeChange(b, changes[i]));
+    more = b.CreateVector(v);
+  }
+  return Finish(b, wire::Body::UpdateRequest,
+                wire::CreateUpdateRequest(b, p, f, view.epoch, first, more));
 }
 
 m2m::Bytes EncodeListing(const std::vector<DirEntry>& entries) {
@@ -239,8 +252,30 @@ struct UpdateRequestData {
   std::string path;
   std::string from;
   uint64_t epoch = 0;
-  VdChange change;
+  std::vector<VdChange> changes;  // never empty
 };
+
+constexpr size_t kMaxChangesPerUpdate = 16;
+
+Result<VdChange> DecodeChange(const wire::Change* c) {
+  if (c == nullptr) return Err(EPROTO, "VD update without a change");
+  VdChange out;
+  switch (c->kind()) {
+    case wire::ChangeKind::Add: out.kind = VdChange::Kind::kAdd; break;
+    case wire::ChangeKind::Remove: out.kind = VdChange::Kind::kRemove; break;
+    case wire::ChangeKind::Claim: out.kind = VdChange::Kind::kClaim; break;
+    case wire::ChangeKind::Release: out.kind = VdChange::Kind::kRelease; break;
+    default: return Err(EPROTO, "VD update with an unknown change kind");
+  }
+  auto name = Need(c->name(), "change.name");
+  if (!name) return Err(name.error());
+  auto node = Need(c->node(), "change.node");
+  if (!node) return Err(node.error());
+  out.name = std::move(*name);
+  out.node = std::move(*node);
+  out.type = c->type();
+  return out;
+}
 
 Result<UpdateRequestData> DecodeUpdateRequest(const m2m::Bytes& payload) {
   auto d = Decoded::Open(payload, wire::Body::UpdateRequest);
@@ -252,20 +287,20 @@ Result<UpdateRequestData> DecodeUpdateRequest(const m2m::Bytes& payload) {
   out.path = std::move(*path);
   out.from = r->from() ? r->from()->str() : std::string();
   out.epoch = r->epoch();
-  const wire::Change* c = r->change();
-  if (c == nullptr) return Err(EPROTO, "VD update without a change");
-  switch (c->kind()) {
-    case wire::ChangeKind::Add: out.change.kind = VdChange::Kind::kAdd; break;
-    case wire::ChangeKind::Remove: out.change.kind = VdChange::Kind::kRemove; break;
-    default: return Err(EPROTO, "VD update with an unknown change kind");
+  auto first = DecodeChange(r->change());
+  if (!first) return Err(first.error());
+  out.changes.push_back(std::move(*first));
+  if (r->more() != nullptr) {
+    if (r->more()->size() + 1 > kMaxChangesPerUpdate) {
+      return Err(EPROTO, "VD update with more than " + std::to_string(kMaxChangesPerUpdate) +
+                             " changes");
+    }
+    for (const wire::Change* c : *r->more()) {
+      auto more = DecodeChange(c);
+      if (!more) return Err(more.error());
+      out.changes.push_back(std::move(*more));
+    }
   }
-  auto name = Need(c->name(), "change.name");
-  if (!name) return Err(name.error());
-  auto node = Need(c->node(), "change.node");
-  if (!node) return Err(node.error());
-  out.change.name = std::move(*name);
-  out.change.node = std::move(*node);
-  out.change.type = c->type();
   return out;
 }
 
@@ -390,6 +425,18 @@ Status ValidateChange(const VdChange& c) {
   return Ok();
 }
 
+// Every change valid; claims and releases alone; at most kMaxChangesPerUpdate.
+Status ValidateChanges(const std::vector<VdChange>& changes) {
+  if (changes.empty()) return Err(EINVAL, "VD update without a change");
+  if (changes.size() > kMaxChangesPerUpdate) return Err(EINVAL, "VD update with too many changes");
+  for (const VdChange& c : changes) {
+    if (auto s = ValidateChange(c); !s) return s;
+    const bool claim = c.kind == VdChange::Kind::kClaim || c.kind == VdChange::Kind::kRelease;
+    if (claim && changes.size() > 1) return Err(EINVAL, "a VD claim or release goes alone");
+  }
+  return Ok();
+}
+
 }  // namespace
 
 // ---- The service ------------------------------------------------------------
@@ -474,11 +521,11 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     auto req = DecodeUpdateRequest(call.payload);
     if (!req) return Refuse("kNsVdUpdate", call, std::move(responder), req.error());
     Status valid = ValidateGlobalPath(req->path);
-    if (valid) valid = ValidateChange(req->change);
+    if (valid) valid = ValidateChanges(req->changes);
     if (!valid) return Refuse("kNsVdUpdate", call, std::move(responder), valid.error());
     auto view = cluster_->Current();
     if (auto s = CheckManager(*view, req->path); !s) return responder.Fail(s.error());
-    ServeUpdate(req->path, req->change, req->from, *view,
+    ServeUpdate(req->path, std::move(req->changes), req->from, *view,
                 [responder = std::move(responder)](Result<UpdateOutcome> o) mutable {
                   if (!o) return responder.Fail(o.error());
                   responder.Reply(EncodeUpdateReply(*o));
@@ -625,9 +672,10 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     Route(std::move(r));
   }
 
-  void Update(const std::string& path, VdChange change, std::move_only_function<void(Status)> done) {
+  void UpdateMany(const std::string& path, std::vector<VdChange> changes,
+                  std::move_only_function<void(Status)> done) {
     Status valid = ValidateGlobalPath(path);
-    if (valid) valid = ValidateChange(change);
+    if (valid) valid = ValidateChanges(changes);
     if (!valid) return done(Err(valid.error()));
     auto self = shared_from_this();
     auto r = std::make_shared<Routed<UpdateOutcome>>();
@@ -635,11 +683,11 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     r->method = MethodId(RpcMethod::kNsVdUpdate);
     // The manager waits for its sharers' invalidations (up to rpc_timeout).
     r->timeout = 2 * std::chrono::duration_cast<m2m::Timeout>(options_.rpc_timeout);
-    r->encode = [path, change](const ClusterView& v) {
-      return EncodeUpdateRequest(path, change, v);
+    r->encode = [path, changes](const ClusterView& v) {
+      return EncodeUpdateRequest(path, changes, v);
     };
-    r->local = [self, path, change](const ClusterView& v, m2m::Callback<UpdateOutcome> cb) {
-      self->ServeUpdate(path, change, v.self, v, std::move(cb));
+    r->local = [self, path, changes](const ClusterView& v, m2m::Callback<UpdateOutcome> cb) {
+      self->ServeUpdate(path, changes, v.self, v, std::move(cb));
     };
     r->decode = [](const m2m::Bytes& b) { return DecodeUpdateReply(b); };
     if (dt_) {
@@ -818,19 +866,29 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     });
   }
 
-  // Applies `change` (made on change.node, reported by `from`) to the
-  // resident VD(P), invalidates the other sharers of P, then answers what the
-  // change did (version 0 when P is not resident: the next get rebuilds it).
-  void ServeUpdate(const std::string& path, const VdChange& change, const std::string& from,
+  // Applies `changes` (made on their nodes, reported by `from`) to the
+  // resident VD(P) at once, invalidates the other sharers of P, then answers
+  // what they did (version 0 when P is not resident: the next get rebuilds
+  // it). Claims and releases: see ServeClaim.
+  void ServeUpdate(const std::string& path, std::vector<VdChange> changes, const std::string& from,
                    const ClusterView& view, m2m::Callback<UpdateOutcome> done) {
+    if (changes.size() == 1 && (changes[0].kind == VdChange::Kind::kClaim ||
+                                changes[0].kind == VdChange::Kind::kRelease)) {
+      return ServeClaim(path, std::move(changes[0]), std::move(done));
+    }
     UpdateOutcome o;
     std::vector<SharerRec> targets;
     bool broadcast = false;
     {
       std::lock_guard lock(mu_);
       if (closed_) return done(Err(ESHUTDOWN, "VD service closed"));
+      for (const VdChange& c : changes) {
+        if (c.kind == VdChange::Kind::kAdd) EndClaimLocked(path, c.name, c.node);
+      }
       auto b = builds_.find(path);
-      if (b != builds_.end()) b->second->pending.push_back(change);  // replayed after the merge
+      if (b != builds_.end()) {  // replayed after the merge
+        for (const VdChange& c : changes) b->second->pending.push_back(c);
+      }
       bool changed = true;  // unknown when not resident: invalidate
       auto it = resident_.find(path);
       if (it != resident_.end() && it->second.snap.vd->epoch != view.epoch) {
@@ -839,24 +897,36 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
       }
       if (it != resident_.end()) {
         auto state = std::make_shared<MergeState>(*it->second.snap.state);
-        changed = change.kind == VdChange::Kind::kAdd
-                      ? vd_internal::ApplyAdd(*state, change.node, change.name, change.type)
-                      : vd_internal::ApplyRemove(*state, change.node, change.name);
+        changed = false;
+        for (const VdChange& c : changes) {
+          changed |= c.kind == VdChange::Kind::kAdd
+                         ? vd_internal::ApplyAdd(*state, c.node, c.name, c.type)
+                         : vd_internal::ApplyRemove(*state, c.node, c.name);
+        }
         Touch(it->second);
         o.prev_version = it->second.snap.vd->version;
         if (changed) {
           auto vd = std::make_shared<VirtualDirectory>(*it->second.snap.vd);
           vd->version += 1;
           vd->holders = state->holders;
-          vd_internal::RefreshEntries(*state, change.name, &vd->entries);
+          for (const VdChange& c : changes) vd_internal::RefreshEntries(*state, c.name, &vd->entries);
           version_floor_ = std::max(version_floor_, vd->version);
           it->second.snap = Snapshot{std::move(vd), std::move(state)};
           ++stats_.updates_applied;
         }
         const MergeState& st = *it->second.snap.state;
         o.version = it->second.snap.vd->version;
-        o.keys = vd_internal::RefreshKeys(change.name);
-        o.fresh = vd_internal::FreshEntries(st, change.name);
+        std::set<std::string> names;
+        for (const VdChange& c : changes) {
+          for (std::string& k : vd_internal::RefreshKeys(c.name)) names.insert(std::move(k));
+        }
+        o.keys.assign(names.begin(), names.end());
+        std::set<std::string> seen;  // visible names already in o.fresh
+        for (const std::string& k : o.keys) {
+          for (VdEntry& e : vd_internal::FreshEntries(st, k)) {
+            if (seen.insert(e.name).second) o.fresh.push_back(std::move(e));
+          }
+        }
         o.holders = st.holders;
       }
       if (changed) {
@@ -868,6 +938,62 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     if (targets.empty() && !broadcast) return done(std::move(o));
     InvalidateSharers(path, std::move(targets), broadcast, view, from,
                       [o = std::move(o), done = std::move(done)]() mutable { done(std::move(o)); });
+  }
+
+  // --- Claims (see VdChange) ---
+
+  struct Claim {
+    std::string node;
+    std::chrono::steady_clock::time_point expires;
+  };
+
+  std::chrono::steady_clock::duration ClaimLifetime() const { return 4 * options_.rpc_timeout; }
+
+  // Ends the claim of `name` in `path` by `node`, if any.
+  void EndClaimLocked(const std::string& path, const std::string& name, const std::string& node) {
+    auto p = claims_.find(path);
+    if (p == claims_.end()) return;
+    auto c = p->second.find(name);
+    if (c != p->second.end() && c->second.node == node) p->second.erase(c);
+    if (p->second.empty()) claims_.erase(p);
+  }
+
+  // kClaim: EEXIST if `name` is in VD(P) (built if needed) or claimed by
+  // another node and not expired; else claimed. kRelease: the claim ends.
+  void ServeClaim(const std::string& path, VdChange change, m2m::Callback<UpdateOutcome> done) {
+    if (change.kind == VdChange::Kind::kRelease) {
+      std::lock_guard lock(mu_);
+      EndClaimLocked(path, change.name, change.node);
+      return done(UpdateOutcome{});
+    }
+    EnsureResident(path, [self = shared_from_this(), path, change = std::move(change),
+                          done = std::move(done)](Result<Snapshot> s) mutable {
+      if (!s) return done(Err(s.error()));
+      UpdateOutcome o;
+      {
+        std::lock_guard lock(self->mu_);
+        // The resident VD may be newer than the snapshot this waited for.
+        Snapshot cur = *s;
+        if (auto it = self->resident_.find(path); it != self->resident_.end()) {
+          cur = it->second.snap;
+        }
+        const std::string full = JoinPath(path, change.name);
+        if (cur.state->copies.count(change.name) != 0 || cur.vd->Find(change.name) != nullptr) {
+          return done(Err(EEXIST, full + " exists"));
+        }
+        auto& claims = self->claims_[path];
+        const auto now = std::chrono::steady_clock::now();
+        std::erase_if(claims, [&](const auto& kv) { return kv.second.expires <= now; });
+        auto c = claims.find(change.name);
+        if (c != claims.end() && c->second.node != change.node) {
+          return done(Err(EEXIST, full + " is being created by " + c->second.node));
+        }
+        claims[change.name] = Claim{change.node, now + self->ClaimLifetime()};
+        o.prev_version = o.version = cur.vd->version;
+        o.holders = cur.state->holders;
+      }
+      done(std::move(o));
+    });
   }
 
   // --- Sharers (manager side; see the header) ---
@@ -1223,6 +1349,8 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   bool broadcast_all_ = false;                       // all records overflowed
   size_t sharer_records_ = 0;
   std::map<std::string, NodeRegion> node_regions_;
+  // Claimed names per directory (see VdChange), guarded by mu_.
+  std::unordered_map<std::string, std::map<std::string, Claim>> claims_;
   std::unique_ptr<DirTable> dt_;  // this node's directory table (client side); set once
 };
 
@@ -1259,7 +1387,14 @@ void VdService::Get(const std::string& path, std::move_only_function<void(Result
 
 void VdService::Update(const std::string& path, VdChange change,
                        std::move_only_function<void(Status)> done) {
-  impl_->core->Update(path, std::move(change), std::move(done));
+  std::vector<VdChange> changes;
+  changes.push_back(std::move(change));
+  impl_->core->UpdateMany(path, std::move(changes), std::move(done));
+}
+
+void VdService::UpdateMany(const std::string& path, std::vector<VdChange> changes,
+                           std::move_only_function<void(Status)> done) {
+  impl_->core->UpdateMany(path, std::move(changes), std::move(done));
 }
 
 void VdService::Conflicts(const std::string& path,
@@ -1286,6 +1421,13 @@ Status DropSubtreeSync(VdService& s, const std::string& path) {
   std::promise<Status> p;
   auto f = p.get_future();
   s.DropSubtree(path, [&p](Status r) { p.set_value(std::move(r)); });
+  return f.get();
+}
+
+Status UpdateManyVdSync(VdService& s, const std::string& path, std::vector<VdChange> changes) {
+  std::promise<Status> p;
+  auto f = p.get_future();
+  s.UpdateMany(path, std::move(changes), [&p](Status r) { p.set_value(std::move(r)); });
   return f.get();
 }
 

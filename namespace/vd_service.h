@@ -79,8 +79,15 @@ struct VdServiceOptions {
 };
 
 // A change to one entry of VD(P), made on `node`.
+//
+// kClaim reserves `name` in VD(P) for `node` before it creates the entry
+// there (create, mkdir, mknod, symlink, link, the new name of a rename):
+// EEXIST if the name is in VD(P) or claimed by another node, so two nodes
+// creating one name concurrently never both succeed. The claim is invisible to
+// readers, ends with the kAdd of that name from that node, with kRelease (the
+// create failed), or after 4 x rpc_timeout. Claims change no version.
 struct VdChange {
-  enum class Kind : uint8_t { kAdd = 0, kRemove = 1 };
+  enum class Kind : uint8_t { kAdd = 0, kRemove = 1, kClaim = 2, kRelease = 3 };
   Kind kind = Kind::kAdd;
   std::string name;  // real name in the node's export root
   uint8_t type = 0;  // DT_* (kAdd)
@@ -101,6 +108,11 @@ class VdService {
 
   void Get(const std::string& path, std::move_only_function<void(Result<VdPtr>)> done);
   void Update(const std::string& path, VdChange change, std::move_only_function<void(Status)> done);
+  // Several changes of VD(P) applied at once (one version, one invalidation
+  // round): a rename within one directory is seen whole or not at all.
+  // Claims and releases go alone.
+  void UpdateMany(const std::string& path, std::vector<VdChange> changes,
+                  std::move_only_function<void(Status)> done);
   void Conflicts(const std::string& path,
                  std::move_only_function<void(Result<std::vector<Conflict>>)> done);
   // One parallel round of kNsVdDrop(path) to every live node (this one
@@ -136,6 +148,7 @@ class VdService {
 // Blocking helpers for worker threads (FUSE), not for the progress context.
 Result<VdPtr> GetVdSync(VdService& s, const std::string& path);
 Status UpdateVdSync(VdService& s, const std::string& path, VdChange change);
+Status UpdateManyVdSync(VdService& s, const std::string& path, std::vector<VdChange> changes);
 Status DropSubtreeSync(VdService& s, const std::string& path);
 
 }  // namespace fedfs::ns

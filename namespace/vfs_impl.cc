@@ -325,7 +325,21 @@ Result<std::string> VfsImpl::PlaceNew(const Cred& c, const std::string& dir_path
     return Err(EHOSTDOWN, "placement chose node " + node + ", which is down");
   }
   if (auto s = EnsureDirOn(c, node, dir_path, dir_vd); !s) return Err(s.error());
+  if (auto s = deps_.vds->Claim(dir_path, std::string(BaseName(path)), node); !s) {
+    return Err(s.error());
+  }
   return node;
+}
+
+void VfsImpl::ReleaseNew(const std::string& dir_path, const std::string& name,
+                         const std::string& node) {
+  deps_.vds->Release(dir_path, name, node);
+}
+
+void VfsImpl::ReportEdits(const std::string& dir, const std::vector<VdEdit>& edits) {
+  if (auto s = deps_.vds->Apply(dir, edits); !s) {
+    Log()->warn("VD update ({} changes in {}) failed: {}", edits.size(), dir, s.error().ToString());
+  }
 }
 
 // ---------------------------------------------------------------- names
@@ -370,6 +384,16 @@ Result<struct stat> VfsImpl::GetAttr(const Cred& c, uint64_t ino, std::optional<
   auto fs = FsOf(r->node);
   if (!fs) return Err(fs.error());
   auto st = (*fs)->Stat(c, r->path);
+  if (!st && st.error().code == ENOENT) {
+    // Removed or renamed on its node since the kernel looked it up: through
+    // an open handle, fstat semantics; else ESTALE, on which the kernel
+    // looks the path up again (stat(2) and open(2) retry once).
+    if (auto f = fh ? FileOf(*fh) : AnyFileOf(ino); f) {
+      st = f->fs->SetAttr(c, "/", f->handle, SetAttrRequest{});
+    } else {
+      return Err(ESTALE, r->path + " changed on node " + r->node);
+    }
+  }
   if (!st) return st;
   st->st_ino = FileIno(r->node, st->st_ino);
   return st;
@@ -459,8 +483,12 @@ Result<EntryOut> VfsImpl::Mknod(const Cred& c, uint64_t parent, const std::strin
   if (FindEntry(**vd, name)) return Err(EEXIST, JoinPath(dir->path, name));
   const std::string path = JoinPath(dir->path, name);
   FEDFS_TRY(node, PlaceNew(c, dir->path, *vd, path, false));
-  FEDFS_TRY(fs, FsOf(*node));
-  FEDFS_TRY(st, (*fs)->Mknod(c, path, mode, rdev));
+  auto fs = FsOf(*node);
+  auto st = fs ? (*fs)->Mknod(c, path, mode, rdev) : Result<struct stat>(Err(fs.error()));
+  if (!st) {
+    ReleaseNew(dir->path, name, *node);
+    return Err(st.error());
+  }
   ReportAdd(dir->path, name, DtFromMode(st->st_mode), *node);
   Child ch{name, name, static_cast<mode_t>(st->st_mode & S_IFMT), *node, *st};
   ch.st.st_ino = FileIno(*node, st->st_ino);
@@ -475,8 +503,12 @@ Result<EntryOut> VfsImpl::Mkdir(const Cred& c, uint64_t parent, const std::strin
   if (FindEntry(**vd, name)) return Err(EEXIST, JoinPath(dir->path, name));
   const std::string path = JoinPath(dir->path, name);
   FEDFS_TRY(node, PlaceNew(c, dir->path, *vd, path, true));
-  FEDFS_TRY(fs, FsOf(*node));
-  FEDFS_TRY(st, (*fs)->Mkdir(c, path, mode));
+  auto fs = FsOf(*node);
+  auto st = fs ? (*fs)->Mkdir(c, path, mode) : Result<struct stat>(Err(fs.error()));
+  if (!st) {
+    ReleaseNew(dir->path, name, *node);
+    return Err(st.error());
+  }
   ReportAdd(dir->path, name, DT_DIR, *node);
   Child ch{name, name, S_IFDIR, "", *st};
   ch.st.st_ino = DirIno(path);
@@ -492,8 +524,12 @@ Result<EntryOut> VfsImpl::Symlink(const Cred& c, const std::string& target, uint
   if (FindEntry(**vd, name)) return Err(EEXIST, JoinPath(dir->path, name));
   const std::string path = JoinPath(dir->path, name);
   FEDFS_TRY(node, PlaceNew(c, dir->path, *vd, path, false));
-  FEDFS_TRY(fs, FsOf(*node));
-  FEDFS_TRY(st, (*fs)->Symlink(c, target, path));
+  auto fs = FsOf(*node);
+  auto st = fs ? (*fs)->Symlink(c, target, path) : Result<struct stat>(Err(fs.error()));
+  if (!st) {
+    ReleaseNew(dir->path, name, *node);
+    return Err(st.error());
+  }
   ReportAdd(dir->path, name, DT_LNK, *node);
   Child ch{name, name, S_IFLNK, *node, *st};
   ch.st.st_ino = FileIno(*node, st->st_ino);
@@ -514,8 +550,13 @@ Result<EntryOut> VfsImpl::Link(const Cred& c, uint64_t ino, uint64_t new_parent,
     return Err(EXDEV, "link: " + dir->path + " is not on node " + src->node);
   }
   const std::string path = JoinPath(dir->path, new_name);
-  FEDFS_TRY(fs, FsOf(src->node));
-  FEDFS_TRY(st, (*fs)->Link(c, src->path, path));
+  if (auto s = deps_.vds->Claim(dir->path, new_name, src->node); !s) return Err(s.error());
+  auto fs = FsOf(src->node);
+  auto st = fs ? (*fs)->Link(c, src->path, path) : Result<struct stat>(Err(fs.error()));
+  if (!st) {
+    ReleaseNew(dir->path, new_name, src->node);
+    return Err(st.error());
+  }
   ReportAdd(dir->path, new_name, DtFromMode(st->st_mode), src->node);
   Child ch{new_name, new_name, static_cast<mode_t>(st->st_mode & S_IFMT), src->node, *st};
   ch.st.st_ino = FileIno(src->node, st->st_ino);
@@ -576,8 +617,20 @@ void VfsImpl::ForgetSubtreeVds(const std::string& path) {
   }
 }
 
+// A rename to a new name claims it first; losing that claim to a concurrent
+// create starts over (the name now exists: a replace).
 Status VfsImpl::Rename(const Cred& c, uint64_t parent, const std::string& name,
                        uint64_t new_parent, const std::string& new_name, unsigned flags) {
+  for (int attempt = 0;; ++attempt) {
+    Status s = RenameOnce(c, parent, name, new_parent, new_name, flags);
+    const bool raced = !s && s.error().code == EEXIST && s.error().context == "raced";
+    if (!raced) return s;
+    if (attempt == 4) return Err(EEXIST, "rename: " + new_name + " keeps being created");
+  }
+}
+
+Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& name,
+                           uint64_t new_parent, const std::string& new_name, unsigned flags) {
   if (auto s = ValidateName(new_name); !s) return Err(s.error());
   if ((flags & RENAME_EXCHANGE) && (flags & RENAME_NOREPLACE)) return Err(EINVAL, "rename flags");
   FEDFS_TRY(sdir, ResolveDir(parent));
@@ -633,6 +686,8 @@ Status VfsImpl::Rename(const Cred& c, uint64_t parent, const std::string& name,
   } else {
     node = src.holders.empty() ? std::string() : src.holders.front();
   }
+  // The destination's copy on another node, removed after the rename.
+  std::optional<std::pair<std::string, std::string>> remote_dst;  // (node, real name)
   if (dst) {
     const bool dst_dir = dst->type == DT_DIR;
     if (!(flags & RENAME_EXCHANGE)) {
@@ -645,18 +700,37 @@ Status VfsImpl::Rename(const Cred& c, uint64_t parent, const std::string& name,
     if (!dst_here || dreal != new_name) {
       if (flags & RENAME_EXCHANGE) return Err(EXDEV, "exchange across nodes: " + from + ", " + to);
       if (dst_dir) return Err(EXDEV, "replace a directory on another node: " + to);
-      // The destination lives on another node: remove it there first (not
-      // atomic; docs/namespace.md).
-      const std::string dnode = dst->holders.front();
-      FEDFS_TRY(dfs, FsOf(dnode));
-      if (auto s = (*dfs)->Unlink(c, JoinPath(ddir->path, dreal)); !s) return s;
-      ReportRemove(ddir->path, dreal, dnode);
+      // The destination lives on another node: rename first (so a failed
+      // rename deletes nothing), then remove that copy (not atomic;
+      // docs/namespace.md).
+      remote_dst = std::make_pair(dst->holders.front(), dreal);
       dst.reset();
     }
   }
-  if (auto s = EnsureDirOn(c, node, ddir->path, *dvd); !s) return s;
-  FEDFS_TRY(fs, FsOf(node));
-  if (auto s = (*fs)->Rename(c, from, to, flags); !s) return s;
+  const bool claimed = !dst && !remote_dst;
+  if (claimed) {
+    if (auto s = deps_.vds->Claim(ddir->path, new_name, node); !s) {
+      return s.error().code == EEXIST ? Err(EEXIST, "raced") : s;
+    }
+  }
+  Status done = EnsureDirOn(c, node, ddir->path, *dvd);
+  auto fs = FsOf(node);
+  if (done && !fs) done = Err(fs.error());
+  if (done) done = (*fs)->Rename(c, from, to, flags);
+  if (!done) {
+    if (claimed) ReleaseNew(ddir->path, new_name, node);
+    return done;
+  }
+  if (remote_dst) {
+    auto dfs = FsOf(remote_dst->first);
+    Status gone = dfs ? (*dfs)->Unlink(c, JoinPath(ddir->path, remote_dst->second))
+                      : Status(Err(dfs.error()));
+    if (!gone && gone.error().code != ENOENT) {
+      Log()->warn("rename {} -> {}: the replaced copy on {} stays: {}", from, to,
+                  remote_dst->first, gone.error().ToString());
+      remote_dst.reset();
+    }
+  }
   if (src_dir || (dst && dst->type == DT_DIR)) {
     ForgetSubtreeVds(from);
     ForgetSubtreeVds(to);
@@ -665,12 +739,24 @@ Status VfsImpl::Rename(const Cred& c, uint64_t parent, const std::string& name,
     // Two hard links of one file: rename(2) does nothing, both names stay.
     return Ok();
   }
-  ReportRemove(sdir->path, sreal, node);
+  std::vector<VdEdit> src_edits{{.add = false, .name = sreal, .node = node}};
+  std::vector<VdEdit> dst_edits;
   if (flags & RENAME_EXCHANGE) {
-    ReportRemove(ddir->path, new_name, node);
-    ReportAdd(sdir->path, sreal, dst->type, node);
+    dst_edits.push_back({.add = false, .name = new_name, .node = node});
+    src_edits.push_back({.add = true, .name = sreal, .type = dst->type, .node = node});
   }
-  ReportAdd(ddir->path, new_name, src.type, node);
+  if (remote_dst) dst_edits.push_back({.add = false, .name = remote_dst->second, .node = remote_dst->first});
+  dst_edits.push_back({.add = true, .name = new_name, .type = src.type, .node = node});
+  if (sdir->path == ddir->path) {
+    // One directory: one change, seen whole or not at all.
+    src_edits.insert(src_edits.end(), dst_edits.begin(), dst_edits.end());
+    ReportEdits(sdir->path, src_edits);
+  } else {
+    // Two directories, two managers: the new name first, so that a reader in
+    // between sees both names rather than neither.
+    ReportEdits(ddir->path, dst_edits);
+    ReportEdits(sdir->path, src_edits);
+  }
 
   std::lock_guard lock(mu_);
   auto s_it = names_.find({parent, name});
@@ -736,15 +822,35 @@ Result<FileOut> VfsImpl::Open(const Cred& c, uint64_t ino, int flags) {
   FEDFS_TRY(r, Resolve(ino));
   if (IsDir(r->type)) return Err(EISDIR, r->path);
   FEDFS_TRY(fs, FsOf(r->node));
-  FEDFS_TRY(op, (*fs)->Open(c, r->path, flags & ~(O_CREAT | O_EXCL)));
+  auto op = (*fs)->Open(c, r->path, flags & ~(O_CREAT | O_EXCL));
+  if (!op && op.error().code == ENOENT) {
+    // Gone since the kernel looked it up: ESTALE makes open(2) look the path
+    // up again, and create it if it was an O_CREAT open.
+    return Err(ESTALE, r->path + " changed on node " + r->node);
+  }
+  if (!op) return Err(op.error());
   FileOut out;
   out.fh = AddFile(OpenFile{*fs, op->handle, ino});
   return out;
 }
 
+// A create races with other nodes' creates and unlinks of the same name: a
+// lost claim (another node is creating it) or an existing file that vanished
+// before it was opened starts over, a few times.
 Result<std::pair<EntryOut, FileOut>> VfsImpl::Create(const Cred& c, uint64_t parent,
                                                      const std::string& name, mode_t mode,
                                                      int flags) {
+  for (int attempt = 0;; ++attempt) {
+    auto r = CreateOnce(c, parent, name, mode, flags);
+    const bool raced = !r && ((r.error().code == EEXIST && !(flags & O_EXCL)) ||
+                              (r.error().code == ENOENT && r.error().context == "raced"));
+    if (!raced || attempt == 4) return r;
+  }
+}
+
+Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t parent,
+                                                         const std::string& name, mode_t mode,
+                                                         int flags) {
   if (auto s = ValidateName(name); !s) return Err(s.error());
   FEDFS_TRY(dir, ResolveDir(parent));
   FEDFS_TRY(vd, deps_.vds->Get(dir->path));
@@ -752,9 +858,13 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::Create(const Cred& c, uint64_t par
     // Lost a race with another creator: open the existing file.
     if (flags & O_EXCL) return Err(EEXIST, JoinPath(dir->path, name));
     if (e->type == DT_DIR) return Err(EISDIR, JoinPath(dir->path, name));
-    FEDFS_TRY(ch, ChildFromEntry(c, dir->path, *e));
+    auto ch = ChildFromEntry(c, dir->path, *e);
+    if (!ch && ch.error().code == ENOENT) return Err(ENOENT, "raced");  // unlinked meanwhile
+    if (!ch) return Err(ch.error());
     FEDFS_TRY(fs, FsOf(ch->node));
-    FEDFS_TRY(op, (*fs)->Open(c, JoinPath(dir->path, ch->real_name), flags & ~(O_CREAT | O_EXCL)));
+    auto op = (*fs)->Open(c, JoinPath(dir->path, ch->real_name), flags & ~(O_CREAT | O_EXCL));
+    if (!op && op.error().code == ENOENT) return Err(ENOENT, "raced");
+    if (!op) return Err(op.error());
     EntryOut entry = Remember(parent, *ch);
     FileOut out;
     out.fh = AddFile(OpenFile{*fs, op->handle, entry.ino});
@@ -762,8 +872,12 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::Create(const Cred& c, uint64_t par
   }
   const std::string path = JoinPath(dir->path, name);
   FEDFS_TRY(node, PlaceNew(c, dir->path, *vd, path, false));
-  FEDFS_TRY(fs, FsOf(*node));
-  FEDFS_TRY(op, (*fs)->Create(c, path, flags | O_CREAT, mode));
+  auto fs = FsOf(*node);
+  auto op = fs ? (*fs)->Create(c, path, flags | O_CREAT, mode) : Result<Opened>(Err(fs.error()));
+  if (!op) {
+    ReleaseNew(dir->path, name, *node);
+    return Err(op.error());
+  }
   ReportAdd(dir->path, name, DT_REG, *node);
   Child ch{name, name, S_IFREG, *node, op->st};
   ch.st.st_ino = FileIno(*node, op->st.st_ino);

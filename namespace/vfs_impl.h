@@ -48,6 +48,14 @@ namespace fedfs::ns {
 
 using VdPtr = std::shared_ptr<const VirtualDirectory>;
 
+// One change of a directory, as reported to its manager.
+struct VdEdit {
+  bool add = true;   // false: remove
+  std::string name;  // real name on `node`
+  uint8_t type = 0;  // DT_* (add)
+  std::string node;
+};
+
 // What VfsImpl needs from the VD service, as blocking calls (the daemon
 // adapts VdService with GetVdSync/UpdateVdSync; tests use fakes).
 class VdClient {
@@ -61,6 +69,28 @@ class VdClient {
                      const std::string& node) = 0;
   virtual Status Remove(const std::string& path, const std::string& name,
                         const std::string& node) = 0;
+  // Reserves `name` in directory `path` for `node` before it is created
+  // there: EEXIST if the name exists or another node is creating it (so two
+  // nodes never both create one name). Clients without managers accept.
+  virtual Status Claim(const std::string& path, const std::string& name,
+                       const std::string& node) {
+    (void)path, (void)name, (void)node;
+    return Ok();
+  }
+  // Ends a claim whose create failed.
+  virtual void Release(const std::string& path, const std::string& name,
+                       const std::string& node) {
+    (void)path, (void)name, (void)node;
+  }
+  // Several changes of directory `path` at once (a rename within it is seen
+  // whole or not at all). The default applies them one by one.
+  virtual Status Apply(const std::string& path, const std::vector<VdEdit>& edits) {
+    for (const VdEdit& e : edits) {
+      Status s = e.add ? Add(path, e.name, e.type, e.node) : Remove(path, e.name, e.node);
+      if (!s) return s;
+    }
+    return Ok();
+  }
   // Forgets every VD at or beneath `path` wherever it is kept (after a
   // directory moved or went away). Clients that keep no VDs do nothing.
   virtual Status DropSubtree(const std::string& path) {
@@ -254,9 +284,18 @@ class VfsImpl final : public Vfs {
   void ForgetSubtreeVds(const std::string& path);
   void MaybeEraseLocked(uint64_t ino);
 
-  // Placement + missing parents on the chosen node; returns the node.
+  // Placement + missing parents on the chosen node, and the claim of the
+  // name there (VdClient::Claim); returns the node. The caller releases the
+  // claim if its create fails (ReleaseNew).
   Result<std::string> PlaceNew(const Cred& c, const std::string& dir_path, const VdPtr& dir_vd,
                                const std::string& path, bool is_dir);
+  void ReleaseNew(const std::string& dir_path, const std::string& name, const std::string& node);
+  void ReportEdits(const std::string& dir, const std::vector<VdEdit>& edits);
+  Status RenameOnce(const Cred& c, uint64_t parent, const std::string& name,
+                    uint64_t new_parent, const std::string& new_name, unsigned flags);
+  Result<std::pair<EntryOut, FileOut>> CreateOnce(const Cred& c, uint64_t parent,
+                                                  const std::string& name, mode_t mode,
+                                                  int flags);
   // Makes sure `node` has directory `dir_path` (and its ancestors), with the
   // attributes of the existing directories; reports created ones to the VDs.
   Status EnsureDirOn(const Cred& c, const std::string& node, const std::string& dir_path,
