@@ -116,6 +116,10 @@ class VdServiceClient final : public ns::VdClient {
   VdServiceClient(ns::VdService* s, std::string self, IgnoreFn ignore)
       : s_(s), self_(std::move(self)), ignore_(std::move(ignore)) {}
   Result<ns::VdPtr> Get(const std::string& path) override { return ns::GetVdSync(*s_, path); }
+  Result<ns::VdPtr> GetFresh(const std::string& path) override {
+    s_->ForgetCached(path);
+    return ns::GetVdSync(*s_, path);
+  }
   Status Add(const std::string& path, const std::string& name, uint8_t type,
              const std::string& node) override {
     if (node == self_ && ignore_) ignore_(path, name);

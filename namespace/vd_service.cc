@@ -721,6 +721,10 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     Route(std::move(r));
   }
 
+  void ForgetCached(const std::string& path) {
+    if (dt_) dt_->Invalidate(path);
+  }
+
   Stats stats() const {
     std::lock_guard lock(mu_);
     Stats s = stats_;
@@ -1391,6 +1395,8 @@ void VdService::Update(const std::string& path, VdChange change,
   changes.push_back(std::move(change));
   impl_->core->UpdateMany(path, std::move(changes), std::move(done));
 }
+
+void VdService::ForgetCached(const std::string& path) { impl_->core->ForgetCached(path); }
 
 void VdService::UpdateMany(const std::string& path, std::vector<VdChange> changes,
                            std::move_only_function<void(Status)> done) {

@@ -107,6 +107,9 @@ class VdService {
   void RegisterHandlers();  // before the transport's Listen
 
   void Get(const std::string& path, std::move_only_function<void(Result<VdPtr>)> done);
+  // Drops this node's directory-table copy of VD(path): the next Get asks
+  // the manager.
+  void ForgetCached(const std::string& path);
   void Update(const std::string& path, VdChange change, std::move_only_function<void(Status)> done);
   // Several changes of VD(P) applied at once (one version, one invalidation
   // round): a rename within one directory is seen whole or not at all.

@@ -200,13 +200,37 @@ Result<VfsImpl::Child> VfsImpl::ChildFromEntry(const Cred& c, const std::string&
   return ch;
 }
 
+// An entry that its holder no longer has is being removed or renamed by
+// another operation whose VD update has not reached the manager yet: the VD
+// is asked again (from the manager) until it no longer lists the entry, for a
+// bounded time, so that a lookup that answers ENOENT is never followed by a
+// listing that still shows the name.
 Result<VfsImpl::Child> VfsImpl::LookupChild(const Cred& c, const std::string& dir_path,
                                             const std::string& name) {
   auto vd = deps_.vds->Get(dir_path);
   if (!vd) return Err(vd.error());
   const VdEntry* e = FindEntry(**vd, name);
   if (e == nullptr) return Err(ENOENT, JoinPath(dir_path, name));
-  return ChildFromEntry(c, dir_path, *e);
+  auto ch = ChildFromEntry(c, dir_path, *e);
+  if (!ch && ch.error().code == ENOENT && e->type != DT_DIR) {
+    AwaitVd(dir_path, name, /*listed=*/false);
+    return Err(ENOENT, JoinPath(dir_path, name));
+  }
+  return ch;
+}
+
+// Until VD(dir) from its manager lists `name` (or no longer does), for at
+// most ~50 ms: another node's operation changed the holder first and reports
+// to the manager next. Answering before the manager agrees would let a later
+// listing contradict this answer.
+void VfsImpl::AwaitVd(const std::string& dir, const std::string& name, bool listed) {
+  auto backoff = std::chrono::microseconds(200);
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    auto vd = deps_.vds->GetFresh(dir);
+    if (!vd || (FindEntry(**vd, name) != nullptr) == listed) return;
+    std::this_thread::sleep_for(backoff);
+    backoff *= 2;
+  }
 }
 
 EntryOut VfsImpl::Remember(uint64_t parent, const Child& ch) {
@@ -325,7 +349,10 @@ Result<std::string> VfsImpl::PlaceNew(const Cred& c, const std::string& dir_path
     return Err(EHOSTDOWN, "placement chose node " + node + ", which is down");
   }
   if (auto s = EnsureDirOn(c, node, dir_path, dir_vd); !s) return Err(s.error());
-  if (auto s = deps_.vds->Claim(dir_path, std::string(BaseName(path)), node); !s) {
+  const std::string name(BaseName(path));
+  if (auto s = deps_.vds->Claim(dir_path, name, node); !s) {
+    // Another node is creating it: answer EEXIST once its name is visible.
+    if (s.error().code == EEXIST) AwaitVd(dir_path, name, /*listed=*/true);
     return Err(s.error());
   }
   return node;
@@ -572,7 +599,10 @@ Status VfsImpl::Unlink(const Cred& c, uint64_t parent, const std::string& name) 
   const std::string node = e->holders.empty() ? std::string() : e->holders.front();
   const std::string real = e->real_name.empty() ? e->name : e->real_name;
   FEDFS_TRY(fs, FsOf(node));
-  if (auto s = (*fs)->Unlink(c, JoinPath(dir->path, real)); !s) return s;
+  if (auto s = (*fs)->Unlink(c, JoinPath(dir->path, real)); !s) {
+    if (s.error().code == ENOENT) AwaitVd(dir->path, name, /*listed=*/false);  // removed meanwhile
+    return s;
+  }
   ReportRemove(dir->path, real, node);
   DetachName(parent, name);
   return Ok();
@@ -719,6 +749,8 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
   if (done) done = (*fs)->Rename(c, from, to, flags);
   if (!done) {
     if (claimed) ReleaseNew(ddir->path, new_name, node);
+    // The source went meanwhile (another node removed or renamed it).
+    if (done.error().code == ENOENT) AwaitVd(sdir->path, name, /*listed=*/false);
     return done;
   }
   if (remote_dst) {

@@ -63,6 +63,8 @@ class VdClient {
   virtual ~VdClient() = default;
   // VD(path); ENOENT if no live node has `path` as a directory.
   virtual Result<VdPtr> Get(const std::string& path) = 0;
+  // VD(path) from its manager, not from a cached copy.
+  virtual Result<VdPtr> GetFresh(const std::string& path) { return Get(path); }
   // Reports that `node` added or removed the entry `name` of directory
   // `path` (kAdd/kRemove).
   virtual Status Add(const std::string& path, const std::string& name, uint8_t type,
@@ -290,6 +292,7 @@ class VfsImpl final : public Vfs {
   Result<std::string> PlaceNew(const Cred& c, const std::string& dir_path, const VdPtr& dir_vd,
                                const std::string& path, bool is_dir);
   void ReleaseNew(const std::string& dir_path, const std::string& name, const std::string& node);
+  void AwaitVd(const std::string& dir, const std::string& name, bool listed);
   void ReportEdits(const std::string& dir, const std::vector<VdEdit>& edits);
   Status RenameOnce(const Cred& c, uint64_t parent, const std::string& name,
                     uint64_t new_parent, const std::string& new_name, unsigned flags);
