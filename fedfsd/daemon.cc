@@ -108,13 +108,10 @@ class MembershipClusterView final : public ns::ClusterViewSource {
   mutable std::shared_ptr<const ns::ClusterView> view_;           // guarded by mu_
 };
 
-// The Vfs's blocking view of the VD service. Changes this node makes itself
-// are reported here, so the autonomy watcher is told to skip their echo.
+// The Vfs's blocking view of the VD service.
 class VdServiceClient final : public ns::VdClient {
  public:
-  using IgnoreFn = std::function<void(const std::string& dir, const std::string& name)>;
-  VdServiceClient(ns::VdService* s, std::string self, IgnoreFn ignore)
-      : s_(s), self_(std::move(self)), ignore_(std::move(ignore)) {}
+  explicit VdServiceClient(ns::VdService* s) : s_(s) {}
   Result<ns::VdPtr> Get(const std::string& path) override { return ns::GetVdSync(*s_, path); }
   Result<ns::VdPtr> GetFresh(const std::string& path) override {
     s_->ForgetCached(path);
@@ -122,7 +119,6 @@ class VdServiceClient final : public ns::VdClient {
   }
   Status Add(const std::string& path, const std::string& name, uint8_t type,
              const std::string& node) override {
-    if (node == self_ && ignore_) ignore_(path, name);
     ns::VdChange ch;
     ch.kind = ns::VdChange::Kind::kAdd;
     ch.name = name;
@@ -132,7 +128,6 @@ class VdServiceClient final : public ns::VdClient {
   }
   Status Remove(const std::string& path, const std::string& name,
                 const std::string& node) override {
-    if (node == self_ && ignore_) ignore_(path, name);
     ns::VdChange ch;
     ch.kind = ns::VdChange::Kind::kRemove;
     ch.name = name;
@@ -155,7 +150,6 @@ class VdServiceClient final : public ns::VdClient {
   Status Apply(const std::string& path, const std::vector<ns::VdEdit>& edits) override {
     std::vector<ns::VdChange> changes;
     for (const ns::VdEdit& e : edits) {
-      if (e.node == self_ && ignore_) ignore_(path, e.name);
       changes.push_back(ns::VdChange{e.add ? ns::VdChange::Kind::kAdd : ns::VdChange::Kind::kRemove,
                                      e.name, e.type, e.node});
     }
@@ -164,8 +158,6 @@ class VdServiceClient final : public ns::VdClient {
 
  private:
   ns::VdService* s_;
-  const std::string self_;
-  const IgnoreFn ignore_;
 };
 
 // Past this many changes in one directory within one batch of the watcher,
@@ -359,6 +351,14 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
     d->Stop();
     return Err(local.error().code, "export root " + o.export_root + ": " + local.error().ToString());
   }
+  // Every change FedFS makes in the export root (for this node's mount or
+  // another node's) is announced to the autonomy watcher, which then skips
+  // its echo: a late echo could otherwise report a name that came back.
+  (*local)->SetChangeHook([watching = d->watching_](const std::string& path) {
+    if (ns::LocalWatch* w = watching->load(std::memory_order_acquire)) {
+      w->Ignore(std::string(ns::ParentPath(path)), std::string(ns::BaseName(path)));
+    }
+  });
   d->local_fs_ = std::move(*local);
   ns::FileServiceOptions fso;
   fso.root_squash = o.security.root_squash;
@@ -387,10 +387,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
   d->vd_service_ = std::make_unique<ns::VdService>(vdo, d->transport_.get(), d->cluster_.get(),
                                                    d->local_fs_.get(), d->pool_.get());
   d->vd_service_->RegisterHandlers();
-  d->vd_client_ = std::make_unique<VdServiceClient>(
-      d->vd_service_.get(), o.node_id, [watching](const std::string& dir, const std::string& name) {
-        if (ns::LocalWatch* w = watching->load(std::memory_order_acquire)) w->Ignore(dir, name);
-      });
+  d->vd_client_ = std::make_unique<VdServiceClient>(d->vd_service_.get());
 
   ns::VfsOptions vo;
   vo.entry_timeout = o.fuse.entry_timeout_s;

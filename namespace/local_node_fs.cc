@@ -267,6 +267,7 @@ Result<std::vector<DirEntry>> LocalNodeFs::ListDir(const Cred& c, const std::str
 Result<struct stat> LocalNodeFs::Mkdir(const Cred& c, const std::string& path, mode_t mode) {
   FEDFS_AS(c);
   FEDFS_PARENT(p, path, "mkdir");
+  Changing(path);
   if (mkdirat(p.fd.get(), p.name.c_str(), scoped_cred.NewMode(mode & 07777)) != 0) {
     return SysErr("mkdir", path);
   }
@@ -286,6 +287,7 @@ Status LocalNodeFs::MkdirParents(const std::string& path,
   }
   std::string_view parent = ParentPath(path);
   if (parent == "/") return Ok();
+  for (std::string_view a = parent; a != "/"; a = ParentPath(a)) Changing(std::string(a));
   auto rootfd = OpenDirBeneath(root_fd_, ".", path, op);
   if (!rootfd) return Err(rootfd.error());
   UniqueFd cur(*rootfd);
@@ -329,6 +331,7 @@ Status LocalNodeFs::MkdirParents(const std::string& path,
 Status LocalNodeFs::Rmdir(const Cred& c, const std::string& path) {
   FEDFS_AS(c);
   FEDFS_PARENT(p, path, "rmdir");
+  Changing(path);
   if (unlinkat(p.fd.get(), p.name.c_str(), AT_REMOVEDIR) != 0) return SysErr("rmdir", path);
   return Ok();
 }
@@ -339,6 +342,7 @@ Result<struct stat> LocalNodeFs::Mknod(const Cred& c, const std::string& path, m
   FEDFS_PARENT(p, path, "mknod");
   if ((mode & S_IFMT) == 0) mode |= S_IFREG;
   mode_t m = (mode & S_IFMT) | scoped_cred.NewMode(mode & 07777);
+  Changing(path);
   if (mknodat(p.fd.get(), p.name.c_str(), m, rdev) != 0) return SysErr("mknod", path);
   struct stat st {};
   if (fstatat(p.fd.get(), p.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
@@ -352,6 +356,7 @@ Result<struct stat> LocalNodeFs::Symlink(const Cred& c, const std::string& targe
   if (target.find('\0') != std::string::npos) return Err(EINVAL, "symlink target contains NUL");
   FEDFS_AS(c);
   FEDFS_PARENT(p, path, "symlink");
+  Changing(path);
   if (symlinkat(target.c_str(), p.fd.get(), p.name.c_str()) != 0) return SysErr("symlink", path);
   struct stat st {};
   if (fstatat(p.fd.get(), p.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
@@ -373,6 +378,7 @@ Result<std::string> LocalNodeFs::Readlink(const Cred& c, const std::string& path
 Status LocalNodeFs::Unlink(const Cred& c, const std::string& path) {
   FEDFS_AS(c);
   FEDFS_PARENT(p, path, "unlink");
+  Changing(path);
   if (unlinkat(p.fd.get(), p.name.c_str(), 0) != 0) return SysErr("unlink", path);
   return Ok();
 }
@@ -382,6 +388,8 @@ Status LocalNodeFs::Rename(const Cred& c, const std::string& from, const std::st
   FEDFS_AS(c);
   FEDFS_PARENT(a, from, "rename");
   FEDFS_PARENT(b, to, "rename");
+  Changing(from);
+  Changing(to);
   if (renameat2(a.fd.get(), a.name.c_str(), b.fd.get(), b.name.c_str(), flags) != 0) {
     return SysErr("rename", from + " -> " + to);
   }
@@ -393,6 +401,7 @@ Result<struct stat> LocalNodeFs::Link(const Cred& c, const std::string& existing
   FEDFS_AS(c);
   FEDFS_PARENT(a, existing, "link");
   FEDFS_PARENT(b, newpath, "link");
+  Changing(newpath);
   if (linkat(a.fd.get(), a.name.c_str(), b.fd.get(), b.name.c_str(), 0) != 0) {
     return SysErr("link", existing + " -> " + newpath);
   }
@@ -638,6 +647,7 @@ Result<Opened> LocalNodeFs::Open(const Cred& c, const std::string& path, int fla
 
 Result<Opened> LocalNodeFs::Create(const Cred& c, const std::string& path, int flags,
                                    mode_t mode) {
+  Changing(path);
   return OpenCommon(c, path, flags | O_CREAT, mode, "create");
 }
 

@@ -82,6 +82,8 @@
 #include <string>
 #include <unordered_map>
 
+#include <functional>
+
 #include "common/result.h"
 #include "namespace/node_fs.h"
 
@@ -96,6 +98,15 @@ class LocalNodeFs final : public NodeFs {
 
   const std::string& node_id() const override { return node_id_; }
   const std::string& export_root() const { return export_root_; }
+
+  // Called with each path a namespace change is about to touch (create,
+  // mknod, mkdir and the parents MkdirParents may make, symlink, link, unlink,
+  // rmdir, both names of a rename), before the change, on the calling thread:
+  // the daemon tells its autonomy watcher to skip the echo of changes FedFS
+  // makes itself. Set once, before use.
+  void SetChangeHook(std::function<void(const std::string& path)> hook) {
+    change_hook_ = std::move(hook);
+  }
 
   Result<struct stat> Stat(const Cred& c, const std::string& path) override;
   Result<std::vector<DirEntry>> ListDir(const Cred& c, const std::string& path) override;
@@ -143,6 +154,10 @@ class LocalNodeFs final : public NodeFs {
   struct OpenFile;  // defined in local_node_fs.cc
 
  private:
+  void Changing(const std::string& path) const {
+    if (change_hook_) change_hook_(path);
+  }
+  std::function<void(const std::string& path)> change_hook_;
   struct Parent;
   struct LockDesc;  // one private open file description (closed on destruction)
   struct InodeLocks {

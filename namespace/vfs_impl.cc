@@ -413,12 +413,12 @@ Result<struct stat> VfsImpl::GetAttr(const Cred& c, uint64_t ino, std::optional<
   auto st = (*fs)->Stat(c, r->path);
   if (!st && st.error().code == ENOENT) {
     // Removed or renamed on its node since the kernel looked it up: through
-    // an open handle, fstat semantics; else ESTALE, on which the kernel
-    // looks the path up again (stat(2) and open(2) retry once).
+    // an open handle, fstat semantics; else ENOENT once the manager agrees.
     if (auto f = fh ? FileOf(*fh) : AnyFileOf(ino); f) {
       st = f->fs->SetAttr(c, "/", f->handle, SetAttrRequest{});
     } else {
-      return Err(ESTALE, r->path + " changed on node " + r->node);
+      AwaitVd(std::string(ParentPath(r->path)), std::string(BaseName(r->path)), false);
+      return Err(ENOENT, r->path + " changed on node " + r->node);
     }
   }
   if (!st) return st;
@@ -740,7 +740,9 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
   const bool claimed = !dst && !remote_dst;
   if (claimed) {
     if (auto s = deps_.vds->Claim(ddir->path, new_name, node); !s) {
-      return s.error().code == EEXIST ? Err(EEXIST, "raced") : s;
+      if (s.error().code != EEXIST) return s;
+      AwaitVd(ddir->path, new_name, /*listed=*/true);  // being created: then replace it
+      return Err(EEXIST, "raced");
     }
   }
   Status done = EnsureDirOn(c, node, ddir->path, *dvd);
