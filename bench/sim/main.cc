@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -63,7 +64,7 @@ std::string Figures(const fb::RunResult& r) {
 // directories of the zipf-lookup tree.
 std::vector<size_t> StudyCapacities(uint64_t dirs) {
   std::vector<size_t> out;
-  for (double pct : {0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0}) {
+  for (double pct : {0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0}) {
     size_t c = static_cast<size_t>(static_cast<double>(dirs) * pct / 100.0 + 0.5);
     if (c == 0) c = 1;
     if (out.empty() || out.back() != c) out.push_back(c);
@@ -117,7 +118,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   sim->add_option("--zipf-s", o.zipf_s, "Zipf exponent of zipf-lookup")->capture_default_str();
   sim->add_option("--dt-capacity", capacities,
-                  "directory-table entries per node (comma-separated list: a hit-ratio sweep)")
+                  "directory-table entries per node, 0: none (comma-separated list: a hit-ratio "
+                  "sweep; default 4096, the daemon's)")
       ->delimiter(',');
   sim->add_option("--clients", o.clients, "clients (0: one per node)")->capture_default_str();
   sim->add_option("--concurrency", o.concurrency, "operations in flight per client")
@@ -125,6 +127,14 @@ int main(int argc, char** argv) {
   sim->add_option("--resolve", o.resolve, "walk (look up every directory) | parent")
       ->capture_default_str();
   sim->add_option("--placement", o.placement, "local | hash")->capture_default_str();
+  sim->add_option("--vnodes", o.vnodes, "ring points per node (fedfsd: ring.vnodes)")
+      ->capture_default_str();
+  sim->add_option("--warmup", o.warmup_ops,
+                  "operations run before the measured ones (first touches, DT fills)")
+      ->capture_default_str();
+  sim->add_option("--dirs-per-client", o.dirs_per_client,
+                  "create-stat-private/churn: private directories per client")
+      ->capture_default_str();
   sim->add_option("--out", out, "output directory")->capture_default_str();
 
   auto* study = app.add_subcommand("study", "the default study: N = 8..1024, workloads, DT sweep");
@@ -136,7 +146,7 @@ int main(int argc, char** argv) {
   if (auto s = MakeOut(out); !s) return Fail(s.error());
 
   if (sim->parsed()) {
-    if (capacities.empty()) capacities.push_back(0);
+    if (capacities.empty()) capacities.push_back(o.dt_capacity);
     std::string cmd = "fedfs-bench";
     for (int i = 1; i < argc; ++i) cmd += std::string(" ") + argv[i];
     fb::ReportData data;
@@ -172,49 +182,81 @@ int main(int argc, char** argv) {
     return Finish(out, data);
   }
 
-  // The default study.
+  // The default study. Sizes are chosen to finish in a few minutes of CPU on
+  // a shared 2-core machine: the cost is dominated by first touches at large
+  // N (a fresh directory's dirmerge is 2 (N - 1) messages, a manager's first
+  // contact with a node a 4-message handshake), not by the measured
+  // operations, which are ~1 message each in the steady state.
   fb::ReportData data;
   data.command = "fedfs-bench study --out " + out;
   const auto wall0 = std::chrono::steady_clock::now();
-  fb::SimOptions base;
+  const std::clock_t cpu0 = std::clock();
+  fb::SimOptions base;  // directory table on: 4096 entries, the daemon's default
   base.seed = o.seed;
   base.model = "rdma";
-  for (int n : {8, 16, 32, 64, 128, 256, 512, 1024}) {
+  auto run_one = [&](const fb::SimOptions& run, const std::string& what)
+      -> fedfs::Result<fb::RunResult> {
+    Step("study: " + what);
+    auto r = fb::RunSim(run, Progress());
+    if (r) Step("  " + Figures(*r));
+    return r;
+  };
+  // Scaling: mdtest-like create/stat in private directories, steady state
+  // after a warm-up of two create/stat pairs per client.
+  for (int n : {8, 32, 128, 512, 1024}) {
     fb::SimOptions run = base;
     run.nodes = n;
     run.workload = "create-stat-private";
+    run.warmup_ops = 4 * static_cast<uint64_t>(n);
     run.ops = 20000;
-    Step("study: scaling N=" + std::to_string(n));
-    auto r = fb::RunSim(run, Progress());
+    auto r = run_one(run, "scaling N=" + std::to_string(n));
     if (!r) return Fail(r.error());
-    Step("  " + Figures(*r));
     data.scaling.push_back(*r);
     Step("study: dirmerge N=" + std::to_string(n));
     auto d = fb::MeasureDirmerge(run);
     if (!d) return Fail(d.error());
     data.dirmerge.push_back(*d);
   }
+  // Manager load with many directories per node (N = 1024 with one
+  // directory per client is in the scaling rows).
+  {
+    fb::SimOptions run = base;
+    run.nodes = 128;
+    run.workload = "create-stat-private";
+    run.dirs_per_client = 32;
+    run.warmup_ops = 4 * 128 * 32;
+    run.ops = 40000;
+    auto r = run_one(run, "load N=128, 32 directories per client");
+    if (!r) return Fail(r.error());
+    data.load.push_back(*r);
+  }
+  data.load.insert(data.load.begin(), data.scaling.back());
+  data.placement.push_back(fb::MeasurePlacement(128, 256, 32));
+  for (uint32_t v : {64u, 256u}) {
+    for (int per : {1, 4, 16, 64, 256}) data.placement.push_back(fb::MeasurePlacement(1024, v, per));
+  }
+  // The other workloads at N = 64 (cold: first touches included).
   for (const char* w : {"create-stat-private", "create-stat-shared", "fanout-wide", "fanout-deep",
                         "hot-dir", "zipf-lookup", "churn"}) {
     fb::SimOptions run = base;
     run.nodes = 64;
     run.workload = w;
     run.ops = 10000;
-    Step(std::string("study: workload ") + w + " N=64");
-    auto r = fb::RunSim(run, Progress());
+    auto r = run_one(run, std::string("workload ") + w + " N=64");
     if (!r) return Fail(r.error());
-    Step("  " + Figures(*r));
     data.workloads.push_back(*r);
   }
+  // DT hit ratio vs capacity under Zipf(0.99) lookups, steady state: the
+  // warm-up's lookups fill the tables before the measured ones.
   fb::SimOptions z = base;
-  z.nodes = 64;
+  z.nodes = 32;
   z.workload = "zipf-lookup";
+  z.warmup_ops = 20000;
   z.ops = 20000;
   for (size_t cap : StudyCapacities(TreeDirs(z))) {
     fb::SimOptions run = z;
     run.dt_capacity = cap;
-    Step("study: DT capacity " + std::to_string(cap));
-    auto r = fb::RunSim(run, Progress());
+    auto r = run_one(run, "DT capacity " + std::to_string(cap));
     if (!r) return Fail(r.error());
     data.dt_sweep.push_back(*r);
     if (!r->dt_measured) {
@@ -224,15 +266,19 @@ int main(int argc, char** argv) {
     }
   }
   for (auto [name, rows] : {std::pair{"scaling", &data.scaling}, std::pair{"workloads", &data.workloads},
-                            std::pair{"dt", &data.dt_sweep}}) {
+                            std::pair{"dt", &data.dt_sweep}, std::pair{"load", &data.load}}) {
     if (rows->empty()) continue;
     if (auto s = fb::WriteRunsCsv(out + "/" + name + ".csv", *rows); !s) return Fail(s.error());
   }
   if (auto s = fb::WriteDirmergeCsv(out + "/dirmerge.csv", data.dirmerge); !s) {
     return Fail(s.error());
   }
+  if (auto s = fb::WritePlacementCsv(out + "/placement.csv", data.placement); !s) {
+    return Fail(s.error());
+  }
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
-  std::fprintf(stderr, "fedfs-bench: study took %.1f s\n", wall);
+  const double cpu = static_cast<double>(std::clock() - cpu0) / CLOCKS_PER_SEC;
+  std::fprintf(stderr, "fedfs-bench: study took %.1f s wall, %.1f s CPU\n", wall, cpu);
   return Finish(out, data);
 }

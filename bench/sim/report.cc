@@ -6,9 +6,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 extern char** environ;
@@ -79,7 +81,10 @@ std::vector<std::string> RunRow(const RunResult& r) {
                  std::to_string(r.mgr_max), F(r.mgr_mean), F(r.mgr_imbalance),
                  std::to_string(r.dt_measured ? 1 : 0), std::to_string(r.dt_hits),
                  std::to_string(r.dt_misses), F(r.dt_hit_ratio), std::to_string(r.invalidations),
-                 std::to_string(r.changes), F(r.invalidations_per_change)}) {
+                 std::to_string(r.changes), F(r.invalidations_per_change),
+                 std::to_string(o.vnodes), std::to_string(o.dirs_per_client),
+                 std::to_string(o.warmup_ops), F(r.ring_imbalance),
+                 std::to_string(r.warmup_messages), std::to_string(r.warmup_dirmerges)}) {
     v.push_back(x);
   }
   return v;
@@ -102,6 +107,67 @@ Status RunGnuplot(const std::string& script) {
   return Ok();
 }
 
+uint64_t RpcMessages(const std::map<std::string, uint64_t>& requests) {
+  uint64_t n = 0;
+  for (const auto& [m, c] : requests) n += 2 * c;  // request + reply
+  return n;
+}
+
+// Messages per operation by cause, for the scaling runs.
+std::string MessagesSection(const std::vector<RunResult>& rows) {
+  std::ostringstream md;
+  md << "## Messages per operation\n\n"
+        "Every packet counts: a request and its reply are 2 messages, a new connection costs 4 "
+        "(hello, challenge, proof, result of the mutual authentication), a one-sided "
+        "invalidation 2. In the steady state a create is: the lookups of `/`, `/p` and the "
+        "parent (hits in the directory table: 0 messages, or a local read when this node is "
+        "their manager), the file created on this node (placement `local`: 0 messages), one "
+        "kNsVdUpdate to the manager of the parent (2, or 0 when this node manages it) and the "
+        "invalidation round (0 here: the only sharer of a private directory is its client, "
+        "which patches its own copy from the update's reply). A stat is lookups that hit plus "
+        "a local stat: 0. Hence about 1 message per operation.\n\n"
+        "The first touch of a directory costs what the steady state does not: a DT miss "
+        "(kNsVdGet, 2), a dirmerge at its manager (kNsListLocal to each of the N - 1 other "
+        "nodes: 2 (N - 1)) and, the first time the manager talks to a node, a connection (4). "
+        "The warm-up phase absorbs those; its totals are in the second table. Without a "
+        "warm-up they are spread over the run's operations: at N = 1024 the 1026 fresh "
+        "directories of create-stat-private cost ~2.1 M messages of dirmerge plus ~2.7 M of "
+        "connection setup (the ~650 distinct managers each connect to the 1023 other nodes), "
+        "~49 messages per operation over 100,000 operations.\n\n";
+  md << "Measured phase, messages per operation:\n\n"
+        "| N | total | vd_get | vd_update | list_local (dirmerge) | sim_fs (remote file op) | "
+        "connections + one-sided |\n|---|---|---|---|---|---|---|\n";
+  for (const auto& r : rows) {
+    const double ops = static_cast<double>(std::max<uint64_t>(1, r.ops_done));
+    auto per = [&](const char* m) { return F(2.0 * static_cast<double>(Req(r, m)) / ops); };
+    const uint64_t rpc = RpcMessages(r.requests);
+    const double other =
+        r.messages > rpc ? static_cast<double>(r.messages - rpc) / ops : 0.0;
+    md << "| " << r.options.nodes << " | " << F(r.msgs_per_op) << " | " << per("vd_get") << " | "
+       << per("vd_update") << " | " << per("list_local") << " | " << per("sim_fs") << " | "
+       << F(other) << " |\n";
+  }
+  bool any_warmup = false;
+  for (const auto& r : rows) any_warmup = any_warmup || r.warmup_done > 0;
+  if (any_warmup) {
+    md << "\nWarm-up phase (first touches), totals:\n\n"
+          "| N | ops | messages | dirmerges | kNsListLocal | messages per dirmerge (list) | "
+          "connections + one-sided |\n|---|---|---|---|---|---|---|\n";
+    for (const auto& r : rows) {
+      auto it = r.warmup_requests.find("list_local");
+      const uint64_t list = it == r.warmup_requests.end() ? 0 : it->second;
+      const uint64_t rpc = RpcMessages(r.warmup_requests);
+      md << "| " << r.options.nodes << " | " << r.warmup_done << " | " << r.warmup_messages
+         << " | " << r.warmup_dirmerges << " | " << list << " | "
+         << F(r.warmup_dirmerges ? 2.0 * static_cast<double>(list) /
+                                       static_cast<double>(r.warmup_dirmerges)
+                                 : 0.0)
+         << " | " << (r.warmup_messages > rpc ? r.warmup_messages - rpc : 0) << " |\n";
+    }
+  }
+  return md.str();
+}
+
 constexpr const char* kTerm =
     "set terminal pngcairo size 900,560 noenhanced font 'sans,11'\n"
     "set grid\nset key top left\n";
@@ -118,8 +184,27 @@ const std::vector<std::string>& RunCsvColumns() {
       "bytes_per_op", "vd_get_requests", "vd_update_requests", "list_local_requests",
       "sim_fs_requests", "gets_served", "dirmerges", "updates_applied", "mgr_max", "mgr_mean",
       "mgr_imbalance", "dt_measured", "dt_hits", "dt_misses", "dt_hit_ratio", "invalidations",
-      "changes", "invalidations_per_change"};
+      "changes", "invalidations_per_change", "vnodes", "dirs_per_client", "warmup_ops",
+      "ring_imbalance", "warmup_messages", "warmup_dirmerges"};
   return c;
+}
+
+const std::vector<std::string>& PlacementCsvColumns() {
+  static const std::vector<std::string> c = {"nodes",    "vnodes",    "dirs_per_client",
+                                             "directories", "max_dirs", "mean_dirs",
+                                             "dirs_imbalance", "ring_imbalance"};
+  return c;
+}
+
+Status WritePlacementCsv(const std::string& path, const std::vector<PlacementResult>& rows) {
+  std::string text = Join(PlacementCsvColumns(), ",") + "\n";
+  for (const auto& p : rows) {
+    text += std::to_string(p.nodes) + "," + std::to_string(p.vnodes) + "," +
+            std::to_string(p.dirs_per_client) + "," + std::to_string(p.directories) + "," +
+            std::to_string(p.max_dirs) + "," + F(p.mean_dirs) + "," + F(p.dirs_imbalance) + "," +
+            F(p.ring_imbalance) + "\n";
+  }
+  return WriteFile(path, text);
 }
 
 const std::vector<std::string>& DirmergeCsvColumns() {
@@ -172,29 +257,37 @@ Status WriteReport(const std::string& out, const ReportData& d, std::string* plo
        << first.options.resolve << "`. `latency_vs_n.png` shows p50 and p99 of each operation "
        << "type (µs, log scale) against the number of nodes; `throughput_vs_n.png` the "
           "aggregate simulated operations per second.\n\n";
-    md << "| N | ops/s | create p50 µs | create p99 µs | stat p50 µs | stat p99 µs | msgs/op | "
-          "errors |\n|---|---|---|---|---|---|---|---|\n";
+    md << "| N | warm-up ops | ops/s | create p50 µs | create p99 µs | stat p50 µs | stat p99 µs "
+          "| msgs/op | load max/mean | errors |\n|---|---|---|---|---|---|---|---|---|---|\n";
     std::ostringstream dat;
     dat << "# nodes ops_per_sec create_p50 create_p99 stat_p50 stat_p99 mgr_imbalance mgr_max "
-           "mgr_mean\n";
+           "mgr_mean ring_imbalance\n";
     for (const auto& r : d.scaling) {
       const OpStats* c = Op(r, "create");
       const OpStats* s = Op(r, "stat") ? Op(r, "stat") : Op(r, "lookup");
-      md << "| " << r.options.nodes << " | " << F(r.ops_per_sec) << " | " << F(c ? c->p50_us : 0)
-         << " | " << F(c ? c->p99_us : 0) << " | " << F(s ? s->p50_us : 0) << " | "
-         << F(s ? s->p99_us : 0) << " | " << F(r.msgs_per_op) << " | " << r.errors << " |\n";
+      md << "| " << r.options.nodes << " | " << r.warmup_done << " | " << F(r.ops_per_sec)
+         << " | " << F(c ? c->p50_us : 0) << " | " << F(c ? c->p99_us : 0) << " | "
+         << F(s ? s->p50_us : 0) << " | " << F(s ? s->p99_us : 0) << " | " << F(r.msgs_per_op)
+         << " | " << F(r.mgr_imbalance) << " | " << r.errors << " |\n";
       dat << r.options.nodes << " " << F(r.ops_per_sec) << " " << F(c ? c->p50_us : 0) << " "
           << F(c ? c->p99_us : 0) << " " << F(s ? s->p50_us : 0) << " " << F(s ? s->p99_us : 0)
-          << " " << F(r.mgr_imbalance) << " " << r.mgr_max << " " << F(r.mgr_mean) << "\n";
+          << " " << F(r.mgr_imbalance) << " " << r.mgr_max << " " << F(r.mgr_mean) << " "
+          << F(r.ring_imbalance) << "\n";
     }
     if (auto s = WriteFile(out + "/scaling.dat", dat.str()); !s) return s;
+    md << "\n" << MessagesSection(d.scaling);
     md << "\n## Manager load balance vs N (`load_vs_n.png`)\n\n"
-       << "Requests each node served as a manager (VdService `gets_served` + "
-          "`updates_applied`), maximum over the mean across nodes. 1 is perfect balance; "
-          "with `walk` resolution every operation also looks up `/` and its ancestors, whose "
-          "managers are hot spots unless a directory table absorbs those lookups.\n\n";
-    md << "At the largest N (" << last.options.nodes << "): max " << last.mgr_max << ", mean "
-       << F(last.mgr_mean) << ", **max/mean " << F(last.mgr_imbalance) << "**.\n\n";
+       << "Load of a node = requests it served as a manager: VdService `gets_served` + "
+          "`updates_applied` + `dirmerges` of the measured phase; the figure is the maximum "
+          "over the mean across all nodes (1 = perfect balance). With the directory table on, "
+          "lookups of `/` and `/p` hit in every node's table and no longer load their managers; "
+          "what remains is mostly one update per create at the manager of the client's "
+          "directory. `ring` is the ring alone: N x the largest share of the hash space a node "
+          "owns (Ring::Share), the limit for infinitely many equally busy directories.\n\n";
+    md << "At the largest N (" << last.options.nodes << ", " << last.options.vnodes
+       << " vnodes, " << last.directories << " directories): max " << last.mgr_max << ", mean "
+       << F(last.mgr_mean) << ", **max/mean " << F(last.mgr_imbalance) << "** (ring alone "
+       << F(last.ring_imbalance) << ").\n\n";
     plots.emplace_back("latency_vs_n",
                        std::string() +
                            "set logscale x 2\nset logscale y\nset xlabel 'nodes (N)'\n"
@@ -212,7 +305,38 @@ Status WriteReport(const std::string& out, const ReportData& d, std::string* plo
                            "set logscale x 2\nset xlabel 'nodes (N)'\n"
                            "set ylabel 'manager requests, max / mean'\n"
                            "set title 'Manager load balance vs N'\n"
-                           "plot 'scaling.dat' u 1:7 w lp t 'max/mean'\n");
+                           "plot 'scaling.dat' u 1:7 w lp t 'measured max/mean', "
+                           "'' u 1:10 w lp t 'ring share (N x max share)'\n");
+  }
+
+  if (!d.load.empty() || !d.placement.empty()) {
+    md << "## Manager load with many directories\n\n";
+    if (!d.load.empty()) {
+      md << "Measured (steady state, after a warm-up that touched every directory):\n\n"
+            "| workload | N | vnodes | directories | load max | load mean | max/mean | ring "
+            "alone |\n|---|---|---|---|---|---|---|---|\n";
+      for (const auto& r : d.load) {
+        md << "| " << r.options.workload << " | " << r.options.nodes << " | " << r.options.vnodes
+           << " | " << r.directories << " | " << r.mgr_max << " | " << F(r.mgr_mean) << " | **"
+           << F(r.mgr_imbalance) << "** | " << F(r.ring_imbalance) << " |\n";
+      }
+      md << "\n";
+    }
+    if (!d.placement.empty()) {
+      md << "Where the ring puts the create-stat-private directories (no simulation: "
+            "Ring::Owner of each directory name; with equally busy directories this is the "
+            "manager load max/mean). Few directories per node are balls in bins: the busiest "
+            "node manages several times the mean whatever the ring; with many, the ring's own "
+            "imbalance (about 1 + 3/sqrt(vnodes) at N = 1024) is what remains.\n\n"
+            "| N | vnodes | dirs per node | directories | max | mean | max/mean | ring alone "
+            "|\n|---|---|---|---|---|---|---|---|\n";
+      for (const auto& p : d.placement) {
+        md << "| " << p.nodes << " | " << p.vnodes << " | " << p.dirs_per_client << " | "
+           << p.directories << " | " << p.max_dirs << " | " << F(p.mean_dirs) << " | "
+           << F(p.dirs_imbalance) << " | " << F(p.ring_imbalance) << " |\n";
+      }
+      md << "\n";
+    }
   }
 
   if (!d.dirmerge.empty()) {
@@ -250,7 +374,11 @@ Status WriteReport(const std::string& out, const ReportData& d, std::string* plo
     md << "Workload `" << f.options.workload << "` (Zipf s = " << F(f.options.zipf_s) << ") at N = "
        << f.options.nodes << " over " << f.directories
        << " directories; capacity is the number of DT entries per node, shown as a percentage "
-          "of the directories. Hit ratio = hits / (hits + misses) over all nodes.\n\n";
+          "of the directories. Hit ratio = hits / (hits + misses) over all nodes, counted after "
+       << f.warmup_done
+       << " warm-up lookups that filled the tables (the steady-state ratio). Every lookup "
+          "resolves each directory of the path (`walk`), so the shallow, popular directories "
+          "dominate: they are what a small table keeps.\n\n";
     md << "| capacity (entries) | % of dirs | hit ratio | invalidations/change | msgs/op |\n"
           "|---|---|---|---|---|\n";
     std::ostringstream dat;

@@ -19,9 +19,11 @@ namespace fedfs::bench {
 // The CSV column names of RunResult rows, in order.
 const std::vector<std::string>& RunCsvColumns();
 const std::vector<std::string>& DirmergeCsvColumns();
+const std::vector<std::string>& PlacementCsvColumns();
 
 Status WriteRunsCsv(const std::string& path, const std::vector<RunResult>& rows);
 Status WriteDirmergeCsv(const std::string& path, const std::vector<DirmergeResult>& rows);
+Status WritePlacementCsv(const std::string& path, const std::vector<PlacementResult>& rows);
 
 // What a report covers; any part may be empty.
 struct ReportData {
@@ -30,6 +32,8 @@ struct ReportData {
   std::vector<DirmergeResult> dirmerge;  // dirmerge cost over N
   std::vector<RunResult> dt_sweep;       // one workload over DT capacity
   std::vector<RunResult> workloads;      // other workloads (a table)
+  std::vector<RunResult> load;           // manager-load runs (many directories)
+  std::vector<PlacementResult> placement;  // ring placement of directories
   std::string dt_note;                   // why DT figures are missing, if they are
 };
 

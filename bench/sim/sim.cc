@@ -46,7 +46,6 @@ using std::chrono::nanoseconds;
 
 constexpr uint16_t kSimFs = MethodId(RpcMethod::kBenchSimFs);
 constexpr auto kRpcTimeout = std::chrono::milliseconds(2000);
-constexpr uint32_t kVnodes = 64;
 
 const std::vector<std::string>& Workloads() {
   static const std::vector<std::string> w = {"create-stat-private", "create-stat-shared",
@@ -206,7 +205,8 @@ class Federation {
 
   Federation(const SimOptions& o, const m2m::LinkModel& link)
       : net_(NetOptions(o, link)),
-        local_cost_(nanoseconds(static_cast<int64_t>(o.local_op_us * 1000))) {
+        local_cost_(nanoseconds(static_cast<int64_t>(o.local_op_us * 1000))),
+        vnodes_(o.vnodes) {
     m2m::TransportOptions t;
     t.cluster_key = m2m::Bytes(m2m::kClusterKeyBytes, std::byte{0x5e});
     const ns::VdServiceOptions vo = VdOptions(o);
@@ -259,7 +259,7 @@ class Federation {
         dead_map.emplace(n->id, n->id);
       }
     }
-    auto ring = std::make_shared<const ns::Ring>(live, kVnodes);
+    auto ring = std::make_shared<const ns::Ring>(live, vnodes_);
     for (auto& n : nodes_) {
       if (!n->alive) continue;
       auto v = std::make_shared<ns::ClusterView>();
@@ -314,6 +314,17 @@ class Federation {
   }
 
   int Index(const std::string& id) const { return std::stoi(id.substr(1)); }
+  // N * the largest ring share of a live node (1: perfectly even).
+  double RingImbalance() const {
+    for (const auto& n : nodes_) {
+      if (!n->alive) continue;
+      const auto& ring = *n->view.Current()->ring;
+      double max_share = 0;
+      for (const auto& m : ring.members()) max_share = std::max(max_share, ring.Share(m));
+      return max_share * static_cast<double>(ring.members().size());
+    }
+    return 0;
+  }
   int size() const { return static_cast<int>(nodes_.size()); }
   Node& node(int i) { return *nodes_[static_cast<size_t>(i)]; }
   m2m::FakeNetwork& net() { return net_; }
@@ -332,6 +343,7 @@ class Federation {
  private:
   m2m::FakeNetwork net_;
   const SimDuration local_cost_;
+  const uint32_t vnodes_;
   InlineExecutor inline_;
   std::vector<std::unique_ptr<Node>> nodes_;
   uint64_t epoch_ = 0;
@@ -348,6 +360,20 @@ Totals Snapshot(Federation& f) {
   t.vd.reserve(static_cast<size_t>(f.size()));
   for (int i = 0; i < f.size(); ++i) t.vd.push_back(f.node(i).vd->stats());
   return t;
+}
+
+// Requests per method name sent between two snapshots.
+std::map<std::string, uint64_t> RequestsBetween(const m2m::TrafficStats& before,
+                                                const m2m::TrafficStats& after) {
+  std::map<std::string, uint64_t> out;
+  for (const auto& [m, st] : after.per_method) {
+    uint64_t prev = 0;
+    if (auto it = before.per_method.find(m); it != before.per_method.end()) {
+      prev = it->second.requests;
+    }
+    if (st.requests > prev) out[MethodName(m)] = st.requests - prev;
+  }
+  return out;
 }
 
 // ---- Workloads -----------------------------------------------------------------
@@ -396,6 +422,9 @@ class Driver {
 
   uint64_t Setup();  // returns the number of directories
   Result<RunResult> Run();
+  // One operation from `node`'s client, run to completion; true iff it
+  // succeeded.
+  bool RunOne(int node, OpSpec spec);
 
  private:
   struct Op;
@@ -404,7 +433,13 @@ class Driver {
   void Finish(size_t slot, const std::string& kind, SimDuration t0, bool ok);
   void MaybeChurn();
   int ClientNode(int client) const { return client % f_.size(); }
-  std::string ClientDir(int client) const { return "/p/c" + std::to_string(client); }
+  // Client `client`'s j-th private directory.
+  std::string ClientDir(int client, uint64_t j = 0) const {
+    std::string d = "/p/c" + std::to_string(client);
+    if (o_.dirs_per_client > 1) d += "d" + std::to_string(j % static_cast<uint64_t>(o_.dirs_per_client));
+    return d;
+  }
+  void RunPhase(uint64_t ops);
   size_t Uniform(size_t n) { return static_cast<size_t>(rng_() % n); }
 
   const SimOptions& o_;
@@ -413,6 +448,8 @@ class Driver {
   std::mt19937_64 rng_;
   ns::PlacementOptions placement_;
   std::vector<Slot> slots_;
+  uint64_t limit_ = 0;       // operations the current phase issues
+  bool measuring_ = false;   // false during the warm-up
   uint64_t issued_ = 0;
   uint64_t completed_ = 0;
   uint64_t errors_ = 0;
@@ -441,8 +478,11 @@ uint64_t Driver::Setup() {
   const std::string& w = o_.workload;
   uint64_t dirs = 0;
   if (w == "create-stat-private" || w == "churn") {
-    for (int c = 0; c < clients; ++c) f_.SetupDir(ClientNode(c), ClientDir(c));
-    dirs = 1 + static_cast<uint64_t>(clients);
+    const auto per = static_cast<uint64_t>(o_.dirs_per_client);
+    for (int c = 0; c < clients; ++c) {
+      for (uint64_t j = 0; j < per; ++j) f_.SetupDir(ClientNode(c), ClientDir(c, j));
+    }
+    dirs = 1 + static_cast<uint64_t>(clients) * per;
   } else if (w == "create-stat-shared") {
     for (int i = 0; i < n; ++i) f_.SetupDir(i, "/shared");
     dirs = 1;
@@ -520,7 +560,7 @@ OpSpec Driver::Next(Slot& s) {
   }
   s.create_next = false;
   std::string dir;
-  if (w == "create-stat-private" || w == "churn") dir = ClientDir(s.client);
+  if (w == "create-stat-private" || w == "churn") dir = ClientDir(s.client, s.made);
   else if (w == "create-stat-shared") dir = "/shared";
   else if (w == "fanout-wide") dir = "/w/d" + std::to_string(Uniform(static_cast<size_t>(wide_dirs_)));
   else {  // fanout-deep
@@ -649,7 +689,7 @@ struct Driver::Op : std::enable_shared_from_this<Op> {
 };
 
 void Driver::StartSlot(size_t slot) {
-  if (issued_ >= o_.ops) return;
+  if (issued_ >= limit_) return;
   Slot& s = slots_[slot];
   const int node = ClientNode(s.client);
   if (!f_.node(node).alive) {
@@ -677,11 +717,12 @@ void Driver::Finish(size_t slot, const std::string& kind, SimDuration t0, bool o
   ++completed_;
   last_done_ = std::max(last_done_, now);
   if (progress_ && completed_ >= next_progress_) {
-    progress_("  " + o_.workload + " N=" + std::to_string(f_.size()) + ": " +
-              std::to_string(completed_) + "/" + std::to_string(o_.ops) + " ops");
-    next_progress_ += std::max<uint64_t>(1, o_.ops / 10);
+    progress_(std::string(measuring_ ? "  " : "  warm-up ") + o_.workload +
+              " N=" + std::to_string(f_.size()) + ": " + std::to_string(completed_) + "/" +
+              std::to_string(limit_) + " ops");
+    next_progress_ += std::max<uint64_t>(1, limit_ / 10);
   }
-  MaybeChurn();
+  if (measuring_) MaybeChurn();
   f_.net().Schedule(SimDuration(0), [this, slot] { StartSlot(slot); });
 }
 
@@ -699,18 +740,55 @@ void Driver::MaybeChurn() {
   }
 }
 
+bool Driver::RunOne(int node, OpSpec spec) {
+  const uint64_t errors = errors_;
+  auto op = std::make_shared<Op>();
+  op->d = this;
+  op->node = node;
+  op->spec = std::move(spec);
+  op->t0 = f_.net().Now();
+  f_.net().Schedule(f_.local_cost(), [op] { op->Start(); });
+  f_.net().RunUntilIdle();
+  return errors_ == errors && completed_ > 0;
+}
+
+// Issues `ops` operations over all slots and runs the network until they
+// (and everything they caused) are done.
+void Driver::RunPhase(uint64_t ops) {
+  limit_ = ops;
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    f_.net().Schedule(SimDuration(0), [this, s] { StartSlot(s); });
+  }
+  f_.net().RunUntilIdle();
+}
+
 Result<RunResult> Driver::Run() {
   const auto wall0 = std::chrono::steady_clock::now();
   RunResult out;
   out.options = o_;
   out.directories = Setup();
+  if (o_.warmup_ops > 0) {
+    const Totals w0 = Snapshot(f_);
+    RunPhase(o_.warmup_ops);
+    const Totals w1 = Snapshot(f_);
+    out.warmup_done = completed_;
+    out.warmup_messages = w1.traffic.messages_sent - w0.traffic.messages_sent;
+    out.warmup_requests = RequestsBetween(w0.traffic, w1.traffic);
+    for (size_t i = 0; i < w1.vd.size(); ++i) {
+      out.warmup_dirmerges += w1.vd[i].dirmerges - w0.vd[i].dirmerges;
+    }
+    // Only the measured phase is reported.
+    issued_ = completed_ = errors_ = 0;
+    next_progress_ = 0;
+    lat_.clear();
+    op_errors_.clear();
+  }
+  measuring_ = true;
   const Totals before = Snapshot(f_);
   start_ = last_done_ = f_.net().Now();
-  for (size_t s = 0; s < slots_.size(); ++s) {
-    f_.net().Schedule(SimDuration(0), [this, s] { StartSlot(s); });
-  }
-  f_.net().RunUntilIdle();
+  RunPhase(o_.ops);
   const Totals after = Snapshot(f_);
+  out.ring_imbalance = f_.RingImbalance();
 
   out.ops_done = completed_;
   out.errors = errors_;
@@ -734,13 +812,7 @@ Result<RunResult> Driver::Run() {
   }
   out.messages = after.traffic.messages_sent - before.traffic.messages_sent;
   out.bytes = after.traffic.bytes_sent - before.traffic.bytes_sent;
-  for (const auto& [m, st] : after.traffic.per_method) {
-    uint64_t prev = 0;
-    if (auto it = before.traffic.per_method.find(m); it != before.traffic.per_method.end()) {
-      prev = it->second.requests;
-    }
-    if (st.requests > prev) out.requests[MethodName(m)] = st.requests - prev;
-  }
+  out.requests = RequestsBetween(before.traffic, after.traffic);
   if (completed_ > 0) {
     out.msgs_per_op = static_cast<double>(out.messages) / static_cast<double>(completed_);
     out.bytes_per_op = static_cast<double>(out.bytes) / static_cast<double>(completed_);
@@ -749,7 +821,8 @@ Result<RunResult> Driver::Run() {
   for (size_t i = 0; i < after.vd.size(); ++i) {
     const auto& a = after.vd[i];
     const auto& b = before.vd[i];
-    const uint64_t served = (a.gets_served - b.gets_served) + (a.updates_applied - b.updates_applied);
+    const uint64_t served = (a.gets_served - b.gets_served) +
+                            (a.updates_applied - b.updates_applied) + (a.dirmerges - b.dirmerges);
     out.mgr_max = std::max(out.mgr_max, served);
     total += served;
     out.gets_served += a.gets_served - b.gets_served;
@@ -806,6 +879,8 @@ Status ValidateSimOptions(const SimOptions& o) {
   if (o.local_op_us < 0) return Err(EINVAL, "--local-op-us must not be negative");
   if (o.zipf_s <= 0) return Err(EINVAL, "--zipf-s must be positive");
   if (o.workload == "churn" && o.nodes < 2) return Err(EINVAL, "churn needs at least 2 nodes");
+  if (o.vnodes < 1) return Err(EINVAL, "--vnodes must be at least 1");
+  if (o.dirs_per_client < 1) return Err(EINVAL, "--dirs-per-client must be at least 1");
   if (o.tree_fanout < 1 || o.tree_depth < 1 || o.files_per_dir < 1) {
     return Err(EINVAL, "tree shape must be positive");
   }
@@ -820,6 +895,63 @@ Result<RunResult> RunSim(const SimOptions& options, const ProgressFn& progress) 
   if (auto s = f.Listen(); !s) return Err(EIO, "listen: " + s.error().ToString());
   Driver d(options, f, progress);
   return d.Run();
+}
+
+std::string NodeId(int i) { return NodeName(i); }
+
+Result<ScriptResult> RunScript(const SimOptions& options, const std::vector<std::string>& dirs,
+                               const std::vector<ScriptOp>& ops) {
+  if (auto v = ValidateSimOptions(options); !v) return Err(v.error());
+  for (const auto& op : ops) {
+    if ((op.kind != "create" && op.kind != "stat") || op.node < 0 || op.node >= options.nodes) {
+      return Err(EINVAL, "bad script operation " + op.kind + " " + op.path);
+    }
+  }
+  auto link = LinkOf(options);
+  if (!link) return Err(link.error());
+  Federation f(options, *link);
+  if (auto s = f.Listen(); !s) return Err(EIO, "listen: " + s.error().ToString());
+  const ProgressFn no_progress;  // the Driver keeps a reference
+  Driver d(options, f, no_progress);
+  for (const auto& dir : dirs) {
+    for (int i = 0; i < f.size(); ++i) f.SetupDir(i, dir);
+  }
+  ScriptResult out;
+  for (int i = 0; i < f.size(); ++i) out.ids.push_back(f.node(i).id);
+  out.before = Snapshot(f).vd;
+  for (const auto& op : ops) out.ok.push_back(d.RunOne(op.node, OpSpec{op.kind, op.path}));
+  out.after = Snapshot(f).vd;
+  return out;
+}
+
+PlacementResult MeasurePlacement(int nodes, uint32_t vnodes, int dirs_per_client) {
+  PlacementResult out;
+  out.nodes = nodes;
+  out.vnodes = vnodes;
+  out.dirs_per_client = dirs_per_client;
+  std::vector<std::string> ids;
+  for (int i = 0; i < nodes; ++i) ids.push_back(NodeName(i));
+  const ns::Ring ring(ids, vnodes);
+  std::map<std::string, uint64_t> managed;
+  double max_share = 0;
+  for (const auto& id : ids) {
+    managed[id] = 0;
+    max_share = std::max(max_share, ring.Share(id));
+  }
+  for (int c = 0; c < nodes; ++c) {
+    for (int j = 0; j < dirs_per_client; ++j) {
+      // The names Driver::ClientDir gives.
+      std::string d = "/p/c" + std::to_string(c);
+      if (dirs_per_client > 1) d += "d" + std::to_string(j);
+      ++managed[ring.Owner(d)];
+      ++out.directories;
+    }
+  }
+  for (const auto& [id, n] : managed) out.max_dirs = std::max(out.max_dirs, n);
+  out.mean_dirs = static_cast<double>(out.directories) / static_cast<double>(std::max(1, nodes));
+  out.dirs_imbalance = out.mean_dirs > 0 ? static_cast<double>(out.max_dirs) / out.mean_dirs : 0;
+  out.ring_imbalance = max_share * static_cast<double>(nodes);
+  return out;
 }
 
 Result<DirmergeResult> MeasureDirmerge(const SimOptions& options) {

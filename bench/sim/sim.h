@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "namespace/vd_service.h"
 
 namespace fedfs::bench {
 
@@ -58,7 +59,21 @@ struct SimOptions {
   int concurrency = 1;   // operations in flight per client
   std::string resolve = "walk";       // walk: Get every directory of the path; parent: only the parent
   std::string placement = "local";    // local | hash (namespace/placement.h)
-  size_t dt_capacity = 0;             // directory-table entries per node (0: none)
+  // Directory-table entries per node (0: none). On by default with the
+  // production default (VdServiceOptions::dt_entries).
+  size_t dt_capacity = 4096;
+  // Points per node on the consistent-hash ring (fedfsd's ring.vnodes
+  // default is 256; the ring's share imbalance shrinks as 1/sqrt(vnodes)).
+  uint32_t vnodes = 256;
+  // Operations of the same workload run before the measured ones (their
+  // latencies, messages and counters are not reported): first-touch
+  // dirmerges, connection setup and DT fills happen there, so the measured
+  // phase shows the steady state. Churn events happen only while measuring.
+  uint64_t warmup_ops = 0;
+  // create-stat-private and churn: each client spreads its files round-robin
+  // over this many private directories (mdtest -u with several directories
+  // per task), so that N * dirs_per_client directories spread over the ring.
+  int dirs_per_client = 1;
   // zipf-lookup: the pre-built tree (fanout^1 + ... + fanout^depth
   // directories, files_per_dir files each on seeded random nodes).
   int tree_fanout = 16;
@@ -95,10 +110,20 @@ struct RunResult {
   double msgs_per_op = 0;
   double bytes_per_op = 0;
   std::map<std::string, uint64_t> requests;  // per method name ("vd_get", ...)
-  // Managers: requests served per node (gets_served + updates_applied).
+  // Manager load: requests served per node as a manager (gets_served +
+  // updates_applied + dirmerges of the measured phase), max and mean over
+  // all nodes.
   uint64_t mgr_max = 0;
   double mgr_mean = 0;
   double mgr_imbalance = 0;    // max / mean
+  // The ring alone: N * the largest share of the hash space any live node
+  // owns (Ring::Share). The load imbalance of infinitely many equally busy
+  // directories; a finite number of directories adds sampling noise on top.
+  double ring_imbalance = 0;
+  uint64_t warmup_done = 0;    // operations run in the warm-up phase
+  uint64_t warmup_messages = 0;  // every packet of the warm-up phase
+  std::map<std::string, uint64_t> warmup_requests;  // per method, warm-up phase
+  uint64_t warmup_dirmerges = 0;
   uint64_t gets_served = 0;
   uint64_t dirmerges = 0;
   uint64_t updates_applied = 0;
@@ -122,6 +147,46 @@ struct DirmergeResult {
   double sim_us = 0;           // simulated time from the Get to its answer
   uint64_t entries = 0;        // entries of the merged VD
 };
+
+// Where the ring puts the directories of create-stat-private (no messages,
+// no simulation: Ring::Owner of each directory name): how evenly `nodes`
+// nodes with `vnodes` ring points each manage nodes * dirs_per_client
+// directories. With equally busy directories this is the steady-state
+// manager load; it separates the ring's own imbalance (vnodes) from the
+// sampling noise of few directories per node.
+struct PlacementResult {
+  int nodes = 0;
+  uint32_t vnodes = 0;
+  int dirs_per_client = 0;
+  uint64_t directories = 0;
+  uint64_t max_dirs = 0;       // directories managed by the busiest node
+  double mean_dirs = 0;
+  double dirs_imbalance = 0;   // max_dirs / mean_dirs
+  double ring_imbalance = 0;   // N * largest Ring::Share
+};
+PlacementResult MeasurePlacement(int nodes, uint32_t vnodes, int dirs_per_client);
+
+// A scripted sequence, to run the same operations as on real daemons and
+// compare the VdService counters (tests/integration/bench_counters_test.cc).
+// Node i is named NodeId(i) ("n0000", ...), on a ring of options.vnodes
+// points per node, so a federation of daemons with the same ids agrees on
+// every manager.
+struct ScriptOp {
+  std::string kind;  // create | stat
+  int node = 0;      // the node whose client runs it
+  std::string path;
+};
+struct ScriptResult {
+  std::vector<std::string> ids;                  // node ids, by index
+  std::vector<ns::VdService::Stats> before, after;  // per node, around the script
+  std::vector<bool> ok;                          // per operation
+};
+std::string NodeId(int i);
+// `dirs` exist in every node's export root before the script (put there as
+// local programs would, like files placed in a daemon's export root). The
+// operations run one after the other, each to completion.
+Result<ScriptResult> RunScript(const SimOptions& options, const std::vector<std::string>& dirs,
+                               const std::vector<ScriptOp>& ops);
 
 // One line of progress (for a terminal); may be empty.
 using ProgressFn = std::function<void(const std::string&)>;

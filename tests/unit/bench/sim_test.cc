@@ -192,6 +192,7 @@ TEST(BenchSim, ProductionVdServiceCountersMove) {
   o.ops = 200;
   o.workload = "create-stat-shared";
   o.resolve = "parent";
+  o.dt_capacity = 0;
   auto r = RunSim(o);
   ASSERT_TRUE(r) << r.error().ToString();
   EXPECT_EQ(r->errors, 0u);
@@ -220,6 +221,7 @@ TEST(BenchSim, DirectoryTableMeasuredWhenEnabled) {
   o.workload = "zipf-lookup";
   o.tree_fanout = 4;
   o.tree_depth = 3;
+  o.dt_capacity = 0;
   auto off = RunSim(o);
   ASSERT_TRUE(off);
   EXPECT_FALSE(off->dt_measured);
@@ -230,6 +232,86 @@ TEST(BenchSim, DirectoryTableMeasuredWhenEnabled) {
   EXPECT_GT(on->dt_hits, 0u);
   EXPECT_GT(on->dt_hit_ratio, 0.0);
   EXPECT_LT(on->msgs_per_op, off->msgs_per_op);  // hits send nothing
+}
+
+// The directory table is on by default (the daemon's 4096 entries).
+TEST(BenchSim, DirectoryTableOnByDefault) {
+  EXPECT_EQ(SimOptions{}.dt_capacity, 4096u);
+  EXPECT_EQ(SimOptions{}.vnodes, 256u);
+}
+
+// A warm-up absorbs the first touches: the measured phase of
+// create-stat-private has no dirmerge left, and a create is one update.
+TEST(BenchSim, WarmupLeavesTheSteadyState) {
+  SimOptions o;
+  o.nodes = 16;
+  o.workload = "create-stat-private";
+  o.ops = 400;
+  auto cold = RunSim(o);
+  o.warmup_ops = 4 * 16;
+  auto warm = RunSim(o);
+  ASSERT_TRUE(cold && warm);
+  EXPECT_EQ(cold->warmup_done, 0u);
+  EXPECT_EQ(warm->warmup_done, 64u);
+  EXPECT_EQ(warm->ops_done, 400u);
+  EXPECT_EQ(warm->errors, 0u);
+  EXPECT_GT(cold->dirmerges, 0u);
+  EXPECT_EQ(warm->dirmerges, 0u);
+  EXPECT_GT(warm->warmup_dirmerges, 0u);
+  EXPECT_EQ(warm->requests.count("list_local"), 0u);
+  EXPECT_LT(warm->msgs_per_op, cold->msgs_per_op);
+  // Every create is one update; with the DT no lookup leaves its node.
+  EXPECT_EQ(warm->updates_applied, warm->per_op["create"].count);
+  EXPECT_EQ(warm->dt_misses, 0u);
+  EXPECT_LE(warm->msgs_per_op, 1.0 + 1e-9);
+}
+
+// Manager load counts gets served, updates applied and dirmerges; more
+// directories per node spread it (balls in bins), more vnodes even the ring.
+TEST(BenchSim, ManagerLoadAndPlacement) {
+  SimOptions o;
+  o.nodes = 8;
+  o.workload = "create-stat-private";
+  o.ops = 200;
+  auto r = RunSim(o);
+  ASSERT_TRUE(r);
+  EXPECT_GT(r->mgr_max, 0u);
+  EXPECT_NEAR(r->mgr_mean * 8, static_cast<double>(r->gets_served + r->updates_applied + r->dirmerges),
+              1e-6);
+  EXPECT_GE(r->ring_imbalance, 1.0);
+  const PlacementResult few = MeasurePlacement(1024, 256, 1);
+  const PlacementResult many = MeasurePlacement(1024, 256, 256);
+  EXPECT_EQ(few.directories, 1024u);
+  EXPECT_EQ(many.directories, 1024u * 256u);
+  EXPECT_GT(few.dirs_imbalance, many.dirs_imbalance);
+  EXPECT_LT(MeasurePlacement(1024, 256, 1).ring_imbalance,
+            MeasurePlacement(1024, 16, 1).ring_imbalance);
+}
+
+// A scripted sequence (the simulator half of
+// tests/integration/bench_counters_test.cc): one dirmerge at M(dir), one
+// update per create there, DT hits at a non-manager client.
+TEST(BenchSim, ScriptMovesVdServiceCounters) {
+  SimOptions o;
+  o.nodes = 3;
+  std::vector<ScriptOp> ops;
+  for (int f = 0; f < 5; ++f) ops.push_back({"create", 1, "/s/f" + std::to_string(f)});
+  for (int i = 0; i < 5; ++i) ops.push_back({"stat", 1, "/s/f0"});
+  auto r = RunScript(o, {"/s"}, ops);
+  ASSERT_TRUE(r) << r.error().ToString();
+  ASSERT_EQ(r->ids.size(), 3u);
+  EXPECT_EQ(r->ids[0], NodeId(0));
+  for (bool ok : r->ok) EXPECT_TRUE(ok);
+  uint64_t updates = 0, dirmerges = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    updates += r->after[i].updates_applied - r->before[i].updates_applied;
+    dirmerges += r->after[i].dirmerges - r->before[i].dirmerges;
+  }
+  EXPECT_EQ(updates, 5u);
+  EXPECT_GE(dirmerges, 1u);  // /s, and / when it was not resident
+  EXPECT_LE(dirmerges, 2u);
+  EXPECT_EQ(r->after[1].lookups - r->before[1].lookups, 20u);  // walk: / and /s per operation
+  EXPECT_FALSE(RunScript(o, {}, {{"mkdir", 0, "/x"}}));
 }
 
 TEST(BenchSim, DirmergeCostGrowsWithN) {
