@@ -26,6 +26,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -406,6 +407,81 @@ TEST_F(Autonomy, InotifyOverflowEndsConsistent) {
   ASSERT_TRUE(WriteLocal(E("n2", "/forced/after.txt"), "after\n"));
   EXPECT_GE(PollMs([&] { return SeenEverywhere("/forced", "after.txt"); }, t1), 0)
       << "a change after the storm was not seen within 5 s";
+}
+
+// A directory that a local program keeps filling (one file a millisecond,
+// too slow to count as a burst) while FedFS lists it for the first time:
+// every file must show up in the end.
+//
+// DISABLED: fails about 3 runs in 10 (a file or two made at the moment of
+// the first listing stays missing in every mount for good). A node starts
+// watching a directory only AFTER it listed it for a dirmerge
+// (VdService's on_local_listing hook runs after ListDir, in OnListLocal and
+// in LocalLeaf::Run): a file created between the two is neither in the
+// listing nor reported by the watcher, and the VD never learns of it until
+// it is rebuilt for another reason. Watching before listing closes the
+// window (a change in between is then both listed and reported, which is
+// idempotent). Run with --gtest_also_run_disabled_tests.
+TEST_F(Autonomy, DISABLED_DirectoryFilledWhileFirstListed) {
+  StartNodes(3);
+  fs::create_directories(E("n2", "/busy"));
+  ASSERT_TRUE(WriteLocal(E("n2", "/busy/first"), "0\n"));
+  ASSERT_NO_FATAL_FAILURE(Launch());
+  std::atomic<bool> stop{false};
+  std::atomic<int> made{0};
+  std::thread writer([&] {
+    for (int i = 0; i < 1000 && !stop.load(); ++i) {
+      const std::string p = E("n2", "/busy/r" + std::to_string(i));
+      const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+      if (fd >= 0) ::close(fd);
+      made.store(i + 1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  struct Join {
+    std::thread& t;
+    std::atomic<bool>& stop;
+    ~Join() {
+      stop.store(true);
+      if (t.joinable()) t.join();
+    }
+  } join{writer, stop};
+  while (made.load() < 50) std::this_thread::yield();
+  // The first lookup and listing while the writer runs.
+  const int before = made.load();
+  EXPECT_EQ(StatErr(M("n1", "/busy/first")), 0);
+  EXPECT_TRUE(List(M("n3", "/busy")).contains("first"));
+  const int after = made.load();
+  writer.join();
+  std::printf("first listing while the writer made files %d..%d of %d\n", before, after,
+              made.load());
+  std::set<std::string> want;
+  for (const auto& e : fs::directory_iterator(E("n2", "/busy"))) {
+    want.insert(e.path().filename().string());
+  }
+  const auto t0 = Clock::now();
+  std::map<std::string, std::set<std::string>> seen;
+  const long ms = PollMs(
+      [&] {
+        bool all = true;
+        for (const auto& id : ids_) {
+          seen[id] = List(M(id, "/busy"));
+          all = all && seen[id] == want;
+        }
+        return all;
+      },
+      t0);
+  if (ms < 0) {
+    for (const auto& [id, got] : seen) {
+      if (got == want) continue;
+      std::vector<std::string> missing;
+      std::set_difference(want.begin(), want.end(), got.begin(), got.end(),
+                          std::back_inserter(missing));
+      ADD_FAILURE() << id << " lists " << got.size() << " of " << want.size()
+                    << " entries 5 s after the writer stopped; missing: "
+                    << ::testing::PrintToString(missing);
+    }
+  }
 }
 
 // Lookups of a directory that another node manages: the first misses the
