@@ -13,7 +13,7 @@
 
 EXAMPLES=/usr/share/doc/libfuse3-dev/examples
 
-log() { echo "# $*" >&2; }
+log() { echo "# $(date +%T) $*" >&2; }
 
 # require_root_and_tools <bench name> <tool...>
 require_root_and_tools() {
@@ -100,12 +100,12 @@ start_ptll() {
   DIR=$WORK/$tag-mnt
 }
 
-# start_fedfs <tag> <nodes> <yaml for every node or ""> [<yaml for node 0 only>]:
+# start_fedfs <tag> <nodes> <yaml for every node or ""> [<node index> <yaml for that node only>]:
 # starts <nodes> daemons, each with its export root and mountpoint under
 # $WORK/<tag>, waits until every node sees all of them alive; DIR = node 0's
 # mountpoint, FEDFS_DIR = $WORK/<tag> (n<i>.sock are the control sockets).
 start_fedfs() {
-  local tag=$1 n=$2 common=$3 node0=${4:-}
+  local tag=$1 n=$2 common=$3 only_i=${4:-} only_yaml=${5:-}
   [ "$HAVE_FEDFS" = 1 ] || return 1
   local d=$WORK/$tag
   mkdir -p "$d"
@@ -130,7 +130,7 @@ log_level: warn
 transport: {tls: tcp, net_devices: lo}
 $common
 EOF
-    [ "$i" -eq 0 ] && [ -n "$node0" ] && echo "$node0" >>"$d/n$i.yaml"
+    if [ "$i" = "$only_i" ]; then echo "$only_yaml" >>"$d/n$i.yaml"; fi
     "$FEDFSD" --config "$d/n$i.yaml" >"$d/n$i.log" 2>&1 &
     PIDS+=($!); pids+=($!); MOUNTS+=("$d/mnt$i")
   done
