@@ -126,12 +126,12 @@ flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::Entry>>> Entri
   return b.CreateVector(v);
 }
 
-m2m::Bytes EncodeVd(const VirtualDirectory& vd) {
+m2m::Bytes EncodeVd(const VirtualDirectory& vd, bool uncached = false) {
   flatbuffers::FlatBufferBuilder b(128 + 64 * vd.entries.size());
   auto ev = Entries(b, vd.entries);
   auto p = b.CreateString(vd.path);
   auto h = Strings(b, vd.holders);
-  return Finish(b, wire::Body::Vd, wire::CreateVd(b, p, vd.version, vd.epoch, h, ev));
+  return Finish(b, wire::Body::Vd, wire::CreateVd(b, p, vd.version, vd.epoch, h, ev, uncached));
 }
 
 // noinline: g++ 12 otherwise reports a false -Wmaybe-uninitialized through
@@ -374,6 +374,7 @@ Result<VdPtr> DecodeVd(const m2m::Bytes& payload) {
   auto entries = DecodeEntries(w->entries());
   if (!entries) return Err(entries.error());
   vd->entries = std::move(*entries);
+  vd->cacheable = !w->uncached();
   return VdPtr(std::move(vd));
 }
 
@@ -491,9 +492,11 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     blocking_->Post([self = shared_from_this(), path = std::move(req->path),
                      responder = std::move(responder)]() mutable {
       if (self->IsClosed()) return responder.Fail(Error{ESHUTDOWN, "VD service closed"});
+      // Watched before it is listed: a change in between is both listed and
+      // reported (harmless), never neither.
+      if (self->options_.on_local_listing) self->options_.on_local_listing(path);
       auto listing = self->local_->ListDir(Cred{}, path);
       if (!listing) return responder.Fail(listing.error());
-      if (self->options_.on_local_listing) self->options_.on_local_listing(path);
       responder.Reply(EncodeListing(*listing));
     });
   }
@@ -506,14 +509,15 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     }
     auto view = cluster_->Current();
     if (auto s = CheckManager(*view, req->path); !s) return responder.Fail(s.error());
-    if (req->sharer && !view->IsAlive(req->from)) {
-      return Refuse("kNsVdGet", call, std::move(responder),
-                    Error{EPERM, "sharer '" + req->from + "' is not a live member"});
-    }
+    // A requester this manager does not see as a live member (membership
+    // still converging) is served but not recorded: its copy is marked
+    // uncacheable, since no change would invalidate it.
+    const bool uncached = req->sharer && !view->IsAlive(req->from);
+    if (uncached) req->sharer.reset();
     ServeGet(req->path, req->from, std::move(req->sharer),
-             [responder = std::move(responder)](Result<VdPtr> vd) mutable {
+             [responder = std::move(responder), uncached](Result<VdPtr> vd) mutable {
                if (!vd) return responder.Fail(vd.error());
-               responder.Reply(EncodeVd(**vd));
+               responder.Reply(EncodeVd(**vd, uncached));
              });
   }
 
@@ -665,7 +669,7 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
       r->inspect = [self, ticket = std::move(*ticket)](const Result<VdPtr>& vd, bool remote,
                                                         uint64_t epoch) {
         // Only a VD served by a manager that recorded the slot may be kept.
-        if (vd && remote) self->dt_->Install(ticket, *vd, epoch);
+        if (vd && remote && (*vd)->cacheable) self->dt_->Install(ticket, *vd, epoch);
       };
     }
     r->done = std::move(done);
@@ -1252,10 +1256,12 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     }
     void Run() {
       done_ = true;
+      if (!core_->IsClosed() && core_->options_.on_local_listing) {
+        core_->options_.on_local_listing(build_->path);  // before listing, as in OnListLocal
+      }
       Result<std::vector<DirEntry>> r = core_->IsClosed()
                                             ? Err(ESHUTDOWN, "VD service closed")
                                             : core_->local_->ListDir(Cred{}, build_->path);
-      if (r && core_->options_.on_local_listing) core_->options_.on_local_listing(build_->path);
       core_->LeafDone(build_, i_, std::move(r));
     }
 

@@ -72,8 +72,8 @@ struct VdServiceOptions {
   // Sharer records a manager keeps in all; past this, it stops recording and
   // announces every change by broadcast (until it restarts).
   size_t max_sharer_records = size_t{1} << 20;
-  // Called (on the blocking executor) after this node listed its local
-  // directory `path` for a dirmerge: from now on a VD covers it, so the
+  // Called (on the blocking executor) just before this node lists its local
+  // directory `path` for a dirmerge: from then on a VD covers it, so the
   // daemon watches it for changes made behind FedFS' back. Optional.
   std::function<void(const std::string& path)> on_local_listing;
 };

@@ -413,16 +413,10 @@ TEST_F(Autonomy, InotifyOverflowEndsConsistent) {
 // too slow to count as a burst) while FedFS lists it for the first time:
 // every file must show up in the end.
 //
-// DISABLED: fails about 3 runs in 10 (a file or two made at the moment of
-// the first listing stays missing in every mount for good). A node starts
-// watching a directory only AFTER it listed it for a dirmerge
-// (VdService's on_local_listing hook runs after ListDir, in OnListLocal and
-// in LocalLeaf::Run): a file created between the two is neither in the
-// listing nor reported by the watcher, and the VD never learns of it until
-// it is rebuilt for another reason. Watching before listing closes the
-// window (a change in between is then both listed and reported, which is
-// idempotent). Run with --gtest_also_run_disabled_tests.
-TEST_F(Autonomy, DISABLED_DirectoryFilledWhileFirstListed) {
+// This found a window that is now closed: a node used to start watching a
+// directory only after it had listed it for a dirmerge, so a file created
+// between the two was neither listed nor reported. It now watches first.
+TEST_F(Autonomy, DirectoryFilledWhileFirstListed) {
   StartNodes(3);
   fs::create_directories(E("n2", "/busy"));
   ASSERT_TRUE(WriteLocal(E("n2", "/busy/first"), "0\n"));
