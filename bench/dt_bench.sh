@@ -47,17 +47,7 @@ TARGETS=${TARGETS:-"native ptll ptll-nocache dt-hit dt-miss node-local"}
 
 require_root_and_tools dt_bench python3 cc
 
-WORK=$(mktemp -d /var/tmp/fedfs-dtbench-XXXXXX)
-chmod 755 "$WORK"
-PIDS=()
-MOUNTS=()
-cleanup() {
-  stop_started
-  print_table 2>/dev/null || true
-  if [ -z "${KEEP:-}" ]; then rm -rf "$WORK"; else echo "dt_bench: kept $WORK" >&2; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+bench_begin dt_bench dtbench
 
 # ---- builds -------------------------------------------------------------------
 build_bench_tools fedfs-stat-bench

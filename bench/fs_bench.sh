@@ -39,17 +39,7 @@ TARGETS=${TARGETS:-"native ptll mergerfs fedfs1 fedfs3-loc fedfs3-rem"}
 
 require_root_and_tools fs_bench fio python3 cc
 
-WORK=$(mktemp -d /var/tmp/fedfs-fsbench-XXXXXX)
-chmod 755 "$WORK"
-PIDS=()
-MOUNTS=()
-cleanup() {
-  stop_started
-  print_table 2>/dev/null || true
-  if [ -z "${KEEP:-}" ]; then rm -rf "$WORK"; else echo "fs_bench: kept $WORK" >&2; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+bench_begin fs_bench fsbench
 
 # ---- builds -------------------------------------------------------------------
 build_bench_tools fedfs-meta-bench

@@ -151,3 +151,23 @@ EOF
   DIR=$d/mnt0
   FEDFS_DIR=$d
 }
+
+# bench_begin NAME SHORT: the run's work directory ($WORK, /var/tmp/fedfs-SHORT-*),
+# the lists of what it starts (PIDS, MOUNTS), and the exit trap that stops and
+# unmounts them, prints the table (print_table, defined by the script) and
+# removes $WORK unless KEEP is set. Not in a subshell: the trap must see them.
+bench_begin() {
+  BENCH_NAME=$1
+  WORK=$(mktemp -d "/var/tmp/fedfs-$2-XXXXXX")
+  chmod 755 "$WORK"
+  PIDS=()
+  MOUNTS=()
+  trap bench_cleanup EXIT
+  trap 'exit 130' INT TERM
+}
+
+bench_cleanup() {
+  stop_started
+  print_table 2>/dev/null || true
+  if [ -z "${KEEP:-}" ]; then rm -rf "$WORK"; else echo "$BENCH_NAME: kept $WORK" >&2; fi
+}

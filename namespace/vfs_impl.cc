@@ -363,6 +363,21 @@ void VfsImpl::ReleaseNew(const std::string& dir_path, const std::string& name,
   deps_.vds->Release(dir_path, name, node);
 }
 
+template <class T, class Make>
+Result<std::pair<std::string, T>> VfsImpl::MakeNew(const Cred& c, const std::string& dir_path,
+                                                   const VdPtr& dir_vd, const std::string& name,
+                                                   bool is_dir, Make make) {
+  const std::string path = JoinPath(dir_path, name);
+  FEDFS_TRY(node, PlaceNew(c, dir_path, dir_vd, path, is_dir));
+  auto fs = FsOf(*node);
+  Result<T> made = fs ? make(*fs, path) : Result<T>(Err(fs.error()));
+  if (!made) {
+    ReleaseNew(dir_path, name, *node);
+    return Err(made.error());
+  }
+  return std::make_pair(std::move(*node), std::move(*made));
+}
+
 void VfsImpl::ReportEdits(const std::string& dir, const std::vector<VdEdit>& edits) {
   if (auto s = deps_.vds->Apply(dir, edits); !s) {
     Log()->warn("VD update ({} changes in {}) failed: {}", edits.size(), dir, s.error().ToString());
@@ -508,17 +523,14 @@ Result<EntryOut> VfsImpl::Mknod(const Cred& c, uint64_t parent, const std::strin
   FEDFS_TRY(dir, ResolveDir(parent));
   FEDFS_TRY(vd, deps_.vds->Get(dir->path));
   if (FindEntry(**vd, name)) return Err(EEXIST, JoinPath(dir->path, name));
-  const std::string path = JoinPath(dir->path, name);
-  FEDFS_TRY(node, PlaceNew(c, dir->path, *vd, path, false));
-  auto fs = FsOf(*node);
-  auto st = fs ? (*fs)->Mknod(c, path, mode, rdev) : Result<struct stat>(Err(fs.error()));
-  if (!st) {
-    ReleaseNew(dir->path, name, *node);
-    return Err(st.error());
-  }
-  ReportAdd(dir->path, name, DtFromMode(st->st_mode), *node);
-  Child ch{name, name, static_cast<mode_t>(st->st_mode & S_IFMT), *node, *st};
-  ch.st.st_ino = FileIno(*node, st->st_ino);
+  FEDFS_TRY(made, MakeNew<struct stat>(c, dir->path, *vd, name, false,
+                                       [&](const std::shared_ptr<NodeFs>& fs, const std::string& p) {
+                                         return fs->Mknod(c, p, mode, rdev);
+                                       }));
+  const auto& [node, st] = *made;
+  ReportAdd(dir->path, name, DtFromMode(st.st_mode), node);
+  Child ch{name, name, static_cast<mode_t>(st.st_mode & S_IFMT), node, st};
+  ch.st.st_ino = FileIno(node, st.st_ino);
   return Remember(parent, ch);
 }
 
@@ -528,17 +540,13 @@ Result<EntryOut> VfsImpl::Mkdir(const Cred& c, uint64_t parent, const std::strin
   FEDFS_TRY(dir, ResolveDir(parent));
   FEDFS_TRY(vd, deps_.vds->Get(dir->path));
   if (FindEntry(**vd, name)) return Err(EEXIST, JoinPath(dir->path, name));
-  const std::string path = JoinPath(dir->path, name);
-  FEDFS_TRY(node, PlaceNew(c, dir->path, *vd, path, true));
-  auto fs = FsOf(*node);
-  auto st = fs ? (*fs)->Mkdir(c, path, mode) : Result<struct stat>(Err(fs.error()));
-  if (!st) {
-    ReleaseNew(dir->path, name, *node);
-    return Err(st.error());
-  }
-  ReportAdd(dir->path, name, DT_DIR, *node);
-  Child ch{name, name, S_IFDIR, "", *st};
-  ch.st.st_ino = DirIno(path);
+  FEDFS_TRY(made, MakeNew<struct stat>(c, dir->path, *vd, name, true,
+                                       [&](const std::shared_ptr<NodeFs>& fs, const std::string& p) {
+                                         return fs->Mkdir(c, p, mode);
+                                       }));
+  ReportAdd(dir->path, name, DT_DIR, made->first);
+  Child ch{name, name, S_IFDIR, "", made->second};
+  ch.st.st_ino = DirIno(JoinPath(dir->path, name));
   ch.st.st_nlink = 2;
   return Remember(parent, ch);
 }
@@ -549,17 +557,14 @@ Result<EntryOut> VfsImpl::Symlink(const Cred& c, const std::string& target, uint
   FEDFS_TRY(dir, ResolveDir(parent));
   FEDFS_TRY(vd, deps_.vds->Get(dir->path));
   if (FindEntry(**vd, name)) return Err(EEXIST, JoinPath(dir->path, name));
-  const std::string path = JoinPath(dir->path, name);
-  FEDFS_TRY(node, PlaceNew(c, dir->path, *vd, path, false));
-  auto fs = FsOf(*node);
-  auto st = fs ? (*fs)->Symlink(c, target, path) : Result<struct stat>(Err(fs.error()));
-  if (!st) {
-    ReleaseNew(dir->path, name, *node);
-    return Err(st.error());
-  }
-  ReportAdd(dir->path, name, DT_LNK, *node);
-  Child ch{name, name, S_IFLNK, *node, *st};
-  ch.st.st_ino = FileIno(*node, st->st_ino);
+  FEDFS_TRY(made, MakeNew<struct stat>(c, dir->path, *vd, name, false,
+                                       [&](const std::shared_ptr<NodeFs>& fs, const std::string& p) {
+                                         return fs->Symlink(c, target, p);
+                                       }));
+  const auto& [node, st] = *made;
+  ReportAdd(dir->path, name, DT_LNK, node);
+  Child ch{name, name, S_IFLNK, node, st};
+  ch.st.st_ino = FileIno(node, st.st_ino);
   return Remember(parent, ch);
 }
 
@@ -904,20 +909,19 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
     out.fh = AddFile(OpenFile{*fs, op->handle, entry.ino});
     return std::make_pair(entry, out);
   }
-  const std::string path = JoinPath(dir->path, name);
-  FEDFS_TRY(node, PlaceNew(c, dir->path, *vd, path, false));
-  auto fs = FsOf(*node);
-  auto op = fs ? (*fs)->Create(c, path, flags | O_CREAT, mode) : Result<Opened>(Err(fs.error()));
-  if (!op) {
-    ReleaseNew(dir->path, name, *node);
-    return Err(op.error());
-  }
-  ReportAdd(dir->path, name, DT_REG, *node);
-  Child ch{name, name, S_IFREG, *node, op->st};
-  ch.st.st_ino = FileIno(*node, op->st.st_ino);
+  std::shared_ptr<NodeFs> fs;  // the chosen node's, kept by the open file
+  FEDFS_TRY(made, MakeNew<Opened>(c, dir->path, *vd, name, false,
+                                  [&](const std::shared_ptr<NodeFs>& f, const std::string& p) {
+                                    fs = f;
+                                    return f->Create(c, p, flags | O_CREAT, mode);
+                                  }));
+  const auto& [node, op] = *made;
+  ReportAdd(dir->path, name, DT_REG, node);
+  Child ch{name, name, S_IFREG, node, op.st};
+  ch.st.st_ino = FileIno(node, op.st.st_ino);
   EntryOut entry = Remember(parent, ch);
   FileOut out;
-  out.fh = AddFile(OpenFile{*fs, op->handle, entry.ino});
+  out.fh = AddFile(OpenFile{fs, op.handle, entry.ino});
   return std::make_pair(entry, out);
 }
 

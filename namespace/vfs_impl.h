@@ -292,6 +292,12 @@ class VfsImpl final : public Vfs {
   Result<std::string> PlaceNew(const Cred& c, const std::string& dir_path, const VdPtr& dir_vd,
                                const std::string& path, bool is_dir);
   void ReleaseNew(const std::string& dir_path, const std::string& name, const std::string& node);
+  // PlaceNew, then make(shared_ptr<NodeFs>, path) on the chosen node; a failed make
+  // releases the claim. The node and what make returned.
+  template <class T, class Make>
+  Result<std::pair<std::string, T>> MakeNew(const Cred& c, const std::string& dir_path,
+                                            const VdPtr& dir_vd, const std::string& name,
+                                            bool is_dir, Make make);
   void AwaitVd(const std::string& dir, const std::string& name, bool listed);
   void ReportEdits(const std::string& dir, const std::vector<VdEdit>& edits);
   Status RenameOnce(const Cred& c, uint64_t parent, const std::string& name,

@@ -63,18 +63,8 @@ bool WriteLocal(const std::string& path, const std::string& text) {
   return ::close(fd) == 0 && ok;
 }
 
-// Names in a directory (without "." and ".."); {"<errno N>"} on failure.
-std::set<std::string> List(const std::string& dir) {
-  std::set<std::string> out;
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return {"<errno " + std::to_string(errno) + ">"};
-  while (dirent* e = ::readdir(d)) {
-    const std::string n = e->d_name;
-    if (n != "." && n != "..") out.insert(n);
-  }
-  ::closedir(d);
-  return out;
-}
+// Names in a directory (tests/tools/cluster.h).
+std::set<std::string> List(const std::string& dir) { return ListNames(dir); }
 
 // 0 if `path` exists (lstat), else the errno.
 int StatErr(const std::string& path) {

@@ -34,18 +34,8 @@ void Put(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::trunc) << text;
 }
 
-// Names in a directory (without "." and ".."); {"<errno N>"} on failure.
-std::set<std::string> List(const std::string& dir) {
-  std::set<std::string> out;
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return {"<errno " + std::to_string(errno) + ">"};
-  while (dirent* e = ::readdir(d)) {
-    const std::string n = e->d_name;
-    if (n != "." && n != "..") out.insert(n);
-  }
-  ::closedir(d);
-  return out;
-}
+// Names in a directory (tests/tools/cluster.h).
+std::set<std::string> List(const std::string& dir) { return ListNames(dir); }
 
 bool Contains(const std::set<std::string>& s, std::initializer_list<const char*> names) {
   for (const char* n : names) {

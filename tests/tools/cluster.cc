@@ -1,5 +1,7 @@
 #include "tests/tools/cluster.h"
 
+#include <dirent.h>
+
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -121,6 +123,18 @@ uint16_t FreePort() {
   }
   ::close(fd);
   return ntohs(a.sin_port);
+}
+
+std::set<std::string> ListNames(const std::string& dir) {
+  std::set<std::string> out;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return {"<errno " + std::to_string(errno) + ">"};
+  while (dirent* e = ::readdir(d)) {
+    const std::string n = e->d_name;
+    if (n != "." && n != "..") out.insert(n);
+  }
+  ::closedir(d);
+  return out;
 }
 
 std::string ReadFileText(const std::string& path) {

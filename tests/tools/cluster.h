@@ -23,6 +23,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,10 @@ uint16_t FreePort();
 
 // The text of a file ("" if it cannot be read).
 std::string ReadFileText(const std::string& path);
+
+// Names in a directory (without "." and ".."); {"<errno N>"} if it cannot be
+// listed.
+std::set<std::string> ListNames(const std::string& dir);
 
 // Polls `pred` every 50 ms until it holds or `timeout` passes.
 bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
