@@ -39,6 +39,9 @@ Cred CredOf(fuse_req_t req) {
   c.uid = ctx->uid;
   c.gid = ctx->gid;
   c.umask = ctx->umask;
+  // Supplementary groups decide nothing for uid 0 (capabilities do), and
+  // reading them costs an open and read of /proc/<pid>/task/<tid>/status.
+  if (c.uid == 0) return c;
   gid_t groups[64];
   int n = fuse_req_getgroups(req, 64, groups);
   if (n > 64) {

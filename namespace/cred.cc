@@ -5,6 +5,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -48,6 +49,39 @@ bool ThreadOwnsUmask() {
   std::abort();
 }
 
+// What this thread's fs credentials are, as ScopedCred last left them: read
+// from the kernel once per thread, then kept up to date by Enter/Leave (the
+// only code in fedfsd that changes a thread's fs credentials). It lets Enter
+// skip the system calls when the caller's credentials are the ones the
+// thread already has: for root callers, the common case, an operation then
+// makes no credential system call at all.
+struct ThreadCred {
+  bool known = false;
+  uid_t fsuid = 0;
+  gid_t fsgid = 0;
+  std::vector<gid_t> groups;
+};
+
+ThreadCred& Current() {
+  thread_local ThreadCred t;
+  if (!t.known) {
+    int n = static_cast<int>(syscall(SYS_getgroups, 0, nullptr));
+    t.groups.assign(static_cast<size_t>(std::max(n, 0)), 0);
+    if (n > 0 && syscall(SYS_getgroups, n, t.groups.data()) < 0) t.groups.clear();
+    t.fsuid = static_cast<uid_t>(RawSetFsuid(static_cast<uid_t>(-1)));
+    t.fsgid = static_cast<gid_t>(RawSetFsgid(static_cast<gid_t>(-1)));
+    t.known = true;
+  }
+  return t;
+}
+
+// Supplementary groups decide nothing for an fsuid of 0 (capabilities
+// override group permission checks), so root callers never switch them.
+bool SameCred(const ThreadCred& t, uid_t uid, gid_t gid, const std::vector<gid_t>& groups) {
+  if (t.fsuid != uid || t.fsgid != gid) return false;
+  return uid == 0 || t.groups == groups;
+}
+
 }  // namespace
 
 uid_t ScopedCred::CurrentFsuid() { return static_cast<uid_t>(RawSetFsuid(static_cast<uid_t>(-1))); }
@@ -56,33 +90,39 @@ gid_t ScopedCred::CurrentFsgid() { return static_cast<gid_t>(RawSetFsgid(static_
 Status ScopedCred::Enter(const Cred& c) {
   if (entered_) return Err(EINVAL, "ScopedCred entered twice");
   if (c.groups.size() > 65536) return Err(EINVAL, "too many supplementary groups");
-
-  // Save what we find, to restore it exactly.
-  int n = static_cast<int>(syscall(SYS_getgroups, 0, nullptr));
-  if (n < 0) return Err(errno, "getgroups");
-  prev_groups_.assign(static_cast<size_t>(n), 0);
-  if (n > 0 && syscall(SYS_getgroups, n, prev_groups_.data()) < 0) return Err(errno, "getgroups");
-  prev_uid_ = CurrentFsuid();
-  prev_gid_ = CurrentFsgid();
-
-  // Groups and fsgid first, while fsuid is still root's (setgroups needs
-  // CAP_SETGID, which a non-zero fsuid does not drop, but keep the order
-  // obvious: least privilege last).
+  ThreadCred& cur = Current();
   std::vector<gid_t> groups(c.groups.begin(), c.groups.end());
-  if (RawSetGroups(groups) != 0) return Err(errno, "setgroups");
-  RawSetFsgid(c.gid);
-  if (CurrentFsgid() != c.gid) {
-    RawSetGroups(prev_groups_);
-    return Err(EPERM, "setfsgid " + std::to_string(c.gid) + " refused");
-  }
-  RawSetFsuid(c.uid);
-  if (CurrentFsuid() != c.uid) {
-    RawSetFsgid(prev_gid_);
-    RawSetGroups(prev_groups_);
-    return Err(EPERM, "setfsuid " + std::to_string(c.uid) + " refused");
+
+  if (!SameCred(cur, c.uid, c.gid, groups)) {
+    // Save what we find, to restore it exactly.
+    prev_groups_ = cur.groups;
+    prev_uid_ = cur.fsuid;
+    prev_gid_ = cur.fsgid;
+    // Groups and fsgid first, while fsuid is still root's (setgroups needs
+    // CAP_SETGID, which a non-zero fsuid does not drop, but keep the order
+    // obvious: least privilege last).
+    if (RawSetGroups(groups) != 0) return Err(errno, "setgroups");
+    RawSetFsgid(c.gid);
+    if (CurrentFsgid() != c.gid) {
+      RawSetGroups(prev_groups_);
+      return Err(EPERM, "setfsgid " + std::to_string(c.gid) + " refused");
+    }
+    RawSetFsuid(c.uid);
+    if (CurrentFsuid() != c.uid) {
+      RawSetFsgid(prev_gid_);
+      RawSetGroups(prev_groups_);
+      return Err(EPERM, "setfsuid " + std::to_string(c.uid) + " refused");
+    }
+    cur.groups = std::move(groups);
+    cur.fsuid = c.uid;
+    cur.fsgid = c.gid;
+    switched_ = true;
   }
   umask_ = static_cast<mode_t>(c.umask & 07777);
   umask_set_ = ThreadOwnsUmask();
+  // One system call: umask(2) returns the previous value, and Leave puts it
+  // back only if it differs (the umask is not cached: tests and tools may set
+  // it directly).
   if (umask_set_) prev_umask_ = umask(umask_);
   entered_ = true;
   return Ok();
@@ -91,12 +131,18 @@ Status ScopedCred::Enter(const Cred& c) {
 void ScopedCred::Leave() {
   if (!entered_) return;
   entered_ = false;
-  if (umask_set_) umask(prev_umask_);
+  ThreadCred& cur = Current();
+  if (umask_set_ && prev_umask_ != umask_) umask(prev_umask_);
+  if (!switched_) return;
+  switched_ = false;
   RawSetFsuid(prev_uid_);
   if (CurrentFsuid() != prev_uid_) RestoreFailed("setfsuid");
   RawSetFsgid(prev_gid_);
   if (CurrentFsgid() != prev_gid_) RestoreFailed("setfsgid");
   if (RawSetGroups(prev_groups_) != 0) RestoreFailed("setgroups");
+  cur.fsuid = prev_uid_;
+  cur.fsgid = prev_gid_;
+  cur.groups = std::move(prev_groups_);
 }
 
 ScopedCred::~ScopedCred() { Leave(); }

@@ -20,6 +20,13 @@
 //
 // Threads: a ScopedCred must be destroyed on the thread that entered it.
 // Nesting is allowed (each level restores what it found).
+//
+// Cost: each thread remembers what its fs credentials are (read once, then
+// kept by Enter/Leave), and Enter changes only what differs. A caller whose
+// fsuid, fsgid and groups are the thread's own (root: groups are ignored for
+// fsuid 0, where capabilities decide) costs one umask(2) call and no other.
+// This relies on ScopedCred being the only code that changes a thread's fs
+// credentials in fedfsd.
 #pragma once
 
 #include <sys/types.h>
@@ -62,6 +69,7 @@ class ScopedCred {
 
  private:
   bool entered_ = false;
+  bool switched_ = false;  // Enter changed fsuid/fsgid/groups (Leave restores them)
   bool umask_set_ = false;
   uid_t prev_uid_ = 0;
   gid_t prev_gid_ = 0;

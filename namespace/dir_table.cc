@@ -161,7 +161,10 @@ void DirTable::Patch(const std::string& path, uint64_t prev_version, uint64_t vd
     BumpLocked(s);  // also spoils a fetch in flight for this slot
     return;
   }
-  auto vd = std::make_shared<VirtualDirectory>(*slot.vd);
+  // In place when no reader holds this VD (under mu_, a use count of 1 is the
+  // slot's own reference): a copy costs O(entries) per change.
+  auto vd = slot.vd.use_count() == 1 ? std::const_pointer_cast<VirtualDirectory>(slot.vd)
+                                     : std::make_shared<VirtualDirectory>(*slot.vd);
   vd_internal::PatchEntries(keys, std::move(fresh), &vd->entries);
   vd->holders = std::move(holders);
   vd->version = vd_version;

@@ -904,7 +904,15 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
         it = resident_.end();
       }
       if (it != resident_.end()) {
-        auto state = std::make_shared<MergeState>(*it->second.snap.state);
+        // Snapshots are immutable once handed out. Copying one costs O(entries)
+        // per change (quadratic over a directory being filled), so the state
+        // and the VD are each changed in place when no one else holds them:
+        // under mu_, a use count of 1 is resident_'s own reference, and no
+        // other thread can take one without mu_.
+        std::shared_ptr<MergeState> state =
+            it->second.snap.state.use_count() == 1
+                ? std::const_pointer_cast<MergeState>(it->second.snap.state)
+                      : std::make_shared<MergeState>(*it->second.snap.state);
         changed = false;
         for (const VdChange& c : changes) {
           changed |= c.kind == VdChange::Kind::kAdd
@@ -914,7 +922,9 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
         Touch(it->second);
         o.prev_version = it->second.snap.vd->version;
         if (changed) {
-          auto vd = std::make_shared<VirtualDirectory>(*it->second.snap.vd);
+          auto vd = it->second.snap.vd.use_count() == 1
+                        ? std::const_pointer_cast<VirtualDirectory>(it->second.snap.vd)
+                              : std::make_shared<VirtualDirectory>(*it->second.snap.vd);
           vd->version += 1;
           vd->holders = state->holders;
           for (const VdChange& c : changes) vd_internal::RefreshEntries(*state, c.name, &vd->entries);

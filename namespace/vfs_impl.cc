@@ -528,6 +528,7 @@ Result<EntryOut> VfsImpl::Mknod(const Cred& c, uint64_t parent, const std::strin
                                          return fs->Mknod(c, p, mode, rdev);
                                        }));
   const auto& [node, st] = *made;
+  vd->reset();  // unshared, the manager changes VD(P) in place (vd_service.cc)
   ReportAdd(dir->path, name, DtFromMode(st.st_mode), node);
   Child ch{name, name, static_cast<mode_t>(st.st_mode & S_IFMT), node, st};
   ch.st.st_ino = FileIno(node, st.st_ino);
@@ -544,6 +545,7 @@ Result<EntryOut> VfsImpl::Mkdir(const Cred& c, uint64_t parent, const std::strin
                                        [&](const std::shared_ptr<NodeFs>& fs, const std::string& p) {
                                          return fs->Mkdir(c, p, mode);
                                        }));
+  vd->reset();  // unshared, the manager changes VD(P) in place (vd_service.cc)
   ReportAdd(dir->path, name, DT_DIR, made->first);
   Child ch{name, name, S_IFDIR, "", made->second};
   ch.st.st_ino = DirIno(JoinPath(dir->path, name));
@@ -562,6 +564,7 @@ Result<EntryOut> VfsImpl::Symlink(const Cred& c, const std::string& target, uint
                                          return fs->Symlink(c, target, p);
                                        }));
   const auto& [node, st] = *made;
+  vd->reset();  // unshared, the manager changes VD(P) in place (vd_service.cc)
   ReportAdd(dir->path, name, DT_LNK, node);
   Child ch{name, name, S_IFLNK, node, st};
   ch.st.st_ino = FileIno(node, st.st_ino);
@@ -589,6 +592,7 @@ Result<EntryOut> VfsImpl::Link(const Cred& c, uint64_t ino, uint64_t new_parent,
     ReleaseNew(dir->path, new_name, src->node);
     return Err(st.error());
   }
+  vd->reset();  // unshared, the manager changes VD(P) in place (vd_service.cc)
   ReportAdd(dir->path, new_name, DtFromMode(st->st_mode), src->node);
   Child ch{new_name, new_name, static_cast<mode_t>(st->st_mode & S_IFMT), src->node, *st};
   ch.st.st_ino = FileIno(src->node, st->st_ino);
@@ -608,6 +612,7 @@ Status VfsImpl::Unlink(const Cred& c, uint64_t parent, const std::string& name) 
     if (s.error().code == ENOENT) AwaitVd(dir->path, name, /*listed=*/false);  // removed meanwhile
     return s;
   }
+  vd->reset();  // unshared, the manager changes VD(P) in place (vd_service.cc)
   ReportRemove(dir->path, real, node);
   DetachName(parent, name);
   return Ok();
@@ -778,6 +783,8 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
     // Two hard links of one file: rename(2) does nothing, both names stay.
     return Ok();
   }
+  svd->reset();  // unshared, the managers change the VDs in place (vd_service.cc)
+  dvd->reset();
   std::vector<VdEdit> src_edits{{.add = false, .name = sreal, .node = node}};
   std::vector<VdEdit> dst_edits;
   if (flags & RENAME_EXCHANGE) {
@@ -916,6 +923,7 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
                                     return f->Create(c, p, flags | O_CREAT, mode);
                                   }));
   const auto& [node, op] = *made;
+  vd->reset();  // unshared, the manager changes VD(P) in place (vd_service.cc)
   ReportAdd(dir->path, name, DT_REG, node);
   Child ch{name, name, S_IFREG, node, op.st};
   ch.st.st_ino = FileIno(node, op.st.st_ino);
