@@ -392,7 +392,8 @@ Result<DaemonOptions> ParseConfig(const std::string& text, const std::string& pa
     if (const YAML::Node f = GetMap(c, root, "fuse")) {
       CheckKeys(c, f, "fuse.",
                 {"mount", "entry_timeout_s", "attr_timeout_s", "max_threads", "allow_other",
-                 "default_permissions"});
+                 "default_permissions", "kernel_cache"});
+      GetBool(c, f, "kernel_cache", "fuse.kernel_cache", &o.fuse.kernel_cache);
       GetBool(c, f, "mount", "fuse.mount", &o.fuse.mount);
       GetBool(c, f, "allow_other", "fuse.allow_other", &o.fuse.allow_other);
       GetBool(c, f, "default_permissions", "fuse.default_permissions",

@@ -80,7 +80,11 @@ namespace {
 // it holds its mutex only to swap two pointers.
 class MembershipClusterView final : public ns::ClusterViewSource {
  public:
-  explicit MembershipClusterView(const Membership* m) : membership_(m) {}
+  // `kernel`: when the epoch changes (managers move, VDs are rebuilt, sharer
+  // records are lost), the kernel's names are dropped before the new view is
+  // used.
+  MembershipClusterView(const Membership* m, std::shared_ptr<std::atomic<ns::KernelCache*>> kernel)
+      : membership_(m), kernel_(std::move(kernel)) {}
 
   std::shared_ptr<const ns::ClusterView> Current() const override {
     auto snap = membership_->Snapshot();
@@ -95,14 +99,22 @@ class MembershipClusterView final : public ns::ClusterViewSource {
       (m.state == MemberState::kAlive ? v->live : v->dead)[id] = m.addr;
     }
     v->ring = snap->ring ? snap->ring : std::make_shared<const Ring>(std::vector<std::string>{}, 1);
-    std::lock_guard lock(mu_);
-    last_snapshot_ = std::move(snap);
-    view_ = v;
+    bool new_epoch = false;
+    {
+      std::lock_guard lock(mu_);
+      new_epoch = view_ && view_->epoch != v->epoch;
+      last_snapshot_ = std::move(snap);
+      view_ = v;
+    }
+    if (new_epoch) {
+      if (ns::KernelCache* k = kernel_->load(std::memory_order_acquire)) k->InvalidateNames();
+    }
     return v;
   }
 
  private:
   const Membership* membership_;
+  std::shared_ptr<std::atomic<ns::KernelCache*>> kernel_;
   mutable std::mutex mu_;
   mutable std::shared_ptr<const MembershipView> last_snapshot_;  // guarded by mu_
   mutable std::shared_ptr<const ns::ClusterView> view_;           // guarded by mu_
@@ -172,9 +184,15 @@ constexpr size_t kBurstPerDir = 64;
 // export root into VD updates at the managers. Runs on the watcher's thread.
 // An event is checked against the directory as it is now, so a late event
 // (the name came back, or went again) reports nothing false.
+// This node's kernel did not see these changes happen: once the manager has
+// applied one, the kernel's names are dropped (`kernel`, may hold null).
 void ReportLocalChanges(ns::VdService* vds, ns::NodeFs* local, const std::string& self,
+                        std::shared_ptr<std::atomic<ns::KernelCache*>> kernel,
                         std::vector<ns::LocalChange> changes) {
   auto log = Logger("autonomy");
+  auto drop_names = [kernel] {
+    if (ns::KernelCache* k = kernel->load(std::memory_order_acquire)) k->InvalidateNames();
+  };
   std::unordered_map<std::string, size_t> per_dir;
   for (const ns::LocalChange& c : changes) ++per_dir[c.dir];
   for (const auto& [dir, n] : per_dir) {
@@ -182,8 +200,9 @@ void ReportLocalChanges(ns::VdService* vds, ns::NodeFs* local, const std::string
     // Rebuilt by dirmerge on next use, from the export roots as they are
     // then (the subtree too: directories made in the burst are covered).
     log->info("{} changes in {} behind FedFS' back: its VDs are rebuilt", n, dir);
-    vds->DropSubtree(dir, [log, d = dir](Status s) {
+    vds->DropSubtree(dir, [log, d = dir, drop_names](Status s) {
       if (!s) log->warn("drop of VDs under {}: {}", d, s.error().ToString());
+      drop_names();
     });
   }
   for (ns::LocalChange& c : changes) {
@@ -202,12 +221,14 @@ void ReportLocalChanges(ns::VdService* vds, ns::NodeFs* local, const std::string
     if (ch.type == DT_DIR) {
       // A directory appeared or went: the VDs of its subtree (built without
       // this node's copy, or with it) are rebuilt on their next use.
-      vds->DropSubtree(path, [log, path](Status s) {
+      vds->DropSubtree(path, [log, path, drop_names](Status s) {
         if (!s) log->warn("drop of VDs under {}: {}", path, s.error().ToString());
+        drop_names();
       });
     }
-    vds->Update(c.dir, std::move(ch), [log, path](Status s) {
+    vds->Update(c.dir, std::move(ch), [log, path, drop_names](Status s) {
       if (!s) log->warn("report of {}: {}", path, s.error().ToString());
+      drop_names();
     });
   }
 }
@@ -215,13 +236,15 @@ void ReportLocalChanges(ns::VdService* vds, ns::NodeFs* local, const std::string
 // Directories whose changes may have been missed (inotify overflow, watch
 // limit, the directory itself moved): their VDs everywhere are dropped and
 // rebuilt by dirmerge on next use.
-void DropLostDirs(ns::VdService* vds, std::vector<std::string> dirs) {
+void DropLostDirs(ns::VdService* vds, std::shared_ptr<std::atomic<ns::KernelCache*>> kernel,
+                  std::vector<std::string> dirs) {
   auto log = Logger("autonomy");
   if (dirs.size() > 64) dirs = {"/"};  // one broadcast instead of many
   for (const std::string& d : dirs) {
     log->info("changes under {} may have been missed: its VDs are rebuilt", d);
-    vds->DropSubtree(d, [log, d](Status s) {
+    vds->DropSubtree(d, [log, d, kernel](Status s) {
       if (!s) log->warn("drop of VDs under {}: {}", d, s.error().ToString());
+      if (ns::KernelCache* k = kernel->load(std::memory_order_acquire)) k->InvalidateNames();
     });
   }
 }
@@ -344,7 +367,8 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
 
   // The namespace: this node's export root, the services every node runs
   // (file operations for other nodes, VDs and their managers), the Vfs.
-  d->cluster_ = std::make_unique<MembershipClusterView>(d->membership_.get());
+  const std::shared_ptr<std::atomic<ns::KernelCache*>> kernel(d->hooks_, &d->hooks_->kernel);
+  d->cluster_ = std::make_unique<MembershipClusterView>(d->membership_.get(), kernel);
   d->pool_ = std::make_unique<ThreadPool>(8, "blocking");
   auto local = ns::LocalNodeFs::Open(o.node_id, o.export_root);
   if (!local) {
@@ -364,6 +388,10 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
   fso.root_squash = o.security.root_squash;
   fso.squash_uid = o.security.squash_uid;
   fso.squash_gid = o.security.squash_gid;
+  fso.on_change = [hooks = d->hooks_](const std::string& path) {
+    std::shared_lock lock(hooks->vfs_mu);
+    if (hooks->vfs != nullptr) hooks->vfs->InvalidateAttrsOf(path);
+  };
   d->file_service_ = std::make_unique<ns::FileService>(fso, d->transport_.get(),
                                                        d->local_fs_.get(), d->pool_.get());
   if (auto s = d->file_service_->RegisterHandlers(); !s) {
@@ -392,6 +420,9 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
   ns::VfsOptions vo;
   vo.entry_timeout = o.fuse.entry_timeout_s;
   vo.attr_timeout = o.fuse.attr_timeout_s;
+  // The watcher reports direct changes of files' attributes at once; without
+  // it they would show only when the kernel's copy times out.
+  if (o.autonomy.watch) vo.coherent_file_attr_timeout = 10;
   vo.node_tag = static_cast<uint16_t>(o.node_tag);
   ns::VfsDeps deps;
   deps.cluster = d->cluster_.get();
@@ -469,12 +500,19 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
   if (o.autonomy.watch) {
     ns::VdService* vds = d->vd_service_.get();
     ns::NodeFs* local = d->local_fs_.get();
+    ns::LocalWatchOptions wo{.max_watches = o.autonomy.max_watches};
+    if (o.fuse.kernel_cache) {
+      wo.on_attr = [hooks = d->hooks_](const std::string& path) {
+        std::shared_lock lock(hooks->vfs_mu);
+        if (hooks->vfs != nullptr) hooks->vfs->InvalidateAttrsOf(path);
+      };
+    }
     auto watch = ns::LocalWatch::Start(
-        o.export_root, ns::LocalWatchOptions{.max_watches = o.autonomy.max_watches},
-        [vds, local, self = o.node_id](std::vector<ns::LocalChange> changes) {
-          ReportLocalChanges(vds, local, self, std::move(changes));
+        o.export_root, std::move(wo),
+        [vds, local, self = o.node_id, kernel](std::vector<ns::LocalChange> changes) {
+          ReportLocalChanges(vds, local, self, kernel, std::move(changes));
         },
-        [vds](std::vector<std::string> dirs) { DropLostDirs(vds, std::move(dirs)); });
+        [vds, kernel](std::vector<std::string> dirs) { DropLostDirs(vds, kernel, std::move(dirs)); });
     if (!watch) {
       d->Stop();
       return Err(watch.error().code, "watching export root " + o.export_root + ": " +
@@ -503,6 +541,20 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
       return Err(mount.error().code, mount.error().context);
     }
     d->mount_ = std::move(*mount);
+    if (o.fuse.kernel_cache) {
+      // From now on names and attributes go out cacheable (once the INIT
+      // handshake said the kernel takes the invalidations), and every path
+      // that may make them stale invalidates them.
+      auto k = d->mount_->kernel_cache();
+      d->kernel_ = k;
+      d->hooks_->kernel.store(k.get(), std::memory_order_release);
+      {
+        std::unique_lock lock(d->hooks_->vfs_mu);
+        d->hooks_->vfs = d->vfs_.get();
+      }
+      d->vd_service_->SetKernelCache(k.get());
+      d->vfs_->SetKernelCache(k.get());
+    }
   }
   log->info("started: incarnation {:016x}, {} seed(s), heartbeat {} ms, failure timeout {} ms",
             d->membership_->incarnation(), o.peers.size(), o.timeouts.heartbeat_interval.count(),
@@ -513,6 +565,15 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
 Daemon::~Daemon() { Stop(); }
 
 void Daemon::Stop() {
+  // Nothing invalidates the kernel's caches from now on (the notifier itself
+  // lives on in kernel_ for calls already in flight).
+  hooks_->kernel.store(nullptr, std::memory_order_release);
+  {
+    std::unique_lock lock(hooks_->vfs_mu);
+    hooks_->vfs = nullptr;
+  }
+  if (vd_service_) vd_service_->SetKernelCache(nullptr);
+  if (vfs_) vfs_->SetKernelCache(nullptr);
   // The mount goes first, while the transport still serves its requests.
   if (mount_) {
     mount_->Unmount();
@@ -550,6 +611,8 @@ nlohmann::json DtStatus(ns::VdService& vds, const std::string& self) {
            {"messages_per_lookup",
             s.lookups == 0 ? 0.0 : static_cast<double>(s.gets_sent) / static_cast<double>(s.lookups)},
            {"dt_invals_received", s.dt_invals_received},
+           {"notifies_sent", s.notifies_sent},
+           {"kernel_invalidations", s.kernel_invalidations},
            {"sharer_records", s.sharer_records},
            {"invalidations_sent", s.invalidations_sent},
            {"invalidations_failed", s.invalidations_failed},

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <memory>
+#include <shared_mutex>
 #include <string>
 
 #include "common/result.h"
@@ -35,6 +36,7 @@ class ClusterViewSource;
 class DirOps;
 class DirOpsClient;
 class Kv;
+class KernelCache;
 }  // namespace ns
 }  // namespace fedfs
 
@@ -70,6 +72,15 @@ class Daemon {
   Daemon();
 
   // Destroyed in reverse order; Stop() orders the shutdown explicitly.
+  // What callbacks made before the services exist (or after they stopped)
+  // reach: the kernel's caches and the Vfs, null outside [mount, Stop).
+  struct Hooks {
+    std::atomic<ns::KernelCache*> kernel{nullptr};
+    std::shared_mutex vfs_mu;  // held (shared) while `vfs` is used: Stop waits
+    ns::VfsImpl* vfs = nullptr;
+  };
+  std::shared_ptr<Hooks> hooks_ = std::make_shared<Hooks>();
+  std::shared_ptr<ns::KernelCache> kernel_;  // the mount's; outlives it
   std::unique_ptr<m2m::Transport> transport_;
   std::unique_ptr<Membership> membership_;
   std::unique_ptr<ns::ClusterViewSource> cluster_;

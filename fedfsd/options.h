@@ -77,6 +77,9 @@ struct FuseConfig {
   bool mount = true;                // false: serve other nodes only, mount nothing
   double entry_timeout_s = 0;       // kernel name cache; 0 is exact across nodes
   double attr_timeout_s = 0;        // kernel attribute cache; 0 is exact across nodes
+  // Names and attributes cached by the kernel, kept coherent by invalidation
+  // (needs FUSE 7.44, Linux 6.16; docs/namespace.md "Kernel caches").
+  bool kernel_cache = true;
   uint32_t max_threads = 16;        // FUSE worker threads at most
   bool allow_other = true;          // -o allow_other
   bool default_permissions = true;  // -o default_permissions (kernel checks modes)

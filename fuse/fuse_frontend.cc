@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <new>
+#include <shared_mutex>
 #include <sstream>
 #include <vector>
 
@@ -31,7 +32,18 @@ std::shared_ptr<spdlog::logger> Log() {
   return log;
 }
 
-ns::Vfs* VfsOf(fuse_req_t req) { return static_cast<ns::Vfs*>(fuse_req_userdata(req)); }
+}  // namespace
+
+// The session's userdata: the Vfs, and the kernel-cache notifier that OpInit
+// enables when the kernel can take its invalidations.
+struct FuseMount::Ctx {
+  ns::Vfs* vfs = nullptr;
+  KernelNotifier* notifier = nullptr;
+};
+
+namespace {
+
+ns::Vfs* VfsOf(fuse_req_t req) { return static_cast<FuseMount::Ctx*>(fuse_req_userdata(req))->vfs; }
 
 Cred CredOf(fuse_req_t req) {
   const fuse_ctx* ctx = fuse_req_ctx(req);
@@ -113,7 +125,6 @@ void ReplyStatus(fuse_req_t req, const Status& s) {
   fuse_reply_err(req, 0);
 }
 
-double AttrTimeout(const struct stat&) { return 0.0; }
 
 // Backoff of blocking lock requests: 1 ms doubling to 100 ms.
 template <class F>
@@ -134,7 +145,9 @@ Status RetryUntilGranted(fuse_req_t req, F&& attempt) {
 // ---------------------------------------------------------------- ops
 
 void OpInit(void* userdata, fuse_conn_info* conn) {
-  (void)userdata;
+  // FUSE_NOTIFY_INC_EPOCH came with protocol 7.44 (Linux 6.16).
+  const bool epoch = conn->proto_major > 7 || (conn->proto_major == 7 && conn->proto_minor >= 44);
+  static_cast<FuseMount::Ctx*>(userdata)->notifier->Enable(epoch);
   // The umask reaches us in the request and is applied by the node that
   // creates the file (namespace/cred.h).
   if (conn->capable & FUSE_CAP_DONT_MASK) conn->want |= FUSE_CAP_DONT_MASK;
@@ -165,7 +178,7 @@ void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     if (fi) fh = fi->fh;
     auto st = VfsOf(req)->GetAttr(CredOf(req), ino, fh);
     if (!st) return ReplyErr(req, st.error());
-    fuse_reply_attr(req, &*st, AttrTimeout(*st));
+    fuse_reply_attr(req, &*st, VfsOf(req)->AttrTimeout(ino, *st));
   });
 }
 
@@ -191,7 +204,7 @@ void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
     if (fi) fh = fi->fh;
     auto st = VfsOf(req)->SetAttr(CredOf(req), ino, fh, r);
     if (!st) return ReplyErr(req, st.error());
-    fuse_reply_attr(req, &*st, AttrTimeout(*st));
+    fuse_reply_attr(req, &*st, VfsOf(req)->AttrTimeout(ino, *st));
   });
 }
 
@@ -518,6 +531,67 @@ std::string ConnectionId(const std::string& mountpoint) {
 
 }  // namespace
 
+// ---------------------------------------------------------------- kernel caches
+
+void KernelNotifier::Enable(bool epoch_supported) {
+  coherent_.store(epoch_supported, std::memory_order_release);
+  if (epoch_supported) {
+    Log()->info("kernel caches names (invalidated by FUSE_NOTIFY_INC_EPOCH)");
+  } else {
+    Log()->info("the kernel has no FUSE_NOTIFY_INC_EPOCH (FUSE < 7.44): names are not cached");
+  }
+}
+
+void KernelNotifier::Attach(fuse_session* se) {
+  std::unique_lock lock(mu_);
+  session_ = se;
+}
+
+void KernelNotifier::Detach() {
+  std::unique_lock lock(mu_);
+  session_ = nullptr;
+}
+
+void KernelNotifier::InvalidateNames() {
+  if (!Coherent()) return;
+  std::shared_lock lock(mu_);
+  fuse_session* se = session_;
+  if (se == nullptr) return;
+  // libfuse 3.14 has no call for it: the notification is a bare header whose
+  // error field is the notify code (FUSE_NOTIFY_INC_EPOCH = 8), written to
+  // the session's device fd like any other notification.
+  struct {
+    uint32_t len;
+    int32_t error;
+    uint64_t unique;
+  } hdr{16, 8, 0};
+  static_assert(sizeof hdr == 16);
+  const ssize_t n = ::write(fuse_session_fd(se), &hdr, sizeof hdr);
+  if (n == static_cast<ssize_t>(sizeof hdr)) {
+    epochs_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  const int e = errno;
+  if (e == ENOENT || e == ENODEV || e == EBADF) return;  // unmounted meanwhile
+  // Names already cached cannot be taken back: say so loudly, and stop
+  // handing out cacheable names.
+  coherent_.store(false, std::memory_order_release);
+  Log()->error("FUSE_NOTIFY_INC_EPOCH refused ({}): names are no longer cached; names cached so "
+               "far may stay stale until their timeout",
+               std::strerror(e));
+}
+
+void KernelNotifier::InvalidateAttrs(uint64_t ino) {
+  std::shared_lock lock(mu_);
+  fuse_session* se = session_;
+  if (se == nullptr) return;
+  // Attributes only (offset < 0): takes no inode lock in the kernel.
+  const int rc = fuse_lowlevel_notify_inval_inode(se, ino, -1, 0);
+  if (rc != 0 && rc != -ENOENT && rc != -ENODEV) {
+    Log()->warn("invalidating the attributes of inode {}: {}", ino, std::strerror(-rc));
+  }
+}
+
 struct FuseMount::State {
   std::atomic<bool> loop_done{false};
 };
@@ -550,7 +624,8 @@ Result<std::unique_ptr<FuseMount>> FuseMount::Mount(const FuseOptions& options, 
   for (auto& a : argv_s) argv.push_back(a.data());
   fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
   static const fuse_lowlevel_ops kOps = MakeOps();
-  m->session_ = fuse_session_new(&args, &kOps, sizeof kOps, vfs);
+  m->ctx_ = std::make_unique<Ctx>(Ctx{vfs, m->notifier_.get()});
+  m->session_ = fuse_session_new(&args, &kOps, sizeof kOps, m->ctx_.get());
   fuse_opt_free_args(&args);  // the session keeps its own copies
   if (m->session_ == nullptr) {
     return Err(EINVAL, "cannot create the FUSE session (options: " + o + ")");
@@ -562,6 +637,7 @@ Result<std::unique_ptr<FuseMount>> FuseMount::Mount(const FuseOptions& options, 
                         " (is /dev/fuse available and are we root?)");
   }
   m->conn_id_ = ConnectionId(options.mountpoint);
+  m->notifier_->Attach(m->session_);
   fuse_session* se = m->session_;
   State* state = m->state_.get();
   const unsigned max_threads = std::max(1u, options.max_threads);
@@ -598,6 +674,7 @@ void FuseMount::Abort() {
 
 void FuseMount::Unmount() {
   if (session_ == nullptr) return;
+  notifier_->Detach();  // waits for notifications being written
   fuse_session_exit(session_);
   fuse_session_unmount(session_);
   // The loop ends when the kernel closes the connection: at once unless

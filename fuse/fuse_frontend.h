@@ -15,16 +15,41 @@
 // main thread); the workers call the Vfs concurrently.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 
 #include "common/result.h"
+#include "namespace/kernel_cache.h"
 #include "namespace/vfs.h"
 
 struct fuse_session;
 
 namespace fedfs::fuse {
+
+// The kernel's caches of one mount (namespace/kernel_cache.h): enabled by the
+// FUSE INIT handshake when the kernel speaks protocol 7.44 or later.
+class KernelNotifier final : public ns::KernelCache {
+ public:
+  bool Coherent() const override { return coherent_.load(std::memory_order_acquire); }
+  void InvalidateNames() override;
+  void InvalidateAttrs(uint64_t ino) override;
+  // Epoch notifications written so far (observability, tests).
+  uint64_t epochs() const { return epochs_.load(std::memory_order_relaxed); }
+
+  void Enable(bool epoch_supported);   // from the INIT handshake
+  void Attach(struct fuse_session* se);
+  void Detach();  // returns once no notification is being written
+
+ private:
+  std::atomic<bool> coherent_{false};
+  mutable std::shared_mutex mu_;          // guards session_ against Detach
+  struct fuse_session* session_ = nullptr;
+  std::atomic<uint64_t> epochs_{0};
+};
 
 struct FuseOptions {
   std::string mountpoint;            // required, an existing directory
@@ -58,6 +83,12 @@ class FuseMount {
 
   const std::string& mountpoint() const { return options_.mountpoint; }
 
+  // This mount's kernel caches. Shared so that it can outlive the mount:
+  // after Unmount its calls do nothing.
+  std::shared_ptr<KernelNotifier> kernel_cache() { return notifier_; }
+
+  struct Ctx;  // the session's userdata (fuse_frontend.cc)
+
  private:
   explicit FuseMount(FuseOptions options);
   void Abort();
@@ -68,6 +99,8 @@ class FuseMount {
   std::unique_ptr<State> state_;
   std::thread loop_;
   std::string conn_id_;  // /sys/fs/fuse/connections/<id>
+  std::shared_ptr<KernelNotifier> notifier_ = std::make_shared<KernelNotifier>();
+  std::unique_ptr<Ctx> ctx_;
 };
 
 }  // namespace fedfs::fuse

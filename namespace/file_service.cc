@@ -125,6 +125,7 @@ struct Session {
   uint64_t slot_size = 0;
   uint32_t slot_count = 0;
   std::unordered_map<uint64_t, Handle> handles;  // remote handle -> local
+  std::unordered_map<uint64_t, std::string> paths;  // remote handle -> path opened
 };
 
 class FileService::Impl : public std::enable_shared_from_this<Impl> {
@@ -359,13 +360,14 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
 
   // Records a newly opened local handle; releases it again when the session
   // vanished meanwhile or holds too many.
-  Result<uint64_t> AddHandle(uint64_t session, Handle lh) {
+  Result<uint64_t> AddHandle(uint64_t session, Handle lh, const std::string& path) {
     {
       std::lock_guard lock(mu_);
       auto it = sessions_.find(session);
       if (it != sessions_.end() && it->second.handles.size() < opts_.max_handles_per_session) {
         const uint64_t rh = ++next_handle_;
         it->second.handles.emplace(rh, lh);
+        if (opts_.on_change) it->second.paths.emplace(rh, path);
         return rh;
       }
     }
@@ -381,6 +383,7 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
     if (h == it->second.handles.end()) return Err(EBADF, "no such handle");
     Handle lh = h->second;
     it->second.handles.erase(h);
+    it->second.paths.erase(rh);
     return lh;
   }
 
@@ -429,8 +432,46 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
     return fswire::Finish(b);
   }
 
+  // The path opened as remote handle `rh` of `session` ("" if unknown).
+  std::string HandlePath(uint64_t session, uint64_t rh) {
+    std::lock_guard lock(mu_);
+    auto it = sessions_.find(session);
+    if (it == sessions_.end()) return {};
+    auto p = it->second.paths.find(rh);
+    return p == it->second.paths.end() ? std::string() : p->second;
+  }
+
+  // Runs `req`, then tells on_change about what a successful request may
+  // have changed the attributes of (docs/namespace.md, "Kernel caches").
   Result<m2m::Bytes> Run(const m2m::PeerInfo& peer, const fb::FsRequest* req,
                          Clock::time_point arrival) {
+    Result<m2m::Bytes> r = RunOp(peer, req, arrival);
+    if (!r || !opts_.on_change) return r;
+    switch (req->op()) {
+      case fb::Op::kSetAttr:
+      case fb::Op::kSetXattr:
+      case fb::Op::kRemoveXattr:
+      case fb::Op::kLink:
+        opts_.on_change(Str(req->path()));
+        break;
+      case fb::Op::kOpen:
+      case fb::Op::kCreate:
+        if (req->flags() & O_TRUNC) opts_.on_change(Str(req->path()));
+        break;
+      case fb::Op::kWrite:
+      case fb::Op::kFallocate:
+        if (std::string p = HandlePath(req->session(), req->handle()); !p.empty()) {
+          opts_.on_change(p);
+        }
+        break;
+      default:
+        break;
+    }
+    return r;
+  }
+
+  Result<m2m::Bytes> RunOp(const m2m::PeerInfo& peer, const fb::FsRequest* req,
+                           Clock::time_point arrival) {
     const uint64_t session = req->session();
     auto view = Bound(peer, session);
     if (!view) return Err(view.error());
@@ -548,7 +589,7 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
         auto r = req->op() == fb::Op::kOpen ? local_->Open(cred, path, req->flags())
                                             : local_->Create(cred, path, req->flags(), req->mode());
         if (!r) return Err(r.error());
-        auto rh = AddHandle(session, r->handle);
+        auto rh = AddHandle(session, r->handle, path);
         if (!rh) return Err(rh.error());
         return OpenedReply(*rh, r->st);
       }

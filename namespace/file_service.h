@@ -51,6 +51,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -86,6 +87,11 @@ struct FileServiceOptions {
   bool root_squash = false;
   uint32_t squash_uid = 65534;
   uint32_t squash_gid = 65534;
+  // Called, on the serving thread, with the path (global, real names) of a
+  // file or directory whose attributes a request just changed (setattr,
+  // xattrs, link, truncating open, write, fallocate): this node's kernel may
+  // cache them. Optional; must not block.
+  std::function<void(const std::string& path)> on_change;
 };
 
 // The credentials a request with `c` runs with under `o` (root squash).

@@ -21,6 +21,7 @@ namespace {
 
 constexpr uint32_t kMask = IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF |
                            IN_MOVE_SELF | IN_ONLYDIR | IN_EXCL_UNLINK;
+constexpr uint32_t kAttrMask = IN_ATTRIB | IN_MODIFY;
 constexpr uint32_t kSelfGone = IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED | IN_UNMOUNT;
 // One read of the inotify fd: room for about a thousand short-named events.
 constexpr size_t kReadBuf = 64 * 1024;
@@ -138,7 +139,8 @@ Status LocalWatch::Watch(const std::string& dir) {
     return Err(e, "watch " + dir);
   }
   std::string proc = "/proc/self/fd/" + std::to_string(fd);
-  int wd = inotify_add_watch(inotify_fd_, proc.c_str(), kMask);
+  const uint32_t mask = opts_.on_attr ? kMask | kAttrMask : kMask;
+  int wd = inotify_add_watch(inotify_fd_, proc.c_str(), mask);
   int e = errno;
   ::close(fd);
   if (wd < 0) return Err(e, "watch " + dir + ": inotify_add_watch");
@@ -317,6 +319,7 @@ void LocalWatch::ReadEvents() {
   // Under mu_: translate wds to paths, drop watches that went away.
   std::vector<RawChange> raw;
   std::vector<std::string> lost;
+  std::vector<std::string> attrs;  // paths whose attributes changed
   {
     std::lock_guard lk(mu_);
     for (ssize_t off = 0; off < n;) {
@@ -336,6 +339,12 @@ void LocalWatch::ReadEvents() {
         DropWatchLocked(ev->wd, &lost);
         continue;
       }
+      if ((ev->mask & kAttrMask) && opts_.on_attr) {
+        for (const auto& p : it->second.paths) {
+          attrs.push_back(ev->len == 0 ? p : JoinPath(p, ev->name));
+        }
+        if (!(ev->mask & ~(kAttrMask | IN_ISDIR))) continue;
+      }
       if (ev->len == 0) continue;
       RawChange rc;
       if (ev->mask & (IN_CREATE | IN_MOVED_TO)) {
@@ -353,7 +362,11 @@ void LocalWatch::ReadEvents() {
     }
   }
 
-  // Outside mu_: entry types and suppression.
+  // Outside mu_: attribute changes, entry types and suppression.
+  for (size_t i = 0; i < attrs.size(); ++i) {
+    if (i > 0 && attrs[i] == attrs[i - 1]) continue;  // a burst of writes
+    opts_.on_attr(attrs[i]);
+  }
   for (auto& rc : raw) {
     uint8_t type = DT_UNKNOWN;
     if (rc.is_dir) {

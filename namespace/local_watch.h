@@ -98,6 +98,12 @@ struct LocalWatchOptions {
   size_t max_watches = 65536;
   // Changes are coalesced this long before they are delivered.
   std::chrono::milliseconds batch_window{20};
+  // Optional: called on the watcher thread, at once (not batched, never
+  // suppressed by Ignore), with the global path of a watched directory or
+  // of an entry in one whose attributes or data may have changed
+  // (IN_ATTRIB, IN_MODIFY): the kernel's cached attributes
+  // of it are stale. Must not block.
+  std::function<void(const std::string& path)> on_attr;
 };
 
 class LocalWatch {

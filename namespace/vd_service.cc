@@ -62,8 +62,14 @@ struct SharerSlotData {
   m2m::RegionDesc region;
 };
 
+// The key a DT entry is bound to: the membership epoch, and whether it was
+// fetched with `notify` (top bit; epochs never reach it).
+uint64_t DtEpoch(uint64_t epoch, bool notify) {
+  return notify ? epoch | (uint64_t{1} << 63) : epoch;
+}
+
 m2m::Bytes EncodePathRequest(const std::string& path, const ClusterView& view,
-                             const SharerSlotData* sharer = nullptr) {
+                             const SharerSlotData* sharer = nullptr, bool notify = false) {
   flatbuffers::FlatBufferBuilder b(256 + path.size());
   auto p = b.CreateString(path);
   auto f = b.CreateString(view.self);
@@ -73,7 +79,8 @@ m2m::Bytes EncodePathRequest(const std::string& path, const ClusterView& view,
                                sharer->region.rkey.size());
     sh = wire::CreateSharerSlot(b, sharer->slot, sharer->region.addr, sharer->region.length, rkey);
   }
-  return Finish(b, wire::Body::PathRequest, wire::CreatePathRequest(b, p, f, view.epoch, sh));
+  return Finish(b, wire::Body::PathRequest,
+                wire::CreatePathRequest(b, p, f, view.epoch, sh, notify));
 }
 
 flatbuffers::Offset<wire::Change> EncodeChange(flatbuffers::FlatBufferBuilder& b,
@@ -220,6 +227,7 @@ struct PathRequestData {
   std::string from;
   uint64_t epoch = 0;
   std::optional<SharerSlotData> sharer;
+  bool notify = false;
 };
 
 Result<PathRequestData> DecodePathRequest(const m2m::Bytes& payload) {
@@ -232,6 +240,7 @@ Result<PathRequestData> DecodePathRequest(const m2m::Bytes& payload) {
   out.path = std::move(*path);
   out.from = r->from() ? r->from()->str() : std::string();
   out.epoch = r->epoch();
+  out.notify = r->notify();
   if (const wire::SharerSlot* sh = r->sharer(); sh != nullptr) {
     if (sh->rkey() == nullptr || sh->rkey()->size() == 0 || sh->length() == 0 ||
         sh->length() % 8 != 0 || uint64_t{sh->slot()} * 8 + 8 > sh->length()) {
@@ -512,9 +521,12 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     // A requester this manager does not see as a live member (membership
     // still converging) is served but not recorded: its copy is marked
     // uncacheable, since no change would invalidate it.
-    const bool uncached = req->sharer && !view->IsAlive(req->from);
-    if (uncached) req->sharer.reset();
-    ServeGet(req->path, req->from, std::move(req->sharer),
+    const bool uncached = (req->sharer || req->notify) && !view->IsAlive(req->from);
+    if (uncached) {
+      req->sharer.reset();
+      req->notify = false;
+    }
+    ServeGet(req->path, req->from, std::move(req->sharer), req->notify,
              [responder = std::move(responder), uncached](Result<VdPtr> vd) mutable {
                if (!vd) return responder.Fail(vd.error());
                responder.Reply(EncodeVd(**vd, uncached));
@@ -543,6 +555,7 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
       return Refuse("kNsDtInval", call, std::move(responder), s.error());
     }
     if (dt_) dt_->Invalidate(req->path);
+    DropKernelNames();
     {
       std::lock_guard lock(mu_);
       ++stats_.dt_invals_received;
@@ -645,10 +658,14 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     auto view = cluster_->Current();
     std::optional<DirTable::Ticket> ticket;
     std::optional<SharerSlotData> sharer;
+    // A copy fetched without `notify` must not feed a kernel that caches
+    // names (its manager would not tell this node's kernel of changes): DT
+    // entries are bound to the epoch and to the notify mode they came with.
+    const bool notify = KernelCoherent();
     if (dt_) {
       const std::string& manager = view->Manager(path);
       if (!manager.empty() && manager != view->self) {
-        if (VdPtr vd = dt_->Find(path, view->epoch)) return done(std::move(vd));  // a hit
+        if (VdPtr vd = dt_->Find(path, DtEpoch(view->epoch, notify))) return done(std::move(vd));
         ticket = dt_->Reserve(path);
         sharer = SharerSlotData{ticket->slot, dt_->region()};
       }
@@ -658,18 +675,20 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     r->path = path;
     r->method = MethodId(RpcMethod::kNsVdGet);
     r->timeout = ManagerTimeout();
-    r->encode = [path, sharer = std::move(sharer)](const ClusterView& v) {
-      return EncodePathRequest(path, v, sharer ? &*sharer : nullptr);
+    r->encode = [path, sharer = std::move(sharer), notify](const ClusterView& v) {
+      return EncodePathRequest(path, v, sharer ? &*sharer : nullptr, notify);
     };
     r->local = [self, path](const ClusterView& v, m2m::Callback<VdPtr> cb) {
-      self->ServeGet(path, v.self, std::nullopt, std::move(cb));
+      self->ServeGet(path, v.self, std::nullopt, false, std::move(cb));
     };
     r->decode = [](const m2m::Bytes& b) { return DecodeVd(b); };
     if (ticket) {
-      r->inspect = [self, ticket = std::move(*ticket)](const Result<VdPtr>& vd, bool remote,
-                                                        uint64_t epoch) {
+      r->inspect = [self, ticket = std::move(*ticket), notify](const Result<VdPtr>& vd,
+                                                                bool remote, uint64_t epoch) {
         // Only a VD served by a manager that recorded the slot may be kept.
-        if (vd && remote && (*vd)->cacheable) self->dt_->Install(ticket, *vd, epoch);
+        if (vd && remote && (*vd)->cacheable) {
+          self->dt_->Install(ticket, *vd, DtEpoch(epoch, notify));
+        }
       };
     }
     r->done = std::move(done);
@@ -853,13 +872,15 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   // --- Manager side ---
 
   void ServeGet(const std::string& path, const std::string& from,
-                std::optional<SharerSlotData> sharer, m2m::Callback<VdPtr> done) {
+                std::optional<SharerSlotData> sharer, bool notify, m2m::Callback<VdPtr> done) {
     {
       std::lock_guard lock(mu_);
       ++stats_.gets_served;
       // Recorded before the VD is read: a change applied after this point
       // bumps the requester's slot; one applied before is in what it gets.
-      if (sharer && from != cluster_->Current()->self) RecordSharerLocked(path, from, *sharer);
+      if ((sharer || notify) && from != cluster_->Current()->self) {
+        RecordSharerLocked(path, from, sharer ? &*sharer : nullptr, notify);
+      }
     }
     EnsureResident(path, [done = std::move(done)](Result<Snapshot> s) mutable {
       if (!s) return done(Err(s.error()));
@@ -887,6 +908,7 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     UpdateOutcome o;
     std::vector<SharerRec> targets;
     bool broadcast = false;
+    bool changed = true;  // unknown when not resident: invalidate
     {
       std::lock_guard lock(mu_);
       if (closed_) return done(Err(ESHUTDOWN, "VD service closed"));
@@ -897,7 +919,6 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
       if (b != builds_.end()) {  // replayed after the merge
         for (const VdChange& c : changes) b->second->pending.push_back(c);
       }
-      bool changed = true;  // unknown when not resident: invalidate
       auto it = resident_.find(path);
       if (it != resident_.end() && it->second.snap.vd->epoch != view.epoch) {
         EvictLocked(it);
@@ -953,6 +974,9 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
         if (!targets.empty() || broadcast) ++stats_.changes_invalidated;
       }
     }
+    // This node's kernel may hold names of P; the reporter's own kernel saw
+    // its change happen.
+    if (changed && from != view.self) DropKernelNames();
     if (targets.empty() && !broadcast) return done(std::move(o));
     InvalidateSharers(path, std::move(targets), broadcast, view, from,
                       [o = std::move(o), done = std::move(done)]() mutable { done(std::move(o)); });
@@ -1019,6 +1043,8 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   struct SharerRec {
     std::string node;
     uint32_t slot = 0;
+    bool has_slot = false;  // bump the word of `slot` (one-sided)
+    bool notify = false;    // send kNsDtInval and wait (its kernel caches names)
   };
   // A sharer node's DT words, imported on its endpoint when first needed.
   struct NodeRegion {
@@ -1029,17 +1055,23 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   };
 
   void RecordSharerLocked(const std::string& path, const std::string& node,
-                          const SharerSlotData& sharer) {
+                          const SharerSlotData* sharer, bool notify) {
     if (broadcast_all_ || broadcast_paths_.count(path) != 0) return;
-    NodeRegion& nr = node_regions_[node];
-    if (nr.desc.addr != sharer.region.addr || nr.desc.length != sharer.region.length ||
-        nr.desc.rkey != sharer.region.rkey) {
-      nr = NodeRegion{.desc = sharer.region};  // a restarted node: import again
+    if (sharer != nullptr) {
+      NodeRegion& nr = node_regions_[node];
+      if (nr.desc.addr != sharer->region.addr || nr.desc.length != sharer->region.length ||
+          nr.desc.rkey != sharer->region.rkey) {
+        nr = NodeRegion{.desc = sharer->region};  // a restarted node: import again
+      }
     }
     std::vector<SharerRec>& recs = sharers_[path];
     for (SharerRec& r : recs) {
       if (r.node == node) {  // one slot per path at a node
-        r.slot = sharer.slot;
+        if (sharer != nullptr) {
+          r.slot = sharer->slot;
+          r.has_slot = true;
+        }
+        r.notify = r.notify || notify;
         return;
       }
     }
@@ -1050,7 +1082,7 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
       ++sharer_records_;  // the broadcast mark counts as one record
       return;
     }
-    recs.push_back(SharerRec{node, sharer.slot});
+    recs.push_back(SharerRec{node, sharer != nullptr ? sharer->slot : 0, sharer != nullptr, notify});
     if (++sharer_records_ > options_.max_sharer_records) {
       Log()->warn("{} sharer records: every VD change is broadcast from now on",
                   sharer_records_);
@@ -1139,6 +1171,22 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     for (const SharerRec& t : targets) {
       auto live = view.live.find(t.node);
       if (live == view.live.end()) continue;  // dead: its DT dies with its epoch
+      if (t.notify && !broadcast) {
+        // Its kernel's names: only its CPU can drop them (in parallel with
+        // the one-sided bump below; the round waits for both).
+        {
+          std::lock_guard lock(mu_);
+          ++stats_.notifies_sent;
+          ++round->outstanding;
+        }
+        transport_->GetEndpoint(live->second)
+            ->Call(MethodId(RpcMethod::kNsDtInval), EncodePathRequest(path, view), timeout,
+                   [finish, failed, node = t.node](Result<m2m::Bytes> r) {
+                     if (!r) failed(node, r.error());
+                     finish();
+                   });
+      }
+      if (!t.has_slot) continue;
       auto region = RegionOf(t.node, live->second);
       if (!region) {
         failed(t.node, region.error());
@@ -1372,6 +1420,23 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   // Claimed names per directory (see VdChange), guarded by mu_.
   std::unordered_map<std::string, std::map<std::string, Claim>> claims_;
   std::unique_ptr<DirTable> dt_;  // this node's directory table (client side); set once
+  std::atomic<KernelCache*> kernel_{nullptr};
+
+ public:
+  void SetKernelCache(KernelCache* k) { kernel_.store(k, std::memory_order_release); }
+  bool KernelCoherent() const {
+    KernelCache* k = kernel_.load(std::memory_order_acquire);
+    return k != nullptr && k->Coherent();
+  }
+  void DropKernelNames() {
+    KernelCache* k = kernel_.load(std::memory_order_acquire);
+    if (k == nullptr || !k->Coherent()) return;
+    k->InvalidateNames();
+    std::lock_guard lock(mu_);
+    ++stats_.kernel_invalidations;
+  }
+
+ private:
 };
 
 VdService::VdService(VdServiceOptions options, m2m::Transport* transport,
@@ -1400,6 +1465,8 @@ void VdService::RegisterHandlers() {
   install(RpcMethod::kNsVdDrop, &Core::OnDrop);
   install(RpcMethod::kNsDtInval, &Core::OnDtInval);
 }
+
+void VdService::SetKernelCache(KernelCache* k) { impl_->core->SetKernelCache(k); }
 
 void VdService::Get(const std::string& path, std::move_only_function<void(Result<VdPtr>)> done) {
   impl_->core->Get(path, std::move(done));

@@ -51,6 +51,7 @@
 #include "m2m/transport.h"
 #include "namespace/cluster.h"
 #include "namespace/dir_table.h"
+#include "namespace/kernel_cache.h"
 #include "namespace/node_fs.h"
 #include "namespace/vd.h"
 
@@ -105,6 +106,12 @@ class VdService {
   ~VdService();
 
   void RegisterHandlers();  // before the transport's Listen
+  // Wires this node's kernel caches (namespace/kernel_cache.h; nullptr:
+  // none). While it is Coherent(), this node asks managers to notify it of
+  // every change of the VDs it gets, and it drops the kernel's names when
+  // notified, when it applies as manager a change reported by another node,
+  // and when the membership epoch changes.
+  void SetKernelCache(KernelCache* k);
 
   void Get(const std::string& path, std::move_only_function<void(Result<VdPtr>)> done);
   // Drops this node's directory-table copy of VD(path): the next Get asks
@@ -138,6 +145,8 @@ class VdService {
     uint64_t broadcasts_sent = 0;        // kNsDtInval messages sent (overflow fallback)
     uint64_t changes_invalidated = 0;    // changes that ran an invalidation round
     uint64_t dt_invals_received = 0;     // kNsDtInval handled
+    uint64_t notifies_sent = 0;          // kNsDtInval sent to sharers whose kernels cache names
+    uint64_t kernel_invalidations = 0;   // KernelCache::InvalidateNames calls made here
     bool has_dt = false;
     DirTable::Stats dt;            // this node's directory table (if has_dt)
   };

@@ -64,6 +64,13 @@ class Vfs {
 
   virtual Result<EntryOut> Lookup(const Cred& c, uint64_t parent, const std::string& name) = 0;
   virtual void Forget(uint64_t ino, uint64_t nlookup) = 0;
+  // Seconds the kernel may keep the attributes `st` of `ino` (GETATTR and
+  // SETATTR replies; lookups carry theirs in EntryOut).
+  virtual double AttrTimeout(uint64_t ino, const struct stat& st) const {
+    (void)ino;
+    (void)st;
+    return 0;
+  }
   virtual Result<struct stat> GetAttr(const Cred& c, uint64_t ino, std::optional<uint64_t> fh) = 0;
   virtual Result<struct stat> SetAttr(const Cred& c, uint64_t ino, std::optional<uint64_t> fh,
                                       const SetAttrRequest& req) = 0;

@@ -216,6 +216,7 @@ Result<VfsImpl::Child> VfsImpl::LookupChild(const Cred& c, const std::string& di
     AwaitVd(dir_path, name, /*listed=*/false);
     return Err(ENOENT, JoinPath(dir_path, name));
   }
+  if (ch) ch->cacheable = (*vd)->cacheable;
   return ch;
 }
 
@@ -238,6 +239,11 @@ EntryOut VfsImpl::Remember(uint64_t parent, const Child& ch) {
   out.attr = ch.st;
   out.attr_timeout = options_.attr_timeout;
   out.entry_timeout = options_.entry_timeout;
+  if (KernelCache* k = kernel_.load(std::memory_order_acquire);
+      k != nullptr && ch.cacheable && k->Coherent()) {
+    out.entry_timeout = std::max(out.entry_timeout, options_.coherent_entry_timeout);
+    out.attr_timeout = CoherentAttrTimeout(ch.type, ch.node, ch.st.st_nlink);
+  }
   std::lock_guard lock(mu_);
   const auto key = std::make_pair(parent, ch.name);
   if (auto it = names_.find(key); it != names_.end()) {
@@ -270,6 +276,48 @@ EntryOut VfsImpl::Remember(uint64_t parent, const Child& ch) {
   out.ino = ino;
   out.generation = 1;
   return out;
+}
+
+double VfsImpl::CoherentAttrTimeout(mode_t type, const std::string& node, nlink_t nlink) const {
+  if (IsDir(type)) return std::max(options_.attr_timeout, options_.coherent_dir_attr_timeout);
+  // Attributes of files held elsewhere change there without a word to this
+  // node. Each name of a hard-linked file is its own kernel inode here, so
+  // a change through one name would leave the others' copies stale.
+  if (node != deps_.cluster->Current()->self || nlink > 1) return options_.attr_timeout;
+  return std::max(options_.attr_timeout, options_.coherent_file_attr_timeout);
+}
+
+double VfsImpl::AttrTimeout(uint64_t ino, const struct stat& st) const {
+  KernelCache* k = kernel_.load(std::memory_order_acquire);
+  if (k == nullptr || !k->Coherent()) return options_.attr_timeout;
+  mode_t type = S_IFDIR;
+  std::string node;
+  if (ino != kRootIno) {
+    std::lock_guard lock(mu_);
+    auto it = inodes_.find(ino);
+    if (it == inodes_.end()) return options_.attr_timeout;
+    type = it->second.type;
+    node = it->second.node;
+  }
+  return CoherentAttrTimeout(type, node, st.st_nlink);
+}
+
+void VfsImpl::InvalidateAttrsOf(const std::string& path) {
+  KernelCache* k = kernel_.load(std::memory_order_acquire);
+  if (k == nullptr || path.empty() || path[0] != '/') return;
+  uint64_t ino = kRootIno;
+  {
+    std::lock_guard lock(mu_);
+    size_t pos = 1;
+    while (pos < path.size()) {  // (parent, name) one component at a time
+      const size_t end = std::min(path.find('/', pos), path.size());
+      auto it = names_.find({ino, path.substr(pos, end - pos)});
+      if (it == names_.end()) return;  // the kernel has not looked it up
+      ino = it->second;
+      pos = end + 1;
+    }
+  }
+  k->InvalidateAttrs(ino);
 }
 
 void VfsImpl::DetachName(uint64_t parent, const std::string& name) {
@@ -594,6 +642,9 @@ Result<EntryOut> VfsImpl::Link(const Cred& c, uint64_t ino, uint64_t new_parent,
   }
   vd->reset();  // unshared, the manager changes VD(P) in place (vd_service.cc)
   ReportAdd(dir->path, new_name, DtFromMode(st->st_mode), src->node);
+  // The new name is a kernel inode of its own: the old name's cached link
+  // count is now wrong (non-blocking; safe inside this request).
+  if (KernelCache* k = kernel_.load(std::memory_order_acquire)) k->InvalidateAttrs(ino);
   Child ch{new_name, new_name, static_cast<mode_t>(st->st_mode & S_IFMT), src->node, *st};
   ch.st.st_ino = FileIno(src->node, st->st_ino);
   return Remember(new_parent, ch);

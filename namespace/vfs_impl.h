@@ -42,6 +42,7 @@
 #include "namespace/cluster.h"
 #include "namespace/node_fs.h"
 #include "namespace/vd.h"
+#include "namespace/kernel_cache.h"
 #include "namespace/vfs.h"
 
 namespace fedfs::ns {
@@ -121,6 +122,17 @@ struct VfsOptions {
   // contract"); more trades it for fewer FUSE requests.
   double entry_timeout = 0;
   double attr_timeout = 0;
+  // With a kernel that takes invalidations (KernelCache::Coherent()), these
+  // apply instead when larger (docs/namespace.md, "Kernel caches"):
+  // names, exact since every change invalidates them before it is
+  // acknowledged; attributes of directories (changed through another node:
+  // at most this old); attributes of files held on this node (exact for
+  // changes through FedFS; changes made directly in the export root are
+  // reported by the autonomy watcher, and are otherwise at most this old).
+  // Attributes of files held on other nodes are never cached.
+  double coherent_entry_timeout = 60;
+  double coherent_dir_attr_timeout = 1;
+  double coherent_file_attr_timeout = 1;
   // This node's tag (1..65534, unique in the federation): the high 16 bits
   // of the st_ino of files it holds.
   uint16_t node_tag = 1;
@@ -152,6 +164,7 @@ class VfsImpl final : public Vfs {
 
   Result<EntryOut> Lookup(const Cred& c, uint64_t parent, const std::string& name) override;
   void Forget(uint64_t ino, uint64_t nlookup) override;
+  double AttrTimeout(uint64_t ino, const struct stat& st) const override;
   Result<struct stat> GetAttr(const Cred& c, uint64_t ino, std::optional<uint64_t> fh) override;
   Result<struct stat> SetAttr(const Cred& c, uint64_t ino, std::optional<uint64_t> fh,
                               const SetAttrRequest& req) override;
@@ -209,6 +222,18 @@ class VfsImpl final : public Vfs {
   NodeFs* NodeFsFor(const std::string& node);
   // Wires the multi-node directory operations (before serving).
   void SetDirOps(DirOpsClient* d) { deps_.dir_ops = d; }
+  // Wires the kernel's caches (after mounting; nullptr: none). Names and
+  // attributes are handed out cacheable only while it is Coherent().
+  void SetKernelCache(KernelCache* k) { kernel_.store(k, std::memory_order_release); }
+  // Another node changed the file or directory at global path `path` (real
+  // names) held here, through this node's file service: the kernel's cached
+  // attributes of it are dropped.
+  void InvalidateAttrsOf(const std::string& path);
+
+ private:
+  double CoherentAttrTimeout(mode_t type, const std::string& node, nlink_t nlink) const;
+
+ public:
   // The global path of a known inode (ENOENT if unknown or unlinked).
   Result<std::string> PathOf(uint64_t ino) const;
   // Inodes in the table (root included).
@@ -257,6 +282,7 @@ class VfsImpl final : public Vfs {
     mode_t type = 0;
     std::string node;
     struct stat st {};
+    bool cacheable = true;  // false: from a VD no change would invalidate
   };
 
   // Path of `ino` under mu_ (held by the caller). "" if unknown/unlinked.
@@ -324,6 +350,7 @@ class VfsImpl final : public Vfs {
 
   const VfsOptions options_;
   VfsDeps deps_;
+  std::atomic<KernelCache*> kernel_{nullptr};
 
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, Inode> inodes_;  // guarded by mu_

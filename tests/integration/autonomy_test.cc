@@ -469,9 +469,11 @@ TEST_F(Autonomy, DirectoryFilledWhileFirstListed) {
 }
 
 // Lookups of a directory that another node manages: the first misses the
-// directory table (one get to the manager), the next N hit it.
+// directory table (one get to the manager), the next N hit it. The kernel's
+// name cache is off here: with it, the repeated lookups never reach the
+// daemon (KernelServesRepeatedLookups).
 TEST_F(Autonomy, DirectoryTableHitsOnRepeatedLookups) {
-  StartNodes(3);
+  StartNodes(3, "fuse: {kernel_cache: false}\n");
   // Candidates made before the start: no autonomy report (and no
   // invalidation it causes) can fall between the counter snapshots.
   for (int i = 0; i < kCandidates; ++i) {
@@ -521,6 +523,34 @@ TEST_F(Autonomy, DirectoryTableHitsOnRepeatedLookups) {
   EXPECT_GE(m["sharer_records"].get<int64_t>(), 1) << m.dump();
 }
 
+// With the kernel caching names (the default), repeated stats of a file in a
+// directory that another node manages do not look the name up in the daemon
+// at all; the file is held on a third node, so its attributes are not cached
+// (each stat is one GETATTR, which needs no VD).
+TEST_F(Autonomy, KernelServesRepeatedLookups) {
+  StartNodes(3);
+  for (int i = 0; i < kCandidates; ++i) {
+    for (const auto& id : ids_) fs::create_directories(E(id, "/kcdir" + std::to_string(i)));
+    ASSERT_TRUE(WriteLocal(E("n2", "/kcdir" + std::to_string(i) + "/f.txt"), "f\n"));
+  }
+  ASSERT_NO_FATAL_FAILURE(Launch());
+  const std::string x = "n1";
+  const std::string dir = PathManagedBy("kcdir", "n3");
+  ASSERT_FALSE(dir.empty());
+  ASSERT_EQ(StatErr(M(x, dir + "/f.txt")), 0);
+  const auto s1 = Ctl(x, {"dt"});
+  constexpr int kN = 200;
+  for (int i = 0; i < kN; ++i) ASSERT_EQ(StatErr(M(x, dir + "/f.txt")), 0) << i;
+  const auto s2 = Ctl(x, {"dt"});
+  ASSERT_TRUE(s1.is_object() && s2.is_object());
+  const int64_t lookups = s2["lookups"].get<int64_t>() - s1["lookups"].get<int64_t>();
+  std::printf("kernel cache on %s: %d stats, %lld VD lookups in the daemon\n", x.c_str(), kN,
+              static_cast<long long>(lookups));
+  // Directory attributes are kept 1 s: a slow run may refresh them (one VD
+  // lookup per directory and second), never once per stat.
+  EXPECT_LE(lookups, 20) << s1.dump() << "\n" << s2.dump();
+}
+
 // A change through n1's mount in a directory that n3 manages is seen by the
 // very next system call through n2's mount (no polling), 50 times over.
 TEST_F(Autonomy, ChangesThroughOneMountAreSeenAtOnceThroughAnother) {
@@ -566,8 +596,12 @@ TEST_F(Autonomy, ChangesThroughOneMountAreSeenAtOnceThroughAnother) {
     }
   }
   EXPECT_EQ(List(M("n2", dir)), std::set<std::string>{});
-  // n2 answered from its directory table and was invalidated by n3.
+  // n2 answered from its directory table and was invalidated by n3; its
+  // kernel's names were dropped on n3's notification.
   const auto after = Ctl("n2", {"dt"});
+  EXPECT_GT(after.value("kernel_invalidations", int64_t{0}),
+            before.value("kernel_invalidations", int64_t{0}))
+      << after.dump();
   ASSERT_TRUE(before.is_object() && after.is_object());
   std::printf("coherence: n2 table hits +%lld, misses +%lld, stale +%lld; n3 invalidations_sent "
               "%lld\n",

@@ -938,6 +938,69 @@ TEST(DirTable, ChangeIsAcknowledgedOnlyAfterEverySharerWasInvalidated) {
   }
 }
 
+// A kernel cache that counts what it is told (namespace/kernel_cache.h).
+class CountingKernel final : public KernelCache {
+ public:
+  bool Coherent() const override { return coherent; }
+  void InvalidateNames() override { ++names; }
+  void InvalidateAttrs(uint64_t) override { ++attrs; }
+  bool coherent = true;
+  int names = 0;
+  int attrs = 0;
+};
+
+TEST(DirTable, KernelsCachingNamesAreNotifiedBeforeTheAcknowledgement) {
+  Federation f(5);
+  const std::string p = PathManagedBy(f, "n0");
+  Populate(f, p);
+  std::vector<CountingKernel> k(5);
+  for (int i = 0; i < 5; ++i) f.svc(i).SetKernelCache(&k[i]);
+  k[3].coherent = false;  // an old kernel: caches nothing, needs no notification
+  for (int i : {1, 2, 3}) ASSERT_TRUE(f.Get(i, p));
+  f.net().ResetStats();
+  // n4 creates "x" in P: n1 and n2 are told (two-sided) before the answer;
+  // n3 only has its DT word bumped; n0 (the manager) drops its own names;
+  // n4's kernel saw its own create.
+  std::optional<Status> done;
+  std::vector<int> names_at_ack;
+  f.fs(4).AddFile(p + "/x");
+  f.svc(4).Update(p, Add("n4", "x"), [&](Status s) {
+    done = std::move(s);
+    for (int i = 0; i < 5; ++i) names_at_ack.push_back(k[i].names);
+  });
+  f.net().RunUntilIdle();
+  ASSERT_TRUE(done && *done);
+  EXPECT_EQ(names_at_ack, (std::vector<int>{1, 1, 1, 0, 0}));
+  EXPECT_EQ(f.Requests(kDtInval), 2u);
+  EXPECT_EQ(f.svc(0).stats().notifies_sent, 2u);
+  EXPECT_EQ(f.svc(0).stats().invalidations_sent, 3u);  // the one-sided bumps still go
+  EXPECT_EQ(f.svc(3).stats().dt.bumps_received, 1u);
+  // A change the manager makes itself does not drop its own names.
+  f.fs(0).AddFile(p + "/y");
+  ASSERT_TRUE(f.Update(0, p, Add("n0", "y")));
+  EXPECT_EQ(k[0].names, 1);
+}
+
+TEST(DirTable, CopiesFetchedWithoutNotifyAreNotServedToACachingKernel) {
+  Federation f(3);
+  const std::string p = PathManagedBy(f, "n0");
+  Populate(f, p);
+  CountingKernel k;
+  k.coherent = false;
+  f.svc(1).SetKernelCache(&k);
+  ASSERT_TRUE(f.Get(1, p));  // cached without notify
+  k.coherent = true;         // the INIT handshake came
+  f.net().ResetStats();
+  ASSERT_TRUE(f.Get(1, p));  // a miss: fetched again, now with notify
+  EXPECT_EQ(f.Requests(kVdGet), 1u);
+  f.net().ResetStats();
+  ASSERT_TRUE(f.Get(1, p));  // a hit
+  EXPECT_EQ(f.net().TotalStats().messages_sent, 0u);
+  f.fs(2).AddFile(p + "/z");
+  ASSERT_TRUE(f.Update(2, p, Add("n2", "z")));
+  EXPECT_EQ(k.names, 1);
+}
+
 TEST(DirTable, TheChangingNodePatchesItsOwnCopy) {
   Federation f(3);
   const std::string p = PathManagedBy(f, "n0");

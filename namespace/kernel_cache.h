@@ -1,0 +1,35 @@
+// KernelCache: what the namespace tells the kernel's caches of this node's
+// FUSE mount (implemented by fuse/, absent in simulations and unit tests).
+//
+// The kernel caches names (dentries, positive and negative) and attributes
+// for the timeouts each reply carries. FedFS lets it cache names only while
+// it can take them back at once: every change of a directory that this
+// node's kernel may have names of ends, before the change is acknowledged,
+// with InvalidateNames() here (docs/namespace.md, "Kernel caches"). Both
+// calls are one write to /dev/fuse that takes no lock in the kernel, so they
+// are safe from any thread, including one serving a request in the very
+// directory concerned (fuse_lowlevel_notify_inval_entry is not: it waits for
+// the directory's lock, which a creating process may hold while it waits for
+// this node).
+//
+// Threads: any.
+#pragma once
+
+#include <cstdint>
+
+namespace fedfs::ns {
+
+class KernelCache {
+ public:
+  virtual ~KernelCache() = default;
+  // True when the kernel takes InvalidateNames (Linux 6.16+, FUSE 7.44:
+  // FUSE_NOTIFY_INC_EPOCH). While false, names must not be cached.
+  virtual bool Coherent() const = 0;
+  // Every name the kernel holds for this mount is stale: each is looked up
+  // again at its next use (lazily; nothing is sent now).
+  virtual void InvalidateNames() = 0;
+  // The kernel's cached attributes of FUSE inode `ino` are stale.
+  virtual void InvalidateAttrs(uint64_t ino) = 0;
+};
+
+}  // namespace fedfs::ns
