@@ -368,17 +368,21 @@ void LocalWatch::ReadEvents() {
     opts_.on_attr(attrs[i]);
   }
   for (auto& rc : raw) {
+    // FedFS's own changes first (each event consumes its own suppression, so
+    // the type of an entry nobody will hear of is never looked up).
+    std::vector<std::string> report;
+    for (auto& p : rc.paths) {
+      if (!ConsumeIgnore(p, rc.name)) report.push_back(std::move(p));
+    }
+    if (report.empty()) continue;
     uint8_t type = DT_UNKNOWN;
     if (rc.is_dir) {
       type = DT_DIR;
     } else if (rc.kind == LocalChange::Kind::kAdd) {
-      type = TypeOf(rc.wd, rc.paths.front(), rc.name);
+      type = TypeOf(rc.wd, report.front(), rc.name);
       if (type == DT_UNKNOWN) continue;  // already gone: its kRemove follows
     }
-    for (const auto& p : rc.paths) {
-      if (ConsumeIgnore(p, rc.name)) continue;
-      pending_changes_.push_back(LocalChange{rc.kind, p, rc.name, type});
-    }
+    for (auto& p : report) pending_changes_.push_back(LocalChange{rc.kind, std::move(p), rc.name, type});
   }
   for (auto& d : lost) {
     if (pending_lost_set_.insert(d).second) pending_lost_.push_back(std::move(d));

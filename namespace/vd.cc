@@ -161,15 +161,31 @@ std::vector<VdEntry> FreshEntries(const MergeState& s, const std::string& name) 
   return fresh;
 }
 
+// O(log N) searches and one shift per entry removed or added (a full pass
+// per change made filling a large directory quadratic). The entries of real
+// name k are the plain "k" and its aliases "k@<node>", which are contiguous
+// in name order.
 void PatchEntries(const std::vector<std::string>& keys, std::vector<VdEntry> fresh,
                   std::vector<VdEntry>* entries) {
-  std::erase_if(*entries, [&](const VdEntry& e) {
-    return std::find(keys.begin(), keys.end(), e.real_name) != keys.end();
-  });
-  std::sort(fresh.begin(), fresh.end(), ByName);
-  const auto mid = static_cast<std::ptrdiff_t>(entries->size());
-  std::move(fresh.begin(), fresh.end(), std::back_inserter(*entries));
-  std::inplace_merge(entries->begin(), entries->begin() + mid, entries->end(), ByName);
+  auto lower = [entries](const std::string& name) {
+    return std::lower_bound(entries->begin(), entries->end(), name,
+                            [](const VdEntry& e, const std::string& n) { return e.name < n; });
+  };
+  for (const std::string& k : keys) {
+    if (auto it = lower(k); it != entries->end() && it->name == k && it->real_name == k) {
+      entries->erase(it);
+    }
+    const std::string prefix = k + "@";
+    auto first = lower(prefix);
+    auto last = first;
+    while (last != entries->end() && last->name.starts_with(prefix)) ++last;
+    auto kept = std::remove_if(first, last, [&](const VdEntry& e) { return e.real_name == k; });
+    entries->erase(kept, last);
+  }
+  for (VdEntry& e : fresh) {
+    auto pos = std::upper_bound(entries->begin(), entries->end(), e, ByName);
+    entries->insert(pos, std::move(e));
+  }
 }
 
 void RefreshEntries(const MergeState& s, const std::string& name, std::vector<VdEntry>* entries) {

@@ -29,13 +29,7 @@ std::shared_ptr<spdlog::logger> Log() {
 
 // The entry with visible name `name` (entries are sorted by name).
 const VdEntry* FindEntry(const VirtualDirectory& vd, const std::string& name) {
-  auto it = std::lower_bound(vd.entries.begin(), vd.entries.end(), name,
-                             [](const VdEntry& e, const std::string& n) { return e.name < n; });
-  if (it != vd.entries.end() && it->name == name) return &*it;
-  for (const auto& e : vd.entries) {  // tolerate an unsorted VD
-    if (e.name == name) return &e;
-  }
-  return nullptr;
+  return vd.Find(name);
 }
 
 std::string Join(const std::vector<std::string>& v, const char* sep) {
