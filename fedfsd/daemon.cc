@@ -149,8 +149,20 @@ class VdServiceClient final : public ns::VdClient {
   Status DropSubtree(const std::string& path) override {
     return ns::DropSubtreeSync(*s_, path);
   }
+  // EAGAIN (another node holds the name for an operation that changes it)
+  // is waited out: the answer then says whether the name exists.
   Status Claim(const std::string& path, const std::string& name, const std::string& node) override {
-    return ns::UpdateVdSync(*s_, path, ns::VdChange{ns::VdChange::Kind::kClaim, name, 0, node});
+    auto backoff = std::chrono::microseconds(100);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (;;) {
+      Status s = ns::UpdateVdSync(*s_, path, ns::VdChange{ns::VdChange::Kind::kClaim, name, 0, node});
+      if (s || s.error().code != EAGAIN || std::chrono::steady_clock::now() > deadline) return s;
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, std::chrono::microseconds(20'000));
+    }
+  }
+  Status Lock(const std::string& path, const std::string& name, const std::string& node) override {
+    return ns::UpdateVdSync(*s_, path, ns::VdChange{ns::VdChange::Kind::kLock, name, 0, node});
   }
   void Release(const std::string& path, const std::string& name, const std::string& node) override {
     if (auto s = ns::UpdateVdSync(*s_, path,

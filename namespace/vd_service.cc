@@ -274,6 +274,7 @@ Result<VdChange> DecodeChange(const wire::Change* c) {
     case wire::ChangeKind::Remove: out.kind = VdChange::Kind::kRemove; break;
     case wire::ChangeKind::Claim: out.kind = VdChange::Kind::kClaim; break;
     case wire::ChangeKind::Release: out.kind = VdChange::Kind::kRelease; break;
+    case wire::ChangeKind::Lock: out.kind = VdChange::Kind::kLock; break;
     default: return Err(EPROTO, "VD update with an unknown change kind");
   }
   auto name = Need(c->name(), "change.name");
@@ -441,8 +442,9 @@ Status ValidateChanges(const std::vector<VdChange>& changes) {
   if (changes.size() > kMaxChangesPerUpdate) return Err(EINVAL, "VD update with too many changes");
   for (const VdChange& c : changes) {
     if (auto s = ValidateChange(c); !s) return s;
-    const bool claim = c.kind == VdChange::Kind::kClaim || c.kind == VdChange::Kind::kRelease;
-    if (claim && changes.size() > 1) return Err(EINVAL, "a VD claim or release goes alone");
+    const bool claim = c.kind == VdChange::Kind::kClaim || c.kind == VdChange::Kind::kRelease ||
+                       c.kind == VdChange::Kind::kLock;
+    if (claim && changes.size() > 1) return Err(EINVAL, "a VD claim, lock or release goes alone");
   }
   return Ok();
 }
@@ -902,7 +904,8 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   void ServeUpdate(const std::string& path, std::vector<VdChange> changes, const std::string& from,
                    const ClusterView& view, m2m::Callback<UpdateOutcome> done) {
     if (changes.size() == 1 && (changes[0].kind == VdChange::Kind::kClaim ||
-                                changes[0].kind == VdChange::Kind::kRelease)) {
+                                changes[0].kind == VdChange::Kind::kRelease ||
+                                changes[0].kind == VdChange::Kind::kLock)) {
       return ServeClaim(path, std::move(changes[0]), std::move(done));
     }
     UpdateOutcome o;
@@ -914,6 +917,7 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
       if (closed_) return done(Err(ESHUTDOWN, "VD service closed"));
       for (const VdChange& c : changes) {
         if (c.kind == VdChange::Kind::kAdd) EndClaimLocked(path, c.name, c.node);
+        EndClaimLocked(path, c.name, from, /*locks_only=*/true);
       }
       auto b = builds_.find(path);
       if (b != builds_.end()) {  // replayed after the merge
@@ -987,16 +991,20 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   struct Claim {
     std::string node;
     std::chrono::steady_clock::time_point expires;
+    bool lock = false;  // kLock (of an existing name) rather than kClaim
   };
 
   std::chrono::steady_clock::duration ClaimLifetime() const { return 4 * options_.rpc_timeout; }
 
   // Ends the claim of `name` in `path` by `node`, if any.
-  void EndClaimLocked(const std::string& path, const std::string& name, const std::string& node) {
+  void EndClaimLocked(const std::string& path, const std::string& name, const std::string& node,
+                      bool locks_only = false) {
     auto p = claims_.find(path);
     if (p == claims_.end()) return;
     auto c = p->second.find(name);
-    if (c != p->second.end() && c->second.node == node) p->second.erase(c);
+    if (c != p->second.end() && c->second.node == node && (c->second.lock || !locks_only)) {
+      p->second.erase(c);
+    }
     if (p->second.empty()) claims_.erase(p);
   }
 
@@ -1006,6 +1014,18 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     if (change.kind == VdChange::Kind::kRelease) {
       std::lock_guard lock(mu_);
       EndClaimLocked(path, change.name, change.node);
+      return done(UpdateOutcome{});
+    }
+    if (change.kind == VdChange::Kind::kLock) {
+      std::lock_guard lock(mu_);
+      auto& claims = claims_[path];
+      const auto now = std::chrono::steady_clock::now();
+      std::erase_if(claims, [&](const auto& kv) { return kv.second.expires <= now; });
+      auto c = claims.find(change.name);
+      if (c != claims.end() && c->second.node != change.node) {
+        return done(Err(EAGAIN, JoinPath(path, change.name) + " is busy on " + c->second.node));
+      }
+      claims[change.name] = Claim{change.node, now + ClaimLifetime(), true};
       return done(UpdateOutcome{});
     }
     EnsureResident(path, [self = shared_from_this(), path, change = std::move(change),
@@ -1028,6 +1048,7 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
         std::erase_if(claims, [&](const auto& kv) { return kv.second.expires <= now; });
         auto c = claims.find(change.name);
         if (c != claims.end() && c->second.node != change.node) {
+          if (c->second.lock) return done(Err(EAGAIN, full + " is busy on " + c->second.node));
           return done(Err(EEXIST, full + " is being created by " + c->second.node));
         }
         claims[change.name] = Claim{change.node, now + self->ClaimLifetime()};

@@ -345,12 +345,54 @@ void VfsImpl::ReportAdd(const std::string& dir, const std::string& name, uint8_t
   }
 }
 
-void VfsImpl::ReportRemove(const std::string& dir, const std::string& name,
+bool VfsImpl::ReportRemove(const std::string& dir, const std::string& name,
                            const std::string& node) {
   if (auto s = deps_.vds->Remove(dir, name, node); !s) {
     Log()->warn("VD update (remove {} in {}) failed: {}", name, dir, s.error().ToString());
+    return false;
   }
+  return true;
 }
+
+// The name locks (VdClient::Lock) of one operation: taken in (directory,
+// name) order, so two operations never wait for each other in a cycle; a
+// busy name (EAGAIN) is waited out with backoff, up to longer than a
+// crashed holder's lock lives. Released at the end unless the operation's
+// reported change ended them at the manager (Reported).
+class VfsImpl::NameLocks {
+ public:
+  NameLocks(VdClient* vds, std::string self) : vds_(vds), self_(std::move(self)) {}
+  NameLocks(const NameLocks&) = delete;
+  NameLocks& operator=(const NameLocks&) = delete;
+  ~NameLocks() {
+    for (const auto& [dir, name] : held_) vds_->Release(dir, name, self_);
+  }
+
+  Status Take(std::vector<std::pair<std::string, std::string>> names) {
+    std::sort(names.begin(), names.end());
+    names.erase(std::unique(names.begin(), names.end()), names.end());
+    for (auto& [dir, name] : names) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      auto backoff = std::chrono::microseconds(100);
+      for (;;) {
+        Status s = vds_->Lock(dir, name, self_);
+        if (s) break;
+        if (s.error().code != EAGAIN || std::chrono::steady_clock::now() > deadline) return s;
+        std::this_thread::sleep_for(backoff);
+        backoff = std::min(backoff * 2, std::chrono::microseconds(20'000));
+      }
+      held_.emplace_back(std::move(dir), std::move(name));
+    }
+    return Ok();
+  }
+  // The operation reported its change: the manager ended the locks.
+  void Reported() { held_.clear(); }
+
+ private:
+  VdClient* vds_;
+  std::string self_;
+  std::vector<std::pair<std::string, std::string>> held_;
+};
 
 Status VfsImpl::EnsureDirOn(const Cred& c, const std::string& node, const std::string& dir_path,
                             const VdPtr& dir_vd) {
@@ -420,10 +462,12 @@ Result<std::pair<std::string, T>> VfsImpl::MakeNew(const Cred& c, const std::str
   return std::make_pair(std::move(*node), std::move(*made));
 }
 
-void VfsImpl::ReportEdits(const std::string& dir, const std::vector<VdEdit>& edits) {
+bool VfsImpl::ReportEdits(const std::string& dir, const std::vector<VdEdit>& edits) {
   if (auto s = deps_.vds->Apply(dir, edits); !s) {
     Log()->warn("VD update ({} changes in {}) failed: {}", edits.size(), dir, s.error().ToString());
+    return false;
   }
+  return true;
 }
 
 // ---------------------------------------------------------------- names
@@ -646,10 +690,21 @@ Result<EntryOut> VfsImpl::Link(const Cred& c, uint64_t ino, uint64_t new_parent,
 
 Status VfsImpl::Unlink(const Cred& c, uint64_t parent, const std::string& name) {
   FEDFS_TRY(dir, ResolveDir(parent));
-  FEDFS_TRY(vd, deps_.vds->Get(dir->path));
-  const VdEntry* e = FindEntry(**vd, name);
-  if (e == nullptr) return Err(ENOENT, JoinPath(dir->path, name));
-  if (e->type == DT_DIR) return Err(EISDIR, JoinPath(dir->path, name));
+  NameLocks locks(deps_.vds, deps_.cluster->Current()->self);
+  std::string locked;  // the real name held
+  Result<VdPtr> vd = Err(EIO, "unlink");
+  const VdEntry* e = nullptr;
+  for (int attempt = 0;; ++attempt) {
+    vd = deps_.vds->Get(dir->path);
+    if (!vd) return Err(vd.error());
+    e = FindEntry(**vd, name);
+    if (e == nullptr) return Err(ENOENT, JoinPath(dir->path, name));
+    if (e->type == DT_DIR) return Err(EISDIR, JoinPath(dir->path, name));
+    const std::string r = e->real_name.empty() ? e->name : e->real_name;
+    if (r == locked || attempt == 3) break;  // (read again under the lock)
+    if (auto s = locks.Take({{dir->path, r}}); !s) return s;
+    locked = r;
+  }
   const std::string node = e->holders.empty() ? std::string() : e->holders.front();
   const std::string real = e->real_name.empty() ? e->name : e->real_name;
   FEDFS_TRY(fs, FsOf(node));
@@ -658,12 +713,21 @@ Status VfsImpl::Unlink(const Cred& c, uint64_t parent, const std::string& name) 
     return s;
   }
   vd->reset();  // unshared, the manager changes VD(P) in place (vd_service.cc)
-  ReportRemove(dir->path, real, node);
+  if (ReportRemove(dir->path, real, node)) locks.Reported();
   DetachName(parent, name);
   return Ok();
 }
 
+// Starts over (a few times) when the directory gained or lost a holder
+// between the first look and holding its name.
 Status VfsImpl::Rmdir(const Cred& c, uint64_t parent, const std::string& name) {
+  for (int attempt = 0;; ++attempt) {
+    Status s = RmdirOnce(c, parent, name);
+    if (s || s.error().context != "raced" || attempt == 4) return s;
+  }
+}
+
+Status VfsImpl::RmdirOnce(const Cred& c, uint64_t parent, const std::string& name) {
   FEDFS_TRY(dir, ResolveDir(parent));
   FEDFS_TRY(vd, deps_.vds->Get(dir->path));
   const VdEntry* e = FindEntry(**vd, name);
@@ -676,7 +740,17 @@ Status VfsImpl::Rmdir(const Cred& c, uint64_t parent, const std::string& name) {
     ForgetSubtreeVds(path);
     DetachName(parent, name);
     return Ok();
-  } else {
+  }
+  NameLocks locks(deps_.vds, deps_.cluster->Current()->self);
+  {
+    if (auto s = locks.Take({{dir->path, name}}); !s) return s;
+    FEDFS_TRY(vd2, deps_.vds->Get(dir->path));
+    const VdEntry* e2 = FindEntry(**vd2, name);
+    if (e2 == nullptr) return Err(ENOENT, path);
+    if (e2->type != DT_DIR) return Err(ENOTDIR, path);
+    if (e2->holders != holders) return Err(EAGAIN, "raced");
+  }
+  {
     if (holders.size() > 1) {
       // Without the journaled coordinator: refuse unless empty everywhere,
       // then remove it node by node (docs/namespace.md).
@@ -688,7 +762,9 @@ Status VfsImpl::Rmdir(const Cred& c, uint64_t parent, const std::string& name) {
       if (auto s = (*fs)->Rmdir(c, path); !s && s.error().code != ENOENT) return s;
     }
   }
-  for (const auto& h : holders) ReportRemove(dir->path, name, h);
+  bool reported = true;
+  for (const auto& h : holders) reported = ReportRemove(dir->path, name, h) && reported;
+  if (reported) locks.Reported();
   ForgetSubtreeVds(path);
   DetachName(parent, name);
   return Ok();
@@ -733,6 +809,7 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
   const VdEntry* de = FindEntry(**dvd, new_name);
   std::optional<VdEntry> dst;
   if (de) dst = *de;
+  const std::optional<VdEntry> dst_read = dst;  // as read, before the decisions below
   if (dst && (flags & RENAME_NOREPLACE)) return Err(EEXIST, to);
   if (!dst && (flags & RENAME_EXCHANGE)) return Err(ENOENT, to);
 
@@ -793,6 +870,24 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
     }
   }
   const bool claimed = !dst && !remote_dst;
+  // The source's name, and the destination's if it exists, are held until
+  // the change is reported; then what was read before holding them is
+  // checked again (another node may have changed them meanwhile: start
+  // over).
+  NameLocks locks(deps_.vds, deps_.cluster->Current()->self);
+  {
+    std::vector<std::pair<std::string, std::string>> names{{sdir->path, sreal}};
+    if (!claimed) names.emplace_back(ddir->path, new_name);
+    if (auto s = locks.Take(std::move(names)); !s) return s;
+    auto same = [](const VdEntry* e, const std::optional<VdEntry>& was) {
+      if (e == nullptr || !was) return e == nullptr && !was;
+      return e->real_name == was->real_name && e->holders == was->holders && e->type == was->type;
+    };
+    FEDFS_TRY(svd2, deps_.vds->Get(sdir->path));
+    if (!same(FindEntry(**svd2, name), src)) return Err(EEXIST, "raced");
+    FEDFS_TRY(dvd2, deps_.vds->Get(ddir->path));
+    if (!same(FindEntry(**dvd2, new_name), dst_read)) return Err(EEXIST, "raced");
+  }
   if (claimed) {
     if (auto s = deps_.vds->Claim(ddir->path, new_name, node); !s) {
       if (s.error().code != EEXIST) return s;
@@ -841,12 +936,12 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
   if (sdir->path == ddir->path) {
     // One directory: one change, seen whole or not at all.
     src_edits.insert(src_edits.end(), dst_edits.begin(), dst_edits.end());
-    ReportEdits(sdir->path, src_edits);
+    if (ReportEdits(sdir->path, src_edits)) locks.Reported();
   } else {
     // Two directories, two managers: the new name first, so that a reader in
     // between sees both names rather than neither.
-    ReportEdits(ddir->path, dst_edits);
-    ReportEdits(sdir->path, src_edits);
+    const bool d = ReportEdits(ddir->path, dst_edits);
+    if (ReportEdits(sdir->path, src_edits) && d) locks.Reported();
   }
 
   std::lock_guard lock(mu_);

@@ -80,7 +80,17 @@ class VdClient {
     (void)path, (void)name, (void)node;
     return Ok();
   }
-  // Ends a claim whose create failed.
+  // Holds the existing `name` of directory `path` for an operation of
+  // `node` (this node) that changes it on its holder, until that change is
+  // reported or Release: EAGAIN while another node holds or claims it
+  // (VdChange::kLock). Clients without managers accept.
+  virtual Status Lock(const std::string& path, const std::string& name,
+                      const std::string& node) {
+    (void)path, (void)name, (void)node;
+    return Ok();
+  }
+  // Ends a claim whose create failed, or a lock whose operation did not
+  // report a change.
   virtual void Release(const std::string& path, const std::string& name,
                        const std::string& node) {
     (void)path, (void)name, (void)node;
@@ -232,6 +242,8 @@ class VfsImpl final : public Vfs {
 
  private:
   double CoherentAttrTimeout(mode_t type, const std::string& node, nlink_t nlink) const;
+  class NameLocks;
+  Status RmdirOnce(const Cred& c, uint64_t parent, const std::string& name);
 
  public:
   // The global path of a known inode (ENOENT if unknown or unlinked).
@@ -325,7 +337,7 @@ class VfsImpl final : public Vfs {
                                             const VdPtr& dir_vd, const std::string& name,
                                             bool is_dir, Make make);
   void AwaitVd(const std::string& dir, const std::string& name, bool listed);
-  void ReportEdits(const std::string& dir, const std::vector<VdEdit>& edits);
+  bool ReportEdits(const std::string& dir, const std::vector<VdEdit>& edits);
   Status RenameOnce(const Cred& c, uint64_t parent, const std::string& name,
                     uint64_t new_parent, const std::string& new_name, unsigned flags);
   Result<std::pair<EntryOut, FileOut>> CreateOnce(const Cred& c, uint64_t parent,
@@ -337,7 +349,7 @@ class VfsImpl final : public Vfs {
                      const VdPtr& dir_vd);
   void ReportAdd(const std::string& dir, const std::string& name, uint8_t type,
                  const std::string& node);
-  void ReportRemove(const std::string& dir, const std::string& name, const std::string& node);
+  bool ReportRemove(const std::string& dir, const std::string& name, const std::string& node);
 
   Result<OpenFile> FileOf(uint64_t fh) const;
   // An open handle of inode `ino` (open-unlinked files), if any.

@@ -1001,6 +1001,40 @@ TEST(DirTable, CopiesFetchedWithoutNotifyAreNotServedToACachingKernel) {
   EXPECT_EQ(k.names, 1);
 }
 
+// kLock: one node at a time holds a name for an operation that changes it;
+// the holder's reported change (or a release) ends it.
+TEST(VdService, NameLocksAreExclusiveUntilTheReportedChange) {
+  Federation f(3);
+  const std::string p = PathManagedBy(f, "n0");
+  Populate(f, p);
+  ASSERT_TRUE(f.Get(1, p));
+  auto lock = [&](int from, const std::string& name) {
+    return f.Update(from, p, VdChange{VdChange::Kind::kLock, name, 0, "n" + std::to_string(from)});
+  };
+  auto code = [](const Status& s) { return s ? 0 : s.error().code; };
+  ASSERT_TRUE(lock(1, "f1"));
+  EXPECT_TRUE(lock(1, "f1"));            // the holder again (its kernel serializes its ops)
+  EXPECT_EQ(code(lock(2, "f1")), EAGAIN);  // another node waits
+  EXPECT_TRUE(lock(2, "f2"));            // another name is free
+  // A create of a held name that is not (or no longer) listed waits too.
+  ASSERT_TRUE(lock(1, "new"));
+  EXPECT_EQ(code(f.Update(2, p, VdChange{VdChange::Kind::kClaim, "new", 0, "n2"})), EAGAIN);
+  // n1 reports its unlink of f1: the lock ends with it.
+  f.fs(1).Remove(p + "/f1");
+  ASSERT_TRUE(f.Update(1, p, Remove("n1", "f1")));
+  EXPECT_TRUE(lock(2, "f1"));
+  // A release ends a lock whose operation changed nothing.
+  ASSERT_TRUE(f.Update(1, p, VdChange{VdChange::Kind::kRelease, "new", 0, "n1"}));
+  EXPECT_TRUE(f.Update(2, p, VdChange{VdChange::Kind::kClaim, "new", 0, "n2"}));
+  // A lock goes alone in an update.
+  std::optional<Status> two;
+  f.svc(1).UpdateMany(p, {VdChange{VdChange::Kind::kLock, "a", 0, "n1"}, Add("n1", "b")},
+                      [&](Status s) { two = std::move(s); });
+  f.net().RunUntilIdle();
+  ASSERT_TRUE(two.has_value());
+  EXPECT_EQ(code(*two), EINVAL);
+}
+
 TEST(DirTable, TheChangingNodePatchesItsOwnCopy) {
   Federation f(3);
   const std::string p = PathManagedBy(f, "n0");
