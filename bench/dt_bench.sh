@@ -18,6 +18,10 @@
 #   node-local    FedFS: from n0, a directory managed by n0 itself
 # In every FedFS case the files are on the stat-ing node (created through its
 # mount; local placement), so only the source of the directory's VD differs.
+# The FedFS nodes run with `fuse: {kernel_cache: false}`: this bench measures
+# the daemon's directory table, and with the kernel caching names (the
+# default) repeated stats would not reach the daemon at all (bench/fs_bench.sh
+# measures that).
 # The FedFS rows also show the stat-ing node's directory-table counters over
 # the runs (`fedfsctl dt`): requests to managers per lookup and DT hits.
 # Everything is mounted at once (one federation) and the rows are measured in
@@ -194,7 +198,7 @@ if has_target ptll-nocache; then
 fi
 if has_target dt-hit || has_target dt-miss || has_target node-local; then
   # n1 runs without a directory table (dt-miss is measured from its mount).
-  if start_fedfs dt 3 "" 1 "directory_table: {entries: 0}"; then
+  if start_fedfs dt 3 "fuse: {kernel_cache: false}" 1 "directory_table: {entries: 0}"; then
     for t in dt-hit dt-miss node-local; do
       has_target "$t" || continue
       case $t in
