@@ -71,16 +71,6 @@ std::string NodeName(int i) { return "n" + std::to_string(i); }
 
 double Us(SimDuration d) { return std::chrono::duration<double, std::micro>(d).count(); }
 
-// A node's cluster view (set once; single thread).
-class ViewHolder final : public ns::ClusterViewSource {
- public:
-  std::shared_ptr<const ns::ClusterView> Current() const override { return view_; }
-  void Set(std::shared_ptr<const ns::ClusterView> v) { view_ = std::move(v); }
-
- private:
-  std::shared_ptr<const ns::ClusterView> view_;
-};
-
 enum class Variant { kNone, kUniform, kSlow, kBroadcast };
 
 const char* VariantName(Variant v) {
@@ -234,7 +224,7 @@ class Federation {
     std::string id;
     std::unique_ptr<ns::MemNodeFs> fs;
     std::unique_ptr<m2m::Transport> transport;
-    ViewHolder view;
+    ns::SettableClusterView view;
     std::unique_ptr<ns::VdService> vd;  // declared last: destroyed first
   };
 

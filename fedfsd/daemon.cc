@@ -75,6 +75,11 @@ Status CheckListenAddressFree(const std::string& listen) {
 
 namespace {
 
+// Drops the names the kernel caches for this node's mount, once one is wired.
+void DropKernelNames(const std::atomic<ns::KernelCache*>& kernel) {
+  if (ns::KernelCache* k = kernel.load(std::memory_order_acquire)) k->InvalidateNames();
+}
+
 // ClusterView over Membership snapshots, rebuilt only when the snapshot
 // changes. Current() is called from any thread (the progress context too):
 // it holds its mutex only to swap two pointers.
@@ -106,9 +111,7 @@ class MembershipClusterView final : public ns::ClusterViewSource {
       last_snapshot_ = std::move(snap);
       view_ = v;
     }
-    if (new_epoch) {
-      if (ns::KernelCache* k = kernel_->load(std::memory_order_acquire)) k->InvalidateNames();
-    }
+    if (new_epoch) DropKernelNames(*kernel_);
     return v;
   }
 
@@ -149,20 +152,11 @@ class VdServiceClient final : public ns::VdClient {
   Status DropSubtree(const std::string& path) override {
     return ns::DropSubtreeSync(*s_, path);
   }
-  // EAGAIN (another node holds the name for an operation that changes it)
-  // is waited out: the answer then says whether the name exists.
   Status Claim(const std::string& path, const std::string& name, const std::string& node) override {
-    auto backoff = std::chrono::microseconds(100);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    for (;;) {
-      Status s = ns::UpdateVdSync(*s_, path, ns::VdChange{ns::VdChange::Kind::kClaim, name, 0, node});
-      if (s || s.error().code != EAGAIN || std::chrono::steady_clock::now() > deadline) return s;
-      std::this_thread::sleep_for(backoff);
-      backoff = std::min(backoff * 2, std::chrono::microseconds(20'000));
-    }
+    return WaitOutBusy(path, ns::VdChange{ns::VdChange::Kind::kClaim, name, 0, node});
   }
   Status Lock(const std::string& path, const std::string& name, const std::string& node) override {
-    return ns::UpdateVdSync(*s_, path, ns::VdChange{ns::VdChange::Kind::kLock, name, 0, node});
+    return WaitOutBusy(path, ns::VdChange{ns::VdChange::Kind::kLock, name, 0, node});
   }
   void Release(const std::string& path, const std::string& name, const std::string& node) override {
     if (auto s = ns::UpdateVdSync(*s_, path,
@@ -181,6 +175,21 @@ class VdServiceClient final : public ns::VdClient {
   }
 
  private:
+ private:
+  // A claim or lock of a name another node holds for an operation that
+  // changes it (EAGAIN) is retried with backoff (100 us doubling to 20 ms),
+  // for longer than a crashed node's hold lives (4 x rpc_timeout).
+  Status WaitOutBusy(const std::string& path, const ns::VdChange& change) {
+    auto backoff = std::chrono::microseconds(100);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (;;) {
+      Status s = ns::UpdateVdSync(*s_, path, change);
+      if (s || s.error().code != EAGAIN || std::chrono::steady_clock::now() > deadline) return s;
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, std::chrono::microseconds(20'000));
+    }
+  }
+
   ns::VdService* s_;
 };
 
@@ -202,9 +211,7 @@ void ReportLocalChanges(ns::VdService* vds, ns::NodeFs* local, const std::string
                         std::shared_ptr<std::atomic<ns::KernelCache*>> kernel,
                         std::vector<ns::LocalChange> changes) {
   auto log = Logger("autonomy");
-  auto drop_names = [kernel] {
-    if (ns::KernelCache* k = kernel->load(std::memory_order_acquire)) k->InvalidateNames();
-  };
+  auto drop_names = [kernel] { DropKernelNames(*kernel); };
   std::unordered_map<std::string, size_t> per_dir;
   for (const ns::LocalChange& c : changes) ++per_dir[c.dir];
   for (const auto& [dir, n] : per_dir) {
@@ -256,7 +263,7 @@ void DropLostDirs(ns::VdService* vds, std::shared_ptr<std::atomic<ns::KernelCach
     log->info("changes under {} may have been missed: its VDs are rebuilt", d);
     vds->DropSubtree(d, [log, d, kernel](Status s) {
       if (!s) log->warn("drop of VDs under {}: {}", d, s.error().ToString());
-      if (ns::KernelCache* k = kernel->load(std::memory_order_acquire)) k->InvalidateNames();
+      DropKernelNames(*kernel);
     });
   }
 }

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "fedfsd/ring.h"
 
@@ -34,6 +35,17 @@ class ClusterViewSource {
   virtual ~ClusterViewSource() = default;
   // Never null.
   virtual std::shared_ptr<const ClusterView> Current() const = 0;
+};
+
+// A view that its owner sets (simulations and benchmarks on the fake
+// network). Not synchronized: one thread sets and reads it.
+class SettableClusterView final : public ClusterViewSource {
+ public:
+  std::shared_ptr<const ClusterView> Current() const override { return view_; }
+  void Set(std::shared_ptr<const ClusterView> v) { view_ = std::move(v); }
+
+ private:
+  std::shared_ptr<const ClusterView> view_;
 };
 
 }  // namespace fedfs::ns

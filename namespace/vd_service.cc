@@ -996,6 +996,17 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
 
   std::chrono::steady_clock::duration ClaimLifetime() const { return 4 * options_.rpc_timeout; }
 
+  // The unexpired claim or lock of `name` in `path` held by a node other than
+  // `node`, or nullptr (expired ones are dropped on the way).
+  const Claim* OtherHoldLocked(const std::string& path, const std::string& name,
+                               const std::string& node) {
+    auto& claims = claims_[path];
+    const auto now = std::chrono::steady_clock::now();
+    std::erase_if(claims, [&](const auto& kv) { return kv.second.expires <= now; });
+    auto c = claims.find(name);
+    return c != claims.end() && c->second.node != node ? &c->second : nullptr;
+  }
+
   // Ends the claim of `name` in `path` by `node`, if any.
   void EndClaimLocked(const std::string& path, const std::string& name, const std::string& node,
                       bool locks_only = false) {
@@ -1018,14 +1029,10 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     }
     if (change.kind == VdChange::Kind::kLock) {
       std::lock_guard lock(mu_);
-      auto& claims = claims_[path];
-      const auto now = std::chrono::steady_clock::now();
-      std::erase_if(claims, [&](const auto& kv) { return kv.second.expires <= now; });
-      auto c = claims.find(change.name);
-      if (c != claims.end() && c->second.node != change.node) {
-        return done(Err(EAGAIN, JoinPath(path, change.name) + " is busy on " + c->second.node));
+      if (const Claim* c = OtherHoldLocked(path, change.name, change.node)) {
+        return done(Err(EAGAIN, JoinPath(path, change.name) + " is busy on " + c->node));
       }
-      claims[change.name] = Claim{change.node, now + ClaimLifetime(), true};
+      claims_[path][change.name] = Claim{change.node, std::chrono::steady_clock::now() + ClaimLifetime(), true};
       return done(UpdateOutcome{});
     }
     EnsureResident(path, [self = shared_from_this(), path, change = std::move(change),
@@ -1043,15 +1050,11 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
         if (cur.state->copies.count(change.name) != 0 || cur.vd->Find(change.name) != nullptr) {
           return done(Err(EEXIST, full + " exists"));
         }
-        auto& claims = self->claims_[path];
-        const auto now = std::chrono::steady_clock::now();
-        std::erase_if(claims, [&](const auto& kv) { return kv.second.expires <= now; });
-        auto c = claims.find(change.name);
-        if (c != claims.end() && c->second.node != change.node) {
-          if (c->second.lock) return done(Err(EAGAIN, full + " is busy on " + c->second.node));
-          return done(Err(EEXIST, full + " is being created by " + c->second.node));
+        if (const Claim* c = self->OtherHoldLocked(path, change.name, change.node)) {
+          if (c->lock) return done(Err(EAGAIN, full + " is busy on " + c->node));
+          return done(Err(EEXIST, full + " is being created by " + c->node));
         }
-        claims[change.name] = Claim{change.node, now + self->ClaimLifetime()};
+        self->claims_[path][change.name] = Claim{change.node, std::chrono::steady_clock::now() + self->ClaimLifetime()};
         o.prev_version = o.version = cur.vd->version;
         o.holders = cur.state->holders;
       }

@@ -27,11 +27,6 @@ std::shared_ptr<spdlog::logger> Log() {
   return log;
 }
 
-// The entry with visible name `name` (entries are sorted by name).
-const VdEntry* FindEntry(const VirtualDirectory& vd, const std::string& name) {
-  return vd.Find(name);
-}
-
 std::string Join(const std::vector<std::string>& v, const char* sep) {
   std::string out;
   for (const auto& s : v) {
@@ -203,7 +198,7 @@ Result<VfsImpl::Child> VfsImpl::LookupChild(const Cred& c, const std::string& di
                                             const std::string& name) {
   auto vd = deps_.vds->Get(dir_path);
   if (!vd) return Err(vd.error());
-  const VdEntry* e = FindEntry(**vd, name);
+  const VdEntry* e = (*vd)->Find(name);
   if (e == nullptr) return Err(ENOENT, JoinPath(dir_path, name));
   auto ch = ChildFromEntry(c, dir_path, *e);
   if (!ch && ch.error().code == ENOENT && e->type != DT_DIR) {
@@ -222,7 +217,7 @@ void VfsImpl::AwaitVd(const std::string& dir, const std::string& name, bool list
   auto backoff = std::chrono::microseconds(200);
   for (int attempt = 0; attempt < 8; ++attempt) {
     auto vd = deps_.vds->GetFresh(dir);
-    if (!vd || (FindEntry(**vd, name) != nullptr) == listed) return;
+    if (!vd || ((*vd)->Find(name) != nullptr) == listed) return;
     std::this_thread::sleep_for(backoff);
     backoff *= 2;
   }
@@ -354,11 +349,10 @@ bool VfsImpl::ReportRemove(const std::string& dir, const std::string& name,
   return true;
 }
 
-// The name locks (VdClient::Lock) of one operation: taken in (directory,
-// name) order, so two operations never wait for each other in a cycle; a
-// busy name (EAGAIN) is waited out with backoff, up to longer than a
-// crashed holder's lock lives. Released at the end unless the operation's
-// reported change ended them at the manager (Reported).
+// The name locks (VdClient::Lock, which waits out another node's hold) of
+// one operation: taken in (directory, name) order, so two operations never
+// wait for each other in a cycle. Released at the end unless the
+// operation's reported change ended them at the manager (Reported).
 class VfsImpl::NameLocks {
  public:
   NameLocks(VdClient* vds, std::string self) : vds_(vds), self_(std::move(self)) {}
@@ -372,15 +366,7 @@ class VfsImpl::NameLocks {
     std::sort(names.begin(), names.end());
     names.erase(std::unique(names.begin(), names.end()), names.end());
     for (auto& [dir, name] : names) {
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      auto backoff = std::chrono::microseconds(100);
-      for (;;) {
-        Status s = vds_->Lock(dir, name, self_);
-        if (s) break;
-        if (s.error().code != EAGAIN || std::chrono::steady_clock::now() > deadline) return s;
-        std::this_thread::sleep_for(backoff);
-        backoff = std::min(backoff * 2, std::chrono::microseconds(20'000));
-      }
+      if (auto s = vds_->Lock(dir, name, self_); !s) return s;
       held_.emplace_back(std::move(dir), std::move(name));
     }
     return Ok();
@@ -608,7 +594,7 @@ Result<EntryOut> VfsImpl::Mknod(const Cred& c, uint64_t parent, const std::strin
   if (auto s = ValidateName(name); !s) return Err(s.error());
   FEDFS_TRY(dir, ResolveDir(parent));
   FEDFS_TRY(vd, deps_.vds->Get(dir->path));
-  if (FindEntry(**vd, name)) return Err(EEXIST, JoinPath(dir->path, name));
+  if ((*vd)->Find(name)) return Err(EEXIST, JoinPath(dir->path, name));
   FEDFS_TRY(made, MakeNew<struct stat>(c, dir->path, *vd, name, false,
                                        [&](const std::shared_ptr<NodeFs>& fs, const std::string& p) {
                                          return fs->Mknod(c, p, mode, rdev);
@@ -626,7 +612,7 @@ Result<EntryOut> VfsImpl::Mkdir(const Cred& c, uint64_t parent, const std::strin
   if (auto s = ValidateName(name); !s) return Err(s.error());
   FEDFS_TRY(dir, ResolveDir(parent));
   FEDFS_TRY(vd, deps_.vds->Get(dir->path));
-  if (FindEntry(**vd, name)) return Err(EEXIST, JoinPath(dir->path, name));
+  if ((*vd)->Find(name)) return Err(EEXIST, JoinPath(dir->path, name));
   FEDFS_TRY(made, MakeNew<struct stat>(c, dir->path, *vd, name, true,
                                        [&](const std::shared_ptr<NodeFs>& fs, const std::string& p) {
                                          return fs->Mkdir(c, p, mode);
@@ -644,7 +630,7 @@ Result<EntryOut> VfsImpl::Symlink(const Cred& c, const std::string& target, uint
   if (auto s = ValidateName(name); !s) return Err(s.error());
   FEDFS_TRY(dir, ResolveDir(parent));
   FEDFS_TRY(vd, deps_.vds->Get(dir->path));
-  if (FindEntry(**vd, name)) return Err(EEXIST, JoinPath(dir->path, name));
+  if ((*vd)->Find(name)) return Err(EEXIST, JoinPath(dir->path, name));
   FEDFS_TRY(made, MakeNew<struct stat>(c, dir->path, *vd, name, false,
                                        [&](const std::shared_ptr<NodeFs>& fs, const std::string& p) {
                                          return fs->Symlink(c, target, p);
@@ -664,7 +650,7 @@ Result<EntryOut> VfsImpl::Link(const Cred& c, uint64_t ino, uint64_t new_parent,
   if (IsDir(src->type)) return Err(EPERM, src->path + " is a directory");
   FEDFS_TRY(dir, ResolveDir(new_parent));
   FEDFS_TRY(vd, deps_.vds->Get(dir->path));
-  if (FindEntry(**vd, new_name)) return Err(EEXIST, JoinPath(dir->path, new_name));
+  if ((*vd)->Find(new_name)) return Err(EEXIST, JoinPath(dir->path, new_name));
   // A hard link lives on the file's node, in a directory that node holds.
   const auto& h = (*vd)->holders;
   if (std::find(h.begin(), h.end(), src->node) == h.end()) {
@@ -697,7 +683,7 @@ Status VfsImpl::Unlink(const Cred& c, uint64_t parent, const std::string& name) 
   for (int attempt = 0;; ++attempt) {
     vd = deps_.vds->Get(dir->path);
     if (!vd) return Err(vd.error());
-    e = FindEntry(**vd, name);
+    e = (*vd)->Find(name);
     if (e == nullptr) return Err(ENOENT, JoinPath(dir->path, name));
     if (e->type == DT_DIR) return Err(EISDIR, JoinPath(dir->path, name));
     const std::string r = e->real_name.empty() ? e->name : e->real_name;
@@ -730,7 +716,7 @@ Status VfsImpl::Rmdir(const Cred& c, uint64_t parent, const std::string& name) {
 Status VfsImpl::RmdirOnce(const Cred& c, uint64_t parent, const std::string& name) {
   FEDFS_TRY(dir, ResolveDir(parent));
   FEDFS_TRY(vd, deps_.vds->Get(dir->path));
-  const VdEntry* e = FindEntry(**vd, name);
+  const VdEntry* e = (*vd)->Find(name);
   if (e == nullptr) return Err(ENOENT, JoinPath(dir->path, name));
   if (e->type != DT_DIR) return Err(ENOTDIR, JoinPath(dir->path, name));
   const std::string path = JoinPath(dir->path, name);
@@ -745,7 +731,7 @@ Status VfsImpl::RmdirOnce(const Cred& c, uint64_t parent, const std::string& nam
   {
     if (auto s = locks.Take({{dir->path, name}}); !s) return s;
     FEDFS_TRY(vd2, deps_.vds->Get(dir->path));
-    const VdEntry* e2 = FindEntry(**vd2, name);
+    const VdEntry* e2 = (*vd2)->Find(name);
     if (e2 == nullptr) return Err(ENOENT, path);
     if (e2->type != DT_DIR) return Err(ENOTDIR, path);
     if (e2->holders != holders) return Err(EAGAIN, "raced");
@@ -797,7 +783,7 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
   FEDFS_TRY(sdir, ResolveDir(parent));
   FEDFS_TRY(ddir, ResolveDir(new_parent));
   FEDFS_TRY(svd, deps_.vds->Get(sdir->path));
-  const VdEntry* se = FindEntry(**svd, name);
+  const VdEntry* se = (*svd)->Find(name);
   if (se == nullptr) return Err(ENOENT, JoinPath(sdir->path, name));
   const VdEntry src = *se;
   const std::string sreal = src.real_name.empty() ? src.name : src.real_name;
@@ -806,7 +792,7 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
   if (from == to) return Ok();
   if (src.type == DT_DIR && PathWithin(to, from)) return Err(EINVAL, "rename into itself");
   FEDFS_TRY(dvd, sdir->path == ddir->path ? Result<VdPtr>(*svd) : deps_.vds->Get(ddir->path));
-  const VdEntry* de = FindEntry(**dvd, new_name);
+  const VdEntry* de = (*dvd)->Find(new_name);
   std::optional<VdEntry> dst;
   if (de) dst = *de;
   const std::optional<VdEntry> dst_read = dst;  // as read, before the decisions below
@@ -884,9 +870,9 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
       return e->real_name == was->real_name && e->holders == was->holders && e->type == was->type;
     };
     FEDFS_TRY(svd2, deps_.vds->Get(sdir->path));
-    if (!same(FindEntry(**svd2, name), src)) return Err(EEXIST, "raced");
+    if (!same((*svd2)->Find(name), src)) return Err(EEXIST, "raced");
     FEDFS_TRY(dvd2, deps_.vds->Get(ddir->path));
-    if (!same(FindEntry(**dvd2, new_name), dst_read)) return Err(EEXIST, "raced");
+    if (!same((*dvd2)->Find(new_name), dst_read)) return Err(EEXIST, "raced");
   }
   if (claimed) {
     if (auto s = deps_.vds->Claim(ddir->path, new_name, node); !s) {
@@ -1040,7 +1026,7 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
   if (auto s = ValidateName(name); !s) return Err(s.error());
   FEDFS_TRY(dir, ResolveDir(parent));
   FEDFS_TRY(vd, deps_.vds->Get(dir->path));
-  if (const VdEntry* e = FindEntry(**vd, name)) {
+  if (const VdEntry* e = (*vd)->Find(name)) {
     // Lost a race with another creator: open the existing file.
     if (flags & O_EXCL) return Err(EEXIST, JoinPath(dir->path, name));
     if (e->type == DT_DIR) return Err(EISDIR, JoinPath(dir->path, name));
@@ -1271,7 +1257,7 @@ Result<std::vector<std::string>> VfsImpl::Where(const std::string& path) {
     return (*vd)->holders;
   }
   FEDFS_TRY(vd, deps_.vds->Get(std::string(ParentPath(path))));
-  const VdEntry* e = FindEntry(**vd, std::string(BaseName(path)));
+  const VdEntry* e = (*vd)->Find(std::string(BaseName(path)));
   if (e == nullptr) return Err(ENOENT, path);
   return e->holders;
 }

@@ -82,8 +82,8 @@ class VdClient {
   }
   // Holds the existing `name` of directory `path` for an operation of
   // `node` (this node) that changes it on its holder, until that change is
-  // reported or Release: EAGAIN while another node holds or claims it
-  // (VdChange::kLock). Clients without managers accept.
+  // reported or Release (VdChange::kLock); waits while another node holds or
+  // claims it. Clients without managers accept.
   virtual Status Lock(const std::string& path, const std::string& name,
                       const std::string& node) {
     (void)path, (void)name, (void)node;

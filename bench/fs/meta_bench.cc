@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -31,30 +33,19 @@ double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
 }
 
-void Usage() {
-  std::fprintf(stderr, "usage: fedfs-meta-bench --dir DIR [--files N (10000)] [--readdir-passes P (5)]\n");
-  std::exit(2);
-}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string dir;
   long files = 10000, passes = 5;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (i + 1 >= argc) Usage();
-    if (a == "--dir") {
-      dir = argv[++i];
-    } else if (a == "--files") {
-      files = std::atol(argv[++i]);
-    } else if (a == "--readdir-passes") {
-      passes = std::atol(argv[++i]);
-    } else {
-      Usage();
-    }
-  }
-  if (dir.empty() || files <= 0 || passes <= 0) Usage();
+  CLI::App app{"fedfs-meta-bench: create/stat/readdir/rename/unlink ops/s over N files"};
+  app.add_option("--dir", dir, "directory to work in (a subdirectory is made)")->required();
+  app.add_option("--files", files, "N files")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--readdir-passes", passes, "readdir passes")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
   const std::string base = dir + "/meta-bench-" + std::to_string(::getpid());
   if (::mkdir(base.c_str(), 0755) != 0) Die("mkdir " + base);
   std::vector<std::string> a(files), b(files);

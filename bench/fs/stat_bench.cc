@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -31,13 +33,6 @@ using Clock = std::chrono::steady_clock;
 [[noreturn]] void Die(const std::string& what) {
   std::fprintf(stderr, "fedfs-stat-bench: %s: %s\n", what.c_str(), std::strerror(errno));
   std::exit(1);
-}
-
-void Usage() {
-  std::fprintf(stderr,
-               "usage: fedfs-stat-bench --dir DIR [--files M (100)] [--passes K (100)] "
-               "[--create]\n");
-  std::exit(2);
 }
 
 // The q-quantile of sorted `v` (nearest rank).
@@ -53,24 +48,12 @@ int main(int argc, char** argv) {
   std::string dir;
   long files = 100, passes = 100;
   bool create = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--create") {
-      create = true;
-      continue;
-    }
-    if (i + 1 >= argc) Usage();
-    if (a == "--dir") {
-      dir = argv[++i];
-    } else if (a == "--files") {
-      files = std::atol(argv[++i]);
-    } else if (a == "--passes") {
-      passes = std::atol(argv[++i]);
-    } else {
-      Usage();
-    }
-  }
-  if (dir.empty() || files <= 0 || passes <= 0) Usage();
+  CLI::App app{"fedfs-stat-bench: per-stat latency of M files stat-ed K times"};
+  app.add_option("--dir", dir, "directory holding (or to hold) the files")->required();
+  app.add_option("--files", files, "M files")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--passes", passes, "K stats of each")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_flag("--create", create, "create the files first");
+  CLI11_PARSE(app, argc, argv);
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd < 0) Die("open " + dir);
   std::vector<std::string> names(static_cast<size_t>(files));

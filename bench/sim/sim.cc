@@ -156,22 +156,11 @@ FsReply Apply(ns::MemNodeFs& fs, const FsRequest& r) {
 
 // ---- The federation ----------------------------------------------------------
 
-// A node's view, replaced by the simulation on membership changes. Single
-// thread (the simulation's).
-class ViewHolder final : public ns::ClusterViewSource {
- public:
-  std::shared_ptr<const ns::ClusterView> Current() const override { return view_; }
-  void Set(std::shared_ptr<const ns::ClusterView> v) { view_ = std::move(v); }
-
- private:
-  std::shared_ptr<const ns::ClusterView> view_;
-};
-
 struct Node {
   std::string id;
   std::unique_ptr<ns::MemNodeFs> fs;
   std::unique_ptr<m2m::Transport> transport;
-  ViewHolder view;
+  ns::SettableClusterView view;  // replaced by the simulation on membership changes
   std::unique_ptr<ns::VdService> vd;  // declared last: destroyed first
   bool alive = true;
 };

@@ -154,6 +154,16 @@ class Autonomy : public ::testing::Test {
     ADD_FAILURE() << "no path " << prefix << "* is managed by " << manager;
     return "";
   }
+  // Before Launch: the candidates "/<prefix><i>" on every node, each with a
+  // file f.txt held by n2 (made before the start: no autonomy report, nor
+  // the invalidation it causes, can fall between later counter snapshots).
+  void MakeCandidatesWithFileOnN2(const std::string& prefix) {
+    for (int i = 0; i < kCandidates; ++i) {
+      const std::string p = "/" + prefix + std::to_string(i);
+      for (const auto& id : ids_) fs::create_directories(E(id, p));
+      ASSERT_TRUE(WriteLocal(E("n2", p + "/f.txt"), "f\n"));
+    }
+  }
   // True when every mount shows `dir/name` (lstat works, readdir lists it).
   bool SeenEverywhere(const std::string& dir, const std::string& name) const {
     for (const auto& id : ids_) {
@@ -474,12 +484,7 @@ TEST_F(Autonomy, DirectoryFilledWhileFirstListed) {
 // daemon (KernelServesRepeatedLookups).
 TEST_F(Autonomy, DirectoryTableHitsOnRepeatedLookups) {
   StartNodes(3, "fuse: {kernel_cache: false}\n");
-  // Candidates made before the start: no autonomy report (and no
-  // invalidation it causes) can fall between the counter snapshots.
-  for (int i = 0; i < kCandidates; ++i) {
-    for (const auto& id : ids_) fs::create_directories(E(id, "/dtdir" + std::to_string(i)));
-    ASSERT_TRUE(WriteLocal(E("n2", "/dtdir" + std::to_string(i) + "/f.txt"), "f\n"));
-  }
+  ASSERT_NO_FATAL_FAILURE(MakeCandidatesWithFileOnN2("dtdir"));
   ASSERT_NO_FATAL_FAILURE(Launch());
   // A directory managed by n3, looked up through n1's mount.
   const std::string x = "n1";
@@ -529,10 +534,7 @@ TEST_F(Autonomy, DirectoryTableHitsOnRepeatedLookups) {
 // (each stat is one GETATTR, which needs no VD).
 TEST_F(Autonomy, KernelServesRepeatedLookups) {
   StartNodes(3);
-  for (int i = 0; i < kCandidates; ++i) {
-    for (const auto& id : ids_) fs::create_directories(E(id, "/kcdir" + std::to_string(i)));
-    ASSERT_TRUE(WriteLocal(E("n2", "/kcdir" + std::to_string(i) + "/f.txt"), "f\n"));
-  }
+  ASSERT_NO_FATAL_FAILURE(MakeCandidatesWithFileOnN2("kcdir"));
   ASSERT_NO_FATAL_FAILURE(Launch());
   const std::string x = "n1";
   const std::string dir = PathManagedBy("kcdir", "n3");
