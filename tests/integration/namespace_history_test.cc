@@ -283,10 +283,11 @@ TEST_P(NamespaceHistory, RandomHistoriesAreLinearizable) {
 // from before the holder is changed until the change is applied. Ten runs of
 // the six variants each way, interleaved: 12 variants failed with the locks
 // against 21 without; 3 of the 10 runs passed whole, 0 without (the rate is
-// noisy: 38 of 180 against 36 of 120 over all runs made then). What remains: an answer through one node (EEXIST from a
-// create, or a name in its listing) that a later answer through the same or
-// another node contradicts for a moment, which points at a copy of a VD
-// served after a change it does not contain; not found yet.
+// noisy: 38 of 180 against 36 of 120 over all runs made then). What
+// remains: an answer through one node (EEXIST from a create, or a name in
+// its listing) that a later answer through the same or another node
+// contradicts for a moment, which points at a copy of a VD served after a
+// change it does not contain; not found yet.
 INSTANTIATE_TEST_SUITE_P(
     DISABLED_KnownViolations, NamespaceHistory,
     ::testing::Values(Variant{Layout::kOneNode, false}, Variant{Layout::kCreatingNode, false},
