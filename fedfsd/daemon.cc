@@ -175,7 +175,6 @@ class VdServiceClient final : public ns::VdClient {
   }
 
  private:
- private:
   // A claim or lock of a name another node holds for an operation that
   // changes it (EAGAIN) is retried with backoff (100 us doubling to 20 ms),
   // for longer than a crashed node's hold lives (4 x rpc_timeout).

@@ -74,7 +74,7 @@ void DirTable::DropLocked(size_t s) {
 DirTable::VdPtr DirTable::Find(const std::string& path, uint64_t epoch) {
   std::lock_guard lock(mu_);
   auto it = index_.find(path);
-  if (it == index_.end()) {
+  if (it == index_.end() || (!own_changes_.empty() && own_changes_.contains(path))) {
     ++stats_.misses;
     return nullptr;
   }
@@ -157,6 +157,9 @@ void DirTable::Patch(const std::string& path, uint64_t prev_version, uint64_t vd
   if (it == index_.end()) return;
   const size_t s = it->second;
   Slot& slot = slots_[s];
+  if (ValidLocked(slot, s) && vd_version != 0 && slot.vd->version == vd_version) {
+    return;  // fetched since, with the change in it
+  }
   if (!ValidLocked(slot, s) || slot.vd->version != prev_version || vd_version == 0) {
     BumpLocked(s);  // also spoils a fetch in flight for this slot
     return;
@@ -173,6 +176,17 @@ void DirTable::Patch(const std::string& path, uint64_t prev_version, uint64_t vd
   bytes_ += slot.bytes;
   slot.vd = std::move(vd);
   ++stats_.patches;
+}
+
+void DirTable::BeginOwnChange(const std::string& path) {
+  std::lock_guard lock(mu_);
+  ++own_changes_[path];
+}
+
+void DirTable::EndOwnChange(const std::string& path) {
+  std::lock_guard lock(mu_);
+  auto it = own_changes_.find(path);
+  if (it != own_changes_.end() && --it->second == 0) own_changes_.erase(it);
 }
 
 void DirTable::Invalidate(const std::string& path) {

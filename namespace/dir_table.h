@@ -78,6 +78,14 @@ class DirTable {
              const std::vector<std::string>& keys, std::vector<VdEntry> fresh,
              std::vector<std::string> holders);
 
+  // Brackets this node's own change of VD(path) at the manager, from before
+  // it is sent until its reply was patched in: the manager does not bump the
+  // reporter's word (it patches), so meanwhile Find misses for `path` and a
+  // lookup asks the manager, which answers the state before or after the
+  // change, never this older copy after another node saw the newer one.
+  void BeginOwnChange(const std::string& path);
+  void EndOwnChange(const std::string& path);
+
   // Local invalidation (bumps the word as a manager would).
   void Invalidate(const std::string& path);
   // Every cached path at or beneath `path`.
@@ -132,6 +140,7 @@ class DirTable {
   mutable std::mutex mu_;
   std::vector<Slot> slots_;                       // guarded by mu_
   std::unordered_map<std::string, size_t> index_;  // path -> slot; guarded by mu_
+  std::unordered_map<std::string, size_t> own_changes_;  // in flight; guarded by mu_
   size_t hand_ = 0;
   size_t bytes_ = 0;
   Stats stats_;

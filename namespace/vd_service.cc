@@ -12,6 +12,7 @@
 // NodeFs, user callbacks), so callbacks may re-enter the service.
 #include "namespace/vd_service.h"
 
+#include <algorithm>
 #include <cstring>
 #include <future>
 #include <list>
@@ -715,6 +716,11 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
       self->ServeUpdate(path, changes, v.self, v, std::move(cb));
     };
     r->decode = [](const m2m::Bytes& b) { return DecodeUpdateReply(b); };
+    // Claims, locks and releases change no entry.
+    const bool own = dt_ && std::ranges::any_of(changes, [](const VdChange& c) {
+      return c.kind == VdChange::Kind::kAdd || c.kind == VdChange::Kind::kRemove;
+    });
+    if (own) dt_->BeginOwnChange(path);
     if (dt_) {
       r->inspect = [self, path](const Result<UpdateOutcome>& o, bool remote, uint64_t) {
         if (!remote) return;  // served here: this node keeps no DT copy of its own VDs
@@ -722,7 +728,8 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
         self->dt_->Patch(path, o->prev_version, o->version, o->keys, o->fresh, o->holders);
       };
     }
-    r->done = [done = std::move(done)](Result<UpdateOutcome> v) mutable {
+    r->done = [self, path, own, done = std::move(done)](Result<UpdateOutcome> v) mutable {
+      if (own) self->dt_->EndOwnChange(path);  // after the patch (inspect runs first)
       if (!v) return done(Err(v.error()));
       done(Ok());
     };
@@ -877,6 +884,13 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
                 std::optional<SharerSlotData> sharer, bool notify, m2m::Callback<VdPtr> done) {
     {
       std::lock_guard lock(mu_);
+      if (auto w = rounds_.find(path); w != rounds_.end()) {
+        w->second.push_back([self = shared_from_this(), path, from, sharer = std::move(sharer),
+                             notify, done = std::move(done)]() mutable {
+          self->ServeGet(path, from, std::move(sharer), notify, std::move(done));
+        });
+        return;
+      }
       ++stats_.gets_served;
       // Recorded before the VD is read: a change applied after this point
       // bumps the requester's slot; one applied before is in what it gets.
@@ -903,10 +917,20 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   // it). Claims and releases: see ServeClaim.
   void ServeUpdate(const std::string& path, std::vector<VdChange> changes, const std::string& from,
                    const ClusterView& view, m2m::Callback<UpdateOutcome> done) {
+    {
+      std::lock_guard lock(mu_);
+      if (auto w = rounds_.find(path); w != rounds_.end()) {
+        w->second.push_back([self = shared_from_this(), path, changes = std::move(changes), from,
+                             view, done = std::move(done)]() mutable {
+          self->ServeUpdate(path, std::move(changes), from, view, std::move(done));
+        });
+        return;
+      }
+    }
     if (changes.size() == 1 && (changes[0].kind == VdChange::Kind::kClaim ||
                                 changes[0].kind == VdChange::Kind::kRelease ||
                                 changes[0].kind == VdChange::Kind::kLock)) {
-      return ServeClaim(path, std::move(changes[0]), std::move(done));
+      return ServeClaim(path, std::move(changes[0]), from, std::move(done));
     }
     UpdateOutcome o;
     std::vector<SharerRec> targets;
@@ -915,10 +939,7 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     {
       std::lock_guard lock(mu_);
       if (closed_) return done(Err(ESHUTDOWN, "VD service closed"));
-      for (const VdChange& c : changes) {
-        if (c.kind == VdChange::Kind::kAdd) EndClaimLocked(path, c.name, c.node);
-        EndClaimLocked(path, c.name, from, /*locks_only=*/true);
-      }
+      for (const VdChange& c : changes) EndClaimLocked(path, c.name, from);
       auto b = builds_.find(path);
       if (b != builds_.end()) {  // replayed after the merge
         for (const VdChange& c : changes) b->second->pending.push_back(c);
@@ -975,7 +996,10 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
       if (changed) {
         targets = TakeSharersLocked(path, from);
         broadcast = broadcast_all_ || broadcast_paths_.erase(path) > 0;
-        if (!targets.empty() || broadcast) ++stats_.changes_invalidated;
+        if (!targets.empty() || broadcast) {
+          ++stats_.changes_invalidated;
+          rounds_.try_emplace(path);  // see rounds_
+        }
       }
     }
     // This node's kernel may hold names of P; the reporter's own kernel saw
@@ -983,7 +1007,18 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     if (changed && from != view.self) DropKernelNames();
     if (targets.empty() && !broadcast) return done(std::move(o));
     InvalidateSharers(path, std::move(targets), broadcast, view, from,
-                      [o = std::move(o), done = std::move(done)]() mutable { done(std::move(o)); });
+                      [self = shared_from_this(), path, o = std::move(o),
+                       done = std::move(done)]() mutable {
+                        std::vector<std::move_only_function<void()>> waiting;
+                        {
+                          std::lock_guard lock(self->mu_);
+                          auto w = self->rounds_.find(path);
+                          waiting = std::move(w->second);
+                          self->rounds_.erase(w);
+                        }
+                        done(std::move(o));
+                        for (auto& f : waiting) f();
+                      });
   }
 
   // --- Claims (see VdChange) ---
@@ -991,7 +1026,6 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   struct Claim {
     std::string node;
     std::chrono::steady_clock::time_point expires;
-    bool lock = false;  // kLock (of an existing name) rather than kClaim
   };
 
   std::chrono::steady_clock::duration ClaimLifetime() const { return 4 * options_.rpc_timeout; }
@@ -1007,35 +1041,37 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     return c != claims.end() && c->second.node != node ? &c->second : nullptr;
   }
 
-  // Ends the claim of `name` in `path` by `node`, if any.
-  void EndClaimLocked(const std::string& path, const std::string& name, const std::string& node,
-                      bool locks_only = false) {
+  // Ends the claim or lock of `name` in `path` by `node`, if any.
+  void EndClaimLocked(const std::string& path, const std::string& name, const std::string& node) {
     auto p = claims_.find(path);
     if (p == claims_.end()) return;
     auto c = p->second.find(name);
-    if (c != p->second.end() && c->second.node == node && (c->second.lock || !locks_only)) {
+    if (c != p->second.end() && c->second.node == node) {
       p->second.erase(c);
     }
     if (p->second.empty()) claims_.erase(p);
   }
 
-  // kClaim: EEXIST if `name` is in VD(P) (built if needed) or claimed by
-  // another node and not expired; else claimed. kRelease: the claim ends.
-  void ServeClaim(const std::string& path, VdChange change, m2m::Callback<UpdateOutcome> done) {
+  // kClaim: EEXIST if `name` is in VD(P) (built if needed), EAGAIN if another
+  // node holds it (unexpired); else claimed. kRelease: the hold ends. Holds
+  // belong to the requesting node `from`, not to the node the name is (to
+  // be) on: two nodes creating one name on a third must not share a claim.
+  void ServeClaim(const std::string& path, VdChange change, const std::string& from,
+                  m2m::Callback<UpdateOutcome> done) {
     if (change.kind == VdChange::Kind::kRelease) {
       std::lock_guard lock(mu_);
-      EndClaimLocked(path, change.name, change.node);
+      EndClaimLocked(path, change.name, from);
       return done(UpdateOutcome{});
     }
     if (change.kind == VdChange::Kind::kLock) {
       std::lock_guard lock(mu_);
-      if (const Claim* c = OtherHoldLocked(path, change.name, change.node)) {
+      if (const Claim* c = OtherHoldLocked(path, change.name, from)) {
         return done(Err(EAGAIN, JoinPath(path, change.name) + " is busy on " + c->node));
       }
-      claims_[path][change.name] = Claim{change.node, std::chrono::steady_clock::now() + ClaimLifetime(), true};
+      claims_[path][change.name] = Claim{from, std::chrono::steady_clock::now() + ClaimLifetime()};
       return done(UpdateOutcome{});
     }
-    EnsureResident(path, [self = shared_from_this(), path, change = std::move(change),
+    EnsureResident(path, [self = shared_from_this(), path, change = std::move(change), from,
                           done = std::move(done)](Result<Snapshot> s) mutable {
       if (!s) return done(Err(s.error()));
       UpdateOutcome o;
@@ -1050,11 +1086,12 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
         if (cur.state->copies.count(change.name) != 0 || cur.vd->Find(change.name) != nullptr) {
           return done(Err(EEXIST, full + " exists"));
         }
-        if (const Claim* c = self->OtherHoldLocked(path, change.name, change.node)) {
-          if (c->lock) return done(Err(EAGAIN, full + " is busy on " + c->node));
-          return done(Err(EEXIST, full + " is being created by " + c->node));
+        // A claim is waited out too: its create may still fail, so EEXIST
+        // now would report a name that never exists.
+        if (const Claim* c = self->OtherHoldLocked(path, change.name, from)) {
+          return done(Err(EAGAIN, full + " is busy on " + c->node));
         }
-        self->claims_[path][change.name] = Claim{change.node, std::chrono::steady_clock::now() + self->ClaimLifetime()};
+        self->claims_[path][change.name] = Claim{from, std::chrono::steady_clock::now() + self->ClaimLifetime()};
         o.prev_version = o.version = cur.vd->version;
         o.holders = cur.state->holders;
       }
@@ -1441,6 +1478,13 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   bool broadcast_all_ = false;                       // all records overflowed
   size_t sharer_records_ = 0;
   std::map<std::string, NodeRegion> node_regions_;
+  // Directories with an invalidation round in flight, and the requests for
+  // them that came meanwhile (guarded by mu_). Until every old copy is
+  // invalidated, the new state is shown to no one: a get served it now could
+  // be followed by a hit on a sharer's old copy whose bump is still on its
+  // way. Changes wait too (the next round must not end before this one), so
+  // rounds of one directory do not overlap.
+  std::unordered_map<std::string, std::vector<std::move_only_function<void()>>> rounds_;
   // Claimed names per directory (see VdChange), guarded by mu_.
   std::unordered_map<std::string, std::map<std::string, Claim>> claims_;
   std::unique_ptr<DirTable> dt_;  // this node's directory table (client side); set once

@@ -81,21 +81,25 @@ struct VdServiceOptions {
 
 // A change to one entry of VD(P), made on `node`.
 //
-// kLock holds the existing `name` of VD(P) for an operation of `node` that
+// Claims and locks are held by the node that sends them (the operation's
+// node, whatever node the entry is on); `node` is not used for them.
+//
+// kLock holds the existing `name` of VD(P) for an operation of the sender that
 // changes it on its holder (unlink, rmdir, either name of a rename) from
 // before it touches the holder until its change is applied: EAGAIN while
-// another node holds or claims the name (retry). It ends with the kAdd or
-// kRemove of that name reported by `node`, with kRelease, or after 4 x
+// another node holds or claims the name (retry). It ends with a kAdd or
+// kRemove of that name sent by the same node, with kRelease, or after 4 x
 // rpc_timeout. Changes of one name are thus applied in the order they were
 // made on the holders (without it, two renames touching one name could be
 // applied in the other order and leave a name no holder has).
 //
-// kClaim reserves `name` in VD(P) for `node` before it creates the entry
-// there (create, mkdir, mknod, symlink, link, the new name of a rename):
-// EEXIST if the name is in VD(P) or claimed by another node, so two nodes
-// creating one name concurrently never both succeed. The claim is invisible to
-// readers, ends with the kAdd of that name from that node, with kRelease (the
-// create failed), or after 4 x rpc_timeout. Claims change no version.
+// kClaim reserves `name` in VD(P) for the sender before it creates the entry
+// (create, mkdir, mknod, symlink, link, the new name of a rename):
+// EEXIST if the name is in VD(P), EAGAIN while another node claims or locks
+// it (retry: that create may yet fail), so two nodes creating one name
+// concurrently never both succeed, and neither is told EEXIST of a name that
+// may never exist. The claim is invisible to readers, ends like a lock (the
+// kAdd, or kRelease when the create failed). Claims change no version.
 struct VdChange {
   enum class Kind : uint8_t { kAdd = 0, kRemove = 1, kClaim = 2, kRelease = 3, kLock = 4 };
   Kind kind = Kind::kAdd;
