@@ -189,35 +189,53 @@ Result<VfsImpl::Child> VfsImpl::ChildFromEntry(const Cred& c, const std::string&
   return ch;
 }
 
-// An entry that its holder no longer has is being removed or renamed by
-// another operation whose VD update has not reached the manager yet: the VD
-// is asked again (from the manager) until it no longer lists the entry, for a
-// bounded time, so that a lookup that answers ENOENT is never followed by a
-// listing that still shows the name.
+namespace {
+// One file or directory under one name: same real name, holders and type.
+bool SameEntry(const VdEntry* e, const std::optional<VdEntry>& was) {
+  if (e == nullptr || !was) return e == nullptr && !was;
+  return e->real_name == was->real_name && e->holders == was->holders && e->type == was->type;
+}
+}  // namespace
+
+// An entry that its holder no longer has is being removed, renamed or
+// replaced (by a file on another node) by another operation whose VD update
+// has not reached the manager yet: the VD is asked again (from the manager)
+// until the entry changed, for a bounded time, and the lookup tried again;
+// so a lookup that answers ENOENT is never followed by a listing that still
+// shows the name, and a name that always existed is never missed.
 Result<VfsImpl::Child> VfsImpl::LookupChild(const Cred& c, const std::string& dir_path,
                                             const std::string& name) {
-  auto vd = deps_.vds->Get(dir_path);
-  if (!vd) return Err(vd.error());
-  const VdEntry* e = (*vd)->Find(name);
-  if (e == nullptr) return Err(ENOENT, JoinPath(dir_path, name));
-  auto ch = ChildFromEntry(c, dir_path, *e);
-  if (!ch && ch.error().code == ENOENT && e->type != DT_DIR) {
-    AwaitVd(dir_path, name, /*listed=*/false);
-    return Err(ENOENT, JoinPath(dir_path, name));
+  for (int attempt = 0;; ++attempt) {
+    auto vd = deps_.vds->Get(dir_path);
+    if (!vd) return Err(vd.error());
+    const VdEntry* e = (*vd)->Find(name);
+    if (e == nullptr) return Err(ENOENT, JoinPath(dir_path, name));
+    auto ch = ChildFromEntry(c, dir_path, *e);
+    if (!ch && ch.error().code == ENOENT && e->type != DT_DIR) {
+      if (attempt == 2) return Err(ENOENT, JoinPath(dir_path, name));
+      const std::optional<VdEntry> was = *e;
+      AwaitVd(dir_path, name, [&](const VdEntry* now) { return !SameEntry(now, was); });
+      continue;
+    }
+    if (ch) ch->cacheable = (*vd)->cacheable;
+    return ch;
   }
-  if (ch) ch->cacheable = (*vd)->cacheable;
-  return ch;
 }
 
-// Until VD(dir) from its manager lists `name` (or no longer does), for at
-// most ~50 ms: another node's operation changed the holder first and reports
-// to the manager next. Answering before the manager agrees would let a later
-// listing contradict this answer.
 void VfsImpl::AwaitVd(const std::string& dir, const std::string& name, bool listed) {
+  AwaitVd(dir, name, [listed](const VdEntry* e) { return (e != nullptr) == listed; });
+}
+
+// Until VD(dir) from its manager shows `name` as `settled` wants (listed, no
+// longer listed, changed), for at most ~50 ms: another node's operation
+// changed the holder first and reports to the manager next. Answering before
+// the manager agrees would let a later listing contradict this answer.
+void VfsImpl::AwaitVd(const std::string& dir, const std::string& name,
+                      const std::function<bool(const VdEntry*)>& settled) {
   auto backoff = std::chrono::microseconds(200);
   for (int attempt = 0; attempt < 8; ++attempt) {
     auto vd = deps_.vds->GetFresh(dir);
-    if (!vd || ((*vd)->Find(name) != nullptr) == listed) return;
+    if (!vd || settled((*vd)->Find(name))) return;
     std::this_thread::sleep_for(backoff);
     backoff *= 2;
   }
@@ -504,7 +522,17 @@ Result<struct stat> VfsImpl::GetAttr(const Cred& c, uint64_t ino, std::optional<
     if (auto f = fh ? FileOf(*fh) : AnyFileOf(ino); f) {
       st = f->fs->SetAttr(c, "/", f->handle, SetAttrRequest{});
     } else {
-      AwaitVd(std::string(ParentPath(r->path)), std::string(BaseName(r->path)), false);
+      // Gone, or its name now names another file (a rename over it from
+      // another node): ESTALE makes the kernel look the path up again.
+      const std::string dir(ParentPath(r->path)), name(BaseName(r->path));
+      auto other = [&](const VdEntry* e) {
+        return e != nullptr &&
+               (e->holders.empty() || e->holders.front() != r->node ||
+                (e->real_name.empty() ? e->name : e->real_name) != name);
+      };
+      AwaitVd(dir, name, [&](const VdEntry* e) { return e == nullptr || other(e); });
+      auto vd = deps_.vds->Get(dir);
+      if (vd && other((*vd)->Find(name))) return Err(ESTALE, r->path + " was replaced");
       return Err(ENOENT, r->path + " changed on node " + r->node);
     }
   }
@@ -865,14 +893,10 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
     std::vector<std::pair<std::string, std::string>> names{{sdir->path, sreal}};
     if (!claimed) names.emplace_back(ddir->path, new_name);
     if (auto s = locks.Take(std::move(names)); !s) return s;
-    auto same = [](const VdEntry* e, const std::optional<VdEntry>& was) {
-      if (e == nullptr || !was) return e == nullptr && !was;
-      return e->real_name == was->real_name && e->holders == was->holders && e->type == was->type;
-    };
     FEDFS_TRY(svd2, deps_.vds->Get(sdir->path));
-    if (!same((*svd2)->Find(name), src)) return Err(EEXIST, "raced");
+    if (!SameEntry((*svd2)->Find(name), src)) return Err(EEXIST, "raced");
     FEDFS_TRY(dvd2, deps_.vds->Get(ddir->path));
-    if (!same((*dvd2)->Find(new_name), dst_read)) return Err(EEXIST, "raced");
+    if (!SameEntry((*dvd2)->Find(new_name), dst_read)) return Err(EEXIST, "raced");
   }
   if (claimed) {
     if (auto s = deps_.vds->Claim(ddir->path, new_name, node); !s) {

@@ -337,6 +337,8 @@ class VfsImpl final : public Vfs {
                                             const VdPtr& dir_vd, const std::string& name,
                                             bool is_dir, Make make);
   void AwaitVd(const std::string& dir, const std::string& name, bool listed);
+  void AwaitVd(const std::string& dir, const std::string& name,
+               const std::function<bool(const VdEntry*)>& settled);
   bool ReportEdits(const std::string& dir, const std::vector<VdEdit>& edits);
   Status RenameOnce(const Cred& c, uint64_t parent, const std::string& name,
                     uint64_t new_parent, const std::string& new_name, unsigned flags);
