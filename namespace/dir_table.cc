@@ -168,7 +168,7 @@ void DirTable::Patch(const std::string& path, uint64_t prev_version, uint64_t vd
   // slot's own reference): a copy costs O(entries) per change.
   auto vd = slot.vd.use_count() == 1 ? std::const_pointer_cast<VirtualDirectory>(slot.vd)
                                      : std::make_shared<VirtualDirectory>(*slot.vd);
-  vd_internal::PatchEntries(keys, std::move(fresh), &vd->entries);
+  vd_internal::PatchEntries(keys, std::move(fresh), &vd->entries, &vd->subdirs);
   vd->holders = std::move(holders);
   vd->version = vd_version;
   bytes_ -= slot.bytes;

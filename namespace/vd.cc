@@ -166,33 +166,48 @@ std::vector<VdEntry> FreshEntries(const MergeState& s, const std::string& name) 
 // name k are the plain "k" and its aliases "k@<node>", which are contiguous
 // in name order.
 void PatchEntries(const std::vector<std::string>& keys, std::vector<VdEntry> fresh,
-                  std::vector<VdEntry>* entries) {
+                  std::vector<VdEntry>* entries, size_t* subdirs) {
+  auto count = [subdirs](const VdEntry& e, int d) {
+    if (subdirs != nullptr && e.type == DT_DIR) *subdirs += d;
+  };
   auto lower = [entries](const std::string& name) {
     return std::lower_bound(entries->begin(), entries->end(), name,
                             [](const VdEntry& e, const std::string& n) { return e.name < n; });
   };
   for (const std::string& k : keys) {
     if (auto it = lower(k); it != entries->end() && it->name == k && it->real_name == k) {
+      count(*it, -1);
       entries->erase(it);
     }
     const std::string prefix = k + "@";
     auto first = lower(prefix);
     auto last = first;
     while (last != entries->end() && last->name.starts_with(prefix)) ++last;
-    auto kept = std::remove_if(first, last, [&](const VdEntry& e) { return e.real_name == k; });
+    auto kept = std::remove_if(first, last, [&](const VdEntry& e) {
+      if (e.real_name != k) return false;
+      count(e, -1);
+      return true;
+    });
     entries->erase(kept, last);
   }
   for (VdEntry& e : fresh) {
+    count(e, 1);
     auto pos = std::upper_bound(entries->begin(), entries->end(), e, ByName);
     entries->insert(pos, std::move(e));
   }
 }
 
-void RefreshEntries(const MergeState& s, const std::string& name, std::vector<VdEntry>* entries) {
-  PatchEntries(RefreshKeys(name), FreshEntries(s, name), entries);
+void RefreshEntries(const MergeState& s, const std::string& name, std::vector<VdEntry>* entries,
+                    size_t* subdirs) {
+  PatchEntries(RefreshKeys(name), FreshEntries(s, name), entries, subdirs);
 }
 
 }  // namespace vd_internal
+
+void VirtualDirectory::CountSubdirs() {
+  subdirs = static_cast<size_t>(
+      std::count_if(entries.begin(), entries.end(), [](const VdEntry& e) { return e.type == DT_DIR; }));
+}
 
 const VdEntry* VirtualDirectory::Find(const std::string& name) const {
   auto it = std::lower_bound(entries.begin(), entries.end(), name,
@@ -211,6 +226,7 @@ Result<VirtualDirectory> DirMerge(const std::string& path, uint64_t epoch, uint6
   vd.version = version;
   vd.holders = std::move(s->holders);
   vd.entries = vd_internal::AllEntries(*s);
+  vd.CountSubdirs();
   return vd;
 }
 

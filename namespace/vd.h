@@ -42,11 +42,14 @@ struct VirtualDirectory {
   uint64_t epoch = 0;    // membership epoch it was built in
   std::vector<std::string> holders;  // nodes where `path` exists as a directory
   std::vector<VdEntry> entries;      // sorted by name
+  size_t subdirs = 0;                // entries of type DT_DIR (nlink is 2 + subdirs)
   // False when the manager did not record the requester as a sharer (it was
   // not a live member in the manager's view): not to be kept in a directory
   // table, since no change would invalidate it.
   bool cacheable = true;
 
+  // Sets `subdirs` from `entries` (O(entries)).
+  void CountSubdirs();
   // The entry with visible name `name`, or nullptr.
   const VdEntry* Find(const std::string& name) const;
 };

@@ -385,6 +385,7 @@ Result<VdPtr> DecodeVd(const m2m::Bytes& payload) {
   auto entries = DecodeEntries(w->entries());
   if (!entries) return Err(entries.error());
   vd->entries = std::move(*entries);
+  vd->CountSubdirs();
   vd->cacheable = !w->uncached();
   return VdPtr(std::move(vd));
 }
@@ -973,7 +974,7 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
                               : std::make_shared<VirtualDirectory>(*it->second.snap.vd);
           vd->version += 1;
           vd->holders = state->holders;
-          for (const VdChange& c : changes) vd_internal::RefreshEntries(*state, c.name, &vd->entries);
+          for (const VdChange& c : changes) vd_internal::RefreshEntries(*state, c.name, &vd->entries, &vd->subdirs);
           version_floor_ = std::max(version_floor_, vd->version);
           it->second.snap = Snapshot{std::move(vd), std::move(state)};
           ++stats_.updates_applied;

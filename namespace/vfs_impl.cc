@@ -151,11 +151,7 @@ Result<struct stat> VfsImpl::DirAttr(const Cred& c, const std::string& path, con
       continue;
     }
     if (!S_ISDIR(st->st_mode)) continue;  // changed behind our back
-    nlink_t subdirs = 0;
-    for (const auto& e : vd->entries) {
-      if (e.type == DT_DIR) ++subdirs;
-    }
-    st->st_nlink = 2 + subdirs;
+    st->st_nlink = 2 + vd->subdirs;
     st->st_ino = DirIno(path);
     return *st;
   }
@@ -1176,7 +1172,8 @@ Result<uint64_t> VfsImpl::OpenDir(const Cred& c, uint64_t ino) {
   auto d = std::make_shared<DirHandle>();
   d->ino = ino;
   d->path = r->path;
-  d->entries = Snapshot(r->path, ino, *vd, parent_ino);
+  d->entries = std::make_shared<const std::vector<DirEntryOut>>(
+      Snapshot(r->path, ino, *vd, parent_ino));
   std::lock_guard lock(files_mu_);
   const uint64_t dh = next_fh_++;
   dirs_.emplace(dh, std::move(d));
@@ -1192,23 +1189,24 @@ Result<std::vector<DirEntryOut>> VfsImpl::ReadDir(const Cred& c, uint64_t dh, ui
     if (it == dirs_.end()) return Err(EBADF, "unknown directory handle");
     d = it->second;
   }
-  std::vector<DirEntryOut> snapshot;
+  std::shared_ptr<const std::vector<DirEntryOut>> snapshot;
   {
     std::lock_guard lock(files_mu_);
-    if (offset == 0 && !d->fresh) d->entries.clear();  // rewinddir: refresh below
+    if (offset == 0 && !d->fresh) d->entries.reset();  // rewinddir: refresh below
     d->fresh = false;
     snapshot = d->entries;
   }
-  if (snapshot.empty()) {
+  if (!snapshot) {
     FEDFS_TRY(vd, deps_.vds->Get(d->path));
-    snapshot = Snapshot(d->path, d->ino, *vd, DirIno(std::string(ParentPath(d->path))));
+    snapshot = std::make_shared<const std::vector<DirEntryOut>>(
+        Snapshot(d->path, d->ino, *vd, DirIno(std::string(ParentPath(d->path)))));
     std::lock_guard lock(files_mu_);
     d->entries = snapshot;
   }
   std::vector<DirEntryOut> out;
   max = std::min(max == 0 ? options_.max_readdir_batch : max, options_.max_readdir_batch);
-  for (size_t i = offset; i < snapshot.size() && out.size() < max; ++i) {
-    DirEntryOut e = snapshot[i];
+  for (size_t i = offset; i < snapshot->size() && out.size() < max; ++i) {
+    DirEntryOut e = (*snapshot)[i];
     if (plus) {
       EntryOut entry;
       entry.attr.st_ino = e.ino;

@@ -279,7 +279,9 @@ class VfsImpl final : public Vfs {
     uint64_t ino = 0;
     std::string path;
     bool fresh = true;  // the snapshot was taken by OpenDir and not yet read
-    std::vector<DirEntryOut> entries;  // "." and ".." first; plus fields empty
+    // "." and ".." first; plus fields empty. Shared, not copied, by each
+    // ReadDir (a copy per batch made listing quadratic in the entries).
+    std::shared_ptr<const std::vector<DirEntryOut>> entries;
   };
   // A resolved inode: its path (global, real names) and identity.
   struct Resolved {

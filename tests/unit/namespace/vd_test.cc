@@ -184,7 +184,8 @@ TEST(DirMerge, NothingIsLostSilently) {
   EXPECT_EQ(vd->Find("f@n3")->type, D);
 }
 
-// RefreshEntries after any change must equal a rebuild from scratch.
+// RefreshEntries after any change must equal a rebuild from scratch, and the
+// count of directories it keeps must match.
 TEST(DirMerge, IncrementalRefreshEqualsRebuild) {
   std::mt19937 rng(42);
   const std::vector<std::string> nodes = {"n1", "n2", "n3"};
@@ -193,6 +194,7 @@ TEST(DirMerge, IncrementalRefreshEqualsRebuild) {
   auto st = vd_internal::Collect({Node("n1", {}), Node("n2", {}), Node("n3", {})});
   ASSERT_TRUE(st);
   auto entries = vd_internal::AllEntries(*st);
+  size_t subdirs = 0;
   for (int step = 0; step < 3000; ++step) {
     const auto& node = nodes[rng() % nodes.size()];
     const auto& name = names[rng() % names.size()];
@@ -201,8 +203,12 @@ TEST(DirMerge, IncrementalRefreshEqualsRebuild) {
     } else {
       vd_internal::ApplyRemove(*st, node, name);
     }
-    vd_internal::RefreshEntries(*st, name, &entries);
-    auto full = vd_internal::AllEntries(*st);
+    vd_internal::RefreshEntries(*st, name, &entries, &subdirs);
+    VirtualDirectory full_vd;
+    full_vd.entries = vd_internal::AllEntries(*st);
+    full_vd.CountSubdirs();
+    const auto& full = full_vd.entries;
+    ASSERT_EQ(subdirs, full_vd.subdirs) << "step " << step;
     ASSERT_EQ(entries.size(), full.size()) << "step " << step;
     for (size_t i = 0; i < full.size(); ++i) {
       ASSERT_EQ(Show(entries[i]), Show(full[i])) << "step " << step;
