@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "common/logging.h"
 #include "namespace/path.h"
@@ -300,19 +301,22 @@ void LocalWatch::Run() {
         if (pending_lost_set_.insert(d).second) pending_lost_.push_back(std::move(d));
       }
     }
-    if (fds[0].revents & POLLIN) ReadEvents();
+    if (fds[0].revents & POLLIN && ReadEvents() < kReadBuf / 2 &&
+        opts_.read_pause.count() > 0) {
+      std::this_thread::sleep_for(opts_.read_pause);
+    }
     if (pending_changes_.size() >= kMaxBatch) Deliver();
   }
 }
 
-void LocalWatch::ReadEvents() {
+size_t LocalWatch::ReadEvents() {
   alignas(struct inotify_event) char buf[kReadBuf];
   ssize_t n = ::read(inotify_fd_, buf, sizeof(buf));
   if (n <= 0) {
     if (n < 0 && errno != EAGAIN && errno != EINTR) {
       Log()->error("local watch: read inotify: {}", std::strerror(errno));
     }
-    return;
+    return 0;
   }
   const bool was_empty = pending_changes_.empty() && pending_lost_.empty();
 
@@ -390,6 +394,7 @@ void LocalWatch::ReadEvents() {
   if (was_empty && (!pending_changes_.empty() || !pending_lost_.empty())) {
     batch_start_ = std::chrono::steady_clock::now();
   }
+  return static_cast<size_t>(n);
 }
 
 uint8_t LocalWatch::TypeOf(int wd, const std::string& path, const std::string& name) {

@@ -98,6 +98,13 @@ struct LocalWatchOptions {
   size_t max_watches = 65536;
   // Changes are coalesced this long before they are delivered.
   std::chrono::milliseconds batch_window{20};
+  // After a read of the inotify queue that did not fill half the buffer, the
+  // thread waits this long before reading again, so a stream of events (one
+  // per create, rename, write made through FedFS) costs one wake-up per
+  // pause rather than one per event (and the kernel merges repeated events
+  // meanwhile). Measured: rename and unlink over 10,000 files through a
+  // one-node mount ran 20-40% slower with a wake-up per event.
+  std::chrono::microseconds read_pause{2000};
   // Optional: called on the watcher thread, at once (not batched, never
   // suppressed by Ignore), with the global path of a watched directory or
   // of an entry in one whose attributes or data may have changed
@@ -168,7 +175,7 @@ class LocalWatch {
   void Run();
   void Wake();
   // Reads every queued inotify event into pending_changes_/pending_lost_.
-  void ReadEvents();
+  size_t ReadEvents();  // bytes read
   void Deliver();
   // Entry type of `name` in the directory of watch `wd` (DT_UNKNOWN if gone).
   uint8_t TypeOf(int wd, const std::string& path, const std::string& name);
