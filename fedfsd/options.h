@@ -81,6 +81,7 @@ struct FuseConfig {
   // (needs FUSE 7.44, Linux 6.16; docs/namespace.md "Kernel caches").
   bool kernel_cache = true;
   uint32_t max_threads = 16;        // FUSE worker threads at most
+  uint32_t read_ahead_kb = 1024;    // the mount's read-ahead window (0: the kernel's)
   bool allow_other = true;          // -o allow_other
   bool default_permissions = true;  // -o default_permissions (kernel checks modes)
 };

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <new>
+#include <optional>
 #include <shared_mutex>
 #include <sstream>
 #include <vector>
@@ -39,11 +40,31 @@ std::shared_ptr<spdlog::logger> Log() {
 struct FuseMount::Ctx {
   ns::Vfs* vfs = nullptr;
   KernelNotifier* notifier = nullptr;
+  // Set before the loop starts; the first request after INIT (whose reply
+  // fixed the read-ahead window) applies it.
+  std::string read_ahead_file;
+  unsigned read_ahead_kb = 0;
+  std::atomic<bool> read_ahead_pending{false};
 };
 
 namespace {
 
-ns::Vfs* VfsOf(fuse_req_t req) { return static_cast<FuseMount::Ctx*>(fuse_req_userdata(req))->vfs; }
+void ApplyReadAhead(FuseMount::Ctx* ctx) {
+  if (!ctx->read_ahead_pending.exchange(false)) return;
+  std::ofstream out(ctx->read_ahead_file);
+  out << ctx->read_ahead_kb;
+  out.flush();
+  if (!out) {
+    Log()->warn("cannot set the read-ahead window ({} KiB) in {}", ctx->read_ahead_kb,
+                ctx->read_ahead_file);
+  }
+}
+
+ns::Vfs* VfsOf(fuse_req_t req) {
+  auto* ctx = static_cast<FuseMount::Ctx*>(fuse_req_userdata(req));
+  if (ctx->read_ahead_pending.load(std::memory_order_relaxed)) ApplyReadAhead(ctx);
+  return ctx->vfs;
+}
 
 Cred CredOf(fuse_req_t req) {
   const fuse_ctx* ctx = fuse_req_ctx(req);
@@ -156,6 +177,9 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
   if (conn->capable & FUSE_CAP_FLOCK_LOCKS) conn->want |= FUSE_CAP_FLOCK_LOCKS;
   // Data may change on another node: no writeback caching.
   conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+  // Requests of up to 1 MiB (libfuse derives max_pages from max_write), so a
+  // larger read-ahead window (FuseOptions::read_ahead_kb) means fewer reads.
+  conn->max_write = std::max(conn->max_write, 1u << 20);
 }
 
 void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
@@ -511,9 +535,12 @@ fuse_lowlevel_ops MakeOps() {
 
 // The FUSE connection id of the fuse.fedfs mount at `mountpoint`
 // (/sys/fs/fuse/connections/<id>), from /proc/self/mountinfo; "" if absent.
-std::string ConnectionId(const std::string& mountpoint) {
+// The FUSE mount at `mountpoint`: (major, minor) of its device, from
+// /proc/self/mountinfo (no request to ourselves), the last one if stacked.
+std::optional<std::pair<unsigned, unsigned>> MountDevice(const std::string& mountpoint) {
   std::ifstream in("/proc/self/mountinfo");
-  std::string line, found;
+  std::string line;
+  std::optional<std::pair<unsigned, unsigned>> found;
   while (std::getline(in, line)) {
     std::istringstream ss(line);
     std::string id, parent, devno, root, mnt;
@@ -522,9 +549,8 @@ std::string ConnectionId(const std::string& mountpoint) {
     if (line.find(" - fuse.") == std::string::npos) continue;
     const size_t colon = devno.find(':');
     if (colon == std::string::npos) continue;
-    const unsigned major = static_cast<unsigned>(std::stoul(devno.substr(0, colon)));
-    const unsigned minor = static_cast<unsigned>(std::stoul(devno.substr(colon + 1)));
-    found = std::to_string((major << 20) | minor);  // the kernel's s_dev
+    found = std::make_pair(static_cast<unsigned>(std::stoul(devno.substr(0, colon))),
+                           static_cast<unsigned>(std::stoul(devno.substr(colon + 1))));
   }
   return found;
 }
@@ -624,7 +650,9 @@ Result<std::unique_ptr<FuseMount>> FuseMount::Mount(const FuseOptions& options, 
   for (auto& a : argv_s) argv.push_back(a.data());
   fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
   static const fuse_lowlevel_ops kOps = MakeOps();
-  m->ctx_ = std::make_unique<Ctx>(Ctx{vfs, m->notifier_.get()});
+  m->ctx_ = std::make_unique<Ctx>();
+  m->ctx_->vfs = vfs;
+  m->ctx_->notifier = m->notifier_.get();
   m->session_ = fuse_session_new(&args, &kOps, sizeof kOps, m->ctx_.get());
   fuse_opt_free_args(&args);  // the session keeps its own copies
   if (m->session_ == nullptr) {
@@ -636,7 +664,15 @@ Result<std::unique_ptr<FuseMount>> FuseMount::Mount(const FuseOptions& options, 
     return Err(EIO, "cannot mount FUSE at " + options.mountpoint +
                         " (is /dev/fuse available and are we root?)");
   }
-  m->conn_id_ = ConnectionId(options.mountpoint);
+  if (auto dev = MountDevice(options.mountpoint)) {
+    m->conn_id_ = std::to_string((dev->first << 20) | dev->second);  // the kernel's s_dev
+    m->bdi_ = std::to_string(dev->first) + ":" + std::to_string(dev->second);
+  }
+  if (options.read_ahead_kb > 0 && !m->bdi_.empty()) {
+    m->ctx_->read_ahead_file = "/sys/class/bdi/" + m->bdi_ + "/read_ahead_kb";
+    m->ctx_->read_ahead_kb = options.read_ahead_kb;
+    m->ctx_->read_ahead_pending = true;
+  }
   m->notifier_->Attach(m->session_);
   fuse_session* se = m->session_;
   State* state = m->state_.get();
