@@ -717,12 +717,14 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
       self->ServeUpdate(path, changes, v.self, v, std::move(cb));
     };
     r->decode = [](const m2m::Bytes& b) { return DecodeUpdateReply(b); };
-    // Claims, locks and releases change no entry.
+    // Claims, locks and releases change no entry, and their replies carry no
+    // version (patching with one would drop the cached copy: a refetch of
+    // the whole VD per unlink or rename).
     const bool own = dt_ && std::ranges::any_of(changes, [](const VdChange& c) {
       return c.kind == VdChange::Kind::kAdd || c.kind == VdChange::Kind::kRemove;
     });
-    if (own) dt_->BeginOwnChange(path);
-    if (dt_) {
+    if (own) {
+      dt_->BeginOwnChange(path);
       r->inspect = [self, path](const Result<UpdateOutcome>& o, bool remote, uint64_t) {
         if (!remote) return;  // served here: this node keeps no DT copy of its own VDs
         if (!o) return self->dt_->Invalidate(path);

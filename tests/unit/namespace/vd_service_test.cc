@@ -1057,6 +1057,23 @@ TEST(DirTable, TheChangingNodePatchesItsOwnCopy) {
   EXPECT_EQ(f.svc(1).stats().dt.patches, 2u);
 }
 
+// Claims, locks and releases change no entry: the node's cached copy stays a
+// hit (it was once dropped by each, a refetch of the whole VD per unlink).
+TEST(DirTable, ClaimsLocksAndReleasesKeepTheCachedCopy) {
+  Federation f(3);
+  const std::string p = PathManagedBy(f, "n0");
+  Populate(f, p);
+  ASSERT_TRUE(f.Get(1, p));
+  ASSERT_TRUE(f.Update(1, p, VdChange{VdChange::Kind::kLock, "f1", 0, "n1"}));
+  ASSERT_TRUE(f.Update(1, p, VdChange{VdChange::Kind::kRelease, "f1", 0, "n1"}));
+  ASSERT_TRUE(f.Update(1, p, VdChange{VdChange::Kind::kClaim, "new", 0, "n1"}));
+  ASSERT_TRUE(f.Update(1, p, VdChange{VdChange::Kind::kRelease, "new", 0, "n1"}));
+  f.net().ResetStats();
+  ASSERT_TRUE(f.Get(1, p));
+  EXPECT_EQ(f.net().TotalStats().messages_sent, 0u);
+  EXPECT_EQ(f.svc(1).stats().dt.stale, 0u);
+}
+
 // Random sequences of changes (create, unlink, rename as remove + add, mkdir,
 // rmdir) on one node, each followed by a lookup on another: every lookup sees
 // exactly the changes acknowledged so far.
