@@ -371,7 +371,13 @@ class VfsImpl final : public Vfs {
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, Inode> inodes_;  // guarded by mu_
   // (parent, visible name) -> inode, for linked inodes; guarded by mu_.
-  std::map<std::pair<uint64_t, std::string>, uint64_t> names_;
+  // Hashed: a listing looks up every entry (Snapshot).
+  struct NameHash {
+    size_t operator()(const std::pair<uint64_t, std::string>& k) const {
+      return std::hash<std::string>{}(k.second) ^ (k.first * 0x9e3779b97f4a7c15ull);
+    }
+  };
+  std::unordered_map<std::pair<uint64_t, std::string>, uint64_t, NameHash> names_;
   uint64_t next_ino_ = 2;  // guarded by mu_
 
   mutable std::mutex files_mu_;  // after mu_
