@@ -887,13 +887,6 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
                 std::optional<SharerSlotData> sharer, bool notify, m2m::Callback<VdPtr> done) {
     {
       std::lock_guard lock(mu_);
-      if (auto w = rounds_.find(path); w != rounds_.end()) {
-        w->second.push_back([self = shared_from_this(), path, from, sharer = std::move(sharer),
-                             notify, done = std::move(done)]() mutable {
-          self->ServeGet(path, from, std::move(sharer), notify, std::move(done));
-        });
-        return;
-      }
       ++stats_.gets_served;
       // Recorded before the VD is read: a change applied after this point
       // bumps the requester's slot; one applied before is in what it gets.
@@ -901,10 +894,28 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
         RecordSharerLocked(path, from, sharer ? &*sharer : nullptr, notify);
       }
     }
-    EnsureResident(path, [done = std::move(done)](Result<Snapshot> s) mutable {
+    EnsureResident(path, [self = shared_from_this(), path, from, sharer, notify,
+                          done = std::move(done)](Result<Snapshot> s) mutable {
       if (!s) return done(Err(s.error()));
+      {
+        // The snapshot may hold a change whose round is still in flight: it
+        // is served once no round is (see rounds_), read again then.
+        std::lock_guard lock(self->mu_);
+        if (self->rounds_.contains(path)) {
+          self->QueueBehindRoundLocked(path, [self, path, from, sharer, notify,
+                                         done = std::move(done)]() mutable {
+              self->ServeGet(path, from, std::move(sharer), notify, std::move(done));
+            });
+          return;
+        }
+      }
       done(std::move(s->vd));
     });
+  }
+
+  // Runs `retry` when the round of `path` in flight (rounds_) ends.
+  void QueueBehindRoundLocked(const std::string& path, std::move_only_function<void()> retry) {
+    rounds_.at(path).push_back(std::move(retry));
   }
 
   void ServeConflicts(const std::string& path, m2m::Callback<std::vector<Conflict>> done) {
@@ -920,16 +931,6 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   // it). Claims and releases: see ServeClaim.
   void ServeUpdate(const std::string& path, std::vector<VdChange> changes, const std::string& from,
                    const ClusterView& view, m2m::Callback<UpdateOutcome> done) {
-    {
-      std::lock_guard lock(mu_);
-      if (auto w = rounds_.find(path); w != rounds_.end()) {
-        w->second.push_back([self = shared_from_this(), path, changes = std::move(changes), from,
-                             view, done = std::move(done)]() mutable {
-          self->ServeUpdate(path, std::move(changes), from, view, std::move(done));
-        });
-        return;
-      }
-    }
     if (changes.size() == 1 && (changes[0].kind == VdChange::Kind::kClaim ||
                                 changes[0].kind == VdChange::Kind::kRelease ||
                                 changes[0].kind == VdChange::Kind::kLock)) {
@@ -942,6 +943,16 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     {
       std::lock_guard lock(mu_);
       if (closed_) return done(Err(ESHUTDOWN, "VD service closed"));
+      // One round per directory at a time: a change acknowledged while an
+      // earlier one's round is in flight would be missing from copies that
+      // are not invalidated yet.
+      if (rounds_.contains(path)) {
+        QueueBehindRoundLocked(path, [self = shared_from_this(), path, changes, from, view,
+                                 done = std::move(done)]() mutable {
+            self->ServeUpdate(path, std::move(changes), from, view, std::move(done));
+          });
+        return;
+      }
       for (const VdChange& c : changes) EndClaimLocked(path, c.name, from);
       auto b = builds_.find(path);
       if (b != builds_.end()) {  // replayed after the merge
@@ -1015,9 +1026,10 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
                         std::vector<std::move_only_function<void()>> waiting;
                         {
                           std::lock_guard lock(self->mu_);
-                          auto w = self->rounds_.find(path);
-                          waiting = std::move(w->second);
-                          self->rounds_.erase(w);
+                          if (auto w = self->rounds_.find(path); w != self->rounds_.end()) {
+                            waiting = std::move(w->second);
+                            self->rounds_.erase(w);
+                          }
                         }
                         done(std::move(o));
                         for (auto& f : waiting) f();
@@ -1080,6 +1092,13 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
       UpdateOutcome o;
       {
         std::lock_guard lock(self->mu_);
+        // EEXIST reads the state: not while a round is in flight (rounds_).
+        if (self->rounds_.contains(path)) {
+          self->QueueBehindRoundLocked(path, [self, path, change, from, done = std::move(done)]() mutable {
+              self->ServeClaim(path, std::move(change), from, std::move(done));
+            });
+          return;
+        }
         // The resident VD may be newer than the snapshot this waited for.
         Snapshot cur = *s;
         if (auto it = self->resident_.find(path); it != self->resident_.end()) {
@@ -1444,6 +1463,7 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     vd->version = ++version_floor_;
     vd->holders = state->holders;
     vd->entries = vd_internal::AllEntries(*state);
+    vd->CountSubdirs();
     Snapshot snap{std::move(vd), std::move(state)};
     if (build.dropped) return snap;  // the directory moved while it was merged
 
@@ -1485,8 +1505,10 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   // them that came meanwhile (guarded by mu_). Until every old copy is
   // invalidated, the new state is shown to no one: a get served it now could
   // be followed by a hit on a sharer's old copy whose bump is still on its
-  // way. Changes wait too (the next round must not end before this one), so
-  // rounds of one directory do not overlap.
+  // way. Changes and claims wait too, checked in the same critical section
+  // that applies or reads the state, so rounds of one directory never
+  // overlap (a change acknowledged during another's round would be missing
+  // from copies not yet invalidated).
   std::unordered_map<std::string, std::vector<std::move_only_function<void()>>> rounds_;
   // Claimed names per directory (see VdChange), guarded by mu_.
   std::unordered_map<std::string, std::map<std::string, Claim>> claims_;
