@@ -580,6 +580,7 @@ void KernelNotifier::Detach() {
 
 void KernelNotifier::InvalidateNames() {
   if (!Coherent()) return;
+  names_epoch_.fetch_add(1, std::memory_order_acq_rel);  // before the kernel hears of it
   std::shared_lock lock(mu_);
   fuse_session* se = session_;
   if (se == nullptr) return;

@@ -39,6 +39,7 @@ class KernelNotifier final : public ns::KernelCache {
   void InvalidateAttrs(uint64_t ino) override;
   // Epoch notifications written so far (observability, tests).
   uint64_t epochs() const { return epochs_.load(std::memory_order_relaxed); }
+  uint64_t NamesEpoch() const override { return names_epoch_.load(std::memory_order_acquire); }
 
   void Enable(bool epoch_supported);   // from the INIT handshake
   void Attach(struct fuse_session* se);
@@ -49,6 +50,7 @@ class KernelNotifier final : public ns::KernelCache {
   mutable std::shared_mutex mu_;          // guards session_ against Detach
   struct fuse_session* session_ = nullptr;
   std::atomic<uint64_t> epochs_{0};
+  std::atomic<uint64_t> names_epoch_{0};  // InvalidateNames calls
 };
 
 struct FuseOptions {

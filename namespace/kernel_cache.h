@@ -28,6 +28,10 @@ class KernelCache {
   // Every name the kernel holds for this mount is stale: each is looked up
   // again at its next use (lazily; nothing is sent now).
   virtual void InvalidateNames() = 0;
+  // How many times InvalidateNames was called. A reply that hands the kernel
+  // a name must not let it cache the name if this moved while the request
+  // was served: the reply may predate the change that invalidated it.
+  virtual uint64_t NamesEpoch() const = 0;
   // The kernel's cached attributes of FUSE inode `ino` are stale.
   virtual void InvalidateAttrs(uint64_t ino) = 0;
 };

@@ -237,13 +237,18 @@ void VfsImpl::AwaitVd(const std::string& dir, const std::string& name,
   }
 }
 
-EntryOut VfsImpl::Remember(uint64_t parent, const Child& ch) {
+uint64_t VfsImpl::NamesEpoch() const {
+  KernelCache* k = kernel_.load(std::memory_order_acquire);
+  return k != nullptr ? k->NamesEpoch() : 0;
+}
+
+EntryOut VfsImpl::Remember(uint64_t parent, const Child& ch, uint64_t names_epoch) {
   EntryOut out;
   out.attr = ch.st;
   out.attr_timeout = options_.attr_timeout;
   out.entry_timeout = options_.entry_timeout;
   if (KernelCache* k = kernel_.load(std::memory_order_acquire);
-      k != nullptr && ch.cacheable && k->Coherent()) {
+      k != nullptr && ch.cacheable && k->Coherent() && k->NamesEpoch() == names_epoch) {
     out.entry_timeout = std::max(out.entry_timeout, options_.coherent_entry_timeout);
     out.attr_timeout = CoherentAttrTimeout(ch.type, ch.node, ch.st.st_nlink);
   }
@@ -473,12 +478,13 @@ bool VfsImpl::ReportEdits(const std::string& dir, const std::vector<VdEdit>& edi
 // ---------------------------------------------------------------- names
 
 Result<EntryOut> VfsImpl::Lookup(const Cred& c, uint64_t parent, const std::string& name) {
+  const uint64_t names_epoch = NamesEpoch();
   if (auto s = ValidateName(name); !s) return Err(s.error());
   auto dir = ResolveDir(parent);
   if (!dir) return Err(dir.error());
   auto ch = LookupChild(c, dir->path, name);
   if (!ch) return Err(ch.error());
-  return Remember(parent, *ch);
+  return Remember(parent, *ch, names_epoch);
 }
 
 void VfsImpl::Forget(uint64_t ino, uint64_t nlookup) {
@@ -615,6 +621,7 @@ struct NewEntry {
 
 Result<EntryOut> VfsImpl::Mknod(const Cred& c, uint64_t parent, const std::string& name,
                                 mode_t mode, dev_t rdev) {
+  const uint64_t names_epoch = NamesEpoch();
   if (auto s = ValidateName(name); !s) return Err(s.error());
   FEDFS_TRY(dir, ResolveDir(parent));
   FEDFS_TRY(vd, deps_.vds->Get(dir->path));
@@ -628,11 +635,12 @@ Result<EntryOut> VfsImpl::Mknod(const Cred& c, uint64_t parent, const std::strin
   ReportAdd(dir->path, name, DtFromMode(st.st_mode), node);
   Child ch{name, name, static_cast<mode_t>(st.st_mode & S_IFMT), node, st};
   ch.st.st_ino = FileIno(node, st.st_ino);
-  return Remember(parent, ch);
+  return Remember(parent, ch, names_epoch);
 }
 
 Result<EntryOut> VfsImpl::Mkdir(const Cred& c, uint64_t parent, const std::string& name,
                                 mode_t mode) {
+  const uint64_t names_epoch = NamesEpoch();
   if (auto s = ValidateName(name); !s) return Err(s.error());
   FEDFS_TRY(dir, ResolveDir(parent));
   FEDFS_TRY(vd, deps_.vds->Get(dir->path));
@@ -646,11 +654,12 @@ Result<EntryOut> VfsImpl::Mkdir(const Cred& c, uint64_t parent, const std::strin
   Child ch{name, name, S_IFDIR, "", made->second};
   ch.st.st_ino = DirIno(JoinPath(dir->path, name));
   ch.st.st_nlink = 2;
-  return Remember(parent, ch);
+  return Remember(parent, ch, names_epoch);
 }
 
 Result<EntryOut> VfsImpl::Symlink(const Cred& c, const std::string& target, uint64_t parent,
                                   const std::string& name) {
+  const uint64_t names_epoch = NamesEpoch();
   if (auto s = ValidateName(name); !s) return Err(s.error());
   FEDFS_TRY(dir, ResolveDir(parent));
   FEDFS_TRY(vd, deps_.vds->Get(dir->path));
@@ -664,11 +673,12 @@ Result<EntryOut> VfsImpl::Symlink(const Cred& c, const std::string& target, uint
   ReportAdd(dir->path, name, DT_LNK, node);
   Child ch{name, name, S_IFLNK, node, st};
   ch.st.st_ino = FileIno(node, st.st_ino);
-  return Remember(parent, ch);
+  return Remember(parent, ch, names_epoch);
 }
 
 Result<EntryOut> VfsImpl::Link(const Cred& c, uint64_t ino, uint64_t new_parent,
                                const std::string& new_name) {
+  const uint64_t names_epoch = NamesEpoch();
   if (auto s = ValidateName(new_name); !s) return Err(s.error());
   FEDFS_TRY(src, Resolve(ino));
   if (IsDir(src->type)) return Err(EPERM, src->path + " is a directory");
@@ -695,7 +705,7 @@ Result<EntryOut> VfsImpl::Link(const Cred& c, uint64_t ino, uint64_t new_parent,
   if (KernelCache* k = kernel_.load(std::memory_order_acquire)) k->InvalidateAttrs(ino);
   Child ch{new_name, new_name, static_cast<mode_t>(st->st_mode & S_IFMT), src->node, *st};
   ch.st.st_ino = FileIno(src->node, st->st_ino);
-  return Remember(new_parent, ch);
+  return Remember(new_parent, ch, names_epoch);
 }
 
 Status VfsImpl::Unlink(const Cred& c, uint64_t parent, const std::string& name) {
@@ -1043,6 +1053,7 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::Create(const Cred& c, uint64_t par
 Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t parent,
                                                          const std::string& name, mode_t mode,
                                                          int flags) {
+  const uint64_t names_epoch = NamesEpoch();
   if (auto s = ValidateName(name); !s) return Err(s.error());
   FEDFS_TRY(dir, ResolveDir(parent));
   FEDFS_TRY(vd, deps_.vds->Get(dir->path));
@@ -1057,7 +1068,7 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
     auto op = (*fs)->Open(c, JoinPath(dir->path, ch->real_name), flags & ~(O_CREAT | O_EXCL));
     if (!op && op.error().code == ENOENT) return Err(ENOENT, "raced");
     if (!op) return Err(op.error());
-    EntryOut entry = Remember(parent, *ch);
+    EntryOut entry = Remember(parent, *ch, names_epoch);
     FileOut out;
     out.fh = AddFile(OpenFile{*fs, op->handle, entry.ino});
     return std::make_pair(entry, out);
@@ -1073,7 +1084,7 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
   ReportAdd(dir->path, name, DT_REG, node);
   Child ch{name, name, S_IFREG, node, op.st};
   ch.st.st_ino = FileIno(node, op.st.st_ino);
-  EntryOut entry = Remember(parent, ch);
+  EntryOut entry = Remember(parent, ch, names_epoch);
   FileOut out;
   out.fh = AddFile(OpenFile{fs, op.handle, entry.ino});
   return std::make_pair(entry, out);

@@ -318,7 +318,10 @@ class VfsImpl final : public Vfs {
   Result<Child> LookupChild(const Cred& c, const std::string& dir_path, const std::string& name);
   Result<Child> ChildFromEntry(const Cred& c, const std::string& dir_path, const VdEntry& e);
   // Inserts (or finds) the child in the table, +1 lookup; fills an EntryOut.
-  EntryOut Remember(uint64_t parent, const Child& child);
+  // `names_epoch`: NamesEpoch() when the request began; if the kernel's
+  // names were dropped since, the entry goes out uncacheable.
+  EntryOut Remember(uint64_t parent, const Child& child, uint64_t names_epoch);
+  uint64_t NamesEpoch() const;
   // Removes (parent, name) from the name index (the inode lives on for its
   // remaining lookups/handles).
   void DetachName(uint64_t parent, const std::string& name);

@@ -943,6 +943,7 @@ class CountingKernel final : public KernelCache {
  public:
   bool Coherent() const override { return coherent; }
   void InvalidateNames() override { ++names; }
+  uint64_t NamesEpoch() const override { return static_cast<uint64_t>(names); }
   void InvalidateAttrs(uint64_t) override { ++attrs; }
   bool coherent = true;
   int names = 0;
