@@ -126,7 +126,8 @@ class MembershipClusterView final : public ns::ClusterViewSource {
 // The Vfs's blocking view of the VD service.
 class VdServiceClient final : public ns::VdClient {
  public:
-  explicit VdServiceClient(ns::VdService* s) : s_(s) {}
+  // `self`: this node, which holds the claims and locks it sends.
+  VdServiceClient(ns::VdService* s, std::string self) : s_(s), self_(std::move(self)) {}
   Result<ns::VdPtr> Get(const std::string& path) override { return ns::GetVdSync(*s_, path); }
   Result<ns::VdPtr> GetFresh(const std::string& path) override {
     s_->ForgetCached(path);
@@ -152,15 +153,15 @@ class VdServiceClient final : public ns::VdClient {
   Status DropSubtree(const std::string& path) override {
     return ns::DropSubtreeSync(*s_, path);
   }
-  Status Claim(const std::string& path, const std::string& name, const std::string& node) override {
-    return WaitOutBusy(path, ns::VdChange{ns::VdChange::Kind::kClaim, name, 0, node});
+  Status Claim(const std::string& path, const std::string& name) override {
+    return WaitOutBusy(path, ns::VdChange{ns::VdChange::Kind::kClaim, name, 0, self_});
   }
-  Status Lock(const std::string& path, const std::string& name, const std::string& node) override {
-    return WaitOutBusy(path, ns::VdChange{ns::VdChange::Kind::kLock, name, 0, node});
+  Status Lock(const std::string& path, const std::string& name) override {
+    return WaitOutBusy(path, ns::VdChange{ns::VdChange::Kind::kLock, name, 0, self_});
   }
-  void Release(const std::string& path, const std::string& name, const std::string& node) override {
+  void Release(const std::string& path, const std::string& name) override {
     if (auto s = ns::UpdateVdSync(*s_, path,
-                                  ns::VdChange{ns::VdChange::Kind::kRelease, name, 0, node});
+                                  ns::VdChange{ns::VdChange::Kind::kRelease, name, 0, self_});
         !s) {
       Logger("vfs")->debug("release of {} in {}: {}", name, path, s.error().ToString());
     }
@@ -190,6 +191,7 @@ class VdServiceClient final : public ns::VdClient {
   }
 
   ns::VdService* s_;
+  std::string self_;
 };
 
 // Past this many changes in one directory within one batch of the watcher,
@@ -433,7 +435,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
   d->vd_service_ = std::make_unique<ns::VdService>(vdo, d->transport_.get(), d->cluster_.get(),
                                                    d->local_fs_.get(), d->pool_.get());
   d->vd_service_->RegisterHandlers();
-  d->vd_client_ = std::make_unique<VdServiceClient>(d->vd_service_.get());
+  d->vd_client_ = std::make_unique<VdServiceClient>(d->vd_service_.get(), o.node_id);
 
   ns::VfsOptions vo;
   vo.entry_timeout = o.fuse.entry_timeout_s;

@@ -34,6 +34,9 @@ struct VdEntry {
   uint8_t type = 0;       // DT_*
   std::vector<std::string> holders;  // node ids holding it, sorted; 1 unless a directory
   bool alias = false;                // shown as "name@node" because of a conflict
+
+  // The name in the holders' export roots.
+  const std::string& RealName() const { return real_name.empty() ? name : real_name; }
 };
 
 struct VirtualDirectory {

@@ -162,7 +162,7 @@ Result<VfsImpl::Child> VfsImpl::ChildFromEntry(const Cred& c, const std::string&
                                                const VdEntry& e) {
   Child ch;
   ch.name = e.name;
-  ch.real_name = e.real_name.empty() ? e.name : e.real_name;
+  ch.real_name = e.RealName();
   ch.type = TypeFromDt(e.type);
   const std::string path = JoinPath(dir_path, ch.real_name);
   if (e.type == DT_DIR) {
@@ -191,6 +191,7 @@ bool SameEntry(const VdEntry* e, const std::optional<VdEntry>& was) {
   if (e == nullptr || !was) return e == nullptr && !was;
   return e->real_name == was->real_name && e->holders == was->holders && e->type == was->type;
 }
+bool Unlisted(const VdEntry* e) { return e == nullptr; }
 }  // namespace
 
 // An entry that its holder no longer has is being removed, renamed or
@@ -216,10 +217,6 @@ Result<VfsImpl::Child> VfsImpl::LookupChild(const Cred& c, const std::string& di
     if (ch) ch->cacheable = (*vd)->cacheable;
     return ch;
   }
-}
-
-void VfsImpl::AwaitVd(const std::string& dir, const std::string& name, bool listed) {
-  AwaitVd(dir, name, [listed](const VdEntry* e) { return (e != nullptr) == listed; });
 }
 
 // Until VD(dir) from its manager shows `name` as `settled` wants (listed, no
@@ -374,18 +371,18 @@ bool VfsImpl::ReportRemove(const std::string& dir, const std::string& name,
 // operation's reported change ended them at the manager (Reported).
 class VfsImpl::NameLocks {
  public:
-  NameLocks(VdClient* vds, std::string self) : vds_(vds), self_(std::move(self)) {}
+  explicit NameLocks(VdClient* vds) : vds_(vds) {}
   NameLocks(const NameLocks&) = delete;
   NameLocks& operator=(const NameLocks&) = delete;
   ~NameLocks() {
-    for (const auto& [dir, name] : held_) vds_->Release(dir, name, self_);
+    for (const auto& [dir, name] : held_) vds_->Release(dir, name);
   }
 
   Status Take(std::vector<std::pair<std::string, std::string>> names) {
     std::sort(names.begin(), names.end());
     names.erase(std::unique(names.begin(), names.end()), names.end());
     for (auto& [dir, name] : names) {
-      if (auto s = vds_->Lock(dir, name, self_); !s) return s;
+      if (auto s = vds_->Lock(dir, name); !s) return s;
       held_.emplace_back(std::move(dir), std::move(name));
     }
     return Ok();
@@ -395,7 +392,6 @@ class VfsImpl::NameLocks {
 
  private:
   VdClient* vds_;
-  std::string self_;
   std::vector<std::pair<std::string, std::string>> held_;
 };
 
@@ -439,17 +435,14 @@ Result<std::string> VfsImpl::PlaceNew(const Cred& c, const std::string& dir_path
   }
   if (auto s = EnsureDirOn(c, node, dir_path, dir_vd); !s) return Err(s.error());
   const std::string name(BaseName(path));
-  if (auto s = deps_.vds->Claim(dir_path, name, node); !s) {
-    // Another node is creating it: answer EEXIST once its name is visible.
-    if (s.error().code == EEXIST) AwaitVd(dir_path, name, /*listed=*/true);
-    return Err(s.error());
-  }
+  // EEXIST only once the manager lists the name (a claim in flight is
+  // waited out), and its round has reached this node's copy.
+  if (auto s = deps_.vds->Claim(dir_path, name); !s) return Err(s.error());
   return node;
 }
 
-void VfsImpl::ReleaseNew(const std::string& dir_path, const std::string& name,
-                         const std::string& node) {
-  deps_.vds->Release(dir_path, name, node);
+void VfsImpl::ReleaseNew(const std::string& dir_path, const std::string& name) {
+  deps_.vds->Release(dir_path, name);
 }
 
 template <class T, class Make>
@@ -461,7 +454,7 @@ Result<std::pair<std::string, T>> VfsImpl::MakeNew(const Cred& c, const std::str
   auto fs = FsOf(*node);
   Result<T> made = fs ? make(*fs, path) : Result<T>(Err(fs.error()));
   if (!made) {
-    ReleaseNew(dir_path, name, *node);
+    ReleaseNew(dir_path, name);
     return Err(made.error());
   }
   return std::make_pair(std::move(*node), std::move(*made));
@@ -530,7 +523,7 @@ Result<struct stat> VfsImpl::GetAttr(const Cred& c, uint64_t ino, std::optional<
       auto other = [&](const VdEntry* e) {
         return e != nullptr &&
                (e->holders.empty() || e->holders.front() != r->node ||
-                (e->real_name.empty() ? e->name : e->real_name) != name);
+                e->RealName() != name);
       };
       AwaitVd(dir, name, [&](const VdEntry* e) { return e == nullptr || other(e); });
       auto vd = deps_.vds->Get(dir);
@@ -691,11 +684,11 @@ Result<EntryOut> VfsImpl::Link(const Cred& c, uint64_t ino, uint64_t new_parent,
     return Err(EXDEV, "link: " + dir->path + " is not on node " + src->node);
   }
   const std::string path = JoinPath(dir->path, new_name);
-  if (auto s = deps_.vds->Claim(dir->path, new_name, src->node); !s) return Err(s.error());
+  if (auto s = deps_.vds->Claim(dir->path, new_name); !s) return Err(s.error());
   auto fs = FsOf(src->node);
   auto st = fs ? (*fs)->Link(c, src->path, path) : Result<struct stat>(Err(fs.error()));
   if (!st) {
-    ReleaseNew(dir->path, new_name, src->node);
+    ReleaseNew(dir->path, new_name);
     return Err(st.error());
   }
   vd->reset();  // unshared, the manager changes VD(P) in place (vd_service.cc)
@@ -710,7 +703,7 @@ Result<EntryOut> VfsImpl::Link(const Cred& c, uint64_t ino, uint64_t new_parent,
 
 Status VfsImpl::Unlink(const Cred& c, uint64_t parent, const std::string& name) {
   FEDFS_TRY(dir, ResolveDir(parent));
-  NameLocks locks(deps_.vds, deps_.cluster->Current()->self);
+  NameLocks locks(deps_.vds);
   std::string locked;  // the real name held
   Result<VdPtr> vd = Err(EIO, "unlink");
   const VdEntry* e = nullptr;
@@ -720,16 +713,16 @@ Status VfsImpl::Unlink(const Cred& c, uint64_t parent, const std::string& name) 
     e = (*vd)->Find(name);
     if (e == nullptr) return Err(ENOENT, JoinPath(dir->path, name));
     if (e->type == DT_DIR) return Err(EISDIR, JoinPath(dir->path, name));
-    const std::string r = e->real_name.empty() ? e->name : e->real_name;
+    const std::string r = e->RealName();
     if (r == locked || attempt == 3) break;  // (read again under the lock)
     if (auto s = locks.Take({{dir->path, r}}); !s) return s;
     locked = r;
   }
   const std::string node = e->holders.empty() ? std::string() : e->holders.front();
-  const std::string real = e->real_name.empty() ? e->name : e->real_name;
+  const std::string real = e->RealName();
   FEDFS_TRY(fs, FsOf(node));
   if (auto s = (*fs)->Unlink(c, JoinPath(dir->path, real)); !s) {
-    if (s.error().code == ENOENT) AwaitVd(dir->path, name, /*listed=*/false);  // removed meanwhile
+    if (s.error().code == ENOENT) AwaitVd(dir->path, name, Unlisted);  // removed meanwhile
     return s;
   }
   vd->reset();  // unshared, the manager changes VD(P) in place (vd_service.cc)
@@ -761,7 +754,7 @@ Status VfsImpl::RmdirOnce(const Cred& c, uint64_t parent, const std::string& nam
     DetachName(parent, name);
     return Ok();
   }
-  NameLocks locks(deps_.vds, deps_.cluster->Current()->self);
+  NameLocks locks(deps_.vds);
   {
     if (auto s = locks.Take({{dir->path, name}}); !s) return s;
     FEDFS_TRY(vd2, deps_.vds->Get(dir->path));
@@ -820,7 +813,7 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
   const VdEntry* se = (*svd)->Find(name);
   if (se == nullptr) return Err(ENOENT, JoinPath(sdir->path, name));
   const VdEntry src = *se;
-  const std::string sreal = src.real_name.empty() ? src.name : src.real_name;
+  const std::string sreal = src.RealName();
   const std::string from = JoinPath(sdir->path, sreal);
   const std::string to = JoinPath(ddir->path, new_name);
   if (from == to) return Ok();
@@ -878,7 +871,7 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
     }
     const bool dst_here = std::find(dst->holders.begin(), dst->holders.end(), node) !=
                           dst->holders.end();
-    const std::string dreal = dst->real_name.empty() ? dst->name : dst->real_name;
+    const std::string dreal = dst->RealName();
     if (!dst_here || dreal != new_name) {
       if (flags & RENAME_EXCHANGE) return Err(EXDEV, "exchange across nodes: " + from + ", " + to);
       if (dst_dir) return Err(EXDEV, "replace a directory on another node: " + to);
@@ -894,7 +887,7 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
   // the change is reported; then what was read before holding them is
   // checked again (another node may have changed them meanwhile: start
   // over).
-  NameLocks locks(deps_.vds, deps_.cluster->Current()->self);
+  NameLocks locks(deps_.vds);
   {
     std::vector<std::pair<std::string, std::string>> names{{sdir->path, sreal}};
     if (!claimed) names.emplace_back(ddir->path, new_name);
@@ -905,10 +898,9 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
     if (!SameEntry((*dvd2)->Find(new_name), dst_read)) return Err(EEXIST, "raced");
   }
   if (claimed) {
-    if (auto s = deps_.vds->Claim(ddir->path, new_name, node); !s) {
+    if (auto s = deps_.vds->Claim(ddir->path, new_name); !s) {
       if (s.error().code != EEXIST) return s;
-      AwaitVd(ddir->path, new_name, /*listed=*/true);  // being created: then replace it
-      return Err(EEXIST, "raced");
+      return Err(EEXIST, "raced");  // created meanwhile: then replace it
     }
   }
   Status done = EnsureDirOn(c, node, ddir->path, *dvd);
@@ -916,9 +908,9 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
   if (done && !fs) done = Err(fs.error());
   if (done) done = (*fs)->Rename(c, from, to, flags);
   if (!done) {
-    if (claimed) ReleaseNew(ddir->path, new_name, node);
+    if (claimed) ReleaseNew(ddir->path, new_name);
     // The source went meanwhile (another node removed or renamed it).
-    if (done.error().code == ENOENT) AwaitVd(sdir->path, name, /*listed=*/false);
+    if (done.error().code == ENOENT) AwaitVd(sdir->path, name, Unlisted);
     return done;
   }
   if (remote_dst) {
@@ -1158,7 +1150,7 @@ std::vector<DirEntryOut> VfsImpl::Snapshot(const std::string& path, uint64_t ino
     DirEntryOut d;
     d.name = e.name;
     d.type = TypeFromDt(e.type);
-    const std::string real = e.real_name.empty() ? e.name : e.real_name;
+    const std::string real = e.RealName();
     if (e.type == DT_DIR) {
       d.ino = DirIno(JoinPath(path, real));
     } else if (auto it = names_.find({ino, e.name}); it != names_.end()) {

@@ -72,28 +72,27 @@ class VdClient {
                      const std::string& node) = 0;
   virtual Status Remove(const std::string& path, const std::string& name,
                         const std::string& node) = 0;
-  // Reserves `name` in directory `path` for `node` before it is created
-  // there: EEXIST if the name exists or another node is creating it (so two
-  // nodes never both create one name). Clients without managers accept.
-  virtual Status Claim(const std::string& path, const std::string& name,
-                       const std::string& node) {
-    (void)path, (void)name, (void)node;
+  // Claims and locks are held by this node, whatever node the entry is (to
+  // be) on (VdChange).
+  // Reserves `name` in directory `path` before it is created: EEXIST if the
+  // name exists; waits while another node holds it (so two nodes never both
+  // create one name). Clients without managers accept.
+  virtual Status Claim(const std::string& path, const std::string& name) {
+    (void)path, (void)name;
     return Ok();
   }
-  // Holds the existing `name` of directory `path` for an operation of
-  // `node` (this node) that changes it on its holder, until that change is
-  // reported or Release (VdChange::kLock); waits while another node holds or
-  // claims it. Clients without managers accept.
-  virtual Status Lock(const std::string& path, const std::string& name,
-                      const std::string& node) {
-    (void)path, (void)name, (void)node;
+  // Holds the existing `name` of directory `path` for an operation that
+  // changes it on its holder, until that change is reported or Release
+  // (VdChange::kLock); waits while another node holds it. Clients without
+  // managers accept.
+  virtual Status Lock(const std::string& path, const std::string& name) {
+    (void)path, (void)name;
     return Ok();
   }
   // Ends a claim whose create failed, or a lock whose operation did not
   // report a change.
-  virtual void Release(const std::string& path, const std::string& name,
-                       const std::string& node) {
-    (void)path, (void)name, (void)node;
+  virtual void Release(const std::string& path, const std::string& name) {
+    (void)path, (void)name;
   }
   // Several changes of directory `path` at once (a rename within it is seen
   // whole or not at all). The default applies them one by one.
@@ -334,14 +333,13 @@ class VfsImpl final : public Vfs {
   // claim if its create fails (ReleaseNew).
   Result<std::string> PlaceNew(const Cred& c, const std::string& dir_path, const VdPtr& dir_vd,
                                const std::string& path, bool is_dir);
-  void ReleaseNew(const std::string& dir_path, const std::string& name, const std::string& node);
+  void ReleaseNew(const std::string& dir_path, const std::string& name);
   // PlaceNew, then make(shared_ptr<NodeFs>, path) on the chosen node; a failed make
   // releases the claim. The node and what make returned.
   template <class T, class Make>
   Result<std::pair<std::string, T>> MakeNew(const Cred& c, const std::string& dir_path,
                                             const VdPtr& dir_vd, const std::string& name,
                                             bool is_dir, Make make);
-  void AwaitVd(const std::string& dir, const std::string& name, bool listed);
   void AwaitVd(const std::string& dir, const std::string& name,
                const std::function<bool(const VdEntry*)>& settled);
   bool ReportEdits(const std::string& dir, const std::vector<VdEdit>& edits);
