@@ -263,6 +263,7 @@ EntryOut VfsImpl::Remember(uint64_t parent, const Child& ch, uint64_t names_epoc
     }
     // Replaced behind our back: the old inode keeps its remaining lookups.
     n.linked = false;
+    n.replaced = true;
     names_.erase(it);
   }
   Inode n;
@@ -496,7 +497,16 @@ Result<struct stat> VfsImpl::GetAttr(const Cred& c, uint64_t ino, std::optional<
     // with nothing to change returns the open file's attributes). The kernel
     // sends fstat without a handle, so any open handle of the inode will do.
     if (r.error().code != ENOENT) return Err(r.error());
-    FEDFS_TRY(f, fh ? FileOf(*fh) : AnyFileOf(ino));
+    auto f = fh ? FileOf(*fh) : AnyFileOf(ino);
+    if (!f) {
+      // Its name now names another file (a rename over it, seen by a
+      // lookup here): ESTALE makes the kernel look the path up again.
+      std::lock_guard lock(mu_);
+      if (auto it = inodes_.find(ino); it != inodes_.end() && it->second.replaced) {
+        return Err(ESTALE, r.error().context + " (replaced)");
+      }
+      return Err(f.error());
+    }
     auto st = f->fs->SetAttr(c, "/", f->handle, SetAttrRequest{});
     if (!st) return st;
     std::lock_guard lock(mu_);

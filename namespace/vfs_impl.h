@@ -268,6 +268,7 @@ class VfsImpl final : public Vfs {
     uint64_t generation = 0;
     size_t children = 0;    // inodes whose parent is this one
     bool linked = true;     // still reachable by (parent, name)
+    bool replaced = false;  // unlinked because its name now names another file
   };
   struct OpenFile {
     std::shared_ptr<NodeFs> fs;
