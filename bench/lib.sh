@@ -110,7 +110,7 @@ start_fedfs() {
   local d=$WORK/$tag
   mkdir -p "$d"
   (umask 077; "$FEDFSCTL" keygen >"$d/key")
-  local base=$((20000 + RANDOM % 30000))
+  local base=$((20000 + RANDOM % 12000))  # below the ephemeral range (32768-)
   local pids=()
   for i in $(seq 0 $((n - 1))); do
     mkdir -p "$d/export$i" "$d/mnt$i"

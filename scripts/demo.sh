@@ -43,7 +43,7 @@ USED_PORTS=" "
 free_port() {
   local p
   for _ in $(seq 1 200); do
-    p=$(( 20000 + RANDOM % 30000 ))
+    p=$(( 20000 + RANDOM % 12000 ))  # below the ephemeral range (32768-)
     case "$USED_PORTS" in *" $p "*) continue ;; esac
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null &&
        ! ss -Htan "( sport = :$p )" 2>/dev/null | grep -q .; then

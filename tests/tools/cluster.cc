@@ -14,6 +14,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -110,19 +112,33 @@ CommandResult RunCommand(const std::vector<std::string>& argv, std::chrono::mill
   return res;
 }
 
+// A port nobody has bound now, below the kernel's ephemeral range: a port the
+// kernel handed out for bind(0) can be taken by any outgoing connection (UCX
+// opens many) between this call and the daemon's bind, so tests would flake
+// with "address already in use".
 uint16_t FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof a;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    throw std::runtime_error(std::string("FreePort: ") + std::strerror(errno));
+  unsigned lo = 32768;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> lo;
+  const unsigned first = 10000;
+  const unsigned span = lo > first + 1000 ? lo - first : 20000;
+  static std::mutex mu;
+  static std::set<uint16_t> handed_out;  // never the same port twice in one process
+  const std::lock_guard lock(mu);
+  static std::mt19937 rng(static_cast<unsigned>(::getpid()) ^
+                          static_cast<unsigned>(Clock::now().time_since_epoch().count()));
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const auto port = static_cast<uint16_t>(first + rng() % span);
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) throw std::runtime_error(std::string("FreePort: ") + std::strerror(errno));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(port);
+    const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    ::close(fd);
+    if (ok && handed_out.insert(port).second) return port;
   }
-  ::close(fd);
-  return ntohs(a.sin_port);
+  throw std::runtime_error("FreePort: no free port below the ephemeral range");
 }
 
 std::set<std::string> ListNames(const std::string& dir) {
