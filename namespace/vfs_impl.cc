@@ -826,7 +826,9 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
   const std::string sreal = src.RealName();
   const std::string from = JoinPath(sdir->path, sreal);
   const std::string to = JoinPath(ddir->path, new_name);
-  if (from == to) return Ok();
+  // Onto itself: nothing to do, unless the caller asked not to replace an
+  // existing name (it exists: it is the source).
+  if (from == to) return (flags & RENAME_NOREPLACE) ? Status(Err(EEXIST, to)) : Ok();
   if (src.type == DT_DIR && PathWithin(to, from)) return Err(EINVAL, "rename into itself");
   FEDFS_TRY(dvd, sdir->path == ddir->path ? Result<VdPtr>(*svd) : deps_.vds->Get(ddir->path));
   const VdEntry* de = (*dvd)->Find(new_name);

@@ -183,6 +183,14 @@ TEST_F(VfsTest, RenameMovesOneEntryAndDescendantsFollow) {
   auto r = vfs_->Rename(cred_, dst, "g2", dst, "sub", RENAME_NOREPLACE);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, EEXIST);
+  // Onto itself: the name exists, so RENAME_NOREPLACE answers EEXIST as
+  // rename(2) does (the kernel passes this on when its two lookups of the
+  // name disagree because another node changed it in between).
+  r = vfs_->Rename(cred_, dst, "g2", dst, "g2", RENAME_NOREPLACE);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, EEXIST);
+  EXPECT_TRUE(vfs_->Rename(cred_, dst, "g2", dst, "g2", 0));
+  EXPECT_TRUE(fs::exists(dir_ + "/b/dst/g2"));
 }
 
 TEST_F(VfsTest, CreatePlacesOnTheChosenNodeWithParents) {
