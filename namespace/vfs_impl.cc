@@ -259,6 +259,7 @@ EntryOut VfsImpl::Remember(uint64_t parent, const Child& ch, uint64_t names_epoc
       out.ino = it->second;
       out.generation = n.generation;
       out.attr.st_ino = n.st_ino;
+      n.last = out.attr;
       return out;
     }
     // Replaced behind our back: the old inode keeps its remaining lookups.
@@ -275,6 +276,7 @@ EntryOut VfsImpl::Remember(uint64_t parent, const Child& ch, uint64_t names_epoc
   n.st_ino = ch.st.st_ino;
   n.nlookup = 1;
   n.generation = 1;
+  n.last = out.attr;
   const uint64_t ino = next_ino_++;
   inodes_.emplace(ino, std::move(n));
   names_.emplace(key, ino);
@@ -500,10 +502,10 @@ Result<struct stat> VfsImpl::GetAttr(const Cred& c, uint64_t ino, std::optional<
     auto f = fh ? FileOf(*fh) : AnyFileOf(ino);
     if (!f) {
       // Its name now names another file (a rename over it, seen by a
-      // lookup here): ESTALE makes the kernel look the path up again.
+      // lookup here): what it was, unlinked.
       std::lock_guard lock(mu_);
       if (auto it = inodes_.find(ino); it != inodes_.end() && it->second.replaced) {
-        return Err(ESTALE, r.error().context + " (replaced)");
+        return ReplacedAttr(it->second);
       }
       return Err(f.error());
     }
@@ -528,7 +530,7 @@ Result<struct stat> VfsImpl::GetAttr(const Cred& c, uint64_t ino, std::optional<
       st = f->fs->SetAttr(c, "/", f->handle, SetAttrRequest{});
     } else {
       // Gone, or its name now names another file (a rename over it from
-      // another node): ESTALE makes the kernel look the path up again.
+      // another node): then what it was, unlinked.
       const std::string dir(ParentPath(r->path)), name(BaseName(r->path));
       auto other = [&](const VdEntry* e) {
         return e != nullptr &&
@@ -537,12 +539,34 @@ Result<struct stat> VfsImpl::GetAttr(const Cred& c, uint64_t ino, std::optional<
       };
       AwaitVd(dir, name, [&](const VdEntry* e) { return e == nullptr || other(e); });
       auto vd = deps_.vds->Get(dir);
-      if (vd && other((*vd)->Find(name))) return Err(ESTALE, r->path + " was replaced");
+      if (vd && other((*vd)->Find(name))) {
+        std::lock_guard lock(mu_);
+        if (auto it = inodes_.find(ino); it != inodes_.end()) {
+          // Its name goes: the next lookup makes a new inode for the new file.
+          Inode& n = it->second;
+          if (auto nit = names_.find({n.parent, n.name}); nit != names_.end() && nit->second == ino) {
+            names_.erase(nit);
+          }
+          n.linked = false;
+          n.replaced = true;
+          return ReplacedAttr(n);
+        }
+      }
       return Err(ENOENT, r->path + " changed on node " + r->node);
     }
   }
   if (!st) return st;
   st->st_ino = FileIno(r->node, st->st_ino);
+  std::lock_guard lock(mu_);
+  if (auto it = inodes_.find(ino); it != inodes_.end()) {
+    it->second.last = *st;
+  }
+  return st;
+}
+
+struct stat VfsImpl::ReplacedAttr(const Inode& n) {
+  struct stat st = n.last;
+  st.st_nlink = 0;
   return st;
 }
 

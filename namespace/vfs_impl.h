@@ -269,6 +269,11 @@ class VfsImpl final : public Vfs {
     size_t children = 0;    // inodes whose parent is this one
     bool linked = true;     // still reachable by (parent, name)
     bool replaced = false;  // unlinked because its name now names another file
+    // The attributes last handed to the kernel: a getattr that can no longer
+    // reach the file because another file took its name answers these, with
+    // no links (as a local file system answers for a file renamed over
+    // between a stat's lookup and its getattr).
+    struct stat last {};
   };
   struct OpenFile {
     std::shared_ptr<NodeFs> fs;
@@ -328,6 +333,7 @@ class VfsImpl final : public Vfs {
   // Drops the VDs at or beneath `path` everywhere (after a directory moved).
   void ForgetSubtreeVds(const std::string& path);
   void MaybeEraseLocked(uint64_t ino);
+  static struct stat ReplacedAttr(const Inode& n);
 
   // Placement + missing parents on the chosen node, and the claim of the
   // name there (VdClient::Claim); returns the node. The caller releases the

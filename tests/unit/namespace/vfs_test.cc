@@ -193,6 +193,52 @@ TEST_F(VfsTest, RenameMovesOneEntryAndDescendantsFollow) {
   EXPECT_TRUE(fs::exists(dir_ + "/b/dst/g2"));
 }
 
+// Another file took the name of a file the kernel holds (a rename over it
+// from elsewhere): a getattr of the old inode answers what it was, with no
+// links, as a local file system does when a stat's lookup and its getattr
+// straddle a rename over the file; not ENOENT (the name exists throughout)
+// and not ESTALE (the kernel retries a stat only once).
+TEST_F(VfsTest, GetattrOfAFileReplacedBehindOurBackAnswersItUnlinked) {
+  Put("a", "/d/f", "ax");
+  Put("a", "/d/g", "axe");
+  MakeVfs();
+  const uint64_t d = Look(kRootIno, "d");
+  const uint64_t f = Look(d, "f");
+  const uint64_t g = Look(d, "g");
+  auto replace = [&](const std::string& name, const std::string& text) {
+    fs::remove(dir_ + "/a/d/" + name);
+    Put("b", "/d/" + name, text);
+  };
+  // Seen first by a lookup, which gives the name a new inode.
+  replace("f", "bbbb");
+  const uint64_t f2 = Look(d, "f");
+  EXPECT_NE(f2, f);
+  auto old = vfs_->GetAttr(cred_, f, std::nullopt);
+  ASSERT_TRUE(old) << old.error().ToString();
+  EXPECT_TRUE(S_ISREG(old->st_mode));
+  EXPECT_EQ(old->st_size, 2);
+  EXPECT_EQ(old->st_nlink, 0u);
+  auto now = vfs_->GetAttr(cred_, f2, std::nullopt);
+  ASSERT_TRUE(now);
+  EXPECT_EQ(now->st_size, 4);
+  // Seen first by the getattr: the same answer, and the name goes to a new inode.
+  replace("g", "bbbbb");
+  old = vfs_->GetAttr(cred_, g, std::nullopt);
+  ASSERT_TRUE(old) << old.error().ToString();
+  EXPECT_EQ(old->st_size, 3);
+  EXPECT_EQ(old->st_nlink, 0u);
+  const uint64_t g2 = Look(d, "g");
+  EXPECT_NE(g2, g);
+  now = vfs_->GetAttr(cred_, g2, std::nullopt);
+  ASSERT_TRUE(now);
+  EXPECT_EQ(now->st_size, 5);
+  // Removed, not replaced: ENOENT.
+  fs::remove(dir_ + "/b/d/g");
+  auto gone = vfs_->GetAttr(cred_, g2, std::nullopt);
+  ASSERT_FALSE(gone);
+  EXPECT_EQ(gone.error().code, ENOENT);
+}
+
 TEST_F(VfsTest, CreatePlacesOnTheChosenNodeWithParents) {
   fs::create_directories(dir_ + "/a/p/q");
   ::chmod((dir_ + "/a/p").c_str(), 0750);
