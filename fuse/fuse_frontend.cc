@@ -3,6 +3,7 @@
 
 #include <fuse_lowlevel.h>
 #include <sys/file.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -699,14 +700,27 @@ FuseMount::FuseMount(FuseOptions options) : options_(std::move(options)) {}
 
 FuseMount::~FuseMount() { Unmount(); }
 
-void FuseMount::Abort() {
-  if (conn_id_.empty()) return;
-  const std::string path = "/sys/fs/fuse/connections/" + conn_id_ + "/abort";
-  std::ofstream out(path);
-  if (out) {
-    out << "1";
-    Log()->warn("FUSE connection {} still busy after unmount: aborted", conn_id_);
+bool FuseMount::Abort() {
+  if (conn_id_.empty()) return false;
+  const std::string dir = "/sys/fs/fuse/connections";
+  const std::string path = dir + "/" + conn_id_ + "/abort";
+  // Many systems mount fusectl at boot; where none did, mount it (as root,
+  // which mounting FUSE needed anyway).
+  if (::access(path.c_str(), W_OK) != 0 &&
+      ::mount("fusectl", dir.c_str(), "fusectl", 0, nullptr) != 0 && errno != EBUSY) {
+    Log()->error("cannot mount fusectl on {} to abort FUSE connection {}: {}", dir, conn_id_,
+                 std::strerror(errno));
+    return false;
   }
+  std::ofstream out(path);
+  out << "1";
+  out.flush();
+  if (!out) {
+    Log()->error("cannot abort FUSE connection {} ({})", conn_id_, path);
+    return false;
+  }
+  Log()->warn("FUSE connection {} still busy after unmount: aborted", conn_id_);
+  return true;
 }
 
 void FuseMount::Unmount() {
@@ -720,7 +734,14 @@ void FuseMount::Unmount() {
   while (!state_->loop_done && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  if (!state_->loop_done) Abort();
+  if (!state_->loop_done && !Abort()) {
+    // Its threads wait for requests that will never come: leave them (and
+    // the session they use) to the process's exit rather than hang.
+    Log()->error("FUSE loop of {} still running; leaving it behind", options_.mountpoint);
+    loop_.detach();
+    session_ = nullptr;
+    return;
+  }
   if (loop_.joinable()) loop_.join();
   fuse_session_destroy(session_);
   session_ = nullptr;

@@ -98,7 +98,9 @@ class FuseMount {
 
  private:
   explicit FuseMount(FuseOptions options);
-  void Abort();
+  // Aborts the FUSE connection (fusectl's abort file; fusectl is mounted
+  // first if it is not). False if that was impossible.
+  bool Abort();
 
   FuseOptions options_;
   struct fuse_session* session_ = nullptr;

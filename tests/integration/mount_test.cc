@@ -200,6 +200,23 @@ TEST_F(Mount, StaleMountIsRefusedWithAClearMessage) {
   ASSERT_TRUE(WaitFor([&] { return IsMounted(M("n1")); }, 30s)) << c_.Log("n1");
 }
 
+// A process keeps the mount busy (a directory fd in it, like a shell's
+// working directory): SIGTERM still stops the daemon cleanly, and that
+// process then gets ENOTCONN, as from any FUSE mount whose daemon is gone.
+TEST_F(Mount, StopsCleanlyWhileAProcessKeepsTheMountBusy) {
+  StartNodes(1);
+  ASSERT_NO_FATAL_FAILURE(Launch());
+  const int dfd = ::open(M("n1").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(dfd, 0) << std::strerror(errno);
+  struct stat st {};
+  EXPECT_EQ(::fstatat(dfd, "nothing-here", &st, 0), -1);
+  EXPECT_EQ(errno, ENOENT);
+  EXPECT_EQ(c_.Stop("n1", SIGTERM), 0) << c_.Log("n1");
+  EXPECT_EQ(::fstatat(dfd, "nothing-here", &st, 0), -1);
+  EXPECT_EQ(errno, ENOTCONN);
+  ::close(dfd);
+}
+
 TEST_F(Mount, FilesOfAKilledNodeFailClearlyWhileTheRestLists) {
   StartNodes(3);
   Put(E("n1", "/d/one.txt"), "1\n");

@@ -30,7 +30,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <latch>
 #include <map>
@@ -233,11 +235,45 @@ class NamespaceHistory : public ::testing::TestWithParam<Variant> {
                                 << v.explanation << "history (" << history.size()
                                 << " operations, by invocation; p0-p5 workers, p0/p1 on n1, "
                                    "p2/p3 on n2, p4/p5 on n3, p6-p8 final listings):\n"
-                                << FormatHistory(history);
+                                << FormatHistory(history) << DaemonNotes();
+  }
+
+  // The daemons' log lines above debug level (membership changes, timeouts,
+  // failed VD updates), the last ones of each node: for a failure report.
+  std::string DaemonNotes() {
+    std::string out;
+    // FEDFS_TEST_KEEP_LOGS=<dir>: the whole logs of a failing run are copied
+    // there (debug level), for a closer look.
+    if (const char* keep = std::getenv("FEDFS_TEST_KEEP_LOGS"); keep != nullptr && *keep != '\0') {
+      const std::string stamp = std::to_string(::getpid()) + "-" + std::to_string(++kept_runs_);
+      for (const auto& id : ids_) {
+        const std::string to = std::string(keep) + "/history-" + stamp + "-" + id + ".log";
+        std::ofstream(to) << c_.Log(id);
+        out += "kept " + to + "\n";
+      }
+    }
+    for (const auto& id : ids_) {
+      std::istringstream log(c_.Log(id));
+      std::deque<std::string> kept;
+      for (std::string line; std::getline(log, line);) {
+        // "<time> <level letter> <node> [<component>] <message>"
+        const size_t sp = line.find(' ');
+        if (sp != std::string::npos && line.size() > sp + 2 && line[sp + 2] == ' ' &&
+            (line[sp + 1] == 'D' || line[sp + 1] == 'T')) {
+          continue;
+        }
+        kept.push_back(std::move(line));
+        if (kept.size() > 40) kept.pop_front();
+      }
+      out += id + " log, above debug level (last " + std::to_string(kept.size()) + " lines):\n";
+      for (const auto& l : kept) out += "  " + l + "\n";
+    }
+    return out;
   }
 
   Cluster c_;
   std::vector<std::string> ids_;
+  int kept_runs_ = 0;
 };
 
 TEST_P(NamespaceHistory, RandomHistoriesAreLinearizable) {

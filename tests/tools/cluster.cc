@@ -298,7 +298,8 @@ int Cluster::Stop(const std::string& name, int sig, bool keep_stale_mount) {
   if (it == nodes_.end()) return -1;
   const pid_t pid = it->second;
   ::kill(pid, sig);
-  int rc = WaitPid(pid, 5s);
+  // A clean stop may wait up to 3 s for a busy mount before aborting it.
+  int rc = WaitPid(pid, sig == SIGTERM ? 15s : 5s);
   if (rc == -2) {
     ::kill(pid, SIGKILL);
     rc = WaitPid(pid, 5s);

@@ -38,6 +38,7 @@ const char* KindName(NsOpKind k) {
     case NsOpKind::kReaddir: return "readdir";
     case NsOpKind::kMkdir: return "mkdir";
     case NsOpKind::kRmdir: return "rmdir";
+    case NsOpKind::kExists: return "exists";
   }
   return "?";
 }
@@ -152,6 +153,10 @@ class Model {
         if ((o.err = ResolveParent(s, a)) != 0) return o;
         if (Type(s, a) == NsType::kNone) return o.err = ENOENT, o;
         o.type = Type(s, a);
+        return o;
+      case NsOpKind::kExists:
+        if ((o.err = ResolveParent(s, a)) != 0) return o;
+        if (Type(s, a) == NsType::kNone) o.err = ENOENT;
         return o;
       case NsOpKind::kReaddir:
         if (a != 0 && (o.err = ResolveParent(s, a)) != 0) return o;
@@ -281,9 +286,38 @@ std::string FormatHistory(const std::vector<NsOp>& history) {
   return s.str();
 }
 
-HistoryVerdict CheckLinearizable(const std::vector<NsOp>& h,
+namespace {
+
+// The history as checked: each rename_noreplace answered EEXIST becomes its
+// two lookups (history_check.h): "exists(a)" in its place and "exists(b)"
+// appended, which may be linearized only after its first half
+// (`after[i]`: the operation that must come first, or -1).
+std::vector<NsOp> SplitTwoLookupAnswers(const std::vector<NsOp>& history, std::vector<int>* after) {
+  std::vector<NsOp> h = history;
+  after->assign(h.size(), -1);
+  for (size_t i = 0; i < history.size(); ++i) {
+    if (history[i].kind != NsOpKind::kRenameNoReplace || history[i].err != EEXIST) continue;
+    NsOp second = history[i];
+    second.kind = NsOpKind::kExists;
+    second.a = second.b;
+    second.b.clear();
+    second.err = 0;
+    h[i].kind = NsOpKind::kExists;
+    h[i].b.clear();
+    h[i].err = 0;
+    h.push_back(std::move(second));
+    after->push_back(static_cast<int>(i));
+  }
+  return h;
+}
+
+}  // namespace
+
+HistoryVerdict CheckLinearizable(const std::vector<NsOp>& recorded,
                                  const std::map<std::string, NsType>& initial) {
   HistoryVerdict verdict;
+  std::vector<int> after;
+  const std::vector<NsOp> h = SplitTwoLookupAnswers(recorded, &after);
   const Model model(h, initial);
   const size_t n = h.size();
   if (n == 0) {
@@ -340,6 +374,9 @@ HistoryVerdict CheckLinearizable(const std::vector<NsOp>& h,
   const size_t words = (n + 63) / 64;
   std::string linearized(words * 8, '\0');  // the bitset, as bytes
   auto flip = [&](int op) { linearized[static_cast<size_t>(op) / 8] ^= static_cast<char>(1u << (op % 8)); };
+  auto done = [&](int op) {
+    return (linearized[static_cast<size_t>(op) / 8] & static_cast<char>(1u << (op % 8))) != 0;
+  };
   std::unordered_set<std::string> memo;
   struct Frame {
     int entry;
@@ -362,9 +399,10 @@ HistoryVerdict CheckLinearizable(const std::vector<NsOp>& h,
     Entry& c = at(cur);
     if (c.call) {
       const NsOp& op = h[static_cast<size_t>(c.op)];
+      const int first = after[static_cast<size_t>(c.op)];
       const Outcome o = model.Apply(state, op, &next);
       bool advanced = false;
-      if (Matches(op, o)) {
+      if ((first < 0 || done(first)) && Matches(op, o)) {
         flip(c.op);
         if (memo.insert(linearized + next).second) {
           calls.push_back({cur, state});
@@ -401,12 +439,12 @@ HistoryVerdict CheckLinearizable(const std::vector<NsOp>& h,
   // Explanation: the longest linearizable prefix found, the state after it,
   // and the operations that could have come next.
   std::ostringstream s;
-  std::vector<bool> done(n, false);
-  for (int op : best_ops) done[static_cast<size_t>(op)] = true;
+  std::vector<bool> in_prefix(n, false);
+  for (int op : best_ops) in_prefix[static_cast<size_t>(op)] = true;
   auto earliest = HistoryClock::time_point::max();
   int must = -1;
   for (size_t i = 0; i < n; ++i) {
-    if (!done[i] && h[i].response < earliest) earliest = h[i].response, must = static_cast<int>(i);
+    if (!in_prefix[i] && h[i].response < earliest) earliest = h[i].response, must = static_cast<int>(i);
   }
   s << "not linearizable: the longest linearizable prefix has " << best_ops.size() << " of " << n
     << " operations; no operation can extend it.\n";
@@ -419,12 +457,14 @@ HistoryVerdict CheckLinearizable(const std::vector<NsOp>& h,
   s << "candidates for the next operation (invoked before #" << must
     << " returned, which must precede everything invoked after that):\n";
   for (size_t i = 0; i < n; ++i) {
-    if (done[i] || h[i].invoke > earliest) continue;
+    if (in_prefix[i] || h[i].invoke > earliest) continue;
     const Outcome o = model.Apply(best_state, h[i], &next);
     s << "  #" << i << " " << FormatOp(h[i]) << "   model says: " << FormatOutcome(h[i].kind, o)
       << (Matches(h[i], o) ? " (agrees; but every order starting with it dead-ends later)" : "") << "\n";
   }
-  s << "(#N are indexes into the history; print it with FormatHistory)\n";
+  s << "(#N are indexes into the history; print it with FormatHistory. An exists(x) is a\n"
+       " lookup of a rename_noreplace answered EEXIST: the first half keeps the rename's #N,\n"
+       " the second is numbered after the history's last operation)\n";
   verdict.explanation = s.str();
   return verdict;
 }

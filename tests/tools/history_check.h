@@ -49,6 +49,9 @@ enum class NsOpKind : uint8_t {
   kReaddir,          // opendir/readdir: 0 with the names, or ENOENT/ENOTDIR
   kMkdir,            // 0, EEXIST, ENOENT (no parent)
   kRmdir,            // 0, ENOENT, ENOTDIR, ENOTEMPTY
+  // Not recorded by clients: the checker's own half of a two-lookup answer
+  // (below). 0 if the path exists (any type), else ENOENT.
+  kExists,
 };
 
 enum class NsType : uint8_t { kNone = 0, kFile = 1, kDir = 2 };
@@ -91,6 +94,14 @@ struct HistoryVerdict {
 
 // Checks `history` from the initial state `initial` (path -> type; the root
 // is implicit). Paths in ops and `initial` must not start or end with '/'.
+//
+// One answer is not atomic on Linux over any network file system: a
+// renameat2(a, b, RENAME_NOREPLACE) that fails with EEXIST. The kernel
+// answers it itself, from two lookups made one after the other (a, then b),
+// serialized against this node's other operations by the directory's lock
+// but not against other nodes'. So it is checked as two lookups at two
+// points of its interval: a exists at the first, b at the same or a later
+// one (an atomic rename's EEXIST is the case of equal points).
 HistoryVerdict CheckLinearizable(const std::vector<NsOp>& history,
                                  const std::map<std::string, NsType>& initial = {});
 

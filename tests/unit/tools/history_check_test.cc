@@ -155,6 +155,28 @@ TEST(HistoryCheck, RenameReplaceAndNoReplace) {
                      init);
 }
 
+// The kernel answers RENAME_NOREPLACE's EEXIST from two lookups, a then b,
+// which another node's changes can fall between (history_check.h).
+TEST(HistoryCheck, NoReplaceEexistIsTwoLookupsInOrder) {
+  auto create = [](int p, const std::string& x, int t0, int t1) { return Op(p, K::kCreate, x, 0, t0, t1); };
+  auto unlink = [](int p, const std::string& x, int t0, int t1) { return Op(p, K::kUnlink, x, 0, t0, t1); };
+  // a exists, then goes; b appears only after: no single moment had both,
+  // but a lookup of a and a later lookup of b explain it.
+  ExpectLinearizable({Rename(0, "a", "b", EEXIST, 0, 100, true), unlink(1, "a", 10, 20),
+                      create(1, "b", 30, 40), Readdir(1, "", {"b"}, 50, 60)},
+                     {{"a", NsType::kFile}});
+  // The other order (b first, a later) is not how the kernel looks.
+  ExpectNotLinearizable({Rename(0, "a", "b", EEXIST, 0, 100, true), unlink(1, "b", 10, 20),
+                         create(1, "a", 30, 40), Readdir(1, "", {"a"}, 50, 60)},
+                        {{"b", NsType::kFile}});
+  // Each lookup still lies within the call: b created after it returned.
+  ExpectNotLinearizable({Rename(0, "a", "b", EEXIST, 0, 100, true), create(1, "b", 110, 120)},
+                        {{"a", NsType::kFile}});
+  // A source that never existed: ENOENT, never EEXIST.
+  ExpectNotLinearizable({Rename(0, "c", "b", EEXIST, 0, 10, true)},
+                        {{"a", NsType::kFile}, {"b", NsType::kFile}});
+}
+
 TEST(HistoryCheck, DirectoriesAndNestedPaths) {
   ExpectLinearizable({
       Op(0, K::kMkdir, "d", 0, 0, 10),
