@@ -178,6 +178,11 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
   if (conn->capable & FUSE_CAP_FLOCK_LOCKS) conn->want |= FUSE_CAP_FLOCK_LOCKS;
   // Data may change on another node: no writeback caching.
   conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+  // No readdirplus: the kernel stamps the names a READDIRPLUS reply carries
+  // with its epoch when the reply arrives, not when the request was sent
+  // (unlike LOOKUP's), so a name dropped by an invalidation that came in
+  // between would stay cached (docs/namespace.md, "Kernel caches").
+  conn->want &= ~(FUSE_CAP_READDIRPLUS | FUSE_CAP_READDIRPLUS_AUTO);
   // Requests of up to 1 MiB (libfuse derives max_pages from max_write), so a
   // larger read-ahead window (FuseOptions::read_ahead_kb) means fewer reads.
   conn->max_write = std::max(conn->max_write, 1u << 20);
@@ -345,49 +350,25 @@ void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   });
 }
 
-void ReadDirCommon(fuse_req_t req, size_t size, off_t off, fuse_file_info* fi, bool plus) {
+void OpReaddir(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
   Guard(req, [&] {
-    ns::Vfs* vfs = VfsOf(req);
     // An upper bound of the entries that fit (smallest record per entry).
-    const size_t max = size / (plus ? 152 : 32) + 1;
-    auto entries = vfs->ReadDir(CredOf(req), fi->fh, static_cast<uint64_t>(off), max, plus);
+    const size_t max = size / 32 + 1;
+    auto entries = VfsOf(req)->ReadDir(CredOf(req), fi->fh, static_cast<uint64_t>(off), max);
     if (!entries) return ReplyErr(req, entries.error());
     std::vector<char> buf(size);
     size_t used = 0;
-    size_t i = 0;
-    for (; i < entries->size(); ++i) {
-      const ns::DirEntryOut& e = (*entries)[i];
-      size_t need;
-      if (plus) {
-        fuse_entry_param p{};
-        if (e.entry) p = EntryParam(*e.entry);
-        need = fuse_add_direntry_plus(req, buf.data() + used, size - used, e.name.c_str(), &p,
-                                      static_cast<off_t>(e.next_offset));
-      } else {
-        struct stat st {};
-        st.st_ino = e.ino;
-        st.st_mode = e.type;
-        need = fuse_add_direntry(req, buf.data() + used, size - used, e.name.c_str(), &st,
-                                 static_cast<off_t>(e.next_offset));
-      }
+    for (const ns::DirEntryOut& e : *entries) {
+      struct stat st {};
+      st.st_ino = e.ino;
+      st.st_mode = e.type;
+      const size_t need = fuse_add_direntry(req, buf.data() + used, size - used, e.name.c_str(),
+                                            &st, static_cast<off_t>(e.next_offset));
       if (need > size - used) break;
       used += need;
     }
-    // Entries looked up for readdirplus that did not fit: drop the lookups.
-    for (; plus && i < entries->size(); ++i) {
-      const auto& e = (*entries)[i];
-      if (e.entry && e.entry->ino != 0) vfs->Forget(e.entry->ino, 1);
-    }
     fuse_reply_buf(req, buf.data(), used);
   });
-}
-
-void OpReaddir(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
-  ReadDirCommon(req, size, off, fi, false);
-}
-
-void OpReaddirplus(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
-  ReadDirCommon(req, size, off, fi, true);
 }
 
 void OpReleasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
@@ -518,7 +499,6 @@ fuse_lowlevel_ops MakeOps() {
   ops.fsync = OpFsync;
   ops.opendir = OpOpendir;
   ops.readdir = OpReaddir;
-  ops.readdirplus = OpReaddirplus;
   ops.releasedir = OpReleasedir;
   ops.fsyncdir = OpFsyncdir;
   ops.statfs = OpStatfs;

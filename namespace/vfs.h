@@ -52,10 +52,9 @@ struct FileOut {
 
 struct DirEntryOut {
   std::string name;
-  uint64_t ino = 0;       // st_ino for readdir; FUSE node id only with plus
-  mode_t type = 0;        // S_IF* bits
+  uint64_t ino = 0;  // st_ino
+  mode_t type = 0;   // S_IF* bits
   uint64_t next_offset = 0;
-  std::optional<EntryOut> entry;  // readdirplus only
 };
 
 class Vfs {
@@ -103,7 +102,7 @@ class Vfs {
   // Entries from `offset` (0 = start, then an entry's next_offset), at most
   // `max` of them; "." and ".." included.
   virtual Result<std::vector<DirEntryOut>> ReadDir(const Cred& c, uint64_t dh, uint64_t offset,
-                                                   size_t max, bool plus) = 0;
+                                                   size_t max) = 0;
   virtual Status ReleaseDir(uint64_t dh) = 0;
 
   virtual Result<struct statvfs> StatFs() = 0;

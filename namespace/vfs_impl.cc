@@ -1179,8 +1179,8 @@ std::vector<DirEntryOut> VfsImpl::Snapshot(const std::string& path, uint64_t ino
                                            const VdPtr& vd, uint64_t parent_st_ino) const {
   std::vector<DirEntryOut> out;
   out.reserve(vd->entries.size() + 2);
-  out.push_back({".", DirIno(path), S_IFDIR, 1, std::nullopt});
-  out.push_back({"..", parent_st_ino, S_IFDIR, 2, std::nullopt});
+  out.push_back({".", DirIno(path), S_IFDIR, 1});
+  out.push_back({"..", parent_st_ino, S_IFDIR, 2});
   std::lock_guard lock(mu_);
   for (const auto& e : vd->entries) {
     DirEntryOut d;
@@ -1219,8 +1219,8 @@ Result<uint64_t> VfsImpl::OpenDir(const Cred& c, uint64_t ino) {
   return dh;
 }
 
-Result<std::vector<DirEntryOut>> VfsImpl::ReadDir(const Cred& c, uint64_t dh, uint64_t offset,
-                                                  size_t max, bool plus) {
+Result<std::vector<DirEntryOut>> VfsImpl::ReadDir(const Cred&, uint64_t dh, uint64_t offset,
+                                                  size_t max) {
   std::shared_ptr<DirHandle> d;
   {
     std::lock_guard lock(files_mu_);
@@ -1244,22 +1244,7 @@ Result<std::vector<DirEntryOut>> VfsImpl::ReadDir(const Cred& c, uint64_t dh, ui
   }
   std::vector<DirEntryOut> out;
   max = std::min(max == 0 ? options_.max_readdir_batch : max, options_.max_readdir_batch);
-  for (size_t i = offset; i < snapshot->size() && out.size() < max; ++i) {
-    DirEntryOut e = (*snapshot)[i];
-    if (plus) {
-      EntryOut entry;
-      entry.attr.st_ino = e.ino;
-      entry.attr.st_mode = e.type;
-      if (e.name != "." && e.name != "..") {
-        // An entry that cannot be stated (dead holder) is listed without
-        // attributes (node id 0): the rest of the listing stays available.
-        auto got = Lookup(c, d->ino, e.name);
-        if (got) entry = *got;
-      }
-      e.entry = entry;
-    }
-    out.push_back(std::move(e));
-  }
+  for (size_t i = offset; i < snapshot->size() && out.size() < max; ++i) out.push_back((*snapshot)[i]);
   return out;
 }
 

@@ -204,7 +204,7 @@ class VfsImpl final : public Vfs {
 
   Result<uint64_t> OpenDir(const Cred& c, uint64_t ino) override;
   Result<std::vector<DirEntryOut>> ReadDir(const Cred& c, uint64_t dh, uint64_t offset,
-                                           size_t max, bool plus) override;
+                                           size_t max) override;
   Status ReleaseDir(uint64_t dh) override;
 
   Result<struct statvfs> StatFs() override;
