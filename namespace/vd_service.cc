@@ -1080,6 +1080,18 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     }
     if (change.kind == VdChange::Kind::kLock) {
       std::lock_guard lock(mu_);
+      // The holder reads VD(P) next and acts on what it reads: not before
+      // every old copy is invalidated (rounds_). A lock granted during the
+      // round of the change that ended the previous holder's lock let the
+      // next holder read its DT's old copy and replace a name that was no
+      // longer there (two copies of one name).
+      if (rounds_.contains(path)) {
+        QueueBehindRoundLocked(path, [self = shared_from_this(), path, change, from,
+                                      done = std::move(done)]() mutable {
+          self->ServeClaim(path, std::move(change), from, std::move(done));
+        });
+        return;
+      }
       if (const Claim* c = OtherHoldLocked(path, change.name, from)) {
         return done(Err(EAGAIN, JoinPath(path, change.name) + " is busy on " + c->node));
       }

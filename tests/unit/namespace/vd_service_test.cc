@@ -1151,6 +1151,40 @@ TEST(DirTable, ASlowSharerDelaysTheAcknowledgement) {
   EXPECT_EQ(f.svc(1).stats().dt.bumps_received, 1u);
 }
 
+// A lock lets its holder act on the VD it reads next, so it is granted only
+// once the round of the change before it has invalidated every copy.
+TEST(DirTable, ALockWaitsForTheRoundOfTheChangeBeforeIt) {
+  Federation f(4);
+  const std::string p = PathManagedBy(f, "n0");
+  Populate(f, p);
+  ASSERT_TRUE(f.Get(1, p));
+  ASSERT_TRUE(f.Get(3, p));
+  m2m::LinkModel slow = m2m::LinkModel::Rdma();
+  slow.base_latency = std::chrono::milliseconds(5);
+  f.net().SetNodeModel("n1", slow);
+  const auto start = f.net().Now();
+  std::optional<m2m::SimDuration> removed, locked;
+  f.svc(2).Update(p, Remove("n2", "f2"), [&](Status s) {
+    EXPECT_TRUE(s);
+    removed = f.net().Now() - start;
+  });
+  f.net().RunFor(std::chrono::milliseconds(1));  // applied; its round to n1 in flight
+  ASSERT_FALSE(removed);
+  f.svc(3).Update(p, VdChange{VdChange::Kind::kLock, "f2", 0, "n3"}, [&](Status s) {
+    EXPECT_TRUE(s);
+    locked = f.net().Now() - start;
+    // What the new holder reads: the removal.
+    f.svc(3).Get(p, [&](Result<VdPtr> vd) {
+      ASSERT_TRUE(vd);
+      EXPECT_EQ((*vd)->Find("f2"), nullptr);
+    });
+  });
+  f.net().RunUntilIdle();
+  ASSERT_TRUE(removed && locked);
+  EXPECT_GE(*removed, std::chrono::milliseconds(10));  // the bump's round trip to n1
+  EXPECT_GE(*locked, std::chrono::milliseconds(10));   // granted after that round, not during it
+}
+
 TEST(DirTable, ADeadSharerIsDroppedAfterTheDeadlineAndNeverBlocks) {
   VdServiceOptions o;
   o.rpc_timeout = std::chrono::milliseconds(200);
