@@ -53,10 +53,7 @@ void DirTable::BumpLocked(size_t s) {
 size_t DirTable::SizeOf(const VirtualDirectory& vd) {
   size_t n = sizeof(VirtualDirectory) + vd.path.size();
   for (const auto& h : vd.holders) n += sizeof(std::string) + h.size();
-  for (const auto& e : vd.entries) {
-    n += sizeof(VdEntry) + e.name.size() + e.real_name.size();
-    for (const auto& h : e.holders) n += sizeof(std::string) + h.size();
-  }
+  for (const auto& e : vd.entries) n += VdEntryBytes(e);
   return n;
 }
 
@@ -168,11 +165,14 @@ void DirTable::Patch(const std::string& path, uint64_t prev_version, uint64_t vd
   // slot's own reference): a copy costs O(entries) per change.
   auto vd = slot.vd.use_count() == 1 ? std::const_pointer_cast<VirtualDirectory>(slot.vd)
                                      : std::make_shared<VirtualDirectory>(*slot.vd);
-  vd_internal::PatchEntries(keys, std::move(fresh), &vd->entries, &vd->subdirs);
+  int64_t delta = 0;  // the entries' bytes (O(change), not a SizeOf walk)
+  vd_internal::PatchEntries(keys, std::move(fresh), &vd->entries, &vd->subdirs, &delta);
+  for (const auto& h : vd->holders) delta -= static_cast<int64_t>(sizeof(std::string) + h.size());
+  for (const auto& h : holders) delta += static_cast<int64_t>(sizeof(std::string) + h.size());
   vd->holders = std::move(holders);
   vd->version = vd_version;
   bytes_ -= slot.bytes;
-  slot.bytes = SizeOf(*vd);
+  slot.bytes = static_cast<size_t>(static_cast<int64_t>(slot.bytes) + delta);
   bytes_ += slot.bytes;
   slot.vd = std::move(vd);
   ++stats_.patches;

@@ -161,43 +161,36 @@ std::vector<VdEntry> FreshEntries(const MergeState& s, const std::string& name) 
   return fresh;
 }
 
-// O(log N) searches and one shift per entry removed or added (a full pass
-// per change made filling a large directory quadratic). The entries of real
-// name k are the plain "k" and its aliases "k@<node>", which are contiguous
-// in name order.
+// O(log N) per entry removed or added. The entries of real name k are the
+// plain "k" and its aliases "k@<node>", which are contiguous in name order.
 void PatchEntries(const std::vector<std::string>& keys, std::vector<VdEntry> fresh,
-                  std::vector<VdEntry>* entries, size_t* subdirs) {
-  auto count = [subdirs](const VdEntry& e, int d) {
+                  VdEntries* entries, size_t* subdirs, int64_t* bytes) {
+  auto count = [subdirs, bytes](const VdEntry& e, int d) {
     if (subdirs != nullptr && e.type == DT_DIR) *subdirs += d;
-  };
-  auto lower = [entries](const std::string& name) {
-    return std::lower_bound(entries->begin(), entries->end(), name,
-                            [](const VdEntry& e, const std::string& n) { return e.name < n; });
+    if (bytes != nullptr) *bytes += d * static_cast<int64_t>(VdEntryBytes(e));
   };
   for (const std::string& k : keys) {
-    if (auto it = lower(k); it != entries->end() && it->name == k && it->real_name == k) {
+    if (auto it = entries->LowerBound(k); it != entries->end() && it->name == k && it->real_name == k) {
       count(*it, -1);
-      entries->erase(it);
+      entries->Erase(it);
     }
     const std::string prefix = k + "@";
-    auto first = lower(prefix);
-    auto last = first;
-    while (last != entries->end() && last->name.starts_with(prefix)) ++last;
-    auto kept = std::remove_if(first, last, [&](const VdEntry& e) {
-      if (e.real_name != k) return false;
-      count(e, -1);
-      return true;
-    });
-    entries->erase(kept, last);
+    for (auto it = entries->LowerBound(prefix); it != entries->end() && it->name.starts_with(prefix);) {
+      if (it->real_name != k) {
+        ++it;
+        continue;
+      }
+      count(*it, -1);
+      it = entries->Erase(it);
+    }
   }
   for (VdEntry& e : fresh) {
     count(e, 1);
-    auto pos = std::upper_bound(entries->begin(), entries->end(), e, ByName);
-    entries->insert(pos, std::move(e));
+    entries->Put(std::move(e));
   }
 }
 
-void RefreshEntries(const MergeState& s, const std::string& name, std::vector<VdEntry>* entries,
+void RefreshEntries(const MergeState& s, const std::string& name, VdEntries* entries,
                     size_t* subdirs) {
   PatchEntries(RefreshKeys(name), FreshEntries(s, name), entries, subdirs);
 }
@@ -209,11 +202,12 @@ void VirtualDirectory::CountSubdirs() {
       std::count_if(entries.begin(), entries.end(), [](const VdEntry& e) { return e.type == DT_DIR; }));
 }
 
-const VdEntry* VirtualDirectory::Find(const std::string& name) const {
-  auto it = std::lower_bound(entries.begin(), entries.end(), name,
-                             [](const VdEntry& e, const std::string& n) { return e.name < n; });
-  if (it == entries.end() || it->name != name) return nullptr;
-  return &*it;
+const VdEntry* VirtualDirectory::Find(const std::string& name) const { return entries.Find(name); }
+
+size_t VdEntryBytes(const VdEntry& e) {
+  size_t n = sizeof(VdEntry) + e.name.size() + e.real_name.size();
+  for (const auto& h : e.holders) n += sizeof(std::string) + h.size();
+  return n;
 }
 
 Result<VirtualDirectory> DirMerge(const std::string& path, uint64_t epoch, uint64_t version,

@@ -55,7 +55,7 @@ bool ApplyRemove(MergeState& s, const std::string& node, const std::string& name
 // date after that change: the entries of `name`, and those of the name whose
 // alias `name` may collide with ("a" for "a@n2"), are recomputed; the rest
 // stays. O(entries). `subdirs`, if given, follows the count of directories.
-void RefreshEntries(const MergeState& s, const std::string& name, std::vector<VdEntry>* entries,
+void RefreshEntries(const MergeState& s, const std::string& name, VdEntries* entries,
                     size_t* subdirs = nullptr);
 
 // RefreshEntries in two halves, for a copy of the entries kept elsewhere (a
@@ -65,6 +65,6 @@ std::vector<std::string> RefreshKeys(const std::string& name);
 std::vector<VdEntry> FreshEntries(const MergeState& s, const std::string& name);
 // Replaces the entries whose real name is in `keys` by `fresh` (sorted).
 void PatchEntries(const std::vector<std::string>& keys, std::vector<VdEntry> fresh,
-                  std::vector<VdEntry>* entries, size_t* subdirs = nullptr);
+                  VdEntries* entries, size_t* subdirs = nullptr, int64_t* bytes = nullptr);
 
 }  // namespace fedfs::ns::vd_internal

@@ -124,7 +124,7 @@ flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>
 }
 
 flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::Entry>>> Entries(
-    flatbuffers::FlatBufferBuilder& b, const std::vector<VdEntry>& entries) {
+    flatbuffers::FlatBufferBuilder& b, const auto& entries) {
   std::vector<flatbuffers::Offset<wire::Entry>> v;
   v.reserve(entries.size());
   for (const VdEntry& e : entries) {

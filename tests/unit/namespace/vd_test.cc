@@ -193,7 +193,7 @@ TEST(DirMerge, IncrementalRefreshEqualsRebuild) {
   const std::vector<uint8_t> types = {R, D, L};
   auto st = vd_internal::Collect({Node("n1", {}), Node("n2", {}), Node("n3", {})});
   ASSERT_TRUE(st);
-  auto entries = vd_internal::AllEntries(*st);
+  VdEntries entries = vd_internal::AllEntries(*st);
   size_t subdirs = 0;
   for (int step = 0; step < 3000; ++step) {
     const auto& node = nodes[rng() % nodes.size()];
@@ -210,8 +210,9 @@ TEST(DirMerge, IncrementalRefreshEqualsRebuild) {
     const auto& full = full_vd.entries;
     ASSERT_EQ(subdirs, full_vd.subdirs) << "step " << step;
     ASSERT_EQ(entries.size(), full.size()) << "step " << step;
-    for (size_t i = 0; i < full.size(); ++i) {
-      ASSERT_EQ(Show(entries[i]), Show(full[i])) << "step " << step;
+    auto e = entries.begin();
+    for (auto f = full.begin(); f != full.end(); ++e, ++f) {
+      ASSERT_EQ(Show(*e), Show(*f)) << "step " << step;
     }
   }
 }
