@@ -140,7 +140,8 @@ struct NodeListing {
 // dirmerge: builds VD(P) from every live node's listing. ENOENT if no node
 // has P as a directory (ENOTDIR if some node has a non-directory there and
 // none a directory). Errors other than ENOENT/ENOTDIR from a node (dead,
-// timed out) leave that node out of the union; the result says nothing of it.
+// timed out) leave that node out of the union; the result says nothing of it
+// (the VD service serves such a VD but does not keep it: vd_service.cc).
 Result<VirtualDirectory> DirMerge(const std::string& path, uint64_t epoch, uint64_t version,
                                   const std::vector<NodeListing>& listings);
 

@@ -533,7 +533,7 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     ServeGet(req->path, req->from, std::move(req->sharer), req->notify,
              [responder = std::move(responder), uncached](Result<VdPtr> vd) mutable {
                if (!vd) return responder.Fail(vd.error());
-               responder.Reply(EncodeVd(**vd, uncached));
+               responder.Reply(EncodeVd(**vd, uncached || !(*vd)->cacheable));
              });
   }
 
@@ -778,6 +778,10 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   struct Snapshot {
     VdPtr vd;
     std::shared_ptr<const MergeState> state;
+    // False when a live node's listing is missing (it did not answer in
+    // time): served to readers, never kept resident or cached, and no claim
+    // is decided on it (the missing node may hold the name).
+    bool complete = true;
   };
   using Waiter = std::move_only_function<void(Result<Snapshot>)>;
 
@@ -1120,6 +1124,9 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
         if (cur.state->copies.count(change.name) != 0 || cur.vd->Find(change.name) != nullptr) {
           return done(Err(EEXIST, full + " exists"));
         }
+        // A node that did not answer may hold the name: wait (the client
+        // retries) until it answers or is declared dead.
+        if (!cur.complete) return done(Err(EAGAIN, full + ": a live node's listing is missing"));
         // A claim is waited out too: its create may still fail, so EEXIST
         // now would report a name that never exists.
         if (const Claim* c = self->OtherHoldLocked(path, change.name, from)) {
@@ -1476,6 +1483,18 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     vd->holders = state->holders;
     vd->entries = vd_internal::AllEntries(*state);
     vd->CountSubdirs();
+    std::string missing;  // a live node that did not answer
+    for (const NodeListing& l : build.listings) {
+      if (!l.listing && l.listing.error().code != ENOENT && l.listing.error().code != ENOTDIR) {
+        missing = l.node;
+      }
+    }
+    if (!missing.empty()) {
+      Log()->info("dirmerge {}: live node {} did not answer; the VD is served but not kept",
+                  build.path, missing);
+      vd->cacheable = false;
+      return Snapshot{std::move(vd), std::move(state), false};
+    }
     Snapshot snap{std::move(vd), std::move(state)};
     if (build.dropped) return snap;  // the directory moved while it was merged
 

@@ -579,6 +579,13 @@ TEST(VdService, DeadNodesEntriesAreAbsentTheRestListed) {
       EXPECT_NE((*vd)->Find("f" + std::to_string(i)), nullptr) << i;
     }
   }
+  // Served, but neither kept nor cacheable, and no claim is decided on it:
+  // the silent node may hold the name (a create would make a second copy).
+  EXPECT_FALSE((*vd)->cacheable);
+  const VdChange claim{VdChange::Kind::kClaim, "f" + std::to_string(victim), 0, Name(client)};
+  Status c = f.Update(client, "/dead", claim);
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().code, EAGAIN) << c.error().ToString();
 
   // Detected dead (new epoch, not live): no message is sent to it at all.
   std::vector<std::string> live;
@@ -597,6 +604,8 @@ TEST(VdService, DeadNodesEntriesAreAbsentTheRestListed) {
   EXPECT_EQ((*vd2)->Find("f" + std::to_string(victim)), nullptr);
   EXPECT_EQ((*vd2)->entries.size(), 4u + 1u);
   EXPECT_EQ(f.net().Stats(Name(victim)).messages_received, to_victim);
+  // Without it in the view, the VD is whole again: the claim is decided.
+  EXPECT_TRUE(f.Update(client, "/dead", claim));
 }
 
 TEST(VdService, ASlowNodeJoinsWithinTheTimeout) {
