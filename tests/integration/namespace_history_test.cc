@@ -326,6 +326,15 @@ TEST_P(NamespaceHistory, RandomHistoriesAreLinearizable) {
 // round; the reporter's copy is not used meanwhile); a lookup of a name
 // that a rename from another node had just replaced waiting for the name to
 // go, which it never does (it waits for the entry to change and looks again).
+// Then: a reply handing the kernel a name while the node dropped its names
+// (now uncacheable); a stat whose lookup and getattr straddled two renames
+// over the name (the getattr answers the old file, unlinked); a
+// RENAME_NOREPLACE of a name onto itself answered 0 (EEXIST); a listing
+// whose READDIRPLUS reply carried a name removed meanwhile into the kernel's
+// cache (no readdirplus); a lock granted during the invalidation round of
+// the change before it (locks wait for the round); a VD merged without an
+// overloaded node's listing deciding a create (such a VD decides no claim).
+// The checker reads a RENAME_NOREPLACE's EEXIST as the kernel's two lookups.
 INSTANTIATE_TEST_SUITE_P(
     Variants, NamespaceHistory,
     ::testing::Values(Variant{Layout::kOneNode, false}, Variant{Layout::kCreatingNode, false},
