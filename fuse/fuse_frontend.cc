@@ -354,7 +354,7 @@ void OpReaddir(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_inf
   Guard(req, [&] {
     // An upper bound of the entries that fit (smallest record per entry).
     const size_t max = size / 32 + 1;
-    auto entries = VfsOf(req)->ReadDir(CredOf(req), fi->fh, static_cast<uint64_t>(off), max);
+    auto entries = VfsOf(req)->ReadDir(fi->fh, static_cast<uint64_t>(off), max);
     if (!entries) return ReplyErr(req, entries.error());
     std::vector<char> buf(size);
     size_t used = 0;
@@ -575,10 +575,7 @@ void KernelNotifier::InvalidateNames() {
   } hdr{16, 8, 0};
   static_assert(sizeof hdr == 16);
   const ssize_t n = ::write(fuse_session_fd(se), &hdr, sizeof hdr);
-  if (n == static_cast<ssize_t>(sizeof hdr)) {
-    epochs_.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
+  if (n == static_cast<ssize_t>(sizeof hdr)) return;
   const int e = errno;
   if (e == ENOENT || e == ENODEV || e == EBADF) return;  // unmounted meanwhile
   // Names already cached cannot be taken back: say so loudly, and stop

@@ -37,8 +37,6 @@ class KernelNotifier final : public ns::KernelCache {
   bool Coherent() const override { return coherent_.load(std::memory_order_acquire); }
   void InvalidateNames() override;
   void InvalidateAttrs(uint64_t ino) override;
-  // Epoch notifications written so far (observability, tests).
-  uint64_t epochs() const { return epochs_.load(std::memory_order_relaxed); }
   uint64_t NamesEpoch() const override { return names_epoch_.load(std::memory_order_acquire); }
 
   void Enable(bool epoch_supported);   // from the INIT handshake
@@ -49,7 +47,6 @@ class KernelNotifier final : public ns::KernelCache {
   std::atomic<bool> coherent_{false};
   mutable std::shared_mutex mu_;          // guards session_ against Detach
   struct fuse_session* session_ = nullptr;
-  std::atomic<uint64_t> epochs_{0};
   std::atomic<uint64_t> names_epoch_{0};  // InvalidateNames calls
 };
 

@@ -50,9 +50,16 @@ void DirTable::BumpLocked(size_t s) {
   ++stats_.local_bumps;
 }
 
+namespace {
+int64_t HoldersBytes(const std::vector<std::string>& holders) {
+  int64_t n = 0;
+  for (const auto& h : holders) n += static_cast<int64_t>(sizeof(std::string) + h.size());
+  return n;
+}
+}  // namespace
+
 size_t DirTable::SizeOf(const VirtualDirectory& vd) {
-  size_t n = sizeof(VirtualDirectory) + vd.path.size();
-  for (const auto& h : vd.holders) n += sizeof(std::string) + h.size();
+  size_t n = sizeof(VirtualDirectory) + vd.path.size() + static_cast<size_t>(HoldersBytes(vd.holders));
   for (const auto& e : vd.entries) n += VdEntryBytes(e);
   return n;
 }
@@ -167,8 +174,7 @@ void DirTable::Patch(const std::string& path, uint64_t prev_version, uint64_t vd
                                      : std::make_shared<VirtualDirectory>(*slot.vd);
   int64_t delta = 0;  // the entries' bytes (O(change), not a SizeOf walk)
   vd_internal::PatchEntries(keys, std::move(fresh), &vd->entries, &vd->subdirs, &delta);
-  for (const auto& h : vd->holders) delta -= static_cast<int64_t>(sizeof(std::string) + h.size());
-  for (const auto& h : holders) delta += static_cast<int64_t>(sizeof(std::string) + h.size());
+  delta += HoldersBytes(holders) - HoldersBytes(vd->holders);
   vd->holders = std::move(holders);
   vd->version = vd_version;
   bytes_ -= slot.bytes;

@@ -776,12 +776,8 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   // A built VD and the merge state it was derived from; both immutable
   // (an update replaces them), so they are read outside mu_.
   struct Snapshot {
-    VdPtr vd;
+    VdPtr vd;  // not cacheable: a live node's listing is missing (FinishLocked)
     std::shared_ptr<const MergeState> state;
-    // False when a live node's listing is missing (it did not answer in
-    // time): served to readers, never kept resident or cached, and no claim
-    // is decided on it (the missing node may hold the name).
-    bool complete = true;
   };
   using Waiter = std::move_only_function<void(Result<Snapshot>)>;
 
@@ -1071,6 +1067,15 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     if (p->second.empty()) claims_.erase(p);
   }
 
+  // ServeClaim again once the round of `path` in flight ends.
+  void ClaimAfterRoundLocked(const std::string& path, VdChange change, const std::string& from,
+                             m2m::Callback<UpdateOutcome> done) {
+    QueueBehindRoundLocked(path, [self = shared_from_this(), path, change = std::move(change), from,
+                                  done = std::move(done)]() mutable {
+      self->ServeClaim(path, std::move(change), from, std::move(done));
+    });
+  }
+
   // kClaim: EEXIST if `name` is in VD(P) (built if needed), EAGAIN if another
   // node holds it (unexpired); else claimed. kRelease: the hold ends. Holds
   // belong to the requesting node `from`, not to the node the name is (to
@@ -1089,13 +1094,7 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
       // round of the change that ended the previous holder's lock let the
       // next holder read its DT's old copy and replace a name that was no
       // longer there (two copies of one name).
-      if (rounds_.contains(path)) {
-        QueueBehindRoundLocked(path, [self = shared_from_this(), path, change, from,
-                                      done = std::move(done)]() mutable {
-          self->ServeClaim(path, std::move(change), from, std::move(done));
-        });
-        return;
-      }
+      if (rounds_.contains(path)) return ClaimAfterRoundLocked(path, std::move(change), from, std::move(done));
       if (const Claim* c = OtherHoldLocked(path, change.name, from)) {
         return done(Err(EAGAIN, JoinPath(path, change.name) + " is busy on " + c->node));
       }
@@ -1110,10 +1109,7 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
         std::lock_guard lock(self->mu_);
         // EEXIST reads the state: not while a round is in flight (rounds_).
         if (self->rounds_.contains(path)) {
-          self->QueueBehindRoundLocked(path, [self, path, change, from, done = std::move(done)]() mutable {
-              self->ServeClaim(path, std::move(change), from, std::move(done));
-            });
-          return;
+          return self->ClaimAfterRoundLocked(path, std::move(change), from, std::move(done));
         }
         // The resident VD may be newer than the snapshot this waited for.
         Snapshot cur = *s;
@@ -1126,7 +1122,7 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
         }
         // A node that did not answer may hold the name: wait (the client
         // retries) until it answers or is declared dead.
-        if (!cur.complete) return done(Err(EAGAIN, full + ": a live node's listing is missing"));
+        if (!cur.vd->cacheable) return done(Err(EAGAIN, full + ": a live node's listing is missing"));
         // A claim is waited out too: its create may still fail, so EEXIST
         // now would report a name that never exists.
         if (const Claim* c = self->OtherHoldLocked(path, change.name, from)) {
@@ -1492,8 +1488,10 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     if (!missing.empty()) {
       Log()->info("dirmerge {}: live node {} did not answer; the VD is served but not kept",
                   build.path, missing);
+      // Served to readers, never kept resident or cached, and no claim is
+      // decided on it (the missing node may hold the name).
       vd->cacheable = false;
-      return Snapshot{std::move(vd), std::move(state), false};
+      return Snapshot{std::move(vd), std::move(state)};
     }
     Snapshot snap{std::move(vd), std::move(state)};
     if (build.dropped) return snap;  // the directory moved while it was merged

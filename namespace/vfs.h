@@ -101,8 +101,7 @@ class Vfs {
   virtual Result<uint64_t> OpenDir(const Cred& c, uint64_t ino) = 0;
   // Entries from `offset` (0 = start, then an entry's next_offset), at most
   // `max` of them; "." and ".." included.
-  virtual Result<std::vector<DirEntryOut>> ReadDir(const Cred& c, uint64_t dh, uint64_t offset,
-                                                   size_t max) = 0;
+  virtual Result<std::vector<DirEntryOut>> ReadDir(uint64_t dh, uint64_t offset, size_t max) = 0;
   virtual Status ReleaseDir(uint64_t dh) = 0;
 
   virtual Result<struct statvfs> StatFs() = 0;

@@ -263,9 +263,7 @@ EntryOut VfsImpl::Remember(uint64_t parent, const Child& ch, uint64_t names_epoc
       return out;
     }
     // Replaced behind our back: the old inode keeps its remaining lookups.
-    n.linked = false;
-    n.replaced = true;
-    names_.erase(it);
+    MarkReplacedLocked(it->second);
   }
   Inode n;
   n.parent = parent;
@@ -541,15 +539,9 @@ Result<struct stat> VfsImpl::GetAttr(const Cred& c, uint64_t ino, std::optional<
       auto vd = deps_.vds->Get(dir);
       if (vd && other((*vd)->Find(name))) {
         std::lock_guard lock(mu_);
-        if (auto it = inodes_.find(ino); it != inodes_.end()) {
+        if (inodes_.contains(ino)) {
           // Its name goes: the next lookup makes a new inode for the new file.
-          Inode& n = it->second;
-          if (auto nit = names_.find({n.parent, n.name}); nit != names_.end() && nit->second == ino) {
-            names_.erase(nit);
-          }
-          n.linked = false;
-          n.replaced = true;
-          return ReplacedAttr(n);
+          return ReplacedAttr(MarkReplacedLocked(ino));
         }
       }
       return Err(ENOENT, r->path + " changed on node " + r->node);
@@ -562,6 +554,16 @@ Result<struct stat> VfsImpl::GetAttr(const Cred& c, uint64_t ino, std::optional<
     it->second.last = *st;
   }
   return st;
+}
+
+VfsImpl::Inode& VfsImpl::MarkReplacedLocked(uint64_t ino) {
+  Inode& n = inodes_.at(ino);
+  if (auto it = names_.find({n.parent, n.name}); it != names_.end() && it->second == ino) {
+    names_.erase(it);
+  }
+  n.linked = false;
+  n.replaced = true;
+  return n;
 }
 
 struct stat VfsImpl::ReplacedAttr(const Inode& n) {
@@ -1219,8 +1221,7 @@ Result<uint64_t> VfsImpl::OpenDir(const Cred& c, uint64_t ino) {
   return dh;
 }
 
-Result<std::vector<DirEntryOut>> VfsImpl::ReadDir(const Cred&, uint64_t dh, uint64_t offset,
-                                                  size_t max) {
+Result<std::vector<DirEntryOut>> VfsImpl::ReadDir(uint64_t dh, uint64_t offset, size_t max) {
   std::shared_ptr<DirHandle> d;
   {
     std::lock_guard lock(files_mu_);

@@ -203,8 +203,7 @@ class VfsImpl final : public Vfs {
   Status Fallocate(uint64_t fh, int mode, uint64_t offset, uint64_t len) override;
 
   Result<uint64_t> OpenDir(const Cred& c, uint64_t ino) override;
-  Result<std::vector<DirEntryOut>> ReadDir(const Cred& c, uint64_t dh, uint64_t offset,
-                                           size_t max) override;
+  Result<std::vector<DirEntryOut>> ReadDir(uint64_t dh, uint64_t offset, size_t max) override;
   Status ReleaseDir(uint64_t dh) override;
 
   Result<struct statvfs> StatFs() override;
@@ -333,6 +332,8 @@ class VfsImpl final : public Vfs {
   // Drops the VDs at or beneath `path` everywhere (after a directory moved).
   void ForgetSubtreeVds(const std::string& path);
   void MaybeEraseLocked(uint64_t ino);
+  // Its name now names another file: unlinked, and answered by ReplacedAttr.
+  Inode& MarkReplacedLocked(uint64_t ino);
   static struct stat ReplacedAttr(const Inode& n);
 
   // Placement + missing parents on the chosen node, and the claim of the

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 namespace fedfs::testing {
 
@@ -297,14 +298,11 @@ std::vector<NsOp> SplitTwoLookupAnswers(const std::vector<NsOp>& history, std::v
   after->assign(h.size(), -1);
   for (size_t i = 0; i < history.size(); ++i) {
     if (history[i].kind != NsOpKind::kRenameNoReplace || history[i].err != EEXIST) continue;
-    NsOp second = history[i];
-    second.kind = NsOpKind::kExists;
-    second.a = second.b;
-    second.b.clear();
-    second.err = 0;
     h[i].kind = NsOpKind::kExists;
-    h[i].b.clear();
     h[i].err = 0;
+    std::string b = std::exchange(h[i].b, {});
+    NsOp second = h[i];
+    second.a = std::move(b);
     h.push_back(std::move(second));
     after->push_back(static_cast<int>(i));
   }

@@ -1136,16 +1136,21 @@ TEST(DirTable, EverySequenceOfChangesIsSeenByTheNextLookupElsewhere) {
   EXPECT_GT(hits, 20u);  // the table was used, not bypassed
 }
 
-TEST(DirTable, ASlowSharerDelaysTheAcknowledgement) {
-  Federation f(3);
-  const std::string p = PathManagedBy(f, "n0");
+// VD(p), managed by n0, cached by n1 and by `other`; n1 answers one-sided
+// operations 5 ms late each way.
+void ShareWithSlowN1(Federation& f, const std::string& p, int other) {
   Populate(f, p);
   ASSERT_TRUE(f.Get(1, p));
-  ASSERT_TRUE(f.Get(2, p));
-  // n1 answers one-sided operations 5 ms late each way.
+  ASSERT_TRUE(f.Get(other, p));
   m2m::LinkModel slow = m2m::LinkModel::Rdma();
   slow.base_latency = std::chrono::milliseconds(5);
   f.net().SetNodeModel("n1", slow);
+}
+
+TEST(DirTable, ASlowSharerDelaysTheAcknowledgement) {
+  Federation f(3);
+  const std::string p = PathManagedBy(f, "n0");
+  ASSERT_NO_FATAL_FAILURE(ShareWithSlowN1(f, p, 2));
   const auto start = f.net().Now();
   std::optional<m2m::SimDuration> acked;
   f.fs(2).AddFile(p + "/y");
@@ -1165,12 +1170,7 @@ TEST(DirTable, ASlowSharerDelaysTheAcknowledgement) {
 TEST(DirTable, ALockWaitsForTheRoundOfTheChangeBeforeIt) {
   Federation f(4);
   const std::string p = PathManagedBy(f, "n0");
-  Populate(f, p);
-  ASSERT_TRUE(f.Get(1, p));
-  ASSERT_TRUE(f.Get(3, p));
-  m2m::LinkModel slow = m2m::LinkModel::Rdma();
-  slow.base_latency = std::chrono::milliseconds(5);
-  f.net().SetNodeModel("n1", slow);
+  ASSERT_NO_FATAL_FAILURE(ShareWithSlowN1(f, p, 3));
   const auto start = f.net().Now();
   std::optional<m2m::SimDuration> removed, locked;
   f.svc(2).Update(p, Remove("n2", "f2"), [&](Status s) {

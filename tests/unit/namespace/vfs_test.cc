@@ -290,16 +290,16 @@ TEST_F(VfsTest, LinkAcrossNodesIsExdevAndReaddirShowsTheUnion) {
 
   auto dh = vfs_->OpenDir(cred_, kRootIno);
   ASSERT_TRUE(dh);
-  auto entries = vfs_->ReadDir(cred_, *dh, 0, 100);
+  auto entries = vfs_->ReadDir(*dh, 0, 100);
   ASSERT_TRUE(entries);
   std::set<std::string> names;
   for (const auto& e : *entries) names.insert(e.name);
   EXPECT_EQ(names, (std::set<std::string>{".", "..", "f", "f2", "h", "only-b"}));
   // Paging by offsets gives the same entries.
-  auto first = vfs_->ReadDir(cred_, *dh, 0, 2);
+  auto first = vfs_->ReadDir(*dh, 0, 2);
   ASSERT_TRUE(first);
   ASSERT_EQ(first->size(), 2u);
-  auto rest = vfs_->ReadDir(cred_, *dh, first->back().next_offset, 100);
+  auto rest = vfs_->ReadDir(*dh, first->back().next_offset, 100);
   ASSERT_TRUE(rest);
   EXPECT_EQ(first->size() + rest->size(), entries->size());
   ASSERT_TRUE(vfs_->ReleaseDir(*dh));
