@@ -1,6 +1,6 @@
 // Blocking wrappers over the asynchronous Endpoint operations, and the
 // Responder's out-of-line members.
-#include <future>
+#include "common/wait.h"
 
 #include "m2m/transport.h"
 
@@ -20,12 +20,10 @@ void Responder::Fail(Error error) {
 
 namespace {
 
+// Every operation completes (at the latest at its timeout).
 template <class T, class Start>
 Result<T> Wait(Start&& start) {
-  std::promise<Result<T>> p;
-  auto f = p.get_future();
-  start([&p](Result<T> r) { p.set_value(std::move(r)); });
-  return f.get();  // every operation completes (at the latest at its timeout)
+  return WaitFor<Result<T>>(std::forward<Start>(start));
 }
 
 }  // namespace

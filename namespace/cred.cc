@@ -118,12 +118,9 @@ Status ScopedCred::Enter(const Cred& c) {
     cur.fsgid = c.gid;
     switched_ = true;
   }
+  // The umask is set by NewMode, which only operations that make a new
+  // object call: the others make no umask(2) call.
   umask_ = static_cast<mode_t>(c.umask & 07777);
-  umask_set_ = ThreadOwnsUmask();
-  // One system call: umask(2) returns the previous value, and Leave puts it
-  // back only if it differs (the umask is not cached: tests and tools may set
-  // it directly).
-  if (umask_set_) prev_umask_ = umask(umask_);
   entered_ = true;
   return Ok();
 }
@@ -133,6 +130,7 @@ void ScopedCred::Leave() {
   entered_ = false;
   ThreadCred& cur = Current();
   if (umask_set_ && prev_umask_ != umask_) umask(prev_umask_);
+  umask_set_ = false;
   if (!switched_) return;
   switched_ = false;
   RawSetFsuid(prev_uid_);
@@ -147,9 +145,15 @@ void ScopedCred::Leave() {
 
 ScopedCred::~ScopedCred() { Leave(); }
 
-mode_t ScopedCred::NewMode(mode_t mode) const {
+mode_t ScopedCred::NewMode(mode_t mode) {
   if (!entered_ || umask_set_) return mode;
-  return mode & ~umask_;
+  if (!ThreadOwnsUmask()) return mode & ~umask_;
+  // One system call: umask(2) returns the previous value, and Leave puts it
+  // back only if it differs (the umask is not cached: tests and tools may set
+  // it directly).
+  prev_umask_ = umask(umask_);
+  umask_set_ = true;
+  return mode;
 }
 
 }  // namespace fedfs::ns

@@ -12,7 +12,7 @@
 // setgroups/setuid/setgid in fedfsd.
 //
 // umask: the thread unshares its fs_struct once (unshare(CLONE_FS), done
-// lazily on the first ScopedCred of each thread) so that umask(2) becomes a
+// lazily on the first NewMode of each thread) so that umask(2) becomes a
 // per-thread setting; the caller's umask is then applied by the kernel exactly
 // as for a local process (including "default ACL present => umask ignored").
 // If unshare fails (a seccomp sandbox), NewMode() masks modes explicitly
@@ -24,7 +24,8 @@
 // Cost: each thread remembers what its fs credentials are (read once, then
 // kept by Enter/Leave), and Enter changes only what differs. A caller whose
 // fsuid, fsgid and groups are the thread's own (root: groups are ignored for
-// fsuid 0, where capabilities decide) costs one umask(2) call and no other.
+// fsuid 0, where capabilities decide) makes no system call, and two umask(2)
+// calls if it makes a new object.
 // This relies on ScopedCred being the only code that changes a thread's fs
 // credentials in fedfsd.
 #pragma once
@@ -59,9 +60,10 @@ class ScopedCred {
   void Leave();
 
   // The mode to pass to mkdirat/openat/mknodat for a new object of mode
-  // `mode`: `mode` itself when the kernel applies the per-thread umask, or
-  // mode & ~umask when the thread could not get its own umask.
-  mode_t NewMode(mode_t mode) const;
+  // `mode`, called just before that call: sets the thread's umask to the
+  // caller's (until Leave) and returns `mode`, the kernel then applying the
+  // umask; or returns mode & ~umask when the thread could not get its own.
+  mode_t NewMode(mode_t mode);
 
   // This thread's current fsuid/fsgid (for tests and assertions).
   static uid_t CurrentFsuid();
@@ -70,7 +72,7 @@ class ScopedCred {
  private:
   bool entered_ = false;
   bool switched_ = false;  // Enter changed fsuid/fsgid/groups (Leave restores them)
-  bool umask_set_ = false;
+  bool umask_set_ = false;  // NewMode set the thread's umask (Leave restores it)
   uid_t prev_uid_ = 0;
   gid_t prev_gid_ = 0;
   mode_t prev_umask_ = 0;

@@ -387,10 +387,18 @@ Status LocalNodeFs::Rename(const Cred& c, const std::string& from, const std::st
                            unsigned flags) {
   FEDFS_AS(c);
   FEDFS_PARENT(a, from, "rename");
-  FEDFS_PARENT(b, to, "rename");
+  // Within one directory (the common case) its descriptor serves both names.
+  std::optional<Parent> b_own;
+  if (ParentPath(from) != ParentPath(to)) {
+    auto b = ResolveParent(to, "rename");
+    if (!b) return Err(b.error());
+    b_own = std::move(*b);
+  }
+  const int b_fd = b_own ? b_own->fd.get() : a.fd.get();
+  const std::string b_name(BaseName(to));
   Changing(from);
   Changing(to);
-  if (renameat2(a.fd.get(), a.name.c_str(), b.fd.get(), b.name.c_str(), flags) != 0) {
+  if (renameat2(a.fd.get(), a.name.c_str(), b_fd, b_name.c_str(), flags) != 0) {
     return SysErr("rename", from + " -> " + to);
   }
   return Ok();

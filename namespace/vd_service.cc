@@ -14,7 +14,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <future>
 #include <list>
 #include <map>
 #include <mutex>
@@ -27,6 +26,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/logging.h"
+#include "common/wait.h"
 #include "common/rpc_methods.h"
 #include "namespace/path.h"
 #include "namespace/vd_internal.h"
@@ -1622,31 +1622,19 @@ VdService::Stats VdService::stats() const { return impl_->core->stats(); }
 // ---- Blocking helpers (worker threads only; never used inside the service) --
 
 Result<VdPtr> GetVdSync(VdService& s, const std::string& path) {
-  std::promise<Result<VdPtr>> p;
-  auto f = p.get_future();
-  s.Get(path, [&p](Result<VdPtr> r) { p.set_value(std::move(r)); });
-  return f.get();
+  return WaitFor<Result<VdPtr>>([&](auto done) { s.Get(path, std::move(done)); });
 }
 
 Status DropSubtreeSync(VdService& s, const std::string& path) {
-  std::promise<Status> p;
-  auto f = p.get_future();
-  s.DropSubtree(path, [&p](Status r) { p.set_value(std::move(r)); });
-  return f.get();
+  return WaitFor<Status>([&](auto done) { s.DropSubtree(path, std::move(done)); });
 }
 
 Status UpdateManyVdSync(VdService& s, const std::string& path, std::vector<VdChange> changes) {
-  std::promise<Status> p;
-  auto f = p.get_future();
-  s.UpdateMany(path, std::move(changes), [&p](Status r) { p.set_value(std::move(r)); });
-  return f.get();
+  return WaitFor<Status>([&](auto done) { s.UpdateMany(path, std::move(changes), std::move(done)); });
 }
 
 Status UpdateVdSync(VdService& s, const std::string& path, VdChange change) {
-  std::promise<Status> p;
-  auto f = p.get_future();
-  s.Update(path, std::move(change), [&p](Status r) { p.set_value(std::move(r)); });
-  return f.get();
+  return WaitFor<Status>([&](auto done) { s.Update(path, std::move(change), std::move(done)); });
 }
 
 }  // namespace fedfs::ns

@@ -88,7 +88,6 @@ TEST(ScopedCred, RestoresOnScopeExitAndChecksAccess) {
     ASSERT_TRUE(sc.Enter(Cred{65534, 65534, {}, 0}));
     EXPECT_EQ(open(f.c_str(), O_RDONLY), -1);
     EXPECT_EQ(errno, EACCES);
-    // The umask is the caller's, per thread.
     EXPECT_TRUE(ThreadGroups().empty());
   }
   EXPECT_EQ(ScopedCred::CurrentFsuid(), 0u);
@@ -96,16 +95,18 @@ TEST(ScopedCred, RestoresOnScopeExitAndChecksAccess) {
   fd = open(f.c_str(), O_RDONLY);
   EXPECT_GE(fd, 0);
   close(fd);
+  const mode_t umask_before = umask(022);
   {
     ScopedCred sc;
     ASSERT_TRUE(sc.Enter(Cred{0, 0, {}, 077}));
-    ASSERT_EQ(mkdir((dir + "/m").c_str(), 0777), 0);
+    ASSERT_EQ(mkdir((dir + "/m").c_str(), sc.NewMode(0777)), 0);
     ScopedCred twice;
     EXPECT_TRUE(twice.Enter(Cred{1, 1, {}, 0}));  // nesting restores in order
     EXPECT_EQ(ScopedCred::CurrentFsuid(), 1u);
     twice.Leave();
     EXPECT_EQ(ScopedCred::CurrentFsuid(), 0u);
   }
+  EXPECT_EQ(umask(umask_before), 022u);  // the caller's umask lasted as long as the scope
   struct stat st {};
   ASSERT_EQ(stat((dir + "/m").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0700u);

@@ -59,10 +59,13 @@ Sys Native(F f) {
   long rc = f();
   return Sys{rc, rc < 0 ? errno : 0};
 }
+// As `c`, umask included (NewMode sets it, as before any call that makes an
+// object in LocalNodeFs).
 template <class F>
 Sys NativeAs(const Cred& c, F f) {
   ScopedCred sc;
   if (!sc.Enter(c)) return Sys{-1, EPERM};
+  (void)sc.NewMode(0);
   return Native(f);
 }
 
