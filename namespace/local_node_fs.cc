@@ -91,7 +91,8 @@ bool Security(const std::string& name) { return name.rfind("security.", 0) == 0;
 }  // namespace
 
 struct LocalNodeFs::Parent {
-  UniqueFd fd;       // O_PATH directory beneath the root
+  int dir = -1;      // O_PATH directory beneath the root: `owned`, or the root's
+  UniqueFd owned;    // (a parent that is the root costs no open and no close)
   std::string name;  // final component ("." for the root itself)
 };
 
@@ -188,14 +189,21 @@ Result<LocalNodeFs::Parent> LocalNodeFs::ResolveParent(const std::string& path, 
   if (path == "/") {
     auto fd = OpenDirBeneath(root_fd_, ".", path, op);
     if (!fd) return Err(fd.error());
-    p.fd.reset(*fd);
+    p.owned.reset(*fd);
+    p.dir = *fd;
     p.name = ".";
     return p;
   }
-  auto fd = OpenDirBeneath(root_fd_, RelativePath(ParentPath(path)), path, op);
-  if (!fd) return Err(fd.error());
-  p.fd.reset(*fd);
   p.name = std::string(BaseName(path));
+  const std::string_view parent = ParentPath(path);
+  if (parent == "/") {
+    p.dir = root_fd_;
+    return p;
+  }
+  auto fd = OpenDirBeneath(root_fd_, RelativePath(parent), path, op);
+  if (!fd) return Err(fd.error());
+  p.owned.reset(*fd);
+  p.dir = *fd;
   return p;
 }
 
@@ -218,7 +226,7 @@ Result<struct stat> LocalNodeFs::Stat(const Cred& c, const std::string& path) {
   FEDFS_AS(c);
   FEDFS_PARENT(p, path, "stat");
   struct stat st {};
-  if (fstatat(p.fd.get(), p.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+  if (fstatat(p.dir, p.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
     return SysErr("stat", path);
   }
   return st;
@@ -227,7 +235,7 @@ Result<struct stat> LocalNodeFs::Stat(const Cred& c, const std::string& path) {
 Result<std::vector<DirEntry>> LocalNodeFs::ListDir(const Cred& c, const std::string& path) {
   FEDFS_AS(c);
   FEDFS_PARENT(p, path, "listdir");
-  int fd = OpenAt2(p.fd.get(), p.name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+  int fd = OpenAt2(p.dir, p.name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
   if (fd < 0) return SysErr("listdir", path);
   DIR* d = fdopendir(fd);
   if (d == nullptr) {
@@ -268,11 +276,11 @@ Result<struct stat> LocalNodeFs::Mkdir(const Cred& c, const std::string& path, m
   FEDFS_AS(c);
   FEDFS_PARENT(p, path, "mkdir");
   Changing(path);
-  if (mkdirat(p.fd.get(), p.name.c_str(), scoped_cred.NewMode(mode & 07777)) != 0) {
+  if (mkdirat(p.dir, p.name.c_str(), scoped_cred.NewMode(mode & 07777)) != 0) {
     return SysErr("mkdir", path);
   }
   struct stat st {};
-  if (fstatat(p.fd.get(), p.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+  if (fstatat(p.dir, p.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
     return SysErr("mkdir: stat", path);
   }
   return st;
@@ -332,7 +340,7 @@ Status LocalNodeFs::Rmdir(const Cred& c, const std::string& path) {
   FEDFS_AS(c);
   FEDFS_PARENT(p, path, "rmdir");
   Changing(path);
-  if (unlinkat(p.fd.get(), p.name.c_str(), AT_REMOVEDIR) != 0) return SysErr("rmdir", path);
+  if (unlinkat(p.dir, p.name.c_str(), AT_REMOVEDIR) != 0) return SysErr("rmdir", path);
   return Ok();
 }
 
@@ -343,9 +351,9 @@ Result<struct stat> LocalNodeFs::Mknod(const Cred& c, const std::string& path, m
   if ((mode & S_IFMT) == 0) mode |= S_IFREG;
   mode_t m = (mode & S_IFMT) | scoped_cred.NewMode(mode & 07777);
   Changing(path);
-  if (mknodat(p.fd.get(), p.name.c_str(), m, rdev) != 0) return SysErr("mknod", path);
+  if (mknodat(p.dir, p.name.c_str(), m, rdev) != 0) return SysErr("mknod", path);
   struct stat st {};
-  if (fstatat(p.fd.get(), p.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+  if (fstatat(p.dir, p.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
     return SysErr("mknod: stat", path);
   }
   return st;
@@ -357,9 +365,9 @@ Result<struct stat> LocalNodeFs::Symlink(const Cred& c, const std::string& targe
   FEDFS_AS(c);
   FEDFS_PARENT(p, path, "symlink");
   Changing(path);
-  if (symlinkat(target.c_str(), p.fd.get(), p.name.c_str()) != 0) return SysErr("symlink", path);
+  if (symlinkat(target.c_str(), p.dir, p.name.c_str()) != 0) return SysErr("symlink", path);
   struct stat st {};
-  if (fstatat(p.fd.get(), p.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+  if (fstatat(p.dir, p.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
     return SysErr("symlink: stat", path);
   }
   return st;
@@ -369,7 +377,7 @@ Result<std::string> LocalNodeFs::Readlink(const Cred& c, const std::string& path
   FEDFS_AS(c);
   FEDFS_PARENT(p, path, "readlink");
   std::string buf(PATH_MAX, '\0');
-  ssize_t n = readlinkat(p.fd.get(), p.name.c_str(), buf.data(), buf.size());
+  ssize_t n = readlinkat(p.dir, p.name.c_str(), buf.data(), buf.size());
   if (n < 0) return SysErr("readlink", path);
   buf.resize(static_cast<size_t>(n));
   return buf;
@@ -379,7 +387,7 @@ Status LocalNodeFs::Unlink(const Cred& c, const std::string& path) {
   FEDFS_AS(c);
   FEDFS_PARENT(p, path, "unlink");
   Changing(path);
-  if (unlinkat(p.fd.get(), p.name.c_str(), 0) != 0) return SysErr("unlink", path);
+  if (unlinkat(p.dir, p.name.c_str(), 0) != 0) return SysErr("unlink", path);
   return Ok();
 }
 
@@ -394,11 +402,11 @@ Status LocalNodeFs::Rename(const Cred& c, const std::string& from, const std::st
     if (!b) return Err(b.error());
     b_own = std::move(*b);
   }
-  const int b_fd = b_own ? b_own->fd.get() : a.fd.get();
+  const int b_fd = b_own ? b_own->dir : a.dir;
   const std::string b_name(BaseName(to));
   Changing(from);
   Changing(to);
-  if (renameat2(a.fd.get(), a.name.c_str(), b_fd, b_name.c_str(), flags) != 0) {
+  if (renameat2(a.dir, a.name.c_str(), b_fd, b_name.c_str(), flags) != 0) {
     return SysErr("rename", from + " -> " + to);
   }
   return Ok();
@@ -410,11 +418,11 @@ Result<struct stat> LocalNodeFs::Link(const Cred& c, const std::string& existing
   FEDFS_PARENT(a, existing, "link");
   FEDFS_PARENT(b, newpath, "link");
   Changing(newpath);
-  if (linkat(a.fd.get(), a.name.c_str(), b.fd.get(), b.name.c_str(), 0) != 0) {
+  if (linkat(a.dir, a.name.c_str(), b.dir, b.name.c_str(), 0) != 0) {
     return SysErr("link", existing + " -> " + newpath);
   }
   struct stat st {};
-  if (fstatat(b.fd.get(), b.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+  if (fstatat(b.dir, b.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
     return SysErr("link: stat", newpath);
   }
   return st;
@@ -450,7 +458,7 @@ Result<struct stat> LocalNodeFs::SetAttr(const Cred& c, const std::string& path,
 
   FEDFS_AS(c);
   FEDFS_PARENT(p, path, "setattr");
-  const int pfd = p.fd.get();
+  const int pfd = p.dir;
   const char* name = p.name.c_str();
   if (req.mode) {
     mode_t m = *req.mode & 07777;
@@ -491,18 +499,16 @@ Result<struct statvfs> LocalNodeFs::StatFs() {
 Status LocalNodeFs::XattrTarget(const Cred& c, const std::string& path, const char* op,
                                 int* out) {
   *out = -1;
-  UniqueFd parent;
-  std::string name;
+  Parent parent;
   struct stat st {};
   {
     FEDFS_AS(c);
     FEDFS_PARENT(p, path, op);
-    int fd = OpenAt2(p.fd.get(), p.name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC, 0);
+    int fd = OpenAt2(p.dir, p.name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC, 0);
     if (fd < 0) return SysErr(op, path);
     UniqueFd guard(fd);
     if (fstat(fd, &st) != 0) return SysErr(op, path);
-    parent = std::move(p.fd);
-    name = std::move(p.name);
+    parent = std::move(p);
   }
   if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) return Ok();
   // As the daemon: f*xattr need a real descriptor, and reading the xattrs of
@@ -510,7 +516,7 @@ Status LocalNodeFs::XattrTarget(const Cred& c, const std::string& path, const ch
   // run as the caller.
   int flags = O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
   if (S_ISDIR(st.st_mode)) flags |= O_DIRECTORY;
-  int fd = OpenAt2(parent.get(), name.c_str(), static_cast<uint64_t>(flags), 0);
+  int fd = OpenAt2(parent.dir, parent.name.c_str(), static_cast<uint64_t>(flags), 0);
   if (fd < 0) return SysErr(op, path);
   struct stat st2 {};
   if (fstat(fd, &st2) != 0 || st2.st_dev != st.st_dev || st2.st_ino != st.st_ino) {
@@ -625,12 +631,12 @@ Result<Opened> LocalNodeFs::OpenCommon(const Cred& c, const std::string& path, i
     FEDFS_AS(c);
     FEDFS_PARENT(p, path, op);
     const uint64_t m = creat ? scoped_cred.NewMode(mode & 07777) : 0;
-    fd = OpenAt2(p.fd.get(), p.name.c_str(), static_cast<uint64_t>(flags), m);
+    fd = OpenAt2(p.dir, p.name.c_str(), static_cast<uint64_t>(flags), m);
     if (fd < 0 && errno == EINVAL && direct) {
       // The file system does not do O_DIRECT at all: strip it.
       direct = false;
       flags &= ~O_DIRECT;
-      fd = OpenAt2(p.fd.get(), p.name.c_str(), static_cast<uint64_t>(flags), m);
+      fd = OpenAt2(p.dir, p.name.c_str(), static_cast<uint64_t>(flags), m);
     }
     if (fd < 0) return SysErr(op, path);
   }
