@@ -15,12 +15,15 @@
 # readdir entries, rename, unlink), fio 1 MiB sequential write/read (read
 # after dropping caches), 4 KiB random read warm and cold (caches dropped:
 # echo 3 > /proc/sys/vm/drop_caches, which affects the whole machine) and
-# 4 KiB random write. Prints a table with each value and its ratio to ptll.
+# 4 KiB random write. Prints a table with each value and its ratio to ptll, then the
+# sequential rows of fedfs3-rem as a ratio to fedfs3-loc.
 # A column that cannot run prints n/a (with the reason on stderr).
 #
 # Usage (root): bench/fs_bench.sh
 # Env: BUILD=<build dir> (default build-bench), FILES=10000, SEQ_SIZE=256M,
 #      RAND_SIZE=64M, RUNTIME=5 (seconds per random fio job),
+#      REPEAT=3 (runs of the metadata and sequential rows; the median is
+#      shown: on a small shared machine single runs of those rows vary by up to 2x),
 #      TARGETS="native ptll mergerfs fedfs1 fedfs3-loc fedfs3-rem",
 #      KEEP=1 keeps the work directory, STEP_TIMEOUT=900 (s) bounds the metadata loop.
 # Everything started here (FUSE servers, daemons) is stopped by pid and
@@ -33,6 +36,7 @@ FILES=${FILES:-10000}
 SEQ_SIZE=${SEQ_SIZE:-256M}
 RAND_SIZE=${RAND_SIZE:-64M}
 RUNTIME=${RUNTIME:-5}
+REPEAT=${REPEAT:-3}
 TARGETS=${TARGETS:-"native ptll mergerfs fedfs1 fedfs3-loc fedfs3-rem"}
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
@@ -86,19 +90,32 @@ declare -A R   # R[<target>,<row>] = value
 ROWS=(create_ops_s stat_ops_s readdir_entries_s rename_ops_s unlink_ops_s
   seq_write_mib_s seq_read_mib_s randread_warm_iops randread_cold_iops randwrite_iops)
 
+# median <values...>: the middle one (the lower middle of an even count); "" if none.
+median() {
+  [ $# -gt 0 ] || { echo ""; return; }
+  printf '%s\n' "$@" | sort -n | sed -n "$(( ($# + 1) / 2 ))p"
+}
+
 measure() {
-  local t=$1 dir=$2
-  log "$t: metadata ($FILES files) in $dir"
-  local out
-  if out=$(timeout "${STEP_TIMEOUT:-900}" "$META" --dir "$dir" --files "$FILES" 2>"$WORK/meta-$t.err"); then
-    while read -r k v; do R[$t,$k]=$v; done <<<"$out"
-  else
-    log "$t: fedfs-meta-bench failed: $(cat "$WORK/meta-$t.err")"
-  fi
-  log "$t: fio"
-  R[$t,seq_write_mib_s]=$(fio_run "$dir" seq write 1M "$SEQ_SIZE" 0 mibs || echo "")
-  drop_caches
-  R[$t,seq_read_mib_s]=$(fio_run "$dir" seq read 1M "$SEQ_SIZE" 0 mibs || echo "")
+  local t=$1 dir=$2 i k v
+  declare -A runs=()  # runs[<row>] = "v1 v2 ..."
+  for i in $(seq "$REPEAT"); do
+    log "$t: metadata ($FILES files) in $dir, run $i of $REPEAT"
+    local out
+    if out=$(timeout "${STEP_TIMEOUT:-900}" "$META" --dir "$dir" --files "$FILES" 2>"$WORK/meta-$t.err"); then
+      while read -r k v; do runs[$k]+=" $v"; done <<<"$out"
+    else
+      log "$t: fedfs-meta-bench failed: $(cat "$WORK/meta-$t.err")"
+    fi
+    log "$t: fio sequential, run $i of $REPEAT"
+    runs[seq_write_mib_s]+=" $(fio_run "$dir" seq write 1M "$SEQ_SIZE" 0 mibs || true)"
+    drop_caches
+    runs[seq_read_mib_s]+=" $(fio_run "$dir" seq read 1M "$SEQ_SIZE" 0 mibs || true)"
+    rm -f "$dir/fio-seq"
+  done
+  # shellcheck disable=SC2086  # word splitting of the runs is intended
+  for k in "${!runs[@]}"; do R[$t,$k]=$(median ${runs[$k]}); done
+  log "$t: fio random"
   # Lay out the random-I/O file, read it once so the warm run hits cache.
   fio_run "$dir" rnd write 1M "$RAND_SIZE" 0 mibs >/dev/null || true
   fio_run "$dir" rnd read 1M "$RAND_SIZE" 0 mibs >/dev/null || true
@@ -106,7 +123,7 @@ measure() {
   drop_caches
   R[$t,randread_cold_iops]=$(fio_run "$dir" rnd randread 4k "$RAND_SIZE" 1 iops || echo "")
   R[$t,randwrite_iops]=$(fio_run "$dir" rnd randwrite 4k "$RAND_SIZE" 1 iops || echo "")
-  rm -f "$dir/fio-seq" "$dir/fio-rnd"
+  rm -f "$dir/fio-rnd"
 }
 
 # ---- table (also printed by the EXIT trap if a run is cut short) ----------------
@@ -115,7 +132,7 @@ print_table() {
   [ -z "$TABLE_DONE" ] || return 0
   TABLE_DONE=1
   echo
-  echo "fs_bench: FILES=$FILES SEQ_SIZE=$SEQ_SIZE RAND_SIZE=$RAND_SIZE RUNTIME=${RUNTIME}s, $(nproc) cores, $(uname -r)"
+  echo "fs_bench: FILES=$FILES SEQ_SIZE=$SEQ_SIZE RAND_SIZE=$RAND_SIZE RUNTIME=${RUNTIME}s REPEAT=$REPEAT (median), $(nproc) cores, $(uname -r)"
   echo "each cell: value (ratio to ptll = libfuse passthrough_ll)"
   printf "%-20s" "row"
   for t in $TARGETS; do printf " %20s" "$t"; done
@@ -134,6 +151,13 @@ print_table() {
       fi
     done
     echo
+  done
+  # Remote files through the mount against local files through the mount.
+  for r in seq_write_mib_s seq_read_mib_s; do
+    local l=${R[fedfs3-loc,$r]:-} m=${R[fedfs3-rem,$r]:-}
+    if [ -n "$l" ] && [ -n "$m" ] && [ "$l" != 0 ]; then
+      echo "$r fedfs3-rem / fedfs3-loc: $(awk -v a="$m" -v b="$l" 'BEGIN { printf "%.2f", a / b }')"
+    fi
   done
 }
 
