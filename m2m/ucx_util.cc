@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "common/logging.h"
@@ -88,6 +89,18 @@ Result<ucp_config_t*> ReadConfig(const UcxOptions& opts) {
     if (st) st = set("SYSV_ERROR_HANDLING", "y", false);
   }
   if (st && opts.reuse_address) st = set("CM_REUSEADDR", "y", false);
+  const bool tcp_possible = opts.tls.empty() || opts.tls.find("tcp") != std::string::npos ||
+                            opts.tls.find("all") != std::string::npos;
+  // A transport's key goes without its prefix (TX_SEG_SIZE, not
+  // TCP_TX_SEG_SIZE: UCX 1.13 warns that the latter is unused and ignores it).
+  auto set_unless_env = [&](const char* name, const std::string& value) -> Status {
+    if (value.empty() || std::getenv((std::string("UCX_TCP_") + name).c_str()) != nullptr) {
+      return Ok();
+    }
+    return set(name, value, false);
+  };
+  if (st && tcp_possible) st = set_unless_env("TX_SEG_SIZE", opts.tcp_tx_seg_size);
+  if (st && tcp_possible) st = set_unless_env("RX_SEG_SIZE", opts.tcp_rx_seg_size);
   for (const auto& [name, value] : opts.extra_config) {
     if (!st) break;
     st = set(name, value, true);
