@@ -527,6 +527,28 @@ Status LocalNodeFs::XattrTarget(const Cred& c, const std::string& path, const ch
   return Ok();
 }
 
+// fgetxattr of `fd` as the caller. The daemon keeps CAP_SYS_ADMIN under a
+// non-root fsuid: trusted.* is hidden as the kernel hides it from
+// unprivileged callers.
+Result<std::string> LocalNodeFs::FGetXattr(const Cred& c, int fd, const std::string& what,
+                                           const std::string& name, size_t size,
+                                           size_t* needed) {
+  if (c.uid != 0 && Trusted(name)) return SysErr("getxattr", what, ENODATA);
+  FEDFS_AS(c);
+  if (size == 0) {
+    ssize_t n = fgetxattr(fd, name.c_str(), nullptr, 0);
+    if (n < 0) return SysErr("getxattr", what);
+    if (needed) *needed = static_cast<size_t>(n);
+    return std::string();
+  }
+  std::string buf(std::min<size_t>(size, 65536), '\0');
+  ssize_t n = fgetxattr(fd, name.c_str(), buf.data(), buf.size());
+  if (n < 0) return SysErr("getxattr", what);
+  buf.resize(static_cast<size_t>(n));
+  if (needed) *needed = static_cast<size_t>(n);
+  return buf;
+}
+
 Result<std::string> LocalNodeFs::GetXattr(const Cred& c, const std::string& path,
                                           const std::string& name, size_t size, size_t* needed) {
   if (needed) *needed = 0;
@@ -534,22 +556,15 @@ Result<std::string> LocalNodeFs::GetXattr(const Cred& c, const std::string& path
   if (auto st = XattrTarget(c, path, "getxattr", &raw); !st) return Err(st.error());
   UniqueFd fd(raw);
   if (fd.get() < 0) return SysErr("getxattr", path, ENODATA);
-  // The daemon keeps CAP_SYS_ADMIN under a non-root fsuid: hide trusted.* as
-  // the kernel does for unprivileged callers.
-  if (c.uid != 0 && Trusted(name)) return SysErr("getxattr", path, ENODATA);
-  FEDFS_AS(c);
-  if (size == 0) {
-    ssize_t n = fgetxattr(fd.get(), name.c_str(), nullptr, 0);
-    if (n < 0) return SysErr("getxattr", path);
-    if (needed) *needed = static_cast<size_t>(n);
-    return std::string();
-  }
-  std::string buf(std::min<size_t>(size, 65536), '\0');
-  ssize_t n = fgetxattr(fd.get(), name.c_str(), buf.data(), buf.size());
-  if (n < 0) return SysErr("getxattr", path);
-  buf.resize(static_cast<size_t>(n));
-  if (needed) *needed = static_cast<size_t>(n);
-  return buf;
+  return FGetXattr(c, fd.get(), path, name, size, needed);
+}
+
+Result<std::string> LocalNodeFs::GetXattrOf(const Cred& c, Handle h, const std::string& name,
+                                            size_t size, size_t* needed) {
+  if (needed) *needed = 0;
+  auto f = Lookup(h);
+  if (!f) return Err(f.error());
+  return FGetXattr(c, (*f)->fd, "handle " + std::to_string(h), name, size, needed);
 }
 
 Status LocalNodeFs::SetXattr(const Cred& c, const std::string& path, const std::string& name,

@@ -127,6 +127,8 @@ class LocalNodeFs final : public NodeFs {
                               const SetAttrRequest& req) override;
   Result<struct statvfs> StatFs() override;
 
+  Result<std::string> GetXattrOf(const Cred& c, Handle h, const std::string& name, size_t size,
+                                 size_t* needed) override;
   Result<std::string> GetXattr(const Cred& c, const std::string& path, const std::string& name,
                                size_t size, size_t* needed) override;
   Status SetXattr(const Cred& c, const std::string& path, const std::string& name,
@@ -159,6 +161,8 @@ class LocalNodeFs final : public NodeFs {
   }
   std::function<void(const std::string& path)> change_hook_;
   struct Parent;
+  static Result<std::string> FGetXattr(const Cred& c, int fd, const std::string& what,
+                                       const std::string& name, size_t size, size_t* needed);
   struct LockDesc;  // one private open file description (closed on destruction)
   struct InodeLocks {
     size_t handles = 0;  // open handles of this inode here

@@ -144,6 +144,15 @@ class NodeFs {
   virtual Result<std::string> GetXattr(const Cred& c, const std::string& path,
                                        const std::string& name, size_t size,
                                        size_t* needed) = 0;
+  // fgetxattr(2) through an open handle of the file (the kernel asks
+  // security.capability before every write: through the handle that costs
+  // one system call, not a path resolution). ENOSYS: not offered here, ask
+  // by path.
+  virtual Result<std::string> GetXattrOf(const Cred& c, Handle h, const std::string& name,
+                                         size_t size, size_t* needed) {
+    (void)c, (void)h, (void)name, (void)size, (void)needed;
+    return Err(ENOSYS, "getxattr through a handle");
+  }
   virtual Status SetXattr(const Cred& c, const std::string& path, const std::string& name,
                           std::span<const std::byte> value, int flags) = 0;
   // The names, NUL-separated, as listxattr(2) returns them.

@@ -1031,10 +1031,9 @@ Result<VfsImpl::OpenFile> VfsImpl::FileOf(uint64_t fh) const {
 
 std::optional<uint64_t> VfsImpl::AnyFileHandleOf(uint64_t ino) const {
   std::lock_guard lock(files_mu_);
-  for (const auto& [fh, f] : files_) {
-    if (f.ino == ino) return fh;
-  }
-  return std::nullopt;
+  auto it = files_by_ino_.find(ino);
+  if (it == files_by_ino_.end()) return std::nullopt;
+  return it->second;
 }
 
 Result<VfsImpl::OpenFile> VfsImpl::AnyFileOf(uint64_t ino) const {
@@ -1046,6 +1045,7 @@ Result<VfsImpl::OpenFile> VfsImpl::AnyFileOf(uint64_t ino) const {
 uint64_t VfsImpl::AddFile(OpenFile f) {
   std::lock_guard lock(files_mu_);
   const uint64_t fh = next_fh_++;
+  files_by_ino_.emplace(f.ino, fh);
   files_.emplace(fh, std::move(f));
   return fh;
 }
@@ -1148,6 +1148,13 @@ Status VfsImpl::Release(uint64_t fh) {
     if (it == files_.end()) return Err(EBADF, "unknown file handle");
     f = std::move(it->second);
     files_.erase(it);
+    auto [b, e] = files_by_ino_.equal_range(f.ino);
+    for (auto i = b; i != e; ++i) {
+      if (i->second == fh) {
+        files_by_ino_.erase(i);
+        break;
+      }
+    }
   }
   return f.fs->Release(f.handle);
 }
@@ -1373,6 +1380,11 @@ Result<std::string> VfsImpl::GetXattr(const Cred& c, uint64_t ino, const std::st
     FEDFS_TRY(vd, deps_.vds->Get(r->path));
     if ((*vd)->holders.empty()) return Err(ENOENT, r->path);
     node = (*vd)->holders.front();
+  } else if (auto f = AnyFileOf(ino); f) {
+    // Open here: ask through the handle (the same permission checks, run as
+    // the caller; the file the kernel means even if its name has moved).
+    auto v = f->fs->GetXattrOf(c, f->handle, name, size, needed);
+    if (v || v.error().code != ENOSYS) return v;
   }
   FEDFS_TRY(fs, FsOf(node));
   return (*fs)->GetXattr(c, r->path, name, size, needed);

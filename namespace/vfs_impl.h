@@ -391,6 +391,7 @@ class VfsImpl final : public Vfs {
 
   mutable std::mutex files_mu_;  // after mu_
   std::unordered_map<uint64_t, OpenFile> files_;  // guarded by files_mu_
+  std::unordered_multimap<uint64_t, uint64_t> files_by_ino_;  // ino -> fh, guarded by files_mu_
   std::unordered_map<uint64_t, std::shared_ptr<DirHandle>> dirs_;  // guarded by files_mu_
   uint64_t next_fh_ = 1;  // guarded by files_mu_
 

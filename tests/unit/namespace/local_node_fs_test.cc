@@ -168,5 +168,43 @@ TEST(LocalNodeFs, HandlesAreTableIndicesNotFds) {
   RemoveTree(dir);
 }
 
+TEST(LocalNodeFs, GetXattrThroughAHandleAnswersAsByPath) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (trusted.* xattrs)";
+  std::string dir = MakeTempDir("fedfs-local-");
+  auto fs = LocalNodeFs::Open("n0", dir);
+  ASSERT_TRUE(fs);
+  Cred root;
+  auto f = (*fs)->Create(root, "/f", O_WRONLY, 0600);
+  ASSERT_TRUE(f);
+  const std::string v = "value";
+  ASSERT_TRUE((*fs)->SetXattr(root, "/f", "user.k", std::as_bytes(std::span(v)), 0));
+  ASSERT_TRUE((*fs)->SetXattr(root, "/f", "trusted.k", std::as_bytes(std::span(v)), 0));
+  // A write-only handle serves it; the size-only form too.
+  auto got = (*fs)->GetXattrOf(root, f->handle, "user.k", 64, nullptr);
+  ASSERT_TRUE(got);
+  EXPECT_EQ(*got, v);
+  size_t needed = 0;
+  ASSERT_TRUE((*fs)->GetXattrOf(root, f->handle, "user.k", 0, &needed));
+  EXPECT_EQ(needed, v.size());
+  EXPECT_EQ((*fs)->GetXattrOf(root, f->handle, "security.capability", 64, nullptr).error().code,
+            ENODATA);
+  // As another user: the file's mode refuses reading user.*, and trusted.*
+  // is hidden.
+  Cred other{.uid = 65534, .gid = 65534};
+  auto denied = (*fs)->GetXattrOf(other, f->handle, "user.k", 64, nullptr);
+  ASSERT_FALSE(denied);
+  EXPECT_EQ(denied.error().code, EACCES);
+  EXPECT_EQ((*fs)->GetXattrOf(other, f->handle, "trusted.k", 64, nullptr).error().code, ENODATA);
+  // The handle's file even after its name moved.
+  ASSERT_TRUE((*fs)->Rename(root, "/f", "/g", 0));
+  got = (*fs)->GetXattrOf(root, f->handle, "user.k", 64, nullptr);
+  ASSERT_TRUE(got);
+  EXPECT_EQ(*got, v);
+  EXPECT_TRUE((*fs)->Release(f->handle));
+  EXPECT_EQ((*fs)->GetXattrOf(root, f->handle, "user.k", 64, nullptr).error().code, EBADF);
+  fs->reset();
+  RemoveTree(dir);
+}
+
 }  // namespace
 }  // namespace fedfs::ns::testing
