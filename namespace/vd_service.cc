@@ -660,6 +660,8 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
       ++stats_.lookups;
     }
     auto view = cluster_->Current();
+    // Managed here: served at once, as Route would (no Routed to build).
+    if (ManagedHere(*view, path)) return ServeGet(path, view->self, std::nullopt, false, std::move(done));
     std::optional<DirTable::Ticket> ticket;
     std::optional<SharerSlotData> sharer;
     // A copy fetched without `notify` must not feed a kernel that caches
@@ -705,6 +707,24 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     if (valid) valid = ValidateChanges(changes);
     if (!valid) return done(Err(valid.error()));
     auto self = shared_from_this();
+    // Claims, locks and releases change no entry, and their replies carry no
+    // version (patching with one would drop the cached copy: a refetch of
+    // the whole VD per unlink or rename).
+    const bool own = dt_ && std::ranges::any_of(changes, [](const VdChange& c) {
+      return c.kind == VdChange::Kind::kAdd || c.kind == VdChange::Kind::kRemove;
+    });
+    auto finish = [self, path, own, done = std::move(done)](Result<UpdateOutcome> v) mutable {
+      if (own) self->dt_->EndOwnChange(path);  // after the patch (inspect runs first)
+      if (!v) return done(Err(v.error()));
+      done(Ok());
+    };
+    if (own) dt_->BeginOwnChange(path);
+    auto view = cluster_->Current();
+    // Managed here: served at once, as Route would (no Routed to build, and
+    // this node keeps no DT copy of its own VDs to patch).
+    if (ManagedHere(*view, path)) {
+      return ServeUpdate(path, std::move(changes), view->self, *view, std::move(finish));
+    }
     auto r = std::make_shared<Routed<UpdateOutcome>>();
     r->path = path;
     r->method = MethodId(RpcMethod::kNsVdUpdate);
@@ -717,26 +737,15 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
       self->ServeUpdate(path, changes, v.self, v, std::move(cb));
     };
     r->decode = [](const m2m::Bytes& b) { return DecodeUpdateReply(b); };
-    // Claims, locks and releases change no entry, and their replies carry no
-    // version (patching with one would drop the cached copy: a refetch of
-    // the whole VD per unlink or rename).
-    const bool own = dt_ && std::ranges::any_of(changes, [](const VdChange& c) {
-      return c.kind == VdChange::Kind::kAdd || c.kind == VdChange::Kind::kRemove;
-    });
     if (own) {
-      dt_->BeginOwnChange(path);
       r->inspect = [self, path](const Result<UpdateOutcome>& o, bool remote, uint64_t) {
         if (!remote) return;  // served here: this node keeps no DT copy of its own VDs
         if (!o) return self->dt_->Invalidate(path);
         self->dt_->Patch(path, o->prev_version, o->version, o->keys, o->fresh, o->holders);
       };
     }
-    r->done = [self, path, own, done = std::move(done)](Result<UpdateOutcome> v) mutable {
-      if (own) self->dt_->EndOwnChange(path);  // after the patch (inspect runs first)
-      if (!v) return done(Err(v.error()));
-      done(Ok());
-    };
-    Route(std::move(r));
+    r->done = std::move(finish);
+    Route(std::move(r), std::move(view));
   }
 
   void Conflicts(const std::string& path,
@@ -838,9 +847,16 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     return Err(ESTALE, "not the manager of " + path + " in epoch " + std::to_string(view.epoch));
   }
 
+  static bool ManagedHere(const ClusterView& view, const std::string& path) {
+    const std::string& manager = view.Manager(path);
+    return !manager.empty() && manager == view.self;
+  }
+
+  // `view`: the one the caller just read (null: read it now; retries read it
+  // again).
   template <class T>
-  void Route(std::shared_ptr<Routed<T>> r) {
-    auto view = cluster_->Current();
+  void Route(std::shared_ptr<Routed<T>> r, std::shared_ptr<const ClusterView> view = nullptr) {
+    if (!view) view = cluster_->Current();
     const std::string manager = view->Manager(r->path);
     if (manager.empty()) return r->done(Err(EHOSTDOWN, "no live member to manage " + r->path));
     if (manager == view->self) {
