@@ -932,7 +932,7 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
     if (auto s = locks.Take(std::move(names)); !s) return s;
     FEDFS_TRY(svd2, deps_.vds->Get(sdir->path));
     if (!SameEntry((*svd2)->Find(name), src)) return Err(EEXIST, "raced");
-    FEDFS_TRY(dvd2, deps_.vds->Get(ddir->path));
+    FEDFS_TRY(dvd2, sdir->path == ddir->path ? Result<VdPtr>(*svd2) : deps_.vds->Get(ddir->path));
     if (!SameEntry((*dvd2)->Find(new_name), dst_read)) return Err(EEXIST, "raced");
   }
   if (claimed) {
