@@ -7,7 +7,13 @@
 #               HAVE_COPY_FILE_RANGE; HAVE_UTIMENSAT and HAVE_SETXATTR too,
 #               which only the high-level examples read), -o xattr, defaults
 #               otherwise (cache=auto, 1 s timeouts)
-#   mergerfs    Debian's mergerfs over one branch, its defaults + allow_other
+#   ptll-dp     the same with -o default_permissions, the option FedFS mounts
+#               with by default (the kernel then checks permissions itself and
+#               asks for the directory's attributes after each change in it:
+#               one more request per create, rename, unlink), for a
+#               like-for-like comparison; ratios stay against ptll
+#   mergerfs    Debian's mergerfs over one branch, its defaults (which include
+#               default_permissions) + allow_other
 #   fedfs1      FedFS, 1 node
 #   fedfs3-loc  FedFS, 3 nodes, files created on the mounting node
 #   fedfs3-rem  FedFS, 3 nodes, a placement rule puts every file on another node
@@ -24,7 +30,7 @@
 #      RAND_SIZE=64M, RUNTIME=5 (seconds per random fio job),
 #      REPEAT=3 (runs of the metadata and sequential rows; the median is
 #      shown: on a small shared machine single runs of those rows vary by up to 2x),
-#      TARGETS="native ptll mergerfs fedfs1 fedfs3-loc fedfs3-rem",
+#      TARGETS="native ptll ptll-dp mergerfs fedfs1 fedfs3-loc fedfs3-rem",
 #      KEEP=1 keeps the work directory, STEP_TIMEOUT=900 (s) bounds the metadata loop.
 # Everything started here (FUSE servers, daemons) is stopped by pid and
 # everything mounted is unmounted on exit, failure or Ctrl-C (trap).
@@ -37,7 +43,7 @@ SEQ_SIZE=${SEQ_SIZE:-256M}
 RAND_SIZE=${RAND_SIZE:-64M}
 RUNTIME=${RUNTIME:-5}
 REPEAT=${REPEAT:-3}
-TARGETS=${TARGETS:-"native ptll mergerfs fedfs1 fedfs3-loc fedfs3-rem"}
+TARGETS=${TARGETS:-"native ptll ptll-dp mergerfs fedfs1 fedfs3-loc fedfs3-rem"}
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
 
@@ -55,6 +61,7 @@ build_ptll
 setup_native() { mkdir -p "$WORK/native"; DIR=$WORK/native; }
 
 setup_ptll() { start_ptll ptll; }
+setup_ptll-dp() { start_ptll ptlldp default_permissions; }
 
 setup_mergerfs() {
   command -v mergerfs >/dev/null || { log "mergerfs not installed"; return 1; }
