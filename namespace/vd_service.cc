@@ -26,8 +26,8 @@
 #include <spdlog/spdlog.h>
 
 #include "common/logging.h"
-#include "common/wait.h"
 #include "common/rpc_methods.h"
+#include "common/wait.h"
 #include "namespace/path.h"
 #include "namespace/vd_internal.h"
 #include "vd_generated.h"
@@ -661,7 +661,9 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     }
     auto view = cluster_->Current();
     // Managed here: served at once, as Route would (no Routed to build).
-    if (ManagedHere(*view, path)) return ServeGet(path, view->self, std::nullopt, false, std::move(done));
+    if (ManagedHere(*view, path)) {
+      return ServeGet(path, view->self, std::nullopt, false, std::move(done));
+    }
     std::optional<DirTable::Ticket> ticket;
     std::optional<SharerSlotData> sharer;
     // A copy fetched without `notify` must not feed a kernel that caches
@@ -1646,7 +1648,8 @@ Status DropSubtreeSync(VdService& s, const std::string& path) {
 }
 
 Status UpdateManyVdSync(VdService& s, const std::string& path, std::vector<VdChange> changes) {
-  return WaitFor<Status>([&](auto done) { s.UpdateMany(path, std::move(changes), std::move(done)); });
+  return WaitFor<Status>(
+      [&](auto done) { s.UpdateMany(path, std::move(changes), std::move(done)); });
 }
 
 Status UpdateVdSync(VdService& s, const std::string& path, VdChange change) {
