@@ -28,8 +28,8 @@
 # Usage (root): bench/fs_bench.sh
 # Env: BUILD=<build dir> (default build-bench), FILES=10000, SEQ_SIZE=256M,
 #      RAND_SIZE=64M, RUNTIME=5 (seconds per random fio job),
-#      REPEAT=3 (runs of the metadata and sequential rows; the median is
-#      shown: on a small shared machine single runs of those rows vary by up to 2x),
+#      REPEAT=3 (runs of every row; the median is shown: on a small shared
+#      machine single runs vary by up to 2x),
 #      TARGETS="native ptll ptll-dp mergerfs fedfs1 fedfs3-loc fedfs3-rem",
 #      KEEP=1 keeps the work directory, STEP_TIMEOUT=900 (s) bounds the metadata loop.
 # Everything started here (FUSE servers, daemons) is stopped by pid and
@@ -119,18 +119,18 @@ measure() {
     drop_caches
     runs[seq_read_mib_s]+=" $(fio_run "$dir" seq read 1M "$SEQ_SIZE" 0 mibs || true)"
     rm -f "$dir/fio-seq"
+    log "$t: fio random, run $i of $REPEAT"
+    # Lay out the random-I/O file, read it once so the warm run hits cache.
+    fio_run "$dir" rnd write 1M "$RAND_SIZE" 0 mibs >/dev/null || true
+    fio_run "$dir" rnd read 1M "$RAND_SIZE" 0 mibs >/dev/null || true
+    runs[randread_warm_iops]+=" $(fio_run "$dir" rnd randread 4k "$RAND_SIZE" 1 iops || true)"
+    drop_caches
+    runs[randread_cold_iops]+=" $(fio_run "$dir" rnd randread 4k "$RAND_SIZE" 1 iops || true)"
+    runs[randwrite_iops]+=" $(fio_run "$dir" rnd randwrite 4k "$RAND_SIZE" 1 iops || true)"
+    rm -f "$dir/fio-rnd"
   done
   # shellcheck disable=SC2086  # word splitting of the runs is intended
   for k in "${!runs[@]}"; do R[$t,$k]=$(median ${runs[$k]}); done
-  log "$t: fio random"
-  # Lay out the random-I/O file, read it once so the warm run hits cache.
-  fio_run "$dir" rnd write 1M "$RAND_SIZE" 0 mibs >/dev/null || true
-  fio_run "$dir" rnd read 1M "$RAND_SIZE" 0 mibs >/dev/null || true
-  R[$t,randread_warm_iops]=$(fio_run "$dir" rnd randread 4k "$RAND_SIZE" 1 iops || echo "")
-  drop_caches
-  R[$t,randread_cold_iops]=$(fio_run "$dir" rnd randread 4k "$RAND_SIZE" 1 iops || echo "")
-  R[$t,randwrite_iops]=$(fio_run "$dir" rnd randwrite 4k "$RAND_SIZE" 1 iops || echo "")
-  rm -f "$dir/fio-rnd"
 }
 
 # ---- table (also printed by the EXIT trap if a run is cut short) ----------------
