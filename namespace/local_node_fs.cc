@@ -176,7 +176,9 @@ Result<int> LocalNodeFs::OpenDirBeneath(int dirfd, std::string_view rel, const s
   return cur.release();
 }
 
-Result<LocalNodeFs::Parent> LocalNodeFs::ResolveParent(const std::string& path, const char* op) {
+Result<LocalNodeFs::Parent> LocalNodeFs::ResolveParent(const std::string& path, const char* op,
+                                                       const Parent* sibling,
+                                                       const std::string& sibling_path) {
   if (auto st = ValidateGlobalPath(path); !st) {
     if (st.error().code == ENAMETOOLONG) {
       Log()->debug("{}: {}: {}", op, Shown(path), st.error().context);
@@ -198,6 +200,10 @@ Result<LocalNodeFs::Parent> LocalNodeFs::ResolveParent(const std::string& path, 
   const std::string_view parent = ParentPath(path);
   if (parent == "/") {
     p.dir = root_fd_;
+    return p;
+  }
+  if (sibling != nullptr && parent == ParentPath(sibling_path)) {
+    p.dir = sibling->dir;  // one directory: its descriptor serves both names
     return p;
   }
   auto fd = OpenDirBeneath(root_fd_, RelativePath(parent), path, op);
@@ -395,18 +401,11 @@ Status LocalNodeFs::Rename(const Cred& c, const std::string& from, const std::st
                            unsigned flags) {
   FEDFS_AS(c);
   FEDFS_PARENT(a, from, "rename");
-  // Within one directory (the common case) its descriptor serves both names.
-  std::optional<Parent> b_own;
-  if (ParentPath(from) != ParentPath(to)) {
-    auto b = ResolveParent(to, "rename");
-    if (!b) return Err(b.error());
-    b_own = std::move(*b);
-  }
-  const int b_fd = b_own ? b_own->dir : a.dir;
-  const std::string b_name(BaseName(to));
+  auto b = ResolveParent(to, "rename", &a, from);
+  if (!b) return Err(b.error());
   Changing(from);
   Changing(to);
-  if (renameat2(a.dir, a.name.c_str(), b_fd, b_name.c_str(), flags) != 0) {
+  if (renameat2(a.dir, a.name.c_str(), b->dir, b->name.c_str(), flags) != 0) {
     return SysErr("rename", from + " -> " + to);
   }
   return Ok();
@@ -416,7 +415,9 @@ Result<struct stat> LocalNodeFs::Link(const Cred& c, const std::string& existing
                                       const std::string& newpath) {
   FEDFS_AS(c);
   FEDFS_PARENT(a, existing, "link");
-  FEDFS_PARENT(b, newpath, "link");
+  auto b_r = ResolveParent(newpath, "link", &a, existing);
+  if (!b_r) return Err(b_r.error());
+  const Parent& b = *b_r;
   Changing(newpath);
   if (linkat(a.dir, a.name.c_str(), b.dir, b.name.c_str(), 0) != 0) {
     return SysErr("link", existing + " -> " + newpath);

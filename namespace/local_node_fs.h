@@ -180,7 +180,11 @@ class LocalNodeFs final : public NodeFs {
 
   // Validates `path` and opens its parent beneath the root (as the current
   // thread's credentials). For "/", the parent is the root and name ".".
-  Result<Parent> ResolveParent(const std::string& path, const char* op);
+  // `sibling`: the resolved parent of `sibling_path`; when both paths are in
+  // one directory its descriptor is used (after `path` is validated).
+  Result<Parent> ResolveParent(const std::string& path, const char* op,
+                               const Parent* sibling = nullptr,
+                               const std::string& sibling_path = {});
   // Opens `rel` (relative, "." allowed) beneath `dirfd` as an O_PATH
   // directory, in chunks when longer than PATH_MAX.
   Result<int> OpenDirBeneath(int dirfd, std::string_view rel, const std::string& path,

@@ -563,6 +563,10 @@ TEST_P(NodeFsContract, HostilePathsRefused) {
   EXPECT_EQ(ErrOf(fs().Mkdir(root_cred_, "/sub/up3/x", 0755)), EXDEV);
   EXPECT_EQ(ErrOf(Status(fs().MkdirParents("/esc/a/b", {}))), EXDEV);
   EXPECT_EQ(ErrOf(Status(fs().Rename(root_cred_, "/sub", "/up/stolen", 0))), EXDEV);
+  // A destination in the source's own directory is checked as well.
+  ASSERT_EQ(mkdir(R("/sub/d").c_str(), 0755), 0);
+  EXPECT_TRUE(refused(ErrOf(Status(fs().Rename(root_cred_, "/sub/d", "/sub/..", 0)))));
+  EXPECT_TRUE(refused(ErrOf(fs().Link(root_cred_, "/sub/up3", "/sub/.."))));
   size_t needed = 0;
   EXPECT_EQ(ErrOf(fs().GetXattr(root_cred_, "/esc/passwd", "user.x", 10, &needed)), EXDEV);
   // The symlinks themselves are ordinary objects beneath the root.
