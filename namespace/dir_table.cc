@@ -59,7 +59,8 @@ int64_t HoldersBytes(const std::vector<std::string>& holders) {
 }  // namespace
 
 size_t DirTable::SizeOf(const VirtualDirectory& vd) {
-  size_t n = sizeof(VirtualDirectory) + vd.path.size() + static_cast<size_t>(HoldersBytes(vd.holders));
+  size_t n = sizeof(VirtualDirectory) + vd.path.size() +
+             static_cast<size_t>(HoldersBytes(vd.holders));
   for (const auto& e : vd.entries) n += VdEntryBytes(e);
   return n;
 }

@@ -170,12 +170,14 @@ void PatchEntries(const std::vector<std::string>& keys, std::vector<VdEntry> fre
     if (bytes != nullptr) *bytes += d * static_cast<int64_t>(VdEntryBytes(e));
   };
   for (const std::string& k : keys) {
-    if (auto it = entries->LowerBound(k); it != entries->end() && it->name == k && it->real_name == k) {
+    if (auto it = entries->LowerBound(k);
+        it != entries->end() && it->name == k && it->real_name == k) {
       count(*it, -1);
       entries->Erase(it);
     }
     const std::string prefix = k + "@";
-    for (auto it = entries->LowerBound(prefix); it != entries->end() && it->name.starts_with(prefix);) {
+    for (auto it = entries->LowerBound(prefix);
+         it != entries->end() && it->name.starts_with(prefix);) {
       if (it->real_name != k) {
         ++it;
         continue;

@@ -54,7 +54,7 @@ bool ApplyRemove(MergeState& s, const std::string& node, const std::string& name
 // Brings `entries` (sorted, derived from `s` before a change of `name`) up to
 // date after that change: the entries of `name`, and those of the name whose
 // alias `name` may collide with ("a" for "a@n2"), are recomputed; the rest
-// stays. O(entries). `subdirs`, if given, follows the count of directories.
+// stays. O(log entries) per entry replaced. `subdirs`, if given, follows the count of directories.
 void RefreshEntries(const MergeState& s, const std::string& name, VdEntries* entries,
                     size_t* subdirs = nullptr);
 

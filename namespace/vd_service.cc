@@ -660,8 +660,9 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
       ++stats_.lookups;
     }
     auto view = cluster_->Current();
+    const std::string& manager = view->Manager(path);
     // Managed here: served at once, as Route would (no Routed to build).
-    if (ManagedHere(*view, path)) {
+    if (!manager.empty() && manager == view->self) {
       return ServeGet(path, view->self, std::nullopt, false, std::move(done));
     }
     std::optional<DirTable::Ticket> ticket;
@@ -670,13 +671,10 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     // names (its manager would not tell this node's kernel of changes): DT
     // entries are bound to the epoch and to the notify mode they came with.
     const bool notify = KernelCoherent();
-    if (dt_) {
-      const std::string& manager = view->Manager(path);
-      if (!manager.empty() && manager != view->self) {
-        if (VdPtr vd = dt_->Find(path, DtEpoch(view->epoch, notify))) return done(std::move(vd));
-        ticket = dt_->Reserve(path);
-        sharer = SharerSlotData{ticket->slot, dt_->region()};
-      }
+    if (dt_ && !manager.empty()) {  // managed elsewhere
+      if (VdPtr vd = dt_->Find(path, DtEpoch(view->epoch, notify))) return done(std::move(vd));
+      ticket = dt_->Reserve(path);
+      sharer = SharerSlotData{ticket->slot, dt_->region()};
     }
     auto self = shared_from_this();
     auto r = std::make_shared<Routed<VdPtr>>();
@@ -724,7 +722,7 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     auto view = cluster_->Current();
     // Managed here: served at once, as Route would (no Routed to build, and
     // this node keeps no DT copy of its own VDs to patch).
-    if (ManagedHere(*view, path)) {
+    if (const std::string& m = view->Manager(path); !m.empty() && m == view->self) {
       return ServeUpdate(path, std::move(changes), view->self, *view, std::move(finish));
     }
     auto r = std::make_shared<Routed<UpdateOutcome>>();
@@ -847,11 +845,6 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     SPDLOG_LOGGER_DEBUG(Log(), "not the manager of {} in epoch {} (it is '{}'): ESTALE", path,
                         view.epoch, m);
     return Err(ESTALE, "not the manager of " + path + " in epoch " + std::to_string(view.epoch));
-  }
-
-  static bool ManagedHere(const ClusterView& view, const std::string& path) {
-    const std::string& manager = view.Manager(path);
-    return !manager.empty() && manager == view.self;
   }
 
   // `view`: the one the caller just read (null: read it now; retries read it
@@ -1112,7 +1105,9 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
       // round of the change that ended the previous holder's lock let the
       // next holder read its DT's old copy and replace a name that was no
       // longer there (two copies of one name).
-      if (rounds_.contains(path)) return ClaimAfterRoundLocked(path, std::move(change), from, std::move(done));
+      if (rounds_.contains(path)) {
+        return ClaimAfterRoundLocked(path, std::move(change), from, std::move(done));
+      }
       if (const Claim* c = OtherHoldLocked(path, change.name, from)) {
         return done(Err(EAGAIN, JoinPath(path, change.name) + " is busy on " + c->node));
       }

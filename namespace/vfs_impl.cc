@@ -1252,7 +1252,9 @@ Result<std::vector<DirEntryOut>> VfsImpl::ReadDir(uint64_t dh, uint64_t offset, 
   }
   std::vector<DirEntryOut> out;
   max = std::min(max == 0 ? options_.max_readdir_batch : max, options_.max_readdir_batch);
-  for (size_t i = offset; i < snapshot->size() && out.size() < max; ++i) out.push_back((*snapshot)[i]);
+  for (size_t i = offset; i < snapshot->size() && out.size() < max; ++i) {
+    out.push_back((*snapshot)[i]);
+  }
   return out;
 }
 
