@@ -1003,8 +1003,12 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
           it->second.snap = Snapshot{std::move(vd), std::move(state)};
           ++stats_.updates_applied;
         }
-        const MergeState& st = *it->second.snap.state;
         o.version = it->second.snap.vd->version;
+      }
+      // What a remote reporter patches its DT copy with; this node keeps no
+      // DT copy of the VDs it manages.
+      if (it != resident_.end() && from != view.self) {
+        const MergeState& st = *it->second.snap.state;
         std::set<std::string> names;
         for (const VdChange& c : changes) {
           for (std::string& k : vd_internal::RefreshKeys(c.name)) names.insert(std::move(k));
