@@ -44,6 +44,7 @@ enum class RpcMethod : uint16_t {
   kFsHello = 64,  // a client session binds this connection and its buffer pool
   kFsMeta = 65,   // one NodeFs operation other than Read/Write (FsRequest.op)
   kFsData = 66,   // Read/Write (same FsRequest body; own id for traffic stats)
+  kFsAttrChanged = 67,  // holder -> client: attributes of files it has open changed
   kCoopCacheFirst = 96,
   kMigrationFirst = 128,
   kToolsFirst = 160,

@@ -335,6 +335,9 @@ Result<std::vector<ns::Conflict>> ConflictsSync(ns::VdService& s, const std::str
 
 std::optional<std::string> HandleNamespaceRequest(const std::string& line, ns::VfsImpl* vfs,
                                                   ns::VdService* vds, const std::string& self);
+std::optional<std::string> HandleFilesRequest(const std::string& line, const ns::FileService& fs,
+                                              const ns::FsCallbacks& callbacks,
+                                              const std::string& self);
 
 }  // namespace
 
@@ -418,6 +421,15 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
     d->Stop();
     return Err(s.error().code, "file service: " + s.error().ToString());
   }
+  // Changes of files that other nodes have open are told to them.
+  d->local_fs_->SetAttrObserver(d->file_service_.get());
+  // This node's side of those callbacks: the kernel drops what it caches.
+  d->fs_callbacks_ = std::make_unique<ns::FsCallbacks>(
+      d->transport_.get(),
+      [hooks = d->hooks_](const std::string& node, const std::vector<ns::Handle>& handles) {
+        std::shared_lock lock(hooks->vfs_mu);
+        if (hooks->vfs != nullptr) hooks->vfs->RemoteAttrsChanged(node, handles);
+      });
   ns::VdServiceOptions vdo;
   vdo.rpc_timeout = o.timeouts.rpc;
   vdo.dt_entries = o.directory_table.entries;
@@ -451,12 +463,14 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
   deps.tag_of = [m = d->membership_.get()](const std::string& node) { return m->TagOf(node); };
   m2m::Transport* tr = d->transport_.get();
   const Millis rpc = o.timeouts.rpc;
-  deps.make_remote = [tr, rpc, self = o.node_id, addr = o.listen](
-                         const std::string& node, const std::string& peer_addr) {
+  deps.make_remote = [tr, rpc, self = o.node_id, addr = o.listen,
+                      callbacks = d->fs_callbacks_.get()](const std::string& node,
+                                                          const std::string& peer_addr) {
     ns::RemoteNodeFsOptions ro;
     ro.rpc_timeout = rpc;
     ro.local_node = self;
     ro.local_address = addr;
+    ro.callbacks = callbacks;
     return std::static_pointer_cast<ns::NodeFs>(std::make_shared<ns::RemoteNodeFs>(
         node, tr->GetEndpoint(peer_addr), tr, ro));
   };
@@ -490,7 +504,9 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
 
   d->control_ = std::make_unique<ControlServer>(
       ControlOptions{o.control_socket}, [m = d->membership_.get()] { return m->Snapshot(); },
-      [vfs = d->vfs_.get(), vds = d->vd_service_.get(), self = o.node_id](const std::string& line) {
+      [vfs = d->vfs_.get(), vds = d->vd_service_.get(), files = d->file_service_.get(),
+       callbacks = d->fs_callbacks_.get(), self = o.node_id](const std::string& line) {
+        if (auto r = HandleFilesRequest(line, *files, *callbacks, self)) return r;
         return HandleNamespaceRequest(line, vfs, vds, self);
       });
   if (auto s = d->control_->Start(); !s) {
@@ -521,12 +537,16 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
     ns::VdService* vds = d->vd_service_.get();
     ns::NodeFs* local = d->local_fs_.get();
     ns::LocalWatchOptions wo{.max_watches = o.autonomy.max_watches};
-    if (o.fuse.kernel_cache) {
-      wo.on_attr = [hooks = d->hooks_](const std::string& path) {
+    // A file's attributes changed behind FedFS' back: this node's kernel
+    // and the nodes that have the file open drop what they cache.
+    wo.on_attr = [hooks = d->hooks_, files = d->file_service_.get(),
+                  kernel_cache = o.fuse.kernel_cache](const std::string& path) {
+      if (kernel_cache) {
         std::shared_lock lock(hooks->vfs_mu);
         if (hooks->vfs != nullptr) hooks->vfs->InvalidateAttrsOf(path);
-      };
-    }
+      }
+      files->PathChanged(path);
+    };
     auto watch = ns::LocalWatch::Start(
         o.export_root, std::move(wo),
         [vds, local, self = o.node_id, kernel](std::vector<ns::LocalChange> changes) {
@@ -616,7 +636,9 @@ void Daemon::Stop() {
   pool_.reset();
   vd_client_.reset();
   vd_service_.reset();
+  if (local_fs_) local_fs_->SetAttrObserver(nullptr);
   file_service_.reset();
+  fs_callbacks_.reset();
 }
 
 namespace {
@@ -653,6 +675,31 @@ nlohmann::json DtStatus(ns::VdService& vds, const std::string& self) {
                         {"local_bumps", s.dt.local_bumps}, {"patches", s.dt.patches}};
   }
   return out;
+}
+
+// The "files" answer (fedfsctl files): this node's file service (sessions
+// of other nodes, their open handles, requests, change callbacks sent) and
+// the callbacks it took for files it has open elsewhere. nullopt: not a
+// "files" request.
+std::optional<std::string> HandleFilesRequest(const std::string& line, const ns::FileService& fs,
+                                              const ns::FsCallbacks& callbacks,
+                                              const std::string& self) {
+  using Json = nlohmann::json;
+  Json req = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (req.is_discarded() || !req.is_object() || req.value("cmd", std::string()) != "files") {
+    return std::nullopt;
+  }
+  const ns::FileService::Stats s = fs.stats();
+  return Json{{"node", self},
+              {"sessions", s.sessions},
+              {"handles", s.handles},
+              {"served", s.served},
+              {"refused", s.refused},
+              {"callbacks_sent", s.callbacks_sent},
+              {"callbacks_failed", s.callbacks_failed},
+              {"callbacks_received", callbacks.received()},
+              {"callbacks_refused", callbacks.refused()}}
+      .dump();
 }
 
 std::optional<std::string> HandleNamespaceRequest(const std::string& line, ns::VfsImpl* vfs,

@@ -26,8 +26,9 @@ namespace fuse {
 class FuseMount;
 }
 namespace ns {
-class NodeFs;
+class LocalNodeFs;
 class FileService;
+class FsCallbacks;
 class VdService;
 class LocalWatch;
 class VfsImpl;
@@ -85,8 +86,9 @@ class Daemon {
   std::unique_ptr<Membership> membership_;
   std::unique_ptr<ns::ClusterViewSource> cluster_;
   std::unique_ptr<ThreadPool> pool_;
-  std::unique_ptr<ns::NodeFs> local_fs_;
+  std::unique_ptr<ns::LocalNodeFs> local_fs_;
   std::unique_ptr<ns::FileService> file_service_;
+  std::unique_ptr<ns::FsCallbacks> fs_callbacks_;
   std::unique_ptr<ns::VdService> vd_service_;
   std::unique_ptr<ns::LocalWatch> watch_;
   // The watcher, for callbacks that may run before it starts or after it

@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <sys/stat.h>
+
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <set>
 #include <unordered_map>
@@ -114,6 +117,12 @@ Status CheckRequest(const fb::FsRequest* req) {
 
 }  // namespace
 
+// The session whose request this thread is serving (0: none). Its own
+// changes are not told back to it: its kernel saw them happen.
+thread_local uint64_t t_serving_session = 0;
+
+using FileKey = std::pair<dev_t, ino_t>;
+
 struct Session {
   uint64_t id = 0;
   uint64_t incarnation = 0;
@@ -126,6 +135,8 @@ struct Session {
   uint32_t slot_count = 0;
   std::unordered_map<uint64_t, Handle> handles;  // remote handle -> local
   std::unordered_map<uint64_t, std::string> paths;  // remote handle -> path opened
+  bool callbacks = false;  // takes FsAttrChanged (said so in Hello, reachable at addr)
+  std::unordered_map<uint64_t, FileKey> keys;  // remote handle -> file, when told of changes
 };
 
 class FileService::Impl : public std::enable_shared_from_this<Impl> {
@@ -143,6 +154,7 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
       std::lock_guard lock(mu_);
       for (auto& [id, s] : sessions_) {
         for (auto& [rh, h] : s.handles) all.push_back(h);
+        ForgetKeysLocked(s);
       }
       sessions_.clear();
     }
@@ -150,6 +162,7 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   }
 
   m2m::Transport* transport() const { return transport_; }
+  NodeFs* local() const { return local_; }
 
   Status Init() { return slots_.Init(transport_, opts_.slot_size, opts_.slot_count); }
 
@@ -201,6 +214,7 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
       for (auto it = sessions_.begin(); it != sessions_.end();) {
         if (it->second.node == node) {
           for (auto& [rh, h] : it->second.handles) release.push_back(h);
+          ForgetKeysLocked(it->second);
           it = sessions_.erase(it);
         } else {
           ++it;
@@ -218,6 +232,8 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
     for (auto& [id, ss] : sessions_) s.handles += ss.handles.size();
     s.refused = refused_.load();
     s.served = served_.load();
+    s.callbacks_sent = callbacks_sent_.load();
+    s.callbacks_failed = callbacks_failed_.load();
     return s;
   }
 
@@ -244,6 +260,7 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
         auto it = sessions_.find(h->session());
         if (it != sessions_.end() && it->second.conns.count(call.peer.conn_id)) {
           for (auto& [rh, lh] : it->second.handles) release.push_back(lh);
+          ForgetKeysLocked(it->second);
           sessions_.erase(it);
         }
       }
@@ -276,6 +293,8 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
         return;
       }
       pool = std::move(*imported);
+    } else if (!addr.empty() && h->attr_callbacks()) {
+      ep = transport_->GetEndpoint(addr);
     }
     std::vector<Handle> release;
     {
@@ -285,6 +304,7 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
       for (auto it = sessions_.begin(); it != sessions_.end();) {
         if (it->second.node == node && it->second.incarnation != h->incarnation()) {
           for (auto& [rh, lh] : it->second.handles) release.push_back(lh);
+          ForgetKeysLocked(it->second);
           it = sessions_.erase(it);
         } else {
           ++it;
@@ -307,6 +327,7 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
       s.node = node;
       s.addr = addr;
       s.conns.insert(call.peer.conn_id);
+      s.callbacks = h->attr_callbacks() && ep != nullptr;
       s.ep = std::move(ep);
       s.pool = std::move(pool);
       s.slot_size = s.pool ? h->slot_size() : 0;
@@ -358,16 +379,27 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
     return h->second;
   }
 
-  // Records a newly opened local handle; releases it again when the session
-  // vanished meanwhile or holds too many.
-  Result<uint64_t> AddHandle(uint64_t session, Handle lh, const std::string& path) {
+  // Records a newly opened local handle of the file `st` describes; releases
+  // it again when the session vanished meanwhile or holds too many. The
+  // session is told of the file's changes when it takes callbacks and the
+  // file is a regular one (*callbacks).
+  Result<uint64_t> AddHandle(uint64_t session, Handle lh, const std::string& path,
+                             const struct stat& st, bool* callbacks) {
     {
       std::lock_guard lock(mu_);
       auto it = sessions_.find(session);
       if (it != sessions_.end() && it->second.handles.size() < opts_.max_handles_per_session) {
+        Session& s = it->second;
         const uint64_t rh = ++next_handle_;
-        it->second.handles.emplace(rh, lh);
-        if (opts_.on_change) it->second.paths.emplace(rh, path);
+        s.handles.emplace(rh, lh);
+        if (opts_.on_change) s.paths.emplace(rh, path);
+        *callbacks = s.callbacks && S_ISREG(st.st_mode);
+        if (*callbacks) {
+          const FileKey key{st.st_dev, st.st_ino};
+          s.keys.emplace(rh, key);
+          openers_[key].emplace(session, rh);
+          open_watched_.fetch_add(1, std::memory_order_relaxed);
+        }
         return rh;
       }
     }
@@ -384,8 +416,88 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
     Handle lh = h->second;
     it->second.handles.erase(h);
     it->second.paths.erase(rh);
+    if (auto k = it->second.keys.find(rh); k != it->second.keys.end()) {
+      ForgetOpenerLocked(k->second, session, rh);
+      it->second.keys.erase(k);
+    }
     return lh;
   }
+
+  void ForgetOpenerLocked(const FileKey& key, uint64_t session, uint64_t rh) {
+    auto o = openers_.find(key);
+    if (o == openers_.end()) return;
+    if (o->second.erase({session, rh}) > 0) open_watched_.fetch_sub(1, std::memory_order_relaxed);
+    if (o->second.empty()) openers_.erase(o);
+  }
+  void ForgetKeysLocked(Session& s) {
+    for (const auto& [rh, key] : s.keys) ForgetOpenerLocked(key, s.id, rh);
+    s.keys.clear();
+  }
+
+ public:
+  bool Interested() const { return open_watched_.load(std::memory_order_relaxed) > 0; }
+
+  // Tells every other session that has file (dev, ino) open and takes
+  // callbacks (one FsAttrChanged per session, in parallel), and waits for
+  // their answers, each for at most callback_timeout. A session that does
+  // not answer in time is logged and skipped: its node caches the file's
+  // attributes for at most the client's bound (docs/namespace.md).
+  void AttrsChanged(dev_t dev, ino_t ino) {
+    struct Target {
+      std::shared_ptr<m2m::Endpoint> ep;
+      m2m::Bytes msg;
+      std::string node;
+    };
+    std::vector<Target> targets;
+    {
+      std::lock_guard lock(mu_);
+      auto it = openers_.find({dev, ino});
+      if (it == openers_.end()) return;
+      std::map<uint64_t, std::vector<uint64_t>> by_session;
+      for (const auto& [session, rh] : it->second) {
+        if (session != t_serving_session) by_session[session].push_back(rh);
+      }
+      for (const auto& [session, rhs] : by_session) {
+        auto s = sessions_.find(session);
+        if (s == sessions_.end() || s->second.ep == nullptr) continue;
+        targets.push_back({s->second.ep, AttrChangedMessage(session, rhs), s->second.node});
+      }
+    }
+    if (targets.empty()) return;
+    struct Pending {
+      std::mutex mu;
+      std::condition_variable cv;
+      size_t left = 0;
+    } p;
+    p.left = targets.size();
+    callbacks_sent_.fetch_add(targets.size(), std::memory_order_relaxed);
+    for (Target& t : targets) {
+      t.ep->Call(MethodId(RpcMethod::kFsAttrChanged), std::move(t.msg), opts_.callback_timeout,
+                 [&p, this, node = t.node](Result<m2m::Bytes> r) {
+                   if (!r) {
+                     callbacks_failed_.fetch_add(1, std::memory_order_relaxed);
+                     log_->warn("telling {} of a file's change: {}", node, r.error().ToString());
+                   }
+                   std::lock_guard lock(p.mu);
+                   if (--p.left == 0) p.cv.notify_one();  // under the lock: p outlives it
+                 });
+    }
+    std::unique_lock lock(p.mu);
+    p.cv.wait(lock, [&p] { return p.left == 0; });
+  }
+
+ private:
+  static m2m::Bytes AttrChangedMessage(uint64_t session, const std::vector<uint64_t>& rhs) {
+    flatbuffers::FlatBufferBuilder b(64 + 8 * rhs.size());
+    auto v = b.CreateVector(rhs);
+    fb::FsAttrChangedBuilder ab(b);
+    ab.add_version(fswire::kVersion);
+    ab.add_session(session);
+    ab.add_handles(v);
+    b.Finish(ab.Finish());
+    return fswire::Finish(b);
+  }
+
 
   static m2m::Bytes StatReply(const struct stat& st) {
     flatbuffers::FlatBufferBuilder b(256);
@@ -421,13 +533,14 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
     b.Finish(rb.Finish());
     return fswire::Finish(b);
   }
-  static m2m::Bytes OpenedReply(uint64_t rh, const struct stat& st) {
+  static m2m::Bytes OpenedReply(uint64_t rh, const struct stat& st, bool callbacks) {
     flatbuffers::FlatBufferBuilder b(256);
     auto w = fswire::ToWire(st);
     fb::FsReplyBuilder rb(b);
     rb.add_version(fswire::kVersion);
     rb.add_stat(&w);
     rb.add_handle(rh);
+    rb.add_attr_callbacks(callbacks);
     b.Finish(rb.Finish());
     return fswire::Finish(b);
   }
@@ -445,7 +558,9 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   // have changed the attributes of (docs/namespace.md, "Kernel caches").
   Result<m2m::Bytes> Run(const m2m::PeerInfo& peer, const fb::FsRequest* req,
                          Clock::time_point arrival) {
+    t_serving_session = req->session();
     Result<m2m::Bytes> r = RunOp(peer, req, arrival);
+    t_serving_session = 0;
     if (!r || !opts_.on_change) return r;
     switch (req->op()) {
       case fb::Op::kSetAttr:
@@ -589,9 +704,10 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
         auto r = req->op() == fb::Op::kOpen ? local_->Open(cred, path, req->flags())
                                             : local_->Create(cred, path, req->flags(), req->mode());
         if (!r) return Err(r.error());
-        auto rh = AddHandle(session, r->handle, path);
+        bool callbacks = false;
+        auto rh = AddHandle(session, r->handle, path, r->st, &callbacks);
         if (!rh) return Err(rh.error());
-        return OpenedReply(*rh, r->st);
+        return OpenedReply(*rh, r->st, callbacks);
       }
       case fb::Op::kRead:
         return DoRead(*view, req, deadline, session);
@@ -723,10 +839,15 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   std::atomic<bool> stopped_{false};
   std::atomic<uint64_t> refused_{0};
   std::atomic<uint64_t> served_{0};
+  std::atomic<uint64_t> callbacks_sent_{0};
+  std::atomic<uint64_t> callbacks_failed_{0};
 
   mutable std::mutex mu_;  // leaf lock: never held across a call into local_ or the transport
   std::unordered_map<uint64_t, Session> sessions_;  // guarded by mu_
   uint64_t next_handle_ = 0;                        // guarded by mu_
+  // Who has each file open and is told of its changes: (session, handle).
+  std::map<FileKey, std::set<std::pair<uint64_t, uint64_t>>> openers_;  // guarded by mu_
+  std::atomic<size_t> open_watched_{0};  // entries in openers_
 };
 
 Cred SquashCred(const FileServiceOptions& o, Cred c) {
@@ -755,6 +876,17 @@ Status FileService::RegisterHandlers() {
 }
 
 void FileService::DropPeer(const std::string& client_node) { impl_->DropPeer(client_node); }
+
+bool FileService::Interested() const { return impl_->Interested(); }
+
+void FileService::AttrsChanged(dev_t dev, ino_t ino) { impl_->AttrsChanged(dev, ino); }
+
+void FileService::PathChanged(const std::string& path) {
+  if (!impl_->Interested()) return;
+  if (auto st = impl_->local()->Stat(Cred{}, path); st && S_ISREG(st->st_mode)) {
+    impl_->AttrsChanged(st->st_dev, st->st_ino);
+  }
+}
 
 FileService::Stats FileService::stats() const { return impl_->stats(); }
 

@@ -12,6 +12,16 @@
 //    server that forgot the session).
 //  * kFsMeta: every NodeFs operation but Read/Write; kFsData: Read/Write.
 //    One request table with an op code (fs.fbs says why).
+//  * kFsAttrChanged (server -> client, to the client's listen address):
+//    while a session that said `attr_callbacks` in Hello has a regular file
+//    open, every change of that file's attributes made on this node (by
+//    another session, by this node's own mount, through LocalNodeFs's
+//    AttrObserver; by a local program, through PathChanged from the
+//    autonomy watcher) is told to it before the change is acknowledged:
+//    {session, the handles it has the file open as}. Not told to the session
+//    whose request made the change (its kernel saw it). Open/Create replies
+//    say whether the handle is told (FsReply.attr_callbacks). Each callback
+//    waits at most callback_timeout; one that fails is logged and skipped.
 //  * Bulk data is one-sided, between pre-registered pools, no registration
 //    per request: Read preads into one of the server's slots and Puts the
 //    bytes into the client's slot named in the request, then replies {n};
@@ -92,12 +102,15 @@ struct FileServiceOptions {
   // xattrs, link, truncating open, write, fallocate): this node's kernel may
   // cache them. Optional; must not block.
   std::function<void(const std::string& path)> on_change;
+  // Longest wait for a client's answer to an FsAttrChanged. Default 1 s.
+  std::chrono::milliseconds callback_timeout{1000};
 };
 
 // The credentials a request with `c` runs with under `o` (root squash).
 Cred SquashCred(const FileServiceOptions& o, Cred c);
 
-class FileService {
+// The AttrObserver of this node's LocalNodeFs (set by the daemon).
+class FileService final : public AttrObserver {
  public:
   // None of the pointers is owned. `local` is this node's LocalNodeFs;
   // `blocking` runs the system calls (a ThreadPool; its size bounds the
@@ -106,7 +119,7 @@ class FileService {
   // transport.
   FileService(FileServiceOptions options, m2m::Transport* transport, NodeFs* local,
               Executor* blocking);
-  ~FileService();
+  ~FileService() override;
   FileService(const FileService&) = delete;
   FileService& operator=(const FileService&) = delete;
 
@@ -120,11 +133,23 @@ class FileService {
   // node dead. Any thread except the progress context.
   void DropPeer(const std::string& client_node);
 
+  // AttrObserver: true while some session is told of some file's changes;
+  // AttrsChanged tells the sessions that have file (dev, ino) open (see the
+  // protocol above). Any thread except the progress context; blocks up to
+  // callback_timeout.
+  bool Interested() const override;
+  void AttrsChanged(dev_t dev, ino_t ino) override;
+  // The same for a change made behind FedFS' back to `path` (global), which
+  // is located first (the autonomy watcher's IN_ATTRIB / IN_MODIFY).
+  void PathChanged(const std::string& path);
+
   struct Stats {
     uint64_t sessions = 0;  // live sessions
     uint64_t handles = 0;   // open remote handles over all sessions
     uint64_t refused = 0;   // requests refused before any work (malformed, bad path, ...)
     uint64_t served = 0;    // requests that ran an operation (success or errno)
+    uint64_t callbacks_sent = 0;    // FsAttrChanged sent
+    uint64_t callbacks_failed = 0;  // of those, not answered in time (or refused)
   };
   Stats stats() const;
 

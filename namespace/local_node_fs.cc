@@ -393,7 +393,12 @@ Status LocalNodeFs::Unlink(const Cred& c, const std::string& path) {
   FEDFS_AS(c);
   FEDFS_PARENT(p, path, "unlink");
   Changing(path);
+  // The file's link count drops: located first, for the observer.
+  AttrObserver* o = Observer();
+  struct stat was {};
+  if (o != nullptr && fstatat(p.dir, p.name.c_str(), &was, AT_SYMLINK_NOFOLLOW) != 0) o = nullptr;
   if (unlinkat(p.dir, p.name.c_str(), 0) != 0) return SysErr("unlink", path);
+  Tell(o, was);
   return Ok();
 }
 
@@ -405,9 +410,18 @@ Status LocalNodeFs::Rename(const Cred& c, const std::string& from, const std::st
   if (!b) return Err(b.error());
   Changing(from);
   Changing(to);
+  // The source's ctime changes, a replaced destination's link count drops.
+  AttrObserver* o = Observer();
+  struct stat src {}, dst {};
+  if (o != nullptr) {
+    if (fstatat(a.dir, a.name.c_str(), &src, AT_SYMLINK_NOFOLLOW) != 0) src.st_mode = 0;
+    if (fstatat(b->dir, b->name.c_str(), &dst, AT_SYMLINK_NOFOLLOW) != 0) dst.st_mode = 0;
+  }
   if (renameat2(a.dir, a.name.c_str(), b->dir, b->name.c_str(), flags) != 0) {
     return SysErr("rename", from + " -> " + to);
   }
+  Tell(o, src);
+  Tell(o, dst);
   return Ok();
 }
 
@@ -426,6 +440,7 @@ Result<struct stat> LocalNodeFs::Link(const Cred& c, const std::string& existing
   if (fstatat(b.dir, b.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
     return SysErr("link: stat", newpath);
   }
+  Tell(Observer(), st);
   return st;
 }
 
@@ -454,6 +469,7 @@ Result<struct stat> LocalNodeFs::SetAttr(const Cred& c, const std::string& path,
     if (times && futimens(fd, ts) != 0) return SysErr("futimens", path);
     struct stat st {};
     if (fstat(fd, &st) != 0) return SysErr("fstat", path);
+    if (req.mode || chown || req.size || times) Tell(Observer(), st);
     return st;
   }
 
@@ -485,6 +501,7 @@ Result<struct stat> LocalNodeFs::SetAttr(const Cred& c, const std::string& path,
   if (times && utimensat(pfd, name, ts, AT_SYMLINK_NOFOLLOW) != 0) return SysErr("utimens", path);
   struct stat st {};
   if (fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return SysErr("setattr: stat", path);
+  if (req.mode || chown || req.size || times) Tell(Observer(), st);
   return st;
 }
 
@@ -581,6 +598,7 @@ Status LocalNodeFs::SetXattr(const Cred& c, const std::string& path, const std::
   if (fsetxattr(fd.get(), name.c_str(), value.data(), value.size(), flags) != 0) {
     return SysErr("setxattr", path);
   }
+  TellFd(fd.get());
   return Ok();
 }
 
@@ -631,6 +649,7 @@ Status LocalNodeFs::RemoveXattr(const Cred& c, const std::string& path, const st
   if (c.uid != 0 && (Trusted(name) || Security(name))) return SysErr("removexattr", path, EPERM);
   FEDFS_AS(c);
   if (fremovexattr(fd.get(), name.c_str()) != 0) return SysErr("removexattr", path);
+  TellFd(fd.get());
   return Ok();
 }
 
@@ -663,10 +682,13 @@ Result<Opened> LocalNodeFs::OpenCommon(const Cred& c, const std::string& path, i
     return SysErr(op, path, e);
   }
   auto f = std::make_shared<OpenFile>(fd, flags, direct, out.st.st_dev, out.st.st_ino);
-  std::lock_guard lock(mu_);
-  out.handle = next_handle_++;
-  handles_.emplace(out.handle, std::move(f));
-  ++inodes_[InodeKey{out.st.st_dev, out.st.st_ino}].handles;
+  {
+    std::lock_guard lock(mu_);
+    out.handle = next_handle_++;
+    handles_.emplace(out.handle, std::move(f));
+    ++inodes_[InodeKey{out.st.st_dev, out.st.st_ino}].handles;
+  }
+  if (flags & O_TRUNC) Tell(Observer(), out.st);
   return out;
 }
 
@@ -737,6 +759,7 @@ Result<size_t> LocalNodeFs::Write(Handle h, uint64_t offset, std::span<const std
   } while (n < 0 && errno == EINTR);
   if (n < 0 && errno == EINVAL && file.direct) n = WithoutDirect(file.fd, file.direct_mu, io);
   if (n < 0) return Err(errno, "write");
+  if (AttrObserver* o = Observer()) o->AttrsChanged(file.dev, file.ino);
   return static_cast<size_t>(n);
 }
 
@@ -757,6 +780,7 @@ Status LocalNodeFs::Fallocate(Handle h, int mode, uint64_t offset, uint64_t len)
   if (fallocate((*f)->fd, mode, static_cast<off_t>(offset), static_cast<off_t>(len)) != 0) {
     return Err(errno, "fallocate");
   }
+  if (AttrObserver* o = Observer()) o->AttrsChanged((*f)->dev, (*f)->ino);
   return Ok();
 }
 

@@ -73,8 +73,10 @@
 // Threads: all methods are thread-safe and may block in system calls.
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -107,6 +109,11 @@ class LocalNodeFs final : public NodeFs {
   void SetChangeHook(std::function<void(const std::string& path)> hook) {
     change_hook_ = std::move(hook);
   }
+  // Told of every change this object makes to a regular file's attributes
+  // (node_fs.h): the daemon's FileService, which tells the other nodes that
+  // have the file open. Null (the default): no one. Any thread; the observer
+  // must outlive its use (clear it first).
+  void SetAttrObserver(AttrObserver* o) { attr_observer_.store(o, std::memory_order_release); }
 
   Result<struct stat> Stat(const Cred& c, const std::string& path) override;
   Result<std::vector<DirEntry>> ListDir(const Cred& c, const std::string& path) override;
@@ -160,6 +167,20 @@ class LocalNodeFs final : public NodeFs {
     if (change_hook_) change_hook_(path);
   }
   std::function<void(const std::string& path)> change_hook_;
+  // The observer when it wants to hear of changes now, else null.
+  AttrObserver* Observer() const {
+    AttrObserver* o = attr_observer_.load(std::memory_order_acquire);
+    return o != nullptr && o->Interested() ? o : nullptr;
+  }
+  static void Tell(AttrObserver* o, const struct stat& st) {
+    if (o != nullptr && S_ISREG(st.st_mode)) o->AttrsChanged(st.st_dev, st.st_ino);
+  }
+  // Tell of the file open as `fd`.
+  void TellFd(int fd) const {
+    struct stat st {};
+    if (AttrObserver* o = Observer(); o != nullptr && fstat(fd, &st) == 0) Tell(o, st);
+  }
+  std::atomic<AttrObserver*> attr_observer_{nullptr};
   struct Parent;
   static Result<std::string> FGetXattr(const Cred& c, int fd, const std::string& what,
                                        const std::string& name, size_t size, size_t* needed);

@@ -76,6 +76,23 @@ using Handle = uint64_t;
 struct Opened {
   Handle handle = 0;
   struct stat st {};
+  // The file's node tells this object of every change of the file's
+  // attributes while the handle is open (RemoteNodeFs: FsAttrChanged), so
+  // they may be cached until then.
+  bool attr_callbacks = false;
+};
+
+// Told of changes a NodeFs makes to the attributes of regular files (size,
+// times, mode, owner, link count, xattrs), on the calling thread, after each
+// change succeeded.
+class AttrObserver {
+ public:
+  virtual ~AttrObserver() = default;
+  // False while no change needs telling: the NodeFs then does not even
+  // locate the file a change touched.
+  virtual bool Interested() const = 0;
+  // The file (st_dev, st_ino) changed. May block (bounded).
+  virtual void AttrsChanged(dev_t dev, ino_t ino) = 0;
 };
 
 // Byte-range lock request/answer (fcntl F_GETLK/F_SETLK semantics; l_pid is

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <random>
+#include <unordered_map>
 #include <thread>
 
 #include "common/logging.h"
@@ -198,6 +199,8 @@ RemoteNodeFs::RemoteNodeFs(std::string node_id, std::shared_ptr<m2m::Endpoint> e
       transport_(transport),
       opts_(std::move(options)),
       session_(Random64()) {
+  if (opts_.local_address.empty()) opts_.callbacks = nullptr;
+  if (opts_.callbacks != nullptr) opts_.callbacks->Add(session_, node_id_);
   if (!opts_.local_address.empty() && opts_.slot_count > 0 && opts_.slot_size > 0) {
     auto r = transport_->Allocate(opts_.slot_size * opts_.slot_count);
     if (r) {
@@ -214,6 +217,7 @@ RemoteNodeFs::RemoteNodeFs(std::string node_id, std::shared_ptr<m2m::Endpoint> e
 }
 
 RemoteNodeFs::~RemoteNodeFs() {
+  if (opts_.callbacks != nullptr) opts_.callbacks->Remove(session_);
   if (helloed_.load()) {
     flatbuffers::FlatBufferBuilder b(64);
     fb::FsHelloBuilder hb(b);
@@ -240,7 +244,8 @@ Status RemoteNodeFs::Hello(Clock::time_point deadline) {
   if (helloed_.load()) return Ok();
   flatbuffers::FlatBufferBuilder b(256);
   auto node = b.CreateString(opts_.local_node);
-  auto addr = b.CreateString(slots_ ? opts_.local_address : std::string());
+  const bool callbacks = opts_.callbacks != nullptr;
+  auto addr = b.CreateString(slots_ || callbacks ? opts_.local_address : std::string());
   flatbuffers::Offset<flatbuffers::Vector<uint8_t>> rkey;
   m2m::RegionDesc d;
   if (slots_) {
@@ -253,6 +258,7 @@ Status RemoteNodeFs::Hello(Clock::time_point deadline) {
   hb.add_incarnation(ProcessIncarnation());
   hb.add_client_node(node);
   hb.add_client_addr(addr);
+  hb.add_attr_callbacks(callbacks);
   if (slots_) {
     hb.add_pool_addr(d.addr);
     hb.add_pool_length(d.length);
@@ -451,7 +457,8 @@ Result<Opened> RemoteNodeFs::Open(const Cred& c, const std::string& path, int fl
   if (!r) return Err(r.error());
   const auto* rep = Root(*r);
   if (rep->stat() == nullptr) return Err(EPROTO, "open reply without stat");
-  return Opened{rep->handle(), fswire::FromWire(*rep->stat())};
+  return Opened{rep->handle(), fswire::FromWire(*rep->stat()),
+                rep->attr_callbacks() && opts_.callbacks != nullptr};
 }
 
 Result<Opened> RemoteNodeFs::Create(const Cred& c, const std::string& path, int flags,
@@ -461,7 +468,8 @@ Result<Opened> RemoteNodeFs::Create(const Cred& c, const std::string& path, int 
   if (!r) return Err(r.error());
   const auto* rep = Root(*r);
   if (rep->stat() == nullptr) return Err(EPROTO, "create reply without stat");
-  return Opened{rep->handle(), fswire::FromWire(*rep->stat())};
+  return Opened{rep->handle(), fswire::FromWire(*rep->stat()),
+                rep->attr_callbacks() && opts_.callbacks != nullptr};
 }
 
 Result<size_t> RemoteNodeFs::ReadInline(Handle h, uint64_t offset, std::span<std::byte> dst,
@@ -655,5 +663,75 @@ Status RemoteNodeFs::Flock(Handle h, uint64_t owner, int op) {
   return StatusOf(
       Call({.op = fb::Op::kFlock, .flags = op, .handle = h, .owner = owner}, FEDFS_DEADLINE));
 }
+
+// ---------------------------------------------------------------------------
+// FsCallbacks
+
+struct FsCallbacks::State {
+  OnChanged on_changed;
+  std::mutex mu;
+  std::unordered_map<uint64_t, std::string> nodes;  // session -> node, guarded by mu
+  std::atomic<uint64_t> received{0};
+  std::atomic<uint64_t> refused{0};
+
+  void OnCall(const m2m::IncomingCall& call, m2m::Responder& r) {
+    const auto* a = fswire::Verify<fb::FsAttrChanged>(call.payload);
+    const char* bad = nullptr;
+    if (a == nullptr) {
+      bad = "malformed FsAttrChanged";
+    } else if (a->version() != fswire::kVersion) {
+      bad = "unsupported fs wire version";
+    } else if (a->handles() != nullptr && a->handles()->size() > (1u << 20)) {
+      bad = "too many handles in FsAttrChanged";
+    }
+    if (bad != nullptr) {
+      refused.fetch_add(1, std::memory_order_relaxed);
+      Logger("fs")->warn("refused callback from {} (conn {}): {}", call.peer.remote_addr,
+                         call.peer.conn_id, bad);
+      r.Fail(Error{EPROTO, bad});
+      return;
+    }
+    std::string node;
+    {
+      std::lock_guard lock(mu);
+      if (auto it = nodes.find(a->session()); it != nodes.end()) node = it->second;
+    }
+    if (!node.empty() && a->handles() != nullptr) {
+      received.fetch_add(1, std::memory_order_relaxed);
+      on_changed(node, std::vector<Handle>(a->handles()->begin(), a->handles()->end()));
+    }
+    flatbuffers::FlatBufferBuilder b(32);
+    fb::FsReplyBuilder rb(b);
+    rb.add_version(fswire::kVersion);
+    b.Finish(rb.Finish());
+    r.Reply(fswire::Finish(b));
+  }
+};
+
+FsCallbacks::FsCallbacks(m2m::Transport* transport, OnChanged on_changed)
+    : state_(std::make_shared<State>()) {
+  state_->on_changed = std::move(on_changed);
+  // The handler holds the state alive for as long as the transport keeps it.
+  transport->Handle(MethodId(RpcMethod::kFsAttrChanged),
+                    [state = state_](m2m::IncomingCall c, m2m::Responder r) { state->OnCall(c, r); });
+}
+
+FsCallbacks::~FsCallbacks() {
+  std::lock_guard lock(state_->mu);
+  state_->nodes.clear();
+}
+
+void FsCallbacks::Add(uint64_t session, const std::string& node) {
+  std::lock_guard lock(state_->mu);
+  state_->nodes[session] = node;
+}
+
+void FsCallbacks::Remove(uint64_t session) {
+  std::lock_guard lock(state_->mu);
+  state_->nodes.erase(session);
+}
+
+uint64_t FsCallbacks::received() const { return state_->received.load(); }
+uint64_t FsCallbacks::refused() const { return state_->refused.load(); }
 
 }  // namespace fedfs::ns

@@ -36,6 +36,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -45,6 +46,8 @@
 #include "namespace/node_fs.h"
 
 namespace fedfs::ns {
+
+class FsCallbacks;
 
 struct RemoteNodeFsOptions {
   // Deadline of each operation (each chunk of a split Read/Write). Default 5 s.
@@ -64,6 +67,39 @@ struct RemoteNodeFsOptions {
   size_t inline_max = 4096;
   // Chunks of one large Read/Write in flight at once. Default 4.
   size_t max_parallel = 4;
+  // Where this node takes the server's FsAttrChanged callbacks (needs
+  // local_address). Null (default): the session takes none, and Opened's
+  // attr_callbacks is false. Must outlive the object.
+  FsCallbacks* callbacks = nullptr;
+};
+
+// The client side of kFsAttrChanged (namespace/file_service.h), one per
+// transport: installs the handler, knows the node of each RemoteNodeFs
+// session that takes callbacks, and hands each callback to `on_changed`
+// (that node's id, the handles named). A malformed callback is refused
+// (EPROTO, logged); one for an unknown session is answered and dropped.
+// The handler runs on the transport's progress context: on_changed must not
+// block. Thread-safe.
+class FsCallbacks {
+ public:
+  using OnChanged =
+      std::function<void(const std::string& node, const std::vector<Handle>& handles)>;
+  // Installs the handler: before the transport's Listen.
+  FsCallbacks(m2m::Transport* transport, OnChanged on_changed);
+  ~FsCallbacks();
+  FsCallbacks(const FsCallbacks&) = delete;
+  FsCallbacks& operator=(const FsCallbacks&) = delete;
+
+  void Add(uint64_t session, const std::string& node);
+  void Remove(uint64_t session);
+  // Callbacks handed to on_changed; refused as malformed.
+  uint64_t received() const;
+  uint64_t refused() const;
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
 };
 
 class RemoteNodeFs final : public NodeFs {
@@ -141,7 +177,7 @@ class RemoteNodeFs final : public NodeFs {
   const std::string node_id_;
   const std::shared_ptr<m2m::Endpoint> ep_;
   m2m::Transport* const transport_;
-  const RemoteNodeFsOptions opts_;
+  RemoteNodeFsOptions opts_;  // callbacks cleared by the constructor without local_address
   const uint64_t session_;
   std::unique_ptr<Slots> slots_;  // null: inline only
 

@@ -305,7 +305,34 @@ double VfsImpl::AttrTimeout(uint64_t ino, const struct stat& st) const {
     type = it->second.type;
     node = it->second.node;
   }
+  if (S_ISREG(type) && st.st_nlink == 1 && node != deps_.cluster->Current()->self) {
+    std::lock_guard lock(files_mu_);
+    if (ToldLocked(ino)) {
+      return std::max(options_.attr_timeout, options_.coherent_remote_open_attr_timeout);
+    }
+  }
   return CoherentAttrTimeout(type, node, st.st_nlink);
+}
+
+bool VfsImpl::ToldLocked(uint64_t ino) const {
+  auto [b, e] = files_by_ino_.equal_range(ino);
+  for (auto i = b; i != e; ++i) {
+    if (files_.at(i->second).told) return true;
+  }
+  return false;
+}
+
+void VfsImpl::RemoteAttrsChanged(const std::string& node, const std::vector<Handle>& handles) {
+  std::vector<uint64_t> inos;
+  {
+    std::lock_guard lock(files_mu_);
+    for (Handle h : handles) {
+      if (auto it = told_.find({node, h}); it != told_.end()) inos.push_back(it->second);
+    }
+  }
+  KernelCache* k = kernel_.load(std::memory_order_acquire);
+  if (k == nullptr) return;
+  for (uint64_t ino : inos) k->InvalidateAttrs(ino);
 }
 
 void VfsImpl::InvalidateAttrsOf(const std::string& path) {
@@ -1046,6 +1073,7 @@ uint64_t VfsImpl::AddFile(OpenFile f) {
   std::lock_guard lock(files_mu_);
   const uint64_t fh = next_fh_++;
   files_by_ino_.emplace(f.ino, fh);
+  if (f.told) told_.emplace(std::make_pair(f.fs->node_id(), f.handle), f.ino);
   files_.emplace(fh, std::move(f));
   return fh;
 }
@@ -1062,7 +1090,7 @@ Result<FileOut> VfsImpl::Open(const Cred& c, uint64_t ino, int flags) {
   }
   if (!op) return Err(op.error());
   FileOut out;
-  out.fh = AddFile(OpenFile{*fs, op->handle, ino});
+  out.fh = AddFile(OpenFile{*fs, op->handle, ino, op->attr_callbacks});
   return out;
 }
 
@@ -1100,7 +1128,7 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
     if (!op) return Err(op.error());
     EntryOut entry = Remember(parent, *ch, names_epoch);
     FileOut out;
-    out.fh = AddFile(OpenFile{*fs, op->handle, entry.ino});
+    out.fh = AddFile(OpenFile{*fs, op->handle, entry.ino, op->attr_callbacks});
     return std::make_pair(entry, out);
   }
   std::shared_ptr<NodeFs> fs;  // the chosen node's, kept by the open file
@@ -1116,7 +1144,7 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
   ch.st.st_ino = FileIno(node, op.st.st_ino);
   EntryOut entry = Remember(parent, ch, names_epoch);
   FileOut out;
-  out.fh = AddFile(OpenFile{fs, op.handle, entry.ino});
+  out.fh = AddFile(OpenFile{fs, op.handle, entry.ino, op.attr_callbacks});
   return std::make_pair(entry, out);
 }
 
@@ -1142,6 +1170,7 @@ Status VfsImpl::Fsync(uint64_t fh, bool datasync) {
 
 Status VfsImpl::Release(uint64_t fh) {
   OpenFile f;
+  bool untold = false;
   {
     std::lock_guard lock(files_mu_);
     auto it = files_.find(fh);
@@ -1155,6 +1184,17 @@ Status VfsImpl::Release(uint64_t fh) {
         break;
       }
     }
+    if (f.told) {
+      told_.erase({f.fs->node_id(), f.handle});
+      f.told = ToldLocked(f.ino);  // still told through another handle
+      untold = !f.told;
+    }
+  }
+  // The kernel may cache the attributes only while changes are told: drop
+  // them before the node stops telling (a reply to a getattr racing with
+  // this is not cached: the kernel's attr_version moved).
+  if (untold) {
+    if (KernelCache* k = kernel_.load(std::memory_order_acquire)) k->InvalidateAttrs(f.ino);
   }
   return f.fs->Release(f.handle);
 }

@@ -138,10 +138,13 @@ struct VfsOptions {
   // at most this old); attributes of files held on this node (exact for
   // changes through FedFS; changes made directly in the export root are
   // reported by the autonomy watcher, and are otherwise at most this old).
-  // Attributes of files held on other nodes are never cached.
+  // Attributes of files held on other nodes: while this node has the file
+  // open and its node tells of its changes (Opened::attr_callbacks), the
+  // last, as a bound should a callback be lost; otherwise never cached.
   double coherent_entry_timeout = 60;
   double coherent_dir_attr_timeout = 1;
   double coherent_file_attr_timeout = 1;
+  double coherent_remote_open_attr_timeout = 1;
   // This node's tag (1..65534, unique in the federation): the high 16 bits
   // of the st_ino of files it holds.
   uint16_t node_tag = 1;
@@ -237,9 +240,15 @@ class VfsImpl final : public Vfs {
   // names) held here, through this node's file service: the kernel's cached
   // attributes of it are dropped.
   void InvalidateAttrsOf(const std::string& path);
+  // Node `node` told that the files this node has open there as `handles`
+  // changed (FsAttrChanged): the kernel's cached attributes of them are
+  // dropped. Does not block (the transport's progress context calls it).
+  void RemoteAttrsChanged(const std::string& node, const std::vector<Handle>& handles);
 
  private:
   double CoherentAttrTimeout(mode_t type, const std::string& node, nlink_t nlink) const;
+  // An open file of `ino` is told of (OpenFile::told). Under files_mu_.
+  bool ToldLocked(uint64_t ino) const;
   class NameLocks;
   Status RmdirOnce(const Cred& c, uint64_t parent, const std::string& name);
 
@@ -278,6 +287,7 @@ class VfsImpl final : public Vfs {
     std::shared_ptr<NodeFs> fs;
     Handle handle = 0;
     uint64_t ino = 0;
+    bool told = false;  // its node tells of its changes (Opened::attr_callbacks)
   };
   struct DirHandle {
     uint64_t ino = 0;
@@ -392,6 +402,8 @@ class VfsImpl final : public Vfs {
   mutable std::mutex files_mu_;  // after mu_
   std::unordered_map<uint64_t, OpenFile> files_;  // guarded by files_mu_
   std::unordered_multimap<uint64_t, uint64_t> files_by_ino_;  // ino -> fh, guarded by files_mu_
+  // Open files whose node tells of their changes: (node, handle) -> ino.
+  std::map<std::pair<std::string, Handle>, uint64_t> told_;  // guarded by files_mu_
   std::unordered_map<uint64_t, std::shared_ptr<DirHandle>> dirs_;  // guarded by files_mu_
   uint64_t next_fh_ = 1;  // guarded by files_mu_
 

@@ -183,6 +183,9 @@ int main(int argc, char** argv) {
   auto* dt = app.add_subcommand(
       "dt", "directory table: capacity, occupancy, hits, misses, invalidations, messages per lookup");
   dt->add_flag("--json", json, "machine-readable output");
+  auto* files = app.add_subcommand(
+      "files", "file service: other nodes' sessions and open handles, requests, change callbacks");
+  files->add_flag("--json", json, "machine-readable output");
   app.add_subcommand("keygen", "print a new cluster key (store it mode 0600)");
   try {
     app.parse(argc, argv);
@@ -218,6 +221,20 @@ int main(int argc, char** argv) {
         std::printf("%s\n", r.dump(2).c_str());
       } else {
         PrintDt(r);
+      }
+    } else if (app.got_subcommand(files)) {
+      const Json r = Ask(sock, {{"cmd", "files"}});
+      if (json) {
+        std::printf("%s\n", r.dump(2).c_str());
+      } else {
+        auto u = [&](const char* k) { return static_cast<unsigned long long>(r.value(k, uint64_t{0})); };
+        std::printf("file service of %s\n", r.value("node", std::string("?")).c_str());
+        std::printf("  sessions %llu, open handles %llu\n", u("sessions"), u("handles"));
+        std::printf("  requests served %llu, refused %llu\n", u("served"), u("refused"));
+        std::printf("  change callbacks sent %llu (failed %llu)\n", u("callbacks_sent"),
+                    u("callbacks_failed"));
+        std::printf("files open elsewhere: change callbacks received %llu (refused %llu)\n",
+                    u("callbacks_received"), u("callbacks_refused"));
       }
     } else if (app.got_subcommand(conflicts)) {
       const Json r = Ask(sock, {{"cmd", "conflicts"}, {"path", path}});

@@ -616,6 +616,74 @@ TEST_F(Autonomy, ChangesThroughOneMountAreSeenAtOnceThroughAnother) {
               static_cast<long long>(Ctl("n3", {"dt"}).value("invalidations_sent", int64_t{-1})));
 }
 
+// A file held on n2 and open on n1: n1's kernel keeps its attributes (no
+// request per fstat), and every change of them -- through n3's mount, n2's
+// own mount, or a local program on n2 -- reaches n1's next system call
+// (the local program's after the watcher's batch). Once closed on n1, the
+// attributes are asked for again.
+TEST_F(Autonomy, OpenRemoteFileAttributesAreCachedAndToldOfChanges) {
+  StartNodes(3);
+  fs::create_directories(E("n2", "/of"));
+  ASSERT_TRUE(WriteLocal(E("n2", "/of/f.txt"), "f\n"));
+  ASSERT_NO_FATAL_FAILURE(Launch());
+  const std::string f1 = M("n1", "/of/f.txt"), f2 = M("n2", "/of/f.txt"),
+                    f3 = M("n3", "/of/f.txt");
+  auto size_of = [](int fd) {
+    struct stat st {};
+    return ::fstat(fd, &st) == 0 ? st.st_size : off_t{-1};
+  };
+  auto append = [](const std::string& path, const std::string& text) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (fd < 0) return false;
+    const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    return ::close(fd) == 0 && ok;
+  };
+  const int fd = ::open(f1.c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_EQ(size_of(fd), 2);
+
+  // Cached: 50 fstats reach the holder at most a few times (once a second).
+  const auto s0 = Ctl("n2", {"files"});
+  for (int i = 0; i < 50; ++i) ASSERT_EQ(size_of(fd), 2) << i;
+  const auto s1 = Ctl("n2", {"files"});
+  ASSERT_TRUE(s0.is_object() && s1.is_object());
+  EXPECT_LE(s1["served"].get<int64_t>() - s0["served"].get<int64_t>(), 5) << s1.dump();
+
+  // Changes through other mounts: seen by the very next call.
+  ASSERT_TRUE(append(f3, "abc"));
+  EXPECT_EQ(size_of(fd), 5);
+  char buf[16] = {};
+  EXPECT_EQ(::pread(fd, buf, sizeof buf, 0), 5);
+  EXPECT_EQ(std::string(buf, 5), "f\nabc");
+  ASSERT_EQ(::truncate(f2.c_str(), 1), 0) << std::strerror(errno);
+  EXPECT_EQ(size_of(fd), 1);
+  ASSERT_EQ(::chmod(f3.c_str(), 0600), 0) << std::strerror(errno);
+  struct stat st {};
+  ASSERT_EQ(::fstat(fd, &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  // A local program on n2: seen once the watcher reported it.
+  ASSERT_TRUE(append(E("n2", "/of/f.txt"), "xy"));
+  EXPECT_GE(PollMs([&] { return size_of(fd) == 3; }, Clock::now()), 0) << size_of(fd);
+  // n1's own write.
+  ASSERT_EQ(::pwrite(fd, "Q", 1, 10), 1);
+  EXPECT_EQ(size_of(fd), 11);
+  ASSERT_EQ(::close(fd), 0);
+  // Closed (and released at the holder, which then stops telling): no
+  // longer cached.
+  EXPECT_GE(PollMs([&] { return Ctl("n2", {"files"}).value("handles", -1) == 0; }, Clock::now()),
+            0);
+  ASSERT_TRUE(append(f3, "z"));
+  ASSERT_EQ(::stat(f1.c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 12);
+
+  const auto holder = Ctl("n2", {"files"});
+  const auto opener = Ctl("n1", {"files"});
+  ASSERT_TRUE(holder.is_object() && opener.is_object());
+  EXPECT_GE(holder["callbacks_sent"].get<int64_t>(), 4) << holder.dump();
+  EXPECT_EQ(holder["callbacks_failed"].get<int64_t>(), 0) << holder.dump();
+  EXPECT_GE(opener["callbacks_received"].get<int64_t>(), 4) << opener.dump();
+}
+
 // The manager of a directory dies: the survivors keep looking up and
 // creating there (its VD is rebuilt by the new manager); the restarted node
 // rejoins and sees what was created meanwhile.

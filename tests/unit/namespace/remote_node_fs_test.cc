@@ -646,6 +646,121 @@ TEST_P(RemoteFsTest, DeadServerFailsWithinTheDeadline) {
   // Destroying fs waits out the quarantine of the slots the timeouts touched.
 }
 
+// While a session that takes callbacks has a file open, every change of the
+// file's attributes made at the server by anyone else (another session, the
+// server's own operations) is told to it before the change returns; its own
+// changes are not; nothing is told once its handles are released.
+TEST_P(RemoteFsTest, ChangesOfAnOpenFileAreToldToTheOtherSessions) {
+  std::mutex mu;
+  std::vector<std::pair<std::string, std::vector<Handle>>> told;
+  auto count = [&] {
+    std::lock_guard lock(mu);
+    return told.size();
+  };
+  // A client whose transport takes callbacks (the handler before Listen).
+  Client a;
+  a.transport = NewTransport();
+  ASSERT_TRUE(a.transport);
+  FsCallbacks callbacks(a.transport.get(),
+                        [&](const std::string& node, const std::vector<Handle>& handles) {
+                          std::lock_guard lock(mu);
+                          told.emplace_back(node, handles);
+                        });
+  auto listening = a.transport->Listen(net_ ? "told:0" : "127.0.0.1:0");
+  ASSERT_TRUE(listening);
+  a.addr = *listening;
+  local_->SetAttrObserver(service_.get());
+  RemoteNodeFsOptions o;
+  o.callbacks = &callbacks;
+  auto fs = MakeRemote(a, o);
+
+  auto f = fs->Create(me_, "/told", O_RDWR, 0644);
+  ASSERT_TRUE(f) << f.error().ToString();
+  EXPECT_TRUE(f->attr_callbacks);
+  auto f2 = fs->Open(me_, "/told", O_RDONLY);
+  ASSERT_TRUE(f2);
+  EXPECT_TRUE(f2->attr_callbacks);
+  EXPECT_TRUE(service_->Interested());
+  // Sessions without callbacks are told nothing, and say so at open.
+  auto other = remote_->Open(me_, "/told", O_RDWR);
+  ASSERT_TRUE(other);
+  EXPECT_FALSE(other->attr_callbacks);
+
+  const std::vector<std::byte> data(100, std::byte{1});
+  // Another session writes: told, both handles, before Write returns.
+  ASSERT_TRUE(remote_->Write(other->handle, 0, data));
+  ASSERT_EQ(count(), 1u);
+  EXPECT_EQ(told[0].first, "server");
+  EXPECT_EQ(std::set<Handle>(told[0].second.begin(), told[0].second.end()),
+            (std::set<Handle>{f->handle, f2->handle}));
+  // Its own write: not told.
+  ASSERT_TRUE(fs->Write(f->handle, 0, data));
+  EXPECT_EQ(count(), 1u);
+  // The server's own operations: a write through its LocalNodeFs, a chmod,
+  // a truncate by path, an xattr, a new link and its removal.
+  auto mine = local_->Open(me_, "/told", O_WRONLY);
+  ASSERT_TRUE(mine);
+  ASSERT_TRUE(local_->Write(mine->handle, 0, data));
+  EXPECT_EQ(count(), 2u);
+  SetAttrRequest chmod;
+  chmod.mode = 0600;
+  ASSERT_TRUE(remote_->SetAttr(me_, "/told", std::nullopt, chmod));
+  EXPECT_EQ(count(), 3u);
+  SetAttrRequest trunc;
+  trunc.size = 10;
+  ASSERT_TRUE(local_->SetAttr(me_, "/told", std::nullopt, trunc));
+  EXPECT_EQ(count(), 4u);
+  const std::string v = "v";
+  ASSERT_TRUE(remote_->SetXattr(me_, "/told", "user.t", std::as_bytes(std::span(v)), 0));
+  EXPECT_EQ(count(), 5u);
+  ASSERT_TRUE(remote_->Link(me_, "/told", "/told2"));
+  EXPECT_EQ(count(), 6u);
+  ASSERT_TRUE(remote_->Unlink(me_, "/told2"));
+  EXPECT_EQ(count(), 7u);
+  // Another file: nothing.
+  auto g = remote_->Create(me_, "/untold", O_RDWR, 0644);
+  ASSERT_TRUE(g);
+  ASSERT_TRUE(remote_->Write(g->handle, 0, data));
+  EXPECT_EQ(count(), 7u);
+  // Released: no longer told, and no longer looked for.
+  ASSERT_TRUE(fs->Release(f->handle));
+  ASSERT_TRUE(fs->Release(f2->handle));
+  EXPECT_FALSE(service_->Interested());
+  ASSERT_TRUE(remote_->Write(other->handle, 0, data));
+  EXPECT_EQ(count(), 7u);
+  for (auto [h, who] : {std::pair{other->handle, remote_.get()}, {g->handle, remote_.get()}}) {
+    ASSERT_TRUE(who->Release(h));
+  }
+  ASSERT_TRUE(local_->Release(mine->handle));
+
+  // A session that goes away while it has the file open stops being told.
+  auto h = fs->Open(me_, "/told", O_RDONLY);
+  ASSERT_TRUE(h);
+  EXPECT_TRUE(service_->Interested());
+  fs.reset();
+  EXPECT_FALSE(service_->Interested());
+  local_->SetAttrObserver(nullptr);
+
+  // Hostile callbacks: garbage is refused (EPROTO) and counted; an unknown
+  // session is answered and dropped.
+  auto ep = server_->GetEndpoint(a.addr);
+  const uint16_t m = MethodId(RpcMethod::kFsAttrChanged);
+  auto junk = m2m::CallSync(*ep, m, m2m::Bytes(7, std::byte{0x5a}), 5s);
+  ASSERT_FALSE(junk);
+  EXPECT_EQ(junk.error().code, EPROTO);
+  EXPECT_EQ(callbacks.refused(), 1u);
+  flatbuffers::FlatBufferBuilder b(64);
+  auto hv = b.CreateVector(std::vector<uint64_t>{1, 2});
+  fb::FsAttrChangedBuilder ab(b);
+  ab.add_version(fswire::kVersion);
+  ab.add_session(12345);
+  ab.add_handles(hv);
+  b.Finish(ab.Finish());
+  EXPECT_TRUE(m2m::CallSync(*ep, m, fswire::Finish(b), 5s));
+  EXPECT_EQ(count(), 7u);
+  a.transport->Shutdown();
+}
+
 INSTANTIATE_TEST_SUITE_P(Nets, RemoteFsTest, ::testing::Values(Net::kFake, Net::kUcx), NetName);
 
 }  // namespace
