@@ -440,10 +440,12 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   // Tells every other session that has file (dev, ino) open and takes
   // callbacks (one FsAttrChanged per session, in parallel), and waits for
   // their answers, each for at most callback_timeout. A session that does
-  // not answer in time is logged and skipped: its node caches the file's
-  // attributes for at most the client's bound (docs/namespace.md).
+  // not answer in time is logged and told nothing more (its later opens say
+  // so): its node caches what it has for at most the client's bound
+  // (docs/namespace.md), and a writer waits for it once, not per change.
   void AttrsChanged(dev_t dev, ino_t ino) {
     struct Target {
+      uint64_t session = 0;
       std::shared_ptr<m2m::Endpoint> ep;
       m2m::Bytes msg;
       std::string node;
@@ -460,7 +462,8 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
       for (const auto& [session, rhs] : by_session) {
         auto s = sessions_.find(session);
         if (s == sessions_.end() || s->second.ep == nullptr) continue;
-        targets.push_back({s->second.ep, AttrChangedMessage(session, rhs), s->second.node});
+        targets.push_back(
+            {session, s->second.ep, AttrChangedMessage(session, rhs), s->second.node});
       }
     }
     if (targets.empty()) return;
@@ -468,22 +471,33 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
       std::mutex mu;
       std::condition_variable cv;
       size_t left = 0;
+      std::vector<uint64_t> failed;  // sessions
     } p;
     p.left = targets.size();
     callbacks_sent_.fetch_add(targets.size(), std::memory_order_relaxed);
     for (Target& t : targets) {
       t.ep->Call(MethodId(RpcMethod::kFsAttrChanged), std::move(t.msg), opts_.callback_timeout,
-                 [&p, this, node = t.node](Result<m2m::Bytes> r) {
+                 [&p, this, session = t.session, node = t.node](Result<m2m::Bytes> r) {
                    if (!r) {
                      callbacks_failed_.fetch_add(1, std::memory_order_relaxed);
-                     log_->warn("telling {} of a file's change: {}", node, r.error().ToString());
+                     log_->warn("telling {} of a file's change: {}; it is told no more",
+                                node, r.error().ToString());
                    }
                    std::lock_guard lock(p.mu);
+                   if (!r) p.failed.push_back(session);
                    if (--p.left == 0) p.cv.notify_one();  // under the lock: p outlives it
                  });
     }
     std::unique_lock lock(p.mu);
     p.cv.wait(lock, [&p] { return p.left == 0; });
+    lock.unlock();
+    std::lock_guard l2(mu_);
+    for (uint64_t session : p.failed) {
+      if (auto s = sessions_.find(session); s != sessions_.end()) {
+        s->second.callbacks = false;
+        ForgetKeysLocked(s->second);
+      }
+    }
   }
 
  private:

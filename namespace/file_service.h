@@ -21,7 +21,8 @@
 //    {session, the handles it has the file open as}. Not told to the session
 //    whose request made the change (its kernel saw it). Open/Create replies
 //    say whether the handle is told (FsReply.attr_callbacks). Each callback
-//    waits at most callback_timeout; one that fails is logged and skipped.
+//    waits at most callback_timeout; after one fails (logged) the session
+//    is told nothing more, and its later opens say so.
 //  * Bulk data is one-sided, between pre-registered pools, no registration
 //    per request: Read preads into one of the server's slots and Puts the
 //    bytes into the client's slot named in the request, then replies {n};

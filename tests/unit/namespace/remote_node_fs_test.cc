@@ -761,6 +761,40 @@ TEST_P(RemoteFsTest, ChangesOfAnOpenFileAreToldToTheOtherSessions) {
   a.transport->Shutdown();
 }
 
+// An opener that does not answer a callback is told nothing more: a writer
+// waits for it once, and its later opens are not told.
+TEST_P(RemoteFsTest, AnOpenerThatDoesNotAnswerIsToldNoMore) {
+  Client a;
+  a.transport = NewTransport();
+  ASSERT_TRUE(a.transport);
+  FsCallbacks callbacks(a.transport.get(), [](const std::string&, const std::vector<Handle>&) {});
+  auto listening = a.transport->Listen(net_ ? "gone:0" : "127.0.0.1:0");
+  ASSERT_TRUE(listening);
+  a.addr = *listening;
+  local_->SetAttrObserver(service_.get());
+  RemoteNodeFsOptions o;
+  o.callbacks = &callbacks;
+  auto fs = MakeRemote(a, o);
+  auto f = fs->Create(me_, "/gone", O_RDWR, 0644);
+  ASSERT_TRUE(f);
+  ASSERT_TRUE(f->attr_callbacks);
+  auto w = remote_->Open(me_, "/gone", O_WRONLY);
+  ASSERT_TRUE(w);
+  // The opener's node stops answering (its handles stay open at the server).
+  a.transport->Shutdown();
+  const std::vector<std::byte> data(10, std::byte{2});
+  ASSERT_TRUE(remote_->Write(w->handle, 0, data));
+  auto s1 = service_->stats();
+  EXPECT_EQ(s1.callbacks_sent, 1u);
+  EXPECT_EQ(s1.callbacks_failed, 1u);
+  EXPECT_FALSE(service_->Interested());
+  ASSERT_TRUE(remote_->Write(w->handle, 0, data));
+  EXPECT_EQ(service_->stats().callbacks_sent, 1u);
+  ASSERT_TRUE(remote_->Release(w->handle));
+  local_->SetAttrObserver(nullptr);
+  service_->DropPeer("client");
+}
+
 INSTANTIATE_TEST_SUITE_P(Nets, RemoteFsTest, ::testing::Values(Net::kFake, Net::kUcx), NetName);
 
 }  // namespace
