@@ -463,9 +463,10 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
   deps.tag_of = [m = d->membership_.get()](const std::string& node) { return m->TagOf(node); };
   m2m::Transport* tr = d->transport_.get();
   const Millis rpc = o.timeouts.rpc;
+  // Without kernel caches nothing is cached that a callback could drop.
   deps.make_remote = [tr, rpc, self = o.node_id, addr = o.listen,
-                      callbacks = d->fs_callbacks_.get()](const std::string& node,
-                                                          const std::string& peer_addr) {
+                      callbacks = o.fuse.kernel_cache ? d->fs_callbacks_.get() : nullptr](
+                         const std::string& node, const std::string& peer_addr) {
     ns::RemoteNodeFsOptions ro;
     ro.rpc_timeout = rpc;
     ro.local_node = self;

@@ -1186,8 +1186,7 @@ Status VfsImpl::Release(uint64_t fh) {
     }
     if (f.told) {
       told_.erase({f.fs->node_id(), f.handle});
-      f.told = ToldLocked(f.ino);  // still told through another handle
-      untold = !f.told;
+      untold = !ToldLocked(f.ino);  // else still told through another handle
     }
   }
   // The kernel may cache the attributes only while changes are told: drop
