@@ -687,9 +687,9 @@ std::optional<std::string> HandleFilesRequest(const std::string& line, const ns:
                                               const std::string& self) {
   using Json = nlohmann::json;
   Json req = Json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (req.is_discarded() || !req.is_object() || req.value("cmd", std::string()) != "files") {
-    return std::nullopt;
-  }
+  if (req.is_discarded() || !req.is_object()) return std::nullopt;
+  auto cmd = req.find("cmd");
+  if (cmd == req.end() || !cmd->is_string() || *cmd != "files") return std::nullopt;
   const ns::FileService::Stats s = fs.stats();
   return Json{{"node", self},
               {"sessions", s.sessions},

@@ -1,10 +1,10 @@
 #include "namespace/file_service.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
-#include <sys/stat.h>
-
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -117,11 +117,15 @@ Status CheckRequest(const fb::FsRequest* req) {
 
 }  // namespace
 
+namespace {
+
 // The session whose request this thread is serving (0: none). Its own
 // changes are not told back to it: its kernel saw them happen.
 thread_local uint64_t t_serving_session = 0;
 
 using FileKey = std::pair<dev_t, ino_t>;
+
+}  // namespace
 
 struct Session {
   uint64_t id = 0;
@@ -511,7 +515,6 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
     b.Finish(ab.Finish());
     return fswire::Finish(b);
   }
-
 
   static m2m::Bytes StatReply(const struct stat& st) {
     flatbuffers::FlatBufferBuilder b(256);
