@@ -9,8 +9,10 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstddef>
 #include <mutex>
 #include <optional>
+#include <vector>
 
 namespace fedfs {
 
@@ -31,6 +33,34 @@ R WaitFor(Start&& start) {
   std::unique_lock lock(slot.mu);
   slot.cv.wait(lock, [&] { return slot.value.has_value(); });
   return std::move(*slot.value);
+}
+
+// `start(i, done)` begins operation i of n (all started before any wait);
+// each `done(R)` must be called exactly once, on any thread. Returns what
+// each was called with, in order.
+template <class R, class Start>
+std::vector<R> WaitForAll(size_t n, Start&& start) {
+  struct Slots {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::optional<R>> values;
+    size_t left = 0;
+  } slots;
+  slots.values.resize(n);
+  slots.left = n;
+  for (size_t i = 0; i < n; ++i) {
+    start(i, [&slots, i](R r) {
+      std::lock_guard lock(slots.mu);
+      slots.values[i].emplace(std::move(r));
+      if (--slots.left == 0) slots.cv.notify_one();  // under the lock, as above
+    });
+  }
+  std::unique_lock lock(slots.mu);
+  slots.cv.wait(lock, [&] { return slots.left == 0; });
+  std::vector<R> out;
+  out.reserve(n);
+  for (auto& v : slots.values) out.push_back(std::move(*v));
+  return out;
 }
 
 }  // namespace fedfs

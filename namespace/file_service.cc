@@ -14,6 +14,7 @@
 
 #include "common/logging.h"
 #include "common/rpc_methods.h"
+#include "common/wait.h"
 #include "namespace/fs_wire.h"
 #include "namespace/path.h"
 
@@ -471,33 +472,19 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
       }
     }
     if (targets.empty()) return;
-    struct Pending {
-      std::mutex mu;
-      std::condition_variable cv;
-      size_t left = 0;
-      std::vector<uint64_t> failed;  // sessions
-    } p;
-    p.left = targets.size();
     callbacks_sent_.fetch_add(targets.size(), std::memory_order_relaxed);
-    for (Target& t : targets) {
-      t.ep->Call(MethodId(RpcMethod::kFsAttrChanged), std::move(t.msg), opts_.callback_timeout,
-                 [&p, this, session = t.session, node = t.node](Result<m2m::Bytes> r) {
-                   if (!r) {
-                     callbacks_failed_.fetch_add(1, std::memory_order_relaxed);
-                     log_->warn("telling {} of a file's change: {}; it is told no more",
-                                node, r.error().ToString());
-                   }
-                   std::lock_guard lock(p.mu);
-                   if (!r) p.failed.push_back(session);
-                   if (--p.left == 0) p.cv.notify_one();  // under the lock: p outlives it
-                 });
-    }
-    std::unique_lock lock(p.mu);
-    p.cv.wait(lock, [&p] { return p.left == 0; });
-    lock.unlock();
-    std::lock_guard l2(mu_);
-    for (uint64_t session : p.failed) {
-      if (auto s = sessions_.find(session); s != sessions_.end()) {
+    const auto answers = WaitForAll<Result<m2m::Bytes>>(
+        targets.size(), [&](size_t i, m2m::Callback<m2m::Bytes> done) {
+          targets[i].ep->Call(MethodId(RpcMethod::kFsAttrChanged), std::move(targets[i].msg),
+                              opts_.callback_timeout, std::move(done));
+        });
+    std::lock_guard lock(mu_);
+    for (size_t i = 0; i < targets.size(); ++i) {
+      if (answers[i]) continue;
+      callbacks_failed_.fetch_add(1, std::memory_order_relaxed);
+      log_->warn("telling {} of a file's change: {}; it is told no more", targets[i].node,
+                 answers[i].error().ToString());
+      if (auto s = sessions_.find(targets[i].session); s != sessions_.end()) {
         s->second.callbacks = false;
         ForgetKeysLocked(s->second);
       }

@@ -3,11 +3,12 @@
 #include <algorithm>
 #include <cstring>
 #include <random>
-#include <unordered_map>
 #include <thread>
+#include <unordered_map>
 
 #include "common/logging.h"
 #include "common/rpc_methods.h"
+#include "common/wait.h"
 #include "namespace/fs_wire.h"
 
 namespace fedfs::ns {
@@ -517,17 +518,6 @@ Result<size_t> RemoteNodeFs::WriteInline(Handle h, uint64_t offset,
   return done;
 }
 
-namespace {
-
-// Waits for a set of asynchronous calls issued together.
-struct Batch {
-  std::mutex mu;
-  std::condition_variable cv;
-  size_t pending = 0;
-  std::vector<Result<m2m::Bytes>> results;
-};
-
-}  // namespace
 
 // Reads and writes through the pool: chunks of one slot each, up to
 // max_parallel at once; each wave's results are taken in order and the first
@@ -561,37 +551,26 @@ Result<size_t> RemoteNodeFs::SlotIo(bool read, Handle h, uint64_t offset, std::b
       if (done > 0) break;
       return Err(ETIMEDOUT, "no free buffer slot before the deadline");
     }
-    auto batch = std::make_shared<Batch>();
-    batch->pending = slots.size();
-    batch->results.resize(slots.size(), Err(EIO, "not completed"));
     std::vector<size_t> lens(slots.size());
     const auto budget = Until(deadline);
     const uint64_t budget_us =
         std::chrono::duration_cast<std::chrono::microseconds>(budget).count();
-    for (size_t i = 0; i < slots.size(); ++i) {
-      const size_t off = done + i * chunk;
-      lens[i] = std::min(chunk, size - off);
-      if (!read) std::memcpy(slots_->slot(slots[i]), buf + off, lens[i]);
-      Req q{.op = read ? fb::Op::kRead : fb::Op::kWrite,
-            .handle = h,
-            .offset = offset + off,
-            .length = lens[i],
-            .slot = slots[i]};
-      ep_->Call(MethodOf(q.op), Encode(q, session_, budget_us), budget,
-                [batch, i](Result<m2m::Bytes> r) {
-                  std::lock_guard lock(batch->mu);
-                  batch->results[i] = std::move(r);
-                  if (--batch->pending == 0) batch->cv.notify_all();
-                });
-    }
-    {
-      std::unique_lock lock(batch->mu);
-      batch->cv.wait(lock, [&] { return batch->pending == 0; });
-    }
+    auto results = WaitForAll<Result<m2m::Bytes>>(
+        slots.size(), [&](size_t i, m2m::Callback<m2m::Bytes> call_done) {
+          const size_t off = done + i * chunk;
+          lens[i] = std::min(chunk, size - off);
+          if (!read) std::memcpy(slots_->slot(slots[i]), buf + off, lens[i]);
+          Req q{.op = read ? fb::Op::kRead : fb::Op::kWrite,
+                .handle = h,
+                .offset = offset + off,
+                .length = lens[i],
+                .slot = slots[i]};
+          ep_->Call(MethodOf(q.op), Encode(q, session_, budget_us), budget, std::move(call_done));
+        });
     bool stop = false;
     std::optional<Error> first_error;
     for (size_t i = 0; i < slots.size(); ++i) {
-      auto& r = batch->results[i];
+      auto& r = results[i];
       Result<const fb::FsReply*> rep = r ? Parse(*r) : Err(r.error());
       const bool touched = !rep && MaySlotBeTouched(rep.error().code);
       if (!stop) {

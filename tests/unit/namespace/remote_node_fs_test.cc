@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <set>
@@ -126,10 +127,12 @@ class RemoteFsTest : public ::testing::TestWithParam<Net> {
     std::unique_ptr<m2m::Transport> transport;
     std::string addr;
   };
-  Client NewClient() {
+  // `before_listen` installs handlers on the new transport (FsCallbacks).
+  Client NewClient(const std::function<void(m2m::Transport*)>& before_listen = {}) {
     Client c;
     c.transport = NewTransport();
     if (!c.transport) return c;
+    if (before_listen) before_listen(c.transport.get());
     auto a = c.transport->Listen(net_ ? "client:0" : "127.0.0.1:0");
     EXPECT_TRUE(a);
     if (a) c.addr = *a;
@@ -657,21 +660,19 @@ TEST_P(RemoteFsTest, ChangesOfAnOpenFileAreToldToTheOtherSessions) {
     std::lock_guard lock(mu);
     return told.size();
   };
-  // A client whose transport takes callbacks (the handler before Listen).
-  Client a;
-  a.transport = NewTransport();
-  ASSERT_TRUE(a.transport);
-  FsCallbacks callbacks(a.transport.get(),
-                        [&](const std::string& node, const std::vector<Handle>& handles) {
-                          std::lock_guard lock(mu);
-                          told.emplace_back(node, handles);
-                        });
-  auto listening = a.transport->Listen(net_ ? "told:0" : "127.0.0.1:0");
-  ASSERT_TRUE(listening);
-  a.addr = *listening;
+  // A client whose transport takes callbacks.
+  std::unique_ptr<FsCallbacks> callbacks;
+  Client a = NewClient([&](m2m::Transport* t) {
+    callbacks = std::make_unique<FsCallbacks>(
+        t, [&](const std::string& node, const std::vector<Handle>& handles) {
+          std::lock_guard lock(mu);
+          told.emplace_back(node, handles);
+        });
+  });
+  ASSERT_TRUE(a.transport && !a.addr.empty());
   local_->SetAttrObserver(service_.get());
   RemoteNodeFsOptions o;
-  o.callbacks = &callbacks;
+  o.callbacks = callbacks.get();
   auto fs = MakeRemote(a, o);
 
   auto f = fs->Create(me_, "/told", O_RDWR, 0644);
@@ -748,7 +749,7 @@ TEST_P(RemoteFsTest, ChangesOfAnOpenFileAreToldToTheOtherSessions) {
   auto junk = m2m::CallSync(*ep, m, m2m::Bytes(7, std::byte{0x5a}), 5s);
   ASSERT_FALSE(junk);
   EXPECT_EQ(junk.error().code, EPROTO);
-  EXPECT_EQ(callbacks.refused(), 1u);
+  EXPECT_EQ(callbacks->refused(), 1u);
   flatbuffers::FlatBufferBuilder b(64);
   auto hv = b.CreateVector(std::vector<uint64_t>{1, 2});
   fb::FsAttrChangedBuilder ab(b);
@@ -764,16 +765,15 @@ TEST_P(RemoteFsTest, ChangesOfAnOpenFileAreToldToTheOtherSessions) {
 // An opener that does not answer a callback is told nothing more: a writer
 // waits for it once, and its later opens are not told.
 TEST_P(RemoteFsTest, AnOpenerThatDoesNotAnswerIsToldNoMore) {
-  Client a;
-  a.transport = NewTransport();
-  ASSERT_TRUE(a.transport);
-  FsCallbacks callbacks(a.transport.get(), [](const std::string&, const std::vector<Handle>&) {});
-  auto listening = a.transport->Listen(net_ ? "gone:0" : "127.0.0.1:0");
-  ASSERT_TRUE(listening);
-  a.addr = *listening;
+  std::unique_ptr<FsCallbacks> callbacks;
+  Client a = NewClient([&](m2m::Transport* t) {
+    callbacks = std::make_unique<FsCallbacks>(
+        t, [](const std::string&, const std::vector<Handle>&) {});
+  });
+  ASSERT_TRUE(a.transport && !a.addr.empty());
   local_->SetAttrObserver(service_.get());
   RemoteNodeFsOptions o;
-  o.callbacks = &callbacks;
+  o.callbacks = callbacks.get();
   auto fs = MakeRemote(a, o);
   auto f = fs->Create(me_, "/gone", O_RDWR, 0644);
   ASSERT_TRUE(f);
