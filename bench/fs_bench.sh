@@ -28,8 +28,9 @@
 # Usage (root): bench/fs_bench.sh
 # Env: BUILD=<build dir> (default build-bench), FILES=10000, SEQ_SIZE=256M,
 #      RAND_SIZE=64M, RUNTIME=5 (seconds per random fio job),
-#      REPEAT=3 (runs of every row; the median is shown: on a small shared
-#      machine single runs vary by up to 2x),
+#      REPEAT=3 (rounds; each round runs every target once, in order, so a
+#      slow spell of the machine hits all targets alike; the median of the
+#      rounds is shown: on a small shared machine single runs vary by up to 2x),
 #      TARGETS="native ptll ptll-dp mergerfs fedfs1 fedfs3-loc fedfs3-rem",
 #      KEEP=1 keeps the work directory, STEP_TIMEOUT=900 (s) bounds the metadata loop.
 # Everything started here (FUSE servers, daemons) is stopped by pid and
@@ -103,34 +104,39 @@ median() {
   printf '%s\n' "$@" | sort -n | sed -n "$(( ($# + 1) / 2 ))p"
 }
 
-measure() {
-  local t=$1 dir=$2 i k v
-  declare -A runs=()  # runs[<row>] = "v1 v2 ..."
-  for i in $(seq "$REPEAT"); do
-    log "$t: metadata ($FILES files) in $dir, run $i of $REPEAT"
-    local out
-    if out=$(timeout "${STEP_TIMEOUT:-900}" "$META" --dir "$dir" --files "$FILES" 2>"$WORK/meta-$t.err"); then
-      while read -r k v; do runs[$k]+=" $v"; done <<<"$out"
-    else
-      log "$t: fedfs-meta-bench failed: $(cat "$WORK/meta-$t.err")"
-    fi
-    log "$t: fio sequential, run $i of $REPEAT"
-    runs[seq_write_mib_s]+=" $(fio_run "$dir" seq write 1M "$SEQ_SIZE" 0 mibs || true)"
-    drop_caches
-    runs[seq_read_mib_s]+=" $(fio_run "$dir" seq read 1M "$SEQ_SIZE" 0 mibs || true)"
-    rm -f "$dir/fio-seq"
-    log "$t: fio random, run $i of $REPEAT"
-    # Lay out the random-I/O file, read it once so the warm run hits cache.
-    fio_run "$dir" rnd write 1M "$RAND_SIZE" 0 mibs >/dev/null || true
-    fio_run "$dir" rnd read 1M "$RAND_SIZE" 0 mibs >/dev/null || true
-    runs[randread_warm_iops]+=" $(fio_run "$dir" rnd randread 4k "$RAND_SIZE" 1 iops || true)"
-    drop_caches
-    runs[randread_cold_iops]+=" $(fio_run "$dir" rnd randread 4k "$RAND_SIZE" 1 iops || true)"
-    runs[randwrite_iops]+=" $(fio_run "$dir" rnd randwrite 4k "$RAND_SIZE" 1 iops || true)"
-    rm -f "$dir/fio-rnd"
-  done
+declare -A RUNS  # RUNS[<target>,<row>] = "v1 v2 ..." (one value per round)
+
+# measure_round <target> <dir> <round>: one run of every row, into RUNS.
+measure_round() {
+  local t=$1 dir=$2 i=$3 k v
+  log "$t: metadata ($FILES files) in $dir, round $i of $REPEAT"
+  local out
+  if out=$(timeout "${STEP_TIMEOUT:-900}" "$META" --dir "$dir" --files "$FILES" 2>"$WORK/meta-$t.err"); then
+    while read -r k v; do RUNS[$t,$k]+=" $v"; done <<<"$out"
+  else
+    log "$t: fedfs-meta-bench failed: $(cat "$WORK/meta-$t.err")"
+  fi
+  log "$t: fio sequential, round $i of $REPEAT"
+  RUNS[$t,seq_write_mib_s]+=" $(fio_run "$dir" seq write 1M "$SEQ_SIZE" 0 mibs || true)"
+  drop_caches
+  RUNS[$t,seq_read_mib_s]+=" $(fio_run "$dir" seq read 1M "$SEQ_SIZE" 0 mibs || true)"
+  rm -f "$dir/fio-seq"
+  log "$t: fio random, round $i of $REPEAT"
+  # Lay out the random-I/O file, read it once so the warm run hits cache.
+  fio_run "$dir" rnd write 1M "$RAND_SIZE" 0 mibs >/dev/null || true
+  fio_run "$dir" rnd read 1M "$RAND_SIZE" 0 mibs >/dev/null || true
+  RUNS[$t,randread_warm_iops]+=" $(fio_run "$dir" rnd randread 4k "$RAND_SIZE" 1 iops || true)"
+  drop_caches
+  RUNS[$t,randread_cold_iops]+=" $(fio_run "$dir" rnd randread 4k "$RAND_SIZE" 1 iops || true)"
+  RUNS[$t,randwrite_iops]+=" $(fio_run "$dir" rnd randwrite 4k "$RAND_SIZE" 1 iops || true)"
+  rm -f "$dir/fio-rnd"
+}
+
+# R[<target>,<row>] = the median of the rounds so far.
+take_medians() {
+  local k
   # shellcheck disable=SC2086  # word splitting of the runs is intended
-  for k in "${!runs[@]}"; do R[$t,$k]=$(median ${runs[$k]}); done
+  for k in "${!RUNS[@]}"; do R[$k]=$(median ${RUNS[$k]}); done
 }
 
 # ---- table (also printed by the EXIT trap if a run is cut short) ----------------
@@ -168,14 +174,25 @@ print_table() {
   done
 }
 
-for t in $TARGETS; do
-  DIR=
-  if "setup_$t" && [ -n "$DIR" ]; then
-    measure "$t" "$DIR"
-  else
-    log "$t: n/a"
-  fi
-  stop_started  # one target at a time: no idle daemons skewing the next
+# Rounds: every target once per round, in the same order, each started
+# fresh and stopped after its run (one target at a time: no idle daemons
+# skewing the next). The machine's speed drifts over minutes; interleaving
+# spreads that drift over all targets instead of charging it to whichever
+# ran during a slow spell.
+declare -A UNAVAILABLE
+for round in $(seq "$REPEAT"); do
+  for t in $TARGETS; do
+    [ -z "${UNAVAILABLE[$t]:-}" ] || continue
+    DIR=
+    if "setup_$t" && [ -n "$DIR" ]; then
+      measure_round "$t" "$DIR" "$round"
+    else
+      log "$t: n/a"
+      UNAVAILABLE[$t]=1
+    fi
+    stop_started
+  done
+  take_medians
 done
 
 print_table

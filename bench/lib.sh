@@ -111,7 +111,7 @@ start_fedfs() {
   mkdir -p "$d"
   (umask 077; "$FEDFSCTL" keygen >"$d/key")
   local base=$((20000 + RANDOM % 12000))  # below the ephemeral range (32768-)
-  local pids=()
+  local pids=() i
   for i in $(seq 0 $((n - 1))); do
     mkdir -p "$d/export$i" "$d/mnt$i"
     local peers="[]"
