@@ -136,7 +136,7 @@ void Guard(fuse_req_t req, F&& body) {
 void ReplyEntry(fuse_req_t req, const Result<EntryOut>& r) {
   if (!r) return ReplyErr(req, r.error());
   const fuse_entry_param p = EntryParam(*r);
-  if (fuse_reply_entry(req, &p) != 0) {
+  if (fuse_reply_entry(req, &p) != 0 && r->ino != 0) {
     // The kernel did not take the reference (interrupted request).
     VfsOf(req)->Forget(r->ino, 1);
   }

@@ -36,6 +36,8 @@ namespace fedfs::ns {
 
 inline constexpr uint64_t kRootIno = 1;  // FUSE_ROOT_ID
 
+// ino 0: a negative entry (Lookup of a name that does not exist, when the
+// kernel may remember that for entry_timeout seconds); nothing is counted.
 struct EntryOut {
   uint64_t ino = 0;         // FUSE node id (lookup count incremented by one)
   uint64_t generation = 0;
@@ -61,6 +63,8 @@ class Vfs {
  public:
   virtual ~Vfs() = default;
 
+  // A missing name: ENOENT, or a negative EntryOut (ino 0) when the kernel
+  // may cache the absence (VfsImpl: only while it can take it back).
   virtual Result<EntryOut> Lookup(const Cred& c, uint64_t parent, const std::string& name) = 0;
   virtual void Forget(uint64_t ino, uint64_t nlookup) = 0;
   // Seconds the kernel may keep the attributes `st` of `ino` (GETATTR and

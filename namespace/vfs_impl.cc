@@ -201,12 +201,15 @@ bool Unlisted(const VdEntry* e) { return e == nullptr; }
 // so a lookup that answers ENOENT is never followed by a listing that still
 // shows the name, and a name that always existed is never missed.
 Result<VfsImpl::Child> VfsImpl::LookupChild(const Cred& c, const std::string& dir_path,
-                                            const std::string& name) {
+                                            const std::string& name, bool* absent) {
   for (int attempt = 0;; ++attempt) {
     auto vd = deps_.vds->Get(dir_path);
     if (!vd) return Err(vd.error());
     const VdEntry* e = (*vd)->Find(name);
-    if (e == nullptr) return Err(ENOENT, JoinPath(dir_path, name));
+    if (e == nullptr) {
+      if (absent != nullptr) *absent = (*vd)->cacheable;
+      return Err(ENOENT, JoinPath(dir_path, name));
+    }
     auto ch = ChildFromEntry(c, dir_path, *e);
     if (!ch && ch.error().code == ENOENT && e->type != DT_DIR) {
       if (attempt == 2) return Err(ENOENT, JoinPath(dir_path, name));
@@ -503,8 +506,26 @@ Result<EntryOut> VfsImpl::Lookup(const Cred& c, uint64_t parent, const std::stri
   if (auto s = ValidateName(name); !s) return Err(s.error());
   auto dir = ResolveDir(parent);
   if (!dir) return Err(dir.error());
-  auto ch = LookupChild(c, dir->path, name);
-  if (!ch) return Err(ch.error());
+  bool absent = false;
+  auto ch = LookupChild(c, dir->path, name, &absent);
+  if (!ch) {
+    // A name that no node has is remembered by the kernel like a name that
+    // exists (a negative entry), under the same rule: only while every
+    // change of the directory takes the kernel's names back, and only if
+    // none did while this lookup was served. Programs that probe for files
+    // (search paths of compilers, interpreters, the dynamic linker, PATH)
+    // then ask the kernel, not this daemon, for each miss.
+    if (absent && ch.error().code == ENOENT) {
+      if (KernelCache* k = kernel_.load(std::memory_order_acquire);
+          k != nullptr && k->Coherent() && k->NamesEpoch() == names_epoch &&
+          std::max(options_.entry_timeout, options_.coherent_entry_timeout) > 0) {
+        EntryOut negative;
+        negative.entry_timeout = std::max(options_.entry_timeout, options_.coherent_entry_timeout);
+        return negative;
+      }
+    }
+    return Err(ch.error());
+  }
   return Remember(parent, *ch, names_epoch);
 }
 

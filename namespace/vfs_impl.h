@@ -329,7 +329,10 @@ class VfsImpl final : public Vfs {
   // nlink = 2 + subdirectories and the directory st_ino.
   Result<struct stat> DirAttr(const Cred& c, const std::string& path, const VdPtr& vd);
   // Looks up `name` in the VD of `dir_path` and stats it.
-  Result<Child> LookupChild(const Cred& c, const std::string& dir_path, const std::string& name);
+  // *absent (optional) is set when the answer is ENOENT because a complete
+  // VD(dir_path) (one with every live node's listing) has no such name.
+  Result<Child> LookupChild(const Cred& c, const std::string& dir_path, const std::string& name,
+                            bool* absent = nullptr);
   Result<Child> ChildFromEntry(const Cred& c, const std::string& dir_path, const VdEntry& e);
   // Inserts (or finds) the child in the table, +1 lookup; fills an EntryOut.
   // `names_epoch`: NamesEpoch() when the request began; if the kernel's

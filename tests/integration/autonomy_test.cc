@@ -553,6 +553,73 @@ TEST_F(Autonomy, KernelServesRepeatedLookups) {
   EXPECT_LE(lookups, 20) << s1.dump() << "\n" << s2.dump();
 }
 
+// A name that no node has is remembered by the kernel too (a negative
+// entry): repeated probes of it on n2 do not reach n2's daemon. Every change
+// that makes the name exist takes it back: a create through another node's
+// mount is seen by n2's very next stat, a file a local program puts into an
+// export root (n1's, or n2's own) within the watcher's batch. Both for a
+// directory another node manages and for one n2 manages itself.
+TEST_F(Autonomy, MissingNamesAreCachedUntilTheyAppear) {
+  StartNodes(3);
+  ASSERT_NO_FATAL_FAILURE(MakeCandidatesWithFileOnN2("neg"));
+  ASSERT_NO_FATAL_FAILURE(Launch());
+  for (const std::string manager : {"n3", "n2"}) {
+    SCOPED_TRACE("directory managed by " + manager);
+    const std::string dir = PathManagedBy("neg", manager);
+    ASSERT_FALSE(dir.empty());
+    const std::string probe = M("n2", dir + "/missing.h");
+    ASSERT_EQ(StatErr(probe), ENOENT);
+    const auto s1 = Ctl("n2", {"dt"});
+    constexpr int kN = 200;
+    for (int i = 0; i < kN; ++i) ASSERT_EQ(StatErr(probe), ENOENT) << i;
+    const auto s2 = Ctl("n2", {"dt"});
+    ASSERT_TRUE(s1.is_object() && s2.is_object());
+    const int64_t lookups = s2["lookups"].get<int64_t>() - s1["lookups"].get<int64_t>();
+    std::printf("missing name on n2 (manager %s): %d stats, %lld VD lookups in the daemon\n",
+                manager.c_str(), kN, static_cast<long long>(lookups));
+    // As in KernelServesRepeatedLookups: the directory's attributes are
+    // refreshed at most once a second, never once per stat.
+    EXPECT_LE(lookups, 20) << s1.dump() << "\n" << s2.dump();
+
+    int failures = 0;
+    for (int i = 0; i < 20 && failures < 5; ++i) {
+      const std::string name = "/x" + std::to_string(i);
+      const std::string at_n2 = M("n2", dir + name);
+      const std::string maker = i % 2 == 0 ? "n1" : "n3";
+      ASSERT_EQ(StatErr(at_n2), ENOENT);
+      ASSERT_EQ(StatErr(at_n2), ENOENT);  // now remembered
+      const int fd = ::open(M(maker, dir + name).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+                            0644);
+      ASSERT_GE(fd, 0) << name << ": " << std::strerror(errno);
+      ASSERT_EQ(::close(fd), 0);
+      if (const int e = StatErr(at_n2); e != 0) {
+        ++failures;
+        ADD_FAILURE() << name << " created through " << maker << ", n2's stat: "
+                      << std::strerror(e);
+      }
+      ASSERT_EQ(::unlink(M(maker, dir + name).c_str()), 0) << std::strerror(errno);
+      if (const int e = StatErr(at_n2); e != ENOENT) {
+        ++failures;
+        ADD_FAILURE() << name << " unlinked through " << maker << ", n2's stat: "
+                      << std::strerror(e);
+      }
+    }
+    // Behind FedFS' back, in another node's export root and in n2's own.
+    for (const std::string holder : {"n1", "n2"}) {
+      const std::string name = "/local-" + holder + ".txt";
+      const std::string at_n2 = M("n2", dir + name);
+      ASSERT_EQ(StatErr(at_n2), ENOENT);
+      ASSERT_EQ(StatErr(at_n2), ENOENT);
+      const auto since = Clock::now();
+      ASSERT_TRUE(WriteLocal(E(holder, dir + name), "local\n"));
+      const long ms = PollMs([&] { return StatErr(at_n2) == 0; }, since);
+      std::printf("a file made by a local program on %s: seen through n2 after %ld ms\n",
+                  holder.c_str(), ms);
+      EXPECT_GE(ms, 0) << name << " never seen through n2";
+    }
+  }
+}
+
 // A change through n1's mount in a directory that n3 manages is seen by the
 // very next system call through n2's mount (no polling), 50 times over.
 TEST_F(Autonomy, ChangesThroughOneMountAreSeenAtOnceThroughAnother) {

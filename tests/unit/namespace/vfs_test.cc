@@ -13,6 +13,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 
 #include "namespace/local_node_fs.h"
@@ -51,6 +52,8 @@ class MergeVds final : public VdClient {
     for (NodeFs* n : nodes_) listings.push_back({n->node_id(), n->ListDir(Cred{}, path)});
     auto vd = DirMerge(path, 1, 1, listings);
     if (!vd) return Err(vd.error());
+    vd->cacheable = complete;
+    if (on_get) on_get();
     return std::make_shared<const VirtualDirectory>(std::move(*vd));
   }
   Status Add(const std::string&, const std::string&, uint8_t, const std::string&) override {
@@ -62,9 +65,21 @@ class MergeVds final : public VdClient {
     return Ok();
   }
   int gets = 0, adds = 0, removes = 0;
+  bool complete = true;              // false: as if a live node's listing were missing
+  std::function<void()> on_get;      // runs inside every Get
 
  private:
   std::vector<NodeFs*> nodes_;
+};
+
+// A kernel that takes InvalidateNames (FUSE_NOTIFY_INC_EPOCH).
+class CoherentKernel final : public KernelCache {
+ public:
+  bool Coherent() const override { return true; }
+  void InvalidateNames() override { ++epoch; }
+  uint64_t NamesEpoch() const override { return epoch; }
+  void InvalidateAttrs(uint64_t) override {}
+  uint64_t epoch = 0;
 };
 
 class VfsTest : public ::testing::Test {
@@ -307,6 +322,54 @@ TEST_F(VfsTest, LinkAcrossNodesIsExdevAndReaddirShowsTheUnion) {
   ASSERT_TRUE(vfs_->Unlink(cred_, kRootIno, "h"));
   EXPECT_FALSE(fs::exists(dir_ + "/b/h"));
   EXPECT_EQ(vfs_->Lookup(cred_, kRootIno, "h").error().code, ENOENT);
+}
+
+}  // namespace
+}  // namespace fedfs::ns
+
+namespace fedfs::ns {
+namespace {
+
+// A name no node has: with a kernel that takes names back, a negative entry
+// the kernel may keep (ino 0, the names' timeout); without one, or when the
+// kernel's names were dropped while the lookup was served, or when the VD
+// lacks a live node's listing, plain ENOENT (nothing cached).
+TEST_F(VfsTest, MissingNamesAreNegativeEntriesOnlyWhileTheKernelCanBeToldOtherwise) {
+  Put("a", "/d/x", "ax");
+  MakeVfs();
+  const uint64_t d = Look(kRootIno, "d");
+  auto plain = vfs_->Lookup(cred_, d, "nope");
+  ASSERT_FALSE(plain);
+  EXPECT_EQ(plain.error().code, ENOENT);
+
+  CoherentKernel kernel;
+  vfs_->SetKernelCache(&kernel);
+  const size_t inodes = vfs_->InodeCount();
+  auto neg = vfs_->Lookup(cred_, d, "nope");
+  ASSERT_TRUE(neg) << neg.error().ToString();
+  EXPECT_EQ(neg->ino, 0u);
+  EXPECT_GT(neg->entry_timeout, 0);
+  EXPECT_EQ(vfs_->InodeCount(), inodes);  // nothing remembered
+  // A name that exists is still an entry.
+  EXPECT_NE(Look(d, "x"), 0u);
+
+  vds_->on_get = [&] { kernel.InvalidateNames(); };  // a change while serving
+  auto raced = vfs_->Lookup(cred_, d, "nope");
+  ASSERT_FALSE(raced);
+  EXPECT_EQ(raced.error().code, ENOENT);
+  vds_->on_get = nullptr;
+
+  vds_->complete = false;  // a live node did not answer: its names are unknown
+  auto partial = vfs_->Lookup(cred_, d, "nope");
+  ASSERT_FALSE(partial);
+  EXPECT_EQ(partial.error().code, ENOENT);
+  vds_->complete = true;
+
+  // The same in the root directory.
+  auto nodir = vfs_->Lookup(cred_, kRootIno, "nodir");
+  ASSERT_TRUE(nodir);
+  EXPECT_EQ(nodir->ino, 0u);
+  vfs_->SetKernelCache(nullptr);
 }
 
 }  // namespace
