@@ -694,6 +694,7 @@ std::optional<std::string> HandleFilesRequest(const std::string& line, const ns:
   return Json{{"node", self},
               {"sessions", s.sessions},
               {"handles", s.handles},
+              {"watches", s.watches},
               {"served", s.served},
               {"refused", s.refused},
               {"callbacks_sent", s.callbacks_sent},

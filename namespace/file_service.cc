@@ -6,6 +6,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <list>
 #include <map>
 #include <mutex>
 #include <set>
@@ -141,7 +142,11 @@ struct Session {
   std::unordered_map<uint64_t, Handle> handles;  // remote handle -> local
   std::unordered_map<uint64_t, std::string> paths;  // remote handle -> path opened
   bool callbacks = false;  // takes FsAttrChanged (said so in Hello, reachable at addr)
-  std::unordered_map<uint64_t, FileKey> keys;  // remote handle -> file, when told of changes
+  std::unordered_map<uint64_t, FileKey> keys;  // remote handle or watch -> file, when told of changes
+  // Files watched for this session (Stat with `watch`): file -> its watch id
+  // (from the handle counter) and its place in watch_order (oldest first).
+  std::map<FileKey, std::pair<uint64_t, std::list<FileKey>::iterator>> watches;
+  std::list<FileKey> watch_order;
 };
 
 class FileService::Impl : public std::enable_shared_from_this<Impl> {
@@ -234,7 +239,10 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
     FileService::Stats s;
     std::lock_guard lock(mu_);
     s.sessions = sessions_.size();
-    for (auto& [id, ss] : sessions_) s.handles += ss.handles.size();
+    for (auto& [id, ss] : sessions_) {
+      s.handles += ss.handles.size();
+      s.watches += ss.watches.size();
+    }
     s.refused = refused_.load();
     s.served = served_.load();
     s.callbacks_sent = callbacks_sent_.load();
@@ -437,6 +445,93 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   void ForgetKeysLocked(Session& s) {
     for (const auto& [rh, key] : s.keys) ForgetOpenerLocked(key, s.id, rh);
     s.keys.clear();
+    s.watches.clear();
+    s.watch_order.clear();
+  }
+
+  // Watches file `key` for `session` (it takes callbacks); nullopt if it
+  // does not (or is gone). *fresh: the watch is new (else it predates this
+  // request, which then needs no second stat). *evicted: watches ended to
+  // stay within max_watches_per_session, to be told (TellEnded).
+  std::optional<uint64_t> WatchLocked(uint64_t session, const FileKey& key, bool* fresh,
+                                      std::vector<uint64_t>* evicted) {
+    auto it = sessions_.find(session);
+    if (it == sessions_.end() || !it->second.callbacks) return std::nullopt;
+    Session& s = it->second;
+    if (auto w = s.watches.find(key); w != s.watches.end()) {
+      s.watch_order.splice(s.watch_order.end(), s.watch_order, w->second.second);
+      *fresh = false;
+      return w->second.first;
+    }
+    if (s.watches.size() >= opts_.max_watches_per_session) {
+      const size_t batch = std::max<size_t>(1, opts_.max_watches_per_session / 8);
+      while (!s.watch_order.empty() &&
+             s.watches.size() + batch > opts_.max_watches_per_session) {
+        const FileKey old = s.watch_order.front();
+        evicted->push_back(s.watches.at(old).first);
+        UnwatchLocked(s, old);
+      }
+    }
+    if (opts_.max_watches_per_session == 0) return std::nullopt;
+    const uint64_t id = ++next_handle_;
+    s.watch_order.push_back(key);
+    s.watches.emplace(key, std::make_pair(id, std::prev(s.watch_order.end())));
+    s.keys.emplace(id, key);
+    openers_[key].emplace(session, id);
+    open_watched_.fetch_add(1, std::memory_order_relaxed);
+    *fresh = true;
+    return id;
+  }
+  void UnwatchLocked(Session& s, const FileKey& key) {
+    auto w = s.watches.find(key);
+    if (w == s.watches.end()) return;
+    const uint64_t id = w->second.first;
+    s.watch_order.erase(w->second.second);
+    s.watches.erase(w);
+    s.keys.erase(id);
+    ForgetOpenerLocked(key, s.id, id);
+  }
+
+  // Stat with `watch` (see fs.fbs): the file is watched before the stat
+  // whose answer is sent, so every change after that stat is told.
+  Result<m2m::Bytes> WatchedStat(uint64_t session, const Cred& cred, const std::string& path) {
+    auto st = local_->Stat(cred, path);
+    if (!st || !S_ISREG(st->st_mode) || st->st_nlink != 1) return StatOrErr(st);
+    const FileKey key{st->st_dev, st->st_ino};
+    bool fresh = false;
+    std::vector<uint64_t> evicted;
+    std::optional<uint64_t> id;
+    {
+      std::lock_guard lock(mu_);
+      id = WatchLocked(session, key, &fresh, &evicted);
+    }
+    if (!evicted.empty()) TellEnded(session, std::move(evicted));
+    if (!id) return StatOrErr(st);
+    if (fresh) {
+      // A change between the first stat and the watch was not told: stat
+      // again. Another file under the name now: not watched.
+      auto again = local_->Stat(cred, path);
+      if (!again || again->st_dev != key.first || again->st_ino != key.second) {
+        std::lock_guard lock(mu_);
+        if (auto it = sessions_.find(session); it != sessions_.end()) UnwatchLocked(it->second, key);
+        return StatOrErr(again);
+      }
+      st = again;
+    }
+    return WatchedStatReply(*st, *id);
+  }
+
+  // Tells `session` that watches `ids` ended (evicted), and waits for its
+  // answer as AttrsChanged does.
+  void TellEnded(uint64_t session, std::vector<uint64_t> ids) {
+    std::vector<Target> targets;
+    {
+      std::lock_guard lock(mu_);
+      auto s = sessions_.find(session);
+      if (s == sessions_.end() || s->second.ep == nullptr) return;
+      targets.push_back({session, s->second.ep, AttrChangedMessage(session, ids), s->second.node});
+    }
+    Tell(std::move(targets));
   }
 
  public:
@@ -449,12 +544,6 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   // so): its node caches what it has for at most the client's bound
   // (docs/namespace.md), and a writer waits for it once, not per change.
   void AttrsChanged(dev_t dev, ino_t ino) {
-    struct Target {
-      uint64_t session = 0;
-      std::shared_ptr<m2m::Endpoint> ep;
-      m2m::Bytes msg;
-      std::string node;
-    };
     std::vector<Target> targets;
     {
       std::lock_guard lock(mu_);
@@ -471,6 +560,21 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
             {session, s->second.ep, AttrChangedMessage(session, rhs), s->second.node});
       }
     }
+    Tell(std::move(targets));
+  }
+
+ private:
+  struct Target {
+    uint64_t session = 0;
+    std::shared_ptr<m2m::Endpoint> ep;
+    m2m::Bytes msg;
+    std::string node;
+  };
+
+  // Sends each target its FsAttrChanged (in parallel) and waits for the
+  // answers, each for at most callback_timeout. A session that does not
+  // answer in time is logged and told nothing more.
+  void Tell(std::vector<Target> targets) {
     if (targets.empty()) return;
     callbacks_sent_.fetch_add(targets.size(), std::memory_order_relaxed);
     const auto answers = WaitForAll<Result<m2m::Bytes>>(
@@ -503,6 +607,21 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
     return fswire::Finish(b);
   }
 
+  static Result<m2m::Bytes> StatOrErr(const Result<struct stat>& r) {
+    if (!r) return Err(r.error());
+    return StatReply(*r);
+  }
+  static m2m::Bytes WatchedStatReply(const struct stat& st, uint64_t id) {
+    flatbuffers::FlatBufferBuilder b(256);
+    auto w = fswire::ToWire(st);
+    fb::FsReplyBuilder rb(b);
+    rb.add_version(fswire::kVersion);
+    rb.add_stat(&w);
+    rb.add_handle(id);
+    rb.add_attr_callbacks(true);
+    b.Finish(rb.Finish());
+    return fswire::Finish(b);
+  }
   static m2m::Bytes StatReply(const struct stat& st) {
     flatbuffers::FlatBufferBuilder b(256);
     auto w = fswire::ToWire(st);
@@ -613,6 +732,7 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
 
     switch (req->op()) {
       case fb::Op::kStat:
+        if (req->watch()) return WatchedStat(session, cred, path);
         return stat_or(local_->Stat(cred, path));
       case fb::Op::kListDir: {
         auto r = local_->ListDir(cred, path);

@@ -14,15 +14,21 @@
 //    One request table with an op code (fs.fbs says why).
 //  * kFsAttrChanged (server -> client, to the client's listen address):
 //    while a session that said `attr_callbacks` in Hello has a regular file
-//    open, every change of that file's attributes made on this node (by
-//    another session, by this node's own mount, through LocalNodeFs's
-//    AttrObserver; by a local program, through PathChanged from the
-//    autonomy watcher) is told to it before the change is acknowledged:
-//    {session, the handles it has the file open as}. Not told to the session
-//    whose request made the change (its kernel saw it). Open/Create replies
-//    say whether the handle is told (FsReply.attr_callbacks). Each callback
+//    open, or watches it, every change of that file's attributes made on
+//    this node (by another session, by this node's own mount, through
+//    LocalNodeFs's AttrObserver; by a local program, through PathChanged
+//    from the autonomy watcher) is told to it before the change is
+//    acknowledged: {session, the handles and watches it has the file as}.
+//    Not told to the session whose request made the change (its kernel saw
+//    it). A watch comes from a Stat with `watch` of a regular file with one
+//    link: the file is recorded before the stat whose answer is sent, and
+//    the reply names the watch in `handle`; one watch per file and session,
+//    at most max_watches_per_session, past which those stat'ed longest ago
+//    end and are told like a change. Open/Create and watched Stat replies
+//    say whether the file is told (FsReply.attr_callbacks). Each callback
 //    waits at most callback_timeout; after one fails (logged) the session
-//    is told nothing more, and its later opens say so.
+//    is told nothing more (its watches end), and its later opens and stats
+//    say so.
 //  * Bulk data is one-sided, between pre-registered pools, no registration
 //    per request: Read preads into one of the server's slots and Puts the
 //    bytes into the client's slot named in the request, then replies {n};
@@ -86,6 +92,11 @@ struct FileServiceOptions {
   size_t max_inline = 1u << 20;
   // Open handles one session may hold (beyond: EMFILE). Default 65536.
   size_t max_handles_per_session = 65536;
+  // Files a session may have watched at once (Stat with `watch`, about 300
+  // bytes each); when full, the eighth stat'ed longest ago is unwatched (so
+  // a scan of a large tree pays one callback per cap/8 files), and the
+  // session told so in one message.
+  size_t max_watches_per_session = 16384;
   // Sessions held at once (a Hello beyond: EAGAIN). Default 4096.
   size_t max_sessions = 4096;
   // Timeout of the connect-back and import at Hello, and the upper bound of
@@ -147,6 +158,7 @@ class FileService final : public AttrObserver {
   struct Stats {
     uint64_t sessions = 0;  // live sessions
     uint64_t handles = 0;   // open remote handles over all sessions
+    uint64_t watches = 0;   // files watched for sessions (Stat with `watch`)
     uint64_t refused = 0;   // requests refused before any work (malformed, bad path, ...)
     uint64_t served = 0;    // requests that ran an operation (success or errno)
     uint64_t callbacks_sent = 0;    // FsAttrChanged sent

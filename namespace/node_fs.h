@@ -82,6 +82,14 @@ struct Opened {
   bool attr_callbacks = false;
 };
 
+// A Stat whose file's node tells of the file's changes (see StatWatched).
+struct WatchedStat {
+  struct stat st {};
+  // The name the file's node uses in FsAttrChanged (RemoteNodeFs: like an
+  // open handle's); none: nothing will be told.
+  std::optional<Handle> watch;
+};
+
 // Told of changes a NodeFs makes to the attributes of regular files (size,
 // times, mode, owner, link count, xattrs), on the calling thread, after each
 // change succeeded.
@@ -113,6 +121,17 @@ class NodeFs {
 
   // lstat(2).
   virtual Result<struct stat> Stat(const Cred& c, const std::string& path) = 0;
+  // Stat, and when this object takes its node's change callbacks and `path`
+  // is a regular file with one link, the node tells it of every later change
+  // of the file's attributes (FsAttrChanged naming `watch`). The node may end
+  // a watch at any time (it keeps a bounded number per client) and then
+  // tells it once more, the same way: a watch that was told of nothing is
+  // still in force. Default: Stat, no watch.
+  virtual Result<WatchedStat> StatWatched(const Cred& c, const std::string& path) {
+    auto st = Stat(c, path);
+    if (!st) return Err(st.error());
+    return WatchedStat{*st, std::nullopt};
+  }
   // The local directory listing (without "." and ".."); ENOTDIR, ENOENT.
   virtual Result<std::vector<DirEntry>> ListDir(const Cred& c, const std::string& path) = 0;
   // mkdir(2); returns the new directory's lstat.

@@ -62,6 +62,7 @@ struct RemoteNodeFs::Req {
   const LockRange* lock = nullptr;
   const SetAttrRequest* sa = nullptr;
   const std::vector<DirTemplate>* templates = nullptr;
+  bool watch = false;
 };
 
 namespace {
@@ -105,6 +106,7 @@ m2m::Bytes Encode(const RemoteNodeFs::Req& q, uint64_t session, uint64_t budget_
   rb.add_slot(q.slot);
   rb.add_budget_us(budget_us);
   rb.add_owner(q.owner);
+  if (q.watch) rb.add_watch(true);
   if (q.lock) {
     rb.add_lock_type(q.lock->type);
     rb.add_lock_start(q.lock->start);
@@ -330,6 +332,17 @@ std::string DataOf(const fb::FsReply* r) {
 
 Result<struct stat> RemoteNodeFs::Stat(const Cred& c, const std::string& path) {
   return StatOf(Call({.op = fb::Op::kStat, .cred = &c, .path = path}, FEDFS_DEADLINE));
+}
+
+Result<WatchedStat> RemoteNodeFs::StatWatched(const Cred& c, const std::string& path) {
+  auto r = Call({.op = fb::Op::kStat, .cred = &c, .path = path, .watch = opts_.callbacks != nullptr},
+                FEDFS_DEADLINE);
+  if (!r) return Err(r.error());
+  const auto* rep = Root(*r);
+  if (rep->stat() == nullptr) return Err(EPROTO, "reply without stat");
+  WatchedStat out{fswire::FromWire(*rep->stat()), std::nullopt};
+  if (rep->attr_callbacks() && opts_.callbacks != nullptr) out.watch = rep->handle();
+  return out;
 }
 
 Result<std::vector<DirEntry>> RemoteNodeFs::ListDir(const Cred& c, const std::string& path) {

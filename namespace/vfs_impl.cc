@@ -310,7 +310,7 @@ double VfsImpl::AttrTimeout(uint64_t ino, const struct stat& st) const {
   }
   if (S_ISREG(type) && st.st_nlink == 1 && node != deps_.cluster->Current()->self) {
     std::lock_guard lock(files_mu_);
-    if (ToldLocked(ino)) {
+    if (ToldLocked(ino) || watch_of_.contains(ino)) {
       return std::max(options_.attr_timeout, options_.coherent_remote_open_attr_timeout);
     }
   }
@@ -325,12 +325,27 @@ bool VfsImpl::ToldLocked(uint64_t ino) const {
   return false;
 }
 
+void VfsImpl::DropWatchLocked(uint64_t ino) {
+  auto w = watch_of_.find(ino);
+  if (w == watch_of_.end()) return;
+  watched_.erase(w->second);
+  watch_of_.erase(w);
+}
+
 void VfsImpl::RemoteAttrsChanged(const std::string& node, const std::vector<Handle>& handles) {
   std::vector<uint64_t> inos;
   {
     std::lock_guard lock(files_mu_);
+    ++callbacks_taken_;
     for (Handle h : handles) {
       if (auto it = told_.find({node, h}); it != told_.end()) inos.push_back(it->second);
+      // A watch is used once: the next GetAttr watches again (the node keeps
+      // it, or ended it and this was the word).
+      if (auto it = watched_.find({node, h}); it != watched_.end()) {
+        inos.push_back(it->second);
+        watch_of_.erase(it->second);
+        watched_.erase(it);
+      }
     }
   }
   KernelCache* k = kernel_.load(std::memory_order_acquire);
@@ -373,6 +388,10 @@ void VfsImpl::MaybeEraseLocked(uint64_t ino) {
     if (n.linked) names_.erase({n.parent, n.name});
     const uint64_t parent = n.parent;
     inodes_.erase(it);
+    {
+      std::lock_guard files_lock(files_mu_);
+      DropWatchLocked(ino);
+    }
     auto p = inodes_.find(parent);
     if (p == inodes_.end()) return;
     --p->second.children;
@@ -568,7 +587,39 @@ Result<struct stat> VfsImpl::GetAttr(const Cred& c, uint64_t ino, std::optional<
   }
   auto fs = FsOf(r->node);
   if (!fs) return Err(fs.error());
-  auto st = (*fs)->Stat(c, r->path);
+  Result<struct stat> st = Err(EIO, "getattr");
+  // A remote file with one link: its node is asked to tell of its changes,
+  // so that the kernel may keep what this answers (AttrTimeout). A change
+  // told before the watch is known here could not be applied to it: then
+  // this answer is not kept.
+  KernelCache* k = kernel_.load(std::memory_order_acquire);
+  if (S_ISREG(r->type) && k != nullptr && k->Coherent() &&
+      r->node != deps_.cluster->Current()->self) {
+    uint64_t taken = 0;
+    {
+      std::lock_guard lock(files_mu_);
+      taken = callbacks_taken_;
+    }
+    auto ws = (*fs)->StatWatched(c, r->path);
+    if (ws) {
+      st = ws->st;
+      if (ws->watch) {
+        std::lock_guard lock(mu_);  // the inode must still be known (order: mu_, files_mu_)
+        std::lock_guard files_lock(files_mu_);
+        if (callbacks_taken_ == taken && inodes_.contains(ino)) {
+          const std::pair<std::string, Handle> key{r->node, *ws->watch};
+          if (auto old = watched_.find(key); old != watched_.end()) watch_of_.erase(old->second);
+          DropWatchLocked(ino);
+          watched_[key] = ino;
+          watch_of_[ino] = key;
+        }
+      }
+    } else {
+      st = Err(ws.error());
+    }
+  } else {
+    st = (*fs)->Stat(c, r->path);
+  }
   if (!st && st.error().code == ENOENT) {
     // Removed or renamed on its node since the kernel looked it up: through
     // an open handle, fstat semantics; else ENOENT once the manager agrees.

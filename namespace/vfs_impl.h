@@ -249,6 +249,7 @@ class VfsImpl final : public Vfs {
   double CoherentAttrTimeout(mode_t type, const std::string& node, nlink_t nlink) const;
   // An open file of `ino` is told of (OpenFile::told). Under files_mu_.
   bool ToldLocked(uint64_t ino) const;
+  void DropWatchLocked(uint64_t ino);  // files_mu_ held
   class NameLocks;
   Status RmdirOnce(const Cred& c, uint64_t parent, const std::string& name);
 
@@ -407,6 +408,11 @@ class VfsImpl final : public Vfs {
   std::unordered_multimap<uint64_t, uint64_t> files_by_ino_;  // ino -> fh, guarded by files_mu_
   // Open files whose node tells of their changes: (node, handle) -> ino.
   std::map<std::pair<std::string, Handle>, uint64_t> told_;  // guarded by files_mu_
+  // Remote files watched through GetAttr (NodeFs::StatWatched) and not told
+  // of since: (node, watch) -> ino and back. Guarded by files_mu_.
+  std::map<std::pair<std::string, Handle>, uint64_t> watched_;
+  std::unordered_map<uint64_t, std::pair<std::string, Handle>> watch_of_;
+  uint64_t callbacks_taken_ = 0;  // RemoteAttrsChanged calls; guarded by files_mu_
   std::unordered_map<uint64_t, std::shared_ptr<DirHandle>> dirs_;  // guarded by files_mu_
   uint64_t next_fh_ = 1;  // guarded by files_mu_
 

@@ -229,7 +229,8 @@ int main(int argc, char** argv) {
       } else {
         auto u = [&](const char* k) { return static_cast<unsigned long long>(r.value(k, uint64_t{0})); };
         std::printf("file service of %s\n", r.value("node", std::string("?")).c_str());
-        std::printf("  sessions %llu, open handles %llu\n", u("sessions"), u("handles"));
+        std::printf("  sessions %llu, open handles %llu, watched files %llu\n", u("sessions"),
+                    u("handles"), u("watches"));
         std::printf("  requests served %llu, refused %llu\n", u("served"), u("refused"));
         std::printf("  change callbacks sent %llu (failed %llu)\n", u("callbacks_sent"),
                     u("callbacks_failed"));

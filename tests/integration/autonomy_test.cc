@@ -751,6 +751,64 @@ TEST_F(Autonomy, OpenRemoteFileAttributesAreCachedAndToldOfChanges) {
   EXPECT_GE(opener["callbacks_received"].get<int64_t>(), 4) << opener.dump();
 }
 
+// A file held on n2 that n1 only stats, never opens: the holder watches it
+// for n1 from n1's first getattr on, so n1's kernel keeps its attributes (50
+// stats reach the holder at most a few times), and every change of them --
+// through n3's mount, n2's own mount, n1's own, a local program on n2 -- is
+// seen by n1's very next stat (the local program's once the watcher
+// reported it).
+TEST_F(Autonomy, StatRemoteFileAttributesAreCachedAndToldOfChanges) {
+  StartNodes(3);
+  fs::create_directories(E("n2", "/wf"));
+  ASSERT_TRUE(WriteLocal(E("n2", "/wf/f.txt"), "f\n"));
+  ASSERT_NO_FATAL_FAILURE(Launch());
+  const std::string f1 = M("n1", "/wf/f.txt"), f2 = M("n2", "/wf/f.txt"),
+                    f3 = M("n3", "/wf/f.txt");
+  auto stat_of = [](const std::string& p) {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) != 0) st.st_size = -1;
+    return st;
+  };
+  auto append = [](const std::string& path, const std::string& text) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (fd < 0) return false;
+    const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    return ::close(fd) == 0 && ok;
+  };
+  ASSERT_EQ(stat_of(f1).st_size, 2);
+  ASSERT_EQ(stat_of(f1).st_size, 2);
+
+  const auto s0 = Ctl("n2", {"files"});
+  for (int i = 0; i < 50; ++i) ASSERT_EQ(stat_of(f1).st_size, 2) << i;
+  const auto s1 = Ctl("n2", {"files"});
+  ASSERT_TRUE(s0.is_object() && s1.is_object());
+  EXPECT_LE(s1["served"].get<int64_t>() - s0["served"].get<int64_t>(), 5) << s1.dump();
+  EXPECT_GE(s1["watches"].get<int64_t>(), 1) << s1.dump();
+
+  ASSERT_TRUE(append(f3, "abc"));
+  EXPECT_EQ(stat_of(f1).st_size, 5);
+  ASSERT_EQ(::truncate(f2.c_str(), 1), 0) << std::strerror(errno);
+  EXPECT_EQ(stat_of(f1).st_size, 1);
+  ASSERT_EQ(::chmod(f3.c_str(), 0600), 0) << std::strerror(errno);
+  EXPECT_EQ(stat_of(f1).st_mode & 07777, 0600u);
+  ASSERT_EQ(::chmod(f1.c_str(), 0640), 0) << std::strerror(errno);
+  EXPECT_EQ(stat_of(f1).st_mode & 07777, 0640u);
+  EXPECT_EQ(stat_of(f3).st_mode & 07777, 0640u);
+  ASSERT_TRUE(append(E("n2", "/wf/f.txt"), "xy"));
+  EXPECT_GE(PollMs([&] { return stat_of(f1).st_size == 3; }, Clock::now()), 0)
+      << stat_of(f1).st_size;
+  // Unlinked through n3: gone for n1 at once.
+  ASSERT_EQ(::unlink(f3.c_str()), 0) << std::strerror(errno);
+  EXPECT_EQ(StatErr(f1), ENOENT);
+
+  const auto holder = Ctl("n2", {"files"});
+  const auto watcher = Ctl("n1", {"files"});
+  ASSERT_TRUE(holder.is_object() && watcher.is_object());
+  EXPECT_GE(holder["callbacks_sent"].get<int64_t>(), 4) << holder.dump();
+  EXPECT_EQ(holder["callbacks_failed"].get<int64_t>(), 0) << holder.dump();
+  EXPECT_GE(watcher["callbacks_received"].get<int64_t>(), 4) << watcher.dump();
+}
+
 // The manager of a directory dies: the survivors keep looking up and
 // creating there (its VD is rebuilt by the new manager); the restarted node
 // rejoins and sees what was created meanwhile.

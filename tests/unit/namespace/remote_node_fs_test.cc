@@ -86,6 +86,7 @@ class RemoteFsTest : public ::testing::TestWithParam<Net> {
     pool_ = std::make_unique<ThreadPool>(4, "fs-test");
     FileServiceOptions so;
     so.slot_count = 8;
+    so.max_watches_per_session = 3;  // small: WatchedStatsAreToldOfChangesAndOfTheirEnd
     service_ = std::make_unique<FileService>(so, server_.get(), local_.get(), pool_.get());
     ASSERT_TRUE(service_->RegisterHandlers());
     auto a = server_->Listen(GetParam() == Net::kFake ? "server:0" : "127.0.0.1:0");
@@ -759,6 +760,107 @@ TEST_P(RemoteFsTest, ChangesOfAnOpenFileAreToldToTheOtherSessions) {
   b.Finish(ab.Finish());
   EXPECT_TRUE(m2m::CallSync(*ep, m, fswire::Finish(b), 5s));
   EXPECT_EQ(count(), 7u);
+  a.transport->Shutdown();
+}
+
+// A stat with a watch (StatWatched) of a regular file with one link: the
+// file's node tells the session of every later change of the file's
+// attributes (by another session, by its own operations), not of the
+// session's own; one watch per file; past max_watches_per_session (3 here)
+// the watch stat'ed longest ago ends, and the session is told so; the
+// session's end drops its watches.
+TEST_P(RemoteFsTest, WatchedStatsAreToldOfChangesAndOfTheirEnd) {
+  std::mutex mu;
+  std::vector<std::vector<Handle>> told;
+  auto count = [&] {
+    std::lock_guard lock(mu);
+    return told.size();
+  };
+  std::unique_ptr<FsCallbacks> callbacks;
+  Client a = NewClient([&](m2m::Transport* t) {
+    callbacks = std::make_unique<FsCallbacks>(
+        t, [&](const std::string&, const std::vector<Handle>& handles) {
+          std::lock_guard lock(mu);
+          told.push_back(handles);
+        });
+  });
+  ASSERT_TRUE(a.transport && !a.addr.empty());
+  local_->SetAttrObserver(service_.get());
+  RemoteNodeFsOptions o;
+  o.callbacks = callbacks.get();
+  auto fs = MakeRemote(a, o);
+  for (const char* f : {"/w1", "/w2", "/w3", "/w4", "/w5"}) {
+    auto c = remote_->Create(me_, f, O_RDWR, 0644);
+    ASSERT_TRUE(c) << c.error().ToString();
+    ASSERT_TRUE(remote_->Release(c->handle));
+  }
+  ASSERT_TRUE(remote_->Mkdir(me_, "/wd", 0755));
+  ASSERT_TRUE(remote_->Link(me_, "/w4", "/w4b"));
+
+  auto w1 = fs->StatWatched(me_, "/w1");
+  ASSERT_TRUE(w1) << w1.error().ToString();
+  ASSERT_TRUE(w1->watch);
+  ExpectSameStat(w1->st, Lstat(P("/w1")));
+  auto again = fs->StatWatched(me_, "/w1");
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->watch, w1->watch);  // one watch per file
+  EXPECT_EQ(service_->stats().watches, 1u);
+  EXPECT_TRUE(service_->Interested());
+  // Not watched: a directory, a file with two links; a session that takes
+  // no callbacks; a missing file is an error.
+  auto d = fs->StatWatched(me_, "/wd");
+  ASSERT_TRUE(d);
+  EXPECT_FALSE(d->watch);
+  auto linked = fs->StatWatched(me_, "/w4");
+  ASSERT_TRUE(linked);
+  EXPECT_FALSE(linked->watch);
+  auto plain = remote_->StatWatched(me_, "/w1");
+  ASSERT_TRUE(plain);
+  EXPECT_FALSE(plain->watch);
+  auto missing = fs->StatWatched(me_, "/nope");
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, ENOENT);
+  EXPECT_EQ(service_->stats().watches, 1u);
+
+  // Another session's chmod, the server's own truncate: told, naming the
+  // watch, before they return. The session's own chmod: not told.
+  SetAttrRequest chmod;
+  chmod.mode = 0600;
+  ASSERT_TRUE(remote_->SetAttr(me_, "/w1", std::nullopt, chmod));
+  ASSERT_EQ(count(), 1u);
+  EXPECT_EQ(told[0], std::vector<Handle>{*w1->watch});
+  SetAttrRequest trunc;
+  trunc.size = 3;
+  ASSERT_TRUE(local_->SetAttr(me_, "/w1", std::nullopt, trunc));
+  EXPECT_EQ(count(), 2u);
+  ASSERT_TRUE(fs->SetAttr(me_, "/w1", std::nullopt, chmod));
+  EXPECT_EQ(count(), 2u);
+  // Changes of a file not watched: nothing.
+  ASSERT_TRUE(remote_->SetAttr(me_, "/w2", std::nullopt, chmod));
+  EXPECT_EQ(count(), 2u);
+
+  // Bounded: /w2 and /w3 make three; /w5 ends the oldest (/w1), told.
+  auto w2 = fs->StatWatched(me_, "/w2");
+  auto w3 = fs->StatWatched(me_, "/w3");
+  ASSERT_TRUE(w2 && w2->watch && w3 && w3->watch);
+  EXPECT_EQ(service_->stats().watches, 3u);
+  EXPECT_EQ(count(), 2u);
+  auto w5 = fs->StatWatched(me_, "/w5");
+  ASSERT_TRUE(w5 && w5->watch);
+  ASSERT_EQ(count(), 3u);
+  EXPECT_EQ(told[2], std::vector<Handle>{*w1->watch});
+  EXPECT_EQ(service_->stats().watches, 3u);
+  ASSERT_TRUE(remote_->SetAttr(me_, "/w1", std::nullopt, chmod));  // no longer watched
+  EXPECT_EQ(count(), 3u);
+  ASSERT_TRUE(remote_->SetAttr(me_, "/w3", std::nullopt, chmod));  // still watched
+  ASSERT_EQ(count(), 4u);
+  EXPECT_EQ(told[3], std::vector<Handle>{*w3->watch});
+
+  // The session's end drops its watches.
+  fs.reset();
+  EXPECT_EQ(service_->stats().watches, 0u);
+  EXPECT_FALSE(service_->Interested());
+  local_->SetAttrObserver(nullptr);
   a.transport->Shutdown();
 }
 
