@@ -144,8 +144,14 @@ struct Session {
   bool callbacks = false;  // takes FsAttrChanged (said so in Hello, reachable at addr)
   std::unordered_map<uint64_t, FileKey> keys;  // remote handle or watch -> file, when told of changes
   // Files watched for this session (Stat with `watch`): file -> its watch id
-  // (from the handle counter) and its place in watch_order (oldest first).
-  std::map<FileKey, std::pair<uint64_t, std::list<FileKey>::iterator>> watches;
+  // (from the handle counter), when it was made (FileService::Impl's
+  // watch_gen_) and its place in watch_order (oldest first).
+  struct Watch {
+    uint64_t id = 0;
+    uint64_t made = 0;
+    std::list<FileKey>::iterator order;
+  };
+  std::map<FileKey, Watch> watches;
   std::list<FileKey> watch_order;
 };
 
@@ -450,32 +456,34 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   }
 
   // Watches file `key` for `session` (it takes callbacks); nullopt if it
-  // does not (or is gone). *fresh: the watch is new (else it predates this
-  // request, which then needs no second stat). *evicted: watches ended to
-  // stay within max_watches_per_session, to be told (TellEnded).
-  std::optional<uint64_t> WatchLocked(uint64_t session, const FileKey& key, bool* fresh,
-                                      std::vector<uint64_t>* evicted) {
+  // does not (or is gone). *fresh: the watch was made at or after `since`
+  // (watch_gen_ + 1 when the request's stat began), so that stat may
+  // predate it. *evicted: watches ended to stay within
+  // max_watches_per_session, to be told (TellEnded).
+  std::optional<uint64_t> WatchLocked(uint64_t session, const FileKey& key, uint64_t since,
+                                      bool* fresh, std::vector<uint64_t>* evicted) {
     auto it = sessions_.find(session);
     if (it == sessions_.end() || !it->second.callbacks) return std::nullopt;
     Session& s = it->second;
     if (auto w = s.watches.find(key); w != s.watches.end()) {
-      s.watch_order.splice(s.watch_order.end(), s.watch_order, w->second.second);
-      *fresh = false;
-      return w->second.first;
+      s.watch_order.splice(s.watch_order.end(), s.watch_order, w->second.order);
+      *fresh = w->second.made >= since;
+      return w->second.id;
     }
     if (s.watches.size() >= opts_.max_watches_per_session) {
       const size_t batch = std::max<size_t>(1, opts_.max_watches_per_session / 8);
       while (!s.watch_order.empty() &&
              s.watches.size() + batch > opts_.max_watches_per_session) {
         const FileKey old = s.watch_order.front();
-        evicted->push_back(s.watches.at(old).first);
+        evicted->push_back(s.watches.at(old).id);
         UnwatchLocked(s, old);
       }
     }
     if (opts_.max_watches_per_session == 0) return std::nullopt;
     const uint64_t id = ++next_handle_;
     s.watch_order.push_back(key);
-    s.watches.emplace(key, std::make_pair(id, std::prev(s.watch_order.end())));
+    s.watches.emplace(key, Session::Watch{id, watch_gen_.fetch_add(1) + 1,
+                                          std::prev(s.watch_order.end())});
     s.keys.emplace(id, key);
     openers_[key].emplace(session, id);
     open_watched_.fetch_add(1, std::memory_order_relaxed);
@@ -485,8 +493,8 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   void UnwatchLocked(Session& s, const FileKey& key) {
     auto w = s.watches.find(key);
     if (w == s.watches.end()) return;
-    const uint64_t id = w->second.first;
-    s.watch_order.erase(w->second.second);
+    const uint64_t id = w->second.id;
+    s.watch_order.erase(w->second.order);
     s.watches.erase(w);
     s.keys.erase(id);
     ForgetOpenerLocked(key, s.id, id);
@@ -495,6 +503,7 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   // Stat with `watch` (see fs.fbs): the file is watched before the stat
   // whose answer is sent, so every change after that stat is told.
   Result<m2m::Bytes> WatchedStat(uint64_t session, const Cred& cred, const std::string& path) {
+    const uint64_t since = watch_gen_.load() + 1;
     auto st = local_->Stat(cred, path);
     if (!st || !S_ISREG(st->st_mode) || st->st_nlink != 1) return StatOrErr(st);
     const FileKey key{st->st_dev, st->st_ino};
@@ -503,13 +512,14 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
     std::optional<uint64_t> id;
     {
       std::lock_guard lock(mu_);
-      id = WatchLocked(session, key, &fresh, &evicted);
+      id = WatchLocked(session, key, since, &fresh, &evicted);
     }
     if (!evicted.empty()) TellEnded(session, std::move(evicted));
     if (!id) return StatOrErr(st);
     if (fresh) {
-      // A change between the first stat and the watch was not told: stat
-      // again. Another file under the name now: not watched.
+      // A change between the first stat and the watch (made by this request
+      // or a concurrent one) was not told: stat again. Another file under
+      // the name now: not watched.
       auto again = local_->Stat(cred, path);
       if (!again || again->st_dev != key.first || again->st_ino != key.second) {
         std::lock_guard lock(mu_);
@@ -972,6 +982,7 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   // Who has each file open and is told of its changes: (session, handle).
   std::map<FileKey, std::set<std::pair<uint64_t, uint64_t>>> openers_;  // guarded by mu_
   std::atomic<size_t> open_watched_{0};  // entries in openers_
+  std::atomic<uint64_t> watch_gen_{0};    // watches made so far (Session::Watch::made)
 };
 
 Cred SquashCred(const FileServiceOptions& o, Cred c) {
