@@ -142,7 +142,8 @@ struct Session {
   std::unordered_map<uint64_t, Handle> handles;  // remote handle -> local
   std::unordered_map<uint64_t, std::string> paths;  // remote handle -> path opened
   bool callbacks = false;  // takes FsAttrChanged (said so in Hello, reachable at addr)
-  std::unordered_map<uint64_t, FileKey> keys;  // remote handle or watch -> file, when told of changes
+  // Remote handle or watch -> file, for what is told of changes.
+  std::unordered_map<uint64_t, FileKey> keys;
   // Files watched for this session (Stat with `watch`): file -> its watch id
   // (from the handle counter), when it was made (FileService::Impl's
   // watch_gen_) and its place in watch_order (oldest first).
@@ -523,7 +524,9 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
       auto again = local_->Stat(cred, path);
       if (!again || again->st_dev != key.first || again->st_ino != key.second) {
         std::lock_guard lock(mu_);
-        if (auto it = sessions_.find(session); it != sessions_.end()) UnwatchLocked(it->second, key);
+        if (auto it = sessions_.find(session); it != sessions_.end()) {
+          UnwatchLocked(it->second, key);
+        }
         return StatOrErr(again);
       }
       st = again;

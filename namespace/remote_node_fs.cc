@@ -335,8 +335,8 @@ Result<struct stat> RemoteNodeFs::Stat(const Cred& c, const std::string& path) {
 }
 
 Result<WatchedStat> RemoteNodeFs::StatWatched(const Cred& c, const std::string& path) {
-  auto r = Call({.op = fb::Op::kStat, .cred = &c, .path = path, .watch = opts_.callbacks != nullptr},
-                FEDFS_DEADLINE);
+  const bool watch = opts_.callbacks != nullptr;
+  auto r = Call({.op = fb::Op::kStat, .cred = &c, .path = path, .watch = watch}, FEDFS_DEADLINE);
   if (!r) return Err(r.error());
   const auto* rep = Root(*r);
   if (rep->stat() == nullptr) return Err(EPROTO, "reply without stat");
