@@ -531,7 +531,7 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
       }
       st = again;
     }
-    return WatchedStatReply(*st, *id);
+    return OpenedReply(*id, *st, true);  // the watch is named like an open handle
   }
 
   // Tells `session` that watches `ids` ended (evicted), and waits for its
@@ -623,17 +623,6 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   static Result<m2m::Bytes> StatOrErr(const Result<struct stat>& r) {
     if (!r) return Err(r.error());
     return StatReply(*r);
-  }
-  static m2m::Bytes WatchedStatReply(const struct stat& st, uint64_t id) {
-    flatbuffers::FlatBufferBuilder b(256);
-    auto w = fswire::ToWire(st);
-    fb::FsReplyBuilder rb(b);
-    rb.add_version(fswire::kVersion);
-    rb.add_stat(&w);
-    rb.add_handle(id);
-    rb.add_attr_callbacks(true);
-    b.Finish(rb.Finish());
-    return fswire::Finish(b);
   }
   static m2m::Bytes StatReply(const struct stat& st) {
     flatbuffers::FlatBufferBuilder b(256);
@@ -733,10 +722,6 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
     if (budget.count() == 0) budget = opts_.transfer_timeout;
     const Clock::time_point deadline = arrival + budget;
 
-    auto stat_or = [](Result<struct stat> r) -> Result<m2m::Bytes> {
-      if (!r) return Err(r.error());
-      return StatReply(*r);
-    };
     auto status_or = [](Status s) -> Result<m2m::Bytes> {
       if (!s) return Err(s.error());
       return EmptyReply();
@@ -746,7 +731,7 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
     switch (req->op()) {
       case fb::Op::kStat:
         if (req->watch()) return WatchedStat(session, cred, path);
-        return stat_or(local_->Stat(cred, path));
+        return StatOrErr(local_->Stat(cred, path));
       case fb::Op::kListDir: {
         auto r = local_->ListDir(cred, path);
         if (!r) return Err(r.error());
@@ -764,7 +749,7 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
         return fswire::Finish(b);
       }
       case fb::Op::kMkdir:
-        return stat_or(local_->Mkdir(cred, path, req->mode()));
+        return StatOrErr(local_->Mkdir(cred, path, req->mode()));
       case fb::Op::kMkdirParents: {
         std::vector<NodeFs::DirTemplate> t;
         if (req->templates()) {
@@ -777,9 +762,9 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
       case fb::Op::kRmdir:
         return status_or(local_->Rmdir(cred, path));
       case fb::Op::kMknod:
-        return stat_or(local_->Mknod(cred, path, req->mode(), req->rdev()));
+        return StatOrErr(local_->Mknod(cred, path, req->mode(), req->rdev()));
       case fb::Op::kSymlink:
-        return stat_or(local_->Symlink(cred, Str(req->target()), path));
+        return StatOrErr(local_->Symlink(cred, Str(req->target()), path));
       case fb::Op::kReadlink: {
         auto r = local_->Readlink(cred, path);
         if (!r) return Err(r.error());
@@ -790,7 +775,7 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
       case fb::Op::kRename:
         return status_or(local_->Rename(cred, path, Str(req->path2()), req->flags()));
       case fb::Op::kLink:
-        return stat_or(local_->Link(cred, path, Str(req->path2())));
+        return StatOrErr(local_->Link(cred, path, Str(req->path2())));
       case fb::Op::kSetAttr: {
         std::optional<Handle> h;
         if (req->has_handle()) {
@@ -806,7 +791,7 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
         if (m & fswire::kSaSize) sa.size = req->sa_size();
         if (m & fswire::kSaAtime) sa.atime = timespec{req->sa_atime_sec(), req->sa_atime_nsec()};
         if (m & fswire::kSaMtime) sa.mtime = timespec{req->sa_mtime_sec(), req->sa_mtime_nsec()};
-        return stat_or(local_->SetAttr(cred, path, h, sa));
+        return StatOrErr(local_->SetAttr(cred, path, h, sa));
       }
       case fb::Op::kStatFs: {
         auto r = local_->StatFs();

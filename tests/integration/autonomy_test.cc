@@ -55,12 +55,17 @@ constexpr int kCandidates = 30;
 std::string Loop() { return "127.0.0.1:" + std::to_string(FreePort()); }
 
 // Writes `text` to `path` with plain open/write/close, as a local program
-// would (the parent must exist).
-bool WriteLocal(const std::string& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+// would (the parent must exist): `flags` O_TRUNC replaces it, O_APPEND
+// appends to an existing file.
+bool WriteLocal(const std::string& path, const std::string& text, int flags = O_CREAT | O_TRUNC) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | flags, 0644);
   if (fd < 0) return false;
   const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
   return ::close(fd) == 0 && ok;
+}
+
+bool Append(const std::string& path, const std::string& text) {
+  return WriteLocal(path, text, O_APPEND);
 }
 
 // Names in a directory (tests/tools/cluster.h).
@@ -139,6 +144,16 @@ class Autonomy : public ::testing::Test {
     }
     auto j = nlohmann::json::parse(r.out, nullptr, false);
     return j.is_discarded() ? nullptr : j;
+  }
+  // `holder` sent at least `n` attribute callbacks, none failed, and
+  // `taker` received at least `n` (fedfsctl files).
+  void ExpectCallbacks(const std::string& holder, const std::string& taker, int64_t n) const {
+    const auto h = Ctl(holder, {"files"});
+    const auto t = Ctl(taker, {"files"});
+    ASSERT_TRUE(h.is_object() && t.is_object());
+    EXPECT_GE(h["callbacks_sent"].get<int64_t>(), n) << h.dump();
+    EXPECT_EQ(h["callbacks_failed"].get<int64_t>(), 0) << h.dump();
+    EXPECT_GE(t["callbacks_received"].get<int64_t>(), n) << t.dump();
   }
   // The manager of `path` in `id`'s view.
   std::string Manager(const std::string& id, const std::string& path) const {
@@ -699,12 +714,6 @@ TEST_F(Autonomy, OpenRemoteFileAttributesAreCachedAndToldOfChanges) {
     struct stat st {};
     return ::fstat(fd, &st) == 0 ? st.st_size : off_t{-1};
   };
-  auto append = [](const std::string& path, const std::string& text) {
-    const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-    if (fd < 0) return false;
-    const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-    return ::close(fd) == 0 && ok;
-  };
   const int fd = ::open(f1.c_str(), O_RDWR | O_CLOEXEC);
   ASSERT_GE(fd, 0) << std::strerror(errno);
   ASSERT_EQ(size_of(fd), 2);
@@ -717,7 +726,7 @@ TEST_F(Autonomy, OpenRemoteFileAttributesAreCachedAndToldOfChanges) {
   EXPECT_LE(s1["served"].get<int64_t>() - s0["served"].get<int64_t>(), 5) << s1.dump();
 
   // Changes through other mounts: seen by the very next call.
-  ASSERT_TRUE(append(f3, "abc"));
+  ASSERT_TRUE(Append(f3, "abc"));
   EXPECT_EQ(size_of(fd), 5);
   char buf[16] = {};
   EXPECT_EQ(::pread(fd, buf, sizeof buf, 0), 5);
@@ -729,7 +738,7 @@ TEST_F(Autonomy, OpenRemoteFileAttributesAreCachedAndToldOfChanges) {
   ASSERT_EQ(::fstat(fd, &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0600u);
   // A local program on n2: seen once the watcher reported it.
-  ASSERT_TRUE(append(E("n2", "/of/f.txt"), "xy"));
+  ASSERT_TRUE(Append(E("n2", "/of/f.txt"), "xy"));
   EXPECT_GE(PollMs([&] { return size_of(fd) == 3; }, Clock::now()), 0) << size_of(fd);
   // n1's own write.
   ASSERT_EQ(::pwrite(fd, "Q", 1, 10), 1);
@@ -739,16 +748,11 @@ TEST_F(Autonomy, OpenRemoteFileAttributesAreCachedAndToldOfChanges) {
   // longer cached.
   EXPECT_GE(PollMs([&] { return Ctl("n2", {"files"}).value("handles", -1) == 0; }, Clock::now()),
             0);
-  ASSERT_TRUE(append(f3, "z"));
+  ASSERT_TRUE(Append(f3, "z"));
   ASSERT_EQ(::stat(f1.c_str(), &st), 0);
   EXPECT_EQ(st.st_size, 12);
 
-  const auto holder = Ctl("n2", {"files"});
-  const auto opener = Ctl("n1", {"files"});
-  ASSERT_TRUE(holder.is_object() && opener.is_object());
-  EXPECT_GE(holder["callbacks_sent"].get<int64_t>(), 4) << holder.dump();
-  EXPECT_EQ(holder["callbacks_failed"].get<int64_t>(), 0) << holder.dump();
-  EXPECT_GE(opener["callbacks_received"].get<int64_t>(), 4) << opener.dump();
+  ExpectCallbacks("n2", "n1", 4);
 }
 
 // A file held on n2 that n1 only stats, never opens: the holder watches it
@@ -769,12 +773,6 @@ TEST_F(Autonomy, StatRemoteFileAttributesAreCachedAndToldOfChanges) {
     if (::stat(p.c_str(), &st) != 0) st.st_size = -1;
     return st;
   };
-  auto append = [](const std::string& path, const std::string& text) {
-    const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-    if (fd < 0) return false;
-    const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-    return ::close(fd) == 0 && ok;
-  };
   ASSERT_EQ(stat_of(f1).st_size, 2);
   ASSERT_EQ(stat_of(f1).st_size, 2);
 
@@ -785,7 +783,7 @@ TEST_F(Autonomy, StatRemoteFileAttributesAreCachedAndToldOfChanges) {
   EXPECT_LE(s1["served"].get<int64_t>() - s0["served"].get<int64_t>(), 5) << s1.dump();
   EXPECT_GE(s1["watches"].get<int64_t>(), 1) << s1.dump();
 
-  ASSERT_TRUE(append(f3, "abc"));
+  ASSERT_TRUE(Append(f3, "abc"));
   EXPECT_EQ(stat_of(f1).st_size, 5);
   ASSERT_EQ(::truncate(f2.c_str(), 1), 0) << std::strerror(errno);
   EXPECT_EQ(stat_of(f1).st_size, 1);
@@ -794,19 +792,14 @@ TEST_F(Autonomy, StatRemoteFileAttributesAreCachedAndToldOfChanges) {
   ASSERT_EQ(::chmod(f1.c_str(), 0640), 0) << std::strerror(errno);
   EXPECT_EQ(stat_of(f1).st_mode & 07777, 0640u);
   EXPECT_EQ(stat_of(f3).st_mode & 07777, 0640u);
-  ASSERT_TRUE(append(E("n2", "/wf/f.txt"), "xy"));
+  ASSERT_TRUE(Append(E("n2", "/wf/f.txt"), "xy"));
   EXPECT_GE(PollMs([&] { return stat_of(f1).st_size == 3; }, Clock::now()), 0)
       << stat_of(f1).st_size;
   // Unlinked through n3: gone for n1 at once.
   ASSERT_EQ(::unlink(f3.c_str()), 0) << std::strerror(errno);
   EXPECT_EQ(StatErr(f1), ENOENT);
 
-  const auto holder = Ctl("n2", {"files"});
-  const auto watcher = Ctl("n1", {"files"});
-  ASSERT_TRUE(holder.is_object() && watcher.is_object());
-  EXPECT_GE(holder["callbacks_sent"].get<int64_t>(), 4) << holder.dump();
-  EXPECT_EQ(holder["callbacks_failed"].get<int64_t>(), 0) << holder.dump();
-  EXPECT_GE(watcher["callbacks_received"].get<int64_t>(), 4) << watcher.dump();
+  ExpectCallbacks("n2", "n1", 4);
 }
 
 // The manager of a directory dies: the survivors keep looking up and

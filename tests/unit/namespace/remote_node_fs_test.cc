@@ -139,6 +139,49 @@ class RemoteFsTest : public ::testing::TestWithParam<Net> {
     if (a) c.addr = *a;
     return c;
   }
+  // The FsAttrChanged a client took: (node, handles) each.
+  struct Told {
+    std::mutex mu;
+    std::vector<std::pair<std::string, std::vector<Handle>>> calls;
+    size_t count() {
+      std::lock_guard lock(mu);
+      return calls.size();
+    }
+    std::pair<std::string, std::vector<Handle>> at(size_t i) {
+      std::lock_guard lock(mu);
+      return calls.at(i);
+    }
+  };
+  // A client whose transport takes FsAttrChanged (recorded in `told`), with
+  // a RemoteNodeFs that asks for them; the server's LocalNodeFs reports its
+  // own changes to the service.
+  struct CallbackClient {  // members in the order they must outlive each other
+    std::unique_ptr<Told> told = std::make_unique<Told>();
+    std::unique_ptr<FsCallbacks> callbacks;
+    Client client;
+    std::unique_ptr<RemoteNodeFs> fs;
+  };
+  CallbackClient NewCallbackClient() {
+    CallbackClient c;
+    Told* told = c.told.get();
+    c.client = NewClient([&](m2m::Transport* t) {
+      c.callbacks = std::make_unique<FsCallbacks>(
+          t, [told](const std::string& node, const std::vector<Handle>& handles) {
+            std::lock_guard lock(told->mu);
+            told->calls.emplace_back(node, handles);
+          });
+    });
+    if (!c.client.transport || c.client.addr.empty()) {
+      ADD_FAILURE() << "no callback client";
+      return c;
+    }
+    local_->SetAttrObserver(service_.get());
+    RemoteNodeFsOptions o;
+    o.callbacks = c.callbacks.get();
+    c.fs = MakeRemote(c.client, o);
+    return c;
+  }
+
   std::unique_ptr<RemoteNodeFs> MakeRemote(Client& c, RemoteNodeFsOptions o = {}) {
     o.local_node = "client";
     if (o.local_address.empty()) o.local_address = c.addr;
@@ -655,26 +698,12 @@ TEST_P(RemoteFsTest, DeadServerFailsWithinTheDeadline) {
 // server's own operations) is told to it before the change returns; its own
 // changes are not; nothing is told once its handles are released.
 TEST_P(RemoteFsTest, ChangesOfAnOpenFileAreToldToTheOtherSessions) {
-  std::mutex mu;
-  std::vector<std::pair<std::string, std::vector<Handle>>> told;
-  auto count = [&] {
-    std::lock_guard lock(mu);
-    return told.size();
-  };
   // A client whose transport takes callbacks.
-  std::unique_ptr<FsCallbacks> callbacks;
-  Client a = NewClient([&](m2m::Transport* t) {
-    callbacks = std::make_unique<FsCallbacks>(
-        t, [&](const std::string& node, const std::vector<Handle>& handles) {
-          std::lock_guard lock(mu);
-          told.emplace_back(node, handles);
-        });
-  });
-  ASSERT_TRUE(a.transport && !a.addr.empty());
-  local_->SetAttrObserver(service_.get());
-  RemoteNodeFsOptions o;
-  o.callbacks = callbacks.get();
-  auto fs = MakeRemote(a, o);
+  CallbackClient cc = NewCallbackClient();
+  ASSERT_TRUE(cc.fs);
+  Client& a = cc.client;
+  auto& fs = cc.fs;
+  auto count = [&] { return cc.told->count(); };
 
   auto f = fs->Create(me_, "/told", O_RDWR, 0644);
   ASSERT_TRUE(f) << f.error().ToString();
@@ -692,8 +721,9 @@ TEST_P(RemoteFsTest, ChangesOfAnOpenFileAreToldToTheOtherSessions) {
   // Another session writes: told, both handles, before Write returns.
   ASSERT_TRUE(remote_->Write(other->handle, 0, data));
   ASSERT_EQ(count(), 1u);
-  EXPECT_EQ(told[0].first, "server");
-  EXPECT_EQ(std::set<Handle>(told[0].second.begin(), told[0].second.end()),
+  const auto first = cc.told->at(0);
+  EXPECT_EQ(first.first, "server");
+  EXPECT_EQ(std::set<Handle>(first.second.begin(), first.second.end()),
             (std::set<Handle>{f->handle, f2->handle}));
   // Its own write: not told.
   ASSERT_TRUE(fs->Write(f->handle, 0, data));
@@ -750,7 +780,7 @@ TEST_P(RemoteFsTest, ChangesOfAnOpenFileAreToldToTheOtherSessions) {
   auto junk = m2m::CallSync(*ep, m, m2m::Bytes(7, std::byte{0x5a}), 5s);
   ASSERT_FALSE(junk);
   EXPECT_EQ(junk.error().code, EPROTO);
-  EXPECT_EQ(callbacks->refused(), 1u);
+  EXPECT_EQ(cc.callbacks->refused(), 1u);
   flatbuffers::FlatBufferBuilder b(64);
   auto hv = b.CreateVector(std::vector<uint64_t>{1, 2});
   fb::FsAttrChangedBuilder ab(b);
@@ -770,25 +800,11 @@ TEST_P(RemoteFsTest, ChangesOfAnOpenFileAreToldToTheOtherSessions) {
 // the watch stat'ed longest ago ends, and the session is told so; the
 // session's end drops its watches.
 TEST_P(RemoteFsTest, WatchedStatsAreToldOfChangesAndOfTheirEnd) {
-  std::mutex mu;
-  std::vector<std::vector<Handle>> told;
-  auto count = [&] {
-    std::lock_guard lock(mu);
-    return told.size();
-  };
-  std::unique_ptr<FsCallbacks> callbacks;
-  Client a = NewClient([&](m2m::Transport* t) {
-    callbacks = std::make_unique<FsCallbacks>(
-        t, [&](const std::string&, const std::vector<Handle>& handles) {
-          std::lock_guard lock(mu);
-          told.push_back(handles);
-        });
-  });
-  ASSERT_TRUE(a.transport && !a.addr.empty());
-  local_->SetAttrObserver(service_.get());
-  RemoteNodeFsOptions o;
-  o.callbacks = callbacks.get();
-  auto fs = MakeRemote(a, o);
+  CallbackClient cc = NewCallbackClient();
+  ASSERT_TRUE(cc.fs);
+  auto& fs = cc.fs;
+  auto count = [&] { return cc.told->count(); };
+  auto told = [&](size_t i) { return cc.told->at(i).second; };
   for (const char* f : {"/w1", "/w2", "/w3", "/w4", "/w5"}) {
     auto c = remote_->Create(me_, f, O_RDWR, 0644);
     ASSERT_TRUE(c) << c.error().ToString();
@@ -828,7 +844,7 @@ TEST_P(RemoteFsTest, WatchedStatsAreToldOfChangesAndOfTheirEnd) {
   chmod.mode = 0600;
   ASSERT_TRUE(remote_->SetAttr(me_, "/w1", std::nullopt, chmod));
   ASSERT_EQ(count(), 1u);
-  EXPECT_EQ(told[0], std::vector<Handle>{*w1->watch});
+  EXPECT_EQ(told(0), std::vector<Handle>{*w1->watch});
   SetAttrRequest trunc;
   trunc.size = 3;
   ASSERT_TRUE(local_->SetAttr(me_, "/w1", std::nullopt, trunc));
@@ -848,35 +864,29 @@ TEST_P(RemoteFsTest, WatchedStatsAreToldOfChangesAndOfTheirEnd) {
   auto w5 = fs->StatWatched(me_, "/w5");
   ASSERT_TRUE(w5 && w5->watch);
   ASSERT_EQ(count(), 3u);
-  EXPECT_EQ(told[2], std::vector<Handle>{*w1->watch});
+  EXPECT_EQ(told(2), std::vector<Handle>{*w1->watch});
   EXPECT_EQ(service_->stats().watches, 3u);
   ASSERT_TRUE(remote_->SetAttr(me_, "/w1", std::nullopt, chmod));  // no longer watched
   EXPECT_EQ(count(), 3u);
   ASSERT_TRUE(remote_->SetAttr(me_, "/w3", std::nullopt, chmod));  // still watched
   ASSERT_EQ(count(), 4u);
-  EXPECT_EQ(told[3], std::vector<Handle>{*w3->watch});
+  EXPECT_EQ(told(3), std::vector<Handle>{*w3->watch});
 
   // The session's end drops its watches.
   fs.reset();
   EXPECT_EQ(service_->stats().watches, 0u);
   EXPECT_FALSE(service_->Interested());
   local_->SetAttrObserver(nullptr);
-  a.transport->Shutdown();
+  cc.client.transport->Shutdown();
 }
 
 // An opener that does not answer a callback is told nothing more: a writer
 // waits for it once, and its later opens are not told.
 TEST_P(RemoteFsTest, AnOpenerThatDoesNotAnswerIsToldNoMore) {
-  std::unique_ptr<FsCallbacks> callbacks;
-  Client a = NewClient([&](m2m::Transport* t) {
-    callbacks = std::make_unique<FsCallbacks>(
-        t, [](const std::string&, const std::vector<Handle>&) {});
-  });
-  ASSERT_TRUE(a.transport && !a.addr.empty());
-  local_->SetAttrObserver(service_.get());
-  RemoteNodeFsOptions o;
-  o.callbacks = callbacks.get();
-  auto fs = MakeRemote(a, o);
+  CallbackClient cc = NewCallbackClient();
+  ASSERT_TRUE(cc.fs);
+  Client& a = cc.client;
+  auto& fs = cc.fs;
   auto f = fs->Create(me_, "/gone", O_RDWR, 0644);
   ASSERT_TRUE(f);
   ASSERT_TRUE(f->attr_callbacks);
