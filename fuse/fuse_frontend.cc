@@ -702,6 +702,10 @@ bool FuseMount::Abort() {
 
 void FuseMount::Unmount() {
   if (session_ == nullptr) return;
+  // Names the kernel keeps (present or missing) must not outlive the daemon
+  // that takes them back: each is looked up again at its next use, which
+  // fails with ENOTCONN once the connection is gone.
+  notifier_->InvalidateNames();
   notifier_->Detach();  // waits for notifications being written
   fuse_session_exit(session_);
   fuse_session_unmount(session_);
