@@ -213,6 +213,18 @@ Result<LocalNodeFs::Parent> LocalNodeFs::ResolveParent(const std::string& path, 
   return p;
 }
 
+Result<LocalNodeFs::Parent> LocalNodeFs::ResolveWhole(const std::string& path, const char* op) {
+  const std::string_view rel = RelativePath(path);
+  if (path == "/" || rel.size() >= kChunk || ParentPath(path) == "/") {
+    return ResolveParent(path, op);
+  }
+  if (auto st = ValidateGlobalPath(path); !st) return ResolveParent(path, op);  // logs, refuses
+  Parent p;
+  p.dir = root_fd_;
+  p.name = std::string(rel);
+  return p;
+}
+
 // ---------------------------------------------------------------------------
 // Names
 
@@ -664,14 +676,19 @@ Result<Opened> LocalNodeFs::OpenCommon(const Cred& c, const std::string& path, i
   bool direct = (flags & O_DIRECT) != 0;
   {
     FEDFS_AS(c);
-    FEDFS_PARENT(p, path, op);
+    auto p = ResolveWhole(path, op);
+    if (!p) return Err(p.error());
     const uint64_t m = creat ? scoped_cred.NewMode(mode & 07777) : 0;
-    fd = OpenAt2(p.dir, p.name.c_str(), static_cast<uint64_t>(flags), m);
+    fd = OpenAt2(p->dir, p->name.c_str(), static_cast<uint64_t>(flags), m);
     if (fd < 0 && errno == EINVAL && direct) {
       // The file system does not do O_DIRECT at all: strip it.
       direct = false;
       flags &= ~O_DIRECT;
-      fd = OpenAt2(p.dir, p.name.c_str(), static_cast<uint64_t>(flags), m);
+      fd = OpenAt2(p->dir, p->name.c_str(), static_cast<uint64_t>(flags), m);
+    }
+    if (fd < 0 && errno == EXDEV) {
+      Log()->warn("{}: path '{}' escapes the export root: refused", op, Shown(path));
+      errno = EXDEV;
     }
     if (fd < 0) return SysErr(op, path);
   }

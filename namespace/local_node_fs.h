@@ -206,6 +206,11 @@ class LocalNodeFs final : public NodeFs {
   Result<Parent> ResolveParent(const std::string& path, const char* op,
                                const Parent* sibling = nullptr,
                                const std::string& sibling_path = {});
+  // For calls that resolve their last component beneath a descriptor
+  // themselves (openat2): validates `path` and, when it fits in one call,
+  // answers the root and the whole relative path, so the kernel walks it
+  // once (no open and close of the parent); else as ResolveParent.
+  Result<Parent> ResolveWhole(const std::string& path, const char* op);
   // Opens `rel` (relative, "." allowed) beneath `dirfd` as an O_PATH
   // directory, in chunks when longer than PATH_MAX.
   Result<int> OpenDirBeneath(int dirfd, std::string_view rel, const std::string& path,
