@@ -111,6 +111,7 @@ std::vector<Conflict> ConflictsOf(const MergeState& s) {
     const size_t others = copies.size() - dirs;
     if (others > 1 || (others >= 1 && dirs >= 1)) out.push_back(Conflict{name, copies});
   }
+  std::sort(out.begin(), out.end(), [](const Conflict& a, const Conflict& b) { return a.name < b.name; });
   return out;
 }
 
@@ -161,7 +162,7 @@ std::vector<VdEntry> FreshEntries(const MergeState& s, const std::string& name) 
   return fresh;
 }
 
-// O(log N) per entry removed or added. The entries of real name k are the
+// O(1) per entry removed (the index), O(log N) per entry added. The entries of real name k are the
 // plain "k" and its aliases "k@<node>", which are contiguous in name order.
 void PatchEntries(const std::vector<std::string>& keys, std::vector<VdEntry> fresh,
                   VdEntries* entries, size_t* subdirs, int64_t* bytes) {
@@ -170,11 +171,11 @@ void PatchEntries(const std::vector<std::string>& keys, std::vector<VdEntry> fre
     if (bytes != nullptr) *bytes += d * static_cast<int64_t>(VdEntryBytes(e));
   };
   for (const std::string& k : keys) {
-    if (auto it = entries->LowerBound(k);
-        it != entries->end() && it->name == k && it->real_name == k) {
+    if (auto it = entries->FindIter(k); it != entries->end() && it->real_name == k) {
       count(*it, -1);
       entries->Erase(it);
     }
+    if (entries->NamesWithAt() == 0) continue;  // no alias to drop
     const std::string prefix = k + "@";
     for (auto it = entries->LowerBound(prefix);
          it != entries->end() && it->name.starts_with(prefix);) {
@@ -207,7 +208,7 @@ void VirtualDirectory::CountSubdirs() {
 const VdEntry* VirtualDirectory::Find(const std::string& name) const { return entries.Find(name); }
 
 size_t VdEntryBytes(const VdEntry& e) {
-  size_t n = sizeof(VdEntry) + e.name.size() + e.real_name.size();
+  size_t n = sizeof(VdEntry) + VdEntries::kIndexBytesPerEntry + e.name.size() + e.real_name.size();
   for (const auto& h : e.holders) n += sizeof(std::string) + h.size();
   return n;
 }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -23,7 +24,9 @@ namespace fedfs::ns::vd_internal {
 struct MergeState {
   std::vector<std::string> holders;  // nodes holding the directory, sorted
   // real name -> (node, DT_*) of each copy, sorted by node, never empty.
-  std::map<std::string, std::vector<std::pair<std::string, uint8_t>>> copies;
+  // Hashed: a change looks names up; only a whole build (AllEntries,
+  // ConflictsOf) needs them in order, and sorts.
+  std::unordered_map<std::string, std::vector<std::pair<std::string, uint8_t>>> copies;
 };
 
 // The state of the union of `listings` (DirMerge's rules: ENOENT, ENOTDIR,

@@ -214,7 +214,60 @@ TEST(DirMerge, IncrementalRefreshEqualsRebuild) {
     for (auto f = full.begin(); f != full.end(); ++e, ++f) {
       ASSERT_EQ(Show(*e), Show(*f)) << "step " << step;
     }
+    // The hash index agrees with the tree, for present and absent names.
+    for (const auto& n : names) {
+      for (const std::string& k : {n, n + "@n1", n + "@n2", n + "@n3"}) {
+        const VdEntry* want = full.Find(k);
+        const VdEntry* got = entries.Find(k);
+        ASSERT_EQ(got == nullptr, want == nullptr) << k << " step " << step;
+        if (got) {
+          ASSERT_EQ(Show(*got), Show(*want)) << "step " << step;
+        }
+      }
+    }
   }
+}
+
+TEST(VdEntries, FindFollowsPutEraseCopyAndMove) {
+  auto entry = [](const std::string& name) {
+    VdEntry e;
+    e.name = e.real_name = name;
+    e.type = DT_REG;
+    e.holders = {"n1"};
+    return e;
+  };
+  VdEntries a(std::vector<VdEntry>{entry("a"), entry("b@n2"), entry("c")});
+  EXPECT_EQ(a.NamesWithAt(), 1u);
+  ASSERT_NE(a.Find("b@n2"), nullptr);
+  EXPECT_EQ(a.Find("b"), nullptr);
+  a.Put(entry("b"));
+  a.Put(entry("b"));  // replaces: still one entry
+  EXPECT_EQ(a.size(), 4u);
+  ASSERT_NE(a.Find("b"), nullptr);
+  a.Erase(a.FindIter("b@n2"));
+  EXPECT_EQ(a.NamesWithAt(), 0u);
+  EXPECT_EQ(a.Find("b@n2"), nullptr);
+  EXPECT_EQ(a.FindIter("b@n2"), a.end());
+
+  VdEntries copy(a);
+  a.Erase(a.FindIter("a"));
+  EXPECT_EQ(a.Find("a"), nullptr);
+  ASSERT_NE(copy.Find("a"), nullptr);  // the copy has its own index
+  EXPECT_EQ(copy.Find("a")->name, "a");
+  VdEntries assigned;
+  assigned = copy;
+  copy.Erase(copy.FindIter("c"));
+  ASSERT_NE(assigned.Find("c"), nullptr);
+  EXPECT_EQ(copy.Find("c"), nullptr);
+
+  VdEntries moved(std::move(assigned));  // the tree's nodes move with it
+  ASSERT_NE(moved.Find("c"), nullptr);
+  EXPECT_EQ(moved.Find("c")->name, "c");
+  moved.Put(entry("d@n3"));
+  EXPECT_EQ(moved.NamesWithAt(), 1u);
+  std::vector<std::string> order;
+  for (const auto& e : moved) order.push_back(e.name);
+  EXPECT_EQ(order, (std::vector<std::string>{"a", "b", "c", "d@n3"}));
 }
 
 TEST(DirMerge, ApplyChanges) {
