@@ -32,7 +32,8 @@
 #      slow spell of the machine hits all targets alike; the median of the
 #      rounds is shown: on a small shared machine single runs vary by up to 2x),
 #      TARGETS="native ptll ptll-dp mergerfs fedfs1 fedfs3-loc fedfs3-rem",
-#      KEEP=1 keeps the work directory, STEP_TIMEOUT=900 (s) bounds the metadata loop.
+#      KEEP=1 keeps the work directory, STEP_TIMEOUT=900 (s) bounds the metadata loop,
+#      FIO=0 runs the metadata rows only (the fio rows print n/a).
 # Everything started here (FUSE servers, daemons) is stopped by pid and
 # everything mounted is unmounted on exit, failure or Ctrl-C (trap).
 # Shared functions (builds, mounts, daemons, cleanup): bench/lib.sh.
@@ -44,6 +45,7 @@ SEQ_SIZE=${SEQ_SIZE:-256M}
 RAND_SIZE=${RAND_SIZE:-64M}
 RUNTIME=${RUNTIME:-5}
 REPEAT=${REPEAT:-3}
+FIO=${FIO:-1}
 TARGETS=${TARGETS:-"native ptll ptll-dp mergerfs fedfs1 fedfs3-loc fedfs3-rem"}
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
@@ -116,6 +118,7 @@ measure_round() {
   else
     log "$t: fedfs-meta-bench failed: $(cat "$WORK/meta-$t.err")"
   fi
+  [ "$FIO" = 1 ] || return 0
   log "$t: fio sequential, round $i of $REPEAT"
   RUNS[$t,seq_write_mib_s]+=" $(fio_run "$dir" seq write 1M "$SEQ_SIZE" 0 mibs || true)"
   drop_caches
