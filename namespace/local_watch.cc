@@ -47,14 +47,6 @@ int OpenDirBeneath(int dirfd, const std::string& rel) {
   }
 }
 
-std::string IgnoreKey(const std::string& dir, const std::string& name) {
-  std::string key;
-  key.reserve(dir.size() + 1 + name.size());
-  key += dir;
-  key += '\0';
-  key += name;
-  return key;
-}
 
 }  // namespace
 
@@ -220,8 +212,11 @@ void LocalWatch::AddLostLocked(std::vector<std::string> dirs) {
 // Suppression
 
 void LocalWatch::Ignore(const std::string& dir, const std::string& name) {
+  IgnorePath(JoinPath(dir, name));
+}
+
+void LocalWatch::IgnorePath(std::string key) {
   const auto now = std::chrono::steady_clock::now();
-  std::string key = IgnoreKey(dir, name);
   std::lock_guard lk(ignore_mu_);
   auto it = ignores_.find(key);
   if (it == ignores_.end() && ignores_.size() >= kMaxIgnores) {
@@ -240,9 +235,10 @@ void LocalWatch::Ignore(const std::string& dir, const std::string& name) {
 }
 
 bool LocalWatch::ConsumeIgnore(const std::string& dir, const std::string& name) {
+  const std::string key = JoinPath(dir, name);
   std::lock_guard lk(ignore_mu_);
   if (ignores_.empty()) return false;
-  auto it = ignores_.find(IgnoreKey(dir, name));
+  auto it = ignores_.find(key);
   if (it == ignores_.end()) return false;
   if (it->second.until <= std::chrono::steady_clock::now()) {
     ignores_.erase(it);

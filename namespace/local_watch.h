@@ -141,6 +141,8 @@ class LocalWatch {
   // Suppresses the next event for entry `name` of directory `dir` within
   // kIgnoreFor (see the top of the file).
   void Ignore(const std::string& dir, const std::string& name);
+  // The same for the entry at global path `path` (not "/").
+  void IgnorePath(std::string path);
 
   struct Stats {
     uint64_t watches;            // kernel watches held now
@@ -207,7 +209,7 @@ class LocalWatch {
     int count;
     std::chrono::steady_clock::time_point until;
   };
-  std::unordered_map<std::string, IgnoreEntry> ignores_;  // key: dir + '\0' + name
+  std::unordered_map<std::string, IgnoreEntry> ignores_;  // key: the entry's global path
 
   std::mutex pause_mu_;
   std::condition_variable pause_cv_;

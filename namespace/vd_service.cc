@@ -655,15 +655,32 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
 
   void Get(const std::string& path, std::move_only_function<void(Result<VdPtr>)> done) {
     if (auto s = ValidateGlobalPath(path); !s) return done(Err(s.error()));
-    {
-      std::lock_guard lock(mu_);
-      ++stats_.lookups;
-    }
     auto view = cluster_->Current();
     const std::string& manager = view->Manager(path);
     // Managed here: served at once, as Route would (no Routed to build).
     if (!manager.empty() && manager == view->self) {
+      // Resident, of this epoch, no round in flight: what ServeGet would
+      // answer, in one critical section (a worker makes several gets per
+      // request; each trip through ServeGet and EnsureResident locked mu_
+      // three times and hashed the path three times).
+      VdPtr vd;
+      {
+        std::lock_guard lock(mu_);
+        ++stats_.lookups;
+        if (auto it = resident_.find(path); !closed_ && it != resident_.end() &&
+                                            it->second.snap.vd->epoch == view->epoch &&
+                                            !rounds_.contains(path)) {
+          ++stats_.gets_served;
+          Touch(it->second);
+          vd = it->second.snap.vd;
+        }
+      }
+      if (vd) return done(std::move(vd));
       return ServeGet(path, view->self, std::nullopt, false, std::move(done));
+    }
+    {
+      std::lock_guard lock(mu_);
+      ++stats_.lookups;
     }
     std::optional<DirTable::Ticket> ticket;
     std::optional<SharerSlotData> sharer;
@@ -713,18 +730,21 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     const bool own = dt_ && std::ranges::any_of(changes, [](const VdChange& c) {
       return c.kind == VdChange::Kind::kAdd || c.kind == VdChange::Kind::kRemove;
     });
+    auto view = cluster_->Current();
+    // Managed here: served at once, as Route would (no Routed to build, and
+    // this node keeps no DT copy of its own VDs to patch or to guard).
+    if (const std::string& m = view->Manager(path); !m.empty() && m == view->self) {
+      return ServeUpdate(path, std::move(changes), view->self, *view,
+                         [done = std::move(done)](Result<UpdateOutcome> v) mutable {
+                           done(v ? Status(Ok()) : Status(Err(v.error())));
+                         });
+    }
     auto finish = [self, path, own, done = std::move(done)](Result<UpdateOutcome> v) mutable {
       if (own) self->dt_->EndOwnChange(path);  // after the patch (inspect runs first)
       if (!v) return done(Err(v.error()));
       done(Ok());
     };
     if (own) dt_->BeginOwnChange(path);
-    auto view = cluster_->Current();
-    // Managed here: served at once, as Route would (no Routed to build, and
-    // this node keeps no DT copy of its own VDs to patch).
-    if (const std::string& m = view->Manager(path); !m.empty() && m == view->self) {
-      return ServeUpdate(path, std::move(changes), view->self, *view, std::move(finish));
-    }
     auto r = std::make_shared<Routed<UpdateOutcome>>();
     r->path = path;
     r->method = MethodId(RpcMethod::kNsVdUpdate);
