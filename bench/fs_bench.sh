@@ -168,6 +168,13 @@ print_table() {
     done
     echo
   done
+  # Every round's value, to judge the spread behind each median.
+  echo "rounds (in order):"
+  for r in "${ROWS[@]}"; do
+    for t in $TARGETS; do
+      [ -n "${RUNS[$t,$r]:-}" ] && [ -n "${RUNS[$t,$r]// /}" ] && printf "  %-20s %-12s%s\n" "$r" "$t" "${RUNS[$t,$r]}"
+    done
+  done
   # Remote files through the mount against local files through the mount.
   for r in seq_write_mib_s seq_read_mib_s; do
     local l=${R[fedfs3-loc,$r]:-} m=${R[fedfs3-rem,$r]:-}
