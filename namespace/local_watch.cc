@@ -47,7 +47,6 @@ int OpenDirBeneath(int dirfd, const std::string& rel) {
   }
 }
 
-
 }  // namespace
 
 Result<std::unique_ptr<LocalWatch>> LocalWatch::Start(std::string export_root,

@@ -111,7 +111,8 @@ std::vector<Conflict> ConflictsOf(const MergeState& s) {
     const size_t others = copies.size() - dirs;
     if (others > 1 || (others >= 1 && dirs >= 1)) out.push_back(Conflict{name, copies});
   }
-  std::sort(out.begin(), out.end(), [](const Conflict& a, const Conflict& b) { return a.name < b.name; });
+  std::sort(out.begin(), out.end(),
+            [](const Conflict& a, const Conflict& b) { return a.name < b.name; });
   return out;
 }
 
@@ -162,8 +163,9 @@ std::vector<VdEntry> FreshEntries(const MergeState& s, const std::string& name) 
   return fresh;
 }
 
-// O(1) per entry removed (the index), O(log N) per entry added. The entries of real name k are the
-// plain "k" and its aliases "k@<node>", which are contiguous in name order.
+// O(1) per entry removed (the index), O(log N) per entry added. The entries
+// of real name k are the plain "k" and its aliases "k@<node>", which are
+// contiguous in name order.
 void PatchEntries(const std::vector<std::string>& keys, std::vector<VdEntry> fresh,
                   VdEntries* entries, size_t* subdirs, int64_t* bytes) {
   auto count = [subdirs, bytes](const VdEntry& e, int d) {

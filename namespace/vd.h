@@ -96,9 +96,21 @@ class VdEntries {
     }
     return *this;
   }
-  // A move keeps the tree's nodes, so the index stays valid.
-  VdEntries(VdEntries&&) = default;
-  VdEntries& operator=(VdEntries&&) = default;
+  // A move keeps the tree's nodes, so the index stays valid; the source is
+  // left empty.
+  VdEntries(VdEntries&& o) noexcept
+      : map_(std::move(o.map_)), index_(std::move(o.index_)), with_at_(o.with_at_) {
+    o.Clear();
+  }
+  VdEntries& operator=(VdEntries&& o) noexcept {
+    if (this != &o) {
+      map_ = std::move(o.map_);
+      index_ = std::move(o.index_);
+      with_at_ = o.with_at_;
+      o.Clear();
+    }
+    return *this;
+  }
 
   size_t size() const { return map_.size(); }
   bool empty() const { return map_.empty(); }
@@ -140,6 +152,11 @@ class VdEntries {
 
  private:
   static bool HasAt(std::string_view name) { return name.find('@') != std::string_view::npos; }
+  void Clear() {
+    index_.clear();
+    map_.clear();
+    with_at_ = 0;
+  }
   void Indexed(Map::iterator it) {
     index_.emplace(std::string_view(it->first), it);
     if (HasAt(it->first)) ++with_at_;

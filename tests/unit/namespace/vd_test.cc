@@ -263,6 +263,16 @@ TEST(VdEntries, FindFollowsPutEraseCopyAndMove) {
   VdEntries moved(std::move(assigned));  // the tree's nodes move with it
   ASSERT_NE(moved.Find("c"), nullptr);
   EXPECT_EQ(moved.Find("c")->name, "c");
+  // The source is left empty and usable.
+  EXPECT_EQ(assigned.size(), 0u);  // NOLINT(bugprone-use-after-move)
+  EXPECT_EQ(assigned.Find("c"), nullptr);
+  assigned.Put(entry("z"));
+  ASSERT_NE(assigned.Find("z"), nullptr);
+  VdEntries target(std::vector<VdEntry>{entry("q@n1")});
+  target = std::move(assigned);
+  EXPECT_EQ(target.NamesWithAt(), 0u);
+  EXPECT_EQ(target.Find("q@n1"), nullptr);
+  ASSERT_NE(target.Find("z"), nullptr);
   moved.Put(entry("d@n3"));
   EXPECT_EQ(moved.NamesWithAt(), 1u);
   std::vector<std::string> order;
