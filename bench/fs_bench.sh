@@ -172,7 +172,8 @@ print_table() {
   echo "rounds (in order):"
   for r in "${ROWS[@]}"; do
     for t in $TARGETS; do
-      [ -n "${RUNS[$t,$r]:-}" ] && [ -n "${RUNS[$t,$r]// /}" ] && printf "  %-20s %-12s%s\n" "$r" "$t" "${RUNS[$t,$r]}"
+      v=${RUNS[$t,$r]:-}
+      [ -n "${v// /}" ] && printf "  %-20s %-12s%s\n" "$r" "$t" "$v"
     done
   done
   # Remote files through the mount against local files through the mount.

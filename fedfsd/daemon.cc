@@ -403,7 +403,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
   // its echo: a late echo could otherwise report a name that came back.
   (*local)->SetChangeHook([watching = d->watching_](const std::string& path) {
     if (ns::LocalWatch* w = watching->load(std::memory_order_acquire)) {
-      if (path != "/") w->IgnorePath(path);
+      if (path != "/") w->Ignore(path);
     }
   });
   d->local_fs_ = std::move(*local);

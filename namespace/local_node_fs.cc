@@ -252,8 +252,9 @@ Result<struct stat> LocalNodeFs::Stat(const Cred& c, const std::string& path) {
 
 Result<std::vector<DirEntry>> LocalNodeFs::ListDir(const Cred& c, const std::string& path) {
   FEDFS_AS(c);
-  FEDFS_PARENT(p, path, "listdir");
-  int fd = OpenAt2(p.dir, p.name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+  auto p = ResolveWhole(path, "listdir");
+  if (!p) return Err(p.error());
+  int fd = OpenAt2(p->dir, p->name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
   if (fd < 0) return SysErr("listdir", path);
   DIR* d = fdopendir(fd);
   if (d == nullptr) {

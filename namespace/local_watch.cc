@@ -210,11 +210,7 @@ void LocalWatch::AddLostLocked(std::vector<std::string> dirs) {
 // ---------------------------------------------------------------------------
 // Suppression
 
-void LocalWatch::Ignore(const std::string& dir, const std::string& name) {
-  IgnorePath(JoinPath(dir, name));
-}
-
-void LocalWatch::IgnorePath(std::string key) {
+void LocalWatch::Ignore(std::string key) {
   const auto now = std::chrono::steady_clock::now();
   std::lock_guard lk(ignore_mu_);
   auto it = ignores_.find(key);

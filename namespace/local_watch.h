@@ -57,8 +57,8 @@
 // kIgnoreFor.
 //
 // Suppression. FedFS' own operations change the export root too and report
-// those changes themselves. Ignore(dir, name), called before such a change,
-// suppresses the next event for (dir, name) seen within kIgnoreFor (each call
+// those changes themselves. Ignore(path), called before such a change,
+// suppresses the next event for that entry seen within kIgnoreFor (each call
 // suppresses one event). A missed suppression only means a duplicate report,
 // which is harmless.
 #pragma once
@@ -138,11 +138,9 @@ class LocalWatch {
   Status Watch(const std::string& dir);
   // Stops watching `dir` (no-op if not watched). Not reported via on_lost.
   void Unwatch(const std::string& dir);
-  // Suppresses the next event for entry `name` of directory `dir` within
-  // kIgnoreFor (see the top of the file).
-  void Ignore(const std::string& dir, const std::string& name);
-  // The same for the entry at global path `path` (not "/").
-  void IgnorePath(std::string path);
+  // Suppresses the next event for the entry at global path `path` (not "/")
+  // within kIgnoreFor (see the top of the file).
+  void Ignore(std::string path);
 
   struct Stats {
     uint64_t watches;            // kernel watches held now

@@ -655,32 +655,15 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
 
   void Get(const std::string& path, std::move_only_function<void(Result<VdPtr>)> done) {
     if (auto s = ValidateGlobalPath(path); !s) return done(Err(s.error()));
+    {
+      std::lock_guard lock(mu_);
+      ++stats_.lookups;
+    }
     auto view = cluster_->Current();
     const std::string& manager = view->Manager(path);
     // Managed here: served at once, as Route would (no Routed to build).
     if (!manager.empty() && manager == view->self) {
-      // Resident, of this epoch, no round in flight: what ServeGet would
-      // answer, in one critical section (a worker makes several gets per
-      // request; each trip through ServeGet and EnsureResident locked mu_
-      // three times and hashed the path three times).
-      VdPtr vd;
-      {
-        std::lock_guard lock(mu_);
-        ++stats_.lookups;
-        if (auto it = resident_.find(path); !closed_ && it != resident_.end() &&
-                                            it->second.snap.vd->epoch == view->epoch &&
-                                            !rounds_.contains(path)) {
-          ++stats_.gets_served;
-          Touch(it->second);
-          vd = it->second.snap.vd;
-        }
-      }
-      if (vd) return done(std::move(vd));
       return ServeGet(path, view->self, std::nullopt, false, std::move(done));
-    }
-    {
-      std::lock_guard lock(mu_);
-      ++stats_.lookups;
     }
     std::optional<DirTable::Ticket> ticket;
     std::optional<SharerSlotData> sharer;
@@ -727,23 +710,21 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     // Claims, locks and releases change no entry, and their replies carry no
     // version (patching with one would drop the cached copy: a refetch of
     // the whole VD per unlink or rename).
-    const bool own = dt_ && std::ranges::any_of(changes, [](const VdChange& c) {
+    auto view = cluster_->Current();
+    const std::string& manager = view->Manager(path);
+    // Managed here: this node keeps no DT copy of its own VDs to patch or to
+    // guard.
+    const bool here = !manager.empty() && manager == view->self;
+    const bool own = !here && dt_ && std::ranges::any_of(changes, [](const VdChange& c) {
       return c.kind == VdChange::Kind::kAdd || c.kind == VdChange::Kind::kRemove;
     });
-    auto view = cluster_->Current();
-    // Managed here: served at once, as Route would (no Routed to build, and
-    // this node keeps no DT copy of its own VDs to patch or to guard).
-    if (const std::string& m = view->Manager(path); !m.empty() && m == view->self) {
-      return ServeUpdate(path, std::move(changes), view->self, *view,
-                         [done = std::move(done)](Result<UpdateOutcome> v) mutable {
-                           done(v ? Status(Ok()) : Status(Err(v.error())));
-                         });
-    }
     auto finish = [self, path, own, done = std::move(done)](Result<UpdateOutcome> v) mutable {
       if (own) self->dt_->EndOwnChange(path);  // after the patch (inspect runs first)
       if (!v) return done(Err(v.error()));
       done(Ok());
     };
+    // Served at once, as Route would (no Routed to build).
+    if (here) return ServeUpdate(path, std::move(changes), view->self, *view, std::move(finish));
     if (own) dt_->BeginOwnChange(path);
     auto r = std::make_shared<Routed<UpdateOutcome>>();
     r->path = path;
@@ -916,15 +897,28 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
 
   void ServeGet(const std::string& path, const std::string& from,
                 std::optional<SharerSlotData> sharer, bool notify, m2m::Callback<VdPtr> done) {
+    const auto view = cluster_->Current();
+    VdPtr ready;
     {
       std::lock_guard lock(mu_);
       ++stats_.gets_served;
       // Recorded before the VD is read: a change applied after this point
       // bumps the requester's slot; one applied before is in what it gets.
-      if ((sharer || notify) && from != cluster_->Current()->self) {
+      if ((sharer || notify) && from != view->self) {
         RecordSharerLocked(path, from, sharer ? &*sharer : nullptr, notify);
       }
+      // Resident, of this epoch, no round in flight (the common case): read
+      // in this same critical section. A worker makes several gets per
+      // request; the trip through EnsureResident and its callback took mu_
+      // twice more and hashed the path twice more.
+      if (auto it = resident_.find(path); !closed_ && it != resident_.end() &&
+                                          it->second.snap.vd->epoch == view->epoch &&
+                                          !rounds_.contains(path)) {
+        Touch(it->second);
+        ready = it->second.snap.vd;
+      }
     }
+    if (ready) return done(std::move(ready));
     EnsureResident(path, [self = shared_from_this(), path, from, sharer, notify,
                           done = std::move(done)](Result<Snapshot> s) mutable {
       if (!s) return done(Err(s.error()));

@@ -374,8 +374,8 @@ TEST_F(LocalWatchTest, SymlinkBeneathRootSharesTheWatch) {
 TEST_F(LocalWatchTest, IgnoreSuppressesOneEvent) {
   StartWatch();
   ASSERT_TRUE(watch_->Watch("/"));
-  watch_->Ignore("/", "a");
-  watch_->Ignore("/other", "b");  // another directory: no effect here
+  watch_->Ignore("/a");
+  watch_->Ignore("/other/b");  // another directory: no effect here
   Touch("/a");
   Touch("/b");
   EXPECT_EQ(Settle(), (std::vector<LocalChange>{Add("/", "b", DT_REG)}));
