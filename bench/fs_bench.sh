@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # File-system benchmark, side by side in one run on this machine:
-#   native      a plain directory (ext4 here)
+#   native      a plain directory on the run's file system (see STORE)
 #   ptll        libfuse's passthrough_ll example, compiled now from
 #               /usr/share/doc/libfuse3-dev/examples with the HAVE_* macros
 #               it checks (HAVE_FALLOCATE, HAVE_POSIX_FALLOCATE,
@@ -33,7 +33,11 @@
 #      rounds is shown: on a small shared machine single runs vary by up to 2x),
 #      TARGETS="native ptll ptll-dp mergerfs fedfs1 fedfs3-loc fedfs3-rem",
 #      KEEP=1 keeps the work directory, STEP_TIMEOUT=900 (s) bounds the metadata loop,
-#      FIO=0 runs the metadata rows only (the fio rows print n/a).
+#      FIO=0 runs the metadata rows only (the fio rows print n/a),
+#      STORE=loop (default: every target's files, and the native directory, on
+#      a fresh ext4 with a journal made for the run on a loop device; see
+#      bench_begin in bench/lib.sh for why) or STORE=dir (a plain directory in
+#      /var/tmp), STORE_SIZE=16G (the sparse image's size).
 # Everything started here (FUSE servers, daemons) is stopped by pid and
 # everything mounted is unmounted on exit, failure or Ctrl-C (trap).
 # Shared functions (builds, mounts, daemons, cleanup): bench/lib.sh.
@@ -148,7 +152,7 @@ print_table() {
   [ -z "$TABLE_DONE" ] || return 0
   TABLE_DONE=1
   echo
-  echo "fs_bench: FILES=$FILES SEQ_SIZE=$SEQ_SIZE RAND_SIZE=$RAND_SIZE RUNTIME=${RUNTIME}s REPEAT=$REPEAT (median), $(nproc) cores, $(uname -r)"
+  echo "fs_bench: FILES=$FILES SEQ_SIZE=$SEQ_SIZE RAND_SIZE=$RAND_SIZE RUNTIME=${RUNTIME}s REPEAT=$REPEAT (median), STORE=${STORE:-loop}, $(nproc) cores, $(uname -r)"
   echo "each cell: value (ratio to ptll = libfuse passthrough_ll)"
   printf "%-20s" "row"
   for t in $TARGETS; do printf " %20s" "$t"; done
