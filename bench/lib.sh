@@ -141,12 +141,15 @@ EOF
     fi
   done
   # Wait until every node sees all n members alive.
-  for _ in $(seq 100); do
-    local alive
-    alive=$("$FEDFSCTL" --socket "$d/n0.sock" status --json 2>/dev/null |
-      python3 -c 'import json,sys; print(sum(1 for m in json.load(sys.stdin).get("members",[]) if m.get("state")=="alive"))' 2>/dev/null || echo 0)
-    [ "$alive" = "$n" ] && break
-    sleep 0.1
+  for i in $(seq 0 $((n - 1))); do
+    local alive=0
+    for _ in $(seq 100); do
+      alive=$("$FEDFSCTL" --socket "$d/n$i.sock" status --json 2>/dev/null |
+        python3 -c 'import json,sys; print(sum(1 for m in json.load(sys.stdin).get("members",[]) if m.get("state")=="alive"))' 2>/dev/null || echo 0)
+      [ "$alive" = "$n" ] && break
+      sleep 0.1
+    done
+    [ "$alive" = "$n" ] || log "$tag: node n$i sees $alive of $n members alive after 10 s"
   done
   DIR=$d/mnt0
   FEDFS_DIR=$d

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -691,8 +692,11 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     if (ticket) {
       r->inspect = [self, ticket = std::move(*ticket), notify](const Result<VdPtr>& vd,
                                                                 bool remote, uint64_t epoch) {
-        // Only a VD served by a manager that recorded the slot may be kept.
-        if (vd && remote && (*vd)->cacheable) {
+        // Only a VD served by a manager that recorded the slot may be kept,
+        // and only one built in the epoch it is kept under: a manager whose
+        // view is behind this node's listed only the nodes it knows, and its
+        // next epoch would not invalidate the copy here.
+        if (vd && remote && (*vd)->cacheable && (*vd)->epoch == epoch) {
           self->dt_->Install(ticket, *vd, DtEpoch(epoch, notify));
         }
       };
@@ -769,6 +773,9 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   void ForgetCached(const std::string& path) {
     if (dt_) dt_->Invalidate(path);
   }
+
+  uint64_t ViewEpoch() const { return cluster_->Current()->epoch; }
+  const VdServiceOptions& options() const { return options_; }
 
   Stats stats() const {
     std::lock_guard lock(mu_);
@@ -1650,10 +1657,21 @@ void VdService::DropSubtree(const std::string& path, std::move_only_function<voi
 
 VdService::Stats VdService::stats() const { return impl_->core->stats(); }
 
+uint64_t VdService::ViewEpoch() const { return impl_->core->ViewEpoch(); }
+
+const VdServiceOptions& VdService::options() const { return impl_->core->options(); }
+
 // ---- Blocking helpers (worker threads only; never used inside the service) --
 
 Result<VdPtr> GetVdSync(VdService& s, const std::string& path) {
-  return WaitFor<Result<VdPtr>>([&](auto done) { s.Get(path, std::move(done)); });
+  const auto until = std::chrono::steady_clock::now() + s.options().view_catchup;
+  for (;;) {
+    auto vd = WaitFor<Result<VdPtr>>([&](auto done) { s.Get(path, std::move(done)); });
+    if (!vd || (*vd)->epoch >= s.ViewEpoch() || std::chrono::steady_clock::now() >= until) {
+      return vd;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
 }
 
 Status DropSubtreeSync(VdService& s, const std::string& path) {

@@ -77,6 +77,9 @@ struct VdServiceOptions {
   // directory `path` for a dirmerge: from then on a VD covers it, so the
   // daemon watches it for changes made behind FedFS' back. Optional.
   std::function<void(const std::string& path)> on_local_listing;
+  // How long GetVdSync waits for a manager whose membership view is behind
+  // this node's (see GetVdSync).
+  std::chrono::milliseconds view_catchup{2000};
 };
 
 // A change to one entry of VD(P), made on `node`.
@@ -142,6 +145,10 @@ class VdService {
   // locally); completes Ok when all answered or timed out (logged).
   void DropSubtree(const std::string& path, std::move_only_function<void(Status)> done);
 
+  // This node's membership epoch now.
+  uint64_t ViewEpoch() const;
+  const VdServiceOptions& options() const;
+
   // Counters for observability and tests.
   struct Stats {
     uint64_t gets_served = 0;      // kNsVdGet answered as manager
@@ -171,6 +178,13 @@ class VdService {
 };
 
 // Blocking helpers for worker threads (FUSE), not for the progress context.
+//
+// GetVdSync: a VD built in an older membership epoch than this node's (its
+// manager has not yet heard of a change this node knows of, such as a node
+// that just joined, and so listed only the nodes it knows) is asked for
+// again every few milliseconds until its manager catches up (gossip, every
+// heartbeat), for at most options().view_catchup; then the last one is
+// returned as it is.
 Result<VdPtr> GetVdSync(VdService& s, const std::string& path);
 Status UpdateVdSync(VdService& s, const std::string& path, VdChange change);
 Status UpdateManyVdSync(VdService& s, const std::string& path, std::vector<VdChange> changes);

@@ -14,10 +14,12 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/rpc_methods.h"
@@ -125,23 +127,30 @@ class MemFs final : public NodeFs {
 };
 
 // A settable view; `next` (if set) replaces the current view after `after`
-// more calls of Current() (a membership refresh racing with a request).
+// more calls of Current() (a membership refresh racing with a request). May
+// be set from another thread than the one reading it.
 class TestViewSource final : public ClusterViewSource {
  public:
   std::shared_ptr<const ClusterView> Current() const override {
+    std::lock_guard lock(mu_);
     if (next_ && switch_after_-- == 0) {
       view_ = std::move(next_);
       next_.reset();
     }
     return view_;
   }
-  void Set(std::shared_ptr<const ClusterView> v) { view_ = std::move(v); }
+  void Set(std::shared_ptr<const ClusterView> v) {
+    std::lock_guard lock(mu_);
+    view_ = std::move(v);
+  }
   void SetLater(std::shared_ptr<const ClusterView> v, int after) {
+    std::lock_guard lock(mu_);
     next_ = std::move(v);
     switch_after_ = after;
   }
 
  private:
+  mutable std::mutex mu_;
   mutable std::shared_ptr<const ClusterView> view_;
   mutable std::shared_ptr<const ClusterView> next_;
   mutable int switch_after_ = 0;
@@ -1251,6 +1260,101 @@ TEST(DirTable, EntriesOfAnOlderEpochAreNotUsed) {
   ASSERT_TRUE(f.Get(1, p));
   EXPECT_EQ(f.Requests(kVdGet), 1u);
   EXPECT_EQ(f.svc(1).stats().dt.stale, 1u);
+}
+
+// A path under "/" that `node` manages both with all of `f`'s nodes alive and
+// without `absent`.
+std::string PathManagedWithAndWithout(Federation& f, const std::string& node,
+                                      const std::string& absent) {
+  std::vector<std::string> all, rest;
+  for (int i = 0; i < f.size(); ++i) {
+    all.push_back(Name(i));
+    if (Name(i) != absent) rest.push_back(Name(i));
+  }
+  const Ring with(all, 64), without(rest, 64);
+  for (int i = 0; i < 10000; ++i) {
+    std::string p = "/d" + std::to_string(i);
+    if (with.Owner(p) == node && without.Owner(p) == node) return p;
+  }
+  ADD_FAILURE() << "no such path";
+  return "/";
+}
+
+TEST(DirTable, ACopyBuiltInAnOlderViewIsNotKept) {
+  // n1 just joined: n0 and n1 know it (epoch 2), the manager n2 does not yet
+  // (epoch 1) and lists only n0 and itself.
+  Federation f(3);
+  const std::string p = PathManagedWithAndWithout(f, "n2", "n1");
+  f.fs(0).AddDir(p);
+  f.fs(1).AddFile(p + "/x");
+  f.view(0).Set(f.MakeView("n0", {"n0", "n1", "n2"}, 2));
+  f.view(1).Set(f.MakeView("n1", {"n0", "n1", "n2"}, 2));
+  f.view(2).Set(f.MakeView("n2", {"n0", "n2"}, 1));
+  auto old = f.Get(0, p);
+  ASSERT_TRUE(old) << old.error().ToString();
+  EXPECT_EQ((*old)->epoch, 1u);
+  EXPECT_EQ((*old)->Find("x"), nullptr);
+  // The manager catches up: the next get asks it again and sees n1's name.
+  f.view(2).Set(f.MakeView("n2", {"n0", "n1", "n2"}, 2));
+  f.net().ResetStats();
+  auto now = f.Get(0, p);
+  ASSERT_TRUE(now) << now.error().ToString();
+  EXPECT_EQ(f.Requests(kVdGet), 1u);
+  EXPECT_EQ((*now)->epoch, 2u);
+  EXPECT_NE((*now)->Find("x"), nullptr);
+}
+
+TEST(VdService, GetVdSyncWaitsForAManagerWhoseViewIsBehind) {
+  // As above, on the real-time network through the blocking helper a FUSE
+  // worker uses: the manager learns of n1 while the get waits.
+  m2m::FakeNetworkOptions o;
+  o.mode = m2m::SchedulerMode::kRealTime;
+  m2m::FakeNetwork net(o);
+  InlineExecutor inline_exec;
+  std::vector<std::unique_ptr<MemFs>> fs;
+  std::vector<TestViewSource> views(3);
+  std::vector<std::unique_ptr<m2m::Transport>> transports;
+  std::vector<std::unique_ptr<VdService>> svcs;
+  auto view = [](int self, std::vector<std::string> live, uint64_t epoch) {
+    auto v = std::make_shared<ClusterView>();
+    v->self = Name(self);
+    v->epoch = epoch;
+    for (auto& n : live) v->live[n] = n;
+    v->ring = std::make_shared<const Ring>(live, 64);
+    return v;
+  };
+  std::string p;
+  {
+    const Ring with({"n0", "n1", "n2"}, 64), without({"n0", "n2"}, 64);
+    for (int i = 0; p.empty() && i < 10000; ++i) {
+      std::string c = "/d" + std::to_string(i);
+      if (with.Owner(c) == "n2" && without.Owner(c) == "n2") p = c;
+    }
+    ASSERT_FALSE(p.empty());
+  }
+  for (int i = 0; i < 3; ++i) {
+    fs.push_back(std::make_unique<MemFs>(Name(i)));
+    views[i].Set(i == 2 ? view(2, {"n0", "n2"}, 1) : view(i, {"n0", "n1", "n2"}, 2));
+    m2m::TransportOptions t;
+    t.cluster_key = m2m::Bytes(m2m::kClusterKeyBytes, std::byte{7});
+    transports.push_back(net.NewTransport(t));
+    svcs.push_back(std::make_unique<VdService>(VdServiceOptions{}, transports[i].get(),
+                                               &views[i], fs[i].get(), &inline_exec));
+    svcs[i]->RegisterHandlers();
+    ASSERT_TRUE(transports[i]->Listen(Name(i)));
+  }
+  fs[0]->AddDir(p);
+  fs[1]->AddFile(p + "/x");
+  std::thread gossip([&] {
+    std::this_thread::sleep_for(milliseconds(50));
+    views[2].Set(view(2, {"n0", "n1", "n2"}, 2));
+  });
+  auto vd = GetVdSync(*svcs[0], p);
+  gossip.join();
+  ASSERT_TRUE(vd) << vd.error().ToString();
+  EXPECT_EQ((*vd)->epoch, 2u);
+  EXPECT_NE((*vd)->Find("x"), nullptr);
+  for (auto& t : transports) t->Shutdown();
 }
 
 TEST(DirTable, DropSubtreeInvalidatesTablesEverywhere) {
