@@ -22,6 +22,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/logging.h"
+#include "fuse/caller_groups.h"
 
 namespace fedfs::fuse {
 namespace {
@@ -46,6 +47,8 @@ struct FuseMount::Ctx {
   std::string read_ahead_file;
   unsigned read_ahead_kb = 0;
   std::atomic<bool> read_ahead_pending{false};
+  // Non-root callers' supplementary groups (fuse/caller_groups.h).
+  CallerGroups groups{std::chrono::seconds(1), 4096};
 };
 
 namespace {
@@ -74,17 +77,24 @@ Cred CredOf(fuse_req_t req) {
   c.gid = ctx->gid;
   c.umask = ctx->umask;
   // Supplementary groups decide nothing for uid 0 (capabilities do), and
-  // reading them costs an open and read of /proc/<pid>/task/<tid>/status.
+  // reading them costs an open and read of /proc/<pid>/task/<tid>/status:
+  // kept per calling thread (fuse/caller_groups.h).
   if (c.uid == 0) return c;
-  gid_t groups[64];
-  int n = fuse_req_getgroups(req, 64, groups);
-  if (n > 64) {
-    std::vector<gid_t> more(static_cast<size_t>(n));
-    n = fuse_req_getgroups(req, n, more.data());
-    if (n > 0) c.groups.assign(more.begin(), more.begin() + std::min<size_t>(n, more.size()));
-  } else if (n > 0) {
-    c.groups.assign(groups, groups + n);
-  }
+  auto* mount = static_cast<FuseMount::Ctx*>(fuse_req_userdata(req));
+  c.groups = mount->groups.Get(ctx->pid, c.uid, c.gid, CallerGroups::Clock::now(),
+                               [req]() -> std::optional<CallerGroups::Groups> {
+                                 gid_t groups[64];
+                                 int n = fuse_req_getgroups(req, 64, groups);
+                                 if (n > 64) {
+                                   CallerGroups::Groups more(static_cast<size_t>(n));
+                                   n = fuse_req_getgroups(req, n, more.data());
+                                   if (n < 0) return std::nullopt;
+                                   more.resize(std::min<size_t>(n, more.size()));
+                                   return more;
+                                 }
+                                 if (n < 0) return std::nullopt;
+                                 return CallerGroups::Groups(groups, groups + n);
+                               });
   return c;
 }
 
