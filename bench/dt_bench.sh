@@ -3,7 +3,7 @@
 # this machine, measured by fedfs-stat-bench (FILES files stat-ed PASSES
 # times each, relative to an open descriptor of their directory: one lookup
 # in that directory per stat; per-stat mean, p50, p99 in microseconds):
-#   native        a plain directory (ext4 here)
+#   native        a plain directory on the run's file system (bench/lib.sh, STORE)
 #   ptll          libfuse's passthrough_ll (built as bench/fs_bench.sh builds
 #                 it), its defaults: cache=auto, 1 s timeouts, so repeated
 #                 stats are mostly answered by the kernel's caches
