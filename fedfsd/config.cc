@@ -348,7 +348,7 @@ Result<DaemonOptions> ParseConfig(const std::string& text, const std::string& pa
     }
 
     if (const YAML::Node t = GetMap(c, root, "transport")) {
-      CheckKeys(c, t, "transport.", {"tls", "net_devices", "max_message_bytes"});
+      CheckKeys(c, t, "transport.", {"tls", "net_devices", "max_message_bytes", "spin_us"});
       if (GetString(c, t, "tls", "transport.tls", false, &o.transport.tls) &&
           o.transport.tls.empty()) {
         c.Fail("transport.tls", "must not be empty (e.g. \"tcp\")");
@@ -357,6 +357,9 @@ Result<DaemonOptions> ParseConfig(const std::string& text, const std::string& pa
       uint64_t v = 0;
       if (GetUint(c, t, "max_message_bytes", "transport.max_message_bytes", 4u << 20, 1u << 30, &v)) {
         o.transport.max_message_bytes = v;
+      }
+      if (GetUint(c, t, "spin_us", "transport.spin_us", 0, 1000000, &v)) {
+        o.transport.spin_us = static_cast<uint32_t>(v);
       }
     }
 

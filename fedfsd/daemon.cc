@@ -365,6 +365,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
   m2m::UcxOptions ucx;
   ucx.tls = o.transport.tls;
   ucx.net_devices = o.transport.net_devices;
+  ucx.spin_us = o.transport.spin_us;
   // A restarted daemon must get its port back at once, although the
   // connections of its previous life linger in TIME_WAIT for a minute.
   ucx.extra_config.emplace_back("TCP_CM_REUSEADDR", "y");

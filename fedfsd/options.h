@@ -56,6 +56,9 @@ struct TransportConfig {
   std::string net_devices;
   // Largest RPC payload accepted.
   size_t max_message_bytes = 64u << 20;
+  // How long the progress thread busy-polls after its last event before it
+  // sleeps in epoll (m2m::UcxOptions::spin_us).
+  uint32_t spin_us = 50;
 };
 
 // Timeouts, all in milliseconds in the YAML file.

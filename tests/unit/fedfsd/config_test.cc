@@ -111,7 +111,7 @@ TEST_F(ConfigTest, GoodConfigParsesWithDefaults) {
 TEST_F(ConfigTest, FullConfigParses) {
   auto o = Parse(Good("+",
                       "control_socket: ctl.sock\nlog_level: debug\n"
-                      "transport: {tls: \"tcp,sm\", net_devices: lo, max_message_bytes: 8388608}\n"
+                      "transport: {tls: \"tcp,sm\", net_devices: lo, max_message_bytes: 8388608, spin_us: 400}\n"
                       "timeouts: {rpc_ms: 100, heartbeat_interval_ms: 50, failure_timeout_ms: 400, "
                       "connect_ms: 70}\n"
                       "ring: {vnodes: 64}"));
@@ -120,6 +120,7 @@ TEST_F(ConfigTest, FullConfigParses) {
   EXPECT_EQ(o->transport.tls, "tcp,sm");
   EXPECT_EQ(o->transport.net_devices, "lo");
   EXPECT_EQ(o->transport.max_message_bytes, 8388608u);
+  EXPECT_EQ(o->transport.spin_us, 400u);
   EXPECT_EQ(o->timeouts.failure_timeout.count(), 400);
   EXPECT_EQ(o->timeouts.connect.count(), 70);
   EXPECT_EQ(o->ring.vnodes, 64u);
@@ -176,6 +177,8 @@ TEST_F(ConfigTest, BadConfigsNameTheFieldInOneLine) {
       {"empty tls", "+", "transport: {tls: \"\"}", {"field 'transport.tls'"}},
       {"tiny max message", "+", "transport: {max_message_bytes: 10}",
        {"field 'transport.max_message_bytes'"}},
+      {"spin for more than a second", "+", "transport: {spin_us: 2000000}",
+       {"field 'transport.spin_us'"}},
       {"socket path too long", "+", "control_socket: /" + std::string(120, 's'),
        {"field 'control_socket'"}},
       {"yaml syntax", "+", "peers: [unclosed", {"YAML syntax error"}},
