@@ -201,5 +201,9 @@ bench_cleanup() {
     if mountpoint -q "$BENCH_BASE/fs"; then umount "$BENCH_BASE/fs" || umount -l "$BENCH_BASE/fs"; fi
     losetup -d "$STORE_DEV"
   fi
-  if [ -z "${KEEP:-}" ]; then rm -rf "$BENCH_BASE"; else echo "$BENCH_NAME: kept $BENCH_BASE" >&2; fi
+  if [ -z "${KEEP:-}" ]; then
+    rm -rf "$BENCH_BASE"
+  else
+    echo "$BENCH_NAME: kept $BENCH_BASE${STORE_DEV:+ (the work directory is on store.img: mount -o loop)}" >&2
+  fi
 }
