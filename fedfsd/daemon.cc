@@ -159,6 +159,14 @@ class VdServiceClient final : public ns::VdClient {
   Status Lock(const std::string& path, const std::string& name) override {
     return WaitOutBusy(path, ns::VdChange{ns::VdChange::Kind::kLock, name, 0, self_});
   }
+  Status LockAndClaim(const std::string& path, const std::string& lock,
+                      const std::string& claim) override {
+    Status s = WaitOutBusy(path, {ns::VdChange{ns::VdChange::Kind::kLock, lock, 0, self_},
+                                  ns::VdChange{ns::VdChange::Kind::kClaim, claim, 0, self_}});
+    // A manager of an older version takes them one at a time only.
+    if (!s && s.error().code == EINVAL) return VdClient::LockAndClaim(path, lock, claim);
+    return s;
+  }
   void Release(const std::string& path, const std::string& name) override {
     if (auto s = ns::UpdateVdSync(*s_, path,
                                   ns::VdChange{ns::VdChange::Kind::kRelease, name, 0, self_});
@@ -180,10 +188,13 @@ class VdServiceClient final : public ns::VdClient {
   // changes it (EAGAIN) is retried with backoff (100 us doubling to 20 ms),
   // for longer than a crashed node's hold lives (4 x rpc_timeout).
   Status WaitOutBusy(const std::string& path, const ns::VdChange& change) {
+    return WaitOutBusy(path, std::vector<ns::VdChange>{change});
+  }
+  Status WaitOutBusy(const std::string& path, const std::vector<ns::VdChange>& changes) {
     auto backoff = std::chrono::microseconds(100);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     for (;;) {
-      Status s = ns::UpdateVdSync(*s_, path, change);
+      Status s = ns::UpdateManyVdSync(*s_, path, changes);
       if (s || s.error().code != EAGAIN || std::chrono::steady_clock::now() > deadline) return s;
       std::this_thread::sleep_for(backoff);
       backoff = std::min(backoff * 2, std::chrono::microseconds(20'000));

@@ -440,6 +440,13 @@ Status ValidateChange(const VdChange& c) {
 }
 
 // Every change valid; claims and releases alone; at most kMaxChangesPerUpdate.
+// A lock of one name and a claim of another, taken together (a rename within
+// one directory: VdService::UpdateMany).
+bool IsLockAndClaim(const std::vector<VdChange>& changes) {
+  return changes.size() == 2 && changes[0].kind == VdChange::Kind::kLock &&
+         changes[1].kind == VdChange::Kind::kClaim && changes[0].name != changes[1].name;
+}
+
 Status ValidateChanges(const std::vector<VdChange>& changes) {
   if (changes.empty()) return Err(EINVAL, "VD update without a change");
   if (changes.size() > kMaxChangesPerUpdate) return Err(EINVAL, "VD update with too many changes");
@@ -447,7 +454,9 @@ Status ValidateChanges(const std::vector<VdChange>& changes) {
     if (auto s = ValidateChange(c); !s) return s;
     const bool claim = c.kind == VdChange::Kind::kClaim || c.kind == VdChange::Kind::kRelease ||
                        c.kind == VdChange::Kind::kLock;
-    if (claim && changes.size() > 1) return Err(EINVAL, "a VD claim, lock or release goes alone");
+    if (claim && changes.size() > 1 && !IsLockAndClaim(changes)) {
+      return Err(EINVAL, "a VD claim, lock or release goes alone (or a lock with one claim)");
+    }
   }
   return Ok();
 }
@@ -968,6 +977,10 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
                                 changes[0].kind == VdChange::Kind::kLock)) {
       return ServeClaim(path, std::move(changes[0]), from, std::move(done));
     }
+    if (IsLockAndClaim(changes)) {
+      return ServeLockAndClaim(path, std::move(changes[0].name), std::move(changes[1].name), from,
+                               std::move(done));
+    }
     UpdateOutcome o;
     std::vector<SharerRec> targets;
     bool broadcast = false;
@@ -1167,6 +1180,51 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
           return done(Err(EAGAIN, full + " is busy on " + c->node));
         }
         self->claims_[path][change.name] = Claim{from, std::chrono::steady_clock::now() + self->ClaimLifetime()};
+        o.prev_version = o.version = cur.vd->version;
+        o.holders = cur.state->holders;
+      }
+      done(std::move(o));
+    });
+  }
+
+  // A kLock of `lock` and a kClaim of `claim` in one step, both or neither:
+  // the first one refused decides the answer (EAGAIN for either, EEXIST for
+  // the claim) and nothing is held then.
+  void ServeLockAndClaim(const std::string& path, std::string lock, std::string claim,
+                         const std::string& from, m2m::Callback<UpdateOutcome> done) {
+    EnsureResident(path, [self = shared_from_this(), path, lock = std::move(lock),
+                          claim = std::move(claim), from,
+                          done = std::move(done)](Result<Snapshot> s) mutable {
+      if (!s) return done(Err(s.error()));
+      UpdateOutcome o;
+      {
+        std::lock_guard lock_mu(self->mu_);
+        // As ServeClaim: neither is granted while a round is in flight.
+        if (self->rounds_.contains(path)) {
+          self->QueueBehindRoundLocked(path, [self, path, lock = std::move(lock),
+                                              claim = std::move(claim), from,
+                                              done = std::move(done)]() mutable {
+            self->ServeLockAndClaim(path, std::move(lock), std::move(claim), from, std::move(done));
+          });
+          return;
+        }
+        if (const Claim* c = self->OtherHoldLocked(path, lock, from)) {
+          return done(Err(EAGAIN, JoinPath(path, lock) + " is busy on " + c->node));
+        }
+        Snapshot cur = *s;
+        if (auto it = self->resident_.find(path); it != self->resident_.end()) cur = it->second.snap;
+        const std::string full = JoinPath(path, claim);
+        if (cur.state->copies.count(claim) != 0 || cur.vd->Find(claim) != nullptr) {
+          return done(Err(EEXIST, full + " exists"));
+        }
+        if (!cur.vd->cacheable) return done(Err(EAGAIN, full + ": a live node's listing is missing"));
+        if (const Claim* c = self->OtherHoldLocked(path, claim, from)) {
+          return done(Err(EAGAIN, full + " is busy on " + c->node));
+        }
+        const auto until = std::chrono::steady_clock::now() + self->ClaimLifetime();
+        auto& held = self->claims_[path];
+        held[lock] = Claim{from, until};
+        held[claim] = Claim{from, until};
         o.prev_version = o.version = cur.vd->version;
         o.holders = cur.state->holders;
       }

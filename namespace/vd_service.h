@@ -136,7 +136,10 @@ class VdService {
   void Update(const std::string& path, VdChange change, std::move_only_function<void(Status)> done);
   // Several changes of VD(P) applied at once (one version, one invalidation
   // round): a rename within one directory is seen whole or not at all.
-  // Claims and releases go alone.
+  // Claims, locks and releases go alone, except a kLock of one name followed
+  // by a kClaim of another: both are taken or neither (EAGAIN if either is
+  // held by another node, EEXIST if the claimed name exists), in one call to
+  // the manager (a rename within one directory).
   void UpdateMany(const std::string& path, std::vector<VdChange> changes,
                   std::move_only_function<void(Status)> done);
   void Conflicts(const std::string& path,

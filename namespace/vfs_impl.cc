@@ -437,6 +437,14 @@ class VfsImpl::NameLocks {
     }
     return Ok();
   }
+  // Locks `name` and claims `claim` in directory `dir` in one step (no other
+  // lock held: a rename within one directory). The claim is the caller's to
+  // end (ReleaseNew) unless the reported change ends it.
+  Status TakeWithClaim(const std::string& dir, const std::string& name, const std::string& claim) {
+    if (auto s = vds_->LockAndClaim(dir, name, claim); !s) return s;
+    held_.emplace_back(dir, name);
+    return Ok();
+  }
   // The operation reported its change: the manager ended the locks.
   void Reported() { held_.clear(); }
 
@@ -1025,16 +1033,43 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
   // checked again (another node may have changed them meanwhile: start
   // over).
   NameLocks locks(deps_.vds);
+  // Within one directory, the lock on the source and the claim of the new
+  // name are one call to the manager; otherwise the locks (in order), then
+  // the claim.
+  const bool lock_and_claim = claimed && sdir->path == ddir->path;
+  bool claim_held = false;
   {
-    std::vector<std::pair<std::string, std::string>> names{{sdir->path, sreal}};
-    if (!claimed) names.emplace_back(ddir->path, new_name);
-    if (auto s = locks.Take(std::move(names)); !s) return s;
-    FEDFS_TRY(svd2, deps_.vds->Get(sdir->path));
-    if (!SameEntry((*svd2)->Find(name), src)) return Err(EEXIST, "raced");
-    FEDFS_TRY(dvd2, sdir->path == ddir->path ? Result<VdPtr>(*svd2) : deps_.vds->Get(ddir->path));
-    if (!SameEntry((*dvd2)->Find(new_name), dst_read)) return Err(EEXIST, "raced");
+    if (lock_and_claim) {
+      if (auto s = locks.TakeWithClaim(sdir->path, sreal, new_name); !s) {
+        if (s.error().code != EEXIST) return s;
+        return Err(EEXIST, "raced");  // created meanwhile: then replace it
+      }
+      claim_held = true;
+    } else {
+      std::vector<std::pair<std::string, std::string>> names{{sdir->path, sreal}};
+      if (!claimed) names.emplace_back(ddir->path, new_name);
+      if (auto s = locks.Take(std::move(names)); !s) return s;
+    }
+    Status same = Ok();
+    auto svd2 = deps_.vds->Get(sdir->path);
+    if (!svd2) {
+      same = Err(svd2.error());
+    } else if (!SameEntry((*svd2)->Find(name), src)) {
+      same = Err(EEXIST, "raced");
+    } else {
+      auto dvd2 = sdir->path == ddir->path ? Result<VdPtr>(*svd2) : deps_.vds->Get(ddir->path);
+      if (!dvd2) {
+        same = Err(dvd2.error());
+      } else if (!SameEntry((*dvd2)->Find(new_name), dst_read)) {
+        same = Err(EEXIST, "raced");
+      }
+    }
+    if (!same) {
+      if (claim_held) ReleaseNew(ddir->path, new_name);
+      return same;
+    }
   }
-  if (claimed) {
+  if (claimed && !claim_held) {
     if (auto s = deps_.vds->Claim(ddir->path, new_name); !s) {
       if (s.error().code != EEXIST) return s;
       return Err(EEXIST, "raced");  // created meanwhile: then replace it

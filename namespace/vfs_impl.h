@@ -89,6 +89,17 @@ class VdClient {
     (void)path, (void)name;
     return Ok();
   }
+  // Lock(path, lock) and Claim(path, claim) (two names of one directory) in
+  // one step, both or neither: a rename within one directory. The default
+  // takes them one after the other (and releases the lock if the claim
+  // fails); the daemon's client makes one call to the manager.
+  virtual Status LockAndClaim(const std::string& path, const std::string& lock,
+                              const std::string& claim) {
+    if (auto s = Lock(path, lock); !s) return s;
+    Status c = Claim(path, claim);
+    if (!c) Release(path, lock);
+    return c;
+  }
   // Ends a claim whose create failed, or a lock whose operation did not
   // report a change.
   virtual void Release(const std::string& path, const std::string& name) {

@@ -1054,6 +1054,68 @@ TEST(VdService, NameLocksAreExclusiveUntilTheReportedChange) {
   EXPECT_EQ(code(*two), EINVAL);
 }
 
+TEST(VdService, ALockAndAClaimAreTakenTogetherOrNotAtAll) {
+  // A rename within one directory locks its source and claims its new name
+  // in one call to the manager (here another node than the caller's).
+  Federation f(3);
+  const std::string p = PathManagedBy(f, "n2");
+  Populate(f, p);  // f0, f1, f2 (on nodes 0, 1, 2) and sub
+  ASSERT_TRUE(f.Get(1, p));
+  auto code = [](const Status& s) { return s ? 0 : s.error().code; };
+  auto pair = [&](int from, const std::string& lock, const std::string& claim) {
+    const std::string n = "n" + std::to_string(from);
+    std::optional<Status> out;
+    f.svc(from).UpdateMany(p, {VdChange{VdChange::Kind::kLock, lock, 0, n},
+                               VdChange{VdChange::Kind::kClaim, claim, 0, n}},
+                           [&](Status st) { out = std::move(st); });
+    f.net().RunUntilIdle();
+    EXPECT_TRUE(out.has_value());
+    return out ? *out : Status(Err(EIO, "never completed"));
+  };
+  auto one = [&](int from, VdChange::Kind kind, const std::string& name) {
+    return f.Update(from, p, VdChange{kind, name, 0, "n" + std::to_string(from)});
+  };
+  // The claimed name exists: EEXIST, and the lock was not kept.
+  EXPECT_EQ(code(pair(1, "f1", "f0")), EEXIST);
+  EXPECT_TRUE(one(0, VdChange::Kind::kLock, "f1"));
+  // The source is held by another node: EAGAIN, and the claim was not kept.
+  EXPECT_EQ(code(pair(1, "f1", "g")), EAGAIN);
+  EXPECT_TRUE(one(0, VdChange::Kind::kClaim, "g"));
+  ASSERT_TRUE(one(0, VdChange::Kind::kRelease, "g"));
+  ASSERT_TRUE(one(0, VdChange::Kind::kRelease, "f1"));
+  // The new name is claimed by another node: EAGAIN, the source stays free.
+  ASSERT_TRUE(one(0, VdChange::Kind::kClaim, "h"));
+  EXPECT_EQ(code(pair(1, "f1", "h")), EAGAIN);
+  EXPECT_TRUE(one(0, VdChange::Kind::kLock, "f1"));
+  ASSERT_TRUE(one(0, VdChange::Kind::kRelease, "f1"));
+  ASSERT_TRUE(one(0, VdChange::Kind::kRelease, "h"));
+  // Both granted, in one request: others wait on either name.
+  f.net().ResetStats();
+  ASSERT_TRUE(pair(1, "f1", "g"));
+  EXPECT_EQ(f.Requests(kVdUpdate), 1u);
+  EXPECT_EQ(code(one(0, VdChange::Kind::kLock, "f1")), EAGAIN);
+  EXPECT_EQ(code(one(0, VdChange::Kind::kClaim, "g")), EAGAIN);
+  // The rename's reported change ends both.
+  f.fs(1).Remove(p + "/f1");
+  f.fs(1).AddFile(p + "/g");
+  std::optional<Status> rep;
+  f.svc(1).UpdateMany(p, {Remove("n1", "f1"), Add("n1", "g")}, [&](Status st) { rep = std::move(st); });
+  f.net().RunUntilIdle();
+  ASSERT_TRUE(rep.has_value() && *rep);
+  EXPECT_TRUE(one(0, VdChange::Kind::kClaim, "f1"));
+  EXPECT_TRUE(one(0, VdChange::Kind::kLock, "g"));
+  // Only this pair goes together: a claim then a lock, or one name twice,
+  // is refused.
+  std::optional<Status> bad;
+  f.svc(1).UpdateMany(p, {VdChange{VdChange::Kind::kClaim, "x", 0, "n1"},
+                          VdChange{VdChange::Kind::kLock, "y", 0, "n1"}},
+                      [&](Status st) { bad = std::move(st); });
+  f.net().RunUntilIdle();
+  ASSERT_TRUE(bad.has_value());
+  EXPECT_EQ(code(*bad), EINVAL);
+  EXPECT_EQ(code(pair(1, "x", "x")), EINVAL);
+}
+
 TEST(DirTable, TheChangingNodePatchesItsOwnCopy) {
   Federation f(3);
   const std::string p = PathManagedBy(f, "n0");
