@@ -1721,14 +1721,16 @@ const VdServiceOptions& VdService::options() const { return impl_->core->options
 
 // ---- Blocking helpers (worker threads only; never used inside the service) --
 
+// How often the blocking helpers ask again while membership views converge.
+constexpr auto kCatchupPoll = std::chrono::milliseconds(5);
+
 Result<VdPtr> GetVdSync(VdService& s, const std::string& path) {
   const auto until = std::chrono::steady_clock::now() + s.options().view_catchup;
   for (;;) {
     auto vd = WaitFor<Result<VdPtr>>([&](auto done) { s.Get(path, std::move(done)); });
-    if (!vd || (*vd)->epoch >= s.ViewEpoch() || std::chrono::steady_clock::now() >= until) {
-      return vd;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const bool behind = vd ? (*vd)->epoch < s.ViewEpoch() : vd.error().code == ESTALE;
+    if (!behind || std::chrono::steady_clock::now() >= until) return vd;
+    std::this_thread::sleep_for(kCatchupPoll);
   }
 }
 
@@ -1737,12 +1739,17 @@ Status DropSubtreeSync(VdService& s, const std::string& path) {
 }
 
 Status UpdateManyVdSync(VdService& s, const std::string& path, std::vector<VdChange> changes) {
-  return WaitFor<Status>(
-      [&](auto done) { s.UpdateMany(path, std::move(changes), std::move(done)); });
+  const auto until = std::chrono::steady_clock::now() + s.options().view_catchup;
+  for (;;) {
+    // ESTALE applied nothing: the same changes are sent again.
+    Status st = WaitFor<Status>([&](auto done) { s.UpdateMany(path, changes, std::move(done)); });
+    if (st || st.error().code != ESTALE || std::chrono::steady_clock::now() >= until) return st;
+    std::this_thread::sleep_for(kCatchupPoll);
+  }
 }
 
 Status UpdateVdSync(VdService& s, const std::string& path, VdChange change) {
-  return WaitFor<Status>([&](auto done) { s.Update(path, std::move(change), std::move(done)); });
+  return UpdateManyVdSync(s, path, {std::move(change)});
 }
 
 }  // namespace fedfs::ns

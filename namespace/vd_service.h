@@ -182,12 +182,15 @@ class VdService {
 
 // Blocking helpers for worker threads (FUSE), not for the progress context.
 //
-// GetVdSync: a VD built in an older membership epoch than this node's (its
-// manager has not yet heard of a change this node knows of, such as a node
-// that just joined, and so listed only the nodes it knows) is asked for
-// again every few milliseconds until its manager catches up (gossip, every
-// heartbeat), for at most options().view_catchup; then the last one is
-// returned as it is.
+// While membership views converge (a node joined or died and not every node
+// has heard yet), the helpers ask again every few milliseconds, for at most
+// options().view_catchup, then return the last answer as it is:
+//  * GetVdSync, when the VD was built in an older membership epoch than this
+//    node's (its manager has not heard of a change this node knows of, such
+//    as a node that just joined, and listed only the nodes it knows);
+//  * every helper, on ESTALE: the node this one takes for the manager is not
+//    the manager in its own, newer view (VdService retried at once with this
+//    node's view, which had not changed yet). ESTALE applied nothing.
 Result<VdPtr> GetVdSync(VdService& s, const std::string& path);
 Status UpdateVdSync(VdService& s, const std::string& path, VdChange change);
 Status UpdateManyVdSync(VdService& s, const std::string& path, std::vector<VdChange> changes);

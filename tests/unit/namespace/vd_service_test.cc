@@ -1419,6 +1419,73 @@ TEST(VdService, GetVdSyncWaitsForAManagerWhoseViewIsBehind) {
   for (auto& t : transports) t->Shutdown();
 }
 
+TEST(VdService, BlockingHelpersWaitForThisNodesViewToCatchUp) {
+  // n2 just joined: n1 and n2 know it (epoch 2), n0 does not yet and takes n1
+  // for the manager of P, which answers ESTALE. The blocking helpers ask
+  // again until n0 learns of n2 (after 50 ms) instead of failing.
+  m2m::FakeNetworkOptions o;
+  o.mode = m2m::SchedulerMode::kRealTime;
+  m2m::FakeNetwork net(o);
+  InlineExecutor inline_exec;
+  std::vector<std::unique_ptr<MemFs>> fs;
+  std::vector<TestViewSource> views(3);
+  std::vector<std::unique_ptr<m2m::Transport>> transports;
+  std::vector<std::unique_ptr<VdService>> svcs;
+  auto view = [](int self, std::vector<std::string> live, uint64_t epoch) {
+    auto v = std::make_shared<ClusterView>();
+    v->self = Name(self);
+    v->epoch = epoch;
+    for (auto& n : live) v->live[n] = n;
+    v->ring = std::make_shared<const Ring>(live, 64);
+    return v;
+  };
+  const std::vector<std::string> old_live = {"n0", "n1"}, new_live = {"n0", "n1", "n2"};
+  std::string p;
+  {
+    const Ring now(new_live, 64), before(old_live, 64);
+    for (int i = 0; p.empty() && i < 10000; ++i) {
+      std::string c = "/d" + std::to_string(i);
+      if (now.Owner(c) == "n2" && before.Owner(c) == "n1") p = c;
+    }
+    ASSERT_FALSE(p.empty());
+  }
+  for (int i = 0; i < 3; ++i) {
+    fs.push_back(std::make_unique<MemFs>(Name(i)));
+    views[i].Set(i == 0 ? view(0, old_live, 1) : view(i, new_live, 2));
+    m2m::TransportOptions t;
+    t.cluster_key = m2m::Bytes(m2m::kClusterKeyBytes, std::byte{7});
+    transports.push_back(net.NewTransport(t));
+    svcs.push_back(std::make_unique<VdService>(VdServiceOptions{}, transports[i].get(),
+                                               &views[i], fs[i].get(), &inline_exec));
+    svcs[i]->RegisterHandlers();
+    ASSERT_TRUE(transports[i]->Listen(Name(i)));
+  }
+  fs[0]->AddDir(p);
+  fs[2]->AddFile(p + "/x");
+  auto learn_later = [&] {
+    return std::thread([&] {
+      std::this_thread::sleep_for(milliseconds(50));
+      views[0].Set(view(0, new_live, 2));
+    });
+  };
+  std::thread gossip = learn_later();
+  auto vd = GetVdSync(*svcs[0], p);
+  gossip.join();
+  ASSERT_TRUE(vd) << vd.error().ToString();
+  EXPECT_NE((*vd)->Find("x"), nullptr);
+  // An update from the stale view is sent again too (ESTALE applied nothing).
+  views[0].Set(view(0, old_live, 1));
+  gossip = learn_later();
+  fs[0]->AddFile(p + "/y");
+  Status st = UpdateVdSync(*svcs[0], p, {VdChange::Kind::kAdd, "y", DT_REG, "n0"});
+  gossip.join();
+  ASSERT_TRUE(st) << st.error().ToString();
+  auto after = GetVdSync(*svcs[1], p);
+  ASSERT_TRUE(after) << after.error().ToString();
+  EXPECT_NE((*after)->Find("y"), nullptr);
+  for (auto& t : transports) t->Shutdown();
+}
+
 TEST(DirTable, DropSubtreeInvalidatesTablesEverywhere) {
   Federation f(3);
   const std::string p = PathManagedBy(f, "n0", true, "/t");
