@@ -35,6 +35,10 @@
 #      TARGETS="native ptll ptll-dp mergerfs fedfs1 fedfs3-loc fedfs3-rem",
 #      KEEP=1 keeps the work directory, STEP_TIMEOUT=900 (s) bounds the metadata loop,
 #      FIO=0 runs the metadata rows only (the fio rows print n/a),
+#      AS_USER=<user> runs the metadata rows as that user (setpriv, with the
+#      user's groups) instead of root: a non-root caller is what the file
+#      systems see in real use (FedFS then reads the caller's groups, see
+#      fuse/caller_groups.h),
 #      STORE=loop (default: every target's files, and the native directory, on
 #      a fresh ext4 with a journal made for the run on a loop device; see
 #      bench_begin in bench/lib.sh for why) or STORE=dir (a plain directory in
@@ -62,6 +66,10 @@ bench_begin fs_bench fsbench
 # ---- builds -------------------------------------------------------------------
 build_bench_tools fedfs-meta-bench
 META=$BUILD/bench/fedfs-meta-bench
+if [ -n "${AS_USER:-}" ]; then
+  id "$AS_USER" >/dev/null || { echo "fs_bench: no user $AS_USER" >&2; exit 1; }
+  cp "$META" "$WORK/" && META=$WORK/fedfs-meta-bench  # the build dir may be closed to that user
+fi
 build_ptll
 
 # ---- targets: setup_<name> sets DIR to the directory to benchmark, or fails -------
@@ -116,9 +124,15 @@ declare -A RUNS  # RUNS[<target>,<row>] = "v1 v2 ..." (one value per round)
 # measure_round <target> <dir> <round>: one run of every row, into RUNS.
 measure_round() {
   local t=$1 dir=$2 i=$3 k v
-  log "$t: metadata ($FILES files) in $dir, round $i of $REPEAT"
-  local out
-  if out=$(timeout "${STEP_TIMEOUT:-900}" "$META" --dir "$dir" --files "$FILES" 2>"$WORK/meta-$t.err"); then
+  log "$t: metadata ($FILES files) in $dir, round $i of $REPEAT${AS_USER:+, as $AS_USER}"
+  local out meta=("$META") mdir=$dir
+  if [ -n "${AS_USER:-}" ]; then
+    # A directory the user may write in (made by root through the mount).
+    mdir=$dir/as-user
+    mkdir -p "$mdir" && chmod 1777 "$mdir"
+    meta=(setpriv --reuid="$AS_USER" --regid="$(id -g "$AS_USER")" --init-groups "$META")
+  fi
+  if out=$(timeout "${STEP_TIMEOUT:-900}" "${meta[@]}" --dir "$mdir" --files "$FILES" 2>"$WORK/meta-$t.err"); then
     while read -r k v; do RUNS[$t,$k]+=" $v"; done <<<"$out"
   else
     log "$t: fedfs-meta-bench failed: $(cat "$WORK/meta-$t.err")"
@@ -156,7 +170,7 @@ print_table() {
   [ -z "$TABLE_DONE" ] || return 0
   TABLE_DONE=1
   echo
-  echo "fs_bench: FILES=$FILES SEQ_SIZE=$SEQ_SIZE RAND_SIZE=$RAND_SIZE RUNTIME=${RUNTIME}s REPEAT=$REPEAT (median), STORE=${STORE:-loop}, $(nproc) cores, $(uname -r)"
+  echo "fs_bench: FILES=$FILES SEQ_SIZE=$SEQ_SIZE RAND_SIZE=$RAND_SIZE RUNTIME=${RUNTIME}s REPEAT=$REPEAT (median), STORE=${STORE:-loop}${AS_USER:+, metadata as $AS_USER}, $(nproc) cores, $(uname -r)"
   echo "each cell: value (ratio to ptll = libfuse passthrough_ll)"
   printf "%-20s" "row"
   for t in $TARGETS; do printf " %20s" "$t"; done
