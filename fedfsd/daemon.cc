@@ -154,10 +154,10 @@ class VdServiceClient final : public ns::VdClient {
     return ns::DropSubtreeSync(*s_, path);
   }
   Status Claim(const std::string& path, const std::string& name) override {
-    return WaitOutBusy(path, ns::VdChange{ns::VdChange::Kind::kClaim, name, 0, self_});
+    return WaitOutBusy(path, {ns::VdChange{ns::VdChange::Kind::kClaim, name, 0, self_}});
   }
   Status Lock(const std::string& path, const std::string& name) override {
-    return WaitOutBusy(path, ns::VdChange{ns::VdChange::Kind::kLock, name, 0, self_});
+    return WaitOutBusy(path, {ns::VdChange{ns::VdChange::Kind::kLock, name, 0, self_}});
   }
   Status LockAndClaim(const std::string& path, const std::string& lock,
                       const std::string& claim) override {
@@ -187,9 +187,6 @@ class VdServiceClient final : public ns::VdClient {
   // A claim or lock of a name another node holds for an operation that
   // changes it (EAGAIN) is retried with backoff (100 us doubling to 20 ms),
   // for longer than a crashed node's hold lives (4 x rpc_timeout).
-  Status WaitOutBusy(const std::string& path, const ns::VdChange& change) {
-    return WaitOutBusy(path, std::vector<ns::VdChange>{change});
-  }
   Status WaitOutBusy(const std::string& path, const std::vector<ns::VdChange>& changes) {
     auto backoff = std::chrono::microseconds(100);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);

@@ -978,8 +978,8 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
       return ServeClaim(path, std::move(changes[0]), from, std::move(done));
     }
     if (IsLockAndClaim(changes)) {
-      return ServeLockAndClaim(path, std::move(changes[0].name), std::move(changes[1].name), from,
-                               std::move(done));
+      return ServeClaimOf(path, std::move(changes[1].name), std::move(changes[0].name), from,
+                          std::move(done));
     }
     UpdateOutcome o;
     std::vector<SharerRec> targets;
@@ -1152,23 +1152,43 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
       claims_[path][change.name] = Claim{from, std::chrono::steady_clock::now() + ClaimLifetime()};
       return done(UpdateOutcome{});
     }
-    EnsureResident(path, [self = shared_from_this(), path, change = std::move(change), from,
+    ServeClaimOf(path, std::move(change.name), std::nullopt, from, std::move(done));
+  }
+
+  // The kClaim of `name`, with a kLock of `lock` in the same step when given
+  // (a rename within one directory: both or neither; the first one refused
+  // decides the answer and nothing is held then).
+  void ServeClaimOf(const std::string& path, std::string name, std::optional<std::string> lock,
+                    const std::string& from, m2m::Callback<UpdateOutcome> done) {
+    EnsureResident(path, [self = shared_from_this(), path, name = std::move(name),
+                          lock = std::move(lock), from,
                           done = std::move(done)](Result<Snapshot> s) mutable {
       if (!s) return done(Err(s.error()));
       UpdateOutcome o;
       {
-        std::lock_guard lock(self->mu_);
-        // EEXIST reads the state: not while a round is in flight (rounds_).
+        std::lock_guard mu_lock(self->mu_);
+        // EEXIST reads the state, and a lock must not be granted (see
+        // ServeClaim): not while a round is in flight (rounds_).
         if (self->rounds_.contains(path)) {
-          return self->ClaimAfterRoundLocked(path, std::move(change), from, std::move(done));
+          self->QueueBehindRoundLocked(path, [self, path, name = std::move(name),
+                                              lock = std::move(lock), from,
+                                              done = std::move(done)]() mutable {
+            self->ServeClaimOf(path, std::move(name), std::move(lock), from, std::move(done));
+          });
+          return;
+        }
+        if (lock) {
+          if (const Claim* c = self->OtherHoldLocked(path, *lock, from)) {
+            return done(Err(EAGAIN, JoinPath(path, *lock) + " is busy on " + c->node));
+          }
         }
         // The resident VD may be newer than the snapshot this waited for.
         Snapshot cur = *s;
         if (auto it = self->resident_.find(path); it != self->resident_.end()) {
           cur = it->second.snap;
         }
-        const std::string full = JoinPath(path, change.name);
-        if (cur.state->copies.count(change.name) != 0 || cur.vd->Find(change.name) != nullptr) {
+        const std::string full = JoinPath(path, name);
+        if (cur.state->copies.count(name) != 0 || cur.vd->Find(name) != nullptr) {
           return done(Err(EEXIST, full + " exists"));
         }
         // A node that did not answer may hold the name: wait (the client
@@ -1176,55 +1196,13 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
         if (!cur.vd->cacheable) return done(Err(EAGAIN, full + ": a live node's listing is missing"));
         // A claim is waited out too: its create may still fail, so EEXIST
         // now would report a name that never exists.
-        if (const Claim* c = self->OtherHoldLocked(path, change.name, from)) {
+        if (const Claim* c = self->OtherHoldLocked(path, name, from)) {
           return done(Err(EAGAIN, full + " is busy on " + c->node));
         }
-        self->claims_[path][change.name] = Claim{from, std::chrono::steady_clock::now() + self->ClaimLifetime()};
-        o.prev_version = o.version = cur.vd->version;
-        o.holders = cur.state->holders;
-      }
-      done(std::move(o));
-    });
-  }
-
-  // A kLock of `lock` and a kClaim of `claim` in one step, both or neither:
-  // the first one refused decides the answer (EAGAIN for either, EEXIST for
-  // the claim) and nothing is held then.
-  void ServeLockAndClaim(const std::string& path, std::string lock, std::string claim,
-                         const std::string& from, m2m::Callback<UpdateOutcome> done) {
-    EnsureResident(path, [self = shared_from_this(), path, lock = std::move(lock),
-                          claim = std::move(claim), from,
-                          done = std::move(done)](Result<Snapshot> s) mutable {
-      if (!s) return done(Err(s.error()));
-      UpdateOutcome o;
-      {
-        std::lock_guard lock_mu(self->mu_);
-        // As ServeClaim: neither is granted while a round is in flight.
-        if (self->rounds_.contains(path)) {
-          self->QueueBehindRoundLocked(path, [self, path, lock = std::move(lock),
-                                              claim = std::move(claim), from,
-                                              done = std::move(done)]() mutable {
-            self->ServeLockAndClaim(path, std::move(lock), std::move(claim), from, std::move(done));
-          });
-          return;
-        }
-        if (const Claim* c = self->OtherHoldLocked(path, lock, from)) {
-          return done(Err(EAGAIN, JoinPath(path, lock) + " is busy on " + c->node));
-        }
-        Snapshot cur = *s;
-        if (auto it = self->resident_.find(path); it != self->resident_.end()) cur = it->second.snap;
-        const std::string full = JoinPath(path, claim);
-        if (cur.state->copies.count(claim) != 0 || cur.vd->Find(claim) != nullptr) {
-          return done(Err(EEXIST, full + " exists"));
-        }
-        if (!cur.vd->cacheable) return done(Err(EAGAIN, full + ": a live node's listing is missing"));
-        if (const Claim* c = self->OtherHoldLocked(path, claim, from)) {
-          return done(Err(EAGAIN, full + " is busy on " + c->node));
-        }
-        const auto until = std::chrono::steady_clock::now() + self->ClaimLifetime();
-        auto& held = self->claims_[path];
-        held[lock] = Claim{from, until};
-        held[claim] = Claim{from, until};
+        const Claim held{from, std::chrono::steady_clock::now() + self->ClaimLifetime()};
+        auto& claims = self->claims_[path];
+        claims[name] = held;
+        if (lock) claims[*lock] = held;
         o.prev_version = o.version = cur.vd->version;
         o.holders = cur.state->holders;
       }
@@ -1724,13 +1702,35 @@ const VdServiceOptions& VdService::options() const { return impl_->core->options
 // How often the blocking helpers ask again while membership views converge.
 constexpr auto kCatchupPoll = std::chrono::milliseconds(5);
 
+// The deadline of a wait for views to converge, read from the clock only
+// once a wait starts (not on the common path, which never waits).
+class CatchupDeadline {
+ public:
+  explicit CatchupDeadline(const VdService& s) : s_(s) {}
+  // Whether to ask again (after a pause), or give up.
+  bool Retry() {
+    const auto now = std::chrono::steady_clock::now();
+    if (!started_) {
+      until_ = now + s_.options().view_catchup;
+      started_ = true;
+    }
+    if (now >= until_) return false;
+    std::this_thread::sleep_for(kCatchupPoll);
+    return true;
+  }
+
+ private:
+  const VdService& s_;
+  bool started_ = false;
+  std::chrono::steady_clock::time_point until_{};
+};
+
 Result<VdPtr> GetVdSync(VdService& s, const std::string& path) {
-  const auto until = std::chrono::steady_clock::now() + s.options().view_catchup;
+  CatchupDeadline deadline(s);
   for (;;) {
     auto vd = WaitFor<Result<VdPtr>>([&](auto done) { s.Get(path, std::move(done)); });
     const bool behind = vd ? (*vd)->epoch < s.ViewEpoch() : vd.error().code == ESTALE;
-    if (!behind || std::chrono::steady_clock::now() >= until) return vd;
-    std::this_thread::sleep_for(kCatchupPoll);
+    if (!behind || !deadline.Retry()) return vd;
   }
 }
 
@@ -1739,12 +1739,11 @@ Status DropSubtreeSync(VdService& s, const std::string& path) {
 }
 
 Status UpdateManyVdSync(VdService& s, const std::string& path, std::vector<VdChange> changes) {
-  const auto until = std::chrono::steady_clock::now() + s.options().view_catchup;
+  CatchupDeadline deadline(s);
   for (;;) {
     // ESTALE applied nothing: the same changes are sent again.
     Status st = WaitFor<Status>([&](auto done) { s.UpdateMany(path, changes, std::move(done)); });
-    if (st || st.error().code != ESTALE || std::chrono::steady_clock::now() >= until) return st;
-    std::this_thread::sleep_for(kCatchupPoll);
+    if (st || st.error().code != ESTALE || !deadline.Retry()) return st;
   }
 }
 

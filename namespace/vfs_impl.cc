@@ -1050,21 +1050,14 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
       if (!claimed) names.emplace_back(ddir->path, new_name);
       if (auto s = locks.Take(std::move(names)); !s) return s;
     }
-    Status same = Ok();
-    auto svd2 = deps_.vds->Get(sdir->path);
-    if (!svd2) {
-      same = Err(svd2.error());
-    } else if (!SameEntry((*svd2)->Find(name), src)) {
-      same = Err(EEXIST, "raced");
-    } else {
-      auto dvd2 = sdir->path == ddir->path ? Result<VdPtr>(*svd2) : deps_.vds->Get(ddir->path);
-      if (!dvd2) {
-        same = Err(dvd2.error());
-      } else if (!SameEntry((*dvd2)->Find(new_name), dst_read)) {
-        same = Err(EEXIST, "raced");
-      }
-    }
-    if (!same) {
+    auto unchanged = [&]() -> Status {
+      FEDFS_TRY(svd2, deps_.vds->Get(sdir->path));
+      if (!SameEntry((*svd2)->Find(name), src)) return Err(EEXIST, "raced");
+      FEDFS_TRY(dvd2, sdir->path == ddir->path ? Result<VdPtr>(*svd2) : deps_.vds->Get(ddir->path));
+      if (!SameEntry((*dvd2)->Find(new_name), dst_read)) return Err(EEXIST, "raced");
+      return Ok();
+    };
+    if (Status same = unchanged(); !same) {
       if (claim_held) ReleaseNew(ddir->path, new_name);
       return same;
     }

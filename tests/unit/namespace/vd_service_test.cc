@@ -826,51 +826,88 @@ TEST(VdService, SameSeedSameMessages) {
   EXPECT_GT(a.first.per_method[kListLocal].requests, 0u);
 }
 
-TEST(VdService, RealTimeModeWithBlockingHelpers) {
-  // The same service on the real-time fake network (a dispatcher thread),
-  // driven from this thread through GetVdSync/UpdateVdSync as a FUSE worker
-  // would.
-  m2m::FakeNetworkOptions o;
-  o.mode = m2m::SchedulerMode::kRealTime;
-  m2m::FakeNetwork net(o);
+// `n` services on the real-time fake network (a dispatcher thread), each
+// with its own view (all alive, epoch 1, until a test sets another), driven
+// from the test's thread through the blocking helpers as a FUSE worker would.
+struct RealTimeNodes {
+  explicit RealTimeNodes(int n) : net(Options()), views(static_cast<size_t>(n)) {
+    std::vector<std::string> all;
+    for (int i = 0; i < n; ++i) all.push_back(Name(i));
+    for (int i = 0; i < n; ++i) {
+      fs.push_back(std::make_unique<MemFs>(Name(i)));
+      views[i].Set(View(i, all, 1));
+      m2m::TransportOptions t;
+      t.cluster_key = m2m::Bytes(m2m::kClusterKeyBytes, std::byte{7});
+      transports.push_back(net.NewTransport(t));
+      svcs.push_back(std::make_unique<VdService>(VdServiceOptions{}, transports[i].get(),
+                                                 &views[i], fs[i].get(), &inline_exec));
+      svcs[i]->RegisterHandlers();
+      EXPECT_TRUE(transports[i]->Listen(Name(i)));
+    }
+  }
+  ~RealTimeNodes() {
+    for (auto& t : transports) t->Shutdown();
+  }
+  static m2m::FakeNetworkOptions Options() {
+    m2m::FakeNetworkOptions o;
+    o.mode = m2m::SchedulerMode::kRealTime;
+    return o;
+  }
+  static std::shared_ptr<const ClusterView> View(int self, const std::vector<std::string>& live,
+                                                 uint64_t epoch) {
+    auto v = std::make_shared<ClusterView>();
+    v->self = Name(self);
+    v->epoch = epoch;
+    for (const auto& n : live) v->live[n] = n;
+    v->ring = std::make_shared<const Ring>(live, 64);
+    return v;
+  }
+  // Sets node `i`'s view after 50 ms, from another thread (gossip arriving
+  // while a helper waits); join the thread.
+  std::thread SetViewLater(int i, std::shared_ptr<const ClusterView> v) {
+    return std::thread([this, i, v = std::move(v)] {
+      std::this_thread::sleep_for(milliseconds(50));
+      views[i].Set(v);
+    });
+  }
+
+  m2m::FakeNetwork net;
   InlineExecutor inline_exec;
   std::vector<std::unique_ptr<MemFs>> fs;
-  std::vector<TestViewSource> views(3);
+  std::vector<TestViewSource> views;
   std::vector<std::unique_ptr<m2m::Transport>> transports;
   std::vector<std::unique_ptr<VdService>> svcs;
-  std::vector<std::string> live = {"n0", "n1", "n2"};
-  for (int i = 0; i < 3; ++i) {
-    fs.push_back(std::make_unique<MemFs>(Name(i)));
-    fs[i]->AddFile("/rt/file" + std::to_string(i));
-    auto v = std::make_shared<ClusterView>();
-    v->self = Name(i);
-    v->epoch = 1;
-    for (auto& n : live) v->live[n] = n;
-    v->ring = std::make_shared<const Ring>(live, 64);
-    views[i].Set(v);
-    m2m::TransportOptions t;
-    t.cluster_key = m2m::Bytes(m2m::kClusterKeyBytes, std::byte{7});
-    transports.push_back(net.NewTransport(t));
-    svcs.push_back(std::make_unique<VdService>(VdServiceOptions{}, transports[i].get(),
-                                               &views[i], fs[i].get(), &inline_exec));
-    svcs[i]->RegisterHandlers();
-    ASSERT_TRUE(transports[i]->Listen(Name(i)));
+};
+
+// A path under "/" whose owner is `owner_a` on ring `a` and `owner_b` on ring
+// `b` (managers before and after a membership change).
+std::string PathOwnedBy(const Ring& a, const std::string& owner_a, const Ring& b,
+                        const std::string& owner_b) {
+  for (int i = 0; i < 10000; ++i) {
+    std::string p = "/d" + std::to_string(i);
+    if (a.Owner(p) == owner_a && b.Owner(p) == owner_b) return p;
   }
+  ADD_FAILURE() << "no path owned by " << owner_a << " and " << owner_b;
+  return "/";
+}
+
+TEST(VdService, RealTimeModeWithBlockingHelpers) {
+  RealTimeNodes r(3);
+  for (int i = 0; i < 3; ++i) r.fs[i]->AddFile("/rt/file" + std::to_string(i));
   for (int i = 0; i < 3; ++i) {
-    auto vd = GetVdSync(*svcs[i], "/rt");
+    auto vd = GetVdSync(*r.svcs[i], "/rt");
     ASSERT_TRUE(vd) << vd.error().ToString();
     EXPECT_EQ((*vd)->entries.size(), 3u);
   }
-  ASSERT_TRUE(UpdateVdSync(*svcs[0], "/rt", {VdChange::Kind::kAdd, "file1", DT_REG, "n0"}));
-  auto vd = GetVdSync(*svcs[2], "/rt");
+  ASSERT_TRUE(UpdateVdSync(*r.svcs[0], "/rt", {VdChange::Kind::kAdd, "file1", DT_REG, "n0"}));
+  auto vd = GetVdSync(*r.svcs[2], "/rt");
   ASSERT_TRUE(vd);
   ASSERT_NE((*vd)->Find("file1@n1"), nullptr);
   // Malformed bytes with the blocking helper, then the service still serves.
-  auto r = m2m::CallSync(*transports[1]->GetEndpoint("n0"), kVdGet, m2m::Bytes(16), seconds(2));
-  ASSERT_FALSE(r);
-  EXPECT_EQ(r.error().code, EPROTO);
-  EXPECT_TRUE(GetVdSync(*svcs[1], "/rt"));
-  for (auto& t : transports) t->Shutdown();
+  auto res = m2m::CallSync(*r.transports[1]->GetEndpoint("n0"), kVdGet, m2m::Bytes(16), seconds(2));
+  ASSERT_FALSE(res);
+  EXPECT_EQ(res.error().code, EPROTO);
+  EXPECT_TRUE(GetVdSync(*r.svcs[1], "/rt"));
 }
 
 
@@ -1333,13 +1370,7 @@ std::string PathManagedWithAndWithout(Federation& f, const std::string& node,
     all.push_back(Name(i));
     if (Name(i) != absent) rest.push_back(Name(i));
   }
-  const Ring with(all, 64), without(rest, 64);
-  for (int i = 0; i < 10000; ++i) {
-    std::string p = "/d" + std::to_string(i);
-    if (with.Owner(p) == node && without.Owner(p) == node) return p;
-  }
-  ADD_FAILURE() << "no such path";
-  return "/";
+  return PathOwnedBy(Ring(all, 64), node, Ring(rest, 64), node);
 }
 
 TEST(DirTable, ACopyBuiltInAnOlderViewIsNotKept) {
@@ -1369,121 +1400,51 @@ TEST(DirTable, ACopyBuiltInAnOlderViewIsNotKept) {
 TEST(VdService, GetVdSyncWaitsForAManagerWhoseViewIsBehind) {
   // As above, on the real-time network through the blocking helper a FUSE
   // worker uses: the manager learns of n1 while the get waits.
-  m2m::FakeNetworkOptions o;
-  o.mode = m2m::SchedulerMode::kRealTime;
-  m2m::FakeNetwork net(o);
-  InlineExecutor inline_exec;
-  std::vector<std::unique_ptr<MemFs>> fs;
-  std::vector<TestViewSource> views(3);
-  std::vector<std::unique_ptr<m2m::Transport>> transports;
-  std::vector<std::unique_ptr<VdService>> svcs;
-  auto view = [](int self, std::vector<std::string> live, uint64_t epoch) {
-    auto v = std::make_shared<ClusterView>();
-    v->self = Name(self);
-    v->epoch = epoch;
-    for (auto& n : live) v->live[n] = n;
-    v->ring = std::make_shared<const Ring>(live, 64);
-    return v;
-  };
-  std::string p;
-  {
-    const Ring with({"n0", "n1", "n2"}, 64), without({"n0", "n2"}, 64);
-    for (int i = 0; p.empty() && i < 10000; ++i) {
-      std::string c = "/d" + std::to_string(i);
-      if (with.Owner(c) == "n2" && without.Owner(c) == "n2") p = c;
-    }
-    ASSERT_FALSE(p.empty());
-  }
-  for (int i = 0; i < 3; ++i) {
-    fs.push_back(std::make_unique<MemFs>(Name(i)));
-    views[i].Set(i == 2 ? view(2, {"n0", "n2"}, 1) : view(i, {"n0", "n1", "n2"}, 2));
-    m2m::TransportOptions t;
-    t.cluster_key = m2m::Bytes(m2m::kClusterKeyBytes, std::byte{7});
-    transports.push_back(net.NewTransport(t));
-    svcs.push_back(std::make_unique<VdService>(VdServiceOptions{}, transports[i].get(),
-                                               &views[i], fs[i].get(), &inline_exec));
-    svcs[i]->RegisterHandlers();
-    ASSERT_TRUE(transports[i]->Listen(Name(i)));
-  }
-  fs[0]->AddDir(p);
-  fs[1]->AddFile(p + "/x");
-  std::thread gossip([&] {
-    std::this_thread::sleep_for(milliseconds(50));
-    views[2].Set(view(2, {"n0", "n1", "n2"}, 2));
-  });
-  auto vd = GetVdSync(*svcs[0], p);
+  RealTimeNodes r(3);
+  const std::vector<std::string> all = {"n0", "n1", "n2"}, without = {"n0", "n2"};
+  const std::string p = PathOwnedBy(Ring(all, 64), "n2", Ring(without, 64), "n2");
+  ASSERT_NE(p, "/");
+  r.views[0].Set(RealTimeNodes::View(0, all, 2));
+  r.views[1].Set(RealTimeNodes::View(1, all, 2));
+  r.views[2].Set(RealTimeNodes::View(2, without, 1));
+  r.fs[0]->AddDir(p);
+  r.fs[1]->AddFile(p + "/x");
+  std::thread gossip = r.SetViewLater(2, RealTimeNodes::View(2, all, 2));
+  auto vd = GetVdSync(*r.svcs[0], p);
   gossip.join();
   ASSERT_TRUE(vd) << vd.error().ToString();
   EXPECT_EQ((*vd)->epoch, 2u);
   EXPECT_NE((*vd)->Find("x"), nullptr);
-  for (auto& t : transports) t->Shutdown();
 }
 
 TEST(VdService, BlockingHelpersWaitForThisNodesViewToCatchUp) {
   // n2 just joined: n1 and n2 know it (epoch 2), n0 does not yet and takes n1
   // for the manager of P, which answers ESTALE. The blocking helpers ask
   // again until n0 learns of n2 (after 50 ms) instead of failing.
-  m2m::FakeNetworkOptions o;
-  o.mode = m2m::SchedulerMode::kRealTime;
-  m2m::FakeNetwork net(o);
-  InlineExecutor inline_exec;
-  std::vector<std::unique_ptr<MemFs>> fs;
-  std::vector<TestViewSource> views(3);
-  std::vector<std::unique_ptr<m2m::Transport>> transports;
-  std::vector<std::unique_ptr<VdService>> svcs;
-  auto view = [](int self, std::vector<std::string> live, uint64_t epoch) {
-    auto v = std::make_shared<ClusterView>();
-    v->self = Name(self);
-    v->epoch = epoch;
-    for (auto& n : live) v->live[n] = n;
-    v->ring = std::make_shared<const Ring>(live, 64);
-    return v;
-  };
+  RealTimeNodes r(3);
   const std::vector<std::string> old_live = {"n0", "n1"}, new_live = {"n0", "n1", "n2"};
-  std::string p;
-  {
-    const Ring now(new_live, 64), before(old_live, 64);
-    for (int i = 0; p.empty() && i < 10000; ++i) {
-      std::string c = "/d" + std::to_string(i);
-      if (now.Owner(c) == "n2" && before.Owner(c) == "n1") p = c;
-    }
-    ASSERT_FALSE(p.empty());
-  }
+  const std::string p = PathOwnedBy(Ring(new_live, 64), "n2", Ring(old_live, 64), "n1");
+  ASSERT_NE(p, "/");
   for (int i = 0; i < 3; ++i) {
-    fs.push_back(std::make_unique<MemFs>(Name(i)));
-    views[i].Set(i == 0 ? view(0, old_live, 1) : view(i, new_live, 2));
-    m2m::TransportOptions t;
-    t.cluster_key = m2m::Bytes(m2m::kClusterKeyBytes, std::byte{7});
-    transports.push_back(net.NewTransport(t));
-    svcs.push_back(std::make_unique<VdService>(VdServiceOptions{}, transports[i].get(),
-                                               &views[i], fs[i].get(), &inline_exec));
-    svcs[i]->RegisterHandlers();
-    ASSERT_TRUE(transports[i]->Listen(Name(i)));
+    r.views[i].Set(i == 0 ? RealTimeNodes::View(0, old_live, 1) : RealTimeNodes::View(i, new_live, 2));
   }
-  fs[0]->AddDir(p);
-  fs[2]->AddFile(p + "/x");
-  auto learn_later = [&] {
-    return std::thread([&] {
-      std::this_thread::sleep_for(milliseconds(50));
-      views[0].Set(view(0, new_live, 2));
-    });
-  };
-  std::thread gossip = learn_later();
-  auto vd = GetVdSync(*svcs[0], p);
+  r.fs[0]->AddDir(p);
+  r.fs[2]->AddFile(p + "/x");
+  std::thread gossip = r.SetViewLater(0, RealTimeNodes::View(0, new_live, 2));
+  auto vd = GetVdSync(*r.svcs[0], p);
   gossip.join();
   ASSERT_TRUE(vd) << vd.error().ToString();
   EXPECT_NE((*vd)->Find("x"), nullptr);
   // An update from the stale view is sent again too (ESTALE applied nothing).
-  views[0].Set(view(0, old_live, 1));
-  gossip = learn_later();
-  fs[0]->AddFile(p + "/y");
-  Status st = UpdateVdSync(*svcs[0], p, {VdChange::Kind::kAdd, "y", DT_REG, "n0"});
+  r.views[0].Set(RealTimeNodes::View(0, old_live, 1));
+  gossip = r.SetViewLater(0, RealTimeNodes::View(0, new_live, 2));
+  r.fs[0]->AddFile(p + "/y");
+  Status st = UpdateVdSync(*r.svcs[0], p, {VdChange::Kind::kAdd, "y", DT_REG, "n0"});
   gossip.join();
   ASSERT_TRUE(st) << st.error().ToString();
-  auto after = GetVdSync(*svcs[1], p);
+  auto after = GetVdSync(*r.svcs[1], p);
   ASSERT_TRUE(after) << after.error().ToString();
   EXPECT_NE((*after)->Find("y"), nullptr);
-  for (auto& t : transports) t->Shutdown();
 }
 
 TEST(DirTable, DropSubtreeInvalidatesTablesEverywhere) {
