@@ -395,7 +395,7 @@ Result<DaemonOptions> ParseConfig(const std::string& text, const std::string& pa
     if (const YAML::Node f = GetMap(c, root, "fuse")) {
       CheckKeys(c, f, "fuse.",
                 {"mount", "entry_timeout_s", "attr_timeout_s", "max_threads", "allow_other",
-                 "default_permissions", "kernel_cache", "read_ahead_kb"});
+                 "default_permissions", "kernel_cache", "read_ahead_kb", "spin_us"});
       GetBool(c, f, "kernel_cache", "fuse.kernel_cache", &o.fuse.kernel_cache);
       GetBool(c, f, "mount", "fuse.mount", &o.fuse.mount);
       GetBool(c, f, "allow_other", "fuse.allow_other", &o.fuse.allow_other);
@@ -409,6 +409,9 @@ Result<DaemonOptions> ParseConfig(const std::string& text, const std::string& pa
       }
       if (GetUint(c, f, "read_ahead_kb", "fuse.read_ahead_kb", 0, 1 << 20, &v)) {
         o.fuse.read_ahead_kb = static_cast<uint32_t>(v);
+      }
+      if (GetUint(c, f, "spin_us", "fuse.spin_us", 0, 1000000, &v)) {
+        o.fuse.spin_us = static_cast<uint32_t>(v);
       }
     }
 

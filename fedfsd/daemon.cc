@@ -586,6 +586,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
     fo.default_permissions = o.fuse.default_permissions;
     fo.max_threads = o.fuse.max_threads;
     fo.read_ahead_kb = o.fuse.read_ahead_kb;
+    fo.spin_us = o.fuse.spin_us;
     auto mount = fuse::FuseMount::Mount(fo, d->vfs_.get());
     if (!mount) {
       d->Stop();

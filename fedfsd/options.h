@@ -85,6 +85,7 @@ struct FuseConfig {
   bool kernel_cache = true;
   uint32_t max_threads = 16;        // FUSE worker threads at most
   uint32_t read_ahead_kb = 1024;    // the mount's read-ahead window (0: the kernel's)
+  uint32_t spin_us = 50;            // a worker reads /dev/fuse this long before sleeping
   bool allow_other = true;          // -o allow_other
   bool default_permissions = true;  // -o default_permissions (kernel checks modes)
 };

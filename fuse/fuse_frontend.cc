@@ -23,6 +23,7 @@
 
 #include "common/logging.h"
 #include "fuse/caller_groups.h"
+#include "fuse/worker_loop.h"
 
 namespace fedfs::fuse {
 namespace {
@@ -49,6 +50,8 @@ struct FuseMount::Ctx {
   std::atomic<bool> read_ahead_pending{false};
   // Non-root callers' supplementary groups (fuse/caller_groups.h).
   CallerGroups groups{std::chrono::seconds(1), 4096};
+  // Unmount has begun: lock waits give up (ENOLCK) so their workers end.
+  std::atomic<bool> stopping{false};
 };
 
 namespace {
@@ -169,6 +172,11 @@ Status RetryUntilGranted(fuse_req_t req, F&& attempt) {
       return s;
     }
     if (fuse_req_interrupted(req)) return Err(EINTR, "lock wait interrupted");
+    // Not EINTR: the kernel turns it into a restart, which without a signal
+    // reaches the caller as errno 512.
+    if (static_cast<FuseMount::Ctx*>(fuse_req_userdata(req))->stopping.load()) {
+      return Err(ENOLCK, "lock wait ended: unmounting");
+    }
     std::this_thread::sleep_for(delay);
     delay = std::min(delay * 2, std::chrono::milliseconds(100));
   }
@@ -608,6 +616,7 @@ void KernelNotifier::InvalidateAttrs(uint64_t ino) {
 }
 
 struct FuseMount::State {
+  std::unique_ptr<WorkerLoop> loop;
   std::atomic<bool> loop_done{false};
 };
 
@@ -666,19 +675,16 @@ Result<std::unique_ptr<FuseMount>> FuseMount::Mount(const FuseOptions& options, 
   fuse_session* se = m->session_;
   State* state = m->state_.get();
   const unsigned max_threads = std::max(1u, options.max_threads);
-  const bool clone_fd = options.clone_fd;
-  m->loop_ = std::thread([se, state, max_threads, clone_fd] {
-    fuse_loop_config* cfg = fuse_loop_cfg_create();
-    fuse_loop_cfg_set_max_threads(cfg, max_threads);
-    fuse_loop_cfg_set_idle_threads(cfg, std::min(max_threads, 4u));
-    fuse_loop_cfg_set_clone_fd(cfg, clone_fd ? 1 : 0);
-    const int rc = fuse_session_loop_mt(se, cfg);
-    fuse_loop_cfg_destroy(cfg);
-    if (rc != 0) Log()->info("FUSE loop ended ({})", rc);
+  state->loop = std::make_unique<WorkerLoop>(
+      se, WorkerLoopOptions{.threads = max_threads,
+                            .spin = std::chrono::microseconds(options.spin_us)});
+  m->loop_ = std::thread([state] {
+    const int rc = state->loop->Run();
+    if (rc != 0) Log()->info("FUSE loop ended ({})", std::strerror(-rc));
     state->loop_done = true;
   });
-  Log()->info("mounted at {} (max {} threads{}{}{})", options.mountpoint, max_threads,
-              clone_fd ? ", clone_fd" : "", options.allow_other ? ", allow_other" : "",
+  Log()->info("mounted at {} (max {} threads, spin {} us{}{})", options.mountpoint, max_threads,
+              options.spin_us, options.allow_other ? ", allow_other" : "",
               options.default_permissions ? ", default_permissions" : "");
   return m;
 }
@@ -717,23 +723,31 @@ void FuseMount::Unmount() {
   // fails with ENOTCONN once the connection is gone.
   notifier_->InvalidateNames();
   notifier_->Detach();  // waits for notifications being written
-  fuse_session_exit(session_);
-  fuse_session_unmount(session_);
-  // The loop ends when the kernel closes the connection: at once unless
-  // files are still open on the (now detached) mount.
+  ctx_->stopping = true;
+  // The workers finish the requests they serve and return. The device stays
+  // open until then: a reply must not go to a closed (or reused) descriptor.
+  state_->loop->Stop();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
   while (!state_->loop_done && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  if (!state_->loop_done && !Abort()) {
-    // Its threads wait for requests that will never come: leave them (and
-    // the session they use) to the process's exit rather than hang.
-    Log()->error("FUSE loop of {} still running; leaving it behind", options_.mountpoint);
+  if (!state_->loop_done) {
+    // A handler still blocked: end the connection (processes using the mount
+    // get ENOTCONN), detach the mount, and leave that thread and the session
+    // whose descriptor it holds to the process's exit rather than hang.
+    Log()->error("a FUSE worker of {} is still serving a request; leaving it behind",
+                 options_.mountpoint);
+    Abort();
+    ::umount2(options_.mountpoint.c_str(), MNT_DETACH);
     loop_.detach();
     session_ = nullptr;
     return;
   }
-  if (loop_.joinable()) loop_.join();
+  loop_.join();
+  // Closes the device, the connection's last descriptor, so the kernel ends
+  // the connection (a process keeping the mount busy gets ENOTCONN from then
+  // on), then unmounts lazily.
+  fuse_session_unmount(session_);
   fuse_session_destroy(session_);
   session_ = nullptr;
   Log()->info("unmounted {}", options_.mountpoint);

@@ -1,6 +1,6 @@
 // The FUSE 3 low-level frontend: mounts a Vfs (namespace/vfs.h) at a
 // mountpoint and serves the kernel's requests with a bounded pool of worker
-// threads (fuse_session_loop_mt).
+// threads (fuse/worker_loop.h).
 //
 // Ownership: a FuseMount owns the FUSE session and the thread that runs the
 // loop; it does not own the Vfs, which must outlive it. fuse_lowlevel.h is
@@ -60,7 +60,9 @@ struct FuseOptions {
   // reads of a file on another node over TCP loopback, 267 -> 397 MB/s with
   // 1024 against 128 (one round trip per request). 0: left as it is.
   unsigned read_ahead_kb = 1024;
-  bool clone_fd = true;              // one /dev/fuse fd per worker
+  // After a request, one worker keeps reading the device this long before
+  // it sleeps (fuse/worker_loop.h). 0: never.
+  unsigned spin_us = 50;
   std::string fsname = "fedfs";      // -o fsname= (shown by mount/df)
 };
 
@@ -80,9 +82,11 @@ class FuseMount {
   FuseMount(const FuseMount&) = delete;
   FuseMount& operator=(const FuseMount&) = delete;
 
-  // Ends the loop and unmounts (fuse_session_unmount; if the kernel still
-  // holds the connection after a grace period because files are open, the
-  // connection is aborted). Idempotent.
+  // Stops the workers (each finishes the request it serves), closes the
+  // device, which ends the connection (a process still using the mount gets
+  // ENOTCONN), and unmounts lazily. A worker still blocked in a request after
+  // 3 s: the connection is aborted, the mount detached and the worker left
+  // to the process's exit. Idempotent.
   void Unmount();
 
   const std::string& mountpoint() const { return options_.mountpoint; }

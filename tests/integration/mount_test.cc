@@ -7,6 +7,7 @@
 // The Cluster unmounts whatever is left, whatever happens.
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -14,6 +15,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <future>
+#include <thread>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -215,6 +219,56 @@ TEST_F(Mount, StopsCleanlyWhileAProcessKeepsTheMountBusy) {
   EXPECT_EQ(::fstatat(dfd, "nothing-here", &st, 0), -1);
   EXPECT_EQ(errno, ENOTCONN);
   ::close(dfd);
+}
+
+// A request that blocks in the daemon (a flock that waits for another
+// holder) ties up one worker and no more: other requests are served
+// meanwhile, here with two workers at most. SIGTERM still stops the daemon
+// cleanly while a flock waits; the waiter gets ENOLCK.
+TEST_F(Mount, ABlockedRequestHoldsUpNoOther) {
+  StartNodes(1, "fuse: {max_threads: 2}\n");
+  ASSERT_NO_FATAL_FAILURE(Launch());
+  const std::string f = M("n1", "/lock");
+  const int a = ::open(f.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  ASSERT_GE(a, 0) << std::strerror(errno);
+  const int b = ::open(f.c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(b, 0) << std::strerror(errno);
+  ASSERT_EQ(::flock(a, LOCK_EX), 0) << std::strerror(errno);
+
+  std::atomic<int> rc{1}, err{0};
+  std::thread waiter([&] {
+    const int r = ::flock(b, LOCK_EX);
+    err = r == 0 ? 0 : errno;
+    rc = r;
+  });
+  std::this_thread::sleep_for(200ms);  // the waiter reaches the daemon
+  auto others = std::async(std::launch::async, [&] {
+    for (int i = 0; i < 20; ++i) {
+      const std::string p = M("n1", "/other-" + std::to_string(i));
+      Put(p, "x");
+      if (!fs::exists(p)) return false;
+    }
+    return List(M("n1")).size() == 21;
+  });
+  ASSERT_EQ(others.wait_for(30s), std::future_status::ready) << c_.Log("n1");
+  EXPECT_TRUE(others.get());
+  EXPECT_EQ(rc.load(), 1) << "the flock did not wait";
+  ASSERT_EQ(::flock(a, LOCK_UN), 0);
+  waiter.join();
+  EXPECT_EQ(rc.load(), 0) << std::strerror(err.load());
+
+  std::thread waiter2([&] {
+    const int r = ::flock(a, LOCK_EX);  // b holds it now
+    err = r == 0 ? 0 : errno;
+    rc = r;
+  });
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(c_.Stop("n1", SIGTERM), 0) << c_.Log("n1");
+  waiter2.join();
+  EXPECT_EQ(rc.load(), -1);
+  EXPECT_EQ(err.load(), ENOLCK) << std::strerror(err.load()) << c_.Log("n1");
+  ::close(a);
+  ::close(b);
 }
 
 TEST_F(Mount, FilesOfAKilledNodeFailClearlyWhileTheRestLists) {
