@@ -2,6 +2,7 @@
 
 #include <sched.h>
 #include <sys/stat.h>
+#include <linux/capability.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "common/logging.h"
 
@@ -57,10 +59,33 @@ bool ThreadOwnsUmask() {
 // makes no credential system call at all.
 struct ThreadCred {
   bool known = false;
+  // CAP_SETUID and CAP_SETGID are in this thread's effective set: the kernel
+  // then never refuses an fsuid or fsgid, and Enter need not read them back.
+  bool can_switch = false;
   uid_t fsuid = 0;
   gid_t fsgid = 0;
   std::vector<gid_t> groups;
 };
+
+bool HasSetidCaps() {
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
+  if (syscall(SYS_capget, &hdr, data) != 0) return false;
+  const auto has = [&](int cap) { return (data[cap / 32].effective >> (cap % 32)) & 1u; };
+  return has(CAP_SETUID) && has(CAP_SETGID);
+}
+
+// Changes this thread's fsuid (set = RawSetFsuid) or fsgid from `from`, what
+// it is, to `to`; false if the kernel refused. setfsuid/setfsgid answer the
+// previous value, never an error: that answer must be `from` (anything else
+// means the thread is not what ScopedCred left: abort). With CAP_SETUID and
+// CAP_SETGID the kernel cannot refuse; without them the value is read back.
+bool SwitchId(long (*set)(unsigned), unsigned from, unsigned to, bool can_switch,
+              const char* what) {
+  if (from == to) return true;
+  if (static_cast<unsigned>(set(to)) != from) RestoreFailed(what);
+  return can_switch || static_cast<unsigned>(set(static_cast<unsigned>(-1))) == to;
+}
 
 ThreadCred& Current() {
   thread_local ThreadCred t;
@@ -70,13 +95,16 @@ ThreadCred& Current() {
     if (n > 0 && syscall(SYS_getgroups, n, t.groups.data()) < 0) t.groups.clear();
     t.fsuid = static_cast<uid_t>(RawSetFsuid(static_cast<uid_t>(-1)));
     t.fsgid = static_cast<gid_t>(RawSetFsgid(static_cast<gid_t>(-1)));
+    t.can_switch = HasSetidCaps();
     t.known = true;
   }
   return t;
 }
 
-// Supplementary groups decide nothing for an fsuid of 0 (capabilities
-// override group permission checks), so root callers never switch them.
+// Supplementary groups decide nothing for an fsuid of 0 (the file-system
+// capabilities are in effect again there and override group permission
+// checks), so root callers never switch them and a thread back at fsuid 0
+// keeps the groups of its last caller.
 bool SameCred(const ThreadCred& t, uid_t uid, gid_t gid, const std::vector<gid_t>& groups) {
   if (t.fsuid != uid || t.fsgid != gid) return false;
   return uid == 0 || t.groups == groups;
@@ -95,25 +123,31 @@ Status ScopedCred::Enter(const Cred& c) {
 
   if (!SameCred(cur, c.uid, c.gid, groups)) {
     // Save what we find, to restore it exactly.
-    prev_groups_ = cur.groups;
     prev_uid_ = cur.fsuid;
     prev_gid_ = cur.fsgid;
+    groups_set_ = c.uid != 0 && groups != cur.groups;
     // Groups and fsgid first, while fsuid is still root's (setgroups needs
     // CAP_SETGID, which a non-zero fsuid does not drop, but keep the order
     // obvious: least privilege last).
-    if (RawSetGroups(groups) != 0) return Err(errno, "setgroups");
-    RawSetFsgid(c.gid);
-    if (CurrentFsgid() != c.gid) {
+    if (groups_set_) {
+      if (RawSetGroups(groups) != 0) return Err(errno, "setgroups");
+      prev_groups_ = std::exchange(cur.groups, std::move(groups));
+    }
+    const auto undo_groups = [&] {
+      if (!groups_set_) return;
       RawSetGroups(prev_groups_);
+      cur.groups = std::move(prev_groups_);
+      groups_set_ = false;
+    };
+    if (!SwitchId(RawSetFsgid, cur.fsgid, c.gid, cur.can_switch, "setfsgid")) {
+      undo_groups();
       return Err(EPERM, "setfsgid " + std::to_string(c.gid) + " refused");
     }
-    RawSetFsuid(c.uid);
-    if (CurrentFsuid() != c.uid) {
-      RawSetFsgid(prev_gid_);
-      RawSetGroups(prev_groups_);
+    if (!SwitchId(RawSetFsuid, cur.fsuid, c.uid, cur.can_switch, "setfsuid")) {
+      SwitchId(RawSetFsgid, c.gid, prev_gid_, cur.can_switch, "setfsgid");
+      undo_groups();
       return Err(EPERM, "setfsuid " + std::to_string(c.uid) + " refused");
     }
-    cur.groups = std::move(groups);
     cur.fsuid = c.uid;
     cur.fsgid = c.gid;
     switched_ = true;
@@ -133,14 +167,21 @@ void ScopedCred::Leave() {
   umask_set_ = false;
   if (!switched_) return;
   switched_ = false;
-  RawSetFsuid(prev_uid_);
-  if (CurrentFsuid() != prev_uid_) RestoreFailed("setfsuid");
-  RawSetFsgid(prev_gid_);
-  if (CurrentFsgid() != prev_gid_) RestoreFailed("setfsgid");
-  if (RawSetGroups(prev_groups_) != 0) RestoreFailed("setgroups");
+  if (!SwitchId(RawSetFsuid, cur.fsuid, prev_uid_, cur.can_switch, "setfsuid")) {
+    RestoreFailed("setfsuid");
+  }
+  if (!SwitchId(RawSetFsgid, cur.fsgid, prev_gid_, cur.can_switch, "setfsgid")) {
+    RestoreFailed("setfsgid");
+  }
   cur.fsuid = prev_uid_;
   cur.fsgid = prev_gid_;
-  cur.groups = std::move(prev_groups_);
+  // Back at fsuid 0 the groups decide nothing: the next caller with the same
+  // groups then skips setgroups. Under another caller's scope they matter.
+  if (groups_set_ && prev_uid_ != 0) {
+    if (RawSetGroups(prev_groups_) != 0) RestoreFailed("setgroups");
+    cur.groups = std::move(prev_groups_);
+  }
+  groups_set_ = false;
 }
 
 ScopedCred::~ScopedCred() { Leave(); }

@@ -1,6 +1,6 @@
 // ScopedCred: runs the current thread's file-system operations as a FedFS
 // caller (namespace/node_fs.h Cred): fsuid, fsgid, supplementary groups and
-// umask, then restores the daemon's own (root) credentials.
+// umask, then restores the daemon's own (root) fsuid, fsgid and umask.
 //
 // Per-thread only. Linux keeps credentials per task (thread). The glibc
 // wrappers setgroups(3)/setuid(3)/... deliberately broadcast the change to
@@ -25,7 +25,15 @@
 // kept by Enter/Leave), and Enter changes only what differs. A caller whose
 // fsuid, fsgid and groups are the thread's own (root: groups are ignored for
 // fsuid 0, where capabilities decide) makes no system call, and two umask(2)
-// calls if it makes a new object.
+// calls if it makes a new object. A non-root caller costs a setfsgid and a
+// setfsuid each way, plus a setgroups when its groups are not the thread's:
+// back at fsuid 0 a thread keeps its last caller's groups, which decide
+// nothing there (the file-system capabilities are in effect again), so the
+// next request of the same caller skips it. setfsuid/setfsgid answer the
+// previous value and never fail: a thread with CAP_SETUID and CAP_SETGID
+// (checked once per thread) cannot be refused, and each answer is checked
+// against what the thread should have; a thread without them reads every
+// change back (EPERM when refused).
 // This relies on ScopedCred being the only code that changes a thread's fs
 // credentials in fedfsd.
 #pragma once
@@ -44,9 +52,10 @@ class ScopedCred {
   ScopedCred() = default;
   ScopedCred(const ScopedCred&) = delete;
   ScopedCred& operator=(const ScopedCred&) = delete;
-  // Restores the fsuid, fsgid, groups and umask found by Enter(). A failure
-  // to restore aborts the process: a worker thread must never keep serving
-  // with a user's credentials.
+  // Restores the fsuid, fsgid and umask found by Enter(), and the groups too
+  // unless the fsuid found was 0 (see "Cost"). A failure to restore aborts
+  // the process: a worker thread must never keep serving with a user's
+  // credentials.
   ~ScopedCred();
 
   // Switches this thread to `c`. Fails with the errno of the failing system
@@ -71,7 +80,8 @@ class ScopedCred {
 
  private:
   bool entered_ = false;
-  bool switched_ = false;  // Enter changed fsuid/fsgid/groups (Leave restores them)
+  bool switched_ = false;  // Enter changed fsuid/fsgid (Leave restores them)
+  bool groups_set_ = false;  // Enter changed the groups (prev_groups_ has the old ones)
   bool umask_set_ = false;  // NewMode set the thread's umask (Leave restores it)
   uid_t prev_uid_ = 0;
   gid_t prev_gid_ = 0;

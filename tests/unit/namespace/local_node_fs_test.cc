@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <barrier>
+#include <cstring>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -111,6 +112,52 @@ TEST(ScopedCred, RestoresOnScopeExitAndChecksAccess) {
   ASSERT_EQ(stat((dir + "/m").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0700u);
   RemoveTree(dir);
+}
+
+// Back at fsuid 0 a thread keeps its last caller's supplementary groups
+// (the next caller with the same groups then makes no setgroups call): they
+// decide nothing there, since the file-system capabilities are in effect
+// again. Under another caller's scope they matter, and are restored.
+TEST(ScopedCred, GroupsKeptAtRootDecideNothingAndNestedScopesRestoreThem) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root";
+  std::thread t([] {
+    std::string dir = MakeTempDir("fedfs-cred-");
+    // Group 4242 may not read, others may: a member of 4242 is refused.
+    const std::string f = dir + "/group-denied";
+    int fd = open(f.c_str(), O_CREAT | O_WRONLY, 0604);
+    ASSERT_GE(fd, 0);
+    close(fd);
+    ASSERT_EQ(chown(f.c_str(), 65534, 4242), 0);
+    ASSERT_EQ(chmod(f.c_str(), 0604), 0);
+    {
+      ScopedCred sc;
+      ASSERT_TRUE(sc.Enter(Cred{65533, 65533, {4242}, 0}));
+      EXPECT_EQ(open(f.c_str(), O_RDONLY), -1);
+      EXPECT_EQ(errno, EACCES);
+    }
+    EXPECT_EQ(ScopedCred::CurrentFsuid(), 0u);
+    EXPECT_EQ(ScopedCred::CurrentFsgid(), 0u);
+    EXPECT_EQ(ThreadGroups(), (std::vector<gid_t>{4242}));
+    fd = open(f.c_str(), O_RDONLY);  // root: the group decides nothing
+    EXPECT_GE(fd, 0) << std::strerror(errno);
+    if (fd >= 0) close(fd);
+    {
+      ScopedCred a;
+      ASSERT_TRUE(a.Enter(Cred{65533, 65533, {1, 2}, 0}));
+      {
+        ScopedCred b;
+        ASSERT_TRUE(b.Enter(Cred{65532, 65532, {3}, 0}));
+        EXPECT_EQ(ThreadGroups(), (std::vector<gid_t>{3}));
+      }
+      EXPECT_EQ(ScopedCred::CurrentFsuid(), 65533u);
+      EXPECT_EQ(ThreadGroups(), (std::vector<gid_t>{1, 2}));
+      fd = open(f.c_str(), O_RDONLY);  // others may read: 4242 is not a group now
+      EXPECT_GE(fd, 0) << std::strerror(errno);
+      if (fd >= 0) close(fd);
+    }
+    RemoveTree(dir);
+  });
+  t.join();
 }
 
 TEST(ScopedCred, EnterTwiceRefused) {
