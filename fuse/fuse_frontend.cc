@@ -740,6 +740,9 @@ void FuseMount::Unmount() {
     Abort();
     ::umount2(options_.mountpoint.c_str(), MNT_DETACH);
     loop_.detach();
+    // What that thread still uses stays allocated (leaked on purpose).
+    (void)state_.release();
+    (void)ctx_.release();
     session_ = nullptr;
     return;
   }

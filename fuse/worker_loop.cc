@@ -14,6 +14,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -46,7 +47,8 @@ class WorkerLoop::Impl {
   Impl(fuse_session* se, const WorkerLoopOptions& o)
       : se_(se), fd_(fuse_session_fd(se)), max_(std::max(1u, o.threads)),
         spin_ns_(std::chrono::duration_cast<std::chrono::nanoseconds>(o.spin).count()),
-        stop_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+        stop_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+        stop_fd_errno_(errno) {}
   ~Impl() {
     if (stop_fd_ >= 0) ::close(stop_fd_);
   }
@@ -61,14 +63,14 @@ class WorkerLoop::Impl {
   }
 
   int Run() {
-    if (stop_fd_ < 0) return Fail(errno, "eventfd");
+    if (stop_fd_ < 0) return Fail(stop_fd_errno_, "eventfd");
     const int fl = ::fcntl(fd_, F_GETFL);
     if (fl < 0 || ::fcntl(fd_, F_SETFL, fl | O_NONBLOCK) != 0) return Fail(errno, "O_NONBLOCK");
     {
       std::lock_guard lk(mu_);
       started_ = 1;
     }
-    Work();
+    Work(/*first=*/true);
     std::vector<std::thread> threads;
     {
       std::lock_guard lk(mu_);
@@ -92,15 +94,28 @@ class WorkerLoop::Impl {
     std::lock_guard lk(mu_);
     if (stopping_ || started_.load() >= max_ || busy_.load() < started_.load()) return;
     started_.fetch_add(1);
-    threads_.emplace_back([this] { Work(); });
+    try {
+      threads_.emplace_back([this] { Work(/*first=*/false); });
+    } catch (const std::system_error& e) {  // no thread now: the others go on
+      started_.fetch_sub(1);
+      Log()->warn("FUSE loop: cannot start another worker: {}", e.what());
+    }
   }
 
-  void Work() {
-    int ep = ::epoll_create1(EPOLL_CLOEXEC);
-    if (ep < 0) {
-      Stop(Fail(errno, "epoll_create1"));
-      return;
+  // A worker that cannot start (no descriptor, no memory) ends the loop if
+  // it is the first, and only itself otherwise.
+  void SetupFailed(bool first, int e, const char* what) {
+    const int rc = Fail(e, what);
+    if (first) {
+      Stop(rc);
+    } else {
+      started_.fetch_sub(1);
     }
+  }
+
+  void Work(bool first) {
+    const int ep = ::epoll_create1(EPOLL_CLOEXEC);
+    if (ep < 0) return SetupFailed(first, errno, "epoll_create1");
     epoll_event dev{};
     dev.events = EPOLLIN | EPOLLEXCLUSIVE;
     dev.data.fd = fd_;
@@ -109,17 +124,16 @@ class WorkerLoop::Impl {
     stop.data.fd = stop_fd_;
     if (::epoll_ctl(ep, EPOLL_CTL_ADD, fd_, &dev) != 0 ||
         ::epoll_ctl(ep, EPOLL_CTL_ADD, stop_fd_, &stop) != 0) {
-      Stop(Fail(errno, "epoll_ctl"));
+      const int e = errno;
       ::close(ep);
-      return;
+      return SetupFailed(first, e, "epoll_ctl");
     }
     const size_t size = BufferSize();
     std::unique_ptr<char, decltype(&std::free)> mem(static_cast<char*>(std::malloc(size)),
                                                      &std::free);
     if (!mem) {
-      Stop(Fail(ENOMEM, "request buffer"));
       ::close(ep);
-      return;
+      return SetupFailed(first, ENOMEM, "request buffer");
     }
     bool spinning = false;  // this worker holds spinner_
     while (!fuse_session_exited(se_)) {
@@ -170,6 +184,7 @@ class WorkerLoop::Impl {
   const unsigned max_;
   const int64_t spin_ns_;
   const int stop_fd_;  // readable once Stop() was called
+  const int stop_fd_errno_;
   std::atomic<int> rc_{0};
   std::atomic<unsigned> started_{0};  // workers started (this thread included)
   std::atomic<unsigned> busy_{0};     // workers serving a request
