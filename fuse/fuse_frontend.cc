@@ -88,15 +88,13 @@ Cred CredOf(fuse_req_t req) {
                                [req]() -> std::optional<CallerGroups::Groups> {
                                  gid_t groups[64];
                                  int n = fuse_req_getgroups(req, 64, groups);
-                                 if (n > 64) {
-                                   CallerGroups::Groups more(static_cast<size_t>(n));
-                                   n = fuse_req_getgroups(req, n, more.data());
-                                   if (n < 0) return std::nullopt;
-                                   more.resize(std::min<size_t>(n, more.size()));
-                                   return more;
-                                 }
                                  if (n < 0) return std::nullopt;
-                                 return CallerGroups::Groups(groups, groups + n);
+                                 if (n <= 64) return CallerGroups::Groups(groups, groups + n);
+                                 CallerGroups::Groups more(static_cast<size_t>(n));
+                                 n = fuse_req_getgroups(req, n, more.data());
+                                 if (n < 0) return std::nullopt;
+                                 more.resize(std::min<size_t>(n, more.size()));
+                                 return more;
                                });
   return c;
 }

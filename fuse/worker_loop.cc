@@ -71,11 +71,11 @@ class WorkerLoop::Impl {
       started_ = 1;
     }
     Work(/*first=*/true);
+    // The session has exited now: Took() starts no more workers.
     std::vector<std::thread> threads;
     {
       std::lock_guard lk(mu_);
       threads.swap(threads_);
-      stopping_ = true;
     }
     for (auto& t : threads) t.join();
     return rc_.load();
@@ -92,7 +92,9 @@ class WorkerLoop::Impl {
   void Took() {
     if (busy_.fetch_add(1) + 1 < started_.load()) return;
     std::lock_guard lk(mu_);
-    if (stopping_ || started_.load() >= max_ || busy_.load() < started_.load()) return;
+    if (fuse_session_exited(se_) || started_.load() >= max_ || busy_.load() < started_.load()) {
+      return;
+    }
     started_.fetch_add(1);
     try {
       threads_.emplace_back([this] { Work(/*first=*/false); });
@@ -190,9 +192,8 @@ class WorkerLoop::Impl {
   std::atomic<unsigned> busy_{0};     // workers serving a request
   std::atomic<bool> spinner_{false};  // a worker is spinning
   std::atomic<int64_t> last_ns_{0};   // a request was last answered
-  std::mutex mu_;                     // threads_, stopping_, starting a worker
+  std::mutex mu_;                     // threads_, starting a worker
   std::vector<std::thread> threads_;
-  bool stopping_ = false;
 };
 
 WorkerLoop::WorkerLoop(fuse_session* se, const WorkerLoopOptions& options)

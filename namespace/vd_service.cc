@@ -1105,6 +1105,19 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     return c != claims.end() && c->second.node != node ? &c->second : nullptr;
   }
 
+  // EAGAIN while another node holds `name` in `path` (OtherHoldLocked).
+  Status BusyLocked(const std::string& path, const std::string& name, const std::string& node) {
+    if (const Claim* c = OtherHoldLocked(path, name, node)) {
+      return Err(EAGAIN, JoinPath(path, name) + " is busy on " + c->node);
+    }
+    return Ok();
+  }
+
+  // A new claim or lock by `node`, from now for ClaimLifetime().
+  Claim HoldBy(const std::string& node) const {
+    return Claim{node, std::chrono::steady_clock::now() + ClaimLifetime()};
+  }
+
   // Ends the claim or lock of `name` in `path` by `node`, if any.
   void EndClaimLocked(const std::string& path, const std::string& name, const std::string& node) {
     auto p = claims_.find(path);
@@ -1114,15 +1127,6 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
       p->second.erase(c);
     }
     if (p->second.empty()) claims_.erase(p);
-  }
-
-  // ServeClaim again once the round of `path` in flight ends.
-  void ClaimAfterRoundLocked(const std::string& path, VdChange change, const std::string& from,
-                             m2m::Callback<UpdateOutcome> done) {
-    QueueBehindRoundLocked(path, [self = shared_from_this(), path, change = std::move(change), from,
-                                  done = std::move(done)]() mutable {
-      self->ServeClaim(path, std::move(change), from, std::move(done));
-    });
   }
 
   // kClaim: EEXIST if `name` is in VD(P) (built if needed), EAGAIN if another
@@ -1144,12 +1148,16 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
       // next holder read its DT's old copy and replace a name that was no
       // longer there (two copies of one name).
       if (rounds_.contains(path)) {
-        return ClaimAfterRoundLocked(path, std::move(change), from, std::move(done));
+        return QueueBehindRoundLocked(path, [self = shared_from_this(), path,
+                                             change = std::move(change), from,
+                                             done = std::move(done)]() mutable {
+          self->ServeClaim(path, std::move(change), from, std::move(done));
+        });
       }
-      if (const Claim* c = OtherHoldLocked(path, change.name, from)) {
-        return done(Err(EAGAIN, JoinPath(path, change.name) + " is busy on " + c->node));
+      if (Status busy = BusyLocked(path, change.name, from); !busy) {
+        return done(Err(busy.error()));
       }
-      claims_[path][change.name] = Claim{from, std::chrono::steady_clock::now() + ClaimLifetime()};
+      claims_[path][change.name] = HoldBy(from);
       return done(UpdateOutcome{});
     }
     ServeClaimOf(path, std::move(change.name), std::nullopt, from, std::move(done));
@@ -1178,8 +1186,8 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
           return;
         }
         if (lock) {
-          if (const Claim* c = self->OtherHoldLocked(path, *lock, from)) {
-            return done(Err(EAGAIN, JoinPath(path, *lock) + " is busy on " + c->node));
+          if (Status busy = self->BusyLocked(path, *lock, from); !busy) {
+            return done(Err(busy.error()));
           }
         }
         // The resident VD may be newer than the snapshot this waited for.
@@ -1196,10 +1204,10 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
         if (!cur.vd->cacheable) return done(Err(EAGAIN, full + ": a live node's listing is missing"));
         // A claim is waited out too: its create may still fail, so EEXIST
         // now would report a name that never exists.
-        if (const Claim* c = self->OtherHoldLocked(path, name, from)) {
-          return done(Err(EAGAIN, full + " is busy on " + c->node));
+        if (Status busy = self->BusyLocked(path, name, from); !busy) {
+          return done(Err(busy.error()));
         }
-        const Claim held{from, std::chrono::steady_clock::now() + self->ClaimLifetime()};
+        const Claim held = self->HoldBy(from);
         auto& claims = self->claims_[path];
         claims[name] = held;
         if (lock) claims[*lock] = held;

@@ -1037,14 +1037,16 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
   // name are one call to the manager; otherwise the locks (in order), then
   // the claim.
   const bool lock_and_claim = claimed && sdir->path == ddir->path;
-  bool claim_held = false;
+  // EEXIST on the claim: the name was created meanwhile; then replace it.
+  const auto raced_if_exists = [](Status s) -> Status {
+    if (s || s.error().code != EEXIST) return s;
+    return Err(EEXIST, "raced");
+  };
   {
     if (lock_and_claim) {
-      if (auto s = locks.TakeWithClaim(sdir->path, sreal, new_name); !s) {
-        if (s.error().code != EEXIST) return s;
-        return Err(EEXIST, "raced");  // created meanwhile: then replace it
+      if (Status s = raced_if_exists(locks.TakeWithClaim(sdir->path, sreal, new_name)); !s) {
+        return s;
       }
-      claim_held = true;
     } else {
       std::vector<std::pair<std::string, std::string>> names{{sdir->path, sreal}};
       if (!claimed) names.emplace_back(ddir->path, new_name);
@@ -1058,15 +1060,12 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
       return Ok();
     };
     if (Status same = unchanged(); !same) {
-      if (claim_held) ReleaseNew(ddir->path, new_name);
+      if (lock_and_claim) ReleaseNew(ddir->path, new_name);
       return same;
     }
   }
-  if (claimed && !claim_held) {
-    if (auto s = deps_.vds->Claim(ddir->path, new_name); !s) {
-      if (s.error().code != EEXIST) return s;
-      return Err(EEXIST, "raced");  // created meanwhile: then replace it
-    }
+  if (claimed && !lock_and_claim) {
+    if (Status s = raced_if_exists(deps_.vds->Claim(ddir->path, new_name)); !s) return s;
   }
   Status done = EnsureDirOn(c, node, ddir->path, *dvd);
   auto fs = FsOf(node);
