@@ -5,7 +5,9 @@
 #include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/sysinfo.h>
 #include <sys/sysmacros.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,6 +25,7 @@
 
 #include "common/logging.h"
 #include "fuse/caller_groups.h"
+#include "fuse/uring_channel.h"
 #include "fuse/worker_loop.h"
 
 namespace fedfs::fuse {
@@ -52,6 +55,9 @@ struct FuseMount::Ctx {
   CallerGroups groups{std::chrono::seconds(1), 4096};
   // Unmount has begun: lock waits give up (ENOLCK) so their workers end.
   std::atomic<bool> stopping{false};
+  // Set before the loop starts when the kernel may take requests over
+  // io_uring; replies go through it (fuse_session_custom_io).
+  UringChannel* uring = nullptr;
 };
 
 namespace {
@@ -322,10 +328,18 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
 
 void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
   Guard(req, [&] {
-    std::vector<std::byte> buf(size);
-    auto n = VfsOf(req)->Read(fi->fh, static_cast<uint64_t>(off), buf);
+    // Served from a ring: read straight into the reply's buffer.
+    std::span<std::byte> dst = UringChannel::ReplyBuffer();
+    std::vector<std::byte> own;
+    if (dst.size() >= size) {
+      dst = dst.first(size);
+    } else {
+      own.resize(size);
+      dst = own;
+    }
+    auto n = VfsOf(req)->Read(fi->fh, static_cast<uint64_t>(off), dst);
     if (!n) return ReplyErr(req, n.error());
-    fuse_reply_buf(req, reinterpret_cast<const char*>(buf.data()), *n);
+    fuse_reply_buf(req, reinterpret_cast<const char*>(dst.data()), *n);
   });
 }
 
@@ -613,7 +627,14 @@ void KernelNotifier::InvalidateAttrs(uint64_t ino) {
   }
 }
 
+ssize_t RingWritev(int fd, struct iovec* iov, int count, void* userdata) {
+  return static_cast<FuseMount::Ctx*>(userdata)->uring->Writev(fd, iov, count);
+}
+
+ssize_t DeviceRead(int fd, void* buf, size_t len, void*) { return ::read(fd, buf, len); }
+
 struct FuseMount::State {
+  std::unique_ptr<UringChannel> uring;
   std::unique_ptr<WorkerLoop> loop;
   std::atomic<bool> loop_done{false};
 };
@@ -673,16 +694,42 @@ Result<std::unique_ptr<FuseMount>> FuseMount::Mount(const FuseOptions& options, 
   fuse_session* se = m->session_;
   State* state = m->state_.get();
   const unsigned max_threads = std::max(1u, options.max_threads);
-  state->loop = std::make_unique<WorkerLoop>(
-      se, WorkerLoopOptions{.threads = max_threads,
-                            .spin = std::chrono::microseconds(options.spin_us)});
+  std::string uring_note = "off";
+  if (options.io_uring) {
+    // max_threads spread over the CPUs' queues, at least two per queue so
+    // that one blocked request does not hold up a CPU's others.
+    const unsigned cpus = static_cast<unsigned>(std::max(1, ::get_nprocs_conf()));
+    const unsigned per_queue = std::max(2u, (max_threads + cpus - 1) / cpus);
+    std::string why_not;
+    state->uring = UringChannel::Create(se, per_queue, &why_not);
+    static const fuse_custom_io kIo = {.writev = RingWritev, .read = DeviceRead};
+    if (state->uring && fuse_session_custom_io(se, &kIo, fuse_session_fd(se)) != 0) {
+      state->uring.reset();
+      why_not = "libfuse refused a custom writev";
+    }
+    if (state->uring) {
+      m->ctx_->uring = state->uring.get();
+      uring_note = "if the kernel offers it, " + std::to_string(per_queue) + " threads per CPU";
+    } else {
+      uring_note = "unavailable: " + why_not;
+    }
+  }
+  WorkerLoopOptions lo{.threads = max_threads, .spin = std::chrono::microseconds(options.spin_us)};
+  if (state->uring) {
+    // Once requests come over the rings, /dev/fuse carries only forgets,
+    // interrupts and INIT: nothing there is worth spinning for.
+    lo.on_init = [state](const void* buf, size_t size) {
+      if (state->uring->OnInitRequest(buf, size)) state->loop->SetSpin({});
+    };
+  }
+  state->loop = std::make_unique<WorkerLoop>(se, lo);
   m->loop_ = std::thread([state] {
     const int rc = state->loop->Run();
     if (rc != 0) Log()->info("FUSE loop ended ({})", std::strerror(-rc));
     state->loop_done = true;
   });
-  Log()->info("mounted at {} (max {} threads, spin {} us{}{})", options.mountpoint, max_threads,
-              options.spin_us, options.allow_other ? ", allow_other" : "",
+  Log()->info("mounted at {} (max {} threads, spin {} us, io_uring {}{}{})", options.mountpoint,
+              max_threads, options.spin_us, uring_note, options.allow_other ? ", allow_other" : "",
               options.default_permissions ? ", default_permissions" : "");
   return m;
 }
@@ -691,7 +738,7 @@ FuseMount::FuseMount(FuseOptions options) : options_(std::move(options)) {}
 
 FuseMount::~FuseMount() { Unmount(); }
 
-bool FuseMount::Abort() {
+bool FuseMount::Abort(const char* why, bool loud) {
   if (conn_id_.empty()) return false;
   const std::string dir = "/sys/fs/fuse/connections";
   const std::string path = dir + "/" + conn_id_ + "/abort";
@@ -710,7 +757,11 @@ bool FuseMount::Abort() {
     Log()->error("cannot abort FUSE connection {} ({})", conn_id_, path);
     return false;
   }
-  Log()->warn("FUSE connection {} still busy after unmount: aborted", conn_id_);
+  if (loud) {
+    Log()->warn("FUSE connection {} aborted: {}", conn_id_, why);
+  } else {
+    Log()->info("FUSE connection {} aborted: {}", conn_id_, why);
+  }
   return true;
 }
 
@@ -724,18 +775,19 @@ void FuseMount::Unmount() {
   ctx_->stopping = true;
   // The workers finish the requests they serve and return. The device stays
   // open until then: a reply must not go to a closed (or reused) descriptor.
-  state_->loop->Stop();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  const bool rings_done = !state_->uring || state_->uring->Stop(deadline);
+  state_->loop->Stop();
   while (!state_->loop_done && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  if (!state_->loop_done) {
+  if (!state_->loop_done || !rings_done) {
     // A handler still blocked: end the connection (processes using the mount
     // get ENOTCONN), detach the mount, and leave that thread and the session
     // whose descriptor it holds to the process's exit rather than hang.
     Log()->error("a FUSE worker of {} is still serving a request; leaving it behind",
                  options_.mountpoint);
-    Abort();
+    Abort("a worker is still serving a request", /*loud=*/true);
     ::umount2(options_.mountpoint.c_str(), MNT_DETACH);
     loop_.detach();
     // What that thread still uses stays allocated (leaked on purpose).
@@ -745,6 +797,17 @@ void FuseMount::Unmount() {
     return;
   }
   loop_.join();
+  if (state_->uring) {
+    const bool started = state_->uring->started();
+    Log()->info("{} requests were served over io_uring", state_->uring->served());
+    state_->uring.reset();
+    // The rings' commands hold the device open until the kernel's teardown
+    // of the closed rings, which runs later: closing our descriptor would
+    // not end the connection at once, and a request arriving meanwhile
+    // would wait for that (then fail with ECONNABORTED). Ended here, every
+    // request after the daemon has gone gets ENOTCONN, as without rings.
+    if (started) Abort("the rings are closed", /*loud=*/false);
+  }
   // Closes the device, the connection's last descriptor, so the kernel ends
   // the connection (a process keeping the mount busy gets ENOTCONN from then
   // on), then unmounts lazily.

@@ -63,6 +63,9 @@ struct FuseOptions {
   // After a request, one worker keeps reading the device this long before
   // it sleeps (fuse/worker_loop.h). 0: never.
   unsigned spin_us = 50;
+  // Take requests over io_uring when the kernel offers it
+  // (fuse/uring_channel.h); false: /dev/fuse only.
+  bool io_uring = true;
   std::string fsname = "fedfs";      // -o fsname= (shown by mount/df)
 };
 
@@ -100,8 +103,9 @@ class FuseMount {
  private:
   explicit FuseMount(FuseOptions options);
   // Aborts the FUSE connection (fusectl's abort file; fusectl is mounted
-  // first if it is not). False if that was impossible.
-  bool Abort();
+  // first if it is not), logging `why` at warning level if `loud`. False if
+  // that was impossible.
+  bool Abort(const char* why, bool loud);
 
   FuseOptions options_;
   struct fuse_session* session_ = nullptr;

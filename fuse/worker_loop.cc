@@ -47,6 +47,7 @@ class WorkerLoop::Impl {
   Impl(fuse_session* se, const WorkerLoopOptions& o)
       : se_(se), fd_(fuse_session_fd(se)), max_(std::max(1u, o.threads)),
         spin_ns_(std::chrono::duration_cast<std::chrono::nanoseconds>(o.spin).count()),
+        on_init_(o.on_init),
         stop_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
         stop_fd_errno_(errno) {}
   ~Impl() {
@@ -60,6 +61,10 @@ class WorkerLoop::Impl {
     fuse_session_exit(se_);
     uint64_t one = 1;
     [[maybe_unused]] ssize_t w = ::write(stop_fd_, &one, sizeof one);
+  }
+
+  void SetSpin(std::chrono::microseconds spin) {
+    spin_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(spin).count());
   }
 
   int Run() {
@@ -143,7 +148,8 @@ class WorkerLoop::Impl {
       if (n < 0) {
         const int e = errno;
         if (e == EAGAIN) {
-          if (spin_ns_ > 0 && NowNs() - last_ns_.load(std::memory_order_relaxed) < spin_ns_ &&
+          const int64_t spin_ns = spin_ns_.load(std::memory_order_relaxed);
+          if (spin_ns > 0 && NowNs() - last_ns_.load(std::memory_order_relaxed) < spin_ns &&
               (spinning || !spinner_.exchange(true))) {
             spinning = true;
             ::sched_yield();
@@ -170,6 +176,9 @@ class WorkerLoop::Impl {
         break;
       }
       Took();
+      uint32_t opcode;
+      std::memcpy(&opcode, mem.get() + 4, sizeof opcode);
+      if (opcode == 26 /* FUSE_INIT */ && on_init_) on_init_(mem.get(), static_cast<size_t>(n));
       fuse_buf buf{};
       buf.size = static_cast<size_t>(n);
       buf.mem = mem.get();
@@ -184,7 +193,8 @@ class WorkerLoop::Impl {
   fuse_session* const se_;
   const int fd_;
   const unsigned max_;
-  const int64_t spin_ns_;
+  std::atomic<int64_t> spin_ns_;
+  const std::function<void(const void*, size_t)> on_init_;
   const int stop_fd_;  // readable once Stop() was called
   const int stop_fd_errno_;
   std::atomic<int> rc_{0};
@@ -201,5 +211,6 @@ WorkerLoop::WorkerLoop(fuse_session* se, const WorkerLoopOptions& options)
 WorkerLoop::~WorkerLoop() = default;
 int WorkerLoop::Run() { return impl_->Run(); }
 void WorkerLoop::Stop() { impl_->Stop(); }
+void WorkerLoop::SetSpin(std::chrono::microseconds spin) { impl_->SetSpin(spin); }
 
 }  // namespace fedfs::fuse

@@ -20,6 +20,8 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
+#include <functional>
 #include <memory>
 
 struct fuse_session;
@@ -29,6 +31,8 @@ namespace fedfs::fuse {
 struct WorkerLoopOptions {
   unsigned threads = 16;               // workers at most (>= 1)
   std::chrono::microseconds spin{50};  // 0: never spin
+  // Called with the INIT request before libfuse handles it.
+  std::function<void(const void* buf, size_t size)> on_init;
 };
 
 class WorkerLoop {
@@ -42,6 +46,8 @@ class WorkerLoop {
   // reading the device failed.
   int Run();
   void Stop();
+  // Changes `spin` (from any thread; workers see it at their next read).
+  void SetSpin(std::chrono::microseconds spin);
 
  private:
   class Impl;

@@ -9,6 +9,8 @@ PACKAGES=(
   cmake g++ ninja-build pkg-config
   # FUSE 3 (low-level API) and its mount helper
   libfuse3-dev fuse3
+  # FUSE over io_uring (fuse/uring_channel.h)
+  liburing-dev
   # M2M transport: UCX over rdma-core (verbs where there is hardware, tcp/shm elsewhere)
   libucx-dev ucx-utils librdmacm-dev libibverbs-dev rdma-core
   # durable state, filesystem helpers, logging, tests

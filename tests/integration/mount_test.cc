@@ -271,6 +271,34 @@ TEST_F(Mount, ABlockedRequestHoldsUpNoOther) {
   ::close(b);
 }
 
+// Requests go over io_uring when the kernel's switch allows it, else over
+// /dev/fuse, and the daemon says which (scripts/test.sh runs the suites once
+// each way). Either way the same operations give the same results.
+TEST_F(Mount, RequestsGoOverIoUringWhenTheKernelOffersIt) {
+  std::ifstream sw("/sys/module/fuse/parameters/enable_uring");
+  char on = 'N';
+  const bool have = static_cast<bool>(sw >> on);
+  StartNodes(1);
+  ASSERT_NO_FATAL_FAILURE(Launch());
+  const std::string big(3 << 20, 'q');
+  Put(M("n1", "/big"), big);
+  std::ifstream in(M("n1", "/big"), std::ios::binary);
+  const std::string back((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_TRUE(back == big) << back.size() << " bytes read back";
+  EXPECT_EQ(c_.Stop("n1", SIGTERM), 0) << c_.Log("n1");
+  const std::string log = c_.Log("n1");
+  if (have && (on == 'Y' || on == '1')) {
+    EXPECT_NE(log.find("FUSE over io_uring: "), std::string::npos) << log;
+    const size_t at = log.find(" requests were served over io_uring");
+    ASSERT_NE(at, std::string::npos) << log;
+    const size_t from = log.rfind(' ', at - 1) + 1;
+    EXPECT_GT(std::stoull(log.substr(from, at - from)), 10u) << log;
+  } else {
+    EXPECT_NE(log.find("io_uring unavailable: "), std::string::npos) << log;
+    EXPECT_EQ(log.find("requests were served over io_uring"), std::string::npos) << log;
+  }
+}
+
 TEST_F(Mount, FilesOfAKilledNodeFailClearlyWhileTheRestLists) {
   StartNodes(3);
   Put(E("n1", "/d/one.txt"), "1\n");
