@@ -587,6 +587,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
     fo.max_threads = o.fuse.max_threads;
     fo.read_ahead_kb = o.fuse.read_ahead_kb;
     fo.spin_us = o.fuse.spin_us;
+    fo.io_uring = o.fuse.io_uring;
     auto mount = fuse::FuseMount::Mount(fo, d->vfs_.get());
     if (!mount) {
       d->Stop();

@@ -86,6 +86,7 @@ struct FuseConfig {
   uint32_t max_threads = 16;        // FUSE worker threads at most
   uint32_t read_ahead_kb = 1024;    // the mount's read-ahead window (0: the kernel's)
   uint32_t spin_us = 50;            // a worker reads /dev/fuse this long before sleeping
+  bool io_uring = true;             // requests over io_uring when the kernel offers it
   bool allow_other = true;          // -o allow_other
   bool default_permissions = true;  // -o default_permissions (kernel checks modes)
 };

@@ -100,6 +100,7 @@ TEST_F(ConfigTest, GoodConfigParsesWithDefaults) {
   EXPECT_EQ(o->peers.size(), 2u);
   EXPECT_EQ(o->control_socket, "/run/fedfs/n1.sock");
   EXPECT_EQ(o->log_level, "info");
+  EXPECT_TRUE(o->fuse.io_uring);
   EXPECT_EQ(o->transport.tls, "tcp");
   EXPECT_EQ(o->transport.net_devices, "");
   EXPECT_EQ(o->timeouts.rpc.count(), 2000);
@@ -114,10 +115,11 @@ TEST_F(ConfigTest, FullConfigParses) {
                       "transport: {tls: \"tcp,sm\", net_devices: lo, max_message_bytes: 8388608, spin_us: 400}\n"
                       "timeouts: {rpc_ms: 100, heartbeat_interval_ms: 50, failure_timeout_ms: 400, "
                       "connect_ms: 70}\n"
-                      "ring: {vnodes: 64}\nfuse: {spin_us: 0}"));
+                      "ring: {vnodes: 64}\nfuse: {spin_us: 0, io_uring: false}"));
   ASSERT_TRUE(o) << o.error().context;
   EXPECT_EQ(o->control_socket, (dir_ / "ctl.sock").string());  // relative to the config
   EXPECT_EQ(o->fuse.spin_us, 0u);
+  EXPECT_FALSE(o->fuse.io_uring);
   EXPECT_EQ(o->transport.tls, "tcp,sm");
   EXPECT_EQ(o->transport.net_devices, "lo");
   EXPECT_EQ(o->transport.max_message_bytes, 8388608u);
@@ -182,6 +184,7 @@ TEST_F(ConfigTest, BadConfigsNameTheFieldInOneLine) {
        {"field 'transport.spin_us'"}},
       {"FUSE workers spin for more than a second", "+", "fuse: {spin_us: 1000001}",
        {"field 'fuse.spin_us'"}},
+      {"io_uring not a boolean", "+", "fuse: {io_uring: maybe}", {"field 'fuse.io_uring'"}},
       {"socket path too long", "+", "control_socket: /" + std::string(120, 's'),
        {"field 'control_socket'"}},
       {"yaml syntax", "+", "peers: [unclosed", {"YAML syntax error"}},
