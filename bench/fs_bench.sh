@@ -15,6 +15,9 @@
 #   mergerfs    Debian's mergerfs over one branch, its defaults (which include
 #               default_permissions) + allow_other
 #   fedfs1      FedFS, 1 node
+#   fedfs1-dev  FedFS, 1 node, requests over /dev/fuse only (fuse.io_uring:
+#               false), for comparison: the other FedFS targets take them over
+#               io_uring (the run turns the fuse module's switch on, see URING)
 #   fedfs3-loc  FedFS, 3 nodes, files created on the mounting node
 #   fedfs3-rem  FedFS, 3 nodes, a placement rule puts every file on another node
 # Rows: metadata ops/s over FILES files (fedfs-meta-bench: create, stat,
@@ -32,13 +35,16 @@
 #      REPEAT=3 (rounds; each round runs every target once, in order, so a
 #      slow spell of the machine hits all targets alike; the median of the
 #      rounds is shown: on a small shared machine single runs vary by up to 2x),
-#      TARGETS="native ptll ptll-dp mergerfs fedfs1 fedfs3-loc fedfs3-rem",
+#      TARGETS="native ptll ptll-dp mergerfs fedfs1 fedfs1-dev fedfs3-loc fedfs3-rem",
 #      KEEP=1 keeps the work directory, STEP_TIMEOUT=900 (s) bounds the metadata loop,
 #      FIO=0 runs the metadata rows only (the fio rows print n/a),
 #      AS_USER=<user> runs the metadata rows as that user (setpriv, with the
 #      user's groups) instead of root: a non-root caller is what the file
 #      systems see in real use (FedFS then reads the caller's groups, see
 #      fuse/caller_groups.h),
+#      URING=Y (default; N: off) sets the fuse module's FUSE-over-io_uring
+#      switch for the run and puts it back after (FedFS uses io_uring while
+#      it is on; passthrough_ll and mergerfs, on libfuse 3.14, cannot),
 #      STORE=loop (default: every target's files, and the native directory, on
 #      a fresh ext4 with a journal made for the run on a loop device; see
 #      bench_begin in bench/lib.sh for why) or STORE=dir (a plain directory in
@@ -55,13 +61,15 @@ RAND_SIZE=${RAND_SIZE:-64M}
 RUNTIME=${RUNTIME:-5}
 REPEAT=${REPEAT:-3}
 FIO=${FIO:-1}
-TARGETS=${TARGETS:-"native ptll ptll-dp mergerfs fedfs1 fedfs3-loc fedfs3-rem"}
+TARGETS=${TARGETS:-"native ptll ptll-dp mergerfs fedfs1 fedfs1-dev fedfs3-loc fedfs3-rem"}
+URING=${URING:-Y}
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
 
 require_root_and_tools fs_bench fio python3 cc
 
 bench_begin fs_bench fsbench
+uring_switch "$URING"
 
 # ---- builds -------------------------------------------------------------------
 build_bench_tools fedfs-meta-bench
@@ -90,6 +98,7 @@ setup_mergerfs() {
 
 # start_fedfs (bench/lib.sh): <tag> <nodes> <placement yaml or "">
 setup_fedfs1() { start_fedfs fedfs1 1 ""; }
+setup_fedfs1-dev() { start_fedfs fedfs1dev 1 "fuse: {io_uring: false}"; }
 setup_fedfs3-loc() { start_fedfs fedfs3loc 3 ""; }
 setup_fedfs3-rem() { start_fedfs fedfs3rem 3 "placement: {policy: local, rules: [{prefix: /, node: n1}]}"; }
 
@@ -170,7 +179,7 @@ print_table() {
   [ -z "$TABLE_DONE" ] || return 0
   TABLE_DONE=1
   echo
-  echo "fs_bench: FILES=$FILES SEQ_SIZE=$SEQ_SIZE RAND_SIZE=$RAND_SIZE RUNTIME=${RUNTIME}s REPEAT=$REPEAT (median), STORE=${STORE:-loop}${AS_USER:+, metadata as $AS_USER}, $(nproc) cores, $(uname -r)"
+  echo "fs_bench: FILES=$FILES SEQ_SIZE=$SEQ_SIZE RAND_SIZE=$RAND_SIZE RUNTIME=${RUNTIME}s REPEAT=$REPEAT (median), STORE=${STORE:-loop}${AS_USER:+, metadata as $AS_USER}, $(nproc) cores, $(uname -r), FUSE over io_uring switch: ${URING_RUN:-absent}"
   echo "each cell: value (ratio to ptll = libfuse passthrough_ll)"
   printf "%-20s" "row"
   for t in $TARGETS; do printf " %20s" "$t"; done

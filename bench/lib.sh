@@ -194,8 +194,22 @@ bench_begin() {
   fi
 }
 
+# uring_switch Y|N: sets the fuse module's FUSE-over-io_uring switch for the
+# run (FedFS uses io_uring when it is on: fuse.io_uring); bench_cleanup puts
+# the previous value back. Nothing happens on a kernel without it.
+URING_SWITCH=/sys/module/fuse/parameters/enable_uring
+URING_WAS=
+URING_RUN=
+uring_switch() {
+  [ -w "$URING_SWITCH" ] || return 0
+  [ -n "$URING_WAS" ] || URING_WAS=$(cat "$URING_SWITCH")
+  echo "$1" >"$URING_SWITCH"
+  URING_RUN=$(cat "$URING_SWITCH")
+}
+
 bench_cleanup() {
   stop_started
+  [ -z "$URING_WAS" ] || echo "$URING_WAS" >"$URING_SWITCH"
   print_table 2>/dev/null || true
   if [ -n "$STORE_DEV" ]; then
     if mountpoint -q "$BENCH_BASE/fs"; then umount "$BENCH_BASE/fs" || umount -l "$BENCH_BASE/fs"; fi
