@@ -1,6 +1,7 @@
 // The FUSE 3 low-level frontend: mounts a Vfs (namespace/vfs.h) at a
 // mountpoint and serves the kernel's requests with a bounded pool of worker
-// threads (fuse/worker_loop.h).
+// threads (fuse/worker_loop.h) or, when the kernel offers it, per-CPU
+// io_uring queues (fuse/uring_channel.h).
 //
 // Ownership: a FuseMount owns the FUSE session and the thread that runs the
 // loop; it does not own the Vfs, which must outlive it. fuse_lowlevel.h is
