@@ -29,6 +29,9 @@ std::vector<int> KeptCapabilities(const PrivilegeOptions& o) {
       CAP_SYS_ADMIN,
       // Pinning registered memory for RDMA (ibv_reg_mr beyond RLIMIT_MEMLOCK).
       CAP_IPC_LOCK,
+      // FUSE over io_uring: queue threads wait as SCHED_IDLE and are moved
+      // back to SCHED_OTHER (fuse/uring_channel.cc, SetIdle).
+      CAP_SYS_NICE,
   };
   if (o.bind_privileged_port) caps.push_back(CAP_NET_BIND_SERVICE);
   return caps;

@@ -701,7 +701,7 @@ Result<std::unique_ptr<FuseMount>> FuseMount::Mount(const FuseOptions& options, 
     const unsigned cpus = static_cast<unsigned>(std::max(1, ::get_nprocs_conf()));
     const unsigned per_queue = std::max(2u, (max_threads + cpus - 1) / cpus);
     std::string why_not;
-    state->uring = UringChannel::Create(se, per_queue, &why_not);
+    state->uring = UringChannel::Create(se, per_queue, m->WaitingFile(), &why_not);
     static const fuse_custom_io kIo = {.writev = RingWritev, .read = DeviceRead};
     if (state->uring && fuse_session_custom_io(se, &kIo, fuse_session_fd(se)) != 0) {
       state->uring.reset();
@@ -738,18 +738,29 @@ FuseMount::FuseMount(FuseOptions options) : options_(std::move(options)) {}
 
 FuseMount::~FuseMount() { Unmount(); }
 
-bool FuseMount::Abort(const char* why, bool loud) {
-  if (conn_id_.empty()) return false;
+std::string FuseMount::ConnDir() {
+  if (conn_id_.empty()) return "";
   const std::string dir = "/sys/fs/fuse/connections";
-  const std::string path = dir + "/" + conn_id_ + "/abort";
+  const std::string path = dir + "/" + conn_id_;
   // Many systems mount fusectl at boot; where none did, mount it (as root,
   // which mounting FUSE needed anyway).
-  if (::access(path.c_str(), W_OK) != 0 &&
+  if (::access(path.c_str(), F_OK) != 0 &&
       ::mount("fusectl", dir.c_str(), "fusectl", 0, nullptr) != 0 && errno != EBUSY) {
-    Log()->error("cannot mount fusectl on {} to abort FUSE connection {}: {}", dir, conn_id_,
-                 std::strerror(errno));
-    return false;
+    Log()->error("cannot mount fusectl on {}: {}", dir, std::strerror(errno));
+    return "";
   }
+  return path;
+}
+
+std::string FuseMount::WaitingFile() {
+  const std::string d = ConnDir();
+  return d.empty() ? "" : d + "/waiting";
+}
+
+bool FuseMount::Abort(const char* why, bool loud) {
+  const std::string dir = ConnDir();
+  if (dir.empty()) return false;
+  const std::string path = dir + "/abort";
   std::ofstream out(path);
   out << "1";
   out.flush();

@@ -23,7 +23,9 @@
 // registering an entry fails, the kernel falls back to /dev/fuse by itself.
 //
 // Threads: `threads_per_queue` per CPU queue, each with one entry and its own
-// ring, started after the INIT reply. A request that blocks (a lock wait)
+// ring, started after the INIT reply and pinned to the queue's CPU; while
+// requests come they wait as SCHED_IDLE, watched so that a busy CPU cannot
+// starve them (uring_channel.cc, SetIdle). A request that blocks (a lock wait)
 // ties up one of its queue's threads; when all of a queue's threads are
 // busy, further requests from that CPU wait in the kernel. Handlers must
 // reply before they return (FedFS's do).
@@ -44,8 +46,12 @@ namespace fedfs::fuse {
 class UringChannel {
  public:
   // Null, with the reason in `why_not`, when the kernel does not offer it or
-  // rings cannot be set up here. `se` must be mounted.
+  // rings cannot be set up here. `se` must be mounted. `waiting_file`:
+  // fusectl's count of the connection's waiting requests, which the watcher
+  // needs (uring_channel.cc, SetIdle); without it (or CAP_SYS_NICE) the
+  // threads stay SCHED_OTHER.
   static std::unique_ptr<UringChannel> Create(struct fuse_session* se, unsigned threads_per_queue,
+                                              const std::string& waiting_file,
                                               std::string* why_not);
   ~UringChannel();  // Stop()
   UringChannel(const UringChannel&) = delete;

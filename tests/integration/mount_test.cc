@@ -6,9 +6,11 @@
 // files of a killed node fail with a clear errno while the rest lists fine.
 // The Cluster unmounts whatever is left, whatever happens.
 #include <dirent.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -18,6 +20,7 @@
 #include <atomic>
 #include <future>
 #include <thread>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -296,6 +299,53 @@ TEST_F(Mount, RequestsGoOverIoUringWhenTheKernelOffersIt) {
   } else {
     EXPECT_NE(log.find("io_uring unavailable: "), std::string::npos) << log;
     EXPECT_EQ(log.find("requests were served over io_uring"), std::string::npos) << log;
+  }
+}
+
+// Over io_uring the queue threads wait as SCHED_IDLE (fuse/uring_channel.cc,
+// SetIdle), which a program keeping every CPU busy would starve: the
+// daemon's watcher sees requests left untaken and makes the threads
+// SCHED_OTHER, and the work gets done. Over /dev/fuse nothing changes.
+TEST_F(Mount, BusyCpusDoNotStarveTheQueueThreads) {
+  std::ifstream sw("/sys/module/fuse/parameters/enable_uring");
+  char on = 'N';
+  const bool uring = (sw >> on) && (on == 'Y' || on == '1');
+  StartNodes(1);
+  ASSERT_NO_FATAL_FAILURE(Launch());
+  // One busy loop per CPU, each pinned to its CPU, stopped by pid below.
+  std::vector<pid_t> hogs;
+  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  for (long c = 0; c < cpus; ++c) {
+    const pid_t p = ::fork();
+    ASSERT_GE(p, 0);
+    if (p == 0) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(static_cast<int>(c), &set);
+      ::sched_setaffinity(0, sizeof set, &set);
+      for (;;) __asm__ __volatile__("");
+    }
+    hogs.push_back(p);
+  }
+  struct Reap {
+    std::vector<pid_t>* pids;
+    ~Reap() {
+      for (pid_t p : *pids) ::kill(p, SIGKILL);
+      for (pid_t p : *pids) ::waitpid(p, nullptr, 0);
+    }
+  } reap{&hogs};
+  for (int i = 0; i < 300; ++i) {
+    const std::string p = M("n1", "/busy-" + std::to_string(i));
+    Put(p, "x");
+    ASSERT_EQ(::unlink(p.c_str()), 0) << p << ": " << std::strerror(errno);
+  }
+  EXPECT_EQ(c_.Stop("n1", SIGTERM), 0) << c_.Log("n1");
+  const std::string log = c_.Log("n1");
+  if (uring) {
+    EXPECT_NE(log.find("untaken or unanswered (a busy CPU?); queue threads run as SCHED_OTHER"),
+              std::string::npos) << log;
+  } else {
+    EXPECT_EQ(log.find("untaken"), std::string::npos) << log;
   }
 }
 
