@@ -82,18 +82,18 @@ build_ptll
 
 # ---- targets: setup_<name> sets DIR to the directory to benchmark, or fails -------
 # (not run in a subshell: PIDS and MOUNTS must reach the cleanup trap)
-setup_native() { mkdir -p "$WORK/native"; DIR=$WORK/native; }
+setup_native() { mkdir -p "$WORK/native/mnt0"; DIR=$WORK/native/mnt0; }
 
 setup_ptll() { start_ptll ptll; }
 setup_ptll-dp() { start_ptll ptlldp default_permissions; }
 
 setup_mergerfs() {
   command -v mergerfs >/dev/null || { log "mergerfs not installed"; return 1; }
-  mkdir -p "$WORK/mfs-branch" "$WORK/mfs-mnt"
-  mergerfs -f -o allow_other,fsname=mergerfs "$WORK/mfs-branch" "$WORK/mfs-mnt" >"$WORK/mergerfs.log" 2>&1 &
-  PIDS+=($!); MOUNTS+=("$WORK/mfs-mnt")
-  wait_mount "$WORK/mfs-mnt" $! || { log "mergerfs did not mount"; return 1; }
-  DIR=$WORK/mfs-mnt
+  mkdir -p "$WORK/mfs-branch" "$WORK/mfs/mnt0"
+  mergerfs -f -o allow_other,fsname=mergerfs "$WORK/mfs-branch" "$WORK/mfs/mnt0" >"$WORK/mergerfs.log" 2>&1 &
+  PIDS+=($!); MOUNTS+=("$WORK/mfs/mnt0")
+  wait_mount "$WORK/mfs/mnt0" $! || { log "mergerfs did not mount"; return 1; }
+  DIR=$WORK/mfs/mnt0
 }
 
 # start_fedfs (bench/lib.sh): <tag> <nodes> <placement yaml or "">
