@@ -701,7 +701,7 @@ Result<std::unique_ptr<FuseMount>> FuseMount::Mount(const FuseOptions& options, 
     const unsigned cpus = static_cast<unsigned>(std::max(1, ::get_nprocs_conf()));
     const unsigned per_queue = std::max(2u, (max_threads + cpus - 1) / cpus);
     std::string why_not;
-    state->uring = UringChannel::Create(se, per_queue, m->WaitingFile(), &why_not);
+    state->uring = UringChannel::Create(se, per_queue, &why_not);
     static const fuse_custom_io kIo = {.writev = RingWritev, .read = DeviceRead};
     if (state->uring && fuse_session_custom_io(se, &kIo, fuse_session_fd(se)) != 0) {
       state->uring.reset();
@@ -750,11 +750,6 @@ std::string FuseMount::ConnDir() {
     return "";
   }
   return path;
-}
-
-std::string FuseMount::WaitingFile() {
-  const std::string d = ConnDir();
-  return d.empty() ? "" : d + "/waiting";
 }
 
 bool FuseMount::Abort(const char* why, bool loud) {

@@ -108,9 +108,8 @@ class FuseMount {
   // that was impossible.
   bool Abort(const char* why, bool loud);
   // fusectl's directory of this connection (fusectl mounted first if it is
-  // not), and its count of waiting requests; "" if unknown.
+  // not); "" if unknown.
   std::string ConnDir();
-  std::string WaitingFile();
 
   FuseOptions options_;
   struct fuse_session* session_ = nullptr;

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -99,12 +100,11 @@ bool SetPolicy(pid_t tid, int policy) {
   return ::sched_setscheduler(tid, policy, &sp) == 0;
 }
 
-// The rescuer (Impl::Watch): how often it looks while requests come, how
-// long a request may wait unpicked before the queue threads are made
-// SCHED_OTHER, for how long, and after how long without requests it stops
-// looking (and the threads stop going SCHED_IDLE).
-constexpr int kLookMs = 1;
-constexpr int64_t kStallNs = 3'000'000;
+// The watcher (Impl::Watch): how often it looks while requests come, for
+// how long it makes the queue threads SCHED_OTHER when one was starved, and
+// after how long without requests it stops looking (and the threads stop
+// going SCHED_IDLE).
+constexpr int kLookMs = 10;
 constexpr int64_t kContendedNs = 1'000'000'000;
 constexpr int64_t kQuietNs = 1'000'000'000;
 
@@ -122,10 +122,11 @@ struct Entry {
   bool ring_ok = false;
   uint64_t commit_id = 0;  // the request being served
   bool replied = false;
-  pid_t tid = 0;
+  std::atomic<pid_t> tid{0};
   bool idle = false;                   // SCHED_IDLE as far as this thread knows
-  std::atomic<int64_t> busy_since{0};  // serving a request since (ns); 0: not
   std::atomic<uint64_t> picked{0};     // requests taken
+  int sched_fd = -1;                   // its /proc/.../schedstat (the watcher's)
+  int64_t queued_ns = 0;               // its time waiting to run, at the last look
   std::atomic<uint64_t> served{0};
   std::atomic<bool> done{false};
   std::thread thread;
@@ -137,20 +138,19 @@ thread_local Entry* tl_entry = nullptr;  // the entry this thread serves
 
 class UringChannel::Impl {
  public:
-  Impl(fuse_session* se, int stop_fd, const std::string& waiting_file)
+  Impl(fuse_session* se, int stop_fd)
       : se_(se), fd_(fuse_session_fd(se)), stop_fd_(stop_fd),
-        kick_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
-    if (!waiting_file.empty()) waiting_fd_ = ::open(waiting_file.c_str(), O_RDONLY | O_CLOEXEC);
-  }
+        kick_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
 
   ~Impl() {
     for (auto& e : entries_) {
       if (e->ring_ok) io_uring_queue_exit(&e->ring);
       if (e->map != nullptr) ::munmap(e->map, e->map_size);
+      if (e->sched_fd >= 0) ::close(e->sched_fd);
     }
     if (stop_fd_ >= 0) ::close(stop_fd_);
     if (kick_fd_ >= 0) ::close(kick_fd_);
-    if (waiting_fd_ >= 0) ::close(waiting_fd_);
+
   }
 
   // Memory and a ring for every entry; false with the reason otherwise.
@@ -293,7 +293,7 @@ class UringChannel::Impl {
   void Start() {
     std::lock_guard lk(mu_);
     started_ = true;
-    handover_ = waiting_fd_ >= 0 && kick_fd_ >= 0 && HasSysNice();
+    handover_ = kick_fd_ >= 0 && HasSysNice();
     if (handover_) {
       try {
         watcher_ = std::thread([this] { Watch(); });
@@ -318,7 +318,7 @@ class UringChannel::Impl {
     }
     Log()->info("FUSE over io_uring: {} queues, {} threads each{}", queues_,
                 entries_.size() / std::max(1u, queues_),
-                handover_ ? "" : " (SCHED_OTHER only: no CAP_SYS_NICE or no fusectl)");
+                handover_ ? "" : " (SCHED_OTHER only: no CAP_SYS_NICE)");
   }
 
   // Scheduling of the queue threads. A reply wakes the caller, whose CPU is
@@ -335,9 +335,9 @@ class UringChannel::Impl {
   // The danger: a program keeping the CPU busy starves a SCHED_IDLE thread
   // (25-40 creates/s with one busy loop per CPU). So threads go SCHED_IDLE
   // only while the watcher looks every kLookMs, which makes them all
-  // SCHED_OTHER for kContendedNs once a request stayed untaken, or in
-  // service, for kStallNs (a slow request, such as a lock wait or an fsync,
-  // looks the same: it costs only the hand-over for that while).
+  // SCHED_OTHER for kContendedNs once one of them spent most of the time
+  // since the last look waiting to run (a request dispatched to it, or half
+  // served, waits for it meanwhile).
   void SetIdle(Entry& e) {
     const bool want = handover_ && watching_.load(std::memory_order_relaxed) &&
                       NowNs() >= contended_until_.load(std::memory_order_relaxed);
@@ -354,27 +354,35 @@ class UringChannel::Impl {
 
   void AllOther() {
     for (auto& e : entries_) {
-      if (e->tid != 0) SetPolicy(e->tid, SCHED_OTHER);  // the threads resync e.idle
+      const pid_t tid = e->tid.load();
+      if (tid != 0) SetPolicy(tid, SCHED_OTHER);  // the threads resync e.idle
     }
   }
 
-  // Requests the kernel waits on (fusectl's "waiting"), minus those served
-  // right now: requests not yet taken by a thread (or held by the kernel's
-  // background limit). -1 if unknown.
-  long Unpicked() {
-    char buf[32];
-    const ssize_t n = ::pread(waiting_fd_, buf, sizeof buf - 1, 0);
+  // The thread's time spent waiting to run so far (schedstat's second
+  // field, ns); -1 if unknown.
+  static int64_t QueuedNs(Entry& e) {
+    if (e.sched_fd < 0) {
+      const pid_t tid = e.tid.load();
+      if (tid == 0) return -1;  // not started yet
+      char path[64];
+      std::snprintf(path, sizeof path, "/proc/self/task/%d/schedstat", static_cast<int>(tid));
+      e.sched_fd = ::open(path, O_RDONLY | O_CLOEXEC);
+      if (e.sched_fd < 0) return -1;
+    }
+    char buf[96];
+    const ssize_t n = ::pread(e.sched_fd, buf, sizeof buf - 1, 0);
     if (n <= 0) return -1;
     buf[n] = 0;
-    long w = std::strtol(buf, nullptr, 10);
-    for (const auto& e : entries_) w -= e->busy_since.load(std::memory_order_relaxed) != 0 ? 1 : 0;
-    return w;
+    unsigned long long run = 0, queued = 0;
+    if (std::sscanf(buf, "%llu %llu", &run, &queued) != 2) return -1;
+    return static_cast<int64_t>(queued);
   }
 
   void Watch() {
     pollfd fds[2] = {{stop_fd_, POLLIN, 0}, {kick_fd_, POLLIN, 0}};
-    int64_t active_at = 0;  // a request was taken or waited, last seen
-    int64_t stall_since = 0;
+    int64_t active_at = 0;  // a request was last taken
+    int64_t looked_at = 0;
     uint64_t last_picked = 0;
     for (;;) {
       const bool watching = watching_.load(std::memory_order_relaxed);
@@ -387,34 +395,30 @@ class UringChannel::Impl {
         kicked_ = false;
         watching_ = true;
         active_at = now;
-        stall_since = 0;
+        looked_at = 0;
         continue;
       }
       if (!watching) continue;
       uint64_t picked = 0;
-      bool slow = false;  // a request served for kStallNs: maybe a starved thread, maybe slow work
-      for (const auto& e : entries_) {
+      bool starved = false;
+      for (auto& e : entries_) {
         picked += e->picked.load(std::memory_order_relaxed);
-        const int64_t since = e->busy_since.load(std::memory_order_relaxed);
-        slow = slow || (since != 0 && now - since >= kStallNs);
+        const int64_t q = QueuedNs(*e);
+        if (q < 0) continue;
+        // Runnable for 80 % of the time since the last look.
+        if (looked_at != 0 && (q - e->queued_ns) * 5 >= (now - looked_at) * 4) starved = true;
+        e->queued_ns = q;
       }
-      const long unpicked = Unpicked();
-      if (picked != last_picked || unpicked > 0) active_at = now;
+      looked_at = now;
+      if (picked != last_picked) active_at = now;
       last_picked = picked;
-      if (now < contended_until_.load(std::memory_order_relaxed)) {
-        stall_since = 0;
-      } else if (unpicked > 0 && stall_since == 0) {
-        stall_since = now;
-      } else if (unpicked <= 0 && !slow) {
-        stall_since = 0;
-      } else if (slow || now - stall_since >= kStallNs) {
+      if (starved && now >= contended_until_.load(std::memory_order_relaxed)) {
         contended_until_ = now + kContendedNs;
         AllOther();
-        stall_since = 0;
         if (stalls_.fetch_add(1) == 0) {
-          Log()->info("FUSE over io_uring: a request waited {} ms untaken or unanswered (a busy "
-                      "CPU?); queue threads run as SCHED_OTHER for {} s at a time (logged once)",
-                      kStallNs / 1'000'000, kContendedNs / 1'000'000'000);
+          Log()->info("FUSE over io_uring: a queue thread waited to run for {} ms (a busy CPU?); "
+                      "queue threads run as SCHED_OTHER for {} s at a time (logged once)",
+                      kLookMs, kContendedNs / 1'000'000'000);
         }
       }
       if (now - active_at > kQuietNs) {
@@ -528,11 +532,9 @@ class UringChannel::Impl {
           }
           stop = true;
         } else {
-          e.busy_since.store(NowNs(), std::memory_order_relaxed);
           e.picked.store(e.picked.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
           Kick();
           Serve(e);
-          e.busy_since.store(0, std::memory_order_relaxed);
         }
       }
     }
@@ -546,11 +548,9 @@ class UringChannel::Impl {
   unsigned queues_ = 0;
   std::atomic<uint64_t> init_unique_{0};  // the INIT request, if it offered io_uring
   std::atomic<bool> started_{false};
-  // SetIdle's hand-over: CAP_SYS_NICE and fusectl's waiting file (set
-  // before the threads start).
+  // SetIdle's hand-over: CAP_SYS_NICE (set before the threads start).
   bool handover_ = false;
   const int kick_fd_;  // wakes the watcher
-  int waiting_fd_ = -1;
   std::atomic<bool> watching_{false};
   std::atomic<bool> kicked_{false};
   std::atomic<int64_t> contended_until_{0};
@@ -561,7 +561,6 @@ class UringChannel::Impl {
 };
 
 std::unique_ptr<UringChannel> UringChannel::Create(fuse_session* se, unsigned threads_per_queue,
-                                                   const std::string& waiting_file,
                                                    std::string* why_not) {
   std::ifstream sw("/sys/module/fuse/parameters/enable_uring");
   char on = 'N';
@@ -578,7 +577,7 @@ std::unique_ptr<UringChannel> UringChannel::Create(fuse_session* se, unsigned th
     *why_not = std::string("eventfd: ") + std::strerror(errno);
     return nullptr;
   }
-  auto impl = std::make_unique<Impl>(se, stop_fd, waiting_file);
+  auto impl = std::make_unique<Impl>(se, stop_fd);
   // The kernel has a queue for every possible CPU and uses the ring only
   // once each has an entry.
   const unsigned queues = static_cast<unsigned>(std::max(1, ::get_nprocs_conf()));

@@ -46,12 +46,9 @@ namespace fedfs::fuse {
 class UringChannel {
  public:
   // Null, with the reason in `why_not`, when the kernel does not offer it or
-  // rings cannot be set up here. `se` must be mounted. `waiting_file`:
-  // fusectl's count of the connection's waiting requests, which the watcher
-  // needs (uring_channel.cc, SetIdle); without it (or CAP_SYS_NICE) the
-  // threads stay SCHED_OTHER.
+  // rings cannot be set up here. `se` must be mounted. Without CAP_SYS_NICE
+  // the threads stay SCHED_OTHER (uring_channel.cc, SetIdle).
   static std::unique_ptr<UringChannel> Create(struct fuse_session* se, unsigned threads_per_queue,
-                                              const std::string& waiting_file,
                                               std::string* why_not);
   ~UringChannel();  // Stop()
   UringChannel(const UringChannel&) = delete;
