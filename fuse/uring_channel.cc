@@ -150,14 +150,14 @@ class UringChannel::Impl {
     }
     if (stop_fd_ >= 0) ::close(stop_fd_);
     if (kick_fd_ >= 0) ::close(kick_fd_);
-
   }
 
   // Memory and a ring for every entry; false with the reason otherwise.
   bool Setup(unsigned queues, unsigned per_queue, std::string* why) {
     for (unsigned q = 0; q < queues; ++q) {
       for (unsigned t = 0; t < per_queue; ++t) {
-        auto e = std::make_unique<Entry>();
+        entries_.push_back(std::make_unique<Entry>());  // ~Impl frees what it gets
+        Entry* e = entries_.back().get();
         e->qid = q;
         e->payload_size = PayloadSize();
         e->map_size = SparePage() + e->payload_size;
@@ -180,7 +180,6 @@ class UringChannel::Impl {
           return false;
         }
         e->ring_ok = true;
-        entries_.push_back(std::move(e));
       }
     }
     queues_ = queues;
