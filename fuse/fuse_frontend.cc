@@ -803,8 +803,10 @@ void FuseMount::Unmount() {
     return;
   }
   loop_.join();
+  bool rings = false;
   if (state_->uring) {
     const bool started = state_->uring->started();
+    rings = started;
     Log()->info("{} requests were served over io_uring", state_->uring->served());
     state_->uring.reset();
     // The rings' commands hold the device open until the kernel's teardown
@@ -820,6 +822,11 @@ void FuseMount::Unmount() {
   fuse_session_unmount(session_);
   fuse_session_destroy(session_);
   session_ = nullptr;
+  // libfuse leaves the mount alone when the connection was aborted (it
+  // takes that for an unmount done elsewhere): detach it here.
+  if (rings && ::umount2(options_.mountpoint.c_str(), MNT_DETACH) != 0 && errno != EINVAL) {
+    Log()->error("cannot unmount {}: {}", options_.mountpoint, std::strerror(errno));
+  }
   Log()->info("unmounted {}", options_.mountpoint);
 }
 

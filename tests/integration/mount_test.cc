@@ -288,7 +288,8 @@ TEST_F(Mount, RequestsGoOverIoUringWhenTheKernelOffersIt) {
   std::ifstream in(M("n1", "/big"), std::ios::binary);
   const std::string back((std::istreambuf_iterator<char>(in)), {});
   EXPECT_TRUE(back == big) << back.size() << " bytes read back";
-  EXPECT_EQ(c_.Stop("n1", SIGTERM), 0) << c_.Log("n1");
+  EXPECT_EQ(c_.Stop("n1", SIGTERM, /*keep_stale_mount=*/true), 0) << c_.Log("n1");
+  EXPECT_FALSE(IsMounted(M("n1"))) << "the daemon left its mount behind\n" << c_.Log("n1");
   const std::string log = c_.Log("n1");
   if (have && (on == 'Y' || on == '1')) {
     EXPECT_NE(log.find("FUSE over io_uring: "), std::string::npos) << log;
