@@ -643,7 +643,9 @@ Status CheckMountpoint(const std::string& mp) {
   struct stat st {};
   if (::stat(mp.c_str(), &st) != 0) {
     const int e = errno;
-    if (e == ENOTCONN) {
+    // ECONNABORTED: the dead daemon's connection is being ended (its
+    // io_uring rings are torn down just after its exit).
+    if (e == ENOTCONN || e == ECONNABORTED) {
       return Err(ENOTCONN, "mountpoint " + mp +
                                " is a stale FUSE mount (a previous fedfsd crashed?); clear it "
                                "with: fusermount3 -u " + mp);
