@@ -23,7 +23,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "common/logging.h"
+#include "fuse/fuse_internal.h"
 #include "fuse/caller_groups.h"
 #include "fuse/uring_channel.h"
 #include "fuse/worker_loop.h"
@@ -33,11 +33,6 @@ namespace {
 
 using ns::Cred;
 using ns::EntryOut;
-
-std::shared_ptr<spdlog::logger> Log() {
-  static auto log = Logger("fuse");
-  return log;
-}
 
 }  // namespace
 
@@ -740,24 +735,18 @@ FuseMount::FuseMount(FuseOptions options) : options_(std::move(options)) {}
 
 FuseMount::~FuseMount() { Unmount(); }
 
-std::string FuseMount::ConnDir() {
-  if (conn_id_.empty()) return "";
+bool FuseMount::Abort(const char* why, bool loud) {
+  if (conn_id_.empty()) return false;
   const std::string dir = "/sys/fs/fuse/connections";
-  const std::string path = dir + "/" + conn_id_;
+  const std::string path = dir + "/" + conn_id_ + "/abort";
   // Many systems mount fusectl at boot; where none did, mount it (as root,
   // which mounting FUSE needed anyway).
-  if (::access(path.c_str(), F_OK) != 0 &&
+  if (::access(path.c_str(), W_OK) != 0 &&
       ::mount("fusectl", dir.c_str(), "fusectl", 0, nullptr) != 0 && errno != EBUSY) {
-    Log()->error("cannot mount fusectl on {}: {}", dir, std::strerror(errno));
-    return "";
+    Log()->error("cannot mount fusectl on {} to abort FUSE connection {}: {}", dir, conn_id_,
+                 std::strerror(errno));
+    return false;
   }
-  return path;
-}
-
-bool FuseMount::Abort(const char* why, bool loud) {
-  const std::string dir = ConnDir();
-  if (dir.empty()) return false;
-  const std::string path = dir + "/abort";
   std::ofstream out(path);
   out << "1";
   out.flush();

@@ -107,9 +107,6 @@ class FuseMount {
   // first if it is not), logging `why` at warning level if `loud`. False if
   // that was impossible.
   bool Abort(const char* why, bool loud);
-  // fusectl's directory of this connection (fusectl mounted first if it is
-  // not); "" if unknown.
-  std::string ConnDir();
 
   FuseOptions options_;
   struct fuse_session* session_ = nullptr;

@@ -29,15 +29,10 @@
 
 #include <spdlog/spdlog.h>
 
-#include "common/logging.h"
+#include "fuse/fuse_internal.h"
 
 namespace fedfs::fuse {
 namespace {
-
-std::shared_ptr<spdlog::logger> Log() {
-  static auto log = Logger("fuse");
-  return log;
-}
 
 // The kernel's interface (include/uapi/linux/fuse.h, protocol 7.42), which
 // Debian 12's headers predate.
@@ -80,12 +75,6 @@ size_t SparePage() { return static_cast<size_t>(::getpagesize()); }
 constexpr uint64_t kTagEntry = 1;
 constexpr uint64_t kTagStop = 2;
 
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 // CAP_SYS_NICE in this thread's effective set: needed to go back from
 // SCHED_IDLE to SCHED_OTHER, also for another thread.
 bool HasSysNice() {
@@ -124,7 +113,6 @@ struct Entry {
   bool replied = false;
   std::atomic<pid_t> tid{0};
   bool idle = false;                   // SCHED_IDLE as far as this thread knows
-  std::atomic<uint64_t> picked{0};     // requests taken
   int sched_fd = -1;                   // its /proc/.../schedstat (the watcher's)
   int64_t queued_ns = 0;               // its time waiting to run, at the last look
   std::atomic<uint64_t> served{0};
@@ -380,9 +368,9 @@ class UringChannel::Impl {
 
   void Watch() {
     pollfd fds[2] = {{stop_fd_, POLLIN, 0}, {kick_fd_, POLLIN, 0}};
-    int64_t active_at = 0;  // a request was last taken
+    int64_t active_at = 0;  // a request was last served
     int64_t looked_at = 0;
-    uint64_t last_picked = 0;
+    uint64_t last_served = 0;
     for (;;) {
       const bool watching = watching_.load(std::memory_order_relaxed);
       if (::poll(fds, 2, watching ? kLookMs : -1) < 0 && errno != EINTR) return;
@@ -398,10 +386,9 @@ class UringChannel::Impl {
         continue;
       }
       if (!watching) continue;
-      uint64_t picked = 0;
+      const uint64_t now_served = served();
       bool starved = false;
       for (auto& e : entries_) {
-        picked += e->picked.load(std::memory_order_relaxed);
         const int64_t q = QueuedNs(*e);
         if (q < 0) continue;
         // Runnable for 80 % of the time since the last look.
@@ -409,8 +396,8 @@ class UringChannel::Impl {
         e->queued_ns = q;
       }
       looked_at = now;
-      if (picked != last_picked) active_at = now;
-      last_picked = picked;
+      if (now_served != last_served) active_at = now;
+      last_served = now_served;
       if (starved && now >= contended_until_.load(std::memory_order_relaxed)) {
         contended_until_ = now + kContendedNs;
         AllOther();
@@ -531,7 +518,6 @@ class UringChannel::Impl {
           }
           stop = true;
         } else {
-          e.picked.store(e.picked.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
           Kick();
           Serve(e);
         }

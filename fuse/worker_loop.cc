@@ -20,25 +20,14 @@
 
 #include <spdlog/spdlog.h>
 
-#include "common/logging.h"
+#include "fuse/fuse_internal.h"
 
 namespace fedfs::fuse {
 namespace {
 
-std::shared_ptr<spdlog::logger> Log() {
-  static auto log = Logger("fuse");
-  return log;
-}
-
 // What libfuse reads with: the largest request (a write of 256 pages) and
 // its header.
 size_t BufferSize() { return 256 * static_cast<size_t>(getpagesize()) + 4096; }
-
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 }  // namespace
 
