@@ -27,6 +27,12 @@
 # echo 3 > /proc/sys/vm/drop_caches, which affects the whole machine) and
 # 4 KiB random write. Prints a table with each value and its ratio to ptll, then the
 # sequential rows of fedfs3-rem as a ratio to fedfs3-loc.
+# Then, for every FUSE target, the FUSE requests its kernel sent per operation
+# of each row (LOOKUP, GETATTR, ...), from one more, untimed, round with the
+# kernel's fuse_request_send tracepoint on (in a tracing instance of the run's
+# own): it shows which rows no request reaches (the kernel answers from its
+# caches, so every FUSE server is alike there) and what each server costs
+# per operation.
 # A column that cannot run prints n/a (with the reason on stderr).
 #
 # Usage (root): bench/fs_bench.sh
@@ -36,6 +42,9 @@
 #      slow spell of the machine hits all targets alike; the median of the
 #      rounds is shown: on a small shared machine single runs vary by up to 2x),
 #      TARGETS="native ptll ptll-dp mergerfs fedfs1 fedfs1-dev fedfs3-loc fedfs3-rem",
+#      COUNT=1 (default; 0: off) counts requests per operation in one untimed
+#      round per FUSE target (COUNT_FILES=2000 files, 64 MiB sequential
+#      files, 1 s random jobs), skipped where tracefs is missing,
 #      KEEP=1 keeps the work directory, STEP_TIMEOUT=900 (s) bounds the metadata loop,
 #      FIO=0 runs the metadata rows only (the fio rows print n/a),
 #      AS_USER=<user> runs the metadata rows as that user (setpriv, with the
@@ -63,6 +72,8 @@ REPEAT=${REPEAT:-3}
 FIO=${FIO:-1}
 TARGETS=${TARGETS:-"native ptll ptll-dp mergerfs fedfs1 fedfs1-dev fedfs3-loc fedfs3-rem"}
 URING=${URING:-Y}
+COUNT=${COUNT:-1}
+COUNT_FILES=${COUNT_FILES:-2000}
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
 
@@ -104,7 +115,8 @@ setup_fedfs3-rem() { start_fedfs fedfs3rem 3 "placement: {policy: local, rules: 
 
 # ---- measurements -----------------------------------------------------------------
 
-# fio_run <dir> <name> <rw> <bs> <size> <timed:0|1>: prints MiB/s or IOPS (json parse).
+# fio_run <dir> <name> <rw> <bs> <size> <timed:0|1> <mibs|iops|ios>: prints MiB/s,
+# IOPS or the number of I/Os done (json parse).
 fio_run() {
   local dir=$1 name=$2 rw=$3 bs=$4 size=$5 timed=$6 metric=$7
   local args=(--name="$name" --directory="$dir" --filename="fio-$name" --rw="$rw" --bs="$bs"
@@ -115,7 +127,9 @@ fio_run() {
 import json, sys
 j = json.load(sys.stdin)["jobs"][0]
 side = "write" if sys.argv[1] in ("write", "randwrite") else "read"
-print("%.0f" % (j[side]["bw_bytes"] / 1048576.0 if sys.argv[2] == "mibs" else j[side]["iops"]))' "$rw" "$metric"
+m = sys.argv[2]
+print("%.0f" % (j[side]["bw_bytes"] / 1048576.0 if m == "mibs" else
+                j[side]["total_ios"] if m == "ios" else j[side]["iops"]))' "$rw" "$metric"
 }
 
 declare -A R   # R[<target>,<row>] = value
@@ -173,6 +187,85 @@ take_medians() {
   for k in "${!RUNS[@]}"; do R[$k]=$(median ${RUNS[$k]}); done
 }
 
+# ---- requests per operation ------------------------------------------------------
+declare -A Q   # Q[<target>,<row>] = FUSE requests per operation
+declare -A QB  # QB[<target>,<row>] = the same by request type
+
+# count_round <target> <dir>: the rows once more, untimed and smaller, with
+# each phase marked in the trace (fedfs-meta-bench --marker, trace_mark here);
+# then the requests sent on <dir>'s FUSE connection in each phase, divided by
+# the phase's operations (readdir: per 1000 entries; fio: per I/O).
+count_round() {
+  local t=$1 dir=$2 passes=5 row n
+  log "$t: counting FUSE requests per operation (untimed round)"
+  echo >"$TRACE/trace"
+  local den=(create_ops_s="$COUNT_FILES" stat_ops_s="$COUNT_FILES" rename_ops_s="$COUNT_FILES"
+    unlink_ops_s="$COUNT_FILES" readdir_entries_s="$(awk -v f="$COUNT_FILES" -v p=$passes \
+      'BEGIN { print p * (f + 2) / 1000 }')")
+  "$META" --dir "$dir" --files "$COUNT_FILES" --readdir-passes $passes \
+    --marker "$TRACE/trace_marker" >/dev/null 2>"$WORK/count-$t.err" ||
+    log "$t: fedfs-meta-bench failed: $(cat "$WORK/count-$t.err")"
+  if [ "$FIO" = 1 ]; then
+    # mark_fio <row> <fio_run args...>: one fio job inside its row's marks.
+    mark_fio() {
+      row=$1; shift
+      trace_mark "fedfs-bench $row"
+      n=$(RUNTIME=1 fio_run "$@" ios || echo 0)
+      trace_mark "fedfs-bench idle"
+      den+=("$row=$n")
+    }
+    mark_fio seq_write_mib_s "$dir" seq write 1M 64M 0
+    drop_caches
+    mark_fio seq_read_mib_s "$dir" seq read 1M 64M 0
+    rm -f "$dir/fio-seq"
+    fio_run "$dir" rnd write 1M "$RAND_SIZE" 0 mibs >/dev/null || true
+    fio_run "$dir" rnd read 1M "$RAND_SIZE" 0 mibs >/dev/null || true
+    mark_fio randread_warm_iops "$dir" rnd randread 4k "$RAND_SIZE" 1
+    drop_caches
+    mark_fio randread_cold_iops "$dir" rnd randread 4k "$RAND_SIZE" 0
+    mark_fio randwrite_iops "$dir" rnd randwrite 4k "$RAND_SIZE" 1
+    rm -f "$dir/fio-rnd"
+  fi
+  if grep -qs 'overrun: [1-9]' "$TRACE"/per_cpu/cpu*/stats; then
+    log "$t: the trace buffer overflowed (raise TRACE_BUFFER_KB): no counts"
+    return 0
+  fi
+  local k total by
+  while read -r k total by; do
+    Q[$t,$k]=$total
+    QB[$t,$k]=$by
+  done < <(python3 - "$TRACE/trace" "$dir" "${den[@]}" <<'PY'
+import collections, os, re, sys
+trace, mount = sys.argv[1], sys.argv[2]
+den = dict(a.split("=", 1) for a in sys.argv[3:])
+dev = os.stat(mount).st_dev
+conn = (os.major(dev) << 20) | os.minor(dev)  # the kernel's dev_t of the FUSE connection
+meta = {"create": "create_ops_s", "stat": "stat_ops_s", "readdir": "readdir_entries_s",
+        "rename": "rename_ops_s", "unlink": "unlink_ops_s"}
+counts = collections.defaultdict(collections.Counter)
+phase = None
+send = re.compile(r"fuse_request_send: connection (\d+) .*?\((\w+)\)")
+with open(trace) as f:
+    for line in f:
+        if "tracing_mark_write:" in line:
+            words = line.split("tracing_mark_write:", 1)[1].split()
+            p = words[1] if len(words) > 1 else "idle"
+            phase = meta.get(p, p) if p in meta or p in den else None
+            continue
+        m = send.search(line)
+        if m and phase and int(m.group(1)) == conn:
+            counts[phase][m.group(2).removeprefix("FUSE_")] += 1
+for row, d in den.items():
+    d = float(d)
+    if d <= 0:
+        continue
+    c = counts[row]
+    by = ",".join("%s:%.2f" % (op, n / d) for op, n in c.most_common())
+    print(row, "%.2f" % (sum(c.values()) / d), by or "-")
+PY
+)
+}
+
 # ---- table (also printed by the EXIT trap if a run is cut short) ----------------
 TABLE_DONE=
 print_table() {
@@ -207,6 +300,23 @@ print_table() {
       [ -n "${v// /}" ] && printf "  %-20s %-12s%s\n" "$r" "$t" "$v"
     done
   done
+  if [ ${#Q[@]} -gt 0 ]; then
+    echo "FUSE requests per operation (readdir: per 1000 entries), one untimed round (COUNT_FILES=$COUNT_FILES):"
+    printf "%-20s" "row"
+    for t in $TARGETS; do [ "$t" = native ] || printf " %12s" "$t"; done
+    echo
+    for r in "${ROWS[@]}"; do
+      printf "%-20s" "$r"
+      for t in $TARGETS; do [ "$t" = native ] || printf " %12s" "${Q[$t,$r]:-n/a}"; done
+      echo
+    done
+    echo "by request type:"
+    for r in "${ROWS[@]}"; do
+      for t in $TARGETS; do
+        [ -n "${QB[$t,$r]:-}" ] && printf "  %-20s %-12s %s\n" "$r" "$t" "${QB[$t,$r]//,/ }"
+      done
+    done
+  fi
   # Remote files through the mount against local files through the mount.
   for r in seq_write_mib_s seq_read_mib_s; do
     local l=${R[fedfs3-loc,$r]:-} m=${R[fedfs3-rem,$r]:-}
@@ -236,5 +346,20 @@ for round in $(seq "$REPEAT"); do
   done
   take_medians
 done
+
+# One more round, untimed, counting requests (the tracepoint costs time).
+if [ "$COUNT" = 1 ]; then
+  if trace_begin; then
+    for t in $TARGETS; do
+      [ "$t" != native ] && [ -z "${UNAVAILABLE[$t]:-}" ] || continue
+      DIR=
+      if "setup_$t" && [ -n "$DIR" ]; then count_round "$t" "$DIR"; fi
+      stop_started
+    done
+    trace_end
+  else
+    log "no tracefs instances or fuse events: requests are not counted"
+  fi
+fi
 
 print_table

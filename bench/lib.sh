@@ -210,8 +210,33 @@ uring_switch() {
   URING_RUN=$(cat "$URING_SWITCH")
 }
 
+# trace_begin: a tracing instance of its own (its own ring buffer, so the
+# machine's global tracing is left alone) with the fuse_request_send event on:
+# TRACE = its directory. Returns 1 (TRACE empty) where tracefs or the fuse
+# events are missing. bench_cleanup removes it.
+TRACE=
+trace_begin() {
+  local base=/sys/kernel/tracing
+  [ -d "$base/instances" ] && [ -d "$base/events/fuse/fuse_request_send" ] || return 1
+  TRACE=$base/instances/fedfs-$BENCH_NAME-$$
+  mkdir "$TRACE" || { TRACE=; return 1; }
+  echo "${TRACE_BUFFER_KB:-32768}" >"$TRACE/buffer_size_kb"
+  echo 1 >"$TRACE/events/fuse/fuse_request_send/enable"
+}
+
+# trace_mark TEXT: a line in the instance's trace, between the events.
+trace_mark() { echo "$1" >"$TRACE/trace_marker"; }
+
+trace_end() {
+  [ -n "$TRACE" ] && [ -d "$TRACE" ] || return 0
+  echo 0 >"$TRACE/events/fuse/fuse_request_send/enable" 2>/dev/null || true
+  rmdir "$TRACE" 2>/dev/null || true
+  TRACE=
+}
+
 bench_cleanup() {
   stop_started
+  trace_end
   [ -z "$URING_WAS" ] || echo "$URING_WAS" >"$URING_SWITCH"
   print_table 2>/dev/null || true
   if [ -n "$STORE_DEV" ]; then

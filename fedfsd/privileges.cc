@@ -25,6 +25,10 @@ std::vector<int> KeptCapabilities(const PrivilegeOptions& o) {
       CAP_MKNOD,
       CAP_DAC_OVERRIDE,
       CAP_DAC_READ_SEARCH,
+      // File capabilities (security.capability): set or removed by root
+      // callers, and removed by the kernel before the first write to a file
+      // that has them, whoever writes (namespace/local_node_fs.cc, xattrs).
+      CAP_SETFCAP,
       // mount(2) of the FUSE file system at start, umount2 at SIGTERM.
       CAP_SYS_ADMIN,
       // Pinning registered memory for RDMA (ibv_reg_mr beyond RLIMIT_MEMLOCK).

@@ -2,6 +2,7 @@
 #include "fuse/fuse_frontend.h"
 
 #include <fuse_lowlevel.h>
+#include <linux/fuse.h>
 #include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -53,6 +54,11 @@ struct FuseMount::Ctx {
   // Set before the loop starts when the kernel may take requests over
   // io_uring; replies go through it (fuse_session_custom_io).
   UringChannel* uring = nullptr;
+  // The INIT handshake. libfuse 3.14 cannot ask for FUSE_HANDLE_KILLPRIV_V2;
+  // its INIT reply gets the flag in FrontendWritev when the kernel offers it.
+  std::atomic<uint64_t> init_unique{0};       // the INIT request, until its reply
+  std::atomic<bool> killpriv_offered{false};
+  std::atomic<bool> killpriv{false};          // asked for: see WriteKillsSetId
 };
 
 namespace {
@@ -338,9 +344,56 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* 
   });
 }
 
-void OpWrite(fuse_req_t req, fuse_ino_t, const char* data, size_t size, off_t off,
+// Under FUSE_HANDLE_KILLPRIV_V2 the kernel does not clear a file's set-ID bits
+// and capabilities before a write (asking for security.capability with a
+// GETXATTR before every write); the server does. The local write clears the
+// capabilities itself, as any write on the file's node does, and the kernel
+// flags the writes that must clear set-ID bits (FUSE_WRITE_KILL_SUIDGID: the
+// writer lacks CAP_FSETID). libfuse 3.14 does not pass write_flags on, but
+// the request's fuse_write_in lies right before the data in the buffer that
+// libfuse parsed (from /dev/fuse or a ring alike); it is checked against
+// what libfuse did pass.
+bool WriteKillsSetId(fuse_req_t req, const char* data, size_t size, off_t off,
+                     const fuse_file_info* fi) {
+  auto* ctx = static_cast<FuseMount::Ctx*>(fuse_req_userdata(req));
+  if (!ctx->killpriv.load(std::memory_order_relaxed)) return false;
+  fuse_write_in in;
+  std::memcpy(&in, data - sizeof in, sizeof in);
+  if (in.size != size || in.offset != static_cast<uint64_t>(off) || in.fh != fi->fh) {
+    static std::atomic<bool> told{false};
+    if (!told.exchange(true)) Log()->error("a WRITE request's header is not where it should be");
+    return true;  // clear what a writer without CAP_FSETID would
+  }
+  return (in.write_flags & FUSE_WRITE_KILL_SUIDGID) != 0;
+}
+
+// What a native write by such a caller clears (setattr_should_drop_suidgid):
+// set-user-ID, and set-group-ID if the file is group-executable or the
+// caller is not in its group.
+void ClearSetId(fuse_req_t req, fuse_ino_t ino, uint64_t fh) {
+  ns::Vfs* vfs = VfsOf(req);
+  const ns::Cred server;  // the kernel decided it: the change is the file system's own
+  auto st = vfs->GetAttr(server, ino, fh);
+  if (!st) return;  // the write fails or succeeds on its own
+  mode_t drop = st->st_mode & S_ISUID;
+  if (st->st_mode & S_ISGID) {
+    const ns::Cred c = CredOf(req);
+    const bool member = c.gid == st->st_gid ||
+                        std::find(c.groups.begin(), c.groups.end(), st->st_gid) != c.groups.end();
+    if ((st->st_mode & S_IXGRP) || !member) drop |= S_ISGID;
+  }
+  if (drop == 0) return;
+  ns::SetAttrRequest r;
+  r.mode = st->st_mode & 07777 & ~drop;
+  if (auto s = vfs->SetAttr(server, ino, fh, r); !s) {
+    Log()->warn("clearing set-ID bits of inode {} before a write: {}", ino, s.error().ToString());
+  }
+}
+
+void OpWrite(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_t off,
              fuse_file_info* fi) {
   Guard(req, [&] {
+    if (WriteKillsSetId(req, data, size, off, fi)) ClearSetId(req, ino, fi->fh);
     auto n = VfsOf(req)->Write(fi->fh, static_cast<uint64_t>(off),
                                {reinterpret_cast<const std::byte*>(data), size});
     if (!n) return ReplyErr(req, n.error());
@@ -622,8 +675,43 @@ void KernelNotifier::InvalidateAttrs(uint64_t ino) {
   }
 }
 
-ssize_t RingWritev(int fd, struct iovec* iov, int count, void* userdata) {
-  return static_cast<FuseMount::Ctx*>(userdata)->uring->Writev(fd, iov, count);
+// The INIT request (before libfuse handles it): what the kernel offers.
+void OnInitRequest(FuseMount::Ctx* ctx, const void* buf, size_t size) {
+  if (size < sizeof(fuse_in_header) + offsetof(fuse_init_in, flags) + sizeof(uint32_t)) return;
+  const auto* in = static_cast<const fuse_in_header*>(buf);
+  const auto* arg = reinterpret_cast<const fuse_init_in*>(in + 1);
+  ctx->killpriv_offered = arg->major == 7 && arg->minor >= 33 &&
+                          (arg->flags & FUSE_HANDLE_KILLPRIV_V2) != 0;
+  ctx->init_unique.store(in->unique, std::memory_order_release);
+}
+
+// Every reply goes out here (fuse_session_custom_io): the INIT reply gets
+// the flags libfuse 3.14 cannot ask for, then the rings take their replies.
+ssize_t FrontendWritev(int fd, struct iovec* iov, int count, void* userdata) {
+  auto* ctx = static_cast<FuseMount::Ctx*>(userdata);
+  char init[256];
+  iovec patched[2];
+  const uint64_t init_unique = ctx->init_unique.load(std::memory_order_acquire);
+  if (init_unique != 0 && count == 2 && iov[0].iov_len == sizeof(fuse_out_header) &&
+      static_cast<const fuse_out_header*>(iov[0].iov_base)->unique == init_unique) {
+    ctx->init_unique.store(0, std::memory_order_release);
+    const auto* oh = static_cast<const fuse_out_header*>(iov[0].iov_base);
+    const size_t len = iov[1].iov_len;
+    if (oh->error == 0 && ctx->killpriv_offered &&
+        len >= offsetof(fuse_init_out, flags) + sizeof(uint32_t) && len <= sizeof init) {
+      std::memcpy(init, iov[1].iov_base, len);
+      uint32_t flags;
+      std::memcpy(&flags, init + offsetof(fuse_init_out, flags), sizeof flags);
+      flags |= FUSE_HANDLE_KILLPRIV_V2;
+      std::memcpy(init + offsetof(fuse_init_out, flags), &flags, sizeof flags);
+      patched[0] = iov[0];
+      patched[1] = {init, len};
+      iov = patched;
+      ctx->killpriv = true;
+    }
+  }
+  if (ctx->uring != nullptr) return ctx->uring->Writev(fd, iov, count);
+  return ::writev(fd, iov, count);
 }
 
 ssize_t DeviceRead(int fd, void* buf, size_t len, void*) { return ::read(fd, buf, len); }
@@ -692,18 +780,16 @@ Result<std::unique_ptr<FuseMount>> FuseMount::Mount(const FuseOptions& options, 
   State* state = m->state_.get();
   const unsigned max_threads = std::max(1u, options.max_threads);
   std::string uring_note = "off";
+  static const fuse_custom_io kIo = {.writev = FrontendWritev, .read = DeviceRead};
+  const bool custom_io = fuse_session_custom_io(se, &kIo, fuse_session_fd(se)) == 0;
+  if (!custom_io) Log()->warn("libfuse refused a custom writev: every write asks for security.capability");
   if (options.io_uring) {
     // max_threads spread over the CPUs' queues, at least two per queue so
     // that one blocked request does not hold up a CPU's others.
     const unsigned cpus = static_cast<unsigned>(std::max(1, ::get_nprocs_conf()));
     const unsigned per_queue = std::max(2u, (max_threads + cpus - 1) / cpus);
-    std::string why_not;
-    state->uring = UringChannel::Create(se, per_queue, &why_not);
-    static const fuse_custom_io kIo = {.writev = RingWritev, .read = DeviceRead};
-    if (state->uring && fuse_session_custom_io(se, &kIo, fuse_session_fd(se)) != 0) {
-      state->uring.reset();
-      why_not = "libfuse refused a custom writev";
-    }
+    std::string why_not = "libfuse refused a custom writev";
+    if (custom_io) state->uring = UringChannel::Create(se, per_queue, &why_not);
     if (state->uring) {
       m->ctx_->uring = state->uring.get();
       uring_note = "if the kernel offers it, " + std::to_string(per_queue) + " threads per CPU";
@@ -712,13 +798,12 @@ Result<std::unique_ptr<FuseMount>> FuseMount::Mount(const FuseOptions& options, 
     }
   }
   WorkerLoopOptions lo{.threads = max_threads, .spin = std::chrono::microseconds(options.spin_us)};
-  if (state->uring) {
+  lo.on_init = [state, ctx = m->ctx_.get()](const void* buf, size_t size) {
+    OnInitRequest(ctx, buf, size);
     // Once requests come over the rings, /dev/fuse carries only forgets,
     // interrupts and INIT: nothing there is worth spinning for.
-    lo.on_init = [state](const void* buf, size_t size) {
-      if (state->uring->OnInitRequest(buf, size)) state->loop->SetSpin({});
-    };
-  }
+    if (state->uring && state->uring->OnInitRequest(buf, size)) state->loop->SetSpin({});
+  };
   state->loop = std::make_unique<WorkerLoop>(se, lo);
   m->loop_ = std::thread([state] {
     const int rc = state->loop->Run();

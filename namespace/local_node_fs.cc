@@ -659,7 +659,12 @@ Status LocalNodeFs::RemoveXattr(const Cred& c, const std::string& path, const st
   if (auto st = XattrTarget(c, path, "removexattr", &raw); !st) return Err(st.error());
   UniqueFd fd(raw);
   if (fd.get() < 0) return SysErr("removexattr", path, EPERM);
-  if (c.uid != 0 && (Trusted(name) || Security(name))) return SysErr("removexattr", path, EPERM);
+  // Except file capabilities: the caller's kernel removes them before the
+  // first write to a file that has them, for any writer (it checked
+  // CAP_SETFCAP itself for a removexattr(2) of them).
+  if (c.uid != 0 && (Trusted(name) || (Security(name) && name != "security.capability"))) {
+    return SysErr("removexattr", path, EPERM);
+  }
   FEDFS_AS(c);
   if (fremovexattr(fd.get(), name.c_str()) != 0) return SysErr("removexattr", path);
   TellFd(fd.get());

@@ -29,6 +29,17 @@ using Clock = std::chrono::steady_clock;
   std::exit(1);
 }
 
+// Where phase names go (--marker); -1: nowhere.
+int marker_fd = -1;
+
+void Mark(const char* phase) {
+  if (marker_fd < 0) return;
+  const std::string line = std::string("fedfs-meta-bench ") + phase + "\n";
+  if (::write(marker_fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+    Die("write to the marker file");
+  }
+}
+
 double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
 }
@@ -45,7 +56,13 @@ int main(int argc, char** argv) {
   app.add_option("--readdir-passes", passes, "readdir passes")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  std::string marker;
+  app.add_option("--marker", marker, "file to write each phase's name to as it starts");
   CLI11_PARSE(app, argc, argv);
+  if (!marker.empty()) {
+    marker_fd = ::open(marker.c_str(), O_WRONLY | O_CLOEXEC);
+    if (marker_fd < 0) Die("open " + marker);
+  }
   const std::string base = dir + "/meta-bench-" + std::to_string(::getpid());
   if (::mkdir(base.c_str(), 0755) != 0) Die("mkdir " + base);
   std::vector<std::string> a(files), b(files);
@@ -54,6 +71,7 @@ int main(int argc, char** argv) {
     b[i] = base + "/renamed-" + std::to_string(i);
   }
 
+  Mark("create");
   auto t = Clock::now();
   for (long i = 0; i < files; ++i) {
     const int fd = ::open(a[i].c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
@@ -62,6 +80,7 @@ int main(int argc, char** argv) {
   }
   std::printf("create_ops_s %.0f\n", files / Seconds(t));
 
+  Mark("stat");
   t = Clock::now();
   struct stat st;
   for (long i = 0; i < files; ++i) {
@@ -69,6 +88,7 @@ int main(int argc, char** argv) {
   }
   std::printf("stat_ops_s %.0f\n", files / Seconds(t));
 
+  Mark("readdir");
   t = Clock::now();
   long entries = 0;
   for (long p = 0; p < passes; ++p) {
@@ -85,17 +105,20 @@ int main(int argc, char** argv) {
   }
   std::printf("readdir_entries_s %.0f\n", entries / Seconds(t));
 
+  Mark("rename");
   t = Clock::now();
   for (long i = 0; i < files; ++i) {
     if (::rename(a[i].c_str(), b[i].c_str()) != 0) Die("rename " + a[i]);
   }
   std::printf("rename_ops_s %.0f\n", files / Seconds(t));
 
+  Mark("unlink");
   t = Clock::now();
   for (long i = 0; i < files; ++i) {
     if (::unlink(b[i].c_str()) != 0) Die("unlink " + b[i]);
   }
   std::printf("unlink_ops_s %.0f\n", files / Seconds(t));
+  Mark("end");
   if (::rmdir(base.c_str()) != 0) Die("rmdir " + base);
   return 0;
 }

@@ -8,8 +8,10 @@
 #include <dirent.h>
 #include <sched.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -381,6 +383,111 @@ TEST_F(Mount, FilesOfAKilledNodeFailClearlyWhileTheRestLists) {
   // managed may time out there: wait for n2 too.)
   EXPECT_TRUE(WaitFor([&] { return ReadFileText(M("n2", "/d/one.txt")) == "1\n"; }, 20s))
       << c_.Log("n2");
+}
+
+// The FUSE requests one mount's kernel sends, recorded by the kernel's
+// fuse_request_send tracepoint in a tracing instance of this test's own
+// (removed again by the destructor, whatever happens).
+class RequestTrace {
+ public:
+  explicit RequestTrace(const std::string& mountpoint) {
+    struct stat st {};
+    if (::stat(mountpoint.c_str(), &st) != 0) return;
+    conn_ = (static_cast<uint64_t>(major(st.st_dev)) << 20) | minor(st.st_dev);
+    dir_ = "/sys/kernel/tracing/instances/fedfs-mount-test-" + std::to_string(::getpid());
+    if (::mkdir(dir_.c_str(), 0700) != 0) {
+      dir_.clear();
+      return;
+    }
+    std::ofstream(dir_ + "/events/fuse/fuse_request_send/enable") << "1";
+  }
+  ~RequestTrace() {
+    if (dir_.empty()) return;
+    std::ofstream(dir_ + "/events/fuse/fuse_request_send/enable") << "0";
+    ::rmdir(dir_.c_str());
+  }
+  bool ok() const { return !dir_.empty(); }
+  // Requests of type `op` (e.g. "FUSE_GETXATTR") recorded so far.
+  int Count(const std::string& op) const {
+    std::ifstream in(dir_ + "/trace");
+    const std::string conn = "connection " + std::to_string(conn_) + " ";
+    int n = 0;
+    for (std::string line; std::getline(in, line);) {
+      if (line.find(conn) != std::string::npos && line.find("(" + op + ")") != std::string::npos) ++n;
+    }
+    return n;
+  }
+
+ private:
+  uint64_t conn_ = 0;
+  std::string dir_;
+};
+
+// Writes `n` bytes, one per pwrite, to `path` as root, or as nobody in a
+// child process; returns "" or what failed.
+std::string WriteBytes(const std::string& path, int n, bool as_nobody) {
+  auto write_all = [&]() -> std::string {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return "open: " + std::string(std::strerror(errno));
+    for (int i = 0; i < n; ++i) {
+      if (::pwrite(fd, "w", 1, i) != 1) {
+        const std::string e = "write: " + std::string(std::strerror(errno));
+        ::close(fd);
+        return e;
+      }
+    }
+    return ::close(fd) == 0 ? "" : "close: " + std::string(std::strerror(errno));
+  };
+  if (!as_nobody) return write_all();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(65534, 65534, 65534) != 0 ||
+        ::setresuid(65534, 65534, 65534) != 0) {
+      ::_exit(2);
+    }
+    const std::string e = write_all();
+    if (!e.empty()) std::fprintf(stderr, "as nobody: %s\n", e.c_str());
+    ::_exit(e.empty() ? 0 : 1);
+  }
+  int status = 0;
+  if (pid < 0 || ::waitpid(pid, &status, 0) != pid) return "fork/wait failed";
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? "" : "as nobody: status " + std::to_string(status);
+}
+
+// File capabilities (security.capability) go when a file is written, as on
+// a local file system, whoever writes, for files on this node and on another
+// alike. FedFS asks for FUSE_HANDLE_KILLPRIV_V2, so the kernel asks whether
+// a file has them only before its first write, not before each one (a
+// GETXATTR per write before).
+TEST_F(Mount, WritesClearCapabilitiesWithoutAskingForThemEachTime) {
+  StartNodes(2);
+  const std::vector<std::pair<std::string, std::string>> files = {
+      {"n1", "/kp/local"}, {"n2", "/kp/remote"}, {"n1", "/kp/local-nobody"}, {"n2", "/kp/remote-nobody"}};
+  // struct vfs_cap_data, revision 2: CAP_NET_RAW permitted.
+  const uint32_t caps[5] = {0x02000000, 1u << 13, 0, 0, 0};
+  for (const auto& [id, name] : files) {
+    Put(E(id, name), "data\n");
+    ASSERT_EQ(::chmod(E(id, name).c_str(), 0666), 0);
+    ASSERT_EQ(::setxattr(E(id, name).c_str(), "security.capability", caps, sizeof caps, 0), 0)
+        << name << ": " << std::strerror(errno);
+  }
+  ASSERT_NO_FATAL_FAILURE(Launch());
+  // nobody must reach the mount: the test's directory and the roots.
+  ASSERT_EQ(::chmod(fs::path(M("n1")).parent_path().c_str(), 0755), 0);
+  for (const char* id : {"n1", "n2"}) ASSERT_EQ(::chmod(E(id, "").c_str(), 0755), 0);
+  RequestTrace trace(M("n1"));
+  ASSERT_TRUE(trace.ok()) << "no tracefs instance for the fuse events";
+  for (const auto& [id, name] : files) {
+    EXPECT_EQ(WriteBytes(M("n1", name), 20, name.ends_with("nobody")), "") << name << "\n" << c_.Log("n1");
+  }
+  for (const auto& [id, name] : files) {
+    EXPECT_EQ(::getxattr(E(id, name).c_str(), "security.capability", nullptr, 0), -1) << name;
+    EXPECT_EQ(errno, ENODATA) << name;
+  }
+  EXPECT_GE(trace.Count("FUSE_WRITE"), 80);
+  // At most two per file: the first write finds them and has them removed,
+  // the next finds none; from then on the kernel knows (S_NOSEC).
+  EXPECT_LE(trace.Count("FUSE_GETXATTR"), 2 * static_cast<int>(files.size()));
 }
 
 }  // namespace

@@ -101,9 +101,11 @@ class PassthroughLlTarget : public MountTarget {
   bool Has(Quirk q) const override {
     // passthrough_ll creates as root (no setfsuid), opens the backing file
     // with the caller's flags (O_DIRECT included), and answers EOPNOTSUPP
-    // to any fallocate mode but 0 and EINVAL to any renameat2 flag.
+    // to any fallocate mode but 0 and EINVAL to any renameat2 flag; it
+    // writes as root.
     return q == Quirk::kCreatesAsServerUser || q == Quirk::kODirectPassthrough ||
-           q == Quirk::kFallocateModeZeroOnly || q == Quirk::kNoRenameFlags;
+           q == Quirk::kFallocateModeZeroOnly || q == Quirk::kNoRenameFlags ||
+           q == Quirk::kWritesAsServerUser;
   }
 
  private:

@@ -41,6 +41,10 @@ enum class Quirk {
   kFallocateModeZeroOnly,
   // renameat2 flags (RENAME_NOREPLACE, ...) are refused with EINVAL.
   kNoRenameFlags,
+  // The server writes as its own user (root, with CAP_FSETID) and leaves
+  // clearing set-ID bits to itself (libfuse's default FUSE_HANDLE_KILLPRIV):
+  // another user's write keeps a set-group-ID bit without group execute.
+  kWritesAsServerUser,
 };
 
 // Result of running a program to completion.

@@ -76,7 +76,7 @@ class PosixParity : public ::testing::TestWithParam<std::string> {
       GTEST_SKIP() << "target " << GetParam() << " unavailable: " << why;
     }
     for (Quirk q : {Quirk::kCreatesAsServerUser, Quirk::kODirectPassthrough, Quirk::kFallocateModeZeroOnly,
-                    Quirk::kNoRenameFlags}) {
+                    Quirk::kNoRenameFlags, Quirk::kWritesAsServerUser}) {
       if (target_->Has(q)) quirks_.insert(q);
     }
   }
@@ -649,6 +649,9 @@ TEST_P(PosixParity, PermissionsAsNobody) {
     Put(t, "suid", "x", 0755);
     ::fchmodat(t.dir(), "suid", 06777, 0);
     t.Stat("suid");
+    Put(t, "sgid-nox", "x", 0644);
+    ::fchmodat(t.dir(), "sgid-nox", 06646, 0);
+    t.Stat("sgid-nox");
     t.InChild(
         [](Trace& c) {
           c.Call("stat priv/secret", [&] { struct stat st; return ::fstatat(c.dir(), "priv/secret", &st, 0); });
@@ -684,6 +687,13 @@ TEST_P(PosixParity, PermissionsAsNobody) {
           const int s = ::openat(c.dir(), "suid", O_WRONLY | O_CLOEXEC);
           c.Call("write suid file", [&] { return WriteStr(s, "y"); }, {"suid"});
           if (s >= 0) ::close(s);
+          // ... and set-group-ID too, group execute or not, when the writer
+          // is not in the file's group.
+          if (!c.Has(Quirk::kWritesAsServerUser)) {
+            const int g = ::openat(c.dir(), "sgid-nox", O_WRONLY | O_CLOEXEC);
+            c.Call("write suid+sgid file without group execute", [&] { return WriteStr(g, "y"); }, {"sgid-nox"});
+            if (g >= 0) ::close(g);
+          }
         },
         kNobody, kNobody);
     if (t.Has(Quirk::kCreatesAsServerUser)) return;  // owners below would be the server's
