@@ -652,6 +652,12 @@ TEST_P(PosixParity, PermissionsAsNobody) {
     Put(t, "sgid-nox", "x", 0644);
     ::fchmodat(t.dir(), "sgid-nox", 06646, 0);
     t.Stat("sgid-nox");
+    // A writer with CAP_FSETID (root) keeps the set-ID bits.
+    {
+      const int r = ::openat(t.dir(), "suid", O_WRONLY | O_CLOEXEC);
+      t.Call("write suid file as root", [&] { return WriteStr(r, "z"); }, {"suid"});
+      if (r >= 0) ::close(r);
+    }
     t.InChild(
         [](Trace& c) {
           c.Call("stat priv/secret", [&] { struct stat st; return ::fstatat(c.dir(), "priv/secret", &st, 0); });
