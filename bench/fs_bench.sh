@@ -300,7 +300,7 @@ print_table() {
       [ -n "${v// /}" ] && printf "  %-20s %-12s%s\n" "$r" "$t" "$v"
     done
   done
-  if [ ${#Q[@]} -gt 0 ]; then
+  if [ -n "${Q[*]:-}" ]; then  # (${#Q[@]} fails under set -u while Q is empty)
     echo "FUSE requests per operation (readdir: per 1000 entries), one untimed round (COUNT_FILES=$COUNT_FILES):"
     printf "%-20s" "row"
     for t in $TARGETS; do [ "$t" = native ] || printf " %12s" "$t"; done
