@@ -1,6 +1,6 @@
 #include "common/executor.h"
 
-#include <pthread.h>
+#include "common/thread_name.h"
 
 namespace fedfs {
 
@@ -8,7 +8,7 @@ ThreadPool::ThreadPool(size_t threads, std::string name) : name_(std::move(name)
   if (threads == 0) threads = 1;
   for (size_t i = 0; i < threads; ++i) {
     threads_.emplace_back([this] { Run(); });
-    pthread_setname_np(threads_.back().native_handle(), name_.substr(0, 15).c_str());
+    NameThread(threads_.back(), name_);
   }
 }
 

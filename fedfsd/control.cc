@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/logging.h"
+#include "common/thread_name.h"
 
 namespace fedfs::daemon {
 namespace {
@@ -147,6 +148,7 @@ Status ControlServer::Start() {
   listen_fd_ = fd;
   stop_fd_ = efd;
   thread_ = std::thread([this] { Run(); });
+  NameThread(thread_, "control");
   Logger("control")->info("control socket at {}", path);
   return Ok();
 }

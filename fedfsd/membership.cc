@@ -14,6 +14,7 @@
 
 #include "common/logging.h"
 #include "common/rpc_methods.h"
+#include "common/thread_name.h"
 #include "fedfsd/config.h"
 #include "membership_generated.h"
 
@@ -171,6 +172,7 @@ class Membership::Core : public std::enable_shared_from_this<Membership::Core> {
     if (started_ || stopped_) return;
     started_ = true;
     thread_ = std::thread([self = shared_from_this()] { self->Run(); });
+    NameThread(thread_, "membership");
   }
 
   void Stop() {

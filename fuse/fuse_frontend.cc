@@ -24,8 +24,9 @@
 
 #include <spdlog/spdlog.h>
 
-#include "fuse/fuse_internal.h"
+#include "common/thread_name.h"
 #include "fuse/caller_groups.h"
+#include "fuse/fuse_internal.h"
 #include "fuse/uring_channel.h"
 #include "fuse/worker_loop.h"
 
@@ -810,6 +811,7 @@ Result<std::unique_ptr<FuseMount>> FuseMount::Mount(const FuseOptions& options, 
     if (rc != 0) Log()->info("FUSE loop ended ({})", std::strerror(-rc));
     state->loop_done = true;
   });
+  NameThread(m->loop_, "fuse-dev");
   Log()->info("mounted at {} (max {} threads, spin {} us, io_uring {}{}{})", options.mountpoint,
               max_threads, options.spin_us, uring_note, options.allow_other ? ", allow_other" : "",
               options.default_permissions ? ", default_permissions" : "");

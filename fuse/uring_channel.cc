@@ -29,6 +29,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/thread_name.h"
 #include "fuse/fuse_internal.h"
 
 namespace fedfs::fuse {
@@ -284,6 +285,7 @@ class UringChannel::Impl {
     if (handover_) {
       try {
         watcher_ = std::thread([this] { Watch(); });
+        NameThread(watcher_, "fuse-uwatch");
       } catch (const std::system_error&) {
         handover_ = false;
       }
@@ -292,6 +294,7 @@ class UringChannel::Impl {
       Entry* p = e.get();
       try {
         p->thread = std::thread([this, p] { Run(*p); });
+        NameThread(p->thread, "fuse-q" + std::to_string(p->qid));
       } catch (const std::system_error& ex) {
         Log()->error("FUSE over io_uring: cannot start a queue thread: {}; using /dev/fuse",
                      ex.what());

@@ -20,6 +20,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/thread_name.h"
 #include "fuse/fuse_internal.h"
 
 namespace fedfs::fuse {
@@ -92,6 +93,7 @@ class WorkerLoop::Impl {
     started_.fetch_add(1);
     try {
       threads_.emplace_back([this] { Work(/*first=*/false); });
+      NameThread(threads_.back(), "fuse-dev");
     } catch (const std::system_error& e) {  // no thread now: the others go on
       started_.fetch_sub(1);
       Log()->warn("FUSE loop: cannot start another worker: {}", e.what());

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cassert>
 
+#include "common/thread_name.h"
+
 namespace fedfs::m2m {
 
 namespace {
@@ -16,6 +18,7 @@ SimScheduler::SimScheduler(SchedulerMode mode)
     : mode_(mode), start_(std::chrono::steady_clock::now()) {
   if (mode_ == SchedulerMode::kRealTime) {
     dispatcher_ = std::thread([this] { DispatcherLoop(); });
+    NameThread(dispatcher_, "sim-dispatch");
     dispatcher_id_ = dispatcher_.get_id();
   }
 }

@@ -33,6 +33,7 @@
 #include <variant>
 
 #include "common/logging.h"
+#include "common/thread_name.h"
 #include "m2m/auth.h"
 #include "m2m/frame.h"
 #include "m2m/ucx_util.h"
@@ -450,6 +451,7 @@ Status Core::Start() {
     started.set_value();
     Run();
   });
+  NameThread(thread_, "m2m-progress");
   f.wait();
   return Ok();
 }

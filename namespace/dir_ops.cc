@@ -13,9 +13,10 @@
 #include <flatbuffers/flatbuffers.h>
 
 #include "common/logging.h"
-#include "dir_ops_generated.h"
+#include "common/thread_name.h"
 #include "namespace/kv_keys.h"
 #include "namespace/path.h"
+#include "dir_ops_generated.h"
 
 namespace fedfs::ns {
 
@@ -486,6 +487,7 @@ void DirOps::KeepPending(uint64_t id, const std::vector<std::string>& paths) {
   }
   if (!retry_thread_.joinable() && !stopping_) {
     retry_thread_ = std::thread([this] { RetryLoop(); });
+    NameThread(retry_thread_, "dirops-retry");
   }
   cv_.notify_all();
 }
@@ -775,6 +777,7 @@ Status DirOps::Recover() {
     std::lock_guard lock(mu_);
     if (!retry_thread_.joinable() && !stopping_) {
       retry_thread_ = std::thread([this] { RetryLoop(); });
+    NameThread(retry_thread_, "dirops-retry");
     }
   }
   return Ok();

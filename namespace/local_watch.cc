@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "common/logging.h"
+#include "common/thread_name.h"
 #include "namespace/path.h"
 
 namespace fedfs::ns {
@@ -73,6 +74,7 @@ Result<std::unique_ptr<LocalWatch>> LocalWatch::Start(std::string export_root,
   std::unique_ptr<LocalWatch> w(new LocalWatch(std::move(export_root), opts, std::move(on_change),
                                                std::move(on_lost), root_fd, ino_fd, ev_fd));
   w->thread_ = std::thread([p = w.get()] { p->Run(); });
+  NameThread(w->thread_, "autonomy-watch");
   return w;
 }
 
