@@ -659,13 +659,18 @@ Status LocalNodeFs::RemoveXattr(const Cred& c, const std::string& path, const st
   if (auto st = XattrTarget(c, path, "removexattr", &raw); !st) return Err(st.error());
   UniqueFd fd(raw);
   if (fd.get() < 0) return SysErr("removexattr", path, EPERM);
-  // Except file capabilities: the caller's kernel removes them before the
-  // first write to a file that has them, for any writer (it checked
-  // CAP_SETFCAP itself for a removexattr(2) of them).
-  if (c.uid != 0 && (Trusted(name) || (Security(name) && name != "security.capability"))) {
+  // Except file capabilities, for a caller who may write the file: the
+  // caller's kernel removes them before the first write to a file that has
+  // them, whoever writes (a removexattr(2) of them it refuses itself without
+  // CAP_SETFCAP).
+  const bool caps = name == "security.capability";
+  if (c.uid != 0 && (Trusted(name) || (Security(name) && !caps))) {
     return SysErr("removexattr", path, EPERM);
   }
   FEDFS_AS(c);
+  if (caps && c.uid != 0 && faccessat(fd.get(), "", W_OK, AT_EACCESS | AT_EMPTY_PATH) != 0) {
+    return SysErr("removexattr", path, EPERM);
+  }
   if (fremovexattr(fd.get(), name.c_str()) != 0) return SysErr("removexattr", path);
   TellFd(fd.get());
   return Ok();

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <barrier>
@@ -249,6 +250,38 @@ TEST(LocalNodeFs, GetXattrThroughAHandleAnswersAsByPath) {
   EXPECT_EQ(*got, v);
   EXPECT_TRUE((*fs)->Release(f->handle));
   EXPECT_EQ((*fs)->GetXattrOf(root, f->handle, "user.k", 64, nullptr).error().code, EBADF);
+  fs->reset();
+  RemoveTree(dir);
+}
+
+// File capabilities go before a first write whoever writes (the kernel asks
+// for it as the writer), so a caller who may write the file may remove them;
+// one who may not, may not; no non-root caller may set them.
+TEST(LocalNodeFs, FileCapabilitiesRemovableByWhoMayWriteTheFile) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (security.capability)";
+  std::string dir = MakeTempDir("fedfs-local-");
+  ASSERT_EQ(::chmod(dir.c_str(), 0755), 0);
+  auto fs = LocalNodeFs::Open("n0", dir);
+  ASSERT_TRUE(fs);
+  Cred root;
+  const Cred nobody{.uid = 65534, .gid = 65534};
+  // struct vfs_cap_data, revision 2: CAP_NET_RAW permitted.
+  const uint32_t caps[5] = {0x02000000, 1u << 13, 0, 0, 0};
+  const auto blob = std::as_bytes(std::span(caps));
+  for (const char* f : {"/writable", "/readonly"}) {
+    auto h = (*fs)->Create(root, f, O_WRONLY, 0644);
+    ASSERT_TRUE(h);
+    ASSERT_TRUE((*fs)->Release(h->handle));
+    ASSERT_TRUE((*fs)->SetXattr(root, f, "security.capability", blob, 0)) << f;
+  }
+  ASSERT_EQ(::chmod((dir + "/writable").c_str(), 0666), 0);
+  EXPECT_EQ((*fs)->SetXattr(nobody, "/writable", "security.capability", blob, 0).error().code, EPERM);
+  EXPECT_EQ((*fs)->RemoveXattr(nobody, "/readonly", "security.capability").error().code, EPERM);
+  EXPECT_EQ((*fs)->RemoveXattr(nobody, "/readonly", "security.selinux").error().code, EPERM);
+  EXPECT_TRUE((*fs)->RemoveXattr(nobody, "/writable", "security.capability"));
+  EXPECT_EQ(::getxattr((dir + "/writable").c_str(), "security.capability", nullptr, 0), -1);
+  EXPECT_GT(::getxattr((dir + "/readonly").c_str(), "security.capability", nullptr, 0), 0);
+  EXPECT_TRUE((*fs)->RemoveXattr(root, "/readonly", "security.capability"));
   fs->reset();
   RemoveTree(dir);
 }
