@@ -55,10 +55,12 @@ struct FuseMount::Ctx {
   // Set before the loop starts when the kernel may take requests over
   // io_uring; replies go through it (fuse_session_custom_io).
   UringChannel* uring = nullptr;
-  // The INIT handshake. libfuse 3.14 cannot ask for FUSE_HANDLE_KILLPRIV_V2;
-  // its INIT reply gets the flag in FrontendWritev when the kernel offers it.
+  // The INIT handshake, which libfuse 3.14 cannot ask for everything in:
+  // FrontendWritev adds FUSE_HANDLE_KILLPRIV_V2 to its reply, and hands it to
+  // the rings (UringChannel::InitReply), when the kernel offered them.
   std::atomic<uint64_t> init_unique{0};       // the INIT request, until its reply
   std::atomic<bool> killpriv_offered{false};
+  std::atomic<bool> uring_offered{false};
   std::atomic<bool> killpriv{false};          // asked for: see WriteKillsSetId
 };
 
@@ -677,39 +679,39 @@ void KernelNotifier::InvalidateAttrs(uint64_t ino) {
 }
 
 // The INIT request (before libfuse handles it): what the kernel offers.
-void OnInitRequest(FuseMount::Ctx* ctx, const void* buf, size_t size) {
-  if (size < sizeof(fuse_in_header) + offsetof(fuse_init_in, flags) + sizeof(uint32_t)) return;
+// True if that includes the rings.
+bool OnInitRequest(FuseMount::Ctx* ctx, const void* buf, size_t size) {
+  if (size < sizeof(fuse_in_header) + offsetof(fuse_init_in, flags) + sizeof(uint32_t)) return false;
   const auto* in = static_cast<const fuse_in_header*>(buf);
   const auto* arg = reinterpret_cast<const fuse_init_in*>(in + 1);
   ctx->killpriv_offered = arg->major == 7 && arg->minor >= 33 &&
                           (arg->flags & FUSE_HANDLE_KILLPRIV_V2) != 0;
+  ctx->uring_offered = ctx->uring != nullptr && ctx->uring->OnInitRequest(buf, size);
   ctx->init_unique.store(in->unique, std::memory_order_release);
+  return ctx->uring_offered;
 }
 
-// Every reply goes out here (fuse_session_custom_io): the INIT reply gets
-// the flags libfuse 3.14 cannot ask for, then the rings take their replies.
+// Every reply goes out here (fuse_session_custom_io): the INIT reply with
+// what libfuse 3.14 cannot ask for, then the rings take their replies.
 ssize_t FrontendWritev(int fd, struct iovec* iov, int count, void* userdata) {
   auto* ctx = static_cast<FuseMount::Ctx*>(userdata);
-  char init[256];
-  iovec patched[2];
   const uint64_t init_unique = ctx->init_unique.load(std::memory_order_acquire);
   if (init_unique != 0 && count == 2 && iov[0].iov_len == sizeof(fuse_out_header) &&
       static_cast<const fuse_out_header*>(iov[0].iov_base)->unique == init_unique) {
     ctx->init_unique.store(0, std::memory_order_release);
-    const auto* oh = static_cast<const fuse_out_header*>(iov[0].iov_base);
-    const size_t len = iov[1].iov_len;
-    if (oh->error == 0 && ctx->killpriv_offered &&
-        len >= offsetof(fuse_init_out, flags) + sizeof(uint32_t) && len <= sizeof init) {
-      std::memcpy(init, iov[1].iov_base, len);
-      uint32_t flags;
-      std::memcpy(&flags, init + offsetof(fuse_init_out, flags), sizeof flags);
-      flags |= FUSE_HANDLE_KILLPRIV_V2;
-      std::memcpy(init + offsetof(fuse_init_out, flags), &flags, sizeof flags);
+    fuse_init_out arg;
+    iovec patched[2];
+    if (static_cast<const fuse_out_header*>(iov[0].iov_base)->error == 0 &&
+        ctx->killpriv_offered && iov[1].iov_len == sizeof arg) {
+      std::memcpy(&arg, iov[1].iov_base, sizeof arg);
+      arg.flags |= FUSE_HANDLE_KILLPRIV_V2;
       patched[0] = iov[0];
-      patched[1] = {init, len};
+      patched[1] = {&arg, sizeof arg};
       iov = patched;
       ctx->killpriv = true;
     }
+    if (ctx->uring_offered) return ctx->uring->InitReply(fd, iov, count);
+    return ::writev(fd, iov, count);
   }
   if (ctx->uring != nullptr) return ctx->uring->Writev(fd, iov, count);
   return ::writev(fd, iov, count);
@@ -800,10 +802,9 @@ Result<std::unique_ptr<FuseMount>> FuseMount::Mount(const FuseOptions& options, 
   }
   WorkerLoopOptions lo{.threads = max_threads, .spin = std::chrono::microseconds(options.spin_us)};
   lo.on_init = [state, ctx = m->ctx_.get()](const void* buf, size_t size) {
-    OnInitRequest(ctx, buf, size);
     // Once requests come over the rings, /dev/fuse carries only forgets,
     // interrupts and INIT: nothing there is worth spinning for.
-    if (state->uring && state->uring->OnInitRequest(buf, size)) state->loop->SetSpin({});
+    if (OnInitRequest(ctx, buf, size)) state->loop->SetSpin({});
   };
   state->loop = std::make_unique<WorkerLoop>(se, lo);
   m->loop_ = std::thread([state] {

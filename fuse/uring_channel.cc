@@ -1,16 +1,17 @@
 #define FUSE_USE_VERSION 312
 #include "fuse/uring_channel.h"
 
+#include <cap-ng.h>
+#include <fcntl.h>
 #include <fuse_lowlevel.h>
 #include <liburing.h>
+#include <linux/capability.h>
 #include <linux/fuse.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
-#include <fcntl.h>
-#include <linux/capability.h>
 #include <sys/syscall.h>
 #include <sys/sysinfo.h>
 #include <sys/uio.h>
@@ -79,10 +80,8 @@ constexpr uint64_t kTagStop = 2;
 // CAP_SYS_NICE in this thread's effective set: needed to go back from
 // SCHED_IDLE to SCHED_OTHER, also for another thread.
 bool HasSysNice() {
-  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
-  __user_cap_data_struct data[2]{};
-  if (::syscall(SYS_capget, &hdr, data) != 0) return false;
-  return (data[CAP_TO_INDEX(CAP_SYS_NICE)].effective & CAP_TO_MASK(CAP_SYS_NICE)) != 0;
+  return capng_get_caps_process() == 0 &&
+         capng_have_capability(CAPNG_EFFECTIVE, CAP_SYS_NICE) == 1;
 }
 
 bool SetPolicy(pid_t tid, int policy) {
@@ -183,7 +182,6 @@ class UringChannel::Impl {
     const auto* arg = reinterpret_cast<const fuse_init_in*>(in + 1);
     const bool offered = (arg->flags & kInitExt) != 0 &&
                          (arg->flags2 & static_cast<uint32_t>(kOverIoUring >> 32)) != 0;
-    init_unique_.store(offered ? in->unique : 0, std::memory_order_release);
     if (!offered) {
       Log()->info("FUSE over io_uring: not offered by the kernel at INIT; using /dev/fuse");
     }
@@ -195,8 +193,6 @@ class UringChannel::Impl {
     if (count < 1 || iov[0].iov_len != sizeof(fuse_out_header)) return ::writev(fd, iov, count);
     const auto* oh = static_cast<const fuse_out_header*>(iov[0].iov_base);
     if (e != nullptr && oh->unique == e->commit_id && !e->replied) return ToEntry(*e, *oh, iov, count);
-    const uint64_t init = init_unique_.load(std::memory_order_acquire);
-    if (init != 0 && oh->unique == init) return InitReply(fd, iov, count);
     return ::writev(fd, iov, count);
   }
 
@@ -229,6 +225,28 @@ class UringChannel::Impl {
     return n;
   }
 
+  ssize_t InitReply(int fd, const iovec* iov, int count) {
+    const auto* oh = static_cast<const fuse_out_header*>(iov[0].iov_base);
+    if (oh->error != 0 || count != 2 || iov[1].iov_len < sizeof(fuse_init_out)) {
+      return ::writev(fd, iov, count);
+    }
+    fuse_init_out arg;
+    std::memcpy(&arg, iov[1].iov_base, sizeof arg);
+    const size_t largest = std::max<size_t>({8192, arg.max_write,
+                                             static_cast<size_t>(arg.max_pages) * ::getpagesize()});
+    if (largest > PayloadSize()) {
+      Log()->warn("FUSE over io_uring: requests of {} bytes exceed the ring buffers; using "
+                  "/dev/fuse", largest);
+      return ::writev(fd, iov, count);
+    }
+    arg.flags |= kInitExt;
+    arg.flags2 |= static_cast<uint32_t>(kOverIoUring >> 32);
+    iovec patched[2] = {iov[0], {&arg, sizeof arg}};
+    const ssize_t rc = ::writev(fd, patched, 2);
+    if (rc >= 0) Start();
+    return rc;
+  }
+
  private:
   // A reply to the request `e` serves: into its header and payload.
   ssize_t ToEntry(Entry& e, const fuse_out_header& oh, const iovec* iov, int count) {
@@ -250,32 +268,6 @@ class UringChannel::Impl {
     e.hdr->ring_ent_in_out.payload_sz = static_cast<uint32_t>(off);
     e.replied = true;
     return static_cast<ssize_t>(out.len);
-  }
-
-  // libfuse 3.14 cannot ask for FUSE_OVER_IO_URING: the INIT reply gets it
-  // here, when the rings' payload buffers hold the largest request the
-  // reply allows. Once the kernel took the reply, the rings start.
-  ssize_t InitReply(int fd, const iovec* iov, int count) {
-    init_unique_.store(0, std::memory_order_release);
-    const auto* oh = static_cast<const fuse_out_header*>(iov[0].iov_base);
-    if (oh->error != 0 || count != 2 || iov[1].iov_len < sizeof(fuse_init_out)) {
-      return ::writev(fd, iov, count);
-    }
-    fuse_init_out arg;
-    std::memcpy(&arg, iov[1].iov_base, sizeof arg);
-    const size_t largest = std::max<size_t>({8192, arg.max_write,
-                                             static_cast<size_t>(arg.max_pages) * ::getpagesize()});
-    if (largest > PayloadSize()) {
-      Log()->warn("FUSE over io_uring: requests of {} bytes exceed the ring buffers; using "
-                  "/dev/fuse", largest);
-      return ::writev(fd, iov, count);
-    }
-    arg.flags |= kInitExt;
-    arg.flags2 |= static_cast<uint32_t>(kOverIoUring >> 32);
-    iovec patched[2] = {iov[0], {&arg, sizeof arg}};
-    const ssize_t rc = ::writev(fd, patched, 2);
-    if (rc >= 0) Start();
-    return rc;
   }
 
   void Start() {
@@ -534,7 +526,6 @@ class UringChannel::Impl {
   const int fd_;
   const int stop_fd_;  // readable once Stop() was called
   unsigned queues_ = 0;
-  std::atomic<uint64_t> init_unique_{0};  // the INIT request, if it offered io_uring
   std::atomic<bool> started_{false};
   // SetIdle's hand-over: CAP_SYS_NICE (set before the threads start).
   bool handover_ = false;
@@ -582,6 +573,9 @@ bool UringChannel::OnInitRequest(const void* buf, size_t size) {
 }
 ssize_t UringChannel::Writev(int fd, const iovec* iov, int count) {
   return impl_->Writev(fd, iov, count);
+}
+ssize_t UringChannel::InitReply(int fd, const iovec* iov, int count) {
+  return impl_->InitReply(fd, iov, count);
 }
 bool UringChannel::Stop(std::chrono::steady_clock::time_point deadline) {
   return impl_->Stop(deadline);

@@ -58,10 +58,15 @@ class UringChannel {
   // True if the kernel offers FUSE over io_uring (the rings will be used).
   bool OnInitRequest(const void* buf, size_t size);
 
-  // The session's writev: a reply to a request this thread took from a ring
-  // goes into the ring's entry, the INIT reply gets FUSE_OVER_IO_URING (and
-  // the rings start once the kernel has it); anything else goes to `fd`.
-  // -1 with errno on failure, like writev(2).
+  // The reply to that INIT request, when it offered io_uring: libfuse 3.14
+  // cannot ask for FUSE_OVER_IO_URING, so it is added here if the rings'
+  // buffers hold the largest request the reply allows; once the kernel took
+  // the reply, the rings start. -1 with errno on failure, like writev(2).
+  ssize_t InitReply(int fd, const struct iovec* iov, int count);
+
+  // The session's writev for every other reply: a reply to a request this
+  // thread took from a ring goes into the ring's entry; anything else goes
+  // to `fd`. -1 with errno on failure, like writev(2).
   ssize_t Writev(int fd, const struct iovec* iov, int count);
 
   // Ends the threads, each after the request it serves. False if some were
