@@ -20,8 +20,10 @@ PACKAGES=(
   libxxhash-dev libsodium-dev nlohmann-json3-dev
   # dropping the daemon's unneeded capabilities (fedfsd/privileges.cc)
   libcap-ng-dev
-  # multi-host tests (network namespaces)
-  iproute2 procps
+  # multi-host tests (network namespaces); loop devices for bench/fs_bench.sh
+  iproute2 procps util-linux
+  # scripts: the test command's skip report (scripts/lib/skips.py), the demo, benchmarks
+  python3
   # third-party tools run on the mount by tests/integration/tools_test and bench/fs_bench.sh
   fio stress-ng sqlite3 git mergerfs
   # plots of fedfs-bench (bench/sim)

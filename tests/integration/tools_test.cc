@@ -6,10 +6,10 @@
 // Parameterized over the targets of tests/posix/targets.h: the native and
 // passthrough_ll targets check the tests themselves; the FedFS targets
 // (files local, files remote) are the point. "Another node" is view(1) /
-// view(2) of the target (the same directory on one-view targets). A test is
-// skipped only when a tool is missing or the target cannot be created, with
-// the reason; every test checks that the tool really did work (exit code and
-// its own verification output), never only that it ran.
+// view(2) of the target (the same directory on one-view targets). A missing
+// tool or a target that cannot be created fails the test, with the reason;
+// every test checks that the tool really did work (exit code and its own
+// verification output), never only that it ran.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -33,12 +33,9 @@ class ToolsOnMount : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     std::string why;
     target_ = GetTarget(GetParam(), &why);
-    if (target_ == nullptr) {
-      // Only the reference built at test time may be missing; a FedFS or
-      // native target that cannot start is a failure, never a skip.
-      if (GetParam() != "passthrough_ll") FAIL() << "target " << GetParam() << " failed: " << why;
-      GTEST_SKIP() << "target " << GetParam() << " unavailable: " << why;
-    }
+    // A target that cannot start (passthrough_ll not built included) is a
+    // failure, never a skip.
+    if (target_ == nullptr) FAIL() << "target " << GetParam() << " failed: " << why;
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
     case_ = std::string("tools-") + info->name();
     for (char& c : case_) {
@@ -55,7 +52,7 @@ class ToolsOnMount : public ::testing::TestWithParam<std::string> {
   }
 
   void NeedTool(const std::string& tool) {
-    if (!HaveProgram(tool)) GTEST_SKIP() << tool << " is not installed (scripts/install-deps.sh installs it)";
+    if (!HaveProgram(tool)) FAIL() << tool << " is not installed (scripts/install-deps.sh installs it)";
   }
   // The case directory through view i ("node" i).
   std::string Dir(size_t i) const { return target_->view(i) + "/" + case_; }
@@ -235,10 +232,8 @@ TEST_P(ToolsOnMount, GitInitAddCommitFsck) {
 
 INSTANTIATE_TEST_SUITE_P(Native, ToolsOnMount, ::testing::Values("native"));
 INSTANTIATE_TEST_SUITE_P(PassthroughLl, ToolsOnMount, ::testing::Values("passthrough_ll"));
-#ifdef FEDFS_HAVE_FEDFS_TARGET
 INSTANTIATE_TEST_SUITE_P(FedfsLocal, ToolsOnMount, ::testing::Values("fedfs-local"));
 INSTANTIATE_TEST_SUITE_P(FedfsRemote, ToolsOnMount, ::testing::Values("fedfs-remote"));
-#endif
 
 }  // namespace
 }  // namespace fedfs::testing

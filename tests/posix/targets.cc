@@ -6,9 +6,7 @@
 
 #include <gtest/gtest.h>
 
-#ifdef FEDFS_HAVE_FEDFS_TARGET
 #include "tests/posix/fedfs_target.h"
-#endif
 
 namespace fedfs::testing {
 namespace {
@@ -27,10 +25,8 @@ std::map<std::string, TargetSlot>& Slots() {
 std::unique_ptr<MountTarget> Create(const std::string& name, std::string* why) {
   if (name == "native" || name == "native-ref") return MakeNativeTarget();
   if (name == "passthrough_ll") return MakePassthroughLlTarget(why);
-#ifdef FEDFS_HAVE_FEDFS_TARGET
   if (name == "fedfs-local") return MakeFedfsTarget(FedfsPlacement::kLocal, why);
   if (name == "fedfs-remote") return MakeFedfsTarget(FedfsPlacement::kRemote, why);
-#endif
   *why = "unknown target " + name;
   return nullptr;
 }

@@ -4,8 +4,7 @@
 // down at the end, unmounting and stopping processes by pid.
 //
 // Names: "native", "native-ref" (the reference side of parity tests),
-// "passthrough_ll", and, when built with FEDFS_HAVE_FEDFS_TARGET,
-// "fedfs-local" (files on the node that creates them) and "fedfs-remote"
+// "passthrough_ll", "fedfs-local" (files on the node that creates them) and "fedfs-remote"
 // (3 nodes; a placement rule forces every file onto another node).
 // Main thread only.
 #pragma once

@@ -29,8 +29,8 @@ struct BadCase {
 class ConfigTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/fedfs-config-test-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    std::string tmpl = (std::filesystem::temp_directory_path() / "fedfs-config-test-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
     dir_ = tmpl;
     fs::create_directory(dir_ / "export");
     WriteFile(dir_ / "key", m2m::GenerateClusterKeyHex() + "\n", 0600);

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -61,8 +62,9 @@ TEST(Auth, ProofWithoutHelloIsRefused) {
 class KeyFile : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/fedfs-key-XXXXXX";
-    dir_ = mkdtemp(tmpl);
+    std::string tmpl = (std::filesystem::temp_directory_path() / "fedfs-key-XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
     path_ = dir_ + "/key";
   }
   void TearDown() override {

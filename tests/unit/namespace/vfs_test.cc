@@ -85,8 +85,8 @@ class CoherentKernel final : public KernelCache {
 class VfsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/fedfs-vfs-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    std::string tmpl = (fs::temp_directory_path() / "fedfs-vfs-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
     dir_ = tmpl;
     fs::create_directories(dir_ + "/a");
     fs::create_directories(dir_ + "/b");
