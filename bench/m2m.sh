@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Compares the FedFS UCX transport (fedfs-m2m-bench, client and server in two
 # processes) with UCX's own ucx_perftest, both over UCX tcp on loopback, and
-# prints one table. Usage: bench/m2m.sh   (env: BUILD=<build dir>, ITERS=20000)
+# prints one table. Usage: bench/m2m.sh   (env: BUILD=<build dir> (default build-bench, as the other benchmarks), ITERS=20000)
 #
 # ucx_perftest reports HALF the round trip for ping-pong tests (ucp_am_lat,
 # ucp_put_lat); FedFS' RPC and Put (remote completion: put + flush) are full
@@ -13,7 +13,7 @@
 # every number; run it on an idle machine and repeat.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BUILD=${BUILD:-$ROOT/build}
+BUILD=${BUILD:-$ROOT/build-bench}
 ITERS=${ITERS:-20000}
 BENCH=$BUILD/bench/fedfs-m2m-bench
 export UCX_TLS=tcp UCX_NET_DEVICES=lo
