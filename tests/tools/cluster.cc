@@ -160,6 +160,13 @@ std::string ReadFileText(const std::string& path) {
   return ss.str();
 }
 
+std::string DescribeExit(int code) {
+  if (code > 128) {
+    return "killed by signal " + std::to_string(code - 128) + " (" + ::strsignal(code - 128) + ")";
+  }
+  return "exit status " + std::to_string(code);
+}
+
 bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
   const auto end = Clock::now() + timeout;
   for (;;) {
@@ -197,6 +204,11 @@ bool Cluster::ClearMount(const std::string& mountpoint) {
 Cluster::~Cluster() {
   std::vector<std::string> names;
   for (const auto& [name, pid] : nodes_) names.push_back(name);
+  std::erase_if(names, [this](const std::string& n) { return ReapIfExited(n); });
+  for (const auto& [n, rc] : exited_) {
+    ADD_FAILURE() << "fedfsd " << n << " exited on its own (" << DescribeExit(rc)
+                  << ") while the test ran; log:\n" << Log(n);
+  }
   for (const auto& n : names) ::kill(nodes_.at(n), SIGTERM);
   for (const auto& n : names) {
     // A clean shutdown exits 0; anything else (a crash, a sanitizer report,
@@ -294,32 +306,48 @@ pid_t Cluster::Start(const std::string& name, const std::string& config, const s
 }
 
 int Cluster::Stop(const std::string& name, int sig, bool keep_stale_mount) {
-  auto it = nodes_.find(name);
-  if (it == nodes_.end()) return -1;
-  const pid_t pid = it->second;
-  ::kill(pid, sig);
-  // A clean stop may wait up to 3 s for a busy mount before aborting it.
-  int rc = WaitPid(pid, sig == SIGTERM ? 15s : 5s);
-  if (rc == -2) {
-    ::kill(pid, SIGKILL);
-    rc = WaitPid(pid, 5s);
+  int rc = -1;
+  if (ReapIfExited(name)) {
+    rc = *ExitedOnItsOwn(name);  // before the signal: it exited on its own
+  } else if (auto it = nodes_.find(name); it != nodes_.end()) {
+    const pid_t pid = it->second;
+    ::kill(pid, sig);
+    // A clean stop may wait up to 3 s for a busy mount before aborting it.
+    rc = WaitPid(pid, sig == SIGTERM ? 15s : 5s);
+    if (rc == -2) {
+      ::kill(pid, SIGKILL);
+      rc = WaitPid(pid, 5s);
+    }
+    nodes_.erase(it);
+  } else {
+    return ExitedOnItsOwn(name).value_or(-1);
   }
-  nodes_.erase(it);
   if (auto m = mounts_.find(name); m != mounts_.end() && rc != -2 && !keep_stale_mount) {
     ClearMount(m->second);
   }
   return rc;
 }
 
-bool Cluster::Running(const std::string& name) {
+bool Cluster::ReapIfExited(const std::string& name) {
   auto it = nodes_.find(name);
   if (it == nodes_.end()) return false;
   int status = 0;
-  if (::waitpid(it->second, &status, WNOHANG) == it->second) {
-    nodes_.erase(it);
-    return false;
-  }
+  if (::waitpid(it->second, &status, WNOHANG) != it->second) return false;
+  exited_.emplace_back(name, ExitCode(status));
+  nodes_.erase(it);
   return true;
+}
+
+bool Cluster::Running(const std::string& name) {
+  ReapIfExited(name);
+  return nodes_.contains(name);
+}
+
+std::optional<int> Cluster::ExitedOnItsOwn(const std::string& name) const {
+  for (auto it = exited_.rbegin(); it != exited_.rend(); ++it) {
+    if (it->first == name) return it->second;
+  }
+  return std::nullopt;
 }
 
 nlohmann::json Cluster::Status(const std::string& id) const {
