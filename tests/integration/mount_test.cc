@@ -11,6 +11,7 @@
 #include <grp.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
@@ -25,6 +26,7 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <fstream>
 #include <set>
@@ -231,6 +233,26 @@ TEST_F(Mount, StopsCleanlyWhileAProcessKeepsTheMountBusy) {
   ::close(dfd);
 }
 
+// What the kernel says thread `tid` of this process is doing: its system
+// call (/proc/self/task/<tid>/syscall: the number and arguments while it
+// sleeps in one, "running" otherwise) and where it sleeps (its kernel stack,
+// or its wchan where the stack cannot be read).
+std::string KernelStateOf(pid_t tid) {
+  const std::string task = "/proc/self/task/" + std::to_string(tid);
+  std::string where = ReadFileText(task + "/stack");
+  if (where.empty()) where = ReadFileText(task + "/wchan") + "\n";
+  return "syscall: " + ReadFileText(task + "/syscall") + where;
+}
+
+// True when thread `tid` sleeps in flock(2) waiting for the FUSE daemon's
+// answer: the kernel has sent the request (request_wait_answer) and not yet
+// had the reply.
+bool WaitsInFuseFlock(pid_t tid) {
+  const std::string s = KernelStateOf(tid);
+  return s.starts_with("syscall: " + std::to_string(SYS_flock) + " ") &&
+         s.find("request_wait_answer") != std::string::npos;
+}
+
 // A request that blocks in the daemon (a flock that waits for another
 // holder) ties up one worker and no more: other requests are served
 // meanwhile, here with two workers at most. SIGTERM still stops the daemon
@@ -239,20 +261,60 @@ TEST_F(Mount, ABlockedRequestHoldsUpNoOther) {
   StartNodes(1, "fuse: {max_threads: 2}\n");
   ASSERT_NO_FATAL_FAILURE(Launch());
   const std::string f = M("n1", "/lock");
-  const int a = ::open(f.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
-  ASSERT_GE(a, 0) << std::strerror(errno);
-  const int b = ::open(f.c_str(), O_RDWR | O_CLOEXEC);
-  ASSERT_GE(b, 0) << std::strerror(errno);
-  ASSERT_EQ(::flock(a, LOCK_EX), 0) << std::strerror(errno);
+  struct Fd {
+    int fd;
+    ~Fd() {
+      if (fd >= 0) ::close(fd);
+    }
+  };
+  const Fd a{::open(f.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644)};
+  ASSERT_GE(a.fd, 0) << std::strerror(errno);
+  const Fd b{::open(f.c_str(), O_RDWR | O_CLOEXEC)};
+  ASSERT_GE(b.fd, 0) << std::strerror(errno);
+  ASSERT_EQ(::flock(a.fd, LOCK_EX), 0) << std::strerror(errno);
 
-  std::atomic<int> rc{1}, err{0};
-  std::thread waiter([&] {
-    const int r = ::flock(b, LOCK_EX);
-    err = r == 0 ? 0 : errno;
-    rc = r;
-  });
-  std::this_thread::sleep_for(200ms);  // the waiter reaches the daemon
-  auto others = std::async(std::launch::async, [&] {
+  // flock(fd, LOCK_EX) in a thread of its own, which first publishes its
+  // thread id: 0 or the errno.
+  std::atomic<pid_t> tid{0};
+  auto lock = [&tid](int fd) {
+    return std::async(std::launch::async, [&tid, fd] {
+      tid = ::gettid();
+      return ::flock(fd, LOCK_EX) == 0 ? 0 : errno;
+    });
+  };
+  std::future<int> waiter, waiter2;
+  std::future<bool> others;
+  // Whatever fails, nothing outlives the test: a flock or a request still
+  // stuck at the end is ended by killing the daemon (the kernel then fails
+  // them), before the futures wait for them.
+  struct Unstick {
+    std::function<void()> f;
+    ~Unstick() { f(); }
+  } unstick{[&] {
+    for (const std::future_status s :
+         {waiter.valid() ? waiter.wait_for(0s) : std::future_status::ready,
+          waiter2.valid() ? waiter2.wait_for(0s) : std::future_status::ready,
+          others.valid() ? others.wait_for(0s) : std::future_status::ready}) {
+      if (s != std::future_status::ready) {
+        c_.Stop("n1", SIGKILL);
+        return;
+      }
+    }
+  }};
+  auto blocked = [&] { return tid != 0 && WaitsInFuseFlock(tid); };
+  // Why `w` is not blocked, for the failure message.
+  auto why_not = [&](std::future<int>& w) -> std::string {
+    if (tid == 0) return "its thread never started";
+    if (w.wait_for(0s) == std::future_status::ready) {
+      return "flock returned: " + std::string(std::strerror(w.get()));
+    }
+    return KernelStateOf(tid);
+  };
+
+  waiter = lock(b.fd);
+  ASSERT_TRUE(WaitFor(blocked, kNoHang))
+      << "the waiter's flock is not waiting for the daemon; " << why_not(waiter);
+  others = std::async(std::launch::async, [&] {
     for (int i = 0; i < 20; ++i) {
       const std::string p = M("n1", "/other-" + std::to_string(i));
       Put(p, "x");
@@ -260,25 +322,23 @@ TEST_F(Mount, ABlockedRequestHoldsUpNoOther) {
     }
     return List(M("n1")).size() == 21;
   });
-  ASSERT_EQ(others.wait_for(30s), std::future_status::ready) << c_.Log("n1");
+  ASSERT_EQ(others.wait_for(kNoHang), std::future_status::ready) << c_.Log("n1");
   EXPECT_TRUE(others.get());
-  EXPECT_EQ(rc.load(), 1) << "the flock did not wait";
-  ASSERT_EQ(::flock(a, LOCK_UN), 0);
-  waiter.join();
-  EXPECT_EQ(rc.load(), 0) << std::strerror(err.load());
+  ASSERT_TRUE(blocked()) << "the other requests ended the wait; " << why_not(waiter);
+  ASSERT_EQ(::flock(a.fd, LOCK_UN), 0);
+  ASSERT_EQ(waiter.wait_for(kNoHang), std::future_status::ready)
+      << "the waiter did not get the lock once it was released; " << KernelStateOf(tid);
+  const int got = waiter.get();
+  EXPECT_EQ(got, 0) << std::strerror(got);
 
-  std::thread waiter2([&] {
-    const int r = ::flock(a, LOCK_EX);  // b holds it now
-    err = r == 0 ? 0 : errno;
-    rc = r;
-  });
-  std::this_thread::sleep_for(200ms);
+  tid = 0;
+  waiter2 = lock(a.fd);  // b holds it now
+  ASSERT_TRUE(WaitFor(blocked, kNoHang))
+      << "the second waiter's flock is not waiting for the daemon; " << why_not(waiter2);
   EXPECT_EQ(c_.Stop("n1", SIGTERM), 0) << c_.Log("n1");
-  waiter2.join();
-  EXPECT_EQ(rc.load(), -1);
-  EXPECT_EQ(err.load(), ENOLCK) << std::strerror(err.load()) << c_.Log("n1");
-  ::close(a);
-  ::close(b);
+  ASSERT_EQ(waiter2.wait_for(kNoHang), std::future_status::ready);
+  const int ended = waiter2.get();
+  EXPECT_EQ(ended, ENOLCK) << std::strerror(ended) << c_.Log("n1");
 }
 
 // Requests go over io_uring when the kernel's switch allows it, else over
