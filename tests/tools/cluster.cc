@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -28,6 +29,9 @@ namespace fedfs::testing {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Where fusectl is mounted (if it is).
+constexpr const char* kFusectl = "/sys/fs/fuse/connections";
 
 int ExitCode(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
@@ -176,7 +180,7 @@ bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeou
   }
 }
 
-Cluster::Cluster() {
+Cluster::Cluster() : fusectl_was_mounted_(IsMounted(kFusectl)) {
   char tmpl[] = "/tmp/fedfs-it-XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
   dir_ = tmpl;
@@ -223,6 +227,13 @@ Cluster::~Cluster() {
     if (e.path().string().ends_with("-mnt") && !ClearMount(e.path().string())) {
       ADD_FAILURE() << "cannot unmount " << e.path();
     }
+  }
+  // Busy only if another program opened it meanwhile: detached, it keeps
+  // what it opened (and a daemon mounts it again when it needs it).
+  if (!fusectl_was_mounted_ && IsMounted(kFusectl) && ::umount2(kFusectl, 0) != 0 &&
+      (errno != EBUSY || ::umount2(kFusectl, MNT_DETACH) != 0)) {
+    ADD_FAILURE() << "cannot unmount the fusectl a daemon mounted on " << kFusectl << ": "
+                  << std::strerror(errno);
   }
   for (const auto& e : std::filesystem::directory_iterator(dir_, ec)) {
     if (e.path().extension() != ".log") continue;

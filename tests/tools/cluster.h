@@ -11,6 +11,10 @@
 // that does not exit 0 on that SIGTERM, or a sanitizer report in any log
 // fails the test (gtest ADD_FAILURE, with the exit status and the log).
 // Daemons run in the foreground as children of the test, so nothing outlives it.
+// A daemon that must abort its FUSE connection mounts fusectl on
+// /sys/fs/fuse/connections where nothing is mounted (fuse/fuse_frontend.cc);
+// if nothing was when the Cluster was made, the destructor unmounts it again,
+// leaving the machine as it found it.
 //
 // The binaries come from compile definitions (FEDFS_FEDFSD_PATH,
 // FEDFS_FEDFSCTL_PATH) set to $<TARGET_FILE:...> by CMake.
@@ -151,6 +155,7 @@ class Cluster {
  private:
   std::string dir_;
   std::string key_file_;
+  bool fusectl_was_mounted_ = false;
   // Reaps the node if it has exited; true (and recorded in exited_) if so.
   bool ReapIfExited(const std::string& name);
 
