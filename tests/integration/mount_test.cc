@@ -80,9 +80,9 @@ class Mount : public ::testing::Test {
   void Launch() {
     for (const auto& id : ids_) c_.Start(id, configs_[id]);
     for (const auto& id : ids_) {
-      ASSERT_TRUE(WaitFor([&] { return c_.SeesAlive(id, ids_); }, 30s))
+      ASSERT_TRUE(WaitFor([&] { return c_.SeesAlive(id, ids_); }, kNoHang))
           << id << " log:\n" << c_.Log(id);
-      ASSERT_TRUE(WaitFor([&] { return IsMounted(c_.Mountpoint(id)); }, 30s))
+      ASSERT_TRUE(WaitFor([&] { return IsMounted(c_.Mountpoint(id)); }, kNoHang))
           << id << " log:\n" << c_.Log(id);
     }
   }
@@ -108,7 +108,8 @@ TEST_F(Mount, MergedTreeAndChangesSeenByEveryMount) {
   ASSERT_NO_FATAL_FAILURE(Launch());
 
   for (const auto& id : ids_) {
-    EXPECT_TRUE(WaitFor([&] { return Contains(List(M(id)), {"top1.txt", "shared", "only3"}); }, 10s))
+    EXPECT_TRUE(
+        WaitFor([&] { return Contains(List(M(id)), {"top1.txt", "shared", "only3"}); }, kNoHang))
         << id;
     EXPECT_TRUE(Contains(List(M(id, "/shared")), {"from1.txt", "from2.txt"})) << id;
     EXPECT_EQ(ReadFileText(M(id, "/top1.txt")), "one\n") << id;
@@ -206,7 +207,7 @@ TEST_F(Mount, StaleMountIsRefusedWithAClearMessage) {
   // aborted (ECONNABORTED). Then every request gets ENOTCONN.
   ASSERT_TRUE(errno == ENOTCONN || errno == ECONNABORTED) << std::strerror(errno);
   ASSERT_TRUE(WaitFor([&] { return ::stat(M("n1").c_str(), &st) == -1 && errno == ENOTCONN; },
-                      10s));
+                      kNoHang));
   auto r = RunCommand({FEDFS_FEDFSD_PATH, "--config", configs_["n1"]}, 30s);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("fusermount3 -u " + M("n1")), std::string::npos) << r.err;
@@ -214,7 +215,7 @@ TEST_F(Mount, StaleMountIsRefusedWithAClearMessage) {
   // Cleared with fusermount3 -u, the daemon starts again.
   ASSERT_TRUE(c_.ClearMount(M("n1")));
   c_.Start("n1", configs_["n1"]);
-  ASSERT_TRUE(WaitFor([&] { return IsMounted(M("n1")); }, 30s)) << c_.Log("n1");
+  ASSERT_TRUE(WaitFor([&] { return IsMounted(M("n1")); }, kNoHang)) << c_.Log("n1");
 }
 
 // A process keeps the mount busy (a directory fd in it, like a shell's
@@ -438,11 +439,12 @@ TEST_F(Mount, FilesOfAKilledNodeFailClearlyWhileTheRestLists) {
   ::close(fd);
   // The rest of the namespace keeps working; the dead node's file leaves
   // the listing once the failure is detected.
-  EXPECT_TRUE(WaitFor([&] { return List(M("n1", "/d")) == std::set<std::string>{"one.txt"}; }, 20s))
+  EXPECT_TRUE(
+      WaitFor([&] { return List(M("n1", "/d")) == std::set<std::string>{"one.txt"}; }, kNoHang))
       << ::testing::PrintToString(List(M("n1", "/d")));
   // (Until a node has noticed the failure, a directory the dead node
   // managed may time out there: wait for n2 too.)
-  EXPECT_TRUE(WaitFor([&] { return ReadFileText(M("n2", "/d/one.txt")) == "1\n"; }, 20s))
+  EXPECT_TRUE(WaitFor([&] { return ReadFileText(M("n2", "/d/one.txt")) == "1\n"; }, kNoHang))
       << c_.Log("n2");
 }
 

@@ -201,7 +201,7 @@ bool IsMounted(const std::string& path) {
 
 bool Cluster::ClearMount(const std::string& mountpoint) {
   if (!IsMounted(mountpoint)) return true;
-  RunCommand({"fusermount3", "-u", "-z", mountpoint}, 10s);
+  RunCommand({"fusermount3", "-u", "-z", mountpoint}, kNoHang);
   return !IsMounted(mountpoint);
 }
 
@@ -323,11 +323,12 @@ int Cluster::Stop(const std::string& name, int sig, bool keep_stale_mount) {
   } else if (auto it = nodes_.find(name); it != nodes_.end()) {
     const pid_t pid = it->second;
     ::kill(pid, sig);
-    // A clean stop may wait up to 3 s for a busy mount before aborting it.
-    rc = WaitPid(pid, sig == SIGTERM ? 15s : 5s);
+    // A clean stop may wait up to 3 s for a busy mount before aborting it;
+    // the rest of the bound is for a loaded machine.
+    rc = WaitPid(pid, sig == SIGTERM ? kNoHang : 15s);
     if (rc == -2) {
       ::kill(pid, SIGKILL);
-      rc = WaitPid(pid, 5s);
+      rc = WaitPid(pid, 15s);
     }
     nodes_.erase(it);
   } else {
@@ -362,7 +363,7 @@ std::optional<int> Cluster::ExitedOnItsOwn(const std::string& name) const {
 }
 
 nlohmann::json Cluster::Status(const std::string& id) const {
-  auto r = RunCommand({FEDFS_FEDFSCTL_PATH, "--socket", Socket(id), "status", "--json"}, 10s);
+  auto r = RunCommand({FEDFS_FEDFSCTL_PATH, "--socket", Socket(id), "status", "--json"}, kNoHang);
   if (r.exit_code != 0) return nullptr;
   auto j = nlohmann::json::parse(r.out, nullptr, false);
   return j.is_discarded() ? nullptr : j;

@@ -117,7 +117,7 @@ class Cluster {
   // optionally inside network namespace `netns` (ip netns exec). Returns pid.
   pid_t Start(const std::string& name, const std::string& config, const std::string& netns = "");
   // Sends `sig` to the node's pid; for SIGKILL/SIGTERM also waits for it to
-  // exit (SIGKILL after 15 s if SIGTERM is not enough). Returns the exit code
+  // exit (SIGKILL after kNoHang if SIGTERM is not enough). Returns the exit code
   // (or 128 + signal). A mount the dead daemon left behind is cleared with
   // fusermount3 -u -z unless `keep_stale_mount`. A node that had already
   // exited on its own is recorded as such (see Running) and its exit code
