@@ -4,8 +4,8 @@
 //
 //  * Autonomy: files and directories that a local program creates, renames
 //    and removes directly in one node's export root show up correctly
-//    through every mount within a bounded delay (the measured delays are
-//    printed, not asserted: only the 5 s bound is).
+//    through every mount (the measured delays are printed, not asserted; the
+//    waits are bounded by kNoHang only so that a failure does not hang).
 //  * An inotify queue overflow on one node (a storm of creates and unlinks)
 //    ends consistent: every mount lists what the export roots hold.
 //  * Directory-table counters (fedfsctl dt --json): repeated lookups of a
@@ -85,7 +85,7 @@ bool IsDir(const std::string& path) {
 // Polls `pred` every 10 ms until it holds or `limit` passes. Returns the
 // milliseconds from `since` until it held, or -1.
 long PollMs(const std::function<bool()>& pred, Clock::time_point since,
-            std::chrono::milliseconds limit = std::chrono::milliseconds(5000)) {
+            std::chrono::milliseconds limit = kNoHang) {
   for (;;) {
     if (pred()) {
       return static_cast<long>(
@@ -120,9 +120,9 @@ class Autonomy : public ::testing::Test {
   }
   void WaitWhole(const std::vector<std::string>& ids) {
     for (const auto& id : ids) {
-      ASSERT_TRUE(WaitFor([&] { return c_.SeesAlive(id, ids); }, std::chrono::seconds(30)))
+      ASSERT_TRUE(WaitFor([&] { return c_.SeesAlive(id, ids); }, kNoHang))
           << id << " log:\n" << c_.Log(id);
-      ASSERT_TRUE(WaitFor([&] { return IsMounted(c_.Mountpoint(id)); }, std::chrono::seconds(30)))
+      ASSERT_TRUE(WaitFor([&] { return IsMounted(c_.Mountpoint(id)); }, kNoHang))
           << id << " log:\n" << c_.Log(id);
     }
   }
@@ -137,7 +137,7 @@ class Autonomy : public ::testing::Test {
     std::vector<std::string> argv = {FEDFS_FEDFSCTL_PATH, "--socket", c_.Socket(id)};
     argv.insert(argv.end(), args.begin(), args.end());
     argv.push_back("--json");
-    auto r = RunCommand(argv, std::chrono::seconds(10));
+    auto r = RunCommand(argv, kNoHang);
     if (r.exit_code != 0) {
       ADD_FAILURE() << "fedfsctl " << args.front() << " on " << id << ": " << r.err;
       return nullptr;
@@ -224,7 +224,7 @@ TEST_F(Autonomy, LocalChangesShowUpInEveryMount) {
   auto t0 = Clock::now();
   ASSERT_TRUE(WriteLocal(E("n2", "/shared/local.txt"), "made behind FedFS' back\n"));
   const long create_ms = PollMs([&] { return SeenEverywhere("/shared", "local.txt"); }, t0);
-  EXPECT_GE(create_ms, 0) << "create not seen within 5 s:\n" << Views("/shared");
+  EXPECT_GE(create_ms, 0) << "create not seen:\n" << Views("/shared");
   for (const auto& id : ids_) {
     EXPECT_EQ(ReadFileText(M(id, "/shared/local.txt")), "made behind FedFS' back\n") << id;
   }
@@ -235,12 +235,12 @@ TEST_F(Autonomy, LocalChangesShowUpInEveryMount) {
   const long rename_ms = PollMs(
       [&] { return GoneEverywhere("/shared", "local.txt") && SeenEverywhere("/shared", "renamed.txt"); },
       t0);
-  EXPECT_GE(rename_ms, 0) << "rename not seen within 5 s:\n" << Views("/shared");
+  EXPECT_GE(rename_ms, 0) << "rename not seen:\n" << Views("/shared");
 
   t0 = Clock::now();
   ASSERT_EQ(::unlink(E("n2", "/shared/renamed.txt").c_str()), 0) << std::strerror(errno);
   const long unlink_ms = PollMs([&] { return GoneEverywhere("/shared", "renamed.txt"); }, t0);
-  EXPECT_GE(unlink_ms, 0) << "unlink not seen within 5 s:\n" << Views("/shared");
+  EXPECT_GE(unlink_ms, 0) << "unlink not seen:\n" << Views("/shared");
   std::printf("autonomy delay: create %ld ms, rename %ld ms, unlink %ld ms\n", create_ms, rename_ms,
               unlink_ms);
   for (const auto& id : ids_) EXPECT_EQ(List(M(id, "/shared")), std::set<std::string>{}) << id;
@@ -260,7 +260,7 @@ TEST_F(Autonomy, LocalChangesShowUpInEveryMount) {
         return true;
       },
       t0);
-  EXPECT_GE(mkdir_ms, 0) << "new directory not seen within 5 s:\n"
+  EXPECT_GE(mkdir_ms, 0) << "new directory not seen:\n"
                          << Views("/shared") << Views("/shared/newdir");
   for (const auto& id : ids_) {
     EXPECT_EQ(ReadFileText(M(id, "/shared/newdir/inner.txt")), "inner\n") << id;
@@ -270,7 +270,7 @@ TEST_F(Autonomy, LocalChangesShowUpInEveryMount) {
   t0 = Clock::now();
   ASSERT_TRUE(WriteLocal(E("n1", "/solo/late.txt"), "late\n"));
   const long solo_ms = PollMs([&] { return SeenEverywhere("/solo", "late.txt"); }, t0);
-  EXPECT_GE(solo_ms, 0) << "file in a one-node directory not seen within 5 s:\n" << Views("/solo");
+  EXPECT_GE(solo_ms, 0) << "file in a one-node directory not seen:\n" << Views("/solo");
   for (const auto& id : ids_) EXPECT_EQ(ReadFileText(M(id, "/solo/late.txt")), "late\n") << id;
 
   // Then a file in the directory that appeared behind FedFS' back (now
@@ -278,7 +278,7 @@ TEST_F(Autonomy, LocalChangesShowUpInEveryMount) {
   t0 = Clock::now();
   ASSERT_TRUE(WriteLocal(E("n3", "/shared/newdir/second.txt"), "second\n"));
   const long second_ms = PollMs([&] { return SeenEverywhere("/shared/newdir", "second.txt"); }, t0);
-  EXPECT_GE(second_ms, 0) << "file in the new directory not seen within 5 s:\n"
+  EXPECT_GE(second_ms, 0) << "file in the new directory not seen:\n"
                           << Views("/shared/newdir");
   std::printf("autonomy delay: new directory %ld ms, file in a one-node directory %ld ms, "
               "file in the new directory %ld ms\n",
@@ -340,7 +340,7 @@ TEST_F(Autonomy, InotifyOverflowEndsConsistent) {
     }
   };
   // Polls until every mount lists the union of the export roots' `dir`;
-  // the delay in ms, or -1 (with the differences reported) after 30 s.
+  // the delay in ms, or -1 (with the differences reported) after kNoHang.
   auto settle = [&](const std::string& dir, Clock::time_point since) {
     std::set<std::string> want;
     for (const auto& id : ids_) {
@@ -358,7 +358,7 @@ TEST_F(Autonomy, InotifyOverflowEndsConsistent) {
           }
           return true;
         },
-        since, std::chrono::seconds(30));
+        since);
     if (ms >= 0) return ms;
     for (const auto& [id, got] : seen) {
       std::vector<std::string> extra, missing;
@@ -408,7 +408,7 @@ TEST_F(Autonomy, InotifyOverflowEndsConsistent) {
     Resume resume{n2};
     ASSERT_NO_FATAL_FAILURE(storm("/forced"));
   }
-  EXPECT_TRUE(WaitFor([&] { return overflows() > loop_overflows; }, std::chrono::seconds(10)))
+  EXPECT_TRUE(WaitFor([&] { return overflows() > loop_overflows; }, kNoHang))
       << "no inotify overflow reported by n2 after a stopped storm of " << files << " creates";
   const long forced_ms = settle("/forced", t0);
   std::printf("inotify storm (n2 stopped): overflow %s, every mount consistent %ld ms after the "
@@ -421,7 +421,7 @@ TEST_F(Autonomy, InotifyOverflowEndsConsistent) {
   const auto t1 = Clock::now();
   ASSERT_TRUE(WriteLocal(E("n2", "/forced/after.txt"), "after\n"));
   EXPECT_GE(PollMs([&] { return SeenEverywhere("/forced", "after.txt"); }, t1), 0)
-      << "a change after the storm was not seen within 5 s";
+      << "a change after the storm was not seen";
 }
 
 // A directory that a local program keeps filling (one file a millisecond,
@@ -487,7 +487,7 @@ TEST_F(Autonomy, DirectoryFilledWhileFirstListed) {
       std::set_difference(want.begin(), want.end(), got.begin(), got.end(),
                           std::back_inserter(missing));
       ADD_FAILURE() << id << " lists " << got.size() << " of " << want.size()
-                    << " entries 5 s after the writer stopped; missing: "
+                    << " entries long after the writer stopped; missing: "
                     << ::testing::PrintToString(missing);
     }
   }
@@ -823,7 +823,7 @@ TEST_F(Autonomy, ManagerDeathAndRestart) {
   ASSERT_EQ(c_.Stop("n3", SIGKILL), 128 + SIGKILL);
   ids_ = {"n1", "n2"};
   for (const auto& id : ids_) {
-    ASSERT_TRUE(WaitFor([&] { return c_.SeesAlive(id, ids_); }, std::chrono::seconds(20)))
+    ASSERT_TRUE(WaitFor([&] { return c_.SeesAlive(id, ids_); }, kNoHang))
         << id << " log:\n" << c_.Log(id);
   }
   EXPECT_NE(Manager("n1", dir), "n3");
@@ -852,7 +852,7 @@ TEST_F(Autonomy, ManagerDeathAndRestart) {
   for (const auto& id : ids_) {
     // Every node sees the whole federation already; a node may still be a
     // heartbeat behind in adopting n3 as manager, hence the bounded wait.
-    EXPECT_TRUE(WaitFor([&] { return List(M(id, dir)) == everything; }, std::chrono::seconds(10)))
+    EXPECT_TRUE(WaitFor([&] { return List(M(id, dir)) == everything; }, kNoHang))
         << id << ": " << ::testing::PrintToString(List(M(id, dir)));
     EXPECT_EQ(ReadFileText(M(id, dir + "/while-dead.txt")), "created while n3 was dead\n") << id;
     EXPECT_EQ(ReadFileText(M(id, dir + "/on-n3")), "n3\n") << id;

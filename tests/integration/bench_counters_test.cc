@@ -156,8 +156,8 @@ TEST(BenchCounters, SimulatorAndDaemonsMoveTheSameCounters) {
   }
   for (int i = 0; i < kNodes; ++i) c.Start(ids[static_cast<size_t>(i)], configs[static_cast<size_t>(i)]);
   for (const auto& id : ids) {
-    ASSERT_TRUE(WaitFor([&] { return c.SeesAlive(id, ids); }, 30s)) << id << ":\n" << c.Log(id);
-    ASSERT_TRUE(WaitFor([&] { return IsMounted(c.Mountpoint(id)); }, 30s)) << id << ":\n" << c.Log(id);
+    ASSERT_TRUE(WaitFor([&] { return c.SeesAlive(id, ids); }, kNoHang)) << id << ":\n" << c.Log(id);
+    ASSERT_TRUE(WaitFor([&] { return IsMounted(c.Mountpoint(id)); }, kNoHang)) << id << ":\n" << c.Log(id);
   }
   std::vector<Counters> before;
   for (const auto& id : ids) before.push_back(FromDaemon(c, id));

@@ -6,8 +6,10 @@
 // is restarted. Its recovery must leave the directory wholly renamed or
 // wholly not, on every export root, with every node's content intact.
 //
-// Needs the daemon to wire DirOps with a `state_dir` (the journal's RocksDB
-// directory). Until the daemon accepts that key the test SKIPS, saying so.
+// The daemon journals the rename in its `state_dir` (RocksDB; the Cluster's
+// configs set it) and announces the pause hook at startup: a daemon that
+// cannot open its journal, does not announce the hook, never pauses, or
+// exits on its own fails the test.
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -17,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -42,11 +45,6 @@ std::set<std::string> Tree(const std::string& dir) {
   return out;
 }
 
-bool IsMounted(const std::string& path) {
-  const std::string mi = ReadFileText("/proc/self/mountinfo");
-  return mi.find(" " + path + " ") != std::string::npos;
-}
-
 class DirRenameCrash : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DirRenameCrash, WhollyRenamedOrWhollyNot) {
@@ -62,13 +60,10 @@ TEST_P(DirRenameCrash, WhollyRenamedOrWhollyNot) {
     nc.id = ids[i];
     nc.listen = addrs[i];
     if (i > 0) nc.peers = {addrs[0]};
-    nc.extra_yaml = "node_tag: " + std::to_string(i + 1) + "\nstate_dir: " + c.dir() + "/" +
-                    ids[i] + "-state\n";
-    configs[ids[i]] = c.WriteConfig(nc);
-    fs::create_directories(c.dir() + "/" + ids[i] + "-mnt");
+    configs[ids[i]] = c.WriteConfig(nc);  // node_tag, state_dir <dir>/<id>-state
   }
-  auto root = [&](const std::string& id) { return c.dir() + "/" + id + "-export"; };
-  auto mnt = [&](const std::string& id) { return c.dir() + "/" + id + "-mnt"; };
+  auto root = [&](const std::string& id) { return c.ExportRoot(id); };
+  auto mnt = [&](const std::string& id) { return c.Mountpoint(id); };
   // /top/d on every node, each with its own content; /top/e nowhere.
   std::map<std::string, std::set<std::string>> before;
   for (const auto& id : ids) {
@@ -77,26 +72,26 @@ TEST_P(DirRenameCrash, WhollyRenamedOrWhollyNot) {
     before[id] = Tree(root(id) + "/top/d");
   }
 
-  // n1 coordinates and pauses at `step`.
+  // Waits until `cond` holds while node `name` runs; false if the bound
+  // passed or the node exited (the Cluster then fails the test with its exit
+  // status and log).
+  auto while_running = [&](const std::string& name, const std::function<bool()>& cond) {
+    return WaitFor([&] { return !c.Running(name) || cond(); }, kNoHang) && c.Running(name);
+  };
+  auto logged = [&](const std::string& name, const std::string& text) {
+    return [&c, name, text] { return c.Log(name).find(text) != std::string::npos; };
+  };
+
+  // n1 coordinates and pauses at `step`; it says so once its journal is open.
   ::setenv("FEDFS_TEST_PAUSE_AT", step.c_str(), 1);
   c.Start("n1", configs["n1"]);
   ::unsetenv("FEDFS_TEST_PAUSE_AT");
-  ::usleep(300 * 1000);
-  if (!c.Running("n1")) {
-    const std::string log = c.Log("n1");
-    if (log.find("state_dir") != std::string::npos || log.find("node_tag") != std::string::npos) {
-      GTEST_SKIP() << "the daemon does not accept state_dir/node_tag yet (DirOps not wired): "
-                   << log.substr(0, 400);
-    }
-    FAIL() << "n1 did not start: " << log;
-  }
+  ASSERT_TRUE(while_running("n1", logged("n1", "test hook: operations pause at step \"" + step + "\"")))
+      << "n1 did not announce the pause hook:\n" << c.Log("n1");
   c.Start("n2", configs["n2"]);
   c.Start("n3", configs["n3"]);
-  ASSERT_TRUE(WaitFor([&] { return c.SeesAlive("n1", ids); }, 20s)) << c.Log("n1");
-  ASSERT_TRUE(WaitFor([&] { return IsMounted(mnt("n1")); }, 20s)) << c.Log("n1");
-  if (c.Log("n1").find("test hook: operations pause at step") == std::string::npos) {
-    GTEST_SKIP() << "the daemon does not wire DirOps with PauseHooksFromEnv yet";
-  }
+  ASSERT_TRUE(while_running("n1", [&] { return c.SeesAlive("n1", ids); })) << c.Log("n1");
+  ASSERT_TRUE(while_running("n1", [&] { return IsMounted(mnt("n1")); })) << c.Log("n1");
 
   // The rename hangs at the paused step: run it in a child process.
   const std::string from = mnt("n1") + "/top/d", to = mnt("n1") + "/top/e";
@@ -106,21 +101,22 @@ TEST_P(DirRenameCrash, WhollyRenamedOrWhollyNot) {
     int rc = ::rename(from.c_str(), to.c_str());
     ::_exit(rc == 0 ? 0 : (errno & 0x7f));
   }
-  const bool paused =
-      WaitFor([&] { return c.Log("n1").find("paused at " + step) != std::string::npos; }, 30s);
-  c.Stop("n1", SIGKILL);
+  const bool paused = while_running("n1", logged("n1", "paused at " + step));
+  const int killed = c.Stop("n1", SIGKILL);  // also clears its stale mount
   int status = 0;
   // With its daemon gone, the kernel aborts the FUSE request: the child returns.
-  if (!WaitFor([&] { return ::waitpid(child, &status, WNOHANG) == child; }, 10s)) {
+  if (!WaitFor([&] { return ::waitpid(child, &status, WNOHANG) == child; }, kNoHang)) {
     ::kill(child, SIGKILL);
     ::waitpid(child, &status, 0);
   }
-  RunCommand({"fusermount3", "-u", "-z", mnt("n1")}, 10s);
   ASSERT_TRUE(paused) << "n1 never paused at " << step << ":\n" << c.Log("n1");
+  ASSERT_EQ(killed, 128 + SIGKILL) << DescribeExit(killed);
+  ASSERT_FALSE(IsMounted(mnt("n1"))) << "n1's stale mount was not cleared";
 
   // Restart n1 (no pause): it recovers the journaled rename.
   c.Start("n1-restarted", configs["n1"]);
-  ASSERT_TRUE(WaitFor(
+  ASSERT_TRUE(while_running(
+      "n1-restarted",
       [&] {
         const std::string log = c.Log("n1-restarted");
         // An outcome logged by the journal (namespace/dir_ops.cc), not any
@@ -135,8 +131,7 @@ TEST_P(DirRenameCrash, WhollyRenamedOrWhollyNot) {
           }
         }
         return false;
-      },
-      30s))
+      }))
       << c.Log("n1-restarted");
 
   const bool renamed = fs::exists(root("n1") + "/top/e");

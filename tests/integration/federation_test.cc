@@ -30,8 +30,8 @@ std::string State(const Cluster& c, const std::string& id, const std::string& me
   return m.is_object() ? m["state"].get<std::string>() : "absent";
 }
 
-// Three daemons form a federation, notice a SIGKILLed member within the
-// failure timeout, and take it back (higher epoch) when it restarts.
+// Three daemons form a federation, notice a SIGKILLed member (the delay is
+// recorded, not asserted), and take it back (higher epoch) when it restarts.
 TEST(Federation, ThreeNodesFormDetectFailureAndRejoin) {
   Cluster c;
   const std::string a1 = Loop(), a2 = Loop(), a3 = Loop();
@@ -47,7 +47,7 @@ TEST(Federation, ThreeNodesFormDetectFailureAndRejoin) {
   c.Start("n3", c3);
   const std::vector<std::string> all = {"n1", "n2", "n3"};
   for (const auto& id : all) {
-    ASSERT_TRUE(WaitFor([&] { return c.SeesAlive(id, all); }, 20s))
+    ASSERT_TRUE(WaitFor([&] { return c.SeesAlive(id, all); }, kNoHang))
         << id << " status: " << c.Status(id).dump() << "\nlog:\n" << c.Log(id);
   }
   // Every node agrees on the ring.
@@ -66,19 +66,19 @@ TEST(Federation, ThreeNodesFormDetectFailureAndRejoin) {
   for (const auto& m : s1["members"]) {
     share += m["ring_share"].get<double>();
     if (m["id"] != "n1") {
-      EXPECT_TRUE(WaitFor([&] { return c.Member("n1", m["id"])["rtt_us"].get<int64_t>() >= 0; }, 5s));
+      EXPECT_TRUE(
+          WaitFor([&] { return c.Member("n1", m["id"])["rtt_us"].get<int64_t>() >= 0; }, kNoHang));
     }
   }
   EXPECT_NEAR(share, 1.0, 1e-6);
   const uint64_t epoch_before = std::max(Epoch(c, "n1"), Epoch(c, "n2"));
 
-  // SIGKILL n3 by pid: both others mark it dead, within a generous bound
-  // (failure timeout + one heartbeat interval + slack for a loaded machine).
+  // SIGKILL n3 by pid: both others mark it dead (normally within the
+  // failure timeout and a heartbeat interval; the delay is recorded).
   const auto killed_at = std::chrono::steady_clock::now();
-  c.Stop("n3", SIGKILL);
-  const auto bound = std::chrono::milliseconds(kFailureMs + kHeartbeatMs + 4000);
+  ASSERT_EQ(c.Stop("n3", SIGKILL), 128 + SIGKILL);
   for (const char* id : {"n1", "n2"}) {
-    ASSERT_TRUE(WaitFor([&] { return State(c, id, "n3") == "dead"; }, bound))
+    ASSERT_TRUE(WaitFor([&] { return State(c, id, "n3") == "dead"; }, kNoHang))
         << id << " still sees n3 as " << State(c, id, "n3");
   }
   const auto detected_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -93,11 +93,11 @@ TEST(Federation, ThreeNodesFormDetectFailureAndRejoin) {
   // Restart n3 with the same config: it rejoins with a higher epoch.
   c.Start("n3", c3);
   for (const auto& id : all) {
-    ASSERT_TRUE(WaitFor([&] { return c.SeesAlive(id, all); }, 20s))
+    ASSERT_TRUE(WaitFor([&] { return c.SeesAlive(id, all); }, kNoHang))
         << id << " status: " << c.Status(id).dump() << "\nlog:\n" << c.Log("n3");
   }
   for (const auto& id : all) {
-    ASSERT_TRUE(WaitFor([&] { return Epoch(c, id) > epoch_dead; }, 5s)) << id;
+    ASSERT_TRUE(WaitFor([&] { return Epoch(c, id) > epoch_dead; }, kNoHang)) << id;
   }
   EXPECT_NE(c.Log("n1").find("new incarnation"), std::string::npos) << c.Log("n1");
 
@@ -118,16 +118,27 @@ TEST(Federation, WrongClusterKeyIsRefused) {
   c.Start("n2", c.WriteConfig({.id = "n2", .listen = a2, .peers = {a1}}));
   const std::string bad_key = c.NewKeyFile("other.key");
   c.Start("bad", c.WriteConfig({.id = "bad", .listen = a3, .peers = {a1}, .key_file = bad_key}));
-  ASSERT_TRUE(WaitFor([&] { return c.SeesAlive("n1", {"n1", "n2"}); }, 20s)) << c.Log("n1");
+  ASSERT_TRUE(WaitFor([&] { return c.SeesAlive("n1", {"n1", "n2"}); }, kNoHang)) << c.Log("n1");
   const std::regex refusal("refusing peer|during authentication|failed authentication");
-  ASSERT_TRUE(WaitFor([&] { return std::regex_search(c.Log("n1"), refusal); }, 10s))
-      << "n1 log:\n" << c.Log("n1");
-  // Give it time to (wrongly) get in: it must never appear.
-  for (int i = 0; i < 10; ++i) {
-    EXPECT_EQ(State(c, "n1", "bad"), "absent");
-    EXPECT_EQ(State(c, "n2", "bad"), "absent");
-    std::this_thread::sleep_for(200ms);
-  }
+  auto refusals = [&] {
+    const std::string log = c.Log("n1");
+    return std::distance(std::sregex_iterator(log.begin(), log.end(), refusal), std::sregex_iterator());
+  };
+  // It keeps trying its seed (with back-off): after 3 refusals it must still
+  // be unknown to both members, and never have appeared meanwhile.
+  std::string appeared;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const char* id : {"n1", "n2"}) {
+          if (appeared.empty() && State(c, id, "bad") != "absent") appeared = id;
+        }
+        return !appeared.empty() || refusals() >= 3;
+      },
+      kNoHang))
+      << "n1 refused the bad node " << refusals() << " times; n1 log:\n" << c.Log("n1");
+  EXPECT_EQ(appeared, "") << "the bad node became a member of " << appeared;
+  EXPECT_EQ(State(c, "n1", "bad"), "absent");
+  EXPECT_EQ(State(c, "n2", "bad"), "absent");
   EXPECT_TRUE(c.SeesAlive("bad", {"bad"}));
   EXPECT_TRUE(c.Running("bad"));  // running alone, retrying its seeds
 }
@@ -160,7 +171,7 @@ TEST(Federation, MalformedMessagesAreRejected) {
   const std::string a1 = Loop(), a2 = Loop();
   c.Start("n1", c.WriteConfig({.id = "n1", .listen = a1}));
   c.Start("n2", c.WriteConfig({.id = "n2", .listen = a2, .peers = {a1}}));
-  ASSERT_TRUE(WaitFor([&] { return c.SeesAlive("n1", {"n1", "n2"}); }, 20s)) << c.Log("n1");
+  ASSERT_TRUE(WaitFor([&] { return c.SeesAlive("n1", {"n1", "n2"}); }, kNoHang)) << c.Log("n1");
 
   m2m::UcxOptions ucx;
   ucx.tls = "tcp";
@@ -198,7 +209,9 @@ TEST(Federation, MalformedMessagesAreRejected) {
   (*t)->Shutdown();
 
   // Still serving: status works, n2 is still alive, and both kinds of
-  // rejection were logged.
+  // rejection were logged. (Not a wait for a condition: had the messages
+  // broken n1's link to n2, n2 would be declared dead once the failure
+  // timeout passed, so at least that long must pass before the check.)
   std::this_thread::sleep_for(1500ms);  // longer than the failure timeout
   EXPECT_TRUE(c.Running("n1"));
   EXPECT_TRUE(c.SeesAlive("n1", {"n1", "n2"})) << c.Status("n1").dump();

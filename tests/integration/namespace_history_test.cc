@@ -194,8 +194,8 @@ class NamespaceHistory : public ::testing::TestWithParam<Variant> {
     before_launch(ids_);
     for (const auto& id : ids_) c_.Start(id, configs[id]);
     for (const auto& id : ids_) {
-      ASSERT_TRUE(WaitFor([&] { return c_.SeesAlive(id, ids_); }, 30s)) << id << " log:\n" << c_.Log(id);
-      ASSERT_TRUE(WaitFor([&] { return IsMounted(c_.Mountpoint(id)); }, 30s)) << id << " log:\n" << c_.Log(id);
+      ASSERT_TRUE(WaitFor([&] { return c_.SeesAlive(id, ids_); }, kNoHang)) << id << " log:\n" << c_.Log(id);
+      ASSERT_TRUE(WaitFor([&] { return IsMounted(c_.Mountpoint(id)); }, kNoHang)) << id << " log:\n" << c_.Log(id);
     }
   }
 

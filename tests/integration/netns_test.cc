@@ -62,20 +62,20 @@ TEST_F(NetnsFederation, TwoNamespacesFederateOverTcp) {
   c.Start("nb", c.WriteConfig({.id = "nb", .listen = b, .peers = {a}, .net_devices = veth_b_}),
           ns_b_);
   for (const char* id : {"na", "nb"}) {
-    ASSERT_TRUE(WaitFor([&] { return c.SeesAlive(id, {"na", "nb"}); }, 30s))
+    ASSERT_TRUE(WaitFor([&] { return c.SeesAlive(id, {"na", "nb"}); }, kNoHang))
         << id << ": " << c.Status(id).dump() << "\nna log:\n" << c.Log("na") << "\nnb log:\n"
         << c.Log("nb");
   }
   auto m = c.Member("na", "nb");
   EXPECT_EQ(m["addr"], b);
-  EXPECT_TRUE(WaitFor([&] { return c.Member("na", "nb")["rtt_us"].get<int64_t>() >= 0; }, 5s));
+  EXPECT_TRUE(WaitFor([&] { return c.Member("na", "nb")["rtt_us"].get<int64_t>() >= 0; }, kNoHang));
   // Cut the link: each marks the other dead; restore it: back alive.
   ASSERT_EQ(RunCommand({"ip", "-n", ns_a_, "link", "set", veth_a_, "down"}).exit_code, 0);
-  EXPECT_TRUE(WaitFor([&] { return c.Member("na", "nb")["state"] == "dead"; }, 10s));
-  EXPECT_TRUE(WaitFor([&] { return c.Member("nb", "na")["state"] == "dead"; }, 10s));
+  EXPECT_TRUE(WaitFor([&] { return c.Member("na", "nb")["state"] == "dead"; }, kNoHang));
+  EXPECT_TRUE(WaitFor([&] { return c.Member("nb", "na")["state"] == "dead"; }, kNoHang));
   ASSERT_EQ(RunCommand({"ip", "-n", ns_a_, "link", "set", veth_a_, "up"}).exit_code, 0);
   for (const char* id : {"na", "nb"}) {
-    EXPECT_TRUE(WaitFor([&] { return c.SeesAlive(id, {"na", "nb"}); }, 30s))
+    EXPECT_TRUE(WaitFor([&] { return c.SeesAlive(id, {"na", "nb"}); }, kNoHang))
         << id << ": " << c.Status(id).dump();
   }
 }

@@ -48,8 +48,8 @@ class MountSecurity : public ::testing::Test {
     c_.Start("n1", c1);
     c_.Start("n2", c2);
     for (const char* id : {"n1", "n2"}) {
-      ASSERT_TRUE(WaitFor([&] { return c_.SeesAlive(id, {"n1", "n2"}); }, 30s)) << c_.Log(id);
-      ASSERT_TRUE(WaitFor([&] { return IsMounted(c_.Mountpoint(id)); }, 30s)) << c_.Log(id);
+      ASSERT_TRUE(WaitFor([&] { return c_.SeesAlive(id, {"n1", "n2"}); }, kNoHang)) << c_.Log(id);
+      ASSERT_TRUE(WaitFor([&] { return IsMounted(c_.Mountpoint(id)); }, kNoHang)) << c_.Log(id);
     }
   }
   // Creates `name` in /sq through `via`'s mount (as this root process) and

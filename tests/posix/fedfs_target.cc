@@ -42,13 +42,13 @@ class FedfsTarget : public MountTarget {
     }
     for (const auto& id : ids_) {
       const std::string m = cluster_.Mountpoint(id);
-      if (!WaitFor([&] { return IsFuseMount(m) || !cluster_.Running(id); }, 30s) || !IsFuseMount(m)) {
+      if (!WaitFor([&] { return IsFuseMount(m) || !cluster_.Running(id); }, kNoHang) || !IsFuseMount(m)) {
         *why = "node " + id + " did not mount " + m + "; its log ends:\n" + Tail(cluster_.Log(id), 5);
         return false;
       }
     }
     for (const auto& id : ids_) {
-      if (!WaitFor([&] { return cluster_.SeesAlive(id, ids_); }, 30s)) {
+      if (!WaitFor([&] { return cluster_.SeesAlive(id, ids_); }, kNoHang)) {
         *why = "node " + id + " does not see all members alive";
         return false;
       }

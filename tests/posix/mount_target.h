@@ -113,12 +113,13 @@ class FuseServer {
   FuseServer(const FuseServer&) = delete;
   FuseServer& operator=(const FuseServer&) = delete;
 
-  // Starts argv with stdout+stderr in `log_path`; waits up to `timeout` for
+  // Starts argv with stdout+stderr in `log_path`; waits up to `timeout` (a
+  // bound against a hang, far above a loaded machine's start) for
   // `mountpoint` to become a FUSE mount. False (with *why) if the process
   // exited or the mount did not appear; the process is then stopped.
   bool Start(const std::vector<std::string>& argv, const std::string& mountpoint,
              const std::string& log_path, std::string* why,
-             std::chrono::milliseconds timeout = 10s);
+             std::chrono::milliseconds timeout = 60s);
   // Unmounts (umount2; lazily if busy), then stops the process by pid.
   // Returns its exit code (or -1 if none was running). Idempotent.
   int Stop();

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -28,6 +29,9 @@ namespace fedfs::testing {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Where fusectl is mounted (if it is).
+constexpr const char* kFusectl = "/sys/fs/fuse/connections";
 
 int ExitCode(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
@@ -160,6 +164,13 @@ std::string ReadFileText(const std::string& path) {
   return ss.str();
 }
 
+std::string DescribeExit(int code) {
+  if (code > 128) {
+    return "killed by signal " + std::to_string(code - 128) + " (" + ::strsignal(code - 128) + ")";
+  }
+  return "exit status " + std::to_string(code);
+}
+
 bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
   const auto end = Clock::now() + timeout;
   for (;;) {
@@ -169,7 +180,7 @@ bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeou
   }
 }
 
-Cluster::Cluster() {
+Cluster::Cluster() : fusectl_was_mounted_(IsMounted(kFusectl)) {
   char tmpl[] = "/tmp/fedfs-it-XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
   dir_ = tmpl;
@@ -190,13 +201,18 @@ bool IsMounted(const std::string& path) {
 
 bool Cluster::ClearMount(const std::string& mountpoint) {
   if (!IsMounted(mountpoint)) return true;
-  RunCommand({"fusermount3", "-u", "-z", mountpoint}, 10s);
+  RunCommand({"fusermount3", "-u", "-z", mountpoint}, kNoHang);
   return !IsMounted(mountpoint);
 }
 
 Cluster::~Cluster() {
   std::vector<std::string> names;
   for (const auto& [name, pid] : nodes_) names.push_back(name);
+  std::erase_if(names, [this](const std::string& n) { return ReapIfExited(n); });
+  for (const auto& [n, rc] : exited_) {
+    ADD_FAILURE() << "fedfsd " << n << " exited on its own (" << DescribeExit(rc)
+                  << ") while the test ran; log:\n" << Log(n);
+  }
   for (const auto& n : names) ::kill(nodes_.at(n), SIGTERM);
   for (const auto& n : names) {
     // A clean shutdown exits 0; anything else (a crash, a sanitizer report,
@@ -211,6 +227,13 @@ Cluster::~Cluster() {
     if (e.path().string().ends_with("-mnt") && !ClearMount(e.path().string())) {
       ADD_FAILURE() << "cannot unmount " << e.path();
     }
+  }
+  // Busy only if another program opened it meanwhile: detached, it keeps
+  // what it opened (and a daemon mounts it again when it needs it).
+  if (!fusectl_was_mounted_ && IsMounted(kFusectl) && ::umount2(kFusectl, 0) != 0 &&
+      (errno != EBUSY || ::umount2(kFusectl, MNT_DETACH) != 0)) {
+    ADD_FAILURE() << "cannot unmount the fusectl a daemon mounted on " << kFusectl << ": "
+                  << std::strerror(errno);
   }
   for (const auto& e : std::filesystem::directory_iterator(dir_, ec)) {
     if (e.path().extension() != ".log") continue;
@@ -294,36 +317,53 @@ pid_t Cluster::Start(const std::string& name, const std::string& config, const s
 }
 
 int Cluster::Stop(const std::string& name, int sig, bool keep_stale_mount) {
-  auto it = nodes_.find(name);
-  if (it == nodes_.end()) return -1;
-  const pid_t pid = it->second;
-  ::kill(pid, sig);
-  // A clean stop may wait up to 3 s for a busy mount before aborting it.
-  int rc = WaitPid(pid, sig == SIGTERM ? 15s : 5s);
-  if (rc == -2) {
-    ::kill(pid, SIGKILL);
-    rc = WaitPid(pid, 5s);
+  int rc = -1;
+  if (ReapIfExited(name)) {
+    rc = *ExitedOnItsOwn(name);  // before the signal: it exited on its own
+  } else if (auto it = nodes_.find(name); it != nodes_.end()) {
+    const pid_t pid = it->second;
+    ::kill(pid, sig);
+    // A clean stop may wait up to 3 s for a busy mount before aborting it;
+    // the rest of the bound is for a loaded machine.
+    rc = WaitPid(pid, sig == SIGTERM ? kNoHang : 15s);
+    if (rc == -2) {
+      ::kill(pid, SIGKILL);
+      rc = WaitPid(pid, 15s);
+    }
+    nodes_.erase(it);
+  } else {
+    return ExitedOnItsOwn(name).value_or(-1);
   }
-  nodes_.erase(it);
   if (auto m = mounts_.find(name); m != mounts_.end() && rc != -2 && !keep_stale_mount) {
     ClearMount(m->second);
   }
   return rc;
 }
 
-bool Cluster::Running(const std::string& name) {
+bool Cluster::ReapIfExited(const std::string& name) {
   auto it = nodes_.find(name);
   if (it == nodes_.end()) return false;
   int status = 0;
-  if (::waitpid(it->second, &status, WNOHANG) == it->second) {
-    nodes_.erase(it);
-    return false;
-  }
+  if (::waitpid(it->second, &status, WNOHANG) != it->second) return false;
+  exited_.emplace_back(name, ExitCode(status));
+  nodes_.erase(it);
   return true;
 }
 
+bool Cluster::Running(const std::string& name) {
+  ReapIfExited(name);
+  return nodes_.contains(name);
+}
+
+std::optional<int> Cluster::ExitedOnItsOwn(const std::string& name) const {
+  for (auto it = exited_.rbegin(); it != exited_.rend(); ++it) {
+    if (it->first == name) return it->second;
+  }
+  return std::nullopt;
+}
+
 nlohmann::json Cluster::Status(const std::string& id) const {
-  auto r = RunCommand({FEDFS_FEDFSCTL_PATH, "--socket", Socket(id), "status", "--json"}, 10s);
+  auto r = RunCommand({FEDFS_FEDFSCTL_PATH, "--socket", Socket(id), "status", "--json"}, kNoHang);
   if (r.exit_code != 0) return nullptr;
   auto j = nlohmann::json::parse(r.out, nullptr, false);
   return j.is_discarded() ? nullptr : j;

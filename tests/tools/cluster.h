@@ -6,10 +6,15 @@
 // destructor stops them all by pid -- SIGTERM, then SIGKILL after a grace
 // period, and waitpid -- even when the test failed, clears every FUSE mount a
 // daemon left behind (fusermount3 -u -z), then removes the directory (kept when the
-// environment variable FEDFS_KEEP_TEST_DIR is set). A daemon that does not
-// exit 0 on that SIGTERM, or a sanitizer report in any log, fails the test
-// (gtest ADD_FAILURE). Daemons run in the
-// foreground as children of the test, so nothing outlives it.
+// environment variable FEDFS_KEEP_TEST_DIR is set). A daemon that exited
+// although nobody stopped it (seen by Running, Stop or the destructor), one
+// that does not exit 0 on that SIGTERM, or a sanitizer report in any log
+// fails the test (gtest ADD_FAILURE, with the exit status and the log).
+// Daemons run in the foreground as children of the test, so nothing outlives it.
+// A daemon that must abort its FUSE connection mounts fusectl on
+// /sys/fs/fuse/connections where nothing is mounted (fuse/fuse_frontend.cc);
+// if nothing was when the Cluster was made, the destructor unmounts it again,
+// leaving the machine as it found it.
 //
 // The binaries come from compile definitions (FEDFS_FEDFSD_PATH,
 // FEDFS_FEDFSCTL_PATH) set to $<TARGET_FILE:...> by CMake.
@@ -23,8 +28,10 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -55,6 +62,16 @@ std::string ReadFileText(const std::string& path);
 // Names in a directory (without "." and ".."); {"<errno N>"} if it cannot be
 // listed.
 std::set<std::string> ListNames(const std::string& dir);
+
+// The bound for waits on a condition that holds within a second or two on an
+// idle machine (a daemon up, a change seen, a request blocked): it only turns
+// a hang into a failure, far above what a loaded machine (2 cores shared with
+// other builds, sanitizers) needs. Tests assert end states, never durations.
+inline constexpr std::chrono::seconds kNoHang{60};
+
+// "exit status N" or "killed by signal N (name)" for an exit code as
+// Stop returns it (128 + signal for a signal).
+std::string DescribeExit(int code);
 
 // Polls `pred` every 50 ms until it holds or `timeout` passes.
 bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
@@ -100,9 +117,11 @@ class Cluster {
   // optionally inside network namespace `netns` (ip netns exec). Returns pid.
   pid_t Start(const std::string& name, const std::string& config, const std::string& netns = "");
   // Sends `sig` to the node's pid; for SIGKILL/SIGTERM also waits for it to
-  // exit (SIGKILL after 5 s if SIGTERM is not enough). Returns the exit code
+  // exit (SIGKILL after kNoHang if SIGTERM is not enough). Returns the exit code
   // (or 128 + signal). A mount the dead daemon left behind is cleared with
-  // fusermount3 -u -z unless `keep_stale_mount`.
+  // fusermount3 -u -z unless `keep_stale_mount`. A node that had already
+  // exited on its own is recorded as such (see Running) and its exit code
+  // returned; -1 for a name that was never started.
   int Stop(const std::string& name, int sig = SIGTERM, bool keep_stale_mount = false);
   // The mountpoint of node `id` (as WriteConfig writes it).
   std::string Mountpoint(const std::string& id) const { return dir_ + "/" + id + "-mnt"; }
@@ -110,7 +129,13 @@ class Cluster {
   // fusermount3 -u -z <mountpoint> if it is mounted; true if it is not
   // mounted afterwards.
   bool ClearMount(const std::string& mountpoint);
+  // False once the node has exited. A node that exited although nobody
+  // stopped it is not forgotten: its exit code is kept (ExitedOnItsOwn) and
+  // the Cluster fails the test with it and the node's log.
   bool Running(const std::string& name);
+  // The exit code of a node that exited on its own (as Running, Stop or the
+  // destructor found it), or nothing.
+  std::optional<int> ExitedOnItsOwn(const std::string& name) const;
   pid_t pid(const std::string& name) const { return nodes_.at(name); }
 
   std::string Socket(const std::string& id) const { return dir_ + "/" + id + ".sock"; }
@@ -130,7 +155,14 @@ class Cluster {
  private:
   std::string dir_;
   std::string key_file_;
+  bool fusectl_was_mounted_ = false;
+  // Reaps the node if it has exited; true (and recorded in exited_) if so.
+  bool ReapIfExited(const std::string& name);
+
   std::map<std::string, pid_t> nodes_;  // running (not yet reaped) children
+  // Nodes that exited on their own: name, exit code (a name restarted may
+  // appear more than once).
+  std::vector<std::pair<std::string, int>> exited_;
   std::map<std::string, std::string> mounts_;  // node name -> its config's mountpoint
   int next_tag_ = 0;
 };
