@@ -24,6 +24,7 @@ MACHINE_BEFORE=()        # lines of machine_state at snapshot time
 MACHINE_REMOUNT=()       # "fstype dir" unmounted by machine_make_fresh
 MACHINE_URING_WAS=
 MACHINE_RUNDIR=          # the run's TMPDIR (machine_use_rundir)
+MACHINE_RUNDIR_DISK=     # the run's FEDFS_TEST_TMPDIR (under /var/tmp: the mount suites' disk-backed dirs)
 MACHINE_UNLOAD_FUSE=     # set when the test command loaded the fuse module
 
 machine_mounted() {  # machine_mounted DIR: a file system is mounted on DIR
@@ -39,25 +40,31 @@ machine_state() {
     machine_mounted "$d" && echo "mount $d"
   done
   [ -d /run/netns ] && echo "dir /run/netns"
-  awk 'index($5, "/tmp/") == 1 { print "mount " $5 }' /proc/self/mountinfo
+  awk 'index($5, "/tmp/") == 1 || index($5, "/var/tmp/") == 1 { print "mount " $5 }' /proc/self/mountinfo
   ip netns list 2>/dev/null | awk '{ print "netns " $1 }'
   if [ -d "$MACHINE_TRACEFS/instances" ]; then
     for d in "$MACHINE_TRACEFS"/instances/*; do [ -e "$d" ] && echo "tracefs-instance ${d##*/}"; done
   fi
   losetup -n -O NAME,BACK-FILE 2>/dev/null | awk '{ print "loop " $1 " " $2 }'
-  for d in /tmp/fedfs*; do [ -e "$d" ] && [ "$d" != "$MACHINE_RUNDIR" ] && echo "tempdir $d"; done
-  if [ -n "$MACHINE_RUNDIR" ]; then
-    for d in "$MACHINE_RUNDIR"/*; do [ -e "$d" ] && echo "run-tempdir $d"; done
-  fi
+  for d in /tmp/fedfs* /var/tmp/fedfs*; do
+    [ -e "$d" ] && [ "$d" != "$MACHINE_RUNDIR" ] && [ "$d" != "$MACHINE_RUNDIR_DISK" ] && echo "tempdir $d"
+  done
+  for d in "$MACHINE_RUNDIR" "$MACHINE_RUNDIR_DISK"; do
+    [ -n "$d" ] && for d in "$d"/*; do [ -e "$d" ] && echo "run-tempdir $d"; done
+  done
   [ -r "$MACHINE_URING" ] && echo "io_uring-switch $(cat "$MACHINE_URING")"
   return 0
 }
 
-# The tests' temp files go to a directory of this run's (TMPDIR), so that
-# what they leave there is theirs, and is removed after the report.
+# The tests' temp files go to directories of this run's (TMPDIR, and
+# FEDFS_TEST_TMPDIR for the mount suites, which want a disk-backed file
+# system), so that what they leave there is theirs, and is removed after the
+# report.
 machine_use_rundir() {
   MACHINE_RUNDIR=$(mktemp -d /tmp/fedfs-run.XXXXXX)
-  export TMPDIR=$MACHINE_RUNDIR
+  MACHINE_RUNDIR_DISK=$(mktemp -d /var/tmp/fedfs-run.XXXXXX)
+  chmod 0755 "$MACHINE_RUNDIR" "$MACHINE_RUNDIR_DISK"  # tests switch to other users under them
+  export TMPDIR=$MACHINE_RUNDIR FEDFS_TEST_TMPDIR=$MACHINE_RUNDIR_DISK
 }
 
 machine_snapshot() {
@@ -119,7 +126,8 @@ machine_check_leftovers() {
 machine_remove() {
   local kind=${1%% *} what=${1#* }
   case "$kind" in
-    mount) [[ "$what" == "$MACHINE_RUNDIR"/* ]] && { umount "$what" 2>/dev/null || umount -l "$what"; } ;;
+    mount) [[ "$what" == "$MACHINE_RUNDIR"/* || "$what" == "$MACHINE_RUNDIR_DISK"/* ]] &&
+      { umount "$what" 2>/dev/null || umount -l "$what"; } ;;
     run-tempdir) rm -rf --one-file-system -- "$what" ;;
   esac
   return 0
@@ -127,9 +135,9 @@ machine_remove() {
 
 machine_restore() {
   local item
-  if [ -n "$MACHINE_RUNDIR" ]; then
-    rmdir "$MACHINE_RUNDIR" 2>/dev/null || echo "test.sh: $MACHINE_RUNDIR kept (not empty)" >&2
-  fi
+  for item in "$MACHINE_RUNDIR" "$MACHINE_RUNDIR_DISK"; do
+    [ -n "$item" ] && { rmdir "$item" 2>/dev/null || echo "test.sh: $item kept (not empty)" >&2; }
+  done
   [ -n "$MACHINE_URING_WAS" ] && echo "$MACHINE_URING_WAS" >"$MACHINE_URING"
   for item in "${MACHINE_REMOUNT[@]}"; do
     local fstype=${item%% *} dir=${item#* }

@@ -181,8 +181,9 @@ bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeou
 }
 
 Cluster::Cluster() : fusectl_was_mounted_(IsMounted(kFusectl)) {
-  char tmpl[] = "/tmp/fedfs-it-XXXXXX";
-  if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
+  // Under TMPDIR (scripts/test.sh gives each run its own), else /tmp.
+  std::string tmpl = (std::filesystem::temp_directory_path() / "fedfs-it-XXXXXX").string();
+  if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp " + tmpl + ": " + std::strerror(errno));
   dir_ = tmpl;
   key_file_ = NewKeyFile("cluster.key");
 }
