@@ -44,7 +44,9 @@
 #      TARGETS="native ptll ptll-dp mergerfs fedfs1 fedfs1-dev fedfs3-loc fedfs3-rem",
 #      COUNT=1 (default; 0: off) counts requests per operation in one untimed
 #      round per FUSE target (COUNT_FILES=2000 files, 64 MiB sequential
-#      files, 1 s random jobs), skipped where tracefs is missing,
+#      files, 1 s random jobs); mounts tracefs on /sys/kernel/tracing for
+#      that round if it is not mounted (and unmounts it at exit), skipped
+#      where the kernel has no tracefs or fuse events,
 #      KEEP=1 keeps the work directory, STEP_TIMEOUT=900 (s) bounds the metadata loop,
 #      FIO=0 runs the metadata rows only (the fio rows print n/a),
 #      AS_USER=<user> runs the metadata rows as that user (setpriv, with the
