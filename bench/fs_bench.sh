@@ -33,7 +33,11 @@
 # own): it shows which rows no request reaches (the kernel answers from its
 # caches, so every FUSE server is alike there) and what each server costs
 # per operation.
-# A column that cannot run prints n/a (with the reason on stderr).
+# A column that cannot run prints n/a (with the reason on stderr). A
+# measurement that fails (fio, fedfs-meta-bench) is logged with its round and
+# target, its cell is marked incomplete (* after the median of the rounds that
+# ran; "failed" when none did), the failures are listed after the table, and
+# the script exits 1.
 #
 # Usage (root): bench/fs_bench.sh
 # Env: BUILD=<build dir> (default build-bench), FILES=10000, SEQ_SIZE=256M,
@@ -44,7 +48,9 @@
 #      TARGETS="native ptll ptll-dp mergerfs fedfs1 fedfs1-dev fedfs3-loc fedfs3-rem",
 #      COUNT=1 (default; 0: off) counts requests per operation in one untimed
 #      round per FUSE target (COUNT_FILES=2000 files, 64 MiB sequential
-#      files, 1 s random jobs), skipped where tracefs is missing,
+#      files, 1 s random jobs); mounts tracefs on /sys/kernel/tracing for
+#      that round if it is not mounted (and unmounts it at exit), skipped
+#      where the kernel has no tracefs or fuse events,
 #      KEEP=1 keeps the work directory, STEP_TIMEOUT=900 (s) bounds the metadata loop,
 #      FIO=0 runs the metadata rows only (the fio rows print n/a),
 #      AS_USER=<user> runs the metadata rows as that user (setpriv, with the
@@ -143,6 +149,47 @@ median() {
 }
 
 declare -A RUNS  # RUNS[<target>,<row>] = "v1 v2 ..." (one value per round)
+META_ROWS=(create_ops_s stat_ops_s readdir_entries_s rename_ops_s unlink_ops_s)
+
+declare -A FAILS  # FAILS[<target>,<row>] = rounds of that cell that failed
+declare -A QFAIL  # QFAIL[<target>,<row>] = 1: its count round failed
+FAILED=()         # one line per failure: round, target, rows, why
+# fail_round <target> <round|count> <why> <row...>: a measurement that did
+# not give its rows: logged, counted against their cells, listed after the
+# table; the script exits 1.
+fail_round() {
+  local t=$1 i=$2 why=${3%: } row what; shift 3  # (no ": " before an empty log tail)
+  if [ "$i" = count ]; then what="count round"; else what="round $i"; fi
+  log "$t: FAILED in $what: $* ($why)"
+  FAILED+=("$what, $t: $* ($why)")
+  for row in "$@"; do
+    if [ "$i" = count ]; then QFAIL[$t,$row]=1; else FAILS[$t,$row]=$(( ${FAILS[$t,$row]:-0} + 1 )); fi
+  done
+}
+
+# tail_of <file>: its last two lines, on one line (why a tool failed).
+tail_of() { tail -n 2 "$1" | tr '\n' ' ' | sed 's/ *$//'; }
+
+# fio_row <target> <round> <row> <fio_run args...>: one fio measurement into RUNS.
+fio_row() {
+  local t=$1 i=$2 row=$3 v; shift 3
+  if v=$(fio_run "$@") && [ -n "$v" ]; then
+    RUNS[$t,$row]+=" $v"
+  else
+    fail_round "$t" "$i" "fio $3 $2: $(tail_of "$WORK/fio-$2.err")" "$row"
+  fi
+}
+
+# fio_layout <target> <round|count> <dir>: lays out the random-I/O file and
+# reads it once (so a warm run hits cache); a failure fails the random rows.
+fio_layout() {
+  local t=$1 i=$2 dir=$3
+  fio_run "$dir" rnd write 1M "$RAND_SIZE" 0 mibs >/dev/null &&
+    fio_run "$dir" rnd read 1M "$RAND_SIZE" 0 mibs >/dev/null && return 0
+  fail_round "$t" "$i" "laying out the random-I/O file: $(tail_of "$WORK/fio-rnd.err")" \
+    randread_warm_iops randread_cold_iops randwrite_iops
+  return 1
+}
 
 # measure_round <target> <dir> <round>: one run of every row, into RUNS.
 measure_round() {
@@ -155,28 +202,34 @@ measure_round() {
     mkdir -p "$mdir" && chmod 1777 "$mdir"
     meta=(setpriv --reuid="$AS_USER" --regid="$(id -g "$AS_USER")" --init-groups "$META")
   fi
-  if out=$(timeout "${STEP_TIMEOUT:-900}" "${meta[@]}" --dir "$mdir" --files "$FILES" 2>"$WORK/meta-$t.err"); then
+  local rc=0
+  out=$(timeout "${STEP_TIMEOUT:-900}" "${meta[@]}" --dir "$mdir" --files "$FILES" 2>"$WORK/meta-$t.err") || rc=$?
+  if [ "$rc" = 0 ]; then
+    local missing=()
     while read -r k v; do RUNS[$t,$k]+=" $v"; done <<<"$out"
+    for k in "${META_ROWS[@]}"; do grep -qE "^${k}[[:space:]]" <<<"$out" || missing+=("$k"); done
+    [ ${#missing[@]} -eq 0 ] || fail_round "$t" "$i" "not in fedfs-meta-bench's output" "${missing[@]}"
   else
-    log "$t: fedfs-meta-bench failed: $(cat "$WORK/meta-$t.err")"
+    local why="fedfs-meta-bench exited $rc"
+    [ "$rc" != 124 ] || why+=" (over STEP_TIMEOUT=${STEP_TIMEOUT:-900} s)"
+    fail_round "$t" "$i" "$why: $(tail_of "$WORK/meta-$t.err")" "${META_ROWS[@]}"
   fi
   [ "$FIO" = 1 ] || return 0
   log "$t: fio sequential, round $i of $REPEAT"
-  RUNS[$t,seq_write_mib_s]+=" $(fio_run "$dir" seq write 1M "$SEQ_SIZE" 0 mibs || true)"
+  fio_row "$t" "$i" seq_write_mib_s "$dir" seq write 1M "$SEQ_SIZE" 0 mibs
   drop_caches
-  RUNS[$t,seq_read_mib_s]+=" $(fio_run "$dir" seq read 1M "$SEQ_SIZE" 0 mibs || true)"
+  fio_row "$t" "$i" seq_read_mib_s "$dir" seq read 1M "$SEQ_SIZE" 0 mibs
   rm -f "$dir/fio-seq"
   log "$t: fio random, round $i of $REPEAT"
-  # Lay out the random-I/O file, read it once so the warm run hits cache.
-  fio_run "$dir" rnd write 1M "$RAND_SIZE" 0 mibs >/dev/null || true
-  fio_run "$dir" rnd read 1M "$RAND_SIZE" 0 mibs >/dev/null || true
-  RUNS[$t,randread_warm_iops]+=" $(fio_run "$dir" rnd randread 4k "$RAND_SIZE" 1 iops || true)"
-  drop_caches
-  # Cold: one pass over the file in random order, each block read once (fio's
-  # random map), so every read misses the page cache. A timed run re-read
-  # the 64 MiB file from cache after its first fraction of a second.
-  RUNS[$t,randread_cold_iops]+=" $(fio_run "$dir" rnd randread 4k "$RAND_SIZE" 0 iops || true)"
-  RUNS[$t,randwrite_iops]+=" $(fio_run "$dir" rnd randwrite 4k "$RAND_SIZE" 1 iops || true)"
+  if fio_layout "$t" "$i" "$dir"; then
+    fio_row "$t" "$i" randread_warm_iops "$dir" rnd randread 4k "$RAND_SIZE" 1 iops
+    drop_caches
+    # Cold: one pass over the file in random order, each block read once (fio's
+    # random map), so every read misses the page cache. A timed run re-read
+    # the 64 MiB file from cache after its first fraction of a second.
+    fio_row "$t" "$i" randread_cold_iops "$dir" rnd randread 4k "$RAND_SIZE" 0 iops
+    fio_row "$t" "$i" randwrite_iops "$dir" rnd randwrite 4k "$RAND_SIZE" 1 iops
+  fi
   rm -f "$dir/fio-rnd"
 }
 
@@ -202,28 +255,34 @@ count_round() {
   local den=(create_ops_s="$COUNT_FILES" stat_ops_s="$COUNT_FILES" rename_ops_s="$COUNT_FILES"
     unlink_ops_s="$COUNT_FILES" readdir_entries_s="$(awk -v f="$COUNT_FILES" -v p=$passes \
       'BEGIN { print p * (f + 2) / 1000 }')")
-  "$META" --dir "$dir" --files "$COUNT_FILES" --readdir-passes $passes \
-    --marker "$TRACE/trace_marker" >/dev/null 2>"$WORK/count-$t.err" ||
-    log "$t: fedfs-meta-bench failed: $(cat "$WORK/count-$t.err")"
+  if ! "$META" --dir "$dir" --files "$COUNT_FILES" --readdir-passes $passes \
+    --marker "$TRACE/trace_marker" >/dev/null 2>"$WORK/count-$t.err"; then
+    fail_round "$t" count "fedfs-meta-bench failed: $(tail_of "$WORK/count-$t.err")" \
+      "${META_ROWS[@]}"
+    den=()
+  fi
   if [ "$FIO" = 1 ]; then
     # mark_fio <row> <fio_run args...>: one fio job inside its row's marks.
     mark_fio() {
       row=$1; shift
       trace_mark "fedfs-bench $row"
-      n=$(RUNTIME=1 fio_run "$@" ios || echo 0)
+      if n=$(RUNTIME=1 fio_run "$@" ios) && [ -n "$n" ]; then
+        den+=("$row=$n")
+      else
+        fail_round "$t" count "fio $3 $2: $(tail_of "$WORK/fio-$2.err")" "$row"
+      fi
       trace_mark "fedfs-bench idle"
-      den+=("$row=$n")
     }
     mark_fio seq_write_mib_s "$dir" seq write 1M 64M 0
     drop_caches
     mark_fio seq_read_mib_s "$dir" seq read 1M 64M 0
     rm -f "$dir/fio-seq"
-    fio_run "$dir" rnd write 1M "$RAND_SIZE" 0 mibs >/dev/null || true
-    fio_run "$dir" rnd read 1M "$RAND_SIZE" 0 mibs >/dev/null || true
-    mark_fio randread_warm_iops "$dir" rnd randread 4k "$RAND_SIZE" 1
-    drop_caches
-    mark_fio randread_cold_iops "$dir" rnd randread 4k "$RAND_SIZE" 0
-    mark_fio randwrite_iops "$dir" rnd randwrite 4k "$RAND_SIZE" 1
+    if fio_layout "$t" count "$dir"; then
+      mark_fio randread_warm_iops "$dir" rnd randread 4k "$RAND_SIZE" 1
+      drop_caches
+      mark_fio randread_cold_iops "$dir" rnd randread 4k "$RAND_SIZE" 0
+      mark_fio randwrite_iops "$dir" rnd randwrite 4k "$RAND_SIZE" 1
+    fi
     rm -f "$dir/fio-rnd"
   fi
   if grep -qs 'overrun: [1-9]' "$TRACE"/per_cpu/cpu*/stats; then
@@ -273,7 +332,7 @@ print_table() {
   TABLE_DONE=1
   echo
   echo "fs_bench: FILES=$FILES SEQ_SIZE=$SEQ_SIZE RAND_SIZE=$RAND_SIZE RUNTIME=${RUNTIME}s REPEAT=$REPEAT (median), STORE=${STORE:-loop}${AS_USER:+, metadata as $AS_USER}, $(nproc) cores, $(uname -r), FUSE over io_uring switch: ${URING_RUN:-absent}"
-  echo "each cell: value (ratio to ptll = libfuse passthrough_ll)"
+  echo "each cell: value (ratio to ptll = libfuse passthrough_ll); * incomplete: the median of the rounds that ran, some failed (listed below)"
   printf "%-20s" "row"
   for t in $TARGETS; do printf " %20s" "$t"; done
   echo
@@ -281,13 +340,13 @@ print_table() {
     printf "%-20s" "$r"
     ref=${R[ptll,$r]:-}
     for t in $TARGETS; do
-      v=${R[$t,$r]:-}
+      v=${R[$t,$r]:-} f=${FAILS[$t,$r]:+*}
       if [ -z "$v" ]; then
-        printf " %20s" "n/a"
+        if [ -n "$f" ]; then printf " %20s" "failed"; else printf " %20s" "n/a"; fi
       elif [ -n "$ref" ] && [ "$ref" != 0 ]; then
-        printf " %20s" "$v ($(awk -v a="$v" -v b="$ref" 'BEGIN { printf "%.2fx", a / b }'))"
+        printf " %20s" "$v ($(awk -v a="$v" -v b="$ref" 'BEGIN { printf "%.2fx", a / b }'))$f"
       else
-        printf " %20s" "$v"
+        printf " %20s" "$v$f"
       fi
     done
     echo
@@ -296,8 +355,9 @@ print_table() {
   echo "rounds (in order):"
   for r in "${ROWS[@]}"; do
     for t in $TARGETS; do
-      v=${RUNS[$t,$r]:-}
-      [ -n "${v// /}" ] && printf "  %-20s %-12s%s\n" "$r" "$t" "$v"
+      v=${RUNS[$t,$r]:-} n=${FAILS[$t,$r]:-0}
+      [ -n "${v// /}" ] || [ "$n" != 0 ] || continue
+      printf "  %-20s %-12s%s%s\n" "$r" "$t" "$v" "${FAILS[$t,$r]:+  ($n failed)}"
     done
   done
   if [ -n "${Q[*]:-}" ]; then  # (${#Q[@]} fails under set -u while Q is empty)
@@ -307,7 +367,11 @@ print_table() {
     echo
     for r in "${ROWS[@]}"; do
       printf "%-20s" "$r"
-      for t in $TARGETS; do [ "$t" = native ] || printf " %12s" "${Q[$t,$r]:-n/a}"; done
+      for t in $TARGETS; do
+        [ "$t" != native ] || continue
+        q=${Q[$t,$r]:-${QFAIL[$t,$r]:+failed}}
+        printf " %12s" "${q:-n/a}"
+      done
       echo
     done
     echo "by request type:"
@@ -324,6 +388,10 @@ print_table() {
       echo "$r fedfs3-rem / fedfs3-loc: $(awk -v a="$m" -v b="$l" 'BEGIN { printf "%.2f", a / b }')"
     fi
   done
+  if [ ${#FAILED[@]} -gt 0 ]; then
+    echo "failed measurements (${#FAILED[@]}; their cells are incomplete or failed):"
+    printf '  %s\n' "${FAILED[@]}"
+  fi
 }
 
 # Rounds: every target once per round, in the same order, each started
@@ -363,3 +431,7 @@ if [ "$COUNT" = 1 ]; then
 fi
 
 print_table
+if [ ${#FAILED[@]} -gt 0 ]; then
+  echo "fs_bench: ${#FAILED[@]} measurement(s) failed (listed above): the table is incomplete" >&2
+  exit 1
+fi

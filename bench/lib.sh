@@ -212,11 +212,20 @@ uring_switch() {
 
 # trace_begin: a tracing instance of its own (its own ring buffer, so the
 # machine's global tracing is left alone) with the fuse_request_send event on:
-# TRACE = its directory. Returns 1 (TRACE empty) where tracefs or the fuse
-# events are missing. bench_cleanup removes it.
+# TRACE = its directory. Mounts tracefs on /sys/kernel/tracing when nothing
+# is mounted there (a fresh machine); bench_cleanup then unmounts it, as it
+# puts the io_uring switch back. Returns 1 (TRACE empty) where tracefs or the
+# fuse events are missing. bench_cleanup removes the instance.
 TRACE=
+TRACEFS=/sys/kernel/tracing
+TRACEFS_MOUNTED=
 trace_begin() {
-  local base=/sys/kernel/tracing
+  local base=$TRACEFS
+  if ! mountpoint -q "$base"; then
+    mount -t tracefs nodev "$base" || return 1
+    TRACEFS_MOUNTED=1
+    log "mounted tracefs on $base (unmounted at exit)"
+  fi
   [ -d "$base/instances" ] && [ -d "$base/events/fuse/fuse_request_send" ] || return 1
   TRACE=$base/instances/fedfs-$BENCH_NAME-$$
   mkdir "$TRACE" || { TRACE=; return 1; }
@@ -237,6 +246,10 @@ trace_end() {
 bench_cleanup() {
   stop_started
   trace_end
+  if [ -n "$TRACEFS_MOUNTED" ]; then
+    umount "$TRACEFS" || log "could not unmount tracefs from $TRACEFS: left mounted"
+    TRACEFS_MOUNTED=
+  fi
   [ -z "$URING_WAS" ] || echo "$URING_WAS" >"$URING_SWITCH"
   print_table 2>/dev/null || true
   if [ -n "$STORE_DEV" ]; then

@@ -254,6 +254,8 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
     s.served = served_.load();
     s.callbacks_sent = callbacks_sent_.load();
     s.callbacks_failed = callbacks_failed_.load();
+    s.inline_bytes = inline_bytes_.load();
+    s.one_sided_bytes = one_sided_bytes_.load();
     return s;
   }
 
@@ -906,6 +908,7 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
       std::vector<std::byte> buf(req->length());
       auto n = local_->Read(*h, req->offset(), buf);
       if (!n) return Err(n.error());
+      inline_bytes_.fetch_add(*n, std::memory_order_relaxed);
       return DataReply(std::span(buf.data(), *n), *n);
     }
     if (auto st = CheckSlot(v, req); !st) return Err(st.error());
@@ -919,6 +922,7 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
       auto st = m2m::PutSync(*v.ep, buf, *n, *v.pool, uint64_t(req->slot()) * v.slot_size,
                              Remaining(deadline));
       if (!st) return Err(st.error());
+      one_sided_bytes_.fetch_add(*n, std::memory_order_relaxed);
     }
     return CountReply(*n);
   }
@@ -930,6 +934,7 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
     if (req->slot() < 0) {
       std::span<const std::byte> d;
       if (req->data()) d = std::as_bytes(std::span(req->data()->data(), req->data()->size()));
+      inline_bytes_.fetch_add(d.size(), std::memory_order_relaxed);
       auto n = local_->Write(*h, req->offset(), d);
       if (!n) return Err(n.error());
       return CountReply(*n);
@@ -943,6 +948,7 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
       auto st = m2m::GetSync(*v.ep, buf, len, *v.pool, uint64_t(req->slot()) * v.slot_size,
                              Remaining(deadline));
       if (!st) return Err(st.error());
+      one_sided_bytes_.fetch_add(len, std::memory_order_relaxed);
     }
     // Past the deadline the client may already reuse its slot: the bytes we
     // fetched are then not known to be the ones it meant. Never write them.
@@ -963,6 +969,8 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   std::atomic<uint64_t> served_{0};
   std::atomic<uint64_t> callbacks_sent_{0};
   std::atomic<uint64_t> callbacks_failed_{0};
+  std::atomic<uint64_t> inline_bytes_{0};
+  std::atomic<uint64_t> one_sided_bytes_{0};
 
   mutable std::mutex mu_;  // leaf lock: never held across a call into local_ or the transport
   std::unordered_map<uint64_t, Session> sessions_;  // guarded by mu_

@@ -163,6 +163,11 @@ class FileService final : public AttrObserver {
     uint64_t served = 0;    // requests that ran an operation (success or errno)
     uint64_t callbacks_sent = 0;    // FsAttrChanged sent
     uint64_t callbacks_failed = 0;  // of those, not answered in time (or refused)
+    // Read/Write data moved, by path: carried in the RPC itself, or one-sided
+    // between the pools (the bytes a Read Put into a client's slot, a Write
+    // Got from one).
+    uint64_t inline_bytes = 0;
+    uint64_t one_sided_bytes = 0;
   };
   Stats stats() const;
 

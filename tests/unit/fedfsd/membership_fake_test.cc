@@ -1,10 +1,14 @@
 // Membership over the in-process fake network (real-time mode): join,
 // failure detection, partitions (hearsay never resurrects a member), rejoin
-// with a new incarnation; node tags travel, and a duplicate tag is refused. Short timeouts; waits are polls with generous bounds.
+// with a new incarnation; node tags travel, and a duplicate tag is refused.
+// Short protocol timeouts; waits are polls for a condition, bounded only
+// against hangs (60 s). "Still so later" is checked after a number of the
+// node's own heartbeat rounds, not after a sleep.
 #include <gtest/gtest.h>
 
 #include <thread>
 
+#include "common/rpc_methods.h"
 #include "fedfsd/membership.h"
 #include "m2m/fake_network.h"
 #include "tests/tools/log_capture.h"
@@ -14,7 +18,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 5s) {
+bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 60s) {
   const auto end = std::chrono::steady_clock::now() + timeout;
   while (!pred()) {
     if (std::chrono::steady_clock::now() > end) return false;
@@ -77,6 +81,25 @@ class FakeFederation : public ::testing::Test {
     return n;
   }
   uint64_t Epoch(int at) { return nodes_.at(at).membership->Snapshot()->epoch; }
+  uint64_t HeartbeatsSent(int i) {
+    return net_.Stats(Addr(i)).per_method[MethodId(RpcMethod::kMemberHeartbeat)].requests;
+  }
+  // Waits until each node in `at` has run at least `rounds` more heartbeat
+  // rounds (a round sends at most one heartbeat to each other member it
+  // knows, so rounds x (members - 1) heartbeats mean that many rounds).
+  bool WaitRounds(std::vector<int> at, uint64_t rounds) {
+    std::map<int, uint64_t> need;
+    for (int i : at) {
+      const uint64_t others = nodes_.at(i).membership->Snapshot()->members.size() - 1;
+      need[i] = HeartbeatsSent(i) + rounds * std::max<uint64_t>(others, 1);
+    }
+    return WaitFor([&] {
+      for (const auto& [i, n] : need) {
+        if (HeartbeatsSent(i) < n) return false;
+      }
+      return true;
+    });
+  }
 
   m2m::FakeNetwork net_;
   std::map<int, Node> nodes_;
@@ -108,7 +131,7 @@ TEST_F(FakeFederation, JoinFailPartitionRejoin) {
   // both) keeps gossiping them as alive: hearsay never resurrects.
   net_.Partition(Addr(1), Addr(2));
   ASSERT_TRUE(WaitFor([&] { return State(1, 2) == "dead" && State(2, 1) == "dead"; }));
-  std::this_thread::sleep_for(300ms);
+  ASSERT_TRUE(WaitRounds({1, 2, 3}, 10));
   EXPECT_EQ(State(1, 2), "dead");
   EXPECT_EQ(State(2, 1), "dead");
   EXPECT_EQ(State(3, 1), "alive");
@@ -159,8 +182,8 @@ TEST_F(FakeFederation, DuplicateTagJoinerIsRefused) {
     return log.Contains("refused n3", mark) && log.Contains("join through " + Addr(2) + " refused", mark);
   })) << "no refusal logged";
   EXPECT_TRUE(log.Contains("node tag 5 is already used by n1", mark));
-  // A few heartbeat rounds later, still apart.
-  std::this_thread::sleep_for(300ms);
+  // Ten heartbeat rounds of the members later (n3, alone, sends none), still apart.
+  ASSERT_TRUE(WaitRounds({1, 2}, 10));
   EXPECT_EQ(State(1, 3), "absent");
   EXPECT_EQ(State(2, 3), "absent");
   EXPECT_EQ(Alive(1), 2u);
@@ -184,7 +207,7 @@ TEST_F(FakeFederation, EarlierHolderOfATagWins) {
   ASSERT_TRUE(WaitFor([&] { return State(2, 1) == "alive" && State(2, 3) == "absent"; }))
       << "n2 sees n1 " << State(2, 1) << ", n3 " << State(2, 3);
   EXPECT_TRUE(log.Contains("node tag 5 is used by both n1", mark));
-  std::this_thread::sleep_for(300ms);
+  ASSERT_TRUE(WaitRounds({1, 2}, 10));
   EXPECT_EQ(State(2, 3), "absent");
   EXPECT_NE(State(1, 3), "alive");
   EXPECT_EQ(Alive(1), 2u);

@@ -84,12 +84,21 @@ TEST(Ring, RemovingANodeMovesOnlyItsPaths) {
 TEST(Ring, AddingANodeMovesPathsOnlyToIt) {
   Ring before(Nodes(15), 256);
   Ring after(Nodes(16), 256);
-  for (int i = 0; i < 20000; ++i) {
+  constexpr int kPaths = 20000;
+  int moved = 0, owned = 0;
+  for (int i = 0; i < kPaths; ++i) {
     const std::string p = PathN(i);
+    if (after.Owner(p) == "node-15") ++owned;
     if (before.Owner(p) != after.Owner(p)) {
-      ASSERT_EQ(after.Owner(p), "node-15");
+      ++moved;
+      ASSERT_EQ(after.Owner(p), "node-15") << p;
     }
   }
+  // Exactly the new node's paths moved (all of them were someone else's),
+  // and they are its share of the paths.
+  EXPECT_GT(moved, 0);
+  EXPECT_EQ(moved, owned);
+  EXPECT_NEAR(moved / double(kPaths), after.Share("node-15"), 0.01);
 }
 
 TEST(Ring, DeterministicAndOrderIndependent) {

@@ -760,7 +760,8 @@ TEST(FakeNetwork, ScaleSmoke1024NodesEightRpcsEach) {
             << std::chrono::duration<double, std::micro>(net.Now()).count() << " us, max RSS +"
             << (MaxRssKiB() - rss0) << " KiB\n";
   RecordProperty("run_ms", static_cast<int>(run_s * 1e3));
-  EXPECT_LT(setup_s + run_s, 20.0);  // generous: "well under a few seconds" in release
+  // No bound on the wall-clock figures: they depend on the machine and its
+  // load; a hang is caught by ctest --timeout (scripts/test.sh).
 }
 
 }  // namespace

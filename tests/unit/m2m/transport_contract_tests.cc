@@ -1,7 +1,8 @@
 // The transport contract suite (see transport_contract.h): what every
 // m2m::Transport must do, checked only through the Transport interface and the
 // blocking *Sync helpers, so that it runs unchanged against every
-// implementation. No timing assertions except generous "does not hang" bounds.
+// implementation. No timing assertions: operations that might hang are waited
+// for with a "does not hang" bound (bounded_wait.h).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -15,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/unit/m2m/bounded_wait.h"
 #include "tests/unit/m2m/transport_contract.h"
 
 namespace fedfs::m2m::testing {
@@ -22,7 +24,6 @@ namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-using Clock = std::chrono::steady_clock;
 
 constexpr uint16_t kEcho = 1;   // replies with the request payload
 constexpr uint16_t kFail = 2;   // fails with the errno in the first payload byte
@@ -32,9 +33,8 @@ constexpr uint16_t kLater = 5;  // replies from another thread
 constexpr uint16_t kRev = 6;    // replies with the payload reversed
 constexpr uint16_t kUnhandled = 77;
 
-constexpr Timeout kOpTimeout = seconds(10);
-// "Does not hang": an operation with timeout T must complete within T + this.
-constexpr auto kHangSlack = seconds(10);
+// Timeout of operations expected to succeed: far above normal.
+constexpr Timeout kOpTimeout = seconds(30);
 
 Bytes Key(char c) { return Bytes(32, std::byte(c)); }
 
@@ -216,12 +216,9 @@ TEST_P(TransportContract, CallTimesOutWhenHandlerDoesNotReply) {
   auto ep = client->GetEndpoint(server->addr);
   ASSERT_TRUE(ConnectSync(*ep, kOpTimeout));
   const Timeout t = milliseconds(300);
-  const auto start = Clock::now();
-  auto r = CallSync(*ep, kHold, Str("wait"), t);
-  const auto elapsed = Clock::now() - start;
+  auto r = BoundedCall(*ep, kHold, Str("wait"), t);
   ASSERT_FALSE(r);
-  EXPECT_EQ(r.error().code, ETIMEDOUT);
-  EXPECT_LT(elapsed, t + kHangSlack);
+  EXPECT_EQ(r.error().code, ETIMEDOUT) << r.error().ToString();
   // A late reply is discarded; the endpoint keeps working.
   server->ReleaseHeld();
   auto ok = CallSync(*ep, kEcho, Str("after"), kOpTimeout);
@@ -455,14 +452,12 @@ TEST_P(TransportContract, WrongKeyRefusedAndServerStillServes) {
 
   auto intruder = env->NewTransport(Key('x'));
   auto bad = intruder->GetEndpoint(server->addr);
-  const auto start = Clock::now();
-  auto c = ConnectSync(*bad, kOpTimeout);
+  auto c = Bounded<void>([&](Callback<void> cb) { bad->Connect(kOpTimeout, std::move(cb)); });
   ASSERT_FALSE(c);
-  EXPECT_EQ(c.error().code, EACCES);
-  auto r = CallSync(*bad, kEcho, Str("let me in"), kOpTimeout);
+  EXPECT_EQ(c.error().code, EACCES) << c.error().ToString();
+  auto r = BoundedCall(*bad, kEcho, Str("let me in"), kOpTimeout);
   ASSERT_FALSE(r);
-  EXPECT_EQ(r.error().code, EACCES);
-  EXPECT_LT(Clock::now() - start, 2 * kOpTimeout + kHangSlack);
+  EXPECT_EQ(r.error().code, EACCES) << r.error().ToString();
 
   auto client = env->NewTransport(Key('k'));
   auto good = client->GetEndpoint(server->addr);
@@ -488,22 +483,31 @@ TEST_P(TransportContract, PeerDeathFailsOperationsWithinTimeout) {
 
   env->Kill(*server->t, server->addr);
 
+  // Each operation completes (bounded wait: it does not hang) with an error
+  // that says the peer is down.
   const Timeout t = seconds(1);
   auto check = [&](const char* what, auto&& op) {
-    const auto start = Clock::now();
     auto r = op();
-    const auto elapsed = Clock::now() - start;
     ASSERT_FALSE(r) << what << " succeeded on a dead peer";
     EXPECT_TRUE(IsPeerDownErrno(r.error().code)) << what << ": " << r.error().ToString();
-    EXPECT_LT(elapsed, t + kHangSlack) << what;
   };
-  check("Call", [&] { return CallSync(*ep, kEcho, Str("anyone?"), t); });
+  check("Call", [&] { return BoundedCall(*ep, kEcho, Str("anyone?"), t); });
   uint64_t v = 42;
-  check("Put", [&] { return PutSync(*ep, &v, 8, **remote, 8, t); });
-  check("Get", [&] { return GetSync(*ep, &v, 8, **remote, 8, t); });
-  check("FetchAdd", [&] { return FetchAddSync(*ep, **remote, 0, 1, t); });
-  check("CompareSwap", [&] { return CompareSwapSync(*ep, **remote, 0, 1, 2, t); });
-  check("Call again", [&] { return CallSync(*ep, kEcho, Str("anyone?"), t); });
+  check("Put", [&] {
+    return Bounded<void>([&](Callback<void> cb) { ep->Put(&v, 8, **remote, 8, t, std::move(cb)); });
+  });
+  check("Get", [&] {
+    return Bounded<void>([&](Callback<void> cb) { ep->Get(&v, 8, **remote, 8, t, std::move(cb)); });
+  });
+  check("FetchAdd", [&] {
+    return Bounded<uint64_t>(
+        [&](Callback<uint64_t> cb) { ep->FetchAdd(**remote, 0, 1, t, std::move(cb)); });
+  });
+  check("CompareSwap", [&] {
+    return Bounded<uint64_t>(
+        [&](Callback<uint64_t> cb) { ep->CompareSwap(**remote, 0, 1, 2, t, std::move(cb)); });
+  });
+  check("Call again", [&] { return BoundedCall(*ep, kEcho, Str("anyone?"), t); });
 }
 
 TEST_P(TransportContract, DisconnectThenReconnect) {
@@ -540,7 +544,7 @@ TEST_P(TransportContract, DisconnectFailsCallInFlight) {
            [&done](Result<Bytes> r) { done.set_value(std::move(r)); });
   ASSERT_EQ(held.wait_for(kOpTimeout), std::future_status::ready);
   ep->Disconnect();
-  ASSERT_EQ(result.wait_for(kHangSlack), std::future_status::ready)
+  ASSERT_EQ(result.wait_for(kHang), std::future_status::ready)
       << "Disconnect did not fail the call in flight";
   auto r = result.get();
   ASSERT_FALSE(r);

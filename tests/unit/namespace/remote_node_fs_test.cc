@@ -454,6 +454,13 @@ TEST_P(RemoteFsTest, PermissionsAreTheCallers) {
   ASSERT_TRUE(remote_->Release(c2->handle));
 }
 
+// The unaligned middle read of BigIoRoundTrip: {offset, length}.
+std::pair<size_t, size_t> MiddleOf(size_t size) { return {size / 3 + 17, size / 2 + 5}; }
+
+// The Read/Write data BigIoRoundTrip moves: the write, the whole read, the
+// middle read.
+uint64_t RoundTripBytes(size_t size) { return 2 * uint64_t{size} + MiddleOf(size).second; }
+
 void BigIoRoundTrip(RemoteNodeFs& fs, const std::string& root, const std::string& name,
                     size_t size, uint64_t seed) {
   Cred me{};
@@ -481,7 +488,7 @@ void BigIoRoundTrip(RemoteNodeFs& fs, const std::string& root, const std::string
   ::close(fd);
   EXPECT_TRUE(disk == data);
   // Unaligned read in the middle.
-  const size_t off = size / 3 + 17, len = size / 2 + 5;
+  const auto [off, len] = MiddleOf(size);
   std::vector<std::byte> mid(len);
   auto rm = fs.Read(f->handle, off, mid);
   ASSERT_TRUE(rm);
@@ -491,10 +498,23 @@ void BigIoRoundTrip(RemoteNodeFs& fs, const std::string& root, const std::string
 }
 
 TEST_P(RemoteFsTest, LargeReadsAndWritesThroughSlots) {
+  // Every byte of reads and writes over inline_max (4 KiB) moves one-sided
+  // between the pools, none in the RPCs.
+  const auto s0 = service_->stats();
   BigIoRoundTrip(*remote_, root_, "/one", 1u << 20, 1);
   BigIoRoundTrip(*remote_, root_, "/eight", 8u << 20, 2);
   BigIoRoundTrip(*remote_, root_, "/odd", (3u << 20) + 12345, 3);
+  const auto s1 = service_->stats();
+  EXPECT_EQ(s1.one_sided_bytes - s0.one_sided_bytes,
+            RoundTripBytes(1u << 20) + RoundTripBytes(8u << 20) +
+                RoundTripBytes((3u << 20) + 12345));
+  EXPECT_EQ(s1.inline_bytes - s0.inline_bytes, 0u);
+  // A small file: its write and its middle read (505 bytes) are inline; the
+  // whole read asks for size + 4 KiB, over inline_max, so through a slot.
   BigIoRoundTrip(*remote_, root_, "/small", 1000, 4);
+  const auto s2 = service_->stats();
+  EXPECT_EQ(s2.inline_bytes - s1.inline_bytes, 1000u + MiddleOf(1000).second);
+  EXPECT_EQ(s2.one_sided_bytes - s1.one_sided_bytes, 1000u);
 }
 
 TEST_P(RemoteFsTest, LargeReadsAndWritesInline) {
@@ -502,8 +522,12 @@ TEST_P(RemoteFsTest, LargeReadsAndWritesInline) {
   auto fs = std::make_unique<RemoteNodeFs>(
       "server", client_.transport->GetEndpoint(server_addr_), client_.transport.get(),
       RemoteNodeFsOptions{.rpc_timeout = 10s, .local_node = "client-inline"});
+  const auto s0 = service_->stats();
   BigIoRoundTrip(*fs, root_, "/one", 1u << 20, 5);
   BigIoRoundTrip(*fs, root_, "/eight", 8u << 20, 6);
+  const auto s1 = service_->stats();
+  EXPECT_EQ(s1.inline_bytes - s0.inline_bytes, RoundTripBytes(1u << 20) + RoundTripBytes(8u << 20));
+  EXPECT_EQ(s1.one_sided_bytes - s0.one_sided_bytes, 0u);
 }
 
 TEST_P(RemoteFsTest, ConcurrentIoFromFourThreads) {
