@@ -35,15 +35,16 @@ for cfg in "${configs[@]}"; do
   rm -rf "$dir"
   log=$(mktemp)
   if env "${env[@]}" cmake -S . -B "$dir" -G Ninja -DFEDFS_WERROR="$werror" "${flags[@]}" >"$log" 2>&1 &&
-     ninja -C "$dir" -j"$(nproc)" >>"$log" 2>&1; then
+     ninja -C "$dir" -j"$(nproc)" -k 0 >>"$log" 2>&1; then
     result=built
   else
     result=FAILED
     failed=1
-    tail -40 "$log"
+    grep -qE "(warning|error):" "$log" || tail -20 "$log"
   fi
-  warnings=$(grep -c 'warning:' "$log" || true)
-  summary+=("$(printf '%-15s %-7s %s compiler warnings' "$cfg" "$result" "$warnings")")
+  grep -E "(warning|error):" "$log" | head -40 || true
+  warnings=$(grep -cE '(warning|error):' "$log" || true)
+  summary+=("$(printf '%-15s %-7s %s compiler warnings or errors' "$cfg" "$result" "$warnings")")
   rm -f "$log"
 done
 echo "== builds (FEDFS_WERROR=$werror)"

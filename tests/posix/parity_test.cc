@@ -56,6 +56,12 @@ void Put(Trace& t, const std::string& name, const std::string& content, mode_t m
   }
 }
 
+// A setup step's result (not recorded unless it fails: then the note is part
+// of the trace the targets are compared on).
+void SetupStep(Trace& t, const std::string& what, int rc) {
+  if (rc != 0) t.Note("setup " + what, ErrnoName(errno));
+}
+
 int OpenAt(Trace& t, const std::string& name, int flags, mode_t mode = 0644) {
   return ::openat(t.dir(), name.c_str(), flags | O_CLOEXEC, mode);
 }
@@ -156,7 +162,7 @@ TEST_P(PosixParity, Readdir) {
     t.Readdir(".");
     Put(t, "a", "1");
     ::mkdirat(t.dir(), "sub", 0755);
-    ::symlinkat("a", t.dir(), "link");
+    SetupStep(t, "symlinkat a link", ::symlinkat("a", t.dir(), "link"));
     ::mkfifoat(t.dir(), "fifo", 0644);
     t.Readdir(".");
     t.Stat(".");
@@ -235,10 +241,10 @@ TEST_P(PosixParity, CreateOpenFlags) {
     t.Open("open d O_WRONLY", [&] { return OpenAt(t, "d", O_WRONLY); });
     t.Open("open f O_DIRECTORY", [&] { return OpenAt(t, "f", O_RDONLY | O_DIRECTORY); });
     t.Open("create d/ O_CREAT", [&] { return OpenAt(t, "d/", O_CREAT | O_WRONLY); });
-    ::symlinkat("f", t.dir(), "l");
+    SetupStep(t, "symlinkat f l", ::symlinkat("f", t.dir(), "l"));
     t.Open("open l O_NOFOLLOW", [&] { return OpenAt(t, "l", O_RDONLY | O_NOFOLLOW); });
     t.Open("create through l O_EXCL", [&] { return OpenAt(t, "l", O_CREAT | O_EXCL | O_WRONLY); });
-    ::symlinkat("newtarget", t.dir(), "dangling");
+    SetupStep(t, "symlinkat newtarget dangling", ::symlinkat("newtarget", t.dir(), "dangling"));
     t.Open("create through dangling", [&] { int r = OpenAt(t, "dangling", O_CREAT | O_WRONLY, 0600); if (r >= 0) ::close(r); return r; }, {"newtarget", "dangling"});
     t.Open("O_PATH f", [&] { int r = OpenAt(t, "f", O_PATH); if (r >= 0) ::close(r); return r; });
     t.Readdir(".");
@@ -372,9 +378,9 @@ TEST_P(PosixParity, Rename) {
     t.Call("rename d empty (over empty dir)", [&] { return ::renameat(t.dir(), "d", t.dir(), "empty"); }, {"d", "empty", "empty/b", "."});
     t.Call("rename empty e/moved (dir into dir)", [&] { return ::renameat(t.dir(), "empty", t.dir(), "e/moved"); }, {"e/moved", "e/moved/b", "e", "."});
     t.Call("rename n n (same)", [&] { return ::renameat(t.dir(), "n", t.dir(), "n"); }, {"n"});
-    ::linkat(t.dir(), "n", t.dir(), "n2", 0);
+    SetupStep(t, "linkat n n2", ::linkat(t.dir(), "n", t.dir(), "n2", 0));
     t.Call("rename n n2 (hard links to one file)", [&] { return ::renameat(t.dir(), "n", t.dir(), "n2"); }, {"n", "n2"});
-    ::symlinkat("n2", t.dir(), "sl");
+    SetupStep(t, "symlinkat n2 sl", ::symlinkat("n2", t.dir(), "sl"));
     t.Call("rename sl sl2 (symlink)", [&] { return ::renameat(t.dir(), "sl", t.dir(), "sl2"); }, {"sl2"});
     fd = OpenAt(t, "n2", O_RDWR);
     t.Call("rename open file", [&] { return ::renameat(t.dir(), "n2", t.dir(), "opened"); }, {"opened"});
@@ -634,20 +640,20 @@ TEST_P(PosixParity, OpenUnlinked) {
 TEST_P(PosixParity, PermissionsAsNobody) {
   Check([](Trace& t) {
     ::mkdirat(t.dir(), "priv", 0700);
-    ::fchmodat(t.dir(), "priv", 0700, 0);
+    SetupStep(t, "fchmodat priv", ::fchmodat(t.dir(), "priv", 0700, 0));
     Put(t, "priv/secret", "s");
     ::mkdirat(t.dir(), "pub", 0777);
-    ::fchmodat(t.dir(), "pub", 0777, 0);
+    SetupStep(t, "fchmodat pub", ::fchmodat(t.dir(), "pub", 0777, 0));
     ::mkdirat(t.dir(), "sticky", 0777);
-    ::fchmodat(t.dir(), "sticky", 01777, 0);
+    SetupStep(t, "fchmodat sticky", ::fchmodat(t.dir(), "sticky", 01777, 0));
     Put(t, "sticky/roots", "r", 0666);
-    ::fchmodat(t.dir(), "sticky/roots", 0666, 0);
+    SetupStep(t, "fchmodat sticky/roots", ::fchmodat(t.dir(), "sticky/roots", 0666, 0));
     Put(t, "ro", "read only", 0644);
     Put(t, "suid", "x", 0755);
-    ::fchmodat(t.dir(), "suid", 06777, 0);
+    SetupStep(t, "fchmodat suid", ::fchmodat(t.dir(), "suid", 06777, 0));
     t.Stat("suid");
     Put(t, "sgid-nox", "x", 0644);
-    ::fchmodat(t.dir(), "sgid-nox", 06646, 0);
+    SetupStep(t, "fchmodat sgid-nox", ::fchmodat(t.dir(), "sgid-nox", 06646, 0));
     t.Stat("sgid-nox");
     // A writer with CAP_FSETID (root) keeps the set-ID bits.
     {

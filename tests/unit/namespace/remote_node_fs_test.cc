@@ -73,8 +73,10 @@ class RemoteFsTest : public ::testing::TestWithParam<Net> {
  protected:
   void SetUp() override {
     FsLogSinkGet();
-    char tmpl[] = "/var/tmp/fedfs-remote-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    // Disk-backed, like the mount suites' dirs (FEDFS_TEST_TMPDIR, else /var/tmp).
+    const char* env = std::getenv("FEDFS_TEST_TMPDIR");
+    std::string tmpl = std::string(env && *env ? env : "/var/tmp") + "/fedfs-remote-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
     root_ = tmpl;
     ASSERT_EQ(::chmod(root_.c_str(), 0755), 0);  // other users may traverse it
     auto l = LocalNodeFs::Open("server", root_);
