@@ -62,10 +62,10 @@ configs=("$@")
 [ ${#configs[@]} -eq 0 ] && configs=(release asan)
 
 skips_failed=0
-# run_ctest CFG DIR NAME ARGS...: ctest with a JUnit record of the run.
+# run_ctest DIR NAME ARGS...: ctest with a JUnit record of the run.
 run_ctest() {
-  local cfg=$1 dir=$2 name=$3
-  shift 3
+  local dir=$1 name=$2
+  shift 2
   ctest --test-dir "$dir" --output-on-failure --test-output-size-passed 65536 \
     --output-junit "$PWD/$dir/junit-$name.xml" "$@"
   junits+=("$PWD/$dir/junit-$name.xml")
@@ -90,13 +90,13 @@ for cfg in "${configs[@]}"; do
   junits=()
   rm -f "$dir"/junit-*.xml
   echo "== $cfg: unit tests"
-  run_ctest "$cfg" "$dir" unit -L unit -j2 --timeout 300
+  run_ctest "$dir" unit -L unit -j2 --timeout 300
   echo "== $cfg: integration tests"
-  run_ctest "$cfg" "$dir" integration -L integration -j1 --timeout 600 "${skip[@]}"
+  run_ctest "$dir" integration -L integration -j1 --timeout 600 "${skip[@]}"
   if [ -n "$uring" ] && [ "$cfg" = asan ]; then
     echo Y >"$MACHINE_URING"
     echo "== $cfg: mount and POSIX parity suites over io_uring"
-    run_ctest "$cfg" "$dir" uring -L integration -j1 --timeout 600 \
+    run_ctest "$dir" uring -L integration -j1 --timeout 600 \
       -R '^(Mount\.|Fedfs[A-Za-z]*/PosixParity\.)'
   fi
   scripts/lib/skips.py tests/expected_skips.txt "$cfg" "${junits[@]}" || skips_failed=1

@@ -10,9 +10,9 @@
 #   machine_check_leftovers   after the run: what the tests changed and did
 #                             not put back is reported and fails the run
 #                             (what is in the run's TMPDIR is removed);
-#                             what the daemon sets up by
-#                             design (fusectl) and ip(8) leaves behind
-#                             (/run/netns) is put back silently
+#                             what ip(8) leaves behind (/run/netns) is
+#                             put back silently; fusectl, which a daemon
+#                             mounts by design, the test harness unmounts
 #   machine_restore           (EXIT trap) puts back everything changed
 #
 # Each item is one line of `machine_state`: a name and its value.
@@ -33,7 +33,8 @@ machine_mounted() {  # machine_mounted DIR: a file system is mounted on DIR
 
 # One line per item: mounts of the pseudo file systems the tests touch, every
 # mount under the temp dir, network namespaces, tracefs instances, loop
-# devices, the tests' temp dirs, the io_uring switch.
+# devices, the tests' temp dirs. (The io_uring switch is put back by
+# machine_restore.)
 machine_state() {
   local d
   for d in "$MACHINE_TRACEFS" "$MACHINE_FUSECTL" /run/netns; do
@@ -52,7 +53,6 @@ machine_state() {
   for d in "$MACHINE_RUNDIR" "$MACHINE_RUNDIR_DISK"; do
     [ -n "$d" ] && for d in "$d"/*; do [ -e "$d" ] && echo "run-tempdir $d"; done
   done
-  [ -r "$MACHINE_URING" ] && echo "io_uring-switch $(cat "$MACHINE_URING")"
   return 0
 }
 
@@ -107,10 +107,8 @@ machine_check_leftovers() {
   for line in "${after[@]}"; do
     printf '%s\n' "${MACHINE_BEFORE[@]}" | grep -qxF -- "$line" && continue
     case "$line" in
-      "mount $MACHINE_FUSECTL") umount "$MACHINE_FUSECTL" 2>/dev/null || true ;;  # the daemon's, by design
       "mount /run/netns") umount /run/netns 2>/dev/null || true ;;                # ip netns add's
       "dir /run/netns") ;;                                                        # ip netns add's, below
-      io_uring-switch*) ;;                                                        # set per configuration
       *) echo "test.sh: left behind by the tests: $line"; machine_remove "$line"; left=$((left + 1)) ;;
     esac
   done

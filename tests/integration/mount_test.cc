@@ -465,11 +465,8 @@ class TracefsMount {
   }
   ~TracefsMount() {
     if (!mounted_) return;
-    // Busy only if another program opened it meanwhile: detached, it keeps
-    // what it opened.
-    if (::umount2(kDir, 0) != 0 && (errno != EBUSY || ::umount2(kDir, MNT_DETACH) != 0)) {
-      ADD_FAILURE() << "cannot unmount the tracefs this test mounted on " << kDir << ": "
-                    << std::strerror(errno);
+    if (const std::string err = UnmountOrDetach(kDir); !err.empty()) {
+      ADD_FAILURE() << "cannot unmount the tracefs this test mounted on " << kDir << ": " << err;
     }
   }
   TracefsMount(const TracefsMount&) = delete;

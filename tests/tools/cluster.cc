@@ -200,6 +200,12 @@ bool IsMounted(const std::string& path) {
   return false;
 }
 
+std::string UnmountOrDetach(const std::string& dir) {
+  if (::umount2(dir.c_str(), 0) == 0) return "";
+  if (errno == EBUSY && ::umount2(dir.c_str(), MNT_DETACH) == 0) return "";
+  return std::strerror(errno);
+}
+
 bool Cluster::ClearMount(const std::string& mountpoint) {
   if (!IsMounted(mountpoint)) return true;
   RunCommand({"fusermount3", "-u", "-z", mountpoint}, kNoHang);
@@ -229,12 +235,11 @@ Cluster::~Cluster() {
       ADD_FAILURE() << "cannot unmount " << e.path();
     }
   }
-  // Busy only if another program opened it meanwhile: detached, it keeps
-  // what it opened (and a daemon mounts it again when it needs it).
-  if (!fusectl_was_mounted_ && IsMounted(kFusectl) && ::umount2(kFusectl, 0) != 0 &&
-      (errno != EBUSY || ::umount2(kFusectl, MNT_DETACH) != 0)) {
-    ADD_FAILURE() << "cannot unmount the fusectl a daemon mounted on " << kFusectl << ": "
-                  << std::strerror(errno);
+  // (A daemon mounts it again when it needs it.)
+  if (!fusectl_was_mounted_ && IsMounted(kFusectl)) {
+    if (const std::string err = UnmountOrDetach(kFusectl); !err.empty()) {
+      ADD_FAILURE() << "cannot unmount the fusectl a daemon mounted on " << kFusectl << ": " << err;
+    }
   }
   for (const auto& e : std::filesystem::directory_iterator(dir_, ec)) {
     if (e.path().extension() != ".log") continue;

@@ -93,6 +93,11 @@ struct NodeConfig {
 // True if `path` is a mountpoint now (/proc/self/mountinfo).
 bool IsMounted(const std::string& path);
 
+// Unmounts the file system on `dir`, detaching it instead where another
+// program keeps it busy (that program keeps what it opened). "" on success,
+// else the error.
+std::string UnmountOrDetach(const std::string& dir);
+
 class Cluster {
  public:
   Cluster();
