@@ -69,12 +69,21 @@ std::string Describe(const YAML::Node& n) {
   }
 }
 
+// Every key of `map` is one of `allowed`, and none is given twice (yaml-cpp
+// keeps both and answers lookups with the first: the second would be
+// silently ignored).
 void CheckKeys(Checker& c, const YAML::Node& map, const std::string& prefix,
                const std::set<std::string>& allowed) {
+  std::set<std::string> seen;
   for (const auto& kv : map) {
     const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "?";
     if (!allowed.contains(key)) {
       c.FailFile("unknown key '" + prefix + key + "'");
+      return;
+    }
+    if (!seen.insert(key).second) {
+      c.FailFile("line " + std::to_string(kv.first.Mark().line + 1) + ": key '" + prefix + key +
+                 "' given twice");
       return;
     }
   }
@@ -177,6 +186,39 @@ const YAML::Node GetMap(Checker& c, const YAML::Node& map, const std::string& ke
 std::string Resolve(const std::string& base_dir, const std::string& p) {
   if (p.empty() || p[0] == '/') return p;
   return (fs::path(base_dir) / p).lexically_normal().string();
+}
+
+// `p` with symbolic links resolved as far as it exists.
+fs::path RealPath(const std::string& p) {
+  std::error_code ec;
+  fs::path r = fs::weakly_canonical(p, ec);
+  return ec ? fs::path(p).lexically_normal() : r;
+}
+
+// Whether `a` is `b` or one of its ancestors.
+bool IsSameOrAncestor(const fs::path& a, const fs::path& b) {
+  auto [ia, ib] = std::mismatch(a.begin(), a.end(), b.begin(), b.end());
+  return ia == a.end() || (std::next(ia) == a.end() && ia->empty());  // "a/" is a too
+}
+
+// The mountpoint must be apart from `dir` (the export root, the state dir):
+// a mount inside the export root would have the daemon serve requests on
+// its own mount (a request waiting for itself); one over either hides them.
+void CheckApart(Checker& c, const std::string& mountpoint, const std::string& field,
+                const std::string& dir) {
+  const fs::path m = RealPath(mountpoint), d = RealPath(dir);
+  std::string how;
+  if (m == d) {
+    how = "is";
+  } else if (IsSameOrAncestor(d, m)) {
+    how = "is inside";
+  } else if (IsSameOrAncestor(m, d)) {
+    how = "contains";
+  } else {
+    return;
+  }
+  c.Fail("mountpoint", Quote(mountpoint) + " " + how + " " + field + " " + Quote(dir) +
+                           ": the mount must be outside it");
 }
 
 bool IsDnsName(std::string_view h) {
@@ -333,6 +375,10 @@ Result<DaemonOptions> ParseConfig(const std::string& text, const std::string& pa
       o.state_dir = Resolve(base_dir, o.state_dir);
     } else if (!o.node_id.empty()) {
       o.state_dir = "/var/lib/fedfs/" + o.node_id;
+    }
+    if (!c.failed()) {
+      CheckApart(c, o.mountpoint, "export_root", o.export_root);
+      CheckApart(c, o.mountpoint, "state_dir", o.state_dir);
     }
     if (!c.failed() && o.control_socket.size() >= 108) {
       c.Fail("control_socket", Quote(o.control_socket) + " is longer than a unix socket path may be (107)");

@@ -45,8 +45,8 @@ class ConfigTest : public ::testing::Test {
     ::chmod(p.c_str(), mode);
   }
 
-  // The good config, with `extra` appended (YAML keeps the last duplicate?
-  // no: yaml-cpp refuses nothing, so tests replace whole lines instead).
+  // The good config, with the line of `replace_key` replaced by `with`
+  // (removed if empty; appended for "+": a key given twice is refused).
   std::string Good(const std::string& replace_key = "", const std::string& with = "") const {
     const std::vector<std::pair<std::string, std::string>> lines = {
         {"node_id", "node_id: n1"},
@@ -188,6 +188,20 @@ TEST_F(ConfigTest, BadConfigsNameTheFieldInOneLine) {
       {"socket path too long", "+", "control_socket: /" + std::string(120, 's'),
        {"field 'control_socket'"}},
       {"yaml syntax", "+", "peers: [unclosed", {"YAML syntax error"}},
+      {"duplicate key", "+", "listen: 127.0.0.1:7009", {"line 8", "key 'listen' given twice"}},
+      {"duplicate nested key", "+", "fuse: {max_threads: 4, max_threads: 0}",
+       {"key 'fuse.max_threads' given twice"}},
+      {"mountpoint is the export root", "mountpoint", "mountpoint: " + d + "/export",
+       {"field 'mountpoint'", "is export_root"}},
+      {"mountpoint inside the export root", "mountpoint", "mountpoint: " + d + "/export/sub",
+       {"field 'mountpoint'", "is inside export_root"}},
+      {"mountpoint inside the export root, by a relative path", "mountpoint",
+       "mountpoint: export/./sub/", {"field 'mountpoint'", "is inside export_root"}},
+      {"mountpoint over the export root", "mountpoint", "mountpoint: " + d,
+       {"field 'mountpoint'", "contains export_root"}},
+      {"mountpoint inside the state dir", "mountpoint",
+       "mountpoint: " + d + "/state/m\nstate_dir: " + d + "/state",
+       {"field 'mountpoint'", "is inside state_dir"}},
   };
   ExpectRefused(cases);
 }
