@@ -96,6 +96,19 @@ ControlServer::ControlServer(ControlOptions options, ViewProvider provider, Extr
 
 ControlServer::~ControlServer() { Stop(); }
 
+Status CheckControlSocketFree(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return Ok();
+  if (!S_ISSOCK(st.st_mode)) return Err(EEXIST, "control socket " + path + " exists and is not a socket");
+  const sockaddr_un addr = UnixAddr(path);
+  const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const bool live =
+      probe >= 0 && ::connect(probe, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0;
+  if (probe >= 0) ::close(probe);
+  if (live) return Err(EADDRINUSE, "control socket " + path + " is in use by a running fedfsd");
+  return Ok();
+}
+
 Status ControlServer::Start() {
   const std::string& path = options_.socket_path;
   if (path.empty() || path.size() >= sizeof(sockaddr_un::sun_path)) {
@@ -110,20 +123,10 @@ Status ControlServer::Start() {
       ::chmod(parent.c_str(), 0700);
     }
   }
-  const sockaddr_un addr = UnixAddr(path);
   // A socket file already there: another live daemon, or a stale leftover.
-  struct stat st {};
-  if (::lstat(path.c_str(), &st) == 0) {
-    if (!S_ISSOCK(st.st_mode)) {
-      return Err(EEXIST, "control socket " + path + " exists and is not a socket");
-    }
-    const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    const bool live =
-        probe >= 0 && ::connect(probe, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0;
-    if (probe >= 0) ::close(probe);
-    if (live) return Err(EADDRINUSE, "control socket " + path + " is in use by a running fedfsd");
-    ::unlink(path.c_str());
-  }
+  if (auto free = CheckControlSocketFree(path); !free) return free;
+  ::unlink(path.c_str());
+  const sockaddr_un addr = UnixAddr(path);
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return Err(errno, "control socket");
   if (::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {

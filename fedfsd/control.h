@@ -36,6 +36,11 @@ using ViewProvider = std::function<std::shared_ptr<const MembershipView>()>;
 // the others, which go to HandleControlRequest. Called on the server thread.
 using ExtraHandler = std::function<std::optional<std::string>(const std::string& line)>;
 
+// OK when a daemon may take the control socket at `path`: nothing is there,
+// or a stale socket nobody answers on. EADDRINUSE when a live daemon
+// answers on it, EEXIST when it is not a socket. Probes only.
+Status CheckControlSocketFree(const std::string& path);
+
 // Answers one request line (without its newline) from `view`. Pure; any thread.
 std::string HandleControlRequest(const std::string& line, const MembershipView& view);
 

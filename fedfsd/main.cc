@@ -12,6 +12,7 @@
 
 #include "common/logging.h"
 #include "fedfsd/config.h"
+#include "fedfsd/control.h"
 #include "fedfsd/daemon.h"
 
 namespace {
@@ -26,15 +27,14 @@ int Run(const std::string& config_path) {
     std::fprintf(stderr, "fedfsd: %s\n", opts.error().context.c_str());
     return kExitConfig;
   }
-  // Before anything logs: a stale mount or a port in use must give exactly
-  // one line.
-  if (auto s = CheckListenAddressFree(opts->listen); !s) {
-    std::fprintf(stderr, "fedfsd: %s\n", s.error().context.c_str());
-    return kExitStart;
-  }
-  if (auto s = CheckMountpointUsable(*opts); !s) {
-    std::fprintf(stderr, "fedfsd: %s\n", s.error().context.c_str());
-    return kExitStart;
+  // Before anything logs: a control socket or a port in use, or a stale
+  // mount, must give exactly one line. (Probes only: nothing is taken yet.)
+  for (const fedfs::Status& s : {CheckControlSocketFree(opts->control_socket),
+                                 CheckListenAddressFree(opts->listen), CheckMountpointUsable(*opts)}) {
+    if (!s) {
+      std::fprintf(stderr, "fedfsd: %s\n", s.error().context.c_str());
+      return kExitStart;
+    }
   }
 
   // Signals are taken synchronously by this thread; every thread started
