@@ -192,7 +192,9 @@ YAML
   while :; do
     ok=1
     for n in "${NODES[@]}"; do
-      if [ -z "$(node_pid "$n")" ]; then
+      # By the recorded pid: just after the start the child may not have
+      # exec'd fedfsd yet, so node_pid's cmdline check would not match.
+      if ! kill -0 "$(cat "$DEMO/node$n.pid")" 2>/dev/null; then
         say "node$n exited; last lines of .demo/node$n.log:"
         tail -n 5 "$DEMO/node$n.log" >&2 || true
         stop_nodes
