@@ -101,6 +101,7 @@ Result<FrameHeader> ClientHandshake::OnChallenge(const FrameHeader& c) {
   FrameHeader p;
   p.kind = FrameKind::kAuthProof;
   p.mac = Mac(key_, 'C', c.nonce, nonce_c_);
+  token_ = Mac(key_, 'B', c.nonce, nonce_c_);
   return p;
 }
 
@@ -133,6 +134,7 @@ Status ServerHandshake::OnProof(const FrameHeader& proof) {
   if (!SameMac(Mac(key_, 'C', nonce_s_, nonce_c_), proof.mac)) {
     return Err(EACCES, "peer does not know the cluster key");
   }
+  token_ = Mac(key_, 'B', nonce_s_, nonce_c_);
   return Ok();
 }
 

@@ -8,6 +8,10 @@
 //   client -> server  AuthProof      HMAC(k, "C" | nonce_s | nonce_c)
 //   server            verifies (else logs, answers EACCES and disconnects)
 //   server -> client  AuthResult     errno_code 0
+// After a successful handshake both sides hold the same bind token,
+// HMAC(k, "B" | nonce_s | nonce_c), which is never sent in the handshake: the
+// UCX transport's first message on the UCX endpoint carries it to bind that
+// endpoint to the authenticated connection (m2m/bootstrap.h).
 // A server serves no request and hands out no memory descriptor on a
 // connection before the proof verified. Both sides prove knowledge of the key
 // without revealing it; fresh nonces on both sides defeat replay.
@@ -40,10 +44,13 @@ class ClientHandshake {
   Result<FrameHeader> OnChallenge(const FrameHeader& challenge);
   // Final answer from the server.
   Status OnResult(const FrameHeader& result);
+  // The bind token (empty before the server's challenge verified).
+  const Bytes& BindToken() const { return token_; }
 
  private:
   Bytes key_;
   Bytes nonce_c_;
+  Bytes token_;
 };
 
 class ServerHandshake {
@@ -55,11 +62,14 @@ class ServerHandshake {
   Status OnProof(const FrameHeader& proof);
   // The AuthResult frame for a verdict.
   static FrameHeader ResultFrame(const Status& verdict);
+  // The bind token (empty before the proof verified).
+  const Bytes& BindToken() const { return token_; }
 
  private:
   Bytes key_;
   Bytes nonce_c_;
   Bytes nonce_s_;
+  Bytes token_;
   bool hello_seen_ = false;
 };
 

@@ -62,7 +62,7 @@ Result<FrameHeader> DecodeFrame(std::span<const std::byte> header, uint64_t payl
   if (f->version() != kWireVersion) {
     return Err(EPROTO, "unsupported wire version " + std::to_string(f->version()));
   }
-  if (static_cast<uint8_t>(f->kind()) > static_cast<uint8_t>(FrameKind::kAuthResult)) {
+  if (static_cast<uint8_t>(f->kind()) > static_cast<uint8_t>(FrameKind::kBindAck)) {
     return Err(EPROTO, "unknown frame kind");
   }
   if (f->payload_size() != payload_size) {

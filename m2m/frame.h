@@ -24,6 +24,8 @@ enum class FrameKind : uint8_t {
   kAuthChallenge = 3,
   kAuthProof = 4,
   kAuthResult = 5,
+  kBind = 6,     // UCX transport: first message on a UCX endpoint (nonce = bind token)
+  kBindAck = 7,  // its answer (errno_code 0)
 };
 
 struct FrameHeader {

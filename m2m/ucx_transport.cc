@@ -1,7 +1,7 @@
 // UcxTransport: see m2m/ucx_transport.h for the contract.
 //
 // Structure. `Core` holds everything the progress thread owns (worker,
-// listener, connections, operations, timers). Public objects (the Transport,
+// bootstrap, connections, operations, timers). Public objects (the Transport,
 // Endpoints, RemoteRegions, Responders) keep a shared_ptr to the Core and talk
 // to it only through Post()/Submit(), except for context-level calls
 // (mem map, rkey pack) that UCP makes thread-safe (mt_workers_shared).
@@ -16,6 +16,8 @@
 #include "m2m/ucx_transport.h"
 
 #include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -35,6 +37,7 @@
 #include "common/logging.h"
 #include "common/thread_name.h"
 #include "m2m/auth.h"
+#include "m2m/bootstrap.h"
 #include "m2m/frame.h"
 #include "m2m/ucx_util.h"
 
@@ -50,6 +53,8 @@ constexpr size_t kMaxContextChars = 200;
 constexpr auto kCloseGrace = std::chrono::seconds(2);
 // Cap on one epoll sleep (the loop re-checks its state at least this often).
 constexpr int kMaxSleepMs = 1000;
+// How often the progress loop polls the bootstrap sockets while it is busy.
+constexpr auto kBootPollEvery = std::chrono::milliseconds(2);
 
 std::shared_ptr<spdlog::logger> Log() { return Logger("m2m"); }
 
@@ -58,6 +63,10 @@ class EndpointImpl;
 class RemoteRegionImpl;
 
 using AnyCallback = std::variant<Callback<void>, Callback<Bytes>, Callback<uint64_t>>;
+
+std::string TokenKey(const Bytes& token) {
+  return std::string(reinterpret_cast<const char*>(token.data()), token.size());
+}
 
 void InvokeFail(AnyCallback& cb, Error e) {
   std::visit([&](auto& f) { f(Err(std::move(e))); }, cb);
@@ -69,16 +78,19 @@ bool OneSided(OpKind k) { return k == OpKind::kPut || k == OpKind::kGet || k == 
 
 enum class ConnState { kAuthenticating, kReady, kClosed };
 
-// One UCP endpoint and its handshake. Owned by Core::conns_ (progress thread).
+// One connection: its bootstrap link (m2m/bootstrap.h) and, once the link
+// authenticated, its UCP endpoint. kAuthenticating lasts until the endpoint is
+// bound (client: BindAck received; server: Bind with the token received).
+// Owned by Core::conns_ (progress thread).
 struct Conn {
   uint64_t id = 0;
   ucp_ep_h ep = nullptr;
+  uint64_t link = 0;  // 0 once the bootstrap link is gone
+  Bytes token;        // the bind token (server: until bound)
   bool server = false;
   ConnState state = ConnState::kAuthenticating;
   std::string remote_addr;
   EndpointImpl* owner = nullptr;  // client side: the Endpoint (outlives the Conn)
-  std::optional<ClientHandshake> client_hs;
-  std::optional<ServerHandshake> server_hs;
   std::vector<uint64_t> waiting;          // ops waiting for kReady
   std::unordered_set<uint64_t> inflight;  // ops started on this connection
 };
@@ -141,10 +153,14 @@ struct RejectEvent {  // a garbage frame: close the connection that sent it
   uint64_t conn_id;
   Error why;
 };
-struct ConnRequestEvent {
-  ucp_conn_request_h req;
+struct BindEvent {  // a Bind frame on a UCP endpoint (maybe a new one)
+  ucp_ep_h ep;
+  Bytes token;
 };
-using Event = std::variant<FrameEvent, RndvEvent, EpErrorEvent, RejectEvent, ConnRequestEvent>;
+struct StrayEvent {  // a frame on a UCP endpoint bound to no connection
+  ucp_ep_h ep;
+};
+using Event = std::variant<FrameEvent, RndvEvent, EpErrorEvent, RejectEvent, BindEvent, StrayEvent>;
 
 struct Timer {
   Clock::time_point at;
@@ -234,7 +250,6 @@ class Core : public std::enable_shared_from_this<Core> {
   ucs_status_t OnAm(const void* header, size_t header_len, void* data, size_t len,
                     const ucp_am_recv_param_t* param);
   void OnEpError(ucp_ep_h ep, ucs_status_t s) { events_.push_back(EpErrorEvent{ep, s}); }
-  void OnConnRequest(ucp_conn_request_h req) { events_.push_back(ConnRequestEvent{req}); }
   void OnRxDone(RxMsg* rx, ucs_status_t s);
 
  private:
@@ -250,8 +265,20 @@ class Core : public std::enable_shared_from_this<Core> {
   void StartOp(std::unique_ptr<Op> op);
   void RunOnConn(uint64_t op_id, Conn& c);
   Conn* OpenClientConn(EndpointImpl* ep, Error* err);
-  void AcceptConn(ucp_conn_request_h req);
-  void CloseConn(Conn& c, const Error& err, bool force);
+  // Bootstrap callbacks (m2m/bootstrap.h).
+  void OnAccepted(uint64_t link, const std::string& peer, Bytes token);
+  void OnConnected(uint64_t link, Bytes address, Bytes token);
+  void OnLinkClosed(uint64_t link, Error why);
+  void OnBind(ucp_ep_h ep, const Bytes& token);
+  // The connection bound to ep in the role a frame kind belongs to (0: none).
+  uint64_t ConnFor(ucp_ep_h ep, FrameKind kind) const;
+  void CloseStrayEp(ucp_ep_h ep);
+  void WarnStray(const std::string& what);
+  // Closes the connection and its UCP endpoint (force: discarding what is
+  // queued). An endpoint shared with another connection stays open for it,
+  // unless reset_sharer: then the sharer is closed too (after a one-sided
+  // timeout UCX must not touch the caller's buffers any more).
+  void CloseConn(Conn& c, const Error& err, bool force, bool reset_sharer = false);
   void RejectConn(Conn& c, const Error& why);
   void OnFrame(Conn& c, FrameHeader h, Bytes payload);
   void OnServerFrame(Conn& c, FrameHeader h, Bytes payload);
@@ -300,11 +327,20 @@ class Core : public std::enable_shared_from_this<Core> {
 
   // Progress thread only.
   bool stopping_ = false;
-  ucp_listener_h listener_ = nullptr;
+  std::unique_ptr<Bootstrap> boot_;
+  Clock::time_point next_boot_poll_{};
+  std::unordered_map<uint64_t, uint64_t> link_conn_;  // bootstrap link -> Conn id
+  std::unordered_map<std::string, uint64_t> token_conn_;  // bind token -> server Conn waiting
+  Clock::time_point stray_logged_{};
+  size_t stray_suppressed_ = 0;
   std::unordered_map<uint16_t, RpcHandler> handlers_;
   std::unordered_map<uint64_t, std::unique_ptr<Op>> ops_;
   std::unordered_map<uint64_t, std::unique_ptr<Conn>> conns_;
-  std::unordered_map<ucp_ep_h, uint64_t> ep_conn_;
+  // UCX matches the endpoints two workers create to each other, so one UCP
+  // endpoint may carry our client connection to a peer AND that peer's
+  // client connection to us (our server side). Frames are routed by kind.
+  std::unordered_map<ucp_ep_h, uint64_t> ep_client_;
+  std::unordered_map<ucp_ep_h, uint64_t> ep_server_;
   std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_;
   std::deque<Event> events_;
   alignas(8) std::byte aligned_header_[kMaxFrameHeaderBytes];  // see OnAm
@@ -378,10 +414,6 @@ void EpErrorCallback(void* arg, ucp_ep_h ep, ucs_status_t status) {
   static_cast<Core*>(arg)->OnEpError(ep, status);
 }
 
-void ConnRequestCallback(ucp_conn_request_h req, void* arg) {
-  static_cast<Core*>(arg)->OnConnRequest(req);
-}
-
 void OpReqCallback(void* request, ucs_status_t status, void* user_data) {
   auto* r = static_cast<OpReq*>(user_data);
   r->core->CompleteOp(r->op_id, status, r->value);
@@ -443,6 +475,31 @@ Status Core::Start() {
   if (::epoll_ctl(epfd_, EPOLL_CTL_ADD, worker_efd_, &ev) != 0) return Err(errno, "epoll_ctl");
   ev.data.fd = evfd_;
   if (::epoll_ctl(epfd_, EPOLL_CTL_ADD, evfd_, &ev) != 0) return Err(errno, "epoll_ctl");
+
+  // The bootstrap hands our worker address to authenticated clients only.
+  ucp_address_t* wa_addr = nullptr;
+  size_t wa_len = 0;
+  s = ucp_worker_get_address(worker_, &wa_addr, &wa_len);
+  if (s != UCS_OK) return Err(EIO, std::string("ucp_worker_get_address: ") + ucs_status_string(s));
+  BootstrapOptions bo;
+  bo.cluster_key = opts_.cluster_key;
+  const auto* wa_bytes = reinterpret_cast<const std::byte*>(wa_addr);
+  bo.local_address.assign(wa_bytes, wa_bytes + wa_len);
+  ucp_worker_release_address(worker_, wa_addr);
+  bo.handshake_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(opts_.connect_timeout);
+  BootstrapCallbacks bc;
+  bc.accepted = [this](uint64_t link, const std::string& peer, Bytes token) {
+    OnAccepted(link, peer, std::move(token));
+  };
+  bc.connected = [this](uint64_t link, Bytes address, Bytes token) {
+    OnConnected(link, std::move(address), std::move(token));
+  };
+  bc.closed = [this](uint64_t link, Error why) { OnLinkClosed(link, std::move(why)); };
+  auto boot = Bootstrap::Create(std::move(bo), std::move(bc));
+  if (!boot) return Err(boot.error());
+  boot_ = std::move(*boot);
+  ev.data.fd = boot_->fd();
+  if (::epoll_ctl(epfd_, EPOLL_CTL_ADD, boot_->fd(), &ev) != 0) return Err(errno, "epoll_ctl");
 
   std::promise<void> started;
   auto f = started.get_future();
@@ -531,6 +588,11 @@ void Core::Run() {
   const auto spin = std::chrono::microseconds(ucx_.spin_us);
   while (true) {
     int work = DrainQueue();
+    if (const auto now = Clock::now(); now >= next_boot_poll_) {
+      // Cheap when idle (one epoll_wait with timeout 0); bounded delay while busy.
+      boot_->Poll();
+      next_boot_poll_ = now + kBootPollEvery;
+    }
     while (ucp_worker_progress(worker_) != 0) ++work;
     if (!events_.empty()) {
       HandleEvents();
@@ -567,13 +629,15 @@ void Core::Run() {
       sleeping_.store(false, std::memory_order_relaxed);
       continue;
     }
-    epoll_event evs[2];
-    const int n = ::epoll_wait(epfd_, evs, 2, SleepMs());
+    epoll_event evs[3];
+    const int n = ::epoll_wait(epfd_, evs, 3, SleepMs());
     sleeping_.store(false, std::memory_order_relaxed);
     for (int i = 0; i < n; ++i) {
       if (evs[i].data.fd == evfd_) {
         uint64_t v;
         [[maybe_unused]] ssize_t r = ::read(evfd_, &v, sizeof v);
+      } else if (evs[i].data.fd == boot_->fd()) {
+        next_boot_poll_ = Clock::time_point{};  // poll it now
       }
     }
   }
@@ -581,23 +645,11 @@ void Core::Run() {
 }
 
 void Core::Teardown() {
-  // Stop accepting first: reject the connection requests already delivered,
-  // then destroy the listener, so that no request for it is in flight while
-  // the connections close (a request racing with a late ucp_listener_destroy
-  // crashed UCX 1.13's connection manager in ucp_cm_server_conn_request_cb).
-  if (listener_ != nullptr) {
-    ucp_worker_progress(worker_);
-    for (auto it = events_.begin(); it != events_.end();) {
-      if (auto* cr = std::get_if<ConnRequestEvent>(&*it)) {
-        ucp_listener_reject(listener_, cr->req);
-        it = events_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    ucp_listener_destroy(listener_);
-    listener_ = nullptr;
-  }
+  // Stop accepting first: the bootstrap's sockets close (no callbacks), so no
+  // new connection starts while the existing ones close.
+  boot_.reset();
+  link_conn_.clear();
+  token_conn_.clear();
   // Fail every operation, then close client connections before accepted ones.
   std::vector<uint64_t> ids;
   for (auto& [id, op] : ops_) ids.push_back(id);
@@ -621,12 +673,9 @@ void Core::Teardown() {
     DrainQueue();  // tasks posted before closed_: ops fail with ESHUTDOWN
     ucp_worker_progress(worker_);
     while (!events_.empty()) {
-      // Frames and errors after shutdown are dropped; conn requests rejected.
+      // Frames and errors after shutdown are dropped.
       Event ev = std::move(events_.front());
       events_.pop_front();
-      if (auto* cr = std::get_if<ConnRequestEvent>(&ev); cr && listener_ != nullptr) {
-        ucp_listener_reject(listener_, cr->req);
-      }
       if (auto* rv = std::get_if<RndvEvent>(&ev)) ucp_am_data_release(worker_, rv->desc);
     }
     std::erase_if(closing_, [](void* req) {
@@ -637,14 +686,11 @@ void Core::Teardown() {
     if (closing_.empty() && ops_.empty()) break;
   }
   DrainQueue();
-  if (listener_ != nullptr) {
-    ucp_listener_destroy(listener_);
-    listener_ = nullptr;
-  }
   if (!closing_.empty()) Log()->warn("{} endpoint close requests did not finish", closing_.size());
   ops_.clear();
   conns_.clear();
-  ep_conn_.clear();
+  ep_client_.clear();
+  ep_server_.clear();
   handlers_.clear();
   {
     std::lock_guard lock(regions_mu_);
@@ -661,8 +707,10 @@ void Core::Teardown() {
 }
 
 int Core::SleepMs() {
-  if (timers_.empty()) return kMaxSleepMs;
-  const auto d = timers_.top().at - Clock::now();
+  std::optional<Clock::time_point> at = boot_->NextDeadline();
+  if (!timers_.empty() && (!at || timers_.top().at < *at)) at = timers_.top().at;
+  if (!at) return kMaxSleepMs;
+  const auto d = *at - Clock::now();
   if (d <= Clock::duration::zero()) return 0;
   const auto ms = std::chrono::ceil<std::chrono::milliseconds>(d).count();
   return static_cast<int>(std::min<int64_t>(ms, kMaxSleepMs));
@@ -696,12 +744,13 @@ void Core::FireTimers() {
         if (Conn* c = FindConn(conn_id)) {
           Log()->warn("one-sided operation to {} timed out: closing the connection",
                       c->remote_addr);
-          CloseConn(*c, Error{ECONNRESET, "connection closed after a one-sided timeout"}, true);
+          CloseConn(*c, Error{ECONNRESET, "connection closed after a one-sided timeout"}, true,
+                    /*reset_sharer=*/true);
         }
       }
     } else if (Conn* c = FindConn(id); c != nullptr && c->state == ConnState::kAuthenticating) {
       if (c->server) {
-        RejectConn(*c, Error{EACCES, "authentication did not finish in time"});
+        RejectConn(*c, Error{EACCES, "its UCX endpoint did not bind in time"});
       } else {
         CloseConn(*c, Error{EHOSTDOWN, "connect to " + c->remote_addr + " timed out"}, true);
       }
@@ -833,66 +882,131 @@ Conn* Core::OpenClientConn(EndpointImpl* ep, Error* err) {
   conn->server = false;
   conn->owner = ep;
   conn->remote_addr = ep->address();
-
-  ucp_ep_params_t p{};
-  p.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                 UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-  p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-  p.sockaddr.addr = sa->get();
-  p.sockaddr.addrlen = sa->len;
-  p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-  p.err_handler.cb = &EpErrorCallback;
-  p.err_handler.arg = this;
-  const ucs_status_t s = ucp_ep_create(worker_, &p, &conn->ep);
-  if (s != UCS_OK) {
-    *err = Error{EHOSTDOWN, "connect to " + ep->address() + ": " + ucs_status_string(s)};
-    return nullptr;
-  }
-  conn->client_hs.emplace(opts_.cluster_key);
+  const auto deadline = Clock::now() + opts_.connect_timeout;
+  conn->link = boot_->Connect(sa->get(), sa->len, ep->address(), deadline);
   Conn& c = *conn;
-  ep_conn_[c.ep] = c.id;
+  link_conn_[c.link] = c.id;
   conns_.emplace(c.id, std::move(conn));
   ep->conn_id_ = c.id;
-  AddTimer(Clock::now() + opts_.connect_timeout, c.id);
-  Send(c, c.client_hs->Hello(), {}, 0);
+  AddTimer(deadline, c.id);
   return &c;
 }
 
-void Core::AcceptConn(ucp_conn_request_h req) {
+void Core::OnConnected(uint64_t link, Bytes address, Bytes token) {
+  auto it = link_conn_.find(link);
+  Conn* c = it == link_conn_.end() ? nullptr : FindConn(it->second);
+  if (c == nullptr || c->server || c->state != ConnState::kAuthenticating || c->ep != nullptr) {
+    boot_->Close(link);
+    if (it != link_conn_.end()) link_conn_.erase(it);
+    return;
+  }
+  ucp_ep_params_t p{};
+  p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                 UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  p.address = reinterpret_cast<const ucp_address_t*>(address.data());
+  p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  p.err_handler.cb = &EpErrorCallback;
+  p.err_handler.arg = this;
+  ucp_ep_h ep = nullptr;
+  const ucs_status_t s = ucp_ep_create(worker_, &p, &ep);
+  if (s != UCS_OK) {
+    Log()->warn("cannot connect to {}'s UCX worker: {}", c->remote_addr, ucs_status_string(s));
+    CloseConn(*c, Error{EHOSTDOWN, "connect to " + c->remote_addr + ": " + ucs_status_string(s)},
+              true);
+    return;
+  }
+  c->ep = ep;
+  ep_client_[ep] = c->id;
+  FrameHeader bind;
+  bind.kind = FrameKind::kBind;
+  bind.nonce = std::move(token);
+  Send(*c, std::move(bind), {}, 0);
+}
+
+void Core::OnAccepted(uint64_t link, const std::string& peer, Bytes token) {
   if (stopping_) {
-    ucp_listener_reject(listener_, req);
+    boot_->Close(link);
     return;
   }
   auto conn = std::make_unique<Conn>();
   conn->id = NextId();
   conn->server = true;
-  ucp_conn_request_attr_t attr{};
-  attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
-  if (ucp_conn_request_query(req, &attr) == UCS_OK) {
-    conn->remote_addr = ucx::FormatAddress(reinterpret_cast<const sockaddr*>(&attr.client_address));
-  } else {
-    conn->remote_addr = "unknown";
-  }
-  ucp_ep_params_t p{};
-  p.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER |
-                 UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-  p.conn_request = req;
-  p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-  p.err_handler.cb = &EpErrorCallback;
-  p.err_handler.arg = this;
-  const ucs_status_t s = ucp_ep_create(worker_, &p, &conn->ep);
-  if (s != UCS_OK) {
-    Log()->warn("cannot accept connection from {}: {}", conn->remote_addr, ucs_status_string(s));
-    return;
-  }
-  conn->server_hs.emplace(opts_.cluster_key);
-  Log()->debug("accepted connection {} from {}", conn->id, conn->remote_addr);
-  ep_conn_[conn->ep] = conn->id;
+  conn->link = link;
+  conn->remote_addr = peer;
+  conn->token = token;
+  Log()->debug("peer {} (connection {}) authenticated", peer, conn->id);
+  link_conn_[link] = conn->id;
+  token_conn_[TokenKey(token)] = conn->id;
   AddTimer(Clock::now() + opts_.connect_timeout, conn->id);
   conns_.emplace(conn->id, std::move(conn));
 }
 
-void Core::CloseConn(Conn& c, const Error& err, bool force) {
+void Core::OnLinkClosed(uint64_t link, Error why) {
+  auto it = link_conn_.find(link);
+  if (it == link_conn_.end()) return;
+  Conn* c = FindConn(it->second);
+  link_conn_.erase(it);
+  if (c == nullptr) return;
+  c->link = 0;
+  if (c->state == ConnState::kAuthenticating) {
+    CloseConn(*c, why, true);  // client: EACCES / EHOSTDOWN / EPROTO from the handshake
+  } else {
+    Log()->debug("connection {} to {} lost: {}", c->id, c->remote_addr, why.ToString());
+    CloseConn(*c, Error{ECONNRESET, "connection to " + c->remote_addr + " lost: " + why.context},
+              true);
+  }
+}
+
+void Core::OnBind(ucp_ep_h ep, const Bytes& token) {
+  auto it = token_conn_.find(TokenKey(token));
+  Conn* c = it == token_conn_.end() ? nullptr : FindConn(it->second);
+  if (c == nullptr || !c->server || c->state != ConnState::kAuthenticating ||
+      ep_server_.count(ep) != 0) {
+    WarnStray("dropping a Bind with an unknown token on a UCX endpoint");
+    CloseStrayEp(ep);
+    return;
+  }
+  token_conn_.erase(it);
+  c->token.clear();
+  c->ep = ep;
+  ep_server_[ep] = c->id;
+  c->state = ConnState::kReady;
+  FrameHeader ack;
+  ack.kind = FrameKind::kBindAck;
+  Send(*c, std::move(ack), {}, 0);
+}
+
+uint64_t Core::ConnFor(ucp_ep_h ep, FrameKind kind) const {
+  const auto& m = (kind == FrameKind::kReply || kind == FrameKind::kBindAck) ? ep_client_ : ep_server_;
+  auto it = m.find(ep);
+  return it == m.end() ? 0 : it->second;
+}
+
+void Core::CloseStrayEp(ucp_ep_h ep) {
+  if (ep == nullptr || ep_client_.count(ep) != 0 || ep_server_.count(ep) != 0) return;
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  void* req = ucp_ep_close_nbx(ep, &p);
+  if (UCS_PTR_IS_PTR(req)) closing_.push_back(req);
+}
+
+void Core::WarnStray(const std::string& what) {
+  const auto now = Clock::now();
+  if (now - stray_logged_ < std::chrono::seconds(10)) {
+    ++stray_suppressed_;
+    return;
+  }
+  if (stray_suppressed_ > 0) {
+    Log()->warn("{} ({} more such frames in the last 10 s)", what, stray_suppressed_);
+  } else {
+    Log()->warn("{}", what);
+  }
+  stray_logged_ = now;
+  stray_suppressed_ = 0;
+}
+
+void Core::CloseConn(Conn& c, const Error& err, bool force, bool reset_sharer) {
   if (c.state == ConnState::kClosed) return;
   c.state = ConnState::kClosed;
   if (c.owner != nullptr && c.owner->conn_id_ == c.id) c.owner->conn_id_ = 0;
@@ -900,18 +1014,40 @@ void Core::CloseConn(Conn& c, const Error& err, bool force) {
   auto waiting = std::move(c.waiting);
   std::vector<uint64_t> inflight(c.inflight.begin(), c.inflight.end());
   c.inflight.clear();
+  if (c.link != 0) {
+    link_conn_.erase(c.link);
+    if (boot_) boot_->Close(c.link);
+    c.link = 0;
+  }
+  if (!c.token.empty()) token_conn_.erase(TokenKey(c.token));
   ucp_ep_h ep = c.ep;
-  ep_conn_.erase(ep);
+  uint64_t sharer = 0;  // the other connection on the same UCP endpoint
+  if (ep != nullptr) {
+    auto& mine = c.server ? ep_server_ : ep_client_;
+    auto& other = c.server ? ep_client_ : ep_server_;
+    if (auto m = mine.find(ep); m != mine.end() && m->second == id) mine.erase(m);
+    if (auto o = other.find(ep); o != other.end()) {
+      sharer = o->second;
+      ep = nullptr;  // still in use: closed with the sharer, if at all
+    }
+  }
   // The Conn leaves the table before user callbacks run (they may reconnect).
   std::unique_ptr<Conn> keep = std::move(conns_[id]);
   conns_.erase(id);
 
-  ucp_request_param_t p{};
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  p.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-  void* req = ucp_ep_close_nbx(ep, &p);
-  if (UCS_PTR_IS_PTR(req)) closing_.push_back(req);
-
+  if (ep != nullptr) {
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    void* req = ucp_ep_close_nbx(ep, &p);
+    if (UCS_PTR_IS_PTR(req)) closing_.push_back(req);
+  }
+  if (reset_sharer && sharer != 0) {
+    if (Conn* o = FindConn(sharer)) {
+      CloseConn(*o, Error{ECONNRESET, "connection to " + o->remote_addr + " reset: " + err.context},
+                true);
+    }
+  }
   for (uint64_t op : waiting) FailOp(op, err);
   for (uint64_t op : inflight) FailOp(op, err);
 }
@@ -919,12 +1055,7 @@ void Core::CloseConn(Conn& c, const Error& err, bool force) {
 void Core::RejectConn(Conn& c, const Error& why) {
   if (c.state == ConnState::kClosed) return;
   Log()->warn("refusing peer {} (connection {}): {}", c.remote_addr, c.id, why.ToString());
-  if (c.server && c.state == ConnState::kAuthenticating) {
-    Send(c, ServerHandshake::ResultFrame(Err(EACCES, why.context)), {}, 0);
-    CloseConn(c, why, /*force=*/false);  // flush: the AuthResult goes out first
-  } else {
-    CloseConn(c, Error{ECONNRESET, "connection closed: " + why.context}, true);
-  }
+  CloseConn(c, Error{ECONNRESET, "connection closed: " + why.context}, true);
 }
 
 void Core::Send(Conn& c, FrameHeader h, Bytes payload, uint64_t op_id) {
@@ -983,11 +1114,8 @@ void Core::DisconnectEndpoint(EndpointImpl* ep) {
 
 ucs_status_t Core::OnAm(const void* header, size_t header_len, void* data, size_t len,
                         const ucp_am_recv_param_t* param) {
-  uint64_t conn_id = 0;
-  if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0) {
-    auto it = ep_conn_.find(param->reply_ep);
-    if (it != ep_conn_.end()) conn_id = it->second;
-  }
+  ucp_ep_h from = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0 ? param->reply_ep
+                                                                           : nullptr;
   // UCX delivers the header at any alignment; FlatBuffers reads it in place
   // and needs 4-byte alignment, so copy it into an aligned buffer first.
   std::span<const std::byte> hdr(static_cast<const std::byte*>(header), header_len);
@@ -997,11 +1125,21 @@ ucs_status_t Core::OnAm(const void* header, size_t header_len, void* data, size_
   }
   auto h = DecodeFrame(hdr, len, opts_.max_message_bytes);
   if (!h) {
+    // The role is unknown: blame the server-side connection first (requests
+    // are what peers send unasked), else ours.
+    uint64_t conn_id = ConnFor(from, FrameKind::kRequest);
+    if (conn_id == 0) conn_id = ConnFor(from, FrameKind::kReply);
     Conn* c = FindConn(conn_id);
-    const std::string from = c != nullptr ? c->remote_addr : "an unknown connection";
+    if (c == nullptr) {
+      WarnStray("dropping malformed frame (" + std::to_string(header_len) + " header bytes, " +
+                std::to_string(len) + " payload bytes) from an unbound UCX endpoint: " +
+                h.error().ToString());
+      events_.push_back(StrayEvent{from});
+      return UCS_OK;
+    }
     Log()->warn("dropping malformed frame ({} header bytes, {} payload bytes) from {}: {}",
-                header_len, len, from, h.error().ToString());
-    if (c != nullptr) {
+                header_len, len, c->remote_addr, h.error().ToString());
+    {
       if (c->state == ConnState::kReady && h.error().code == EMSGSIZE) {
         // An authenticated peer's oversized request: answer it, keep the connection.
         auto again = DecodeFrame(hdr, len, UINT64_MAX);
@@ -1019,8 +1157,15 @@ ucs_status_t Core::OnAm(const void* header, size_t header_len, void* data, size_
     }
     return UCS_OK;  // drops the data (also a rendezvous descriptor)
   }
+  if (h->kind == FrameKind::kBind) {
+    if (from != nullptr && len == 0) events_.push_back(BindEvent{from, std::move(h->nonce)});
+    return UCS_OK;
+  }
+  const uint64_t conn_id = ConnFor(from, h->kind);
   if (conn_id == 0) {
-    Log()->warn("dropping frame from an unknown connection");
+    WarnStray("dropping a frame of kind " + std::to_string(static_cast<int>(h->kind)) +
+              " from a UCX endpoint bound to no authenticated connection");
+    events_.push_back(StrayEvent{from});
     return UCS_OK;
   }
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
@@ -1066,9 +1211,11 @@ void Core::HandleEvents() {
       if (UCS_PTR_IS_PTR(req)) continue;  // RxCallback finishes
       OnRxDone(rx, UCS_PTR_STATUS(req));
     } else if (auto* e = std::get_if<EpErrorEvent>(&ev)) {
-      auto it = ep_conn_.find(e->ep);
-      if (it == ep_conn_.end()) continue;
-      Conn* c = FindConn(it->second);
+      std::vector<uint64_t> on_ep;  // both roles: the endpoint is dead for each
+      if (auto it = ep_client_.find(e->ep); it != ep_client_.end()) on_ep.push_back(it->second);
+      if (auto it = ep_server_.find(e->ep); it != ep_server_.end()) on_ep.push_back(it->second);
+      for (uint64_t cid : on_ep) {
+      Conn* c = FindConn(cid);
       if (c == nullptr) continue;
       if (c->state == ConnState::kAuthenticating) {
         if (c->server) {
@@ -1083,12 +1230,15 @@ void Core::HandleEvents() {
                      ucs_status_string(e->status));
         CloseConn(*c, Error{ECONNRESET, "connection to " + c->remote_addr + " lost: " +
                                             ucs_status_string(e->status)},
-                  true);
+                  true, /*reset_sharer=*/true);
+      }
       }
     } else if (auto* j = std::get_if<RejectEvent>(&ev)) {
       if (Conn* c = FindConn(j->conn_id)) RejectConn(*c, j->why);
-    } else if (auto* q = std::get_if<ConnRequestEvent>(&ev)) {
-      AcceptConn(q->req);
+    } else if (auto* b = std::get_if<BindEvent>(&ev)) {
+      OnBind(b->ep, b->token);
+    } else if (auto* st = std::get_if<StrayEvent>(&ev)) {
+      CloseStrayEp(st->ep);
     }
   }
 }
@@ -1103,25 +1253,9 @@ void Core::OnFrame(Conn& c, FrameHeader h, Bytes payload) {
 }
 
 void Core::OnServerFrame(Conn& c, FrameHeader h, Bytes payload) {
-  if (c.state == ConnState::kAuthenticating) {
-    if (h.kind == FrameKind::kAuthHello) {
-      auto challenge = c.server_hs->OnHello(h);
-      if (!challenge) return RejectConn(c, challenge.error());
-      Send(c, std::move(*challenge), {}, 0);
-    } else if (h.kind == FrameKind::kAuthProof) {
-      Status verdict = c.server_hs->OnProof(h);
-      if (!verdict) return RejectConn(c, verdict.error());
-      c.state = ConnState::kReady;
-      c.server_hs.reset();
-      Log()->debug("peer {} (connection {}) authenticated", c.remote_addr, c.id);
-      Send(c, ServerHandshake::ResultFrame(Ok()), {}, 0);
-    } else {
-      RejectConn(c, Error{EACCES, "frame kind " + std::to_string(static_cast<int>(h.kind)) +
-                                      " before authentication"});
-    }
-    return;
-  }
-  if (h.kind != FrameKind::kRequest) {
+  // Only bound (kReady) connections get here: ConnFor maps an endpoint to a
+  // server connection once its Bind carried the token (OnBind).
+  if (c.state != ConnState::kReady || h.kind != FrameKind::kRequest) {
     Log()->warn("dropping unexpected frame kind {} from {}", static_cast<int>(h.kind),
                 c.remote_addr);
     return;
@@ -1150,33 +1284,19 @@ void Core::Dispatch(Conn& c, const FrameHeader& h, Bytes payload) {
 
 void Core::OnClientFrame(Conn& c, FrameHeader h, Bytes payload) {
   if (c.state == ConnState::kAuthenticating) {
-    if (h.kind == FrameKind::kAuthChallenge) {
-      auto proof = c.client_hs->OnChallenge(h);
-      if (!proof) {
-        Log()->warn("server {} failed authentication: {}", c.remote_addr, proof.error().ToString());
-        return CloseConn(c, proof.error(), true);
+    if (h.kind != FrameKind::kBindAck || h.errno_code != 0) {
+      return CloseConn(c, Error{EPROTO, "unexpected frame while binding to " + c.remote_addr}, true);
+    }
+    c.state = ConnState::kReady;
+    auto waiting = std::move(c.waiting);
+    const uint64_t id = c.id;
+    for (uint64_t op : waiting) {
+      Conn* cur = FindConn(id);  // callbacks may have closed it
+      if (cur == nullptr || cur->state != ConnState::kReady) {
+        FailOp(op, Error{ECONNRESET, "connection closed"});
+        continue;
       }
-      Send(c, std::move(*proof), {}, 0);
-    } else if (h.kind == FrameKind::kAuthResult) {
-      Status st = c.client_hs->OnResult(h);
-      if (!st) {
-        Log()->warn("server {} refused authentication: {}", c.remote_addr, st.error().ToString());
-        return CloseConn(c, st.error(), true);
-      }
-      c.state = ConnState::kReady;
-      c.client_hs.reset();
-      auto waiting = std::move(c.waiting);
-      const uint64_t id = c.id;
-      for (uint64_t op : waiting) {
-        Conn* cur = FindConn(id);  // callbacks may have closed it
-        if (cur == nullptr || cur->state != ConnState::kReady) {
-          FailOp(op, Error{ECONNRESET, "connection closed"});
-          continue;
-        }
-        RunOnConn(op, *cur);
-      }
-    } else {
-      CloseConn(c, Error{EPROTO, "unexpected frame during authentication"}, true);
+      RunOnConn(op, *cur);
     }
     return;
   }
@@ -1208,35 +1328,14 @@ Result<std::string> Core::Listen(const std::string& addr) {
   std::promise<Result<std::string>> done;
   auto f = done.get_future();
   const bool posted = Post([this, sa = *sa, &done] {
-    if (listener_ != nullptr) {
-      done.set_value(Err(EINVAL, "already listening"));
+    auto port = boot_->Listen(sa.get(), sa.len);
+    if (!port) {
+      done.set_value(Err(port.error().code, port.error().context));
       return;
-    }
-    ucp_listener_params_t p{};
-    p.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
-    p.sockaddr.addr = sa.get();
-    p.sockaddr.addrlen = sa.len;
-    p.conn_handler.cb = &ConnRequestCallback;
-    p.conn_handler.arg = this;
-    const ucs_status_t s = ucp_listener_create(worker_, &p, &listener_);
-    if (s != UCS_OK) {
-      listener_ = nullptr;
-      const int code = s == UCS_ERR_BUSY ? EADDRINUSE : EINVAL;
-      done.set_value(Err(code, "listen on " + sa.host + ":" + std::to_string(sa.port) + ": " +
-                                   ucs_status_string(s)));
-      return;
-    }
-    ucp_listener_attr_t a{};
-    a.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
-    uint16_t port = sa.port;
-    if (ucp_listener_query(listener_, &a) == UCS_OK) {
-      const auto* sp = reinterpret_cast<const sockaddr*>(&a.sockaddr);
-      port = ntohs(sp->sa_family == AF_INET6 ? reinterpret_cast<const sockaddr_in6*>(sp)->sin6_port
-                                             : reinterpret_cast<const sockaddr_in*>(sp)->sin_port);
     }
     const std::string host = sa.host.find(':') != std::string::npos ? "[" + sa.host + "]" : sa.host;
-    Log()->info("listening on {}:{}", host, port);
-    done.set_value(host + ":" + std::to_string(port));
+    Log()->info("listening on {}:{}", host, *port);
+    done.set_value(host + ":" + std::to_string(*port));
   });
   if (!posted) return Err(ESHUTDOWN, "transport is shut down");
   return f.get();
@@ -1559,10 +1658,66 @@ bool RawWait(ucp_worker_h w, void* req, Clock::time_point until) {
 
 }  // namespace
 
-Status UcxSendRawForTest(const UcxOptions& ucx_opts, const std::string& addr, const Bytes& header,
+Status UcxSendRawForTest(const UcxOptions& /*ucx*/, const std::string& addr, const Bytes& header,
                          const Bytes& payload) {
   auto sa = ucx::ParseAddress(addr);
   if (!sa) return Err(sa.error());
+  const int fd = ::socket(sa->get()->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Err(errno, "socket");
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  if (::connect(fd, sa->get(), sa->len) != 0) {
+    ::close(fd);
+    return Err(EHOSTDOWN, "connect to " + addr);
+  }
+  Bytes msg;
+  for (uint32_t v : {static_cast<uint32_t>(header.size()), static_cast<uint32_t>(payload.size())}) {
+    for (int sh = 24; sh >= 0; sh -= 8) msg.push_back(static_cast<std::byte>((v >> sh) & 0xff));
+  }
+  msg.insert(msg.end(), header.begin(), header.end());
+  msg.insert(msg.end(), payload.begin(), payload.end());
+  // The server may close the connection before it has read everything (it
+  // refuses a frame by its lengths): a reset while sending counts as sent.
+  Status result = Ok();
+  if (::send(fd, msg.data(), msg.size(), MSG_NOSIGNAL) < 0 && errno != EPIPE &&
+      errno != ECONNRESET) {
+    result = Err(EHOSTDOWN, "send to " + addr + ": " + std::strerror(errno));
+  }
+  // Give the server time to see the message before the connection goes away.
+  std::byte sink[256];
+  const auto until = Clock::now() + std::chrono::milliseconds(200);
+  tv = {0, 50000};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  while (Clock::now() < until && ::recv(fd, sink, sizeof sink, 0) != 0) {
+  }
+  ::close(fd);
+  return result;
+}
+
+Status UcxSendUnboundForTest(const UcxOptions& ucx_opts, const Bytes& key, const std::string& addr,
+                             const Bytes& header, const Bytes& payload) {
+  auto sa = ucx::ParseAddress(addr);
+  if (!sa) return Err(sa.error());
+  // 1. Authenticate on the bootstrap like a real client, to learn the address.
+  std::optional<Result<Bytes>> got;
+  BootstrapOptions bo;
+  bo.cluster_key = key;
+  BootstrapCallbacks bc;
+  bc.connected = [&](uint64_t, Bytes address, Bytes) { got = std::move(address); };
+  bc.closed = [&](uint64_t, Error e) { got = Err(std::move(e)); };
+  auto boot = Bootstrap::Create(bo, bc);
+  if (!boot) return Err(boot.error());
+  const auto until = Clock::now() + std::chrono::seconds(5);
+  const uint64_t link = (*boot)->Connect(sa->get(), sa->len, addr, until);
+  while (!got && Clock::now() < until) {
+    (*boot)->Poll();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (!got) return Err(ETIMEDOUT, "bootstrap handshake with " + addr);
+  if (!*got) return Err(got->error());
+  const Bytes address = **got;
+  // 2. A UCP endpoint of our own to that worker, never bound.
   auto ctx = ucx::CreateContext(ucx_opts);
   if (!ctx) return Err(ctx.error());
   ucp_worker_params_t wp{};
@@ -1580,11 +1735,9 @@ Status UcxSendRawForTest(const UcxOptions& ucx_opts, const std::string& addr, co
   ucp_worker_set_am_recv_handler(w, &hp);
   RawState state;
   ucp_ep_params_t p{};
-  p.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                 UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-  p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-  p.sockaddr.addr = sa->get();
-  p.sockaddr.addrlen = sa->len;
+  p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                 UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  p.address = reinterpret_cast<const ucp_address_t*>(address.data());
   p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   p.err_handler.cb = &RawErr;
   p.err_handler.arg = &state;
@@ -1592,9 +1745,9 @@ Status UcxSendRawForTest(const UcxOptions& ucx_opts, const std::string& addr, co
   Status result = Ok();
   if (ucp_ep_create(w, &p, &ep) != UCS_OK) {
     ucp_worker_destroy(w);
-    return Err(EHOSTDOWN, "connect to " + addr);
+    return Err(EHOSTDOWN, "connect to the UCX worker of " + addr);
   }
-  const auto until = Clock::now() + std::chrono::seconds(5);
+  const auto send_until = Clock::now() + std::chrono::seconds(5);
   ucp_request_param_t sp{};
   sp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   sp.flags = UCP_AM_SEND_FLAG_REPLY;
@@ -1602,17 +1755,17 @@ Status UcxSendRawForTest(const UcxOptions& ucx_opts, const std::string& addr, co
                               payload.empty() ? nullptr : payload.data(), payload.size(), &sp);
   if (UCS_PTR_IS_ERR(req)) {
     result = Err(EHOSTDOWN, std::string("send: ") + ucs_status_string(UCS_PTR_STATUS(req)));
-  } else if (!RawWait(w, req, until)) {
+  } else if (!RawWait(w, req, send_until)) {
     result = Err(ETIMEDOUT, "raw send did not complete");
   }
-  // Give the server time to see the message before the connection goes away.
-  const auto linger = std::min(until, Clock::now() + std::chrono::milliseconds(200));
+  const auto linger = std::min(send_until, Clock::now() + std::chrono::milliseconds(200));
   while (Clock::now() < linger && !state.failed) ucp_worker_progress(w);
   ucp_request_param_t cp{};
   cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
   RawWait(w, ucp_ep_close_nbx(ep, &cp), Clock::now() + std::chrono::seconds(2));
   ucp_worker_destroy(w);
+  (*boot)->Close(link);
   return result;
 }
 

@@ -15,14 +15,20 @@
 // one-sided operations (put/get/atomics over TCP need the target's
 // ucp_worker_progress), whatever its application threads do.
 //
-// Connections. An Endpoint connects lazily (client side of sockaddr
-// connection establishment, error handling mode PEER), runs the client
-// handshake, and only then starts the operations that waited for it. Accepted
-// connections serve no Request before the client's proof verified;
-// peers that fail (or do not finish within TransportOptions::connect_timeout)
-// get AuthResult(EACCES), a warning in the "m2m" log, and are disconnected.
-// Every received frame goes through DecodeFrame; malformed frames are logged
-// and dropped, and the connection that sent them is closed.
+// Connections. The listen address is FedFS's own TCP listener (the bootstrap,
+// m2m/bootstrap.h), not UCX's connection manager: an Endpoint connects lazily
+// by running the cluster-key handshake there; only then does it learn the
+// server's UCX worker address, create a UCP endpoint to it (error handling mode
+// PEER) and bind that endpoint with a token derived from the handshake (a Bind
+// frame, answered by BindAck); then the operations that waited start. A
+// server serves no Request on a UCP endpoint before it is bound; frames on
+// unbound endpoints are dropped (logged, rate-limited) and the endpoint closed.
+// Pre-authentication limits and deadlines are the bootstrap's
+// (TransportOptions::connect_timeout is the handshake deadline). Every
+// received frame goes through DecodeFrame; malformed frames are logged and
+// dropped, and the connection that sent them is closed. The bootstrap's TCP
+// connection stays open as long as the connection: its end (or TCP keepalive)
+// tells each side that the other went away.
 //
 // Errors (errno): connect/handshake failure or connect timeout -> EHOSTDOWN
 // (EACCES when the peer's key is wrong); connection lost while an operation was
@@ -120,12 +126,21 @@ struct UcxOptions {
 Result<std::unique_ptr<Transport>> MakeUcxTransport(const UcxOptions& ucx,
                                                     const TransportOptions& opts);
 
-// Test-only: sends one arbitrary (header, payload) pair as an active message
-// on a fresh, unauthenticated connection to addr (its own UCP context and
-// worker, no encoding, no handshake), to check that a server rejects malformed
-// input. Returns once the message was sent and the connection closed (bounded
-// by a few seconds; EHOSTDOWN if the peer cannot be reached).
+// Test-only: connects to a transport's listen address (its bootstrap, see
+// m2m/bootstrap.h) and sends one arbitrary (header, payload) pair framed as
+// the bootstrap frames its messages, without authenticating, to check that a
+// server refuses malformed or unauthenticated input. Returns once the message
+// was sent (or the server reset the connection while it was sent) and the
+// server closed the connection, or after 200 ms (EHOSTDOWN if the peer cannot
+// be reached). `ucx` is unused.
 Status UcxSendRawForTest(const UcxOptions& ucx, const std::string& addr, const Bytes& header,
                          const Bytes& payload);
+
+// Test-only: authenticates on addr's bootstrap with `key` (so it learns the
+// server's UCX worker address), then sends (header, payload) as an active
+// message on a UCP endpoint of its own that it never binds — the server must
+// drop it. Returns once sent (bounded by a few seconds).
+Status UcxSendUnboundForTest(const UcxOptions& ucx, const Bytes& key, const std::string& addr,
+                             const Bytes& header, const Bytes& payload);
 
 }  // namespace fedfs::m2m
