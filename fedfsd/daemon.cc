@@ -374,9 +374,9 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
   ucx.tls = o.transport.tls;
   ucx.net_devices = o.transport.net_devices;
   ucx.spin_us = o.transport.spin_us;
-  // (ucx.reuse_address, on by default: a restarted daemon gets its port back
-  // at once, although the connections of its previous life linger in
-  // TIME_WAIT for a minute.)
+  // (The bootstrap listener binds with SO_REUSEADDR: a restarted daemon gets
+  // its port back at once, although the connections of its previous life
+  // linger in TIME_WAIT for a minute.)
   m2m::TransportOptions topts;
   topts.cluster_key = std::move(*key);
   topts.max_message_bytes = o.transport.max_message_bytes;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include <CLI/CLI.hpp>
@@ -14,6 +15,7 @@
 #include "fedfsd/config.h"
 #include "fedfsd/control.h"
 #include "fedfsd/daemon.h"
+#include "fedfsd/local_daemons.h"
 
 namespace {
 
@@ -35,6 +37,16 @@ int Run(const std::string& config_path) {
       std::fprintf(stderr, "fedfsd: %s\n", s.error().context.c_str());
       return kExitStart;
     }
+  }
+
+  // Paths apart from every other daemon's on this machine (FEDFS_RUN_DIR:
+  // where they register, default /run/fedfs; docs/config.md).
+  const char* run_dir = std::getenv("FEDFS_RUN_DIR");
+  auto registered = LocalDaemons::Register(*opts, run_dir != nullptr && *run_dir != 0 ? run_dir
+                                                                                   : "/run/fedfs");
+  if (!registered) {
+    std::fprintf(stderr, "fedfsd: %s\n", registered.error().context.c_str());
+    return kExitStart;
   }
 
   // Signals are taken synchronously by this thread; every thread started

@@ -1,6 +1,7 @@
 // The production m2m::Transport over UCX (UCP): active messages for RPC,
-// ucp_put/get/atomic for one-sided operations, sockaddr connection
-// establishment, the cluster-key handshake of m2m/auth.h on every connection.
+// ucp_put/get/atomic for one-sided operations, connections set up through
+// FedFS's own authenticated bootstrap (m2m/bootstrap.h: the cluster-key
+// handshake of m2m/auth.h, then UCP endpoints from worker addresses).
 //
 // Ownership and threads. Each transport owns one UCP context, one UCP worker
 // and ONE progress thread that owns the worker: it is the only thread that
@@ -105,10 +106,6 @@ struct UcxOptions {
   // SYSV_ERROR_HANDLING=y (UCX 1.13 silently drops shm with PEER mode
   // otherwise). Default true.
   bool shm_error_handling = true;
-  // Whether a listener may bind an address still held by connections of a
-  // previous listener (TIME_WAIT), so a restarted node gets its port back at
-  // once: UCX's CM_REUSEADDR=y. Default true.
-  bool reuse_address = true;
   // TCP segment sizes (UCX_TCP_TX_SEG_SIZE / UCX_TCP_RX_SEG_SIZE) when tcp
   // may be used and the environment does not set them. UCX's 8 KiB send
   // segments cut a 1 MiB put into 128 sends; 64 KiB / 256 KiB carry remote

@@ -88,7 +88,6 @@ Result<ucp_config_t*> ReadConfig(const UcxOptions& opts) {
     st = set("POSIX_ERROR_HANDLING", "y", false);
     if (st) st = set("SYSV_ERROR_HANDLING", "y", false);
   }
-  if (st && opts.reuse_address) st = set("CM_REUSEADDR", "y", false);
   const bool tcp_possible = opts.tls.empty() || opts.tls.find("tcp") != std::string::npos ||
                             opts.tls.find("all") != std::string::npos;
   // A transport's key goes without its prefix (TX_SEG_SIZE, not

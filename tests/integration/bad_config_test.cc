@@ -2,7 +2,12 @@
 // problem, and a non-zero exit (2: config, 1: start-up such as a port in use).
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cstdlib>
+#include <optional>
+#include <sstream>
 
 #include <gtest/gtest.h>
 
@@ -137,6 +142,50 @@ TEST_F(BadConfig, ControlSocketOfARunningDaemon) {
   ExpectOneLine(RunCommand({FEDFS_FEDFSD_PATH, "--config", cfg2}, 15s), 1,
                 {"in use by a running fedfsd"});
   EXPECT_EQ(c_.AliveCount("n1"), 1);
+}
+
+// Sets an environment variable for the scope (the daemons that RunCommand
+// starts inherit it).
+struct ScopedEnv {
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// Another daemon on this machine: a mountpoint inside its export root, or an
+// export root on its mountpoint, is refused with one line naming it
+// (fedfsd/local_daemons.h); the running daemon is not disturbed.
+TEST_F(BadConfig, PathsOfAnotherDaemonOnThisMachine) {
+  c_.Start("n1", c_.WriteConfig({.id = "n1", .listen = "127.0.0.1:" + std::to_string(port_)}));
+  ASSERT_TRUE(WaitFor([&] { return c_.AliveCount("n1") == 1; }, kNoHang)) << c_.Log("n1");
+  const ScopedEnv env("FEDFS_RUN_DIR", c_.dir() + "/run");  // where the Cluster's daemons register
+  const std::string good = ReadFileText(c_.WriteConfig({.id = "n2", .listen = "127.0.0.1:" + std::to_string(FreePort())}));
+  auto with_line = [&](const std::string& key, const std::string& value) {
+    std::istringstream in(good);
+    std::string text;
+    for (std::string l; std::getline(in, l);) text += (l.rfind(key + ": ", 0) == 0 ? key + ": " + value : l) + "\n";
+    return c_.WriteFile("n2-bad.yaml", text);
+  };
+  const std::string inside = c_.ExportRoot("n1") + "/sub";
+  ASSERT_EQ(::mkdir(inside.c_str(), 0755), 0);
+  ExpectOneLine(RunCommand({FEDFS_FEDFSD_PATH, "--config", with_line("mountpoint", inside)}, 15s), 1,
+                {"mountpoint", "is inside the export root", "of node n1", "running on this machine"});
+  ExpectOneLine(RunCommand({FEDFS_FEDFSD_PATH, "--config", with_line("export_root", c_.Mountpoint("n1"))}, 15s), 1,
+                {"export_root", "is the mountpoint", "of node n1"});
+  EXPECT_EQ(c_.AliveCount("n1"), 1);
+  // The same config with its own paths starts (and registers) fine.
+  c_.Start("n2", c_.WriteFile("n2-good.yaml", good));
+  ASSERT_TRUE(WaitFor([&] { return c_.AliveCount("n2") >= 1; }, kNoHang)) << c_.Log("n2");
 }
 
 }  // namespace

@@ -311,6 +311,9 @@ pid_t Cluster::Start(const std::string& name, const std::string& config, const s
       ::dup2(fd, 1);
       ::dup2(fd, 2);
     }
+    // The daemons of this Cluster register with each other here, not in
+    // /run/fedfs (fedfsd/local_daemons.h): a killed one leaves nothing behind.
+    ::setenv("FEDFS_RUN_DIR", (dir_ + "/run").c_str(), 1);
     ExecOrDie(argv);  // `ip netns exec` execs fedfsd in place: pid stays the daemon's
   }
   nodes_[name] = pid;
