@@ -746,7 +746,8 @@ Result<size_t> MemNodeFs::Read(Handle h, uint64_t offset, std::span<std::byte> d
   return len;
 }
 
-Result<size_t> MemNodeFs::Write(Handle h, uint64_t offset, std::span<const std::byte> src) {
+Result<size_t> MemNodeFs::Write(Handle h, uint64_t offset, std::span<const std::byte> src,
+                                const Writer& by) {
   std::lock_guard lock(mu_);
   auto f = LookupLocked(h);
   if (!f) return Err(f.error());
@@ -755,6 +756,7 @@ Result<size_t> MemNodeFs::Write(Handle h, uint64_t offset, std::span<const std::
   if (offset > static_cast<uint64_t>(INT64_MAX)) return Err(EINVAL, "write: offset");
   if ((*f)->flags & O_APPEND) offset = n.data.size();  // as Linux pwrite on O_APPEND
   if (!S_ISREG(n.mode)) return src.size();             // fifos and devices swallow it
+  if (by.kill_setid) n.mode &= ~SetIdBitsAWriteClears(n.mode, n.gid, by.cred);
   if (offset + src.size() > n.data.size()) n.data.resize(offset + src.size(), '\0');
   std::memcpy(n.data.data() + offset, src.data(), src.size());
   n.Touch();

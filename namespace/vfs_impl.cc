@@ -1252,9 +1252,10 @@ Result<size_t> VfsImpl::Read(uint64_t fh, uint64_t offset, std::span<std::byte> 
   return f->fs->Read(f->handle, offset, dst);
 }
 
-Result<size_t> VfsImpl::Write(uint64_t fh, uint64_t offset, std::span<const std::byte> src) {
+Result<size_t> VfsImpl::Write(uint64_t fh, uint64_t offset, std::span<const std::byte> src,
+                              const Writer& by) {
   FEDFS_TRY(f, FileOf(fh));
-  return f->fs->Write(f->handle, offset, src);
+  return f->fs->Write(f->handle, offset, src, by);
 }
 
 Status VfsImpl::Flush(uint64_t fh, uint64_t lock_owner) {

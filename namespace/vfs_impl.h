@@ -210,7 +210,8 @@ class VfsImpl final : public Vfs {
                                               const std::string& name, mode_t mode,
                                               int flags) override;
   Result<size_t> Read(uint64_t fh, uint64_t offset, std::span<std::byte> dst) override;
-  Result<size_t> Write(uint64_t fh, uint64_t offset, std::span<const std::byte> src) override;
+  Result<size_t> Write(uint64_t fh, uint64_t offset, std::span<const std::byte> src,
+                       const Writer& by) override;
   Status Flush(uint64_t fh, uint64_t lock_owner) override;
   Status Fsync(uint64_t fh, bool datasync) override;
   Status Release(uint64_t fh) override;

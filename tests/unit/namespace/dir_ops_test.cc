@@ -109,7 +109,9 @@ class FaultyNodeFs final : public NodeFs {
   Result<Opened> Open(const Cred&, const std::string&, int) override { return No(); }
   Result<Opened> Create(const Cred&, const std::string&, int, mode_t) override { return No(); }
   Result<size_t> Read(Handle, uint64_t, std::span<std::byte>) override { return No(); }
-  Result<size_t> Write(Handle, uint64_t, std::span<const std::byte>) override { return No(); }
+  Result<size_t> Write(Handle, uint64_t, std::span<const std::byte>, const Writer&) override {
+    return No();
+  }
   Status Flush(Handle, uint64_t) override { return No(); }
   Status Fsync(Handle, bool) override { return No(); }
   Status Fallocate(Handle, int, uint64_t, uint64_t) override { return No(); }

@@ -263,7 +263,7 @@ TEST_F(VfsTest, CreatePlacesOnTheChosenNodeWithParents) {
   auto made = vfs_->Create(cred_, q, "new", 0640, O_WRONLY);
   ASSERT_TRUE(made) << made.error().ToString();
   const std::string msg = "hello";
-  auto n = vfs_->Write(made->second.fh, 0, std::as_bytes(std::span(msg.data(), msg.size())));
+  auto n = vfs_->Write(made->second.fh, 0, std::as_bytes(std::span(msg.data(), msg.size())), {});
   ASSERT_TRUE(n);
   EXPECT_EQ(*n, msg.size());
   ASSERT_TRUE(vfs_->Release(made->second.fh));
