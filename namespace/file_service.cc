@@ -104,7 +104,7 @@ Status CheckRequest(const fb::FsRequest* req) {
     return Err(EPROTO, "unsupported fs wire version " + std::to_string(req->version()));
   }
   const fb::Op op = req->op();
-  if (op == fb::Op::kInvalid || op > fb::Op::kFlock) return Err(EPROTO, "unknown op");
+  if (op == fb::Op::kInvalid || op > fb::Op::kAccess) return Err(EPROTO, "unknown op");
   if (IsPathOp(op)) {
     if (req->path() == nullptr) return Err(EINVAL, "missing path");
     if (auto st = ValidateGlobalPath(req->path()->string_view()); !st) return st;
@@ -735,6 +735,8 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
       case fb::Op::kStat:
         if (req->watch()) return WatchedStat(session, cred, path);
         return StatOrErr(local_->Stat(cred, path));
+      case fb::Op::kAccess:
+        return status_or(local_->Access(cred, path, req->flags()));
       case fb::Op::kListDir: {
         auto r = local_->ListDir(cred, path);
         if (!r) return Err(r.error());

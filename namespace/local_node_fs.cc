@@ -250,6 +250,17 @@ Result<struct stat> LocalNodeFs::Stat(const Cred& c, const std::string& path) {
   return st;
 }
 
+Status LocalNodeFs::Access(const Cred& c, const std::string& path, int mode) {
+  FEDFS_AS(c);
+  auto p = ResolveWhole(path, "access");
+  if (!p) return Err(p.error());
+  const int fd = OpenAt2(p->dir, p->name.c_str(), O_PATH | O_CLOEXEC, 0);
+  if (fd < 0) return SysErr("access", path);
+  UniqueFd guard(fd);
+  if (faccessat(fd, "", mode, AT_EACCESS | AT_EMPTY_PATH) != 0) return SysErr("access", path);
+  return Ok();
+}
+
 Result<std::vector<DirEntry>> LocalNodeFs::ListDir(const Cred& c, const std::string& path) {
   FEDFS_AS(c);
   auto p = ResolveWhole(path, "listdir");

@@ -242,6 +242,16 @@ Result<struct stat> MemNodeFs::Stat(const Cred& c, const std::string& path) {
   return StatOf(*w->node);
 }
 
+Status MemNodeFs::Access(const Cred& c, const std::string& path, int mode) {
+  std::lock_guard lock(mu_);
+  auto w = Resolve(c, path, true, "access");
+  if (!w) return Err(w.error());
+  if (!w->node) return Fail(ENOENT, "access", path);
+  const int need = ((mode & R_OK) ? kR : 0) | ((mode & W_OK) ? kW : 0) | ((mode & X_OK) ? kX : 0);
+  if (need != 0 && !Permits(c, *w->node, need)) return Fail(EACCES, "access", path);
+  return Ok();
+}
+
 Result<std::vector<DirEntry>> MemNodeFs::ListDir(const Cred& c, const std::string& path) {
   std::lock_guard lock(mu_);
   auto w = Resolve(c, path, true, "listdir");

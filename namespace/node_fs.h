@@ -161,6 +161,10 @@ class NodeFs {
     if (!st) return Err(st.error());
     return WatchedStat{*st, std::nullopt};
   }
+  // access(2) for the caller's effective rights (faccessat with AT_EACCESS:
+  // its uid, gid and groups; root's capabilities): Ok, or EACCES (the errno
+  // of the check), ENOENT, ... A final symlink is followed, beneath the root.
+  virtual Status Access(const Cred& c, const std::string& path, int mode) = 0;
   // The local directory listing (without "." and ".."); ENOTDIR, ENOENT.
   virtual Result<std::vector<DirEntry>> ListDir(const Cred& c, const std::string& path) = 0;
   // mkdir(2); returns the new directory's lstat.

@@ -347,6 +347,11 @@ Result<WatchedStat> RemoteNodeFs::StatWatched(const Cred& c, const std::string& 
   return out;
 }
 
+Status RemoteNodeFs::Access(const Cred& c, const std::string& path, int mode) {
+  return StatusOf(
+      Call({.op = fb::Op::kAccess, .cred = &c, .path = path, .flags = mode}, FEDFS_DEADLINE));
+}
+
 Result<std::vector<DirEntry>> RemoteNodeFs::ListDir(const Cred& c, const std::string& path) {
   auto r = Call({.op = fb::Op::kListDir, .cred = &c, .path = path}, FEDFS_DEADLINE);
   if (!r) return Err(r.error());

@@ -120,6 +120,7 @@ class RemoteNodeFs final : public NodeFs {
 
   Result<struct stat> Stat(const Cred& c, const std::string& path) override;
   Result<WatchedStat> StatWatched(const Cred& c, const std::string& path) override;
+  Status Access(const Cred& c, const std::string& path, int mode) override;
   Result<std::vector<DirEntry>> ListDir(const Cred& c, const std::string& path) override;
   Result<struct stat> Mkdir(const Cred& c, const std::string& path, mode_t mode) override;
   Status MkdirParents(const std::string& path, const std::vector<DirTemplate>& templates) override;

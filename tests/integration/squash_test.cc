@@ -7,7 +7,11 @@
 //    directory leaves them for the identity the holder runs it as (the caller,
 //    or the squashed caller when it comes from n1 to n2): the expectation is
 //    what the kernel does natively in the test's own directory, not written
-//    by hand.
+//    by hand;
+//  * listings: a squashed root lists nothing nobody may not list, and a
+//    virtual directory is listed only when every node's directory of that
+//    path lets the caller read it.
+#include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <sys/stat.h>
@@ -21,6 +25,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -41,6 +46,7 @@ struct Ident {
 constexpr Ident kUser{"uid 1001", 1001, 1001};
 constexpr Ident kUserGid0{"uid 1001 gid 0", 1001, 0};
 constexpr Ident kRoot{"root", 0, 0};
+constexpr Ident kNobody{"nobody", 65534, 65534};
 
 // The identity a holder with root squash (squash ids 65534) runs a remote
 // caller as.
@@ -245,6 +251,77 @@ TEST_F(Squash, SetIdBitsClearedAsNativelyForTheIdentityTheHolderApplies) {
   // set-user-ID, one by root keeps it.
   EXPECT_EQ(reference(kOps[0], kFiles[0], kUser), "ok, mode 0777");
   EXPECT_EQ(reference(kOps[0], kFiles[0], kRoot), "ok, mode 4777");
+}
+
+// {errno, names} of listing `dir` as `id` (names sorted, '\n'-separated).
+std::pair<int, std::string> ListAs(const Ident& id, const std::string& dir) {
+  return RunAs(id, [&](std::string* out) {
+    DIR* d = ::opendir(dir.c_str());
+    if (d == nullptr) return errno;
+    std::set<std::string> names;
+    while (const dirent* e = ::readdir(d)) {
+      if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) names.insert(e->d_name);
+    }
+    ::closedir(d);
+    for (const auto& n : names) *out += n + "\n";
+    return 0;
+  });
+}
+
+// A squashed root gets nobody's rights on listings too, and a virtual
+// directory is listed only when every node's directory of that path lets the
+// caller read it (docs/namespace.md, "The FUSE mount").
+TEST_F(Squash, ListingsNeedReadPermissionOnEveryMemberAsTheHolderSeesTheCaller) {
+  if (IsSkipped()) return;
+  // A private directory of uid 1001 on each node; /mix is 0755 root's on n1
+  // and 0700 uid 1001's on n2.
+  for (const char* holder : {"n1", "n2"}) {
+    const std::string priv = c_.ExportRoot(holder) + DirOf(holder) + "/priv";
+    fs::create_directories(priv);
+    ASSERT_NO_FATAL_FAILURE(MakeFile(priv + "/secret", {"f", 1001, 1001, 0600}));
+    ASSERT_EQ(::chown(priv.c_str(), 1001, 1001), 0);
+    ASSERT_EQ(::chmod(priv.c_str(), 0700), 0);
+  }
+  fs::create_directories(c_.ExportRoot("n1") + "/mix");
+  fs::create_directories(c_.ExportRoot("n2") + "/mix");
+  ASSERT_NO_FATAL_FAILURE(MakeFile(c_.ExportRoot("n1") + "/mix/a", {"f", 0, 0, 0644}));
+  ASSERT_NO_FATAL_FAILURE(MakeFile(c_.ExportRoot("n2") + "/mix/b", {"f", 1001, 1001, 0644}));
+  ASSERT_EQ(::chown((c_.ExportRoot("n2") + "/mix").c_str(), 1001, 1001), 0);
+  ASSERT_EQ(::chmod((c_.ExportRoot("n2") + "/mix").c_str(), 0700), 0);
+  ASSERT_NO_FATAL_FAILURE(Launch());
+  const std::pair<int, std::string> denied{EACCES, ""};
+  const std::pair<int, std::string> secret{0, "secret\n"};
+
+  // Natively, nobody may not list the private directory; uid 1001 may.
+  const std::string priv2 = c_.ExportRoot("n2") + "/sq/priv";
+  ASSERT_EQ(ListAs(kNobody, priv2), denied);
+  ASSERT_EQ(ListAs(kUser, priv2), secret);
+
+  // n2's private directory: root through n1 is squashed to nobody there.
+  const std::string via1 = c_.Mountpoint("n1") + "/sq/priv", via2 = c_.Mountpoint("n2") + "/sq/priv";
+  EXPECT_EQ(ListAs(kNobody, via1), denied);
+  EXPECT_EQ(ListAs(kRoot, via1), denied) << "a squashed root lists what nobody may not";
+  EXPECT_EQ(ListAs(kUser, via1), secret);
+  EXPECT_EQ(ListAs(kRoot, via2), secret) << "root on the holder's own mount is not squashed";
+  EXPECT_EQ(ListAs(kNobody, via2), denied);
+  // Reading and stat'ing inside were denied before already.
+  EXPECT_EQ(RunAs(kRoot, [&](std::string*) { return Errno(::access((via1 + "/secret").c_str(), F_OK) == 0); }).first,
+            EACCES);
+
+  // n1 does not squash: root through n2 is root there.
+  EXPECT_EQ(ListAs(kRoot, c_.Mountpoint("n2") + "/nsq/priv"), secret);
+  EXPECT_EQ(ListAs(kNobody, c_.Mountpoint("n2") + "/nsq/priv"), denied);
+
+  // /mix: n2's member lets only uid 1001 read it (and root where n2 does not
+  // squash it: on n2's own mount).
+  const std::pair<int, std::string> both{0, "a\nb\n"};
+  for (const char* via : {"n1", "n2"}) {
+    const std::string mix = c_.Mountpoint(via) + "/mix";
+    EXPECT_EQ(ListAs(kNobody, mix), denied) << via;
+    EXPECT_EQ(ListAs(kUser, mix), both) << via;
+  }
+  EXPECT_EQ(ListAs(kRoot, c_.Mountpoint("n1") + "/mix"), denied);
+  EXPECT_EQ(ListAs(kRoot, c_.Mountpoint("n2") + "/mix"), both);
 }
 
 }  // namespace

@@ -50,6 +50,10 @@ class FaultyNodeFs final : public NodeFs {
     if (down) return Down();
     return inner_->Stat(c, p);
   }
+  Status Access(const Cred& c, const std::string& p, int mode) override {
+    if (down) return Down();
+    return inner_->Access(c, p, mode);
+  }
   Result<std::vector<DirEntry>> ListDir(const Cred& c, const std::string& p) override {
     if (down) return Down();
     return inner_->ListDir(c, p);

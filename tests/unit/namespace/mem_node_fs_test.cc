@@ -113,12 +113,17 @@ TEST(MemNodeFs, StatFsAndInodeCount) {
   EXPECT_EQ(fs.InodeCount(), 1u);
 }
 
-// The set-ID bits a write clears (the same rule LocalNodeFs applies; its
-// test compares the rule with the kernel's).
-TEST(MemNodeFs, WritesClearingSetIdBits) {
+// Access, and the set-ID bits a write clears (the same rule LocalNodeFs
+// applies; its test compares the rule with the kernel's).
+TEST(MemNodeFs, AccessAndWritesClearingSetIdBits) {
   MemNodeFs fs("n");
   Cred root;
   const Cred nobody{.uid = 65534, .gid = 65534};
+  ASSERT_TRUE(fs.Mkdir(root, "/priv", 0700));
+  EXPECT_TRUE(fs.Access(root, "/priv", R_OK));
+  EXPECT_EQ(ErrOf(fs.Access(nobody, "/priv", R_OK)), EACCES);
+  EXPECT_TRUE(fs.Access(nobody, "/priv", F_OK));
+  EXPECT_EQ(ErrOf(fs.Access(nobody, "/none", F_OK)), ENOENT);
   auto c = fs.Create(root, "/f", O_WRONLY, 0666);
   ASSERT_TRUE(c);
   ASSERT_TRUE(fs.SetAttr(root, "/f", std::nullopt, {.mode = 06777}));

@@ -57,6 +57,7 @@ class MemFs final : public NodeFs {
   int list_calls = 0;
 
   const std::string& node_id() const override { return node_; }
+  Status Access(const Cred&, const std::string&, int) override { return No(); }
   Result<std::vector<DirEntry>> ListDir(const Cred&, const std::string& path) override {
     ++list_calls;
     auto it = dirs_.find(path);
