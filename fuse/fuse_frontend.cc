@@ -370,35 +370,14 @@ bool WriteKillsSetId(fuse_req_t req, const char* data, size_t size, off_t off,
   return (in.write_flags & FUSE_WRITE_KILL_SUIDGID) != 0;
 }
 
-// What a native write by such a caller clears (setattr_should_drop_suidgid):
-// set-user-ID, and set-group-ID if the file is group-executable or the
-// caller is not in its group.
-void ClearSetId(fuse_req_t req, fuse_ino_t ino, uint64_t fh) {
-  ns::Vfs* vfs = VfsOf(req);
-  const ns::Cred server;  // the kernel decided it: the change is the file system's own
-  auto st = vfs->GetAttr(server, ino, fh);
-  if (!st) return;  // the write fails or succeeds on its own
-  mode_t drop = st->st_mode & S_ISUID;
-  if (st->st_mode & S_ISGID) {
-    const ns::Cred c = CredOf(req);
-    const bool member = c.gid == st->st_gid ||
-                        std::find(c.groups.begin(), c.groups.end(), st->st_gid) != c.groups.end();
-    if ((st->st_mode & S_IXGRP) || !member) drop |= S_ISGID;
-  }
-  if (drop == 0) return;
-  ns::SetAttrRequest r;
-  r.mode = st->st_mode & 07777 & ~drop;
-  if (auto s = vfs->SetAttr(server, ino, fh, r); !s) {
-    Log()->warn("clearing set-ID bits of inode {} before a write: {}", ino, s.error().ToString());
-  }
-}
-
-void OpWrite(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_t off,
+void OpWrite(fuse_req_t req, fuse_ino_t, const char* data, size_t size, off_t off,
              fuse_file_info* fi) {
   Guard(req, [&] {
-    if (WriteKillsSetId(req, data, size, off, fi)) ClearSetId(req, ino, fi->fh);
+    // The file's node clears the set-ID bits (node_fs.h, Writer), with the
+    // credentials it applies to this caller (root squash).
+    const ns::Writer by{WriteKillsSetId(req, data, size, off, fi), CredOf(req)};
     auto n = VfsOf(req)->Write(fi->fh, static_cast<uint64_t>(off),
-                               {reinterpret_cast<const std::byte*>(data), size});
+                               {reinterpret_cast<const std::byte*>(data), size}, by);
     if (!n) return ReplyErr(req, n.error());
     fuse_reply_write(req, *n);
   });

@@ -104,7 +104,7 @@ Status CheckRequest(const fb::FsRequest* req) {
     return Err(EPROTO, "unsupported fs wire version " + std::to_string(req->version()));
   }
   const fb::Op op = req->op();
-  if (op == fb::Op::kInvalid || op > fb::Op::kFlock) return Err(EPROTO, "unknown op");
+  if (op == fb::Op::kInvalid || op > fb::Op::kAccess) return Err(EPROTO, "unknown op");
   if (IsPathOp(op)) {
     if (req->path() == nullptr) return Err(EINVAL, "missing path");
     if (auto st = ValidateGlobalPath(req->path()->string_view()); !st) return st;
@@ -717,7 +717,8 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
     const uint64_t session = req->session();
     auto view = Bound(peer, session);
     if (!view) return Err(view.error());
-    const Cred cred = SquashCred(opts_, fswire::FromWire(req->cred()));
+    const Cred asked = fswire::FromWire(req->cred());
+    const Cred cred = SquashCred(opts_, asked);
     const std::string path = Str(req->path());
     auto budget = std::chrono::microseconds(
         std::min<uint64_t>(req->budget_us(), 600'000'000ull));
@@ -734,6 +735,8 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
       case fb::Op::kStat:
         if (req->watch()) return WatchedStat(session, cred, path);
         return StatOrErr(local_->Stat(cred, path));
+      case fb::Op::kAccess:
+        return status_or(local_->Access(cred, path, req->flags()));
       case fb::Op::kListDir: {
         auto r = local_->ListDir(cred, path);
         if (!r) return Err(r.error());
@@ -836,7 +839,9 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
       case fb::Op::kRead:
         return DoRead(*view, req, deadline, session);
       case fb::Op::kWrite:
-        return DoWrite(*view, req, deadline, session);
+        // A squashed root has no CAP_FSETID here (the squash uid's rights).
+        return DoWrite(*view, req, deadline, session,
+                       Writer{req->kill_setid() || (asked.uid == 0 && cred.uid != 0), cred});
       case fb::Op::kFlush: {
         auto h = handle();
         if (!h) return Err(h.error());
@@ -928,14 +933,14 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   }
 
   Result<m2m::Bytes> DoWrite(const SessionView& v, const fb::FsRequest* req,
-                             Clock::time_point deadline, uint64_t session) {
+                             Clock::time_point deadline, uint64_t session, const Writer& by) {
     auto h = Local(session, req->handle());
     if (!h) return Err(h.error());
     if (req->slot() < 0) {
       std::span<const std::byte> d;
       if (req->data()) d = std::as_bytes(std::span(req->data()->data(), req->data()->size()));
       inline_bytes_.fetch_add(d.size(), std::memory_order_relaxed);
-      auto n = local_->Write(*h, req->offset(), d);
+      auto n = local_->Write(*h, req->offset(), d, by);
       if (!n) return Err(n.error());
       return CountReply(*n);
     }
@@ -953,7 +958,7 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
     // Past the deadline the client may already reuse its slot: the bytes we
     // fetched are then not known to be the ones it meant. Never write them.
     if (Clock::now() >= deadline) return Err(ETIMEDOUT, "write: the client's deadline passed");
-    auto n = local_->Write(*h, req->offset(), std::span<const std::byte>(buf, len));
+    auto n = local_->Write(*h, req->offset(), std::span<const std::byte>(buf, len), by);
     if (!n) return Err(n.error());
     return CountReply(*n);
   }

@@ -41,7 +41,10 @@
 // with the peer's address and counted; the service keeps serving. The
 // LocalNodeFs resolves paths beneath the export root again (EXDEV for a
 // symlink escape) and runs the operation with the Cred in the request, after
-// root squash when it is on (SquashCred).
+// root squash when it is on (SquashCred). A Write names its writer and whether
+// it lacks CAP_FSETID (node_fs.h, Writer); a root writer squashed here lacks
+// it as well, so a squashed root's write clears set-ID bits as the squash
+// uid's would.
 //
 // Handles. The server keeps, per session, a table remote handle -> local
 // Handle; a request can use only the handles its own session opened (EBADF

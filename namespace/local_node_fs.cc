@@ -250,6 +250,17 @@ Result<struct stat> LocalNodeFs::Stat(const Cred& c, const std::string& path) {
   return st;
 }
 
+Status LocalNodeFs::Access(const Cred& c, const std::string& path, int mode) {
+  FEDFS_AS(c);
+  auto p = ResolveWhole(path, "access");
+  if (!p) return Err(p.error());
+  const int fd = OpenAt2(p->dir, p->name.c_str(), O_PATH | O_CLOEXEC, 0);
+  if (fd < 0) return SysErr("access", path);
+  UniqueFd guard(fd);
+  if (faccessat(fd, "", mode, AT_EACCESS | AT_EMPTY_PATH) != 0) return SysErr("access", path);
+  return Ok();
+}
+
 Result<std::vector<DirEntry>> LocalNodeFs::ListDir(const Cred& c, const std::string& path) {
   FEDFS_AS(c);
   auto p = ResolveWhole(path, "listdir");
@@ -774,11 +785,23 @@ Result<size_t> LocalNodeFs::Read(Handle h, uint64_t offset, std::span<std::byte>
   return static_cast<size_t>(n);
 }
 
-Result<size_t> LocalNodeFs::Write(Handle h, uint64_t offset, std::span<const std::byte> src) {
+Result<size_t> LocalNodeFs::Write(Handle h, uint64_t offset, std::span<const std::byte> src,
+                                  const Writer& by) {
   auto f = Lookup(h);
   if (!f) return Err(f.error());
   if (offset > static_cast<uint64_t>(INT64_MAX)) return Err(EINVAL, "write: offset");
   OpenFile& file = **f;
+  // Before the data, as a native write does (file_remove_privs).
+  struct stat st {};
+  if (by.kill_setid && fstat(file.fd, &st) == 0) {
+    if (const mode_t drop = SetIdBitsAWriteClears(st.st_mode, st.st_gid, by.cred); drop != 0) {
+      // Told with the write's own change below.
+      if (fchmod(file.fd, st.st_mode & 07777 & ~drop) != 0) {
+        Log()->warn("write: clearing the set-ID bits of inode {}: {}", st.st_ino,
+                    std::strerror(errno));
+      }
+    }
+  }
   // O_APPEND fds: Linux pwrite appends at the current end, ignoring offset.
   auto io = [&] { return pwrite(file.fd, src.data(), src.size(), static_cast<off_t>(offset)); };
   ssize_t n;

@@ -25,7 +25,11 @@
 // and owners of new objects are the caller's. MkdirParents runs as the
 // daemon (root) and sets each new directory's mode/uid/gid from the
 // templates; StatFs runs as the daemon. Handle operations (Read, Write, locks,
-// ...) run as the daemon: permission was checked at Open, as for an fd.
+// ...) run as the daemon: permission was checked at Open, as for an fd. So a
+// write never clears set-ID bits by itself (the daemon has CAP_FSETID): a
+// Write whose writer lacks CAP_FSETID clears those SetIdBitsAWriteClears
+// names first (fstat, then fchmod as the daemon); truncates, chowns and
+// O_TRUNC opens run as the caller, so the kernel clears them as natively.
 //
 // Handles. Open/Create return an index into a handle table (never the raw
 // fd); unknown or released handles give EBADF. Handles are never reused.
@@ -116,6 +120,7 @@ class LocalNodeFs final : public NodeFs {
   void SetAttrObserver(AttrObserver* o) { attr_observer_.store(o, std::memory_order_release); }
 
   Result<struct stat> Stat(const Cred& c, const std::string& path) override;
+  Status Access(const Cred& c, const std::string& path, int mode) override;
   Result<std::vector<DirEntry>> ListDir(const Cred& c, const std::string& path) override;
   Result<struct stat> Mkdir(const Cred& c, const std::string& path, mode_t mode) override;
   Status MkdirParents(const std::string& path, const std::vector<DirTemplate>& templates) override;
@@ -147,7 +152,9 @@ class LocalNodeFs final : public NodeFs {
   Result<Opened> Open(const Cred& c, const std::string& path, int flags) override;
   Result<Opened> Create(const Cred& c, const std::string& path, int flags, mode_t mode) override;
   Result<size_t> Read(Handle h, uint64_t offset, std::span<std::byte> dst) override;
-  Result<size_t> Write(Handle h, uint64_t offset, std::span<const std::byte> src) override;
+  using NodeFs::Write;
+  Result<size_t> Write(Handle h, uint64_t offset, std::span<const std::byte> src,
+                       const Writer& by) override;
   Status Flush(Handle h, uint64_t lock_owner) override;
   Status Fsync(Handle h, bool datasync) override;
   Status Fallocate(Handle h, int mode, uint64_t offset, uint64_t len) override;

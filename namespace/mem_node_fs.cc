@@ -242,6 +242,16 @@ Result<struct stat> MemNodeFs::Stat(const Cred& c, const std::string& path) {
   return StatOf(*w->node);
 }
 
+Status MemNodeFs::Access(const Cred& c, const std::string& path, int mode) {
+  std::lock_guard lock(mu_);
+  auto w = Resolve(c, path, true, "access");
+  if (!w) return Err(w.error());
+  if (!w->node) return Fail(ENOENT, "access", path);
+  const int need = ((mode & R_OK) ? kR : 0) | ((mode & W_OK) ? kW : 0) | ((mode & X_OK) ? kX : 0);
+  if (need != 0 && !Permits(c, *w->node, need)) return Fail(EACCES, "access", path);
+  return Ok();
+}
+
 Result<std::vector<DirEntry>> MemNodeFs::ListDir(const Cred& c, const std::string& path) {
   std::lock_guard lock(mu_);
   auto w = Resolve(c, path, true, "listdir");
@@ -746,7 +756,8 @@ Result<size_t> MemNodeFs::Read(Handle h, uint64_t offset, std::span<std::byte> d
   return len;
 }
 
-Result<size_t> MemNodeFs::Write(Handle h, uint64_t offset, std::span<const std::byte> src) {
+Result<size_t> MemNodeFs::Write(Handle h, uint64_t offset, std::span<const std::byte> src,
+                                const Writer& by) {
   std::lock_guard lock(mu_);
   auto f = LookupLocked(h);
   if (!f) return Err(f.error());
@@ -755,6 +766,7 @@ Result<size_t> MemNodeFs::Write(Handle h, uint64_t offset, std::span<const std::
   if (offset > static_cast<uint64_t>(INT64_MAX)) return Err(EINVAL, "write: offset");
   if ((*f)->flags & O_APPEND) offset = n.data.size();  // as Linux pwrite on O_APPEND
   if (!S_ISREG(n.mode)) return src.size();             // fifos and devices swallow it
+  if (by.kill_setid) n.mode &= ~SetIdBitsAWriteClears(n.mode, n.gid, by.cred);
   if (offset + src.size() > n.data.size()) n.data.resize(offset + src.size(), '\0');
   std::memcpy(n.data.data() + offset, src.data(), src.size());
   n.Touch();

@@ -12,7 +12,8 @@
 //    unlinked files, user/trusted/security xattrs;
 //  * permission checks as the kernel makes them for the caller's uid, gid and
 //    groups (root passes everything except executing a file without x bits),
-//    umask on new files, set-gid directories, sticky directories;
+//    umask on new files, set-gid directories, sticky directories, set-ID
+//    bits cleared by a Write whose writer lacks CAP_FSETID;
 //  * symlinks inside paths are followed beneath the root: an absolute target
 //    or one that climbs above the root answers EXDEV (as RESOLVE_BENEATH),
 //    more than 40 symlinks ELOOP; the final component is followed only by the
@@ -53,6 +54,7 @@ class MemNodeFs final : public NodeFs {
   const std::string& node_id() const override { return node_id_; }
 
   Result<struct stat> Stat(const Cred& c, const std::string& path) override;
+  Status Access(const Cred& c, const std::string& path, int mode) override;
   Result<std::vector<DirEntry>> ListDir(const Cred& c, const std::string& path) override;
   Result<struct stat> Mkdir(const Cred& c, const std::string& path, mode_t mode) override;
   Status MkdirParents(const std::string& path, const std::vector<DirTemplate>& templates) override;
@@ -82,7 +84,9 @@ class MemNodeFs final : public NodeFs {
   Result<Opened> Open(const Cred& c, const std::string& path, int flags) override;
   Result<Opened> Create(const Cred& c, const std::string& path, int flags, mode_t mode) override;
   Result<size_t> Read(Handle h, uint64_t offset, std::span<std::byte> dst) override;
-  Result<size_t> Write(Handle h, uint64_t offset, std::span<const std::byte> src) override;
+  using NodeFs::Write;
+  Result<size_t> Write(Handle h, uint64_t offset, std::span<const std::byte> src,
+                       const Writer& by) override;
   Status Flush(Handle h, uint64_t lock_owner) override;
   Status Fsync(Handle h, bool datasync) override;
   Status Fallocate(Handle h, int mode, uint64_t offset, uint64_t len) override;

@@ -32,6 +32,7 @@
 #include <sys/statvfs.h>
 #include <sys/types.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -51,6 +52,34 @@ struct Cred {
   // umask of the calling process, applied to modes of new files/directories.
   uint32_t umask = 0;
 };
+
+// Who writes (NodeFs::Write). The FUSE frontend asks for
+// FUSE_HANDLE_KILLPRIV_V2: the kernel then leaves clearing a file's set-ID
+// bits on write to the file system and flags each write whose writer lacks
+// CAP_FSETID (FUSE_WRITE_KILL_SUIDGID). The file's node clears them as a
+// native write by that writer would (SetIdBitsAWriteClears), on its own
+// authority: the writer need not be allowed to chmod the file. The default
+// is a writer with CAP_FSETID: nothing is cleared.
+struct Writer {
+  bool kill_setid = false;  // the writer lacks CAP_FSETID
+  Cred cred;                // the writer; its gid and groups decide set-group-ID
+};
+
+// The set-ID bits that a write by `writer`, lacking CAP_FSETID, clears of a
+// file of mode `mode` and group `gid`, as the kernel decides for a native
+// write (setattr_should_drop_suidgid): set-user-ID always, set-group-ID when
+// the file is group-executable or the writer is not in its group; nothing
+// for other than regular files. The one place FedFS decides it.
+inline mode_t SetIdBitsAWriteClears(mode_t mode, gid_t gid, const Cred& writer) {
+  if (!S_ISREG(mode)) return 0;
+  mode_t drop = mode & S_ISUID;
+  if (mode & S_ISGID) {
+    const bool member = writer.gid == gid || std::find(writer.groups.begin(), writer.groups.end(),
+                                                       gid) != writer.groups.end();
+    if ((mode & S_IXGRP) || !member) drop |= S_ISGID;
+  }
+  return drop;
+}
 
 // One entry of a node's local directory listing.
 struct DirEntry {
@@ -132,6 +161,10 @@ class NodeFs {
     if (!st) return Err(st.error());
     return WatchedStat{*st, std::nullopt};
   }
+  // access(2) for the caller's effective rights (faccessat with AT_EACCESS:
+  // its uid, gid and groups; root's capabilities): Ok, or EACCES (the errno
+  // of the check), ENOENT, ... A final symlink is followed, beneath the root.
+  virtual Status Access(const Cred& c, const std::string& path, int mode) = 0;
   // The local directory listing (without "." and ".."); ENOTDIR, ENOENT.
   virtual Result<std::vector<DirEntry>> ListDir(const Cred& c, const std::string& path) = 0;
   // mkdir(2); returns the new directory's lstat.
@@ -204,9 +237,17 @@ class NodeFs {
   // open(2) with O_CREAT (O_EXCL as given).
   virtual Result<Opened> Create(const Cred& c, const std::string& path, int flags,
                                 mode_t mode) = 0;
-  // pread(2)/pwrite(2); short counts as the system call gives them.
+  // pread(2)/pwrite(2); short counts as the system call gives them. A write
+  // by a writer that lacks CAP_FSETID first clears the set-ID bits it would
+  // natively (Writer); a failure to clear them is logged, the write goes on.
   virtual Result<size_t> Read(Handle h, uint64_t offset, std::span<std::byte> dst) = 0;
-  virtual Result<size_t> Write(Handle h, uint64_t offset, std::span<const std::byte> src) = 0;
+  virtual Result<size_t> Write(Handle h, uint64_t offset, std::span<const std::byte> src,
+                               const Writer& by) = 0;
+  // A write by a writer with CAP_FSETID (implementations say
+  // `using NodeFs::Write`).
+  Result<size_t> Write(Handle h, uint64_t offset, std::span<const std::byte> src) {
+    return Write(h, offset, src, Writer{});
+  }
   // close-time flush (no-op locally beyond releasing POSIX locks of `owner`).
   virtual Status Flush(Handle h, uint64_t lock_owner) = 0;
   // fsync(2)/fdatasync(2).

@@ -63,6 +63,7 @@ struct RemoteNodeFs::Req {
   const SetAttrRequest* sa = nullptr;
   const std::vector<DirTemplate>* templates = nullptr;
   bool watch = false;
+  bool kill_setid = false;
 };
 
 namespace {
@@ -107,6 +108,7 @@ m2m::Bytes Encode(const RemoteNodeFs::Req& q, uint64_t session, uint64_t budget_
   rb.add_budget_us(budget_us);
   rb.add_owner(q.owner);
   if (q.watch) rb.add_watch(true);
+  if (q.kill_setid) rb.add_kill_setid(true);
   if (q.lock) {
     rb.add_lock_type(q.lock->type);
     rb.add_lock_start(q.lock->start);
@@ -345,6 +347,11 @@ Result<WatchedStat> RemoteNodeFs::StatWatched(const Cred& c, const std::string& 
   return out;
 }
 
+Status RemoteNodeFs::Access(const Cred& c, const std::string& path, int mode) {
+  return StatusOf(
+      Call({.op = fb::Op::kAccess, .cred = &c, .path = path, .flags = mode}, FEDFS_DEADLINE));
+}
+
 Result<std::vector<DirEntry>> RemoteNodeFs::ListDir(const Cred& c, const std::string& path) {
   auto r = Call({.op = fb::Op::kListDir, .cred = &c, .path = path}, FEDFS_DEADLINE);
   if (!r) return Err(r.error());
@@ -508,16 +515,18 @@ Result<size_t> RemoteNodeFs::ReadInline(Handle h, uint64_t offset, std::span<std
 }
 
 Result<size_t> RemoteNodeFs::WriteInline(Handle h, uint64_t offset,
-                                         std::span<const std::byte> src,
+                                         std::span<const std::byte> src, const Writer& by,
                                          Clock::time_point deadline) {
   size_t done = 0;
   do {
     const size_t len = std::min(src.size() - done, MaxIo());
     auto r = Call({.op = fb::Op::kWrite,
+                   .cred = &by.cred,
                    .data = src.subspan(done, len),
                    .handle = h,
                    .offset = offset + done,
-                   .length = len},
+                   .length = len,
+                   .kill_setid = by.kill_setid},
                   deadline);
     if (!r) {
       if (done > 0) break;
@@ -538,17 +547,19 @@ Result<size_t> RemoteNodeFs::WriteInline(Handle h, uint64_t offset,
 Result<size_t> RemoteNodeFs::Read(Handle h, uint64_t offset, std::span<std::byte> dst) {
   const auto deadline = FEDFS_DEADLINE;
   if (!slots_ || dst.size() <= opts_.inline_max) return ReadInline(h, offset, dst, deadline);
-  return SlotIo(true, h, offset, dst.data(), dst.size(), deadline);
+  return SlotIo(h, offset, dst.data(), dst.size(), nullptr, deadline);
 }
 
-Result<size_t> RemoteNodeFs::Write(Handle h, uint64_t offset, std::span<const std::byte> src) {
+Result<size_t> RemoteNodeFs::Write(Handle h, uint64_t offset, std::span<const std::byte> src,
+                                   const Writer& by) {
   const auto deadline = FEDFS_DEADLINE;
-  if (!slots_ || src.size() <= opts_.inline_max) return WriteInline(h, offset, src, deadline);
-  return SlotIo(false, h, offset, const_cast<std::byte*>(src.data()), src.size(), deadline);
+  if (!slots_ || src.size() <= opts_.inline_max) return WriteInline(h, offset, src, by, deadline);
+  return SlotIo(h, offset, const_cast<std::byte*>(src.data()), src.size(), &by, deadline);
 }
 
-Result<size_t> RemoteNodeFs::SlotIo(bool read, Handle h, uint64_t offset, std::byte* buf,
-                                    size_t size, Clock::time_point deadline) {
+Result<size_t> RemoteNodeFs::SlotIo(Handle h, uint64_t offset, std::byte* buf, size_t size,
+                                    const Writer* by, Clock::time_point deadline) {
+  const bool read = by == nullptr;
   if (!helloed_.load()) {
     if (auto st = Hello(deadline); !st) return Err(st.error());
   }
@@ -573,11 +584,15 @@ Result<size_t> RemoteNodeFs::SlotIo(bool read, Handle h, uint64_t offset, std::b
           const size_t off = done + i * chunk;
           lens[i] = std::min(chunk, size - off);
           if (!read) std::memcpy(slots_->slot(slots[i]), buf + off, lens[i]);
+          // Every chunk of a write says so: the server clears before the
+          // first chunk it writes (any of them, in parallel).
           Req q{.op = read ? fb::Op::kRead : fb::Op::kWrite,
+                .cred = read ? nullptr : &by->cred,
                 .handle = h,
                 .offset = offset + off,
                 .length = lens[i],
-                .slot = slots[i]};
+                .slot = slots[i],
+                .kill_setid = !read && by->kill_setid};
           ep_->Call(MethodOf(q.op), Encode(q, session_, budget_us), budget, std::move(call_done));
         });
     bool stop = false;

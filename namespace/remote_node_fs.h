@@ -120,6 +120,7 @@ class RemoteNodeFs final : public NodeFs {
 
   Result<struct stat> Stat(const Cred& c, const std::string& path) override;
   Result<WatchedStat> StatWatched(const Cred& c, const std::string& path) override;
+  Status Access(const Cred& c, const std::string& path, int mode) override;
   Result<std::vector<DirEntry>> ListDir(const Cred& c, const std::string& path) override;
   Result<struct stat> Mkdir(const Cred& c, const std::string& path, mode_t mode) override;
   Status MkdirParents(const std::string& path, const std::vector<DirTemplate>& templates) override;
@@ -147,7 +148,9 @@ class RemoteNodeFs final : public NodeFs {
   Result<Opened> Open(const Cred& c, const std::string& path, int flags) override;
   Result<Opened> Create(const Cred& c, const std::string& path, int flags, mode_t mode) override;
   Result<size_t> Read(Handle h, uint64_t offset, std::span<std::byte> dst) override;
-  Result<size_t> Write(Handle h, uint64_t offset, std::span<const std::byte> src) override;
+  using NodeFs::Write;
+  Result<size_t> Write(Handle h, uint64_t offset, std::span<const std::byte> src,
+                       const Writer& by) override;
   Status Flush(Handle h, uint64_t lock_owner) override;
   Status Fsync(Handle h, bool datasync) override;
   Status Fallocate(Handle h, int mode, uint64_t offset, uint64_t len) override;
@@ -169,10 +172,10 @@ class RemoteNodeFs final : public NodeFs {
   Result<size_t> ReadInline(Handle h, uint64_t offset, std::span<std::byte> dst,
                             Clock::time_point deadline);
   Result<size_t> WriteInline(Handle h, uint64_t offset, std::span<const std::byte> src,
-                             Clock::time_point deadline);
-  // Read (read=true) or Write through the pool; see the header comment.
-  Result<size_t> SlotIo(bool read, Handle h, uint64_t offset, std::byte* buf, size_t size,
-                        Clock::time_point deadline);
+                             const Writer& by, Clock::time_point deadline);
+  // Read (by null) or Write through the pool; see the header comment.
+  Result<size_t> SlotIo(Handle h, uint64_t offset, std::byte* buf, size_t size,
+                        const Writer* by, Clock::time_point deadline);
   size_t MaxIo() const;
 
   const std::string node_id_;

@@ -96,7 +96,9 @@ class Vfs {
                                                       const std::string& name, mode_t mode,
                                                       int flags) = 0;
   virtual Result<size_t> Read(uint64_t fh, uint64_t offset, std::span<std::byte> dst) = 0;
-  virtual Result<size_t> Write(uint64_t fh, uint64_t offset, std::span<const std::byte> src) = 0;
+  // `by`: the writer, and whether it lacks CAP_FSETID (NodeFs::Write).
+  virtual Result<size_t> Write(uint64_t fh, uint64_t offset, std::span<const std::byte> src,
+                               const Writer& by) = 0;
   virtual Status Flush(uint64_t fh, uint64_t lock_owner) = 0;
   virtual Status Fsync(uint64_t fh, bool datasync) = 0;
   virtual Status Release(uint64_t fh) = 0;

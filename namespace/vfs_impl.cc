@@ -1252,9 +1252,10 @@ Result<size_t> VfsImpl::Read(uint64_t fh, uint64_t offset, std::span<std::byte> 
   return f->fs->Read(f->handle, offset, dst);
 }
 
-Result<size_t> VfsImpl::Write(uint64_t fh, uint64_t offset, std::span<const std::byte> src) {
+Result<size_t> VfsImpl::Write(uint64_t fh, uint64_t offset, std::span<const std::byte> src,
+                              const Writer& by) {
   FEDFS_TRY(f, FileOf(fh));
-  return f->fs->Write(f->handle, offset, src);
+  return f->fs->Write(f->handle, offset, src, by);
 }
 
 Status VfsImpl::Flush(uint64_t fh, uint64_t lock_owner) {
@@ -1323,13 +1324,19 @@ Status VfsImpl::Flock(uint64_t fh, uint64_t owner, int op) {
 // ---------------------------------------------------------------- directories
 
 std::vector<DirEntryOut> VfsImpl::Snapshot(const std::string& path, uint64_t ino,
-                                           const VdPtr& vd, uint64_t parent_st_ino) const {
+                                           const VdPtr& vd, uint64_t parent_st_ino,
+                                           const std::set<std::string>& left_out) const {
   std::vector<DirEntryOut> out;
   out.reserve(vd->entries.size() + 2);
   out.push_back({".", DirIno(path), S_IFDIR, 1});
   out.push_back({"..", parent_st_ino, S_IFDIR, 2});
   std::lock_guard lock(mu_);
   for (const auto& e : vd->entries) {
+    if (!left_out.empty() && std::all_of(e.holders.begin(), e.holders.end(), [&](const auto& n) {
+          return left_out.contains(n);
+        })) {
+      continue;
+    }
     DirEntryOut d;
     d.name = e.name;
     d.type = TypeFromDt(e.type);
@@ -1350,16 +1357,30 @@ std::vector<DirEntryOut> VfsImpl::Snapshot(const std::string& path, uint64_t ino
   return out;
 }
 
+Result<std::set<std::string>> VfsImpl::Unasked(const Cred& c, const std::string& path,
+                                               const VirtualDirectory& vd) {
+  std::set<std::string> out;
+  for (const std::string& node : vd.holders) {
+    auto fs = FsOf(node);
+    const Status s = fs ? (*fs)->Access(c, path, R_OK) : Status(Err(fs.error()));
+    if (s) continue;
+    if (s.error().code == EACCES || s.error().code == EPERM) return Err(s.error());
+    out.insert(node);
+  }
+  return out;
+}
+
 Result<uint64_t> VfsImpl::OpenDir(const Cred& c, uint64_t ino) {
   FEDFS_TRY(r, ResolveDir(ino));
   FEDFS_TRY(vd, deps_.vds->Get(r->path));
-  (void)c;
+  FEDFS_TRY(unasked, Unasked(c, r->path, **vd));
   uint64_t parent_ino = DirIno(std::string(ParentPath(r->path)));
   auto d = std::make_shared<DirHandle>();
   d->ino = ino;
   d->path = r->path;
+  d->unasked = std::move(*unasked);
   d->entries = std::make_shared<const std::vector<DirEntryOut>>(
-      Snapshot(r->path, ino, *vd, parent_ino));
+      Snapshot(r->path, ino, *vd, parent_ino, d->unasked));
   std::lock_guard lock(files_mu_);
   const uint64_t dh = next_fh_++;
   dirs_.emplace(dh, std::move(d));
@@ -1384,7 +1405,7 @@ Result<std::vector<DirEntryOut>> VfsImpl::ReadDir(uint64_t dh, uint64_t offset, 
   if (!snapshot) {
     FEDFS_TRY(vd, deps_.vds->Get(d->path));
     snapshot = std::make_shared<const std::vector<DirEntryOut>>(
-        Snapshot(d->path, d->ino, *vd, DirIno(std::string(ParentPath(d->path)))));
+        Snapshot(d->path, d->ino, *vd, DirIno(std::string(ParentPath(d->path))), d->unasked));
     std::lock_guard lock(files_mu_);
     d->entries = snapshot;
   }

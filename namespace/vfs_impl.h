@@ -34,6 +34,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -210,7 +211,8 @@ class VfsImpl final : public Vfs {
                                               const std::string& name, mode_t mode,
                                               int flags) override;
   Result<size_t> Read(uint64_t fh, uint64_t offset, std::span<std::byte> dst) override;
-  Result<size_t> Write(uint64_t fh, uint64_t offset, std::span<const std::byte> src) override;
+  Result<size_t> Write(uint64_t fh, uint64_t offset, std::span<const std::byte> src,
+                       const Writer& by) override;
   Status Flush(uint64_t fh, uint64_t lock_owner) override;
   Status Fsync(uint64_t fh, bool datasync) override;
   Status Release(uint64_t fh) override;
@@ -305,6 +307,9 @@ class VfsImpl final : public Vfs {
     uint64_t ino = 0;
     std::string path;
     bool fresh = true;  // the snapshot was taken by OpenDir and not yet read
+    // Members that could not say whether the caller may read their directory
+    // (Unasked): their names are left out of the snapshots.
+    std::set<std::string> unasked;
     // "." and ".." first; plus fields empty. Shared, not copied, by each
     // ReadDir (a copy per batch made listing quadratic in the entries).
     std::shared_ptr<const std::vector<DirEntryOut>> entries;
@@ -395,8 +400,18 @@ class VfsImpl final : public Vfs {
   Result<OpenFile> AnyFileOf(uint64_t ino) const;
   uint64_t AddFile(OpenFile f);
   uint64_t GlobalOwner(uint64_t owner) const;
+  // The listing of `vd`: ".", "..", then its entries but those held only by
+  // nodes in `left_out`.
   std::vector<DirEntryOut> Snapshot(const std::string& path, uint64_t ino, const VdPtr& vd,
-                                    uint64_t parent_st_ino) const;
+                                    uint64_t parent_st_ino,
+                                    const std::set<std::string>& left_out) const;
+  // Whether `c` may list directory `path` (docs/namespace.md, "The FUSE
+  // mount"): read permission on every member (vd.holders), each checked by
+  // its node as it sees the caller (root squash). EACCES (EPERM) from any
+  // refuses the listing; the members that could not answer (dead, timed
+  // out, their directory gone) are returned, to be left out of it.
+  Result<std::set<std::string>> Unasked(const Cred& c, const std::string& path,
+                                        const VirtualDirectory& vd);
 
   const VfsOptions options_;
   VfsDeps deps_;

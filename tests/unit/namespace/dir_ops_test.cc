@@ -50,6 +50,10 @@ class FaultyNodeFs final : public NodeFs {
     if (down) return Down();
     return inner_->Stat(c, p);
   }
+  Status Access(const Cred& c, const std::string& p, int mode) override {
+    if (down) return Down();
+    return inner_->Access(c, p, mode);
+  }
   Result<std::vector<DirEntry>> ListDir(const Cred& c, const std::string& p) override {
     if (down) return Down();
     return inner_->ListDir(c, p);
@@ -109,7 +113,9 @@ class FaultyNodeFs final : public NodeFs {
   Result<Opened> Open(const Cred&, const std::string&, int) override { return No(); }
   Result<Opened> Create(const Cred&, const std::string&, int, mode_t) override { return No(); }
   Result<size_t> Read(Handle, uint64_t, std::span<std::byte>) override { return No(); }
-  Result<size_t> Write(Handle, uint64_t, std::span<const std::byte>) override { return No(); }
+  Result<size_t> Write(Handle, uint64_t, std::span<const std::byte>, const Writer&) override {
+    return No();
+  }
   Status Flush(Handle, uint64_t) override { return No(); }
   Status Fsync(Handle, bool) override { return No(); }
   Status Fallocate(Handle, int, uint64_t, uint64_t) override { return No(); }

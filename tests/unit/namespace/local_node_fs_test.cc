@@ -286,5 +286,64 @@ TEST(LocalNodeFs, FileCapabilitiesRemovableByWhoMayWriteTheFile) {
   RemoveTree(dir);
 }
 
+// A Write by a writer without CAP_FSETID leaves a file's set-ID bits as a
+// native write by that writer leaves them (the kernel decides the reference:
+// pwrite on this thread under the writer's fs credentials, which drop
+// CAP_FSETID); a writer with it (Writer{}) keeps them, as root natively.
+TEST(LocalNodeFs, WriteClearsSetIdBitsAsANativeWriteByTheWriter) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root";
+  std::string dir = MakeTempDir("fedfs-local-");
+  ASSERT_EQ(::mkdir((dir + "/native").c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir((dir + "/root").c_str(), 0755), 0);
+  auto fs = LocalNodeFs::Open("n0", dir + "/root");
+  ASSERT_TRUE(fs);
+  const std::vector<Cred> writers = {{.uid = 1001, .gid = 1001},
+                                     {.uid = 1001, .gid = 7, .groups = {1001}},
+                                     {.uid = 1001, .gid = 7}};
+  const mode_t modes[] = {04777, 02777, 02767, 06777, 06767, 0777};
+  int n = 0;
+  for (const Cred& w : writers) {
+    for (const mode_t m : modes) {
+      const std::string name = "/f" + std::to_string(n++);
+      for (const std::string& p : {dir + "/native" + name, dir + "/root" + name}) {
+        const int fd = ::open(p.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+        ASSERT_GE(fd, 0);
+        ::close(fd);
+        ASSERT_EQ(::chown(p.c_str(), 0, 1001), 0);
+        ASSERT_EQ(::chmod(p.c_str(), m), 0);
+      }
+      struct stat native {}, mine {};
+      {
+        const int fd = ::open((dir + "/native" + name).c_str(), O_WRONLY | O_CLOEXEC);
+        ASSERT_GE(fd, 0);
+        ScopedCred as;
+        ASSERT_TRUE(as.Enter(w));
+        EXPECT_EQ(::pwrite(fd, "x", 1, 0), 1);
+        as.Leave();
+        ::close(fd);
+      }
+      auto h = (*fs)->Open(Cred{}, name, O_WRONLY);
+      ASSERT_TRUE(h);
+      ASSERT_TRUE((*fs)->Write(h->handle, 0, std::as_bytes(std::span("x", 1)), Writer{true, w}));
+      ASSERT_TRUE((*fs)->Release(h->handle));
+      ASSERT_EQ(::stat((dir + "/native" + name).c_str(), &native), 0);
+      ASSERT_EQ(::stat((dir + "/root" + name).c_str(), &mine), 0);
+      EXPECT_EQ(mine.st_mode, native.st_mode)
+          << std::oct << "mode 0" << m << " gid 1001, writer " << std::dec << w.uid << ":" << w.gid
+          << (w.groups.empty() ? "" : " groups 1001");
+      // A writer with CAP_FSETID keeps them.
+      ASSERT_EQ(::chmod((dir + "/root" + name).c_str(), m), 0);
+      h = (*fs)->Open(Cred{}, name, O_WRONLY);
+      ASSERT_TRUE(h);
+      ASSERT_TRUE((*fs)->Write(h->handle, 0, std::as_bytes(std::span("x", 1))));
+      ASSERT_TRUE((*fs)->Release(h->handle));
+      ASSERT_EQ(::stat((dir + "/root" + name).c_str(), &mine), 0);
+      EXPECT_EQ(mine.st_mode & 07777, m);
+    }
+  }
+  fs->reset();
+  RemoveTree(dir);
+}
+
 }  // namespace
 }  // namespace fedfs::ns::testing

@@ -113,5 +113,26 @@ TEST(MemNodeFs, StatFsAndInodeCount) {
   EXPECT_EQ(fs.InodeCount(), 1u);
 }
 
+// Access, and the set-ID bits a write clears (the same rule LocalNodeFs
+// applies; its test compares the rule with the kernel's).
+TEST(MemNodeFs, AccessAndWritesClearingSetIdBits) {
+  MemNodeFs fs("n");
+  Cred root;
+  const Cred nobody{.uid = 65534, .gid = 65534};
+  ASSERT_TRUE(fs.Mkdir(root, "/priv", 0700));
+  EXPECT_TRUE(fs.Access(root, "/priv", R_OK));
+  EXPECT_EQ(ErrOf(fs.Access(nobody, "/priv", R_OK)), EACCES);
+  EXPECT_TRUE(fs.Access(nobody, "/priv", F_OK));
+  EXPECT_EQ(ErrOf(fs.Access(nobody, "/none", F_OK)), ENOENT);
+  auto c = fs.Create(root, "/f", O_WRONLY, 0666);
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(fs.SetAttr(root, "/f", std::nullopt, {.mode = 06777}));
+  ASSERT_TRUE(fs.Write(c->handle, 0, B("a")));  // a writer with CAP_FSETID
+  EXPECT_EQ(fs.Stat(root, "/f")->st_mode & 07777, 06777u);
+  ASSERT_TRUE(fs.Write(c->handle, 0, B("b"), Writer{true, nobody}));
+  EXPECT_EQ(fs.Stat(root, "/f")->st_mode & 07777, 0777u);
+  EXPECT_TRUE(fs.Release(c->handle));
+}
+
 }  // namespace
 }  // namespace fedfs::ns::testing

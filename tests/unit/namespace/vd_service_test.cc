@@ -57,6 +57,7 @@ class MemFs final : public NodeFs {
   int list_calls = 0;
 
   const std::string& node_id() const override { return node_; }
+  Status Access(const Cred&, const std::string&, int) override { return No(); }
   Result<std::vector<DirEntry>> ListDir(const Cred&, const std::string& path) override {
     ++list_calls;
     auto it = dirs_.find(path);
@@ -111,7 +112,9 @@ class MemFs final : public NodeFs {
   Result<Opened> Open(const Cred&, const std::string&, int) override { return No(); }
   Result<Opened> Create(const Cred&, const std::string&, int, mode_t) override { return No(); }
   Result<size_t> Read(Handle, uint64_t, std::span<std::byte>) override { return No(); }
-  Result<size_t> Write(Handle, uint64_t, std::span<const std::byte>) override { return No(); }
+  Result<size_t> Write(Handle, uint64_t, std::span<const std::byte>, const Writer&) override {
+    return No();
+  }
   Status Flush(Handle, uint64_t) override { return No(); }
   Status Fsync(Handle, bool) override { return No(); }
   Status Fallocate(Handle, int, uint64_t, uint64_t) override { return No(); }

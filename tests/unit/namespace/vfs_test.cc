@@ -263,7 +263,7 @@ TEST_F(VfsTest, CreatePlacesOnTheChosenNodeWithParents) {
   auto made = vfs_->Create(cred_, q, "new", 0640, O_WRONLY);
   ASSERT_TRUE(made) << made.error().ToString();
   const std::string msg = "hello";
-  auto n = vfs_->Write(made->second.fh, 0, std::as_bytes(std::span(msg.data(), msg.size())));
+  auto n = vfs_->Write(made->second.fh, 0, std::as_bytes(std::span(msg.data(), msg.size())), {});
   ASSERT_TRUE(n);
   EXPECT_EQ(*n, msg.size());
   ASSERT_TRUE(vfs_->Release(made->second.fh));
@@ -370,6 +370,42 @@ TEST_F(VfsTest, MissingNamesAreNegativeEntriesOnlyWhileTheKernelCanBeToldOtherwi
   ASSERT_TRUE(nodir);
   EXPECT_EQ(nodir->ino, 0u);
   vfs_->SetKernelCache(nullptr);
+}
+
+// A directory is listed only when every node's directory of that path lets
+// the caller read it (each node checks, as it sees the caller); a node whose
+// directory is gone since the VD was built contributes no names.
+TEST_F(VfsTest, ListingNeedsReadPermissionOnEveryMember) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root";
+  Put("a", "/mix/from-a", "a");
+  Put("b", "/mix/from-b", "b");
+  Put("a", "/gone/from-a", "a");
+  Put("b", "/gone/from-b", "b");
+  ASSERT_EQ(::chmod(dir_.c_str(), 0755), 0);
+  ASSERT_EQ(::chown((dir_ + "/b/mix").c_str(), 1001, 1001), 0);
+  ASSERT_EQ(::chmod((dir_ + "/b/mix").c_str(), 0700), 0);
+  MakeVfs();
+  const uint64_t mix = Look(kRootIno, "mix");
+  const uint64_t gone = Look(kRootIno, "gone");
+  auto names = [&](const Cred& c, uint64_t ino) -> Result<std::set<std::string>> {
+    auto dh = vfs_->OpenDir(c, ino);
+    if (!dh) return Err(dh.error());
+    auto entries = vfs_->ReadDir(*dh, 0, 100);
+    EXPECT_TRUE(vfs_->ReleaseDir(*dh));
+    if (!entries) return Err(entries.error());
+    std::set<std::string> out;
+    for (const auto& e : *entries) out.insert(e.name);
+    return out;
+  };
+  const Cred nobody{.uid = 65534, .gid = 65534}, user{.uid = 1001, .gid = 1001};
+  auto denied = names(nobody, mix);
+  ASSERT_FALSE(denied);
+  EXPECT_EQ(denied.error().code, EACCES);  // a's 0755 member lets nobody in, b's does not
+  EXPECT_EQ(names(user, mix).value_or(std::set<std::string>{}),
+            (std::set<std::string>{".", "..", "from-a", "from-b"}));
+  vds_->on_get = [&] { fs::remove_all(dir_ + "/b/gone"); };
+  EXPECT_EQ(names(nobody, gone).value_or(std::set<std::string>{}),
+            (std::set<std::string>{".", "..", "from-a"}));
 }
 
 }  // namespace
