@@ -122,4 +122,12 @@ Cred FromWire(const fb::Cred* c) {
   return out;
 }
 
+std::vector<Handle> HandlesOf(const fb::FsAttrChanged& a) {
+  std::vector<Handle> out;
+  if (a.handles() == nullptr || a.handles()->size() == 0) return out;
+  out.resize(a.handles()->size());
+  std::memcpy(out.data(), a.handles()->Data(), out.size() * sizeof(Handle));
+  return out;
+}
+
 }  // namespace fedfs::ns::fswire

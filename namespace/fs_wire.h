@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include <flatbuffers/flatbuffers.h>
 
@@ -46,6 +47,12 @@ Cred FromWire(const fb::Cred* c);
 // symlink target or xattr name) holds a NUL. Fields the op does not use are
 // not looked at.
 Status CheckRequest(const fb::FsRequest* req);
+
+// The handles of a verified FsAttrChanged, copied bytewise: the verifier
+// checks that a vector's length word is 4-aligned, not that its 8-byte
+// elements are 8-aligned, so a crafted buffer may place them 4 bytes off
+// (reading them in place would then be a misaligned load).
+std::vector<Handle> HandlesOf(const fb::FsAttrChanged& a);
 
 // A verifier sized for these messages (bounded depth and table count).
 // Untrusted bytes: nullptr unless the FlatBuffers verifier accepts them as a

@@ -200,7 +200,10 @@ void FuzzReply(const m2m::Bytes& bytes) {
 void FuzzAttrChanged(const m2m::Bytes& bytes) {
   const fb::FsAttrChanged* a = fswire::Verify<fb::FsAttrChanged>(bytes);
   if (a == nullptr) return;
-  Touch(a->handles());
+  // What FsCallbacks reads (the handles through HandlesOf).
+  const std::vector<Handle> handles = fswire::HandlesOf(*a);
+  FUZZ_CHECK(handles.size() == (a->handles() ? a->handles()->size() : 0));
+  for (Handle h : handles) g_sink = g_sink + h;
   g_sink = g_sink + a->version() + a->session();
 }
 
