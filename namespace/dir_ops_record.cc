@@ -12,11 +12,13 @@ namespace fedfs::ns {
 
 namespace wire = fedfs::ns::dirwire;
 
+// Strings are written with their length, never through c_str(): a NUL
+// inside one (DecodeRecord accepts it in a node name) would cut it short.
 std::string EncodeRecord(const DirOps::Record& r) {
   flatbuffers::FlatBufferBuilder b(512);
   std::vector<flatbuffers::Offset<wire::SavedDir>> saved;
   for (const auto& [node, s] : r.saved) {
-    saved.push_back(wire::CreateSavedDirDirect(b, node.c_str(), s.mode, s.uid, s.gid));
+    saved.push_back(wire::CreateSavedDir(b, b.CreateString(node), s.mode, s.uid, s.gid));
   }
   std::vector<flatbuffers::Offset<wire::Template>> templates;
   for (const auto& t : r.templates) {
@@ -26,10 +28,11 @@ std::string EncodeRecord(const DirOps::Record& r) {
   for (const auto& h : r.holders) holders.push_back(b.CreateString(h));
   for (const auto& d : r.done) done.push_back(b.CreateString(d));
   std::vector<uint32_t> groups(r.cred.groups.begin(), r.cred.groups.end());
-  auto root = wire::CreateDirOpRecordDirect(
+  auto root = wire::CreateDirOpRecord(
       b, kDirOpsRecordVersion, r.id, static_cast<wire::OpKind>(r.kind),
-      static_cast<wire::OpState>(r.state), r.from.c_str(), r.to.c_str(), r.flags, r.cred.uid,
-      r.cred.gid, &groups, r.cred.umask, &holders, &done, &saved, &templates);
+      static_cast<wire::OpState>(r.state), b.CreateString(r.from), b.CreateString(r.to), r.flags,
+      r.cred.uid, r.cred.gid, b.CreateVector(groups), r.cred.umask, b.CreateVector(holders),
+      b.CreateVector(done), b.CreateVector(saved), b.CreateVector(templates));
   b.FinishSizePrefixed(root);
   return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
 }
