@@ -138,6 +138,21 @@ void CheckNormalize(const std::string& p) {
   FUZZ_CHECK(NormalizeControlPath(n) == n);
 }
 
+// A request naming a path: the path normalised as the contract says, and a
+// ring request answered with the normalised path.
+void CheckPath(const std::string& line, const std::string& reply) {
+  const Json req = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (req.is_discarded() || !req.is_object()) return;
+  auto p = req.find("path");
+  if (p == req.end() || !p->is_string()) return;
+  const std::string path = p->get<std::string>();
+  CheckNormalize(path);
+  auto cmd = req.find("cmd");
+  if (cmd == req.end() || *cmd != "ring" || path.empty() || path[0] != '/') return;
+  const Json r = Json::parse(reply, nullptr, /*allow_exceptions=*/false);
+  FUZZ_CHECK(r.contains("path") && r["path"] == NormalizeControlPath(path));
+}
+
 // The first byte of each seed is the mode byte (0xff: padded).
 void MakeSeeds(fuzz::Seeds& s) {
   using namespace std::string_view_literals;
@@ -176,7 +191,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       ++expected;
       const std::string reply = HandleControlRequest(line, *g_server->view);
       CheckObject(reply);
-      CheckNormalize(line);
+      CheckPath(line, reply);
     }
     if (pad) {
       too_long = true;
