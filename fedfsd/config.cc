@@ -21,6 +21,27 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// `s` on one line: every control character but tab written as \xNN. The
+// text of a message may come from the file (a key, a scalar) or from
+// yaml-cpp ("unknown escape character: " and the character), either of
+// which may hold a newline.
+std::string OneLine(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if ((u < 0x20 && c != '\t') || u == 0x7f) {
+      static const char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 // Builds the one-line error messages; the first error wins.
 class Checker {
  public:
@@ -32,12 +53,12 @@ class Checker {
   void Fail(const std::string& field, const std::string& problem) {
     if (failed_) return;
     failed_ = true;
-    message_ = "config " + path_ + ": field '" + field + "': " + problem;
+    message_ = OneLine("config " + path_ + ": field '" + field + "': " + problem);
   }
   void FailFile(const std::string& problem) {
     if (failed_) return;
     failed_ = true;
-    message_ = "config " + path_ + ": " + problem;
+    message_ = OneLine("config " + path_ + ": " + problem);
   }
 
  private:
@@ -285,12 +306,13 @@ Result<DaemonOptions> ParseConfig(const std::string& text, const std::string& pa
   try {
     root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    return Err(EINVAL, "config " + path + ": line " + std::to_string(e.mark.line + 1) +
-                           ": YAML syntax error: " + e.msg);
+    return Err(EINVAL, OneLine("config " + path + ": line " + std::to_string(e.mark.line + 1) +
+                               ": YAML syntax error: " + e.msg));
   }
   if (!root.IsMap()) {
-    return Err(EINVAL, "config " + path + ": expected a map of settings at the top level, got " +
-                           Describe(root));
+    return Err(EINVAL, OneLine("config " + path +
+                               ": expected a map of settings at the top level, got " +
+                               Describe(root)));
   }
   const std::string base_dir = fs::path(path).parent_path().string();
   DaemonOptions o;
@@ -579,7 +601,7 @@ Result<std::string> ControlSocketFromConfigFile(const std::string& path) {
       }
     }
   } catch (const YAML::Exception& e) {
-    return Err(EINVAL, "config " + path + ": YAML syntax error: " + e.msg);
+    return Err(EINVAL, OneLine("config " + path + ": YAML syntax error: " + e.msg));
   }
   return Err(EINVAL, "config " + path + ": names neither control_socket nor a valid node_id");
 }

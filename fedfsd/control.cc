@@ -24,17 +24,6 @@ constexpr int kIdleMs = 5000;
 
 std::string ErrorReply(const std::string& msg) { return Json{{"error", msg}}.dump(); }
 
-// "/a//b/" -> "/a/b"; "/" stays "/". The caller checked the leading '/'.
-std::string NormalizePath(const std::string& p) {
-  std::string out;
-  for (char c : p) {
-    if (c == '/' && !out.empty() && out.back() == '/') continue;
-    out += c;
-  }
-  if (out.size() > 1 && out.back() == '/') out.pop_back();
-  return out;
-}
-
 bool SendAll(int fd, const std::string& s) {
   size_t off = 0;
   while (off < s.size()) {
@@ -54,6 +43,16 @@ sockaddr_un UnixAddr(const std::string& path) {
 }
 
 }  // namespace
+
+std::string NormalizeControlPath(const std::string& p) {
+  std::string out;
+  for (char c : p) {
+    if (c == '/' && !out.empty() && out.back() == '/') continue;
+    out += c;
+  }
+  if (out.size() > 1 && out.back() == '/') out.pop_back();
+  return out;
+}
 
 std::string HandleControlRequest(const std::string& line, const MembershipView& view) {
   Json req = Json::parse(line, nullptr, /*allow_exceptions=*/false);
@@ -84,7 +83,7 @@ std::string HandleControlRequest(const std::string& line, const MembershipView& 
     if (path == req.end() || !path->is_string()) return ErrorReply("missing \"path\"");
     const std::string p = path->get<std::string>();
     if (p.empty() || p[0] != '/') return ErrorReply("path must be absolute (start with /)");
-    const std::string norm = NormalizePath(p);
+    const std::string norm = NormalizeControlPath(p);
     const std::string manager = view.ring ? view.ring->Owner(norm) : std::string();
     return Json{{"path", norm}, {"manager", manager}, {"epoch", view.epoch}}.dump();
   }

@@ -41,7 +41,15 @@ using ExtraHandler = std::function<std::optional<std::string>(const std::string&
 // answers on it, EEXIST when it is not a socket. Probes only.
 Status CheckControlSocketFree(const std::string& path);
 
-// Answers one request line (without its newline) from `view`. Pure; any thread.
+// The path of a request as every command uses it: each run of '/' made one,
+// a trailing '/' dropped ("/a//b/" -> "/a/b"; "/" stays "/"). The caller
+// checked that it starts with '/'. Pure; any thread.
+std::string NormalizeControlPath(const std::string& p);
+
+// Answers one request line (without its newline) from `view`: untrusted
+// bytes (any user able to open the socket), answered with one JSON object,
+// {"error": ...} for anything malformed; never throws or crashes. Pure; any
+// thread.
 std::string HandleControlRequest(const std::string& line, const MembershipView& view);
 
 class ControlServer {

@@ -322,17 +322,6 @@ const char* TypeName(uint8_t dt) {
   }
 }
 
-// "/a//b/" -> "/a/b".
-std::string Normalize(const std::string& p) {
-  std::string out;
-  for (char ch : p) {
-    if (ch == '/' && !out.empty() && out.back() == '/') continue;
-    out += ch;
-  }
-  if (out.size() > 1 && out.back() == '/') out.pop_back();
-  return out;
-}
-
 // The blocking form of VdService::Conflicts (control thread only).
 Result<std::vector<ns::Conflict>> ConflictsSync(ns::VdService& s, const std::string& path) {
   auto promise = std::make_shared<std::promise<Result<std::vector<ns::Conflict>>>>();
@@ -734,7 +723,7 @@ std::optional<std::string> HandleNamespaceRequest(const std::string& line, ns::V
   if (p == req.end() || !p->is_string()) return error("missing \"path\"");
   const std::string raw = p->get<std::string>();
   if (raw.empty() || raw[0] != '/') return error("path must be absolute (start with /)");
-  const std::string path = Normalize(raw);
+  const std::string path = NormalizeControlPath(raw);
   if (vfs == nullptr || vds == nullptr) return error("the namespace is not running");
   if (*cmd == "where") {
     auto holders = vfs->Where(path);

@@ -76,6 +76,11 @@ m2m::Bytes EncodeMemberMessage(const MemberMessage& m, uint16_t version) {
 }
 
 Result<MemberMessage> DecodeMemberMessage(std::span<const std::byte> payload) {
+  // Sizes first: an empty payload would be copied below into a vector with
+  // no storage (memcpy to a null pointer, undefined even for 0 bytes).
+  if (payload.empty() || payload.size() > (64u << 20)) {
+    return Err(EPROTO, "membership message of " + std::to_string(payload.size()) + " bytes");
+  }
   // FlatBuffers reads scalars in place: work on an 8-aligned copy if needed.
   std::vector<uint64_t> aligned;
   const auto* data = reinterpret_cast<const uint8_t*>(payload.data());
@@ -83,9 +88,6 @@ Result<MemberMessage> DecodeMemberMessage(std::span<const std::byte> payload) {
     aligned.resize((payload.size() + 7) / 8);
     std::memcpy(aligned.data(), payload.data(), payload.size());
     data = reinterpret_cast<const uint8_t*>(aligned.data());
-  }
-  if (payload.empty() || payload.size() > (64u << 20)) {
-    return Err(EPROTO, "membership message of " + std::to_string(payload.size()) + " bytes");
   }
   flatbuffers::Verifier verifier(data, payload.size(), /*max_depth=*/8,
                                  /*max_tables=*/2 * kMaxViewMembers + 8);

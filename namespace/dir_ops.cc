@@ -10,54 +10,13 @@
 #include <cstdlib>
 #include <ctime>
 
-#include <flatbuffers/flatbuffers.h>
-
 #include "common/logging.h"
 #include "common/thread_name.h"
+#include "namespace/dir_ops_record.h"
 #include "namespace/kv_keys.h"
 #include "namespace/path.h"
-#include "dir_ops_generated.h"
 
 namespace fedfs::ns {
-
-namespace wire = fedfs::ns::dirwire;
-
-inline constexpr uint16_t kDirOpsRecordVersion = 1;
-
-struct DirOps::Record {
-  enum class Kind : uint8_t { kRename = 0, kRmdir = 1 };
-  enum class State : uint8_t { kValidating = 0, kActing = 1, kUndoing = 2 };
-  struct Saved {
-    uint32_t mode = 0755;
-    uint32_t uid = 0;
-    uint32_t gid = 0;
-  };
-
-  uint64_t id = 0;
-  Kind kind = Kind::kRename;
-  State state = State::kValidating;
-  std::string from;
-  std::string to;
-  unsigned flags = 0;
-  Cred cred;
-  std::vector<std::string> holders;  // sorted, unique
-  std::set<std::string> done;
-  std::map<std::string, Saved> saved;
-  std::vector<NodeFs::DirTemplate> templates;
-
-  std::vector<std::string> Paths() const {
-    if (kind == Kind::kRename) return {from, to};
-    return {from};
-  }
-  std::string Describe() const {
-    std::string s = "op " + std::to_string(id) + (kind == Kind::kRename ? " rename " : " rmdir ") +
-                    from;
-    if (kind == Kind::kRename) s += " -> " + to;
-    s += " on [";
-    for (size_t i = 0; i < holders.size(); ++i) s += (i ? "," : "") + holders[i];
-    return s + "]";
-  }
-};
 
 namespace {
 
@@ -84,78 +43,6 @@ bool IsTransient(int code) {
     default:
       return false;
   }
-}
-
-std::string Encode(const DirOps::Record& r) {
-  flatbuffers::FlatBufferBuilder b(512);
-  std::vector<flatbuffers::Offset<wire::SavedDir>> saved;
-  for (const auto& [node, s] : r.saved) {
-    saved.push_back(wire::CreateSavedDirDirect(b, node.c_str(), s.mode, s.uid, s.gid));
-  }
-  std::vector<flatbuffers::Offset<wire::Template>> templates;
-  for (const auto& t : r.templates) {
-    templates.push_back(wire::CreateTemplate(b, t.mode, t.uid, t.gid));
-  }
-  std::vector<flatbuffers::Offset<flatbuffers::String>> holders, done;
-  for (const auto& h : r.holders) holders.push_back(b.CreateString(h));
-  for (const auto& d : r.done) done.push_back(b.CreateString(d));
-  std::vector<uint32_t> groups(r.cred.groups.begin(), r.cred.groups.end());
-  auto root = wire::CreateDirOpRecordDirect(
-      b, kDirOpsRecordVersion, r.id, static_cast<wire::OpKind>(r.kind),
-      static_cast<wire::OpState>(r.state), r.from.c_str(), r.to.c_str(), r.flags, r.cred.uid,
-      r.cred.gid, &groups, r.cred.umask, &holders, &done, &saved, &templates);
-  b.FinishSizePrefixed(root);
-  return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
-}
-
-Result<DirOps::Record> Decode(std::string_view bytes) {
-  flatbuffers::Verifier v(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
-  if (!wire::VerifySizePrefixedDirOpRecordBuffer(v)) {
-    return Err(EPROTO, "journal record fails verification");
-  }
-  const auto* m = wire::GetSizePrefixedDirOpRecord(bytes.data());
-  if (m->version() != kDirOpsRecordVersion) {
-    return Err(EPROTO, "journal record version " + std::to_string(m->version()));
-  }
-  if (static_cast<uint8_t>(m->kind()) > 1 || static_cast<uint8_t>(m->state()) > 2 ||
-      m->from() == nullptr || !ValidateGlobalPath(m->from()->string_view())) {
-    return Err(EPROTO, "journal record with bad kind/state/path");
-  }
-  DirOps::Record r;
-  r.id = m->id();
-  r.kind = static_cast<DirOps::Record::Kind>(m->kind());
-  r.state = static_cast<DirOps::Record::State>(m->state());
-  r.from = m->from()->str();
-  if (r.kind == DirOps::Record::Kind::kRename) {
-    if (m->to() == nullptr || !ValidateGlobalPath(m->to()->string_view())) {
-      return Err(EPROTO, "journal record with bad destination");
-    }
-    r.to = m->to()->str();
-  }
-  r.flags = m->flags();
-  r.cred.uid = m->uid();
-  r.cred.gid = m->gid();
-  r.cred.umask = m->umask();
-  if (m->groups()) r.cred.groups.assign(m->groups()->begin(), m->groups()->end());
-  if (m->holders()) {
-    for (const auto* h : *m->holders()) r.holders.push_back(h->str());
-  }
-  std::sort(r.holders.begin(), r.holders.end());
-  if (m->done()) {
-    for (const auto* d : *m->done()) r.done.insert(d->str());
-  }
-  if (m->saved()) {
-    for (const auto* s : *m->saved()) {
-      if (s->node() == nullptr) return Err(EPROTO, "journal record: saved dir without node");
-      r.saved[s->node()->str()] = {s->mode(), s->uid(), s->gid()};
-    }
-  }
-  if (m->templates()) {
-    for (const auto* t : *m->templates()) {
-      r.templates.push_back({static_cast<mode_t>(t->mode()), t->uid(), t->gid()});
-    }
-  }
-  return r;
 }
 
 // Ancestors of `path`, excluding "/" and `path`: "/a/b/c" -> {"/a", "/a/b"}.
@@ -258,7 +145,7 @@ uint64_t DirOps::NextId() {
 }
 
 Status DirOps::Save(const Record& r) {
-  auto s = kv_->Put(kvkeys::DirOpsJournalKey(r.id), Encode(r), /*sync=*/true);
+  auto s = kv_->Put(kvkeys::DirOpsJournalKey(r.id), EncodeRecord(r), /*sync=*/true);
   if (!s) Log()->error("journal write of {}: {}", r.Describe(), s.error().ToString());
   return s;
 }
@@ -725,7 +612,7 @@ size_t DirOps::RetryPendingNow() {
     if (!bytes) {
       resolved = bytes.error().code == ENOENT;
       if (!resolved) Log()->warn("journal read of op {}: {}", id, bytes.error().ToString());
-    } else if (auto rec = Decode(*bytes); !rec) {
+    } else if (auto rec = DecodeRecord(*bytes); !rec) {
       // Never act on a record we cannot read; keep it for a human.
       Log()->error("journal record {} unreadable ({}): left in place, not acted upon", id,
                    rec.error().ToString());
@@ -759,7 +646,7 @@ Status DirOps::Recover() {
       continue;
     }
     std::vector<std::string> paths;
-    if (auto rec = Decode(value); rec) paths = rec->Paths();
+    if (auto rec = DecodeRecord(value); rec) paths = rec->Paths();
     {
       std::lock_guard lock(mu_);
       last_id_ = std::max(last_id_, *id);

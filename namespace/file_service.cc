@@ -72,50 +72,7 @@ struct SlotRef {
   }
 };
 
-bool IsPathOp(fb::Op op) {
-  switch (op) {
-    case fb::Op::kStatFs:
-    case fb::Op::kRead:
-    case fb::Op::kWrite:
-    case fb::Op::kFlush:
-    case fb::Op::kFsync:
-    case fb::Op::kFallocate:
-    case fb::Op::kRelease:
-    case fb::Op::kGetLk:
-    case fb::Op::kSetLk:
-    case fb::Op::kFlock:
-      return false;
-    default:
-      return true;
-  }
-}
-
-bool IsTwoPathOp(fb::Op op) { return op == fb::Op::kRename || op == fb::Op::kLink; }
-
 std::string Str(const flatbuffers::String* s) { return s ? s->str() : std::string(); }
-
-bool HasNul(const flatbuffers::String* s) {
-  return s != nullptr && std::memchr(s->data(), '\0', s->size()) != nullptr;
-}
-
-// Checks a request's fields before any work: paths, strings, op code.
-Status CheckRequest(const fb::FsRequest* req) {
-  if (req->version() != fswire::kVersion) {
-    return Err(EPROTO, "unsupported fs wire version " + std::to_string(req->version()));
-  }
-  const fb::Op op = req->op();
-  if (op == fb::Op::kInvalid || op > fb::Op::kAccess) return Err(EPROTO, "unknown op");
-  if (IsPathOp(op)) {
-    if (req->path() == nullptr) return Err(EINVAL, "missing path");
-    if (auto st = ValidateGlobalPath(req->path()->string_view()); !st) return st;
-  }
-  if (IsTwoPathOp(op)) {
-    if (req->path2() == nullptr) return Err(EINVAL, "missing second path");
-    if (auto st = ValidateGlobalPath(req->path2()->string_view()); !st) return st;
-  }
-  if (HasNul(req->target())) return Err(EINVAL, "NUL inside a symlink target or xattr name");
-  return Ok();
-}
 
 }  // namespace
 
@@ -202,7 +159,7 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
     }
     const auto* req = fswire::Verify<fb::FsRequest>(call.payload);
     if (req == nullptr) return Refuse(call, r, Error{EPROTO, "malformed FsRequest"});
-    if (auto st = CheckRequest(req); !st) return Refuse(call, r, st.error());
+    if (auto st = fswire::CheckRequest(req); !st) return Refuse(call, r, st.error());
     blocking_->Post([self = shared_from_this(), call = std::move(call), r = std::move(r),
                      arrival]() mutable {
       const auto* req = flatbuffers::GetRoot<fb::FsRequest>(call.payload.data());

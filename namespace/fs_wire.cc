@@ -1,6 +1,57 @@
 #include "namespace/fs_wire.h"
 
+#include <cstring>
+#include <string>
+
+#include "namespace/path.h"
+
 namespace fedfs::ns::fswire {
+
+namespace {
+
+bool IsPathOp(fb::Op op) {
+  switch (op) {
+    case fb::Op::kStatFs:
+    case fb::Op::kRead:
+    case fb::Op::kWrite:
+    case fb::Op::kFlush:
+    case fb::Op::kFsync:
+    case fb::Op::kFallocate:
+    case fb::Op::kRelease:
+    case fb::Op::kGetLk:
+    case fb::Op::kSetLk:
+    case fb::Op::kFlock:
+      return false;
+    default:
+      return true;
+  }
+}
+
+bool IsTwoPathOp(fb::Op op) { return op == fb::Op::kRename || op == fb::Op::kLink; }
+
+bool HasNul(const flatbuffers::String* s) {
+  return s != nullptr && std::memchr(s->data(), '\0', s->size()) != nullptr;
+}
+
+}  // namespace
+
+Status CheckRequest(const fb::FsRequest* req) {
+  if (req->version() != fswire::kVersion) {
+    return Err(EPROTO, "unsupported fs wire version " + std::to_string(req->version()));
+  }
+  const fb::Op op = req->op();
+  if (op == fb::Op::kInvalid || op > fb::Op::kAccess) return Err(EPROTO, "unknown op");
+  if (IsPathOp(op)) {
+    if (req->path() == nullptr) return Err(EINVAL, "missing path");
+    if (auto st = ValidateGlobalPath(req->path()->string_view()); !st) return st;
+  }
+  if (IsTwoPathOp(op)) {
+    if (req->path2() == nullptr) return Err(EINVAL, "missing second path");
+    if (auto st = ValidateGlobalPath(req->path2()->string_view()); !st) return st;
+  }
+  if (HasNul(req->target())) return Err(EINVAL, "NUL inside a symlink target or xattr name");
+  return Ok();
+}
 
 fb::Stat ToWire(const struct stat& s) {
   return fb::Stat(s.st_dev, s.st_ino, s.st_mode, s.st_nlink, s.st_uid, s.st_gid, s.st_rdev,
@@ -68,6 +119,14 @@ Cred FromWire(const fb::Cred* c) {
   out.gid = c->gid();
   out.umask = c->umask();
   if (c->groups()) out.groups.assign(c->groups()->begin(), c->groups()->end());
+  return out;
+}
+
+std::vector<Handle> HandlesOf(const fb::FsAttrChanged& a) {
+  std::vector<Handle> out;
+  if (a.handles() == nullptr || a.handles()->size() == 0) return out;
+  out.resize(a.handles()->size());
+  std::memcpy(out.data(), a.handles()->Data(), out.size() * sizeof(Handle));
   return out;
 }
 

@@ -9,10 +9,12 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include <flatbuffers/flatbuffers.h>
 
 #include "fs_generated.h"
+#include "common/result.h"
 #include "m2m/transport.h"
 #include "namespace/node_fs.h"
 
@@ -39,7 +41,24 @@ flatbuffers::Offset<fb::Cred> ToWire(flatbuffers::FlatBufferBuilder& b, const Cr
 // A missing cred table decodes as nobody (65534:65534), never as root.
 Cred FromWire(const fb::Cred* c);
 
+// The server's check of a verified FsRequest before any work: EPROTO for
+// another version or an unknown op; EINVAL unless every path the op uses is
+// present and a valid global path (namespace/path.h), or if the target (a
+// symlink target or xattr name) holds a NUL. Fields the op does not use are
+// not looked at.
+Status CheckRequest(const fb::FsRequest* req);
+
+// The handles of a verified FsAttrChanged, copied bytewise: the verifier
+// checks that a vector's length word is 4-aligned, not that its 8-byte
+// elements are 8-aligned, so a crafted buffer may place them 4 bytes off
+// (reading them in place would then be a misaligned load).
+std::vector<Handle> HandlesOf(const fb::FsAttrChanged& a);
+
 // A verifier sized for these messages (bounded depth and table count).
+// Untrusted bytes: nullptr unless the FlatBuffers verifier accepts them as a
+// T (no crash, whatever they are); then the root, pointing into `bytes`.
+// The bytes must be 8-aligned (FlatBuffers reads scalars in place; an
+// m2m::Bytes payload is).
 template <class T>
 const T* Verify(std::span<const std::byte> bytes) {
   const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());

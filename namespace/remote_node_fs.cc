@@ -705,7 +705,7 @@ struct FsCallbacks::State {
     }
     if (!node.empty() && a->handles() != nullptr) {
       received.fetch_add(1, std::memory_order_relaxed);
-      on_changed(node, std::vector<Handle>(a->handles()->begin(), a->handles()->end()));
+      on_changed(node, fswire::HandlesOf(*a));
     }
     flatbuffers::FlatBufferBuilder b(32);
     fb::FsReplyBuilder rb(b);

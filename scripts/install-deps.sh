@@ -7,6 +7,9 @@ set -euo pipefail
 PACKAGES=(
   # toolchain
   cmake g++ ninja-build pkg-config
+  # fuzzing (scripts/fuzz.sh): clang and its libFuzzer and sanitizer runtimes
+  # (a Recommends of clang's, so named here: apt runs without recommends)
+  clang libclang-rt-dev
   # FUSE 3 (low-level API) and its mount helper
   libfuse3-dev fuse3
   # FUSE over io_uring (fuse/uring_channel.h)

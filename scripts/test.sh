@@ -22,7 +22,11 @@
 # - after the run, whatever the tests left behind (mounts, network
 #   namespaces, tracefs instances, loop devices, temp dirs; TMPDIR is a
 #   directory of the run's) is listed and fails the run.
-# Usage: scripts/test.sh [release|asan]...   (default: both)
+# Then every libFuzzer target (scripts/fuzz.sh, docs/fuzzing.md) runs for
+# FUZZ_SECONDS (default 20) each on a copy of its seed corpus: about 2.5
+# minutes with its clang build on 2 cores; a crash, leak or timeout fails
+# the run.
+# Usage: scripts/test.sh [release|asan|fuzz]...   (default: all three)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -59,9 +63,10 @@ if [ ! -w "$MACHINE_URING" ]; then
 fi
 
 configs=("$@")
-[ ${#configs[@]} -eq 0 ] && configs=(release asan)
+[ ${#configs[@]} -eq 0 ] && configs=(release asan fuzz)
 
 skips_failed=0
+fuzz_failed=0
 # run_ctest DIR NAME ARGS...: ctest with a JUnit record of the run.
 run_ctest() {
   local dir=$1 name=$2
@@ -73,10 +78,11 @@ run_ctest() {
 
 for cfg in "${configs[@]}"; do
   case "$cfg" in
+    fuzz) continue ;;  # after the suites, below
     release) dir=build; flags=(-DCMAKE_BUILD_TYPE=Release); targets=(); skip=() ;;
     asan) dir=build-asan; flags=(-DCMAKE_BUILD_TYPE=Debug -DFEDFS_SANITIZE=ON)
       targets=(fedfs_all_tests); skip=(-E '^(Native|PassthroughLl)/') ;;
-    *) echo "test.sh: unknown configuration '$cfg' (release or asan)" >&2; exit 2 ;;
+    *) echo "test.sh: unknown configuration '$cfg' (release, asan or fuzz)" >&2; exit 2 ;;
   esac
   if [ -n "$uring" ]; then
     if [ "$cfg" = release ]; then echo Y >"$MACHINE_URING"; else echo N >"$MACHINE_URING"; fi
@@ -102,6 +108,11 @@ for cfg in "${configs[@]}"; do
   scripts/lib/skips.py tests/expected_skips.txt "$cfg" "${junits[@]}" || skips_failed=1
 done
 
+if [[ " ${configs[*]} " == *" fuzz "* ]]; then
+  echo "== fuzz: every libFuzzer target, ${FUZZ_SECONDS:-20} s each"
+  scripts/fuzz.sh "${FUZZ_SECONDS:-20}" || fuzz_failed=1
+fi
+
 if ! machine_check_leftovers; then
   echo "test.sh: the tests left the machine changed (above)" >&2
   exit 1
@@ -109,5 +120,13 @@ fi
 if [ "$skips_failed" -ne 0 ]; then
   echo "test.sh: tests skipped that must run on this machine (UNEXPECTED above)" >&2
   exit 1
+fi
+if [ "$fuzz_failed" -ne 0 ]; then
+  echo "test.sh: a fuzz target failed (its report and saved input above, after 'fuzz:')" >&2
+  exit 1
+fi
+if [[ " ${configs[*]} " == *" fuzz "* ]]; then
+  echo "== fuzz: executions and coverage per target"
+  cat build-fuzz/fuzz-summary.txt
 fi
 echo "== all tests passed (${configs[*]})"

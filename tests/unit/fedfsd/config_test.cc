@@ -206,6 +206,30 @@ TEST_F(ConfigTest, BadConfigsNameTheFieldInOneLine) {
   ExpectRefused(cases);
 }
 
+// Found by fuzz_config (tests/fuzz/corpus/fuzz_config/regress_newline_in_message):
+// yaml-cpp's message for an unknown escape ends with the character itself,
+// and an unknown key is named as written, so a newline in either broke the
+// one-line rule. Control characters are now written \xNN.
+TEST_F(ConfigTest, ControlCharactersInMessagesAreEscaped) {
+  const std::vector<std::string> texts = {
+      std::string("\xff\x00\n", 3),  // the fuzzer's input: "unknown escape character: \n"
+      "\"a\\nb\": 1\n",
+      Good() + "\"k\\r\": 1\n",
+  };
+  for (const std::string& text : texts) {
+    auto o = Parse(text);
+    ASSERT_FALSE(o) << text;
+    const std::string& msg = o.error().context;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\r'), std::string::npos) << msg;
+    EXPECT_EQ(msg.rfind("config " + (dir_ / "fedfsd.yaml").string(), 0), 0u) << msg;
+  }
+  auto key = Parse(texts[1]);
+  ASSERT_FALSE(key);
+  EXPECT_NE(key.error().context.find("unknown key 'a\\x0ab'"), std::string::npos)
+      << key.error().context;
+}
+
 TEST_F(ConfigTest, SecuritySection) {
   auto def = Parse(Good());
   ASSERT_TRUE(def) << def.error().context;

@@ -103,6 +103,14 @@ TEST(MemberMessage, UnalignedBufferIsFine) {
   EXPECT_TRUE(DecodeMemberMessage(std::span(shifted.data() + 1, good.size())));
 }
 
+// Found by fuzz_membership (tests/fuzz/corpus/fuzz_membership/regress_empty_unaligned):
+// an empty payload at an unaligned address was copied into an empty vector
+// (memcpy to a null pointer) before its size was checked; UBSan stopped it.
+TEST(MemberMessage, EmptyPayloadAtAnUnalignedAddressIsRefused) {
+  alignas(8) const std::byte buf[16] = {};
+  ExpectEproto(std::span(buf + 1, 0), "empty, unaligned");
+}
+
 TEST(MemberMessage, WrongVersionIsRefused) {
   auto r = DecodeMemberMessage(EncodeMemberMessage(Sample(), kMembershipWireVersion + 1));
   ASSERT_FALSE(r);

@@ -1,0 +1,211 @@
+// libFuzzer target: the VD protocol's decoders (namespace/vd_wire.h), which
+// every kNsListLocal, kNsVdGet, kNsVdUpdate, kNsConflicts, kNsVdDrop and
+// kNsDtInval request and reply goes through.
+//
+// Input: one byte choosing the decoder (mod 6), then the payload.
+// Invariants: what a decoder accepts has the fields its contract promises
+// (sharer slot inside its region, 1..16 changes of known kinds, entries
+// sorted by name, subdirs counted); encoding the decoded value and decoding
+// that again gives an equal value.
+#include <dirent.h>
+
+#include "fuzz_util.h"
+#include "namespace/vd_wire.h"
+
+using namespace fedfs;
+using namespace fedfs::ns;
+using namespace fedfs::ns::vdcodec;
+
+namespace {
+
+enum Which : uint8_t { kPath, kUpdate, kListing, kVd, kConflicts, kUpdateReply, kCount };
+
+m2m::Bytes Payload(const uint8_t* data, size_t size) {
+  const auto* p = reinterpret_cast<const std::byte*>(data);
+  return m2m::Bytes(p, p + size);
+}
+
+ClusterView View(const std::string& from, uint64_t epoch) {
+  ClusterView v;
+  v.self = from;
+  v.epoch = epoch;
+  return v;
+}
+
+bool Same(const VdChange& a, const VdChange& b) {
+  return a.kind == b.kind && a.name == b.name && a.type == b.type && a.node == b.node;
+}
+bool Same(const VdEntry& a, const VdEntry& b) {
+  return a.name == b.name && a.real_name == b.real_name && a.type == b.type &&
+         a.holders == b.holders && a.alias == b.alias;
+}
+template <class A, class B, class F>
+bool SameAll(const A& a, const B& b, F same) {
+  if (a.size() != b.size()) return false;
+  auto i = a.begin();
+  auto j = b.begin();
+  for (; i != a.end(); ++i, ++j) {
+    if (!same(*i, *j)) return false;
+  }
+  return true;
+}
+bool SameEntry(const VdEntry& a, const VdEntry& b) { return Same(a, b); }
+
+template <class C>
+void CheckSorted(const C& entries) {
+  const VdEntry* prev = nullptr;
+  for (const VdEntry& e : entries) {
+    if (prev != nullptr) FUZZ_CHECK(prev->name < e.name);
+    prev = &e;
+  }
+}
+
+void FuzzPath(const m2m::Bytes& payload) {
+  auto r = DecodePathRequest(payload);
+  if (!r) return;
+  if (r->sharer) {
+    const SharerSlotData& s = *r->sharer;
+    FUZZ_CHECK(!s.region.rkey.empty() && s.region.length > 0 && s.region.length % 8 == 0);
+    FUZZ_CHECK(uint64_t{s.slot} * 8 + 8 <= s.region.length);
+  }
+  auto back = DecodePathRequest(EncodePathRequest(r->path, View(r->from, r->epoch),
+                                                  r->sharer ? &*r->sharer : nullptr, r->notify));
+  FUZZ_CHECK(back.has_value());
+  FUZZ_CHECK(back->path == r->path && back->from == r->from && back->epoch == r->epoch &&
+             back->notify == r->notify && back->sharer.has_value() == r->sharer.has_value());
+  if (r->sharer) {
+    FUZZ_CHECK(back->sharer->slot == r->sharer->slot &&
+               back->sharer->region.addr == r->sharer->region.addr &&
+               back->sharer->region.length == r->sharer->region.length &&
+               back->sharer->region.rkey == r->sharer->region.rkey);
+  }
+}
+
+void FuzzUpdate(const m2m::Bytes& payload) {
+  auto r = DecodeUpdateRequest(payload);
+  if (!r) return;
+  FUZZ_CHECK(!r->changes.empty() && r->changes.size() <= kMaxChangesPerUpdate);
+  for (const VdChange& c : r->changes) {
+    FUZZ_CHECK(static_cast<uint8_t>(c.kind) <= static_cast<uint8_t>(VdChange::Kind::kLock));
+  }
+  auto back = DecodeUpdateRequest(EncodeUpdateRequest(r->path, r->changes, View(r->from, r->epoch)));
+  FUZZ_CHECK(back.has_value());
+  FUZZ_CHECK(back->path == r->path && back->from == r->from && back->epoch == r->epoch);
+  FUZZ_CHECK(SameAll(back->changes, r->changes,
+                     [](const VdChange& a, const VdChange& b) { return Same(a, b); }));
+}
+
+void FuzzListing(const m2m::Bytes& payload) {
+  auto r = DecodeListing(payload);
+  if (!r) return;
+  auto back = DecodeListing(EncodeListing(*r));
+  FUZZ_CHECK(back.has_value());
+  FUZZ_CHECK(SameAll(*back, *r, [](const DirEntry& a, const DirEntry& b) {
+    return a.name == b.name && a.type == b.type && a.ino == b.ino;
+  }));
+}
+
+void FuzzVd(const m2m::Bytes& payload) {
+  auto r = DecodeVd(payload);
+  if (!r) return;
+  const VirtualDirectory& vd = **r;
+  CheckSorted(vd.entries);
+  size_t dirs = 0;
+  for (const VdEntry& e : vd.entries) {
+    dirs += e.type == DT_DIR;
+    FUZZ_CHECK(vd.Find(e.name) != nullptr);
+  }
+  FUZZ_CHECK(vd.subdirs == dirs);
+  auto back = DecodeVd(EncodeVd(vd, !vd.cacheable));
+  FUZZ_CHECK(back.has_value());
+  const VirtualDirectory& b = **back;
+  FUZZ_CHECK(b.path == vd.path && b.version == vd.version && b.epoch == vd.epoch &&
+             b.holders == vd.holders && b.subdirs == vd.subdirs && b.cacheable == vd.cacheable);
+  FUZZ_CHECK(SameAll(b.entries, vd.entries, SameEntry));
+}
+
+void FuzzConflicts(const m2m::Bytes& payload) {
+  auto r = DecodeConflicts(payload);
+  if (!r) return;
+  auto back = DecodeConflicts(EncodeConflicts(*r));
+  FUZZ_CHECK(back.has_value());
+  FUZZ_CHECK(SameAll(*back, *r, [](const Conflict& a, const Conflict& b) {
+    return a.name == b.name && a.copies == b.copies;
+  }));
+}
+
+void FuzzUpdateReply(const m2m::Bytes& payload) {
+  auto r = DecodeUpdateReply(payload);
+  if (!r) return;
+  CheckSorted(r->fresh);
+  auto back = DecodeUpdateReply(EncodeUpdateReply(*r));
+  FUZZ_CHECK(back.has_value());
+  FUZZ_CHECK(back->version == r->version && back->prev_version == r->prev_version &&
+             back->keys == r->keys && back->holders == r->holders);
+  FUZZ_CHECK(SameAll(back->fresh, r->fresh, SameEntry));
+}
+
+void MakeSeeds(fuzz::Seeds& s) {
+  auto add = [&](const char* name, Which w, const m2m::Bytes& b) {
+    s.Add(name, std::string(1, static_cast<char>(w)), b);
+  };
+  const ClusterView view = View("n1", 5);
+  add("path_get", kPath, EncodePathRequest("/a/b", view));
+  SharerSlotData slot;
+  slot.slot = 3;
+  slot.region.addr = 0x7f0000001000;
+  slot.region.length = 4096;
+  slot.region.rkey.assign(16, std::byte{0x42});
+  add("path_get_sharer", kPath, EncodePathRequest("/a", view, &slot, true));
+  add("update_add", kUpdate,
+      EncodeUpdateRequest("/a", {{VdChange::Kind::kAdd, "f", DT_REG, "n2"}}, view));
+  add("update_lock_claim", kUpdate,
+      EncodeUpdateRequest("/a",
+                          {{VdChange::Kind::kLock, "old", 0, "n1"},
+                           {VdChange::Kind::kClaim, "new", 0, "n1"}},
+                          view));
+  add("listing", kListing,
+      EncodeListing({{"d", DT_DIR, 12}, {"f", DT_REG, 13}, {"l", DT_LNK, 14}}));
+  VirtualDirectory vd;
+  vd.path = "/a";
+  vd.version = 4;
+  vd.epoch = 5;
+  vd.holders = {"n1", "n2"};
+  vd.entries = std::vector<VdEntry>{{"d", "", DT_DIR, {"n1", "n2"}, false},
+                                    {"f", "", DT_REG, {"n2"}, false},
+                                    {"f@n1", "f", DT_REG, {"n1"}, true}};
+  vd.CountSubdirs();
+  add("vd", kVd, EncodeVd(vd));
+  add("vd_uncached", kVd, EncodeVd(vd, true));
+  add("conflicts", kConflicts, EncodeConflicts({{"f", {{"n1", DT_REG}, {"n2", DT_DIR}}}}));
+  UpdateOutcome o;
+  o.version = 5;
+  o.prev_version = 4;
+  o.keys = {"f"};
+  o.fresh = {{"f", "", DT_REG, {"n2"}, false}};
+  o.holders = {"n1", "n2"};
+  add("update_reply", kUpdateReply, EncodeUpdateReply(o));
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
+  fuzz::MaybeWriteSeeds(*argc, *argv, MakeSeeds);
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 1) return 0;
+  const Which which = static_cast<Which>(data[0] % kCount);
+  const m2m::Bytes payload = Payload(data + 1, size - 1);
+  switch (which) {
+    case kPath: FuzzPath(payload); break;
+    case kUpdate: FuzzUpdate(payload); break;
+    case kListing: FuzzListing(payload); break;
+    case kVd: FuzzVd(payload); break;
+    case kConflicts: FuzzConflicts(payload); break;
+    case kUpdateReply: FuzzUpdateReply(payload); break;
+    default: break;
+  }
+  return 0;
+}
