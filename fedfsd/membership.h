@@ -51,7 +51,7 @@
 
 #include "common/result.h"
 #include "fedfsd/options.h"
-#include "fedfsd/ring.h"
+#include "cluster/ring.h"
 #include "m2m/transport.h"
 
 namespace fedfs::daemon {

@@ -17,7 +17,7 @@ namespace fedfs::daemon {
 
 using Millis = std::chrono::milliseconds;
 
-// Consistent-hash ring (fedfsd/ring.h).
+// Consistent-hash ring (cluster/ring.h).
 struct RingOptions {
   // Virtual nodes (ring points) per member. 256 keeps every member's share
   // within a few percent of 1/N for tens of members.

@@ -12,7 +12,7 @@
 #include <string>
 #include <utility>
 
-#include "fedfsd/ring.h"
+#include "cluster/ring.h"
 
 namespace fedfs::ns {
 

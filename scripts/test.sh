@@ -76,6 +76,10 @@ run_ctest() {
   junits+=("$PWD/$dir/junit-$name.xml")
 }
 
+# The include graph against the layers of docs/design.md (no build needed).
+echo "== layers: includes against docs/design.md's arrows"
+scripts/check-layers.py
+
 for cfg in "${configs[@]}"; do
   case "$cfg" in
     fuzz) continue ;;  # after the suites, below

@@ -24,7 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fedfsd/control.h"
-#include "fedfsd/ring.h"
+#include "cluster/ring.h"
 #include "fuzz_util.h"
 
 using namespace fedfs;

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "bench/sim/sim.h"
-#include "fedfsd/ring.h"
+#include "cluster/ring.h"
 #include "tests/tools/cluster.h"
 
 namespace fedfs::testing {

@@ -1,5 +1,5 @@
 // Ring: balance, minimal movement on removal, determinism. Pure logic.
-#include "fedfsd/ring.h"
+#include "cluster/ring.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "fedfsd/ring.h"
+#include "cluster/ring.h"
 
 #include <algorithm>
 
