@@ -23,9 +23,9 @@
 #   namespaces, tracefs instances, loop devices, temp dirs; TMPDIR is a
 #   directory of the run's) is listed and fails the run.
 # Then every libFuzzer target (scripts/fuzz.sh, docs/fuzzing.md) runs for
-# FUZZ_SECONDS (default 20) each on a copy of its seed corpus: about 2.5
-# minutes with its clang build on 2 cores; a crash, leak or timeout fails
-# the run.
+# FUZZ_SECONDS (default 20) each on a copy of its seed corpus: 130 s with
+# its clang build on an idle 2-core machine (docs/fuzzing.md); a crash,
+# leak or timeout fails the run.
 # Usage: scripts/test.sh [release|asan|fuzz]...   (default: all three)
 set -euo pipefail
 cd "$(dirname "$0")/.."
