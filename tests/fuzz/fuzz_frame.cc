@@ -78,7 +78,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   FUZZ_CHECK(Same(*h, *u));
   FUZZ_CHECK(size <= kMaxFrameHeaderBytes);
-  FUZZ_CHECK(static_cast<uint8_t>(h->kind) <= static_cast<uint8_t>(FrameKind::kAuthResult));
+  FUZZ_CHECK(static_cast<uint8_t>(h->kind) <= static_cast<uint8_t>(FrameKind::kBindAck));
   FUZZ_CHECK(h->payload_size == payload_size && payload_size <= kMaxPayload);
   FUZZ_CHECK(h->kind != FrameKind::kReply || h->errno_code >= 0);
 
