@@ -1,4 +1,4 @@
-// The FUSE 3 low-level frontend: mounts a Vfs (namespace/vfs.h) at a
+// The FUSE 3 low-level frontend: mounts a Vfs (namespace/vfs/vfs.h) at a
 // mountpoint and serves the kernel's requests with a bounded pool of worker
 // threads (fuse/worker_loop.h) or, when the kernel offers it, per-CPU
 // io_uring queues (fuse/uring_channel.h).
@@ -25,7 +25,7 @@
 
 #include "common/result.h"
 #include "namespace/kernel_cache.h"
-#include "namespace/vfs.h"
+#include "namespace/vfs/vfs.h"
 
 struct fuse_session;
 

@@ -21,7 +21,19 @@ ALLOWED = {
     "tools": {"common", "m2m", "cluster", "fedfsd"},
     "bench": {"common", "m2m", "cluster", "namespace"},
 }
+# Inside namespace/: sub-part -> the sub-parts it may include. Files directly
+# in namespace/ (paths, the cluster view, kernel-cache hooks) are below all of
+# them and include none.
+NS_ALLOWED = {
+    "nodefs": set(),
+    "files": {"nodefs"},
+    "vd": {"nodefs"},
+    "dirops": {"nodefs", "vd"},
+    "watch": set(),
+    "vfs": {"nodefs", "vd"},
+}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/]+)/')
+NS_INCLUDE = re.compile(r'^\s*#\s*include\s+"namespace/([^"/]+)/')
 
 
 def main() -> int:
@@ -38,6 +50,14 @@ def main() -> int:
                 files += 1
                 with open(path, encoding="utf-8", errors="replace") as f:
                     for n, line in enumerate(f, 1):
+                        if part == "namespace":
+                            ns = NS_INCLUDE.match(line)
+                            rel = os.path.relpath(path, top).split(os.sep)
+                            mine = rel[0] if len(rel) > 1 else None
+                            if ns and ns.group(1) != mine and (
+                                    mine is None or ns.group(1) not in NS_ALLOWED.get(mine, set())):
+                                bad.append(f"{os.path.relpath(path, root)}:{n}: namespace/"
+                                           f"{mine or '.'} -> namespace/{ns.group(1)}")
                         m = INCLUDE.match(line)
                         if not m:
                             continue

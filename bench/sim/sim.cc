@@ -28,10 +28,10 @@
 #include "m2m/auth.h"
 #include "m2m/fake_network.h"
 #include "namespace/cluster.h"
-#include "namespace/mem_node_fs.h"
+#include "namespace/nodefs/mem_node_fs.h"
 #include "namespace/path.h"
-#include "namespace/placement.h"
-#include "namespace/vd_service.h"
+#include "namespace/vd/placement.h"
+#include "namespace/vd/vd_service.h"
 #include "sim_fs_generated.h"
 
 namespace fedfs::bench {

@@ -1,5 +1,5 @@
 // libFuzzer target: the journal records of multi-node directory operations
-// (namespace/dir_ops_record.h), decoded from the Kv at every recovery.
+// (namespace/dirops/dir_ops_record.h), decoded from the Kv at every recovery.
 //
 // Input: the record bytes (as a Kv value: 8-aligned). Invariants: a decoded
 // record has a known kind and state, valid global paths (`to` for a
@@ -10,7 +10,7 @@
 #include <string>
 
 #include "fuzz_util.h"
-#include "namespace/dir_ops_record.h"
+#include "namespace/dirops/dir_ops_record.h"
 #include "namespace/path.h"
 
 using namespace fedfs;

@@ -1,5 +1,5 @@
-// libFuzzer target: the file service's messages (namespace/fs_wire.h,
-// namespace/fs.fbs): what FileService accepts from other nodes (FsHello,
+// libFuzzer target: the file service's messages (namespace/files/fs_wire.h,
+// namespace/files/fs.fbs): what FileService accepts from other nodes (FsHello,
 // FsRequest through fswire::Verify and fswire::CheckRequest) and what
 // RemoteNodeFs accepts from a server (FsHelloReply, FsReply, FsAttrChanged).
 //
@@ -14,7 +14,7 @@
 #include <cstring>
 
 #include "fuzz_util.h"
-#include "namespace/fs_wire.h"
+#include "namespace/files/fs_wire.h"
 #include "namespace/path.h"
 
 using namespace fedfs;
