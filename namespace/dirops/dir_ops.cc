@@ -463,6 +463,10 @@ Status DirOps::RenameDir(const Cred& cred, const std::string& from, const std::s
   }
   Step("validated");
 
+  return ActAndFinish(r, cred);
+}
+
+Status DirOps::ActAndFinish(Record& r, const Cred& cred) {
   Error err;
   if (Forward(r, cred, &err) != Outcome::kOk) {
     Log()->info("{} failed: {}; undoing", r.Describe(), err.ToString());
@@ -525,17 +529,7 @@ Status DirOps::RemoveDir(const Cred& cred, const std::string& path,
 
   if (auto s = Save(r); !s) return s;
   Step("journaled");
-  Error err;
-  if (Forward(r, cred, &err) != Outcome::kOk) {
-    Log()->info("{} failed: {}; undoing", r.Describe(), err.ToString());
-    UndoAfterFailure(r);
-    return Err(err);
-  }
-  Notify(r, /*forward=*/true);
-  Step("notified");
-  if (!Erase(r)) KeepPending(r.id, r.Paths());
-  Step("finished");
-  return Ok();
+  return ActAndFinish(r, cred);
 }
 
 DirOps::Outcome DirOps::Resolve(Record& r) {

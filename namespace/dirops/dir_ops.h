@@ -199,6 +199,10 @@ class DirOps {
   Outcome Resolve(Record& r);
   // After Forward failed: undo, then delete or keep pending.
   void UndoAfterFailure(Record& r);
+  // The end that rename and rmdir share, once their record is saved in state
+  // kActing: apply it on every holder (undone on failure), tell the managers,
+  // drop the record.
+  Status ActAndFinish(Record& r, const Cred& cred);
   // Keeps record `id` (with its busy paths) for the retry thread.
   void KeepPending(uint64_t id, const std::vector<std::string>& paths);
   void RetryLoop();
