@@ -239,15 +239,6 @@ Result<std::string> VfsImpl::Readlink(const Cred& c, uint64_t ino) {
   return (*fs)->Readlink(c, r->path);
 }
 
-namespace {
-// The parent dir, its VD, and the new entry's path, for the create family.
-struct NewEntry {
-  std::string dir;
-  VdPtr vd;
-  std::string path;
-};
-}  // namespace
-
 Result<EntryOut> VfsImpl::Mknod(const Cred& c, uint64_t parent, const std::string& name,
                                 mode_t mode, dev_t rdev) {
   const uint64_t names_epoch = NamesEpoch();
