@@ -209,35 +209,13 @@ std::string Resolve(const std::string& base_dir, const std::string& p) {
   return (fs::path(base_dir) / p).lexically_normal().string();
 }
 
-// `p` with symbolic links resolved as far as it exists.
-fs::path RealPath(const std::string& p) {
-  std::error_code ec;
-  fs::path r = fs::weakly_canonical(p, ec);
-  return ec ? fs::path(p).lexically_normal() : r;
-}
-
-// Whether `a` is `b` or one of its ancestors.
-bool IsSameOrAncestor(const fs::path& a, const fs::path& b) {
-  auto [ia, ib] = std::mismatch(a.begin(), a.end(), b.begin(), b.end());
-  return ia == a.end() || (std::next(ia) == a.end() && ia->empty());  // "a/" is a too
-}
-
 // The mountpoint must be apart from `dir` (the export root, the state dir):
 // a mount inside the export root would have the daemon serve requests on
 // its own mount (a request waiting for itself); one over either hides them.
 void CheckApart(Checker& c, const std::string& mountpoint, const std::string& field,
                 const std::string& dir) {
-  const fs::path m = RealPath(mountpoint), d = RealPath(dir);
-  std::string how;
-  if (m == d) {
-    how = "is";
-  } else if (IsSameOrAncestor(d, m)) {
-    how = "is inside";
-  } else if (IsSameOrAncestor(m, d)) {
-    how = "contains";
-  } else {
-    return;
-  }
+  const std::string how = PathOverlap(mountpoint, dir);
+  if (how.empty()) return;
   c.Fail("mountpoint", Quote(mountpoint) + " " + how + " " + field + " " + Quote(dir) +
                            ": the mount must be outside it");
 }
@@ -617,6 +595,23 @@ MembershipOptions MembershipOptionsFrom(const DaemonOptions& o, const std::strin
   m.ring = o.ring;
   m.node_tag = static_cast<uint16_t>(o.node_tag);
   return m;
+}
+
+std::string PathOverlap(const std::string& a, const std::string& b) {
+  auto real = [](const std::string& p) {  // symbolic links resolved as far as it exists
+    std::error_code ec;
+    fs::path r = fs::weakly_canonical(p, ec);
+    return ec ? fs::path(p).lexically_normal() : r;
+  };
+  auto same_or_ancestor = [](const fs::path& x, const fs::path& y) {  // "x/" counts as x
+    auto [ix, iy] = std::mismatch(x.begin(), x.end(), y.begin(), y.end());
+    return ix == x.end() || (std::next(ix) == x.end() && ix->empty());
+  };
+  const fs::path pa = real(a), pb = real(b);
+  if (pa == pb) return "is";
+  if (same_or_ancestor(pb, pa)) return "is inside";
+  if (same_or_ancestor(pa, pb)) return "contains";
+  return "";
 }
 
 }  // namespace fedfs::daemon

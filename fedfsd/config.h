@@ -26,6 +26,12 @@ namespace fedfs::daemon {
 // message as context (ENOENT/EACCES if the file itself cannot be read).
 Result<DaemonOptions> LoadConfigFile(const std::string& path);
 
+// How path `a` lies relative to `b`, symbolic links resolved as far as they
+// exist: "is", "is inside", "contains", or "" when they are apart (used for
+// the mountpoint against the export root and state dir, here and against
+// other daemons' in fedfsd/local_daemons.h).
+std::string PathOverlap(const std::string& a, const std::string& b);
+
 // Same, from text; `path` is only used to name the source and to resolve
 // relative paths.
 Result<DaemonOptions> ParseConfig(const std::string& yaml_text, const std::string& path);

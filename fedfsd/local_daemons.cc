@@ -14,28 +14,12 @@
 #include <sstream>
 #include <vector>
 
+#include "fedfsd/config.h"
+
 namespace fedfs::daemon {
 namespace {
 
 namespace fs = std::filesystem;
-
-fs::path Canonical(const std::string& p) {
-  std::error_code ec;
-  const fs::path r = fs::weakly_canonical(p, ec);
-  return ec ? fs::path(p).lexically_normal() : r;
-}
-
-// "is", "is inside" or "contains" if a and b overlap, else "".
-std::string Overlap(const fs::path& a, const fs::path& b) {
-  auto ancestor = [](const fs::path& x, const fs::path& y) {  // x is y or above it
-    auto [ix, iy] = std::mismatch(x.begin(), x.end(), y.begin(), y.end());
-    return ix == x.end() || (std::next(ix) == x.end() && ix->empty());
-  };
-  if (a == b) return "is";
-  if (ancestor(b, a)) return "is inside";
-  if (ancestor(a, b)) return "contains";
-  return "";
-}
 
 struct Entry {
   std::string node_id, pid, export_root, state_dir, mountpoint;
@@ -43,29 +27,28 @@ struct Entry {
 
 std::string Serialize(const DaemonOptions& o) {
   std::ostringstream s;
-  s << o.node_id << "\n" << ::getpid() << "\n" << Canonical(o.export_root).string() << "\n"
-    << Canonical(o.state_dir).string() << "\n" << Canonical(o.mountpoint).string() << "\n";
+  s << o.node_id << "\n" << ::getpid() << "\n" << o.export_root << "\n" << o.state_dir << "\n"
+    << o.mountpoint << "\n";
   return s.str();
 }
 
 Status Clash(const Entry& e, const DaemonOptions& o) {
-  const fs::path mine_m = Canonical(o.mountpoint);
   struct Pair {
     const char* my_field;
-    fs::path mine;
+    const std::string& mine;
     const char* their_field;
-    std::string theirs;
+    const std::string& theirs;
   };
-  const std::vector<Pair> pairs = {
-      {"mountpoint", mine_m, "export root", e.export_root},
-      {"mountpoint", mine_m, "state dir", e.state_dir},
-      {"export_root", Canonical(o.export_root), "mountpoint", e.mountpoint},
-      {"state_dir", Canonical(o.state_dir), "mountpoint", e.mountpoint},
+  const Pair pairs[] = {
+      {"mountpoint", o.mountpoint, "export root", e.export_root},
+      {"mountpoint", o.mountpoint, "state dir", e.state_dir},
+      {"export_root", o.export_root, "mountpoint", e.mountpoint},
+      {"state_dir", o.state_dir, "mountpoint", e.mountpoint},
   };
   for (const Pair& p : pairs) {
-    const std::string how = Overlap(p.mine, fs::path(p.theirs));
+    const std::string how = PathOverlap(p.mine, p.theirs);
     if (how.empty()) continue;
-    return Err(EEXIST, std::string(p.my_field) + " '" + p.mine.string() + "' " + how + " the " +
+    return Err(EEXIST, std::string(p.my_field) + " '" + p.mine + "' " + how + " the " +
                            p.their_field + " '" + p.theirs + "' of node " + e.node_id + " (pid " +
                            e.pid + ") running on this machine: keep them apart");
   }
