@@ -53,10 +53,10 @@
 #include "common/result.h"
 #include "m2m/auth.h"
 #include "m2m/fake_network.h"
-#include "namespace/cluster.h"
-#include "namespace/nodefs/mem_node_fs.h"
-#include "namespace/path.h"
-#include "namespace/vd/vd_service.h"
+#include "cluster/cluster.h"
+#include "nodefs/mem_node_fs.h"
+#include "common/path.h"
+#include "vd/vd_service.h"
 
 namespace fedfs::bench {
 namespace {

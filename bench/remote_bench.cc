@@ -25,9 +25,9 @@
 #include "common/executor.h"
 #include "common/logging.h"
 #include "m2m/ucx_transport.h"
-#include "namespace/files/file_service.h"
-#include "namespace/nodefs/local_node_fs.h"
-#include "namespace/files/remote_node_fs.h"
+#include "files/file_service.h"
+#include "nodefs/local_node_fs.h"
+#include "files/remote_node_fs.h"
 
 using namespace fedfs;
 using namespace std::chrono_literals;

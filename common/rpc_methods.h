@@ -29,7 +29,7 @@ enum class RpcMethod : uint16_t {
   kMemberLeave = 3,      // reserved: graceful leave on shutdown
 
   kNamespaceFirst = 16,
-  // Namespace, VD service (namespace/vd/vd_service.h; bodies: namespace/vd/vd.fbs).
+  // Namespace, VD service (vd/vd_service.h; bodies: vd/vd.fbs).
   // Sub-range 16..31.
   kNsListLocal = 16,  // a node's local listing of P (dirmerge leaf)
   kNsVdGet = 17,      // VD(P) from its manager M(P)
@@ -39,7 +39,7 @@ enum class RpcMethod : uint16_t {
   kNsDtInval = 21,    // invalidate directory-table entries of P (two-sided fallback
                       // when a VD's sharer list overflowed; see vd_service.h)
   kDataFirst = 64,
-  // Data path, file service (namespace/files/file_service.h; bodies: namespace/files/fs.fbs).
+  // Data path, file service (files/file_service.h; bodies: files/fs.fbs).
   // Sub-range 64..79.
   kFsHello = 64,  // a client session binds this connection and its buffer pool
   kFsMeta = 65,   // one NodeFs operation other than Read/Write (FsRequest.op)

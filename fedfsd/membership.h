@@ -19,7 +19,7 @@
 // node's own failure detector (or a newer incarnation reported dead).
 //
 // Node tags. Every member announces its configured node_tag (the high 16 bits
-// of the st_ino of its files, namespace/vfs/vfs.h) in every message, so all mounts
+// of the st_ino of its files, vfs/vfs.h) in every message, so all mounts
 // number a file alike. Two alive members may not share a tag: the one that
 // started later (larger incarnation; ties: larger id) is refused. A node
 // keeps it out of its view (and answers its requests EEXIST, naming both

@@ -91,7 +91,7 @@ struct FuseConfig {
   bool default_permissions = true;  // -o default_permissions (kernel checks modes)
 };
 
-// Placement of new files (namespace/vd/placement.h; docs/config.md).
+// Placement of new files (vd/placement.h; docs/config.md).
 struct PlacementRuleConfig {
   std::string prefix;  // global path prefix
   std::string policy;  // local | hash | most-free, or "" with `node`
@@ -103,7 +103,7 @@ struct PlacementConfig {
 };
 
 // What this node lets other nodes do (docs/config.md "security"): applied by
-// the FileService (namespace/files/file_service.h) to every request from another
+// the FileService (files/file_service.h) to every request from another
 // node, never to this node's own mount.
 struct SecurityConfig {
   bool root_squash = false;     // uid 0 -> squash_uid, gid 0 -> squash_gid, group 0 removed
@@ -111,14 +111,14 @@ struct SecurityConfig {
   uint32_t squash_gid = 65534;  // 1..4294967294 (nogroup)
 };
 
-// This node's directory table (namespace/vd/dir_table.h; docs/config.md).
+// This node's directory table (vd/dir_table.h; docs/config.md).
 struct DirectoryTableConfig {
   size_t entries = 4096;                // 0: no table (every lookup asks the manager)
   size_t bytes = size_t{64} << 20;      // memory bound of the cached VDs
 };
 
 // Watching the export root for changes made behind FedFS' back
-// (namespace/watch/local_watch.h; docs/namespace.md "Autonomy").
+// (watch/local_watch.h; docs/namespace.md "Autonomy").
 struct AutonomyConfig {
   bool watch = true;           // false: only changes made through FedFS are seen
   size_t max_watches = 65536;  // inotify watches at most (LRU beyond)
@@ -129,7 +129,7 @@ struct DaemonOptions {
   std::string config_path;  // where these came from (for messages)
   std::string node_id;      // required
   // required, 1..65534, unique in the federation: the high 16 bits of the
-  // inode numbers of files this node holds (namespace/vfs/vfs.h).
+  // inode numbers of files this node holds (vfs/vfs.h).
   uint32_t node_tag = 0;
   std::string listen;       // required, "host:port"
   std::string export_root;  // required, an existing directory

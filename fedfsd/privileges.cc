@@ -11,7 +11,7 @@ namespace fedfs::daemon {
 std::vector<int> KeptCapabilities(const PrivilegeOptions& o) {
   std::vector<int> caps = {
       // Per-thread caller credentials: setfsuid, setfsgid, setgroups
-      // (namespace/nodefs/cred.h).
+      // (nodefs/cred.h).
       CAP_SETUID,
       CAP_SETGID,
       // What root callers may do on a local file system, and what running as
@@ -27,7 +27,7 @@ std::vector<int> KeptCapabilities(const PrivilegeOptions& o) {
       CAP_DAC_READ_SEARCH,
       // File capabilities (security.capability): set or removed by root
       // callers, and removed by the kernel before the first write to a file
-      // that has them, whoever writes (namespace/nodefs/local_node_fs.cc, xattrs).
+      // that has them, whoever writes (nodefs/local_node_fs.cc, xattrs).
       CAP_SETFCAP,
       // mount(2) of the FUSE file system at start, umount2 at SIGTERM.
       CAP_SYS_ADMIN,

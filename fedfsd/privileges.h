@@ -1,7 +1,7 @@
 // Capability reduction of the daemon (docs/design.md, "Privileges").
 //
 // fedfsd runs as root because it serves every user's files with their own
-// credentials (namespace/nodefs/cred.h: per-thread setfsuid/setfsgid/setgroups) and
+// credentials (nodefs/cred.h: per-thread setfsuid/setfsgid/setgroups) and
 // mounts FUSE. It needs a handful of capabilities for that and none of the
 // others (loading modules, raw I/O, ptrace, network administration, reboot,
 // ...), so DropCapabilities removes every capability outside KeptCapabilities()

@@ -1,4 +1,4 @@
-// The FUSE 3 low-level frontend: mounts a Vfs (namespace/vfs/vfs.h) at a
+// The FUSE 3 low-level frontend: mounts a Vfs (vfs/vfs.h) at a
 // mountpoint and serves the kernel's requests with a bounded pool of worker
 // threads (fuse/worker_loop.h) or, when the kernel offers it, per-CPU
 // io_uring queues (fuse/uring_channel.h).
@@ -24,14 +24,14 @@
 #include <thread>
 
 #include "common/result.h"
-#include "namespace/kernel_cache.h"
-#include "namespace/vfs/vfs.h"
+#include "vd/kernel_cache.h"
+#include "vfs/vfs.h"
 
 struct fuse_session;
 
 namespace fedfs::fuse {
 
-// The kernel's caches of one mount (namespace/kernel_cache.h): enabled by the
+// The kernel's caches of one mount (vd/kernel_cache.h): enabled by the
 // FUSE INIT handshake when the kernel speaks protocol 7.44 or later.
 class KernelNotifier final : public ns::KernelCache {
  public:

@@ -170,7 +170,7 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
   const bool epoch = conn->proto_major > 7 || (conn->proto_major == 7 && conn->proto_minor >= 44);
   static_cast<FuseMount::Ctx*>(userdata)->notifier->Enable(epoch);
   // The umask reaches us in the request and is applied by the node that
-  // creates the file (namespace/nodefs/cred.h).
+  // creates the file (nodefs/cred.h).
   if (conn->capable & FUSE_CAP_DONT_MASK) conn->want |= FUSE_CAP_DONT_MASK;
   // Locks are kept by the file's node (coherent across nodes).
   if (conn->capable & FUSE_CAP_POSIX_LOCKS) conn->want |= FUSE_CAP_POSIX_LOCKS;

@@ -27,11 +27,11 @@
 #include "common/rpc_methods.h"
 #include "m2m/auth.h"
 #include "m2m/fake_network.h"
-#include "namespace/cluster.h"
-#include "namespace/nodefs/mem_node_fs.h"
-#include "namespace/path.h"
-#include "namespace/vd/placement.h"
-#include "namespace/vd/vd_service.h"
+#include "cluster/cluster.h"
+#include "nodefs/mem_node_fs.h"
+#include "common/path.h"
+#include "vd/placement.h"
+#include "vd/vd_service.h"
 #include "sim_fs_generated.h"
 
 namespace fedfs::bench {

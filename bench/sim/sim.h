@@ -1,8 +1,8 @@
 // fedfs-bench sim: a namespace-scalability simulation. N nodes (8 .. 1024+)
 // live in one process on the fake network in simulated time
 // (m2m/fake_network.h, kSimulated), each with a MemNodeFs export root
-// (namespace/nodefs/mem_node_fs.h), its own transport and the production VdService
-// (namespace/vd/vd_service.h); every node's ClusterView is built directly (ring
+// (nodefs/mem_node_fs.h), its own transport and the production VdService
+// (vd/vd_service.h); every node's ClusterView is built directly (ring
 // over the live nodes). There is no model of the namespace here: operations
 // are performed the way the daemon performs them, asynchronously, and the
 // VdService code decides which messages flow and what they cost:
@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "common/result.h"
-#include "namespace/vd/vd_service.h"
+#include "vd/vd_service.h"
 
 namespace fedfs::bench {
 
@@ -58,7 +58,7 @@ struct SimOptions {
   int clients = 0;       // 0: one per node (client i runs on node i mod N)
   int concurrency = 1;   // operations in flight per client
   std::string resolve = "walk";       // walk: Get every directory of the path; parent: only the parent
-  std::string placement = "local";    // local | hash (namespace/vd/placement.h)
+  std::string placement = "local";    // local | hash (vd/placement.h)
   // Directory-table entries per node (0: none). On by default with the
   // production default (VdServiceOptions::dt_entries).
   size_t dt_capacity = 4096;

@@ -1,5 +1,5 @@
 // libFuzzer target: the journal records of multi-node directory operations
-// (namespace/dirops/dir_ops_record.h), decoded from the Kv at every recovery.
+// (dirops/dir_ops_record.h), decoded from the Kv at every recovery.
 //
 // Input: the record bytes (as a Kv value: 8-aligned). Invariants: a decoded
 // record has a known kind and state, valid global paths (`to` for a
@@ -10,8 +10,8 @@
 #include <string>
 
 #include "fuzz_util.h"
-#include "namespace/dirops/dir_ops_record.h"
-#include "namespace/path.h"
+#include "dirops/dir_ops_record.h"
+#include "common/path.h"
 
 using namespace fedfs;
 using namespace fedfs::ns;

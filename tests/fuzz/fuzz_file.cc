@@ -1,5 +1,5 @@
-// libFuzzer target: the file service's messages (namespace/files/fs_wire.h,
-// namespace/files/fs.fbs): what FileService accepts from other nodes (FsHello,
+// libFuzzer target: the file service's messages (files/fs_wire.h,
+// files/fs.fbs): what FileService accepts from other nodes (FsHello,
 // FsRequest through fswire::Verify and fswire::CheckRequest) and what
 // RemoteNodeFs accepts from a server (FsHelloReply, FsReply, FsAttrChanged).
 //
@@ -14,8 +14,8 @@
 #include <cstring>
 
 #include "fuzz_util.h"
-#include "namespace/files/fs_wire.h"
-#include "namespace/path.h"
+#include "files/fs_wire.h"
+#include "common/path.h"
 
 using namespace fedfs;
 using namespace fedfs::ns;

@@ -1,4 +1,4 @@
-// libFuzzer target: the VD protocol's decoders (namespace/vd/vd_wire.h), which
+// libFuzzer target: the VD protocol's decoders (vd/vd_wire.h), which
 // every kNsListLocal, kNsVdGet, kNsVdUpdate, kNsConflicts, kNsVdDrop and
 // kNsDtInval request and reply goes through.
 //
@@ -10,7 +10,7 @@
 #include <dirent.h>
 
 #include "fuzz_util.h"
-#include "namespace/vd/vd_wire.h"
+#include "vd/vd_wire.h"
 
 using namespace fedfs;
 using namespace fedfs::ns;

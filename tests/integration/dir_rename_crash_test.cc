@@ -119,7 +119,7 @@ TEST_P(DirRenameCrash, WhollyRenamedOrWhollyNot) {
       "n1-restarted",
       [&] {
         const std::string log = c.Log("n1-restarted");
-        // An outcome logged by the journal (namespace/dirops/dir_ops.cc), not any
+        // An outcome logged by the journal (dirops/dir_ops.cc), not any
         // other line that happens to say "dropped".
         std::istringstream lines(log);
         for (std::string line; std::getline(lines, line);) {

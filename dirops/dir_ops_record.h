@@ -1,0 +1,73 @@
+// The journal record of one multi-node directory operation (namespace/
+// dir_ops.h; stored as one size-prefixed DirOpRecord of namespace/
+// dir_ops.fbs under kvkeys::DirOpsJournalKey(id)) and its codec.
+//
+// Contract of DecodeRecord: the bytes are whatever the Kv holds, possibly
+// damaged or written by another version. They are accepted only if the
+// FlatBuffers verifier accepts them as a size-prefixed DirOpRecord of
+// version kDirOpsRecordVersion with a known kind and state, a valid global
+// `from` (and `to` for a rename; common/path.h) and a node in every
+// saved directory; anything else is EPROTO (the caller keeps such a record
+// and leaves it alone), never a crash. The bytes must be 8-aligned
+// (FlatBuffers reads scalars in place; a Kv value in a std::string is).
+// The decoded holders are sorted; `done` and `saved` are sets by node.
+// DecodeRecord(EncodeRecord(r)) gives r back for every r DirOps builds.
+// Pure functions; any thread. Internal to fedfs_ns_dirops (and its fuzz
+// target).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+#include "dirops/dir_ops.h"
+#include "nodefs/node_fs.h"
+
+namespace fedfs::ns {
+
+inline constexpr uint16_t kDirOpsRecordVersion = 1;
+
+struct DirOps::Record {
+  enum class Kind : uint8_t { kRename = 0, kRmdir = 1 };
+  enum class State : uint8_t { kValidating = 0, kActing = 1, kUndoing = 2 };
+  struct Saved {
+    uint32_t mode = 0755;
+    uint32_t uid = 0;
+    uint32_t gid = 0;
+  };
+
+  uint64_t id = 0;
+  Kind kind = Kind::kRename;
+  State state = State::kValidating;
+  std::string from;
+  std::string to;
+  unsigned flags = 0;
+  Cred cred;
+  std::vector<std::string> holders;  // sorted, unique
+  std::set<std::string> done;
+  std::map<std::string, Saved> saved;
+  std::vector<NodeFs::DirTemplate> templates;
+
+  std::vector<std::string> Paths() const {
+    if (kind == Kind::kRename) return {from, to};
+    return {from};
+  }
+  std::string Describe() const {
+    std::string s = "op " + std::to_string(id) + (kind == Kind::kRename ? " rename " : " rmdir ") +
+                    from;
+    if (kind == Kind::kRename) s += " -> " + to;
+    s += " on [";
+    for (size_t i = 0; i < holders.size(); ++i) s += (i ? "," : "") + holders[i];
+    return s + "]";
+  }
+};
+
+
+std::string EncodeRecord(const DirOps::Record& r);
+Result<DirOps::Record> DecodeRecord(std::string_view bytes);
+
+}  // namespace fedfs::ns

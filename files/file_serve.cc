@@ -1,0 +1,375 @@
+// FileService: serving one request (files/file_service_impl.h).
+#include "files/file_service_impl.h"
+
+namespace fedfs::ns {
+
+using namespace files_detail;
+
+void FileService::Impl::Tell(std::vector<Target> targets) {
+  if (targets.empty()) return;
+  callbacks_sent_.fetch_add(targets.size(), std::memory_order_relaxed);
+  const auto answers =
+      WaitForAll<Result<m2m::Bytes>>(targets.size(), [&](size_t i, m2m::Callback<m2m::Bytes> done) {
+        targets[i].ep->Call(MethodId(RpcMethod::kFsAttrChanged), std::move(targets[i].msg),
+                            opts_.callback_timeout, std::move(done));
+      });
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (answers[i]) continue;
+    callbacks_failed_.fetch_add(1, std::memory_order_relaxed);
+    log_->warn("telling {} of a file's change: {}; it is told no more", targets[i].node,
+               answers[i].error().ToString());
+    if (auto s = sessions_.find(targets[i].session); s != sessions_.end()) {
+      s->second.callbacks = false;
+      ForgetKeysLocked(s->second);
+    }
+  }
+}
+
+auto FileService::Impl::AttrChangedMessage(uint64_t session, const std::vector<uint64_t>& rhs)
+    -> m2m::Bytes {
+  flatbuffers::FlatBufferBuilder b(64 + 8 * rhs.size());
+  auto v = b.CreateVector(rhs);
+  fb::FsAttrChangedBuilder ab(b);
+  ab.add_version(fswire::kVersion);
+  ab.add_session(session);
+  ab.add_handles(v);
+  b.Finish(ab.Finish());
+  return fswire::Finish(b);
+}
+
+auto FileService::Impl::StatReply(const struct stat& st) -> m2m::Bytes {
+  flatbuffers::FlatBufferBuilder b(256);
+  auto w = fswire::ToWire(st);
+  fb::FsReplyBuilder rb(b);
+  rb.add_version(fswire::kVersion);
+  rb.add_stat(&w);
+  b.Finish(rb.Finish());
+  return fswire::Finish(b);
+}
+
+auto FileService::Impl::EmptyReply() -> m2m::Bytes {
+  flatbuffers::FlatBufferBuilder b(32);
+  fb::FsReplyBuilder rb(b);
+  rb.add_version(fswire::kVersion);
+  b.Finish(rb.Finish());
+  return fswire::Finish(b);
+}
+
+auto FileService::Impl::DataReply(std::span<const std::byte> data, uint64_t n) -> m2m::Bytes {
+  flatbuffers::FlatBufferBuilder b(64 + data.size());
+  auto d = b.CreateVector(reinterpret_cast<const uint8_t*>(data.data()), data.size());
+  fb::FsReplyBuilder rb(b);
+  rb.add_version(fswire::kVersion);
+  rb.add_data(d);
+  rb.add_n(n);
+  b.Finish(rb.Finish());
+  return fswire::Finish(b);
+}
+
+auto FileService::Impl::CountReply(uint64_t n) -> m2m::Bytes {
+  flatbuffers::FlatBufferBuilder b(32);
+  fb::FsReplyBuilder rb(b);
+  rb.add_version(fswire::kVersion);
+  rb.add_n(n);
+  b.Finish(rb.Finish());
+  return fswire::Finish(b);
+}
+
+auto FileService::Impl::OpenedReply(uint64_t rh, const struct stat& st, bool callbacks)
+    -> m2m::Bytes {
+  flatbuffers::FlatBufferBuilder b(256);
+  auto w = fswire::ToWire(st);
+  fb::FsReplyBuilder rb(b);
+  rb.add_version(fswire::kVersion);
+  rb.add_stat(&w);
+  rb.add_handle(rh);
+  rb.add_attr_callbacks(callbacks);
+  b.Finish(rb.Finish());
+  return fswire::Finish(b);
+}
+
+auto FileService::Impl::HandlePath(uint64_t session, uint64_t rh) -> std::string {
+  std::lock_guard lock(mu_);
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) return {};
+  auto p = it->second.paths.find(rh);
+  return p == it->second.paths.end() ? std::string() : p->second;
+}
+
+auto FileService::Impl::Run(const m2m::PeerInfo& peer, const fb::FsRequest* req,
+                            Clock::time_point arrival) -> Result<m2m::Bytes> {
+  t_serving_session = req->session();
+  Result<m2m::Bytes> r = RunOp(peer, req, arrival);
+  t_serving_session = 0;
+  if (!r || !opts_.on_change) return r;
+  switch (req->op()) {
+    case fb::Op::kSetAttr:
+    case fb::Op::kSetXattr:
+    case fb::Op::kRemoveXattr:
+    case fb::Op::kLink:
+      opts_.on_change(Str(req->path()));
+      break;
+    case fb::Op::kOpen:
+    case fb::Op::kCreate:
+      if (req->flags() & O_TRUNC) opts_.on_change(Str(req->path()));
+      break;
+    case fb::Op::kWrite:
+    case fb::Op::kFallocate:
+      if (std::string p = HandlePath(req->session(), req->handle()); !p.empty()) {
+        opts_.on_change(p);
+      }
+      break;
+    default:
+      break;
+  }
+  return r;
+}
+
+auto FileService::Impl::RunOp(const m2m::PeerInfo& peer, const fb::FsRequest* req,
+                              Clock::time_point arrival) -> Result<m2m::Bytes> {
+  const uint64_t session = req->session();
+  auto view = Bound(peer, session);
+  if (!view) return Err(view.error());
+  const Cred asked = fswire::FromWire(req->cred());
+  const Cred cred = SquashCred(opts_, asked);
+  const std::string path = Str(req->path());
+  auto budget = std::chrono::microseconds(std::min<uint64_t>(req->budget_us(), 600'000'000ull));
+  if (budget.count() == 0) budget = opts_.transfer_timeout;
+  const Clock::time_point deadline = arrival + budget;
+
+  auto status_or = [](Status s) -> Result<m2m::Bytes> {
+    if (!s) return Err(s.error());
+    return EmptyReply();
+  };
+  auto handle = [&]() { return Local(session, req->handle()); };
+
+  switch (req->op()) {
+    case fb::Op::kStat:
+      if (req->watch()) return WatchedStat(session, cred, path);
+      return StatOrErr(local_->Stat(cred, path));
+    case fb::Op::kAccess:
+      return status_or(local_->Access(cred, path, req->flags()));
+    case fb::Op::kListDir: {
+      auto r = local_->ListDir(cred, path);
+      if (!r) return Err(r.error());
+      flatbuffers::FlatBufferBuilder b(64 + r->size() * 48);
+      std::vector<flatbuffers::Offset<fb::DirEntry>> es;
+      es.reserve(r->size());
+      for (const DirEntry& e : *r) {
+        es.push_back(fb::CreateDirEntry(b, b.CreateString(e.name), e.type, e.ino));
+      }
+      auto v = b.CreateVector(es);
+      fb::FsReplyBuilder rb(b);
+      rb.add_version(fswire::kVersion);
+      rb.add_entries(v);
+      b.Finish(rb.Finish());
+      return fswire::Finish(b);
+    }
+    case fb::Op::kMkdir:
+      return StatOrErr(local_->Mkdir(cred, path, req->mode()));
+    case fb::Op::kMkdirParents: {
+      std::vector<NodeFs::DirTemplate> t;
+      if (req->templates()) {
+        for (const fb::DirTemplate* d : *req->templates()) {
+          t.push_back({static_cast<mode_t>(d->mode()), d->uid(), d->gid()});
+        }
+      }
+      return status_or(local_->MkdirParents(path, t));
+    }
+    case fb::Op::kRmdir:
+      return status_or(local_->Rmdir(cred, path));
+    case fb::Op::kMknod:
+      return StatOrErr(local_->Mknod(cred, path, req->mode(), req->rdev()));
+    case fb::Op::kSymlink:
+      return StatOrErr(local_->Symlink(cred, Str(req->target()), path));
+    case fb::Op::kReadlink: {
+      auto r = local_->Readlink(cred, path);
+      if (!r) return Err(r.error());
+      return DataReply(std::as_bytes(std::span(*r)), r->size());
+    }
+    case fb::Op::kUnlink:
+      return status_or(local_->Unlink(cred, path));
+    case fb::Op::kRename:
+      return status_or(local_->Rename(cred, path, Str(req->path2()), req->flags()));
+    case fb::Op::kLink:
+      return StatOrErr(local_->Link(cred, path, Str(req->path2())));
+    case fb::Op::kSetAttr: {
+      std::optional<Handle> h;
+      if (req->has_handle()) {
+        auto lh = handle();
+        if (!lh) return Err(lh.error());
+        h = *lh;
+      }
+      SetAttrRequest sa;
+      const uint32_t m = req->setattr_mask();
+      if (m & fswire::kSaMode) sa.mode = req->sa_mode();
+      if (m & fswire::kSaUid) sa.uid = req->sa_uid();
+      if (m & fswire::kSaGid) sa.gid = req->sa_gid();
+      if (m & fswire::kSaSize) sa.size = req->sa_size();
+      if (m & fswire::kSaAtime) sa.atime = timespec{req->sa_atime_sec(), req->sa_atime_nsec()};
+      if (m & fswire::kSaMtime) sa.mtime = timespec{req->sa_mtime_sec(), req->sa_mtime_nsec()};
+      return StatOrErr(local_->SetAttr(cred, path, h, sa));
+    }
+    case fb::Op::kStatFs: {
+      auto r = local_->StatFs();
+      if (!r) return Err(r.error());
+      flatbuffers::FlatBufferBuilder b(128);
+      auto w = fswire::ToWire(*r);
+      fb::FsReplyBuilder rb(b);
+      rb.add_version(fswire::kVersion);
+      rb.add_statvfs(&w);
+      b.Finish(rb.Finish());
+      return fswire::Finish(b);
+    }
+    case fb::Op::kGetXattr:
+    case fb::Op::kListXattr: {
+      size_t needed = 0;
+      const size_t size = std::min<uint64_t>(req->length(), 1u << 20);
+      auto r = req->op() == fb::Op::kGetXattr
+                   ? local_->GetXattr(cred, path, Str(req->target()), size, &needed)
+                   : local_->ListXattr(cred, path, size, &needed);
+      if (!r) return Err(r.error());
+      return DataReply(std::as_bytes(std::span(*r)), needed);
+    }
+    case fb::Op::kSetXattr: {
+      std::span<const std::byte> v;
+      if (req->data()) v = std::as_bytes(std::span(req->data()->data(), req->data()->size()));
+      return status_or(local_->SetXattr(cred, path, Str(req->target()), v, req->flags()));
+    }
+    case fb::Op::kRemoveXattr:
+      return status_or(local_->RemoveXattr(cred, path, Str(req->target())));
+    case fb::Op::kOpen:
+    case fb::Op::kCreate: {
+      auto r = req->op() == fb::Op::kOpen ? local_->Open(cred, path, req->flags())
+                                          : local_->Create(cred, path, req->flags(), req->mode());
+      if (!r) return Err(r.error());
+      bool callbacks = false;
+      auto rh = AddHandle(session, r->handle, path, r->st, &callbacks);
+      if (!rh) return Err(rh.error());
+      return OpenedReply(*rh, r->st, callbacks);
+    }
+    case fb::Op::kRead:
+      return DoRead(*view, req, deadline, session);
+    case fb::Op::kWrite:
+      // A squashed root has no CAP_FSETID here (the squash uid's rights).
+      return DoWrite(*view, req, deadline, session,
+                     Writer{req->kill_setid() || (asked.uid == 0 && cred.uid != 0), cred});
+    case fb::Op::kFlush: {
+      auto h = handle();
+      if (!h) return Err(h.error());
+      return status_or(local_->Flush(*h, req->owner()));
+    }
+    case fb::Op::kFsync: {
+      auto h = handle();
+      if (!h) return Err(h.error());
+      return status_or(local_->Fsync(*h, req->flags() != 0));
+    }
+    case fb::Op::kFallocate: {
+      auto h = handle();
+      if (!h) return Err(h.error());
+      return status_or(local_->Fallocate(*h, req->flags(), req->offset(), req->length()));
+    }
+    case fb::Op::kRelease: {
+      auto h = TakeHandle(session, req->handle());
+      if (!h) return Err(h.error());
+      return status_or(local_->Release(*h));
+    }
+    case fb::Op::kGetLk:
+    case fb::Op::kSetLk: {
+      auto h = handle();
+      if (!h) return Err(h.error());
+      LockRange want{req->lock_type(), req->lock_start(), req->lock_len(), req->lock_pid()};
+      if (req->op() == fb::Op::kSetLk) return status_or(local_->SetLk(*h, req->owner(), want));
+      auto r = local_->GetLk(*h, req->owner(), want);
+      if (!r) return Err(r.error());
+      flatbuffers::FlatBufferBuilder b(64);
+      fb::FsReplyBuilder rb(b);
+      rb.add_version(fswire::kVersion);
+      rb.add_lock_type(r->type);
+      rb.add_lock_start(r->start);
+      rb.add_lock_len(r->len);
+      rb.add_lock_pid(r->pid);
+      b.Finish(rb.Finish());
+      return fswire::Finish(b);
+    }
+    case fb::Op::kFlock: {
+      auto h = handle();
+      if (!h) return Err(h.error());
+      return status_or(local_->Flock(*h, req->owner(), req->flags()));
+    }
+    default:
+      return Err(EPROTO, "unknown op");
+  }
+}
+
+auto FileService::Impl::CheckSlot(const SessionView& v, const fb::FsRequest* req) -> Status {
+  if (!v.pool) return Err(EINVAL, "slot named but the session has no buffer pool");
+  if (req->slot() >= static_cast<int64_t>(v.slot_count)) return Err(EINVAL, "bad slot");
+  if (req->length() > v.slot_size || req->length() > opts_.slot_size) {
+    return Err(EINVAL, "length over the slot size");
+  }
+  return Ok();
+}
+
+auto FileService::Impl::DoRead(const SessionView& v, const fb::FsRequest* req,
+                               Clock::time_point deadline, uint64_t session) -> Result<m2m::Bytes> {
+  auto h = Local(session, req->handle());
+  if (!h) return Err(h.error());
+  if (req->slot() < 0) {
+    if (req->length() > opts_.max_inline) return Err(EINVAL, "inline read over the limit");
+    std::vector<std::byte> buf(req->length());
+    auto n = local_->Read(*h, req->offset(), buf);
+    if (!n) return Err(n.error());
+    inline_bytes_.fetch_add(*n, std::memory_order_relaxed);
+    return DataReply(std::span(buf.data(), *n), *n);
+  }
+  if (auto st = CheckSlot(v, req); !st) return Err(st.error());
+  SlotRef mine{&slots_, slots_.Acquire(deadline)};
+  if (mine.slot < 0) return Err(ETIMEDOUT, "no free server slot before the deadline");
+  std::byte* buf = slots_.slot(mine.slot);
+  auto n = local_->Read(*h, req->offset(), std::span(buf, req->length()));
+  if (!n) return Err(n.error());
+  if (*n > 0) {
+    if (Clock::now() >= deadline) return Err(ETIMEDOUT, "read: the client's deadline passed");
+    auto st = m2m::PutSync(*v.ep, buf, *n, *v.pool, uint64_t(req->slot()) * v.slot_size,
+                           Remaining(deadline));
+    if (!st) return Err(st.error());
+    one_sided_bytes_.fetch_add(*n, std::memory_order_relaxed);
+  }
+  return CountReply(*n);
+}
+
+auto FileService::Impl::DoWrite(const SessionView& v, const fb::FsRequest* req,
+                                Clock::time_point deadline, uint64_t session, const Writer& by)
+    -> Result<m2m::Bytes> {
+  auto h = Local(session, req->handle());
+  if (!h) return Err(h.error());
+  if (req->slot() < 0) {
+    std::span<const std::byte> d;
+    if (req->data()) d = std::as_bytes(std::span(req->data()->data(), req->data()->size()));
+    inline_bytes_.fetch_add(d.size(), std::memory_order_relaxed);
+    auto n = local_->Write(*h, req->offset(), d, by);
+    if (!n) return Err(n.error());
+    return CountReply(*n);
+  }
+  if (auto st = CheckSlot(v, req); !st) return Err(st.error());
+  SlotRef mine{&slots_, slots_.Acquire(deadline)};
+  if (mine.slot < 0) return Err(ETIMEDOUT, "no free server slot before the deadline");
+  std::byte* buf = slots_.slot(mine.slot);
+  const size_t len = req->length();
+  if (len > 0) {
+    auto st = m2m::GetSync(*v.ep, buf, len, *v.pool, uint64_t(req->slot()) * v.slot_size,
+                           Remaining(deadline));
+    if (!st) return Err(st.error());
+    one_sided_bytes_.fetch_add(len, std::memory_order_relaxed);
+  }
+  // Past the deadline the client may already reuse its slot: the bytes we
+  // fetched are then not known to be the ones it meant. Never write them.
+  if (Clock::now() >= deadline) return Err(ETIMEDOUT, "write: the client's deadline passed");
+  auto n = local_->Write(*h, req->offset(), std::span<const std::byte>(buf, len), by);
+  if (!n) return Err(n.error());
+  return CountReply(*n);
+}
+
+}  // namespace fedfs::ns

@@ -1,0 +1,427 @@
+// FileService (files/file_service.h): sessions, handles, watches and callbacks; the
+// Impl's declaration is in file_service_impl.h.
+#include "files/file_service_impl.h"
+
+namespace fedfs::ns {
+
+using namespace files_detail;
+
+void FileService::Impl::Stop() {
+  stopped_.store(true);
+  std::vector<Handle> all;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [id, s] : sessions_) {
+      for (auto& [rh, h] : s.handles) all.push_back(h);
+      ForgetKeysLocked(s);
+    }
+    sessions_.clear();
+  }
+  for (Handle h : all) (void)local_->Release(h);
+}
+
+void FileService::Impl::OnCall(m2m::IncomingCall call, m2m::Responder r) {
+  const Clock::time_point arrival = Clock::now();
+  if (stopped_.load()) {
+    r.Fail(Error{ESHUTDOWN, "file service stopped"});
+    return;
+  }
+  if (call.method == MethodId(RpcMethod::kFsHello)) {
+    const auto* h = fswire::Verify<fb::FsHello>(call.payload);
+    if (h == nullptr) return Refuse(call, r, Error{EPROTO, "malformed FsHello"});
+    if (h->version() != fswire::kVersion) {
+      return Refuse(call, r, Error{EPROTO, "unsupported fs wire version"});
+    }
+    blocking_->Post([self = shared_from_this(), call = std::move(call),
+                     r = std::move(r)]() mutable { self->DoHello(std::move(call), r); });
+    return;
+  }
+  const auto* req = fswire::Verify<fb::FsRequest>(call.payload);
+  if (req == nullptr) return Refuse(call, r, Error{EPROTO, "malformed FsRequest"});
+  if (auto st = fswire::CheckRequest(req); !st) return Refuse(call, r, st.error());
+  blocking_->Post(
+      [self = shared_from_this(), call = std::move(call), r = std::move(r), arrival]() mutable {
+        const auto* req = flatbuffers::GetRoot<fb::FsRequest>(call.payload.data());
+        if (self->stopped_.load()) {
+          r.Fail(Error{ESHUTDOWN, "file service stopped"});
+          return;
+        }
+        auto reply = self->Run(call.peer, req, arrival);
+        self->served_.fetch_add(1, std::memory_order_relaxed);
+        if (reply) {
+          r.Reply(std::move(*reply));
+        } else {
+          if (reply.error().code == ENOENT) {
+            self->log_->debug("{} from {}: {}", fb::EnumNameOp(req->op()), call.peer.remote_addr,
+                              reply.error().ToString());
+          }
+          r.Fail(std::move(reply.error()));
+        }
+      });
+}
+
+void FileService::Impl::DropPeer(const std::string& node) {
+  std::vector<Handle> release;
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = sessions_.begin(); it != sessions_.end();) {
+      if (it->second.node == node) {
+        for (auto& [rh, h] : it->second.handles) release.push_back(h);
+        ForgetKeysLocked(it->second);
+        it = sessions_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  if (!release.empty()) log_->info("peer {}: released {} handles", node, release.size());
+  for (Handle h : release) (void)local_->Release(h);
+}
+
+auto FileService::Impl::stats() const -> FileService::Stats {
+  FileService::Stats s;
+  std::lock_guard lock(mu_);
+  s.sessions = sessions_.size();
+  for (auto& [id, ss] : sessions_) {
+    s.handles += ss.handles.size();
+    s.watches += ss.watches.size();
+  }
+  s.refused = refused_.load();
+  s.served = served_.load();
+  s.callbacks_sent = callbacks_sent_.load();
+  s.callbacks_failed = callbacks_failed_.load();
+  s.inline_bytes = inline_bytes_.load();
+  s.one_sided_bytes = one_sided_bytes_.load();
+  return s;
+}
+
+void FileService::Impl::Refuse(const m2m::IncomingCall& call, m2m::Responder& r, Error e) {
+  refused_.fetch_add(1, std::memory_order_relaxed);
+  log_->warn("refused request (method {}) from {} (conn {}): {}", call.method,
+             call.peer.remote_addr, call.peer.conn_id, e.ToString());
+  r.Fail(std::move(e));
+}
+
+void FileService::Impl::DoHello(m2m::IncomingCall call, m2m::Responder& r) {
+  if (stopped_.load()) {
+    r.Fail(Error{ESHUTDOWN, "file service stopped"});
+    return;
+  }
+  const auto* h = flatbuffers::GetRoot<fb::FsHello>(call.payload.data());
+  const std::string node = Str(h->client_node());
+  const std::string addr = Str(h->client_addr());
+  if (h->bye()) {
+    std::vector<Handle> release;
+    {
+      std::lock_guard lock(mu_);
+      auto it = sessions_.find(h->session());
+      if (it != sessions_.end() && it->second.conns.count(call.peer.conn_id)) {
+        for (auto& [rh, lh] : it->second.handles) release.push_back(lh);
+        ForgetKeysLocked(it->second);
+        sessions_.erase(it);
+      }
+    }
+    for (Handle lh : release) (void)local_->Release(lh);
+    r.Reply(HelloReply());
+    return;
+  }
+  if (node.size() > 1024 || addr.size() > 1024) {
+    return Refuse(call, r, Error{EINVAL, "oversized node id or address in FsHello"});
+  }
+  std::shared_ptr<m2m::Endpoint> ep;
+  std::shared_ptr<m2m::RemoteRegion> pool;
+  if (!addr.empty() && h->slot_count() > 0) {
+    const uint64_t need = h->slot_size() * uint64_t{h->slot_count()};
+    if (h->slot_size() == 0 || h->slot_size() > (1u << 30) || h->slot_count() > 4096 ||
+        need > h->pool_length() || h->pool_rkey() == nullptr) {
+      return Refuse(call, r, Error{EINVAL, "bad buffer pool in FsHello"});
+    }
+    ep = transport_->GetEndpoint(addr);
+    m2m::RegionDesc d;
+    d.addr = h->pool_addr();
+    d.length = h->pool_length();
+    const auto* k = reinterpret_cast<const std::byte*>(h->pool_rkey()->data());
+    d.rkey.assign(k, k + h->pool_rkey()->size());
+    auto imported = ep->Import(d);
+    if (!imported) {
+      log_->warn("hello from {} ({}): cannot import its pool: {}", node, call.peer.remote_addr,
+                 imported.error().ToString());
+      r.Fail(imported.error());
+      return;
+    }
+    pool = std::move(*imported);
+  } else if (!addr.empty() && h->attr_callbacks()) {
+    ep = transport_->GetEndpoint(addr);
+  }
+  std::vector<Handle> release;
+  {
+    std::lock_guard lock(mu_);
+    // A session of the same client node from another process incarnation:
+    // that process is gone (restarted); release what it held.
+    for (auto it = sessions_.begin(); it != sessions_.end();) {
+      if (it->second.node == node && it->second.incarnation != h->incarnation()) {
+        for (auto& [rh, lh] : it->second.handles) release.push_back(lh);
+        ForgetKeysLocked(it->second);
+        it = sessions_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    auto it = sessions_.find(h->session());
+    if (it == sessions_.end()) {
+      if (sessions_.size() >= opts_.max_sessions) {
+        r.Fail(Error{EAGAIN, "too many file service sessions"});
+        return;
+      }
+      it = sessions_.emplace(h->session(), Session{}).first;
+      it->second.id = h->session();
+    } else if (it->second.incarnation != h->incarnation() || it->second.node != node) {
+      r.Fail(Error{EPERM, "session id belongs to another client"});
+      return;
+    }
+    Session& s = it->second;
+    s.incarnation = h->incarnation();
+    s.node = node;
+    s.addr = addr;
+    s.conns.insert(call.peer.conn_id);
+    s.callbacks = h->attr_callbacks() && ep != nullptr;
+    s.ep = std::move(ep);
+    s.pool = std::move(pool);
+    s.slot_size = s.pool ? h->slot_size() : 0;
+    s.slot_count = s.pool ? h->slot_count() : 0;
+  }
+  if (!release.empty()) {
+    log_->info("client {} restarted: released {} handles of its old sessions", node,
+               release.size());
+  }
+  for (Handle lh : release) (void)local_->Release(lh);
+  log_->debug("session {:x} of {} bound to conn {} ({})", h->session(), node, call.peer.conn_id,
+              call.peer.remote_addr);
+  r.Reply(HelloReply());
+}
+
+auto FileService::Impl::HelloReply() -> m2m::Bytes {
+  flatbuffers::FlatBufferBuilder b(64);
+  fb::FsHelloReplyBuilder hb(b);
+  hb.add_version(fswire::kVersion);
+  hb.add_max_io(std::min(opts_.slot_size, opts_.max_inline));
+  b.Finish(hb.Finish());
+  return fswire::Finish(b);
+}
+
+auto FileService::Impl::Bound(const m2m::PeerInfo& peer, uint64_t session) -> Result<SessionView> {
+  std::lock_guard lock(mu_);
+  auto it = sessions_.find(session);
+  if (it == sessions_.end() || it->second.conns.count(peer.conn_id) == 0) {
+    return Err(fswire::kErrSessionUnknown, "unknown file service session");
+  }
+  return SessionView{it->second.ep, it->second.pool, it->second.slot_size, it->second.slot_count};
+}
+
+auto FileService::Impl::Local(uint64_t session, uint64_t rh) -> Result<Handle> {
+  std::lock_guard lock(mu_);
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) return Err(EBADF, "no such handle");
+  auto h = it->second.handles.find(rh);
+  if (h == it->second.handles.end()) return Err(EBADF, "no such handle");
+  return h->second;
+}
+
+auto FileService::Impl::AddHandle(uint64_t session, Handle lh, const std::string& path,
+                                  const struct stat& st, bool* callbacks) -> Result<uint64_t> {
+  {
+    std::lock_guard lock(mu_);
+    auto it = sessions_.find(session);
+    if (it != sessions_.end() && it->second.handles.size() < opts_.max_handles_per_session) {
+      Session& s = it->second;
+      const uint64_t rh = ++next_handle_;
+      s.handles.emplace(rh, lh);
+      if (opts_.on_change) s.paths.emplace(rh, path);
+      *callbacks = s.callbacks && S_ISREG(st.st_mode);
+      if (*callbacks) {
+        const FileKey key{st.st_dev, st.st_ino};
+        s.keys.emplace(rh, key);
+        openers_[key].emplace(session, rh);
+        open_watched_.fetch_add(1, std::memory_order_relaxed);
+      }
+      return rh;
+    }
+  }
+  (void)local_->Release(lh);
+  return Err(EMFILE, "too many open handles for this session");
+}
+
+auto FileService::Impl::TakeHandle(uint64_t session, uint64_t rh) -> Result<Handle> {
+  std::lock_guard lock(mu_);
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) return Err(EBADF, "no such handle");
+  auto h = it->second.handles.find(rh);
+  if (h == it->second.handles.end()) return Err(EBADF, "no such handle");
+  Handle lh = h->second;
+  it->second.handles.erase(h);
+  it->second.paths.erase(rh);
+  if (auto k = it->second.keys.find(rh); k != it->second.keys.end()) {
+    ForgetOpenerLocked(k->second, session, rh);
+    it->second.keys.erase(k);
+  }
+  return lh;
+}
+
+void FileService::Impl::ForgetOpenerLocked(const FileKey& key, uint64_t session, uint64_t rh) {
+  auto o = openers_.find(key);
+  if (o == openers_.end()) return;
+  if (o->second.erase({session, rh}) > 0) open_watched_.fetch_sub(1, std::memory_order_relaxed);
+  if (o->second.empty()) openers_.erase(o);
+}
+
+void FileService::Impl::ForgetKeysLocked(Session& s) {
+  for (const auto& [rh, key] : s.keys) ForgetOpenerLocked(key, s.id, rh);
+  s.keys.clear();
+  s.watches.clear();
+  s.watch_order.clear();
+}
+
+auto FileService::Impl::WatchLocked(uint64_t session, const FileKey& key, uint64_t since,
+                                    bool* fresh, std::vector<uint64_t>* evicted)
+    -> std::optional<uint64_t> {
+  auto it = sessions_.find(session);
+  if (it == sessions_.end() || !it->second.callbacks) return std::nullopt;
+  Session& s = it->second;
+  if (auto w = s.watches.find(key); w != s.watches.end()) {
+    s.watch_order.splice(s.watch_order.end(), s.watch_order, w->second.order);
+    *fresh = w->second.made >= since;
+    return w->second.id;
+  }
+  if (s.watches.size() >= opts_.max_watches_per_session) {
+    const size_t batch = std::max<size_t>(1, opts_.max_watches_per_session / 8);
+    while (!s.watch_order.empty() && s.watches.size() + batch > opts_.max_watches_per_session) {
+      const FileKey old = s.watch_order.front();
+      evicted->push_back(s.watches.at(old).id);
+      UnwatchLocked(s, old);
+    }
+  }
+  if (opts_.max_watches_per_session == 0) return std::nullopt;
+  const uint64_t id = ++next_handle_;
+  s.watch_order.push_back(key);
+  s.watches.emplace(
+      key, Session::Watch{id, watch_gen_.fetch_add(1) + 1, std::prev(s.watch_order.end())});
+  s.keys.emplace(id, key);
+  openers_[key].emplace(session, id);
+  open_watched_.fetch_add(1, std::memory_order_relaxed);
+  *fresh = true;
+  return id;
+}
+
+void FileService::Impl::UnwatchLocked(Session& s, const FileKey& key) {
+  auto w = s.watches.find(key);
+  if (w == s.watches.end()) return;
+  const uint64_t id = w->second.id;
+  s.watch_order.erase(w->second.order);
+  s.watches.erase(w);
+  s.keys.erase(id);
+  ForgetOpenerLocked(key, s.id, id);
+}
+
+auto FileService::Impl::WatchedStat(uint64_t session, const Cred& cred, const std::string& path)
+    -> Result<m2m::Bytes> {
+  const uint64_t since = watch_gen_.load() + 1;
+  auto st = local_->Stat(cred, path);
+  if (!st || !S_ISREG(st->st_mode) || st->st_nlink != 1) return StatOrErr(st);
+  const FileKey key{st->st_dev, st->st_ino};
+  bool fresh = false;
+  std::vector<uint64_t> evicted;
+  std::optional<uint64_t> id;
+  {
+    std::lock_guard lock(mu_);
+    id = WatchLocked(session, key, since, &fresh, &evicted);
+  }
+  if (!evicted.empty()) TellEnded(session, std::move(evicted));
+  if (!id) return StatOrErr(st);
+  if (fresh) {
+    // A change between the first stat and the watch (made by this request
+    // or a concurrent one) was not told: stat again. Another file under
+    // the name now: not watched.
+    auto again = local_->Stat(cred, path);
+    if (!again || again->st_dev != key.first || again->st_ino != key.second) {
+      std::lock_guard lock(mu_);
+      if (auto it = sessions_.find(session); it != sessions_.end()) {
+        UnwatchLocked(it->second, key);
+      }
+      return StatOrErr(again);
+    }
+    st = again;
+  }
+  return OpenedReply(*id, *st, true);  // the watch is named like an open handle
+}
+
+void FileService::Impl::TellEnded(uint64_t session, std::vector<uint64_t> ids) {
+  std::vector<Target> targets;
+  {
+    std::lock_guard lock(mu_);
+    auto s = sessions_.find(session);
+    if (s == sessions_.end() || s->second.ep == nullptr) return;
+    targets.push_back({session, s->second.ep, AttrChangedMessage(session, ids), s->second.node});
+  }
+  Tell(std::move(targets));
+}
+
+void FileService::Impl::AttrsChanged(dev_t dev, ino_t ino) {
+  std::vector<Target> targets;
+  {
+    std::lock_guard lock(mu_);
+    auto it = openers_.find({dev, ino});
+    if (it == openers_.end()) return;
+    std::map<uint64_t, std::vector<uint64_t>> by_session;
+    for (const auto& [session, rh] : it->second) {
+      if (session != t_serving_session) by_session[session].push_back(rh);
+    }
+    for (const auto& [session, rhs] : by_session) {
+      auto s = sessions_.find(session);
+      if (s == sessions_.end() || s->second.ep == nullptr) continue;
+      targets.push_back({session, s->second.ep, AttrChangedMessage(session, rhs), s->second.node});
+    }
+  }
+  Tell(std::move(targets));
+}
+
+Cred SquashCred(const FileServiceOptions& o, Cred c) {
+  if (!o.root_squash) return c;
+  if (c.uid == 0) c.uid = o.squash_uid;
+  if (c.gid == 0) c.gid = o.squash_gid;
+  std::erase(c.groups, 0u);
+  return c;
+}
+
+FileService::FileService(FileServiceOptions options, m2m::Transport* transport, NodeFs* local,
+                         Executor* blocking)
+    : impl_(std::make_shared<Impl>(options, transport, local, blocking)) {}
+
+FileService::~FileService() { impl_->Stop(); }
+
+Status FileService::RegisterHandlers() {
+  if (auto st = impl_->Init(); !st) return st;
+  // The handlers hold the Impl alive for as long as the transport keeps them.
+  for (RpcMethod m : {RpcMethod::kFsHello, RpcMethod::kFsMeta, RpcMethod::kFsData}) {
+    impl_->transport()->Handle(MethodId(m), [impl = impl_](m2m::IncomingCall c, m2m::Responder r) {
+      impl->OnCall(std::move(c), std::move(r));
+    });
+  }
+  return Ok();
+}
+
+void FileService::DropPeer(const std::string& client_node) { impl_->DropPeer(client_node); }
+
+bool FileService::Interested() const { return impl_->Interested(); }
+
+void FileService::AttrsChanged(dev_t dev, ino_t ino) { impl_->AttrsChanged(dev, ino); }
+
+void FileService::PathChanged(const std::string& path) {
+  if (!impl_->Interested()) return;
+  if (auto st = impl_->local()->Stat(Cred{}, path); st && S_ISREG(st->st_mode)) {
+    impl_->AttrsChanged(st->st_dev, st->st_ino);
+  }
+}
+
+FileService::Stats FileService::stats() const { return impl_->stats(); }
+
+}  // namespace fedfs::ns

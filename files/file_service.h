@@ -1,0 +1,183 @@
+// FileService: the server side of remote file operations. Every node runs one;
+// it serves the NodeFs operations that other nodes' RemoteNodeFs forward to
+// this node (files/remote_node_fs.h), on this node's LocalNodeFs.
+//
+// Protocol (bodies in files/fs.fbs, ids in common/rpc_methods.h):
+//  * kFsHello: a client session (one RemoteNodeFs object: a random 64-bit
+//    session id) binds the connection it arrives on (PeerInfo::conn_id) and
+//    hands over its buffer pool (one registered region of slot_count slots)
+//    and its listen address. The server imports the pool on its own Endpoint
+//    to that address. Sent at first use and again whenever the server
+//    answers ENOTCONN (a new connection after a reconnect, or a restarted
+//    server that forgot the session).
+//  * kFsMeta: every NodeFs operation but Read/Write; kFsData: Read/Write.
+//    One request table with an op code (fs.fbs says why).
+//  * kFsAttrChanged (server -> client, to the client's listen address):
+//    while a session that said `attr_callbacks` in Hello has a regular file
+//    open, or watches it, every change of that file's attributes made on
+//    this node (by another session, by this node's own mount, through
+//    LocalNodeFs's AttrObserver; by a local program, through PathChanged
+//    from the autonomy watcher) is told to it before the change is
+//    acknowledged: {session, the handles and watches it has the file as}.
+//    Not told to the session whose request made the change (its kernel saw
+//    it). A watch comes from a Stat with `watch` of a regular file with one
+//    link: the file is recorded before the stat whose answer is sent, and
+//    the reply names the watch in `handle`; one watch per file and session,
+//    at most max_watches_per_session, past which those stat'ed longest ago
+//    end and are told like a change. Open/Create and watched Stat replies
+//    say whether the file is told (FsReply.attr_callbacks). Each callback
+//    waits at most callback_timeout; after one fails (logged) the session
+//    is told nothing more (its watches end), and its later opens and stats
+//    say so.
+//  * Bulk data is one-sided, between pre-registered pools, no registration
+//    per request: Read preads into one of the server's slots and Puts the
+//    bytes into the client's slot named in the request, then replies {n};
+//    Write Gets the client's slot into a server slot and pwrites it. Small
+//    or pool-less requests carry their data inline in the RPC.
+//
+// Checks, in this order, before any work: the FlatBuffers verifier (EPROTO),
+// the wire version (EPROTO), every path with ValidateGlobalPath (EINVAL or
+// ENAMETOOLONG), the op code (EPROTO). Each refusal is logged at warn level
+// with the peer's address and counted; the service keeps serving. The
+// LocalNodeFs resolves paths beneath the export root again (EXDEV for a
+// symlink escape) and runs the operation with the Cred in the request, after
+// root squash when it is on (SquashCred). A Write names its writer and whether
+// it lacks CAP_FSETID (node_fs.h, Writer); a root writer squashed here lacks
+// it as well, so a squashed root's write clears set-ID bits as the squash
+// uid's would.
+//
+// Handles. The server keeps, per session, a table remote handle -> local
+// Handle; a request can use only the handles its own session opened (EBADF
+// otherwise), and a session can be used only on connections that said Hello
+// for it (ENOTCONN otherwise). Session ids are random 64-bit values chosen by
+// authenticated cluster members; guessing one is the only way to borrow it.
+// Cleanup: the transport gives no signal when a connection goes away, so
+// sessions end (their handles released) when (a) the client says goodbye
+// (RemoteNodeFs's destructor), (b) a session from the same client node with a
+// new process incarnation says Hello (the client restarted), or (c) the
+// daemon calls DropPeer() when membership declares the node dead. Until then
+// a vanished client's open handles stay open: at most
+// max_handles_per_session file descriptors per session, and at most
+// max_sessions sessions (Hello beyond it: EAGAIN).
+//
+// Deadlines. A request carries the client's deadline budget; the server
+// never starts the one-sided transfer or the pwrite of a data request once
+// that budget has passed since the request's arrival (the client has given
+// up and may reuse its slot after a quarantine, see remote_node_fs.h).
+//
+// Threads. Handlers run on the transport's progress context and only verify,
+// validate and post; the work (session table, system calls, one-sided
+// transfers, the reply) runs on `blocking`. Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/executor.h"
+#include "common/result.h"
+#include "m2m/transport.h"
+#include "nodefs/node_fs.h"
+
+namespace fedfs::ns {
+
+struct FileServiceOptions {
+  // The server's registered pool: slot_count slots of slot_size bytes, used
+  // as the local side of one-sided transfers. slot_size is also the largest
+  // Read/Write length served per request (clients split larger ones).
+  // Default 16 x 1 MiB.
+  size_t slot_size = 1u << 20;
+  size_t slot_count = 16;
+  // Largest Read/Write carried inline in an RPC (no slot). Default 1 MiB.
+  size_t max_inline = 1u << 20;
+  // Open handles one session may hold (beyond: EMFILE). Default 65536.
+  size_t max_handles_per_session = 65536;
+  // Files a session may have watched at once (Stat with `watch`, about 300
+  // bytes each); when full, the eighth stat'ed longest ago is unwatched (so
+  // a scan of a large tree pays one callback per cap/8 files), and the
+  // session told so in one message.
+  size_t max_watches_per_session = 16384;
+  // Sessions held at once (a Hello beyond: EAGAIN). Default 4096.
+  size_t max_sessions = 4096;
+  // Timeout of the connect-back and import at Hello, and the upper bound of
+  // one one-sided transfer. Default 5 s.
+  std::chrono::milliseconds transfer_timeout{5000};
+  // Root squash (docs/config.md "security"). Every request this service
+  // serves comes from another node, so with root_squash a caller's uid 0
+  // runs as squash_uid, gid 0 as squash_gid, and group 0 is removed from its
+  // supplementary groups. Off by default: remote root acts as root here.
+  bool root_squash = false;
+  uint32_t squash_uid = 65534;
+  uint32_t squash_gid = 65534;
+  // Called, on the serving thread, with the path (global, real names) of a
+  // file or directory whose attributes a request just changed (setattr,
+  // xattrs, link, truncating open, write, fallocate): this node's kernel may
+  // cache them. Optional; must not block.
+  std::function<void(const std::string& path)> on_change;
+  // Longest wait for a client's answer to an FsAttrChanged. Default 1 s.
+  std::chrono::milliseconds callback_timeout{1000};
+};
+
+// The credentials a request with `c` runs with under `o` (root squash).
+Cred SquashCred(const FileServiceOptions& o, Cred c);
+
+// The AttrObserver of this node's LocalNodeFs (set by the daemon).
+class FileService final : public AttrObserver {
+ public:
+  // None of the pointers is owned. `local` is this node's LocalNodeFs;
+  // `blocking` runs the system calls (a ThreadPool; its size bounds the
+  // operations served at once). Destroy order: Shutdown the transport, drain
+  // `blocking` (destroy it), then destroy this FileService, then the
+  // transport.
+  FileService(FileServiceOptions options, m2m::Transport* transport, NodeFs* local,
+              Executor* blocking);
+  ~FileService() override;
+  FileService(const FileService&) = delete;
+  FileService& operator=(const FileService&) = delete;
+
+  // Allocates the pool and installs the kFsHello/kFsMeta/kFsData handlers.
+  // Call once, before the transport's Listen. ENOMEM (or the transport's
+  // errno) if the pool cannot be registered; nothing is installed then.
+  Status RegisterHandlers();
+
+  // Ends every session of client node `client_node` (as it said in Hello):
+  // their handles are released. For the daemon, when membership declares the
+  // node dead. Any thread except the progress context.
+  void DropPeer(const std::string& client_node);
+
+  // AttrObserver: true while some session is told of some file's changes;
+  // AttrsChanged tells the sessions that have file (dev, ino) open (see the
+  // protocol above). Any thread except the progress context; blocks up to
+  // callback_timeout.
+  bool Interested() const override;
+  void AttrsChanged(dev_t dev, ino_t ino) override;
+  // The same for a change made behind FedFS' back to `path` (global), which
+  // is located first (the autonomy watcher's IN_ATTRIB / IN_MODIFY).
+  void PathChanged(const std::string& path);
+
+  struct Stats {
+    uint64_t sessions = 0;  // live sessions
+    uint64_t handles = 0;   // open remote handles over all sessions
+    uint64_t watches = 0;   // files watched for sessions (Stat with `watch`)
+    uint64_t refused = 0;   // requests refused before any work (malformed, bad path, ...)
+    uint64_t served = 0;    // requests that ran an operation (success or errno)
+    uint64_t callbacks_sent = 0;    // FsAttrChanged sent
+    uint64_t callbacks_failed = 0;  // of those, not answered in time (or refused)
+    // Read/Write data moved, by path: carried in the RPC itself, or one-sided
+    // between the pools (the bytes a Read Put into a client's slot, a Write
+    // Got from one).
+    uint64_t inline_bytes = 0;
+    uint64_t one_sided_bytes = 0;
+  };
+  Stats stats() const;
+
+  class Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace fedfs::ns

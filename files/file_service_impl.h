@@ -1,0 +1,275 @@
+// Internals of FileService (files/file_service.h), shared by file_service.cc (sessions,
+// handles, watches, callbacks) and file_serve.cc (serving requests). Internal to fedfs_ns_remote.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <list>
+#include <map>
+#include <mutex>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include "common/logging.h"
+#include "common/rpc_methods.h"
+#include "common/wait.h"
+#include "files/file_service.h"
+#include "files/fs_wire.h"
+#include "common/path.h"
+
+namespace fedfs::ns {
+
+namespace fb = fswire::fb;
+using Clock = std::chrono::steady_clock;
+
+namespace files_detail {
+
+// The server's registered slots. Acquire waits (bounded by a deadline) for a
+// free slot; any thread but the progress context.
+class SlotPool {
+ public:
+  Status Init(m2m::Transport* t, size_t slot_size, size_t count) {
+    auto r = t->Allocate(slot_size * count);
+    if (!r) return Err(r.error());
+    region_ = std::move(*r);
+    slot_size_ = slot_size;
+    for (size_t i = 0; i < count; ++i) free_.push_back(static_cast<int>(i));
+    return Ok();
+  }
+  int Acquire(Clock::time_point deadline) {
+    std::unique_lock lock(mu_);
+    if (!cv_.wait_until(lock, deadline, [&] { return !free_.empty(); })) return -1;
+    int s = free_.back();
+    free_.pop_back();
+    return s;
+  }
+  void Release(int s) {
+    {
+      std::lock_guard lock(mu_);
+      free_.push_back(s);
+    }
+    cv_.notify_one();
+  }
+  std::byte* slot(int s) { return region_->data() + static_cast<size_t>(s) * slot_size_; }
+  size_t slot_size() const { return slot_size_; }
+
+ private:
+  std::unique_ptr<m2m::LocalRegion> region_;
+  size_t slot_size_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<int> free_;  // guarded by mu_
+};
+
+// RAII slot holder.
+struct SlotRef {
+  SlotPool* pool;
+  int slot;
+  ~SlotRef() {
+    if (slot >= 0) pool->Release(slot);
+  }
+};
+
+inline std::string Str(const flatbuffers::String* s) { return s ? s->str() : std::string(); }
+
+}  // namespace files_detail
+
+namespace files_detail {
+
+// The session whose request this thread is serving (0: none). Its own
+// changes are not told back to it: its kernel saw them happen.
+inline thread_local uint64_t t_serving_session = 0;
+
+using FileKey = std::pair<dev_t, ino_t>;
+
+}  // namespace files_detail
+
+using namespace files_detail;
+
+struct Session {
+  uint64_t id = 0;
+  uint64_t incarnation = 0;
+  std::string node;
+  std::string addr;
+  std::set<uint64_t> conns;
+  std::shared_ptr<m2m::Endpoint> ep;        // to the client's listen address
+  std::shared_ptr<m2m::RemoteRegion> pool;  // the client's slots (null: inline only)
+  uint64_t slot_size = 0;
+  uint32_t slot_count = 0;
+  std::unordered_map<uint64_t, Handle> handles;     // remote handle -> local
+  std::unordered_map<uint64_t, std::string> paths;  // remote handle -> path opened
+  bool callbacks = false;  // takes FsAttrChanged (said so in Hello, reachable at addr)
+  // Remote handle or watch -> file, for what is told of changes.
+  std::unordered_map<uint64_t, FileKey> keys;
+  // Files watched for this session (Stat with `watch`): file -> its watch id
+  // (from the handle counter), when it was made (FileService::Impl's
+  // watch_gen_) and its place in watch_order (oldest first).
+  struct Watch {
+    uint64_t id = 0;
+    uint64_t made = 0;
+    std::list<FileKey>::iterator order;
+  };
+  std::map<FileKey, Watch> watches;
+  std::list<FileKey> watch_order;
+};
+
+class FileService::Impl : public std::enable_shared_from_this<Impl> {
+ public:
+  Impl(FileServiceOptions o, m2m::Transport* t, NodeFs* local, Executor* blocking)
+      : opts_(o), transport_(t), local_(local), blocking_(blocking), log_(Logger("fs")) {}
+
+  // The FileService is going away (the Impl may live on inside the
+  // transport's handlers): refuse everything from now on and release every
+  // handle while local_ is still alive.
+  void Stop();
+
+  m2m::Transport* transport() const { return transport_; }
+  NodeFs* local() const { return local_; }
+
+  Status Init() { return slots_.Init(transport_, opts_.slot_size, opts_.slot_count); }
+
+  // Progress context: verify, validate, post.
+  void OnCall(m2m::IncomingCall call, m2m::Responder r);
+
+  void DropPeer(const std::string& node);
+
+  FileService::Stats stats() const;
+
+ private:
+  void Refuse(const m2m::IncomingCall& call, m2m::Responder& r, Error e);
+
+  void DoHello(m2m::IncomingCall call, m2m::Responder& r);
+
+  m2m::Bytes HelloReply();
+
+  // What a data request needs from its session, copied under the lock.
+  struct SessionView {
+    std::shared_ptr<m2m::Endpoint> ep;
+    std::shared_ptr<m2m::RemoteRegion> pool;
+    uint64_t slot_size = 0;
+    uint32_t slot_count = 0;
+  };
+
+  Result<SessionView> Bound(const m2m::PeerInfo& peer, uint64_t session);
+
+  Result<Handle> Local(uint64_t session, uint64_t rh);
+
+  // Records a newly opened local handle of the file `st` describes; releases
+  // it again when the session vanished meanwhile or holds too many. The
+  // session is told of the file's changes when it takes callbacks and the
+  // file is a regular one (*callbacks).
+  Result<uint64_t> AddHandle(uint64_t session, Handle lh, const std::string& path,
+                             const struct stat& st, bool* callbacks);
+
+  Result<Handle> TakeHandle(uint64_t session, uint64_t rh);
+
+  void ForgetOpenerLocked(const FileKey& key, uint64_t session, uint64_t rh);
+  void ForgetKeysLocked(Session& s);
+
+  // Watches file `key` for `session` (it takes callbacks); nullopt if it
+  // does not (or is gone). *fresh: the watch was made at or after `since`
+  // (watch_gen_ + 1 when the request's stat began), so that stat may
+  // predate it. *evicted: watches ended to stay within
+  // max_watches_per_session, to be told (TellEnded).
+  std::optional<uint64_t> WatchLocked(uint64_t session, const FileKey& key, uint64_t since,
+                                      bool* fresh, std::vector<uint64_t>* evicted);
+  void UnwatchLocked(Session& s, const FileKey& key);
+
+  // Stat with `watch` (see fs.fbs): the file is watched before the stat
+  // whose answer is sent, so every change after that stat is told.
+  Result<m2m::Bytes> WatchedStat(uint64_t session, const Cred& cred, const std::string& path);
+
+  // Tells `session` that watches `ids` ended (evicted), and waits for its
+  // answer as AttrsChanged does.
+  void TellEnded(uint64_t session, std::vector<uint64_t> ids);
+
+ public:
+  bool Interested() const { return open_watched_.load(std::memory_order_relaxed) > 0; }
+
+  // Tells every other session that has file (dev, ino) open and takes
+  // callbacks (one FsAttrChanged per session, in parallel), and waits for
+  // their answers, each for at most callback_timeout. A session that does
+  // not answer in time is logged and told nothing more (its later opens say
+  // so): its node caches what it has for at most the client's bound
+  // (docs/namespace.md), and a writer waits for it once, not per change.
+  void AttrsChanged(dev_t dev, ino_t ino);
+
+ private:
+  struct Target {
+    uint64_t session = 0;
+    std::shared_ptr<m2m::Endpoint> ep;
+    m2m::Bytes msg;
+    std::string node;
+  };
+
+  // Sends each target its FsAttrChanged (in parallel) and waits for the
+  // answers, each for at most callback_timeout. A session that does not
+  // answer in time is logged and told nothing more.
+  void Tell(std::vector<Target> targets);
+
+ private:
+  static m2m::Bytes AttrChangedMessage(uint64_t session, const std::vector<uint64_t>& rhs);
+
+  static Result<m2m::Bytes> StatOrErr(const Result<struct stat>& r) {
+    if (!r) return Err(r.error());
+    return StatReply(*r);
+  }
+  static m2m::Bytes StatReply(const struct stat& st);
+  static m2m::Bytes EmptyReply();
+  static m2m::Bytes DataReply(std::span<const std::byte> data, uint64_t n);
+  static m2m::Bytes CountReply(uint64_t n);
+  static m2m::Bytes OpenedReply(uint64_t rh, const struct stat& st, bool callbacks);
+
+  // The path opened as remote handle `rh` of `session` ("" if unknown).
+  std::string HandlePath(uint64_t session, uint64_t rh);
+
+  // Runs `req`, then tells on_change about what a successful request may
+  // have changed the attributes of (docs/namespace.md, "Kernel caches").
+  Result<m2m::Bytes> Run(const m2m::PeerInfo& peer, const fb::FsRequest* req,
+                         Clock::time_point arrival);
+
+  Result<m2m::Bytes> RunOp(const m2m::PeerInfo& peer, const fb::FsRequest* req,
+                           Clock::time_point arrival);
+
+  // Checks a slot request against the session's pool and the server's slots.
+  Status CheckSlot(const SessionView& v, const fb::FsRequest* req);
+
+  std::chrono::nanoseconds Remaining(Clock::time_point deadline) {
+    return std::min<std::chrono::nanoseconds>(deadline - Clock::now(), opts_.transfer_timeout);
+  }
+
+  Result<m2m::Bytes> DoRead(const SessionView& v, const fb::FsRequest* req,
+                            Clock::time_point deadline, uint64_t session);
+
+  Result<m2m::Bytes> DoWrite(const SessionView& v, const fb::FsRequest* req,
+                             Clock::time_point deadline, uint64_t session, const Writer& by);
+
+  const FileServiceOptions opts_;
+  m2m::Transport* const transport_;
+  NodeFs* const local_;
+  Executor* const blocking_;
+  std::shared_ptr<spdlog::logger> log_;
+  SlotPool slots_;
+  std::atomic<bool> stopped_{false};
+  std::atomic<uint64_t> refused_{0};
+  std::atomic<uint64_t> served_{0};
+  std::atomic<uint64_t> callbacks_sent_{0};
+  std::atomic<uint64_t> callbacks_failed_{0};
+  std::atomic<uint64_t> inline_bytes_{0};
+  std::atomic<uint64_t> one_sided_bytes_{0};
+
+  mutable std::mutex mu_;  // leaf lock: never held across a call into local_ or the transport
+  std::unordered_map<uint64_t, Session> sessions_;  // guarded by mu_
+  uint64_t next_handle_ = 0;                        // guarded by mu_
+  // Who has each file open and is told of its changes: (session, handle).
+  std::map<FileKey, std::set<std::pair<uint64_t, uint64_t>>> openers_;  // guarded by mu_
+  std::atomic<size_t> open_watched_{0};                                 // entries in openers_
+  std::atomic<uint64_t> watch_gen_{0};  // watches made so far (Session::Watch::made)
+};
+
+}  // namespace fedfs::ns

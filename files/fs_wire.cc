@@ -1,0 +1,133 @@
+#include "files/fs_wire.h"
+
+#include <cstring>
+#include <string>
+
+#include "common/path.h"
+
+namespace fedfs::ns::fswire {
+
+namespace {
+
+bool IsPathOp(fb::Op op) {
+  switch (op) {
+    case fb::Op::kStatFs:
+    case fb::Op::kRead:
+    case fb::Op::kWrite:
+    case fb::Op::kFlush:
+    case fb::Op::kFsync:
+    case fb::Op::kFallocate:
+    case fb::Op::kRelease:
+    case fb::Op::kGetLk:
+    case fb::Op::kSetLk:
+    case fb::Op::kFlock:
+      return false;
+    default:
+      return true;
+  }
+}
+
+bool IsTwoPathOp(fb::Op op) { return op == fb::Op::kRename || op == fb::Op::kLink; }
+
+bool HasNul(const flatbuffers::String* s) {
+  return s != nullptr && std::memchr(s->data(), '\0', s->size()) != nullptr;
+}
+
+}  // namespace
+
+Status CheckRequest(const fb::FsRequest* req) {
+  if (req->version() != fswire::kVersion) {
+    return Err(EPROTO, "unsupported fs wire version " + std::to_string(req->version()));
+  }
+  const fb::Op op = req->op();
+  if (op == fb::Op::kInvalid || op > fb::Op::kAccess) return Err(EPROTO, "unknown op");
+  if (IsPathOp(op)) {
+    if (req->path() == nullptr) return Err(EINVAL, "missing path");
+    if (auto st = ValidateGlobalPath(req->path()->string_view()); !st) return st;
+  }
+  if (IsTwoPathOp(op)) {
+    if (req->path2() == nullptr) return Err(EINVAL, "missing second path");
+    if (auto st = ValidateGlobalPath(req->path2()->string_view()); !st) return st;
+  }
+  if (HasNul(req->target())) return Err(EINVAL, "NUL inside a symlink target or xattr name");
+  return Ok();
+}
+
+fb::Stat ToWire(const struct stat& s) {
+  return fb::Stat(s.st_dev, s.st_ino, s.st_mode, s.st_nlink, s.st_uid, s.st_gid, s.st_rdev,
+                  s.st_size, s.st_blksize, s.st_blocks, s.st_atim.tv_sec, s.st_atim.tv_nsec,
+                  s.st_mtim.tv_sec, s.st_mtim.tv_nsec, s.st_ctim.tv_sec, s.st_ctim.tv_nsec);
+}
+
+struct stat FromWire(const fb::Stat& w) {
+  struct stat s {};
+  s.st_dev = w.dev();
+  s.st_ino = w.ino();
+  s.st_mode = w.mode();
+  s.st_nlink = w.nlink();
+  s.st_uid = w.uid();
+  s.st_gid = w.gid();
+  s.st_rdev = w.rdev();
+  s.st_size = w.size();
+  s.st_blksize = w.blksize();
+  s.st_blocks = w.blocks();
+  s.st_atim = {w.atime_sec(), w.atime_nsec()};
+  s.st_mtim = {w.mtime_sec(), w.mtime_nsec()};
+  s.st_ctim = {w.ctime_sec(), w.ctime_nsec()};
+  return s;
+}
+
+fb::StatVfs ToWire(const struct statvfs& s) {
+  return fb::StatVfs(s.f_bsize, s.f_frsize, s.f_blocks, s.f_bfree, s.f_bavail, s.f_files,
+                     s.f_ffree, s.f_favail, s.f_fsid, s.f_flag, s.f_namemax);
+}
+
+struct statvfs FromWire(const fb::StatVfs& w) {
+  struct statvfs s {};
+  s.f_bsize = w.bsize();
+  s.f_frsize = w.frsize();
+  s.f_blocks = w.blocks();
+  s.f_bfree = w.bfree();
+  s.f_bavail = w.bavail();
+  s.f_files = w.files();
+  s.f_ffree = w.ffree();
+  s.f_favail = w.favail();
+  s.f_fsid = w.fsid();
+  s.f_flag = w.flag();
+  s.f_namemax = w.namemax();
+  return s;
+}
+
+flatbuffers::Offset<fb::Cred> ToWire(flatbuffers::FlatBufferBuilder& b, const Cred& c) {
+  auto groups = c.groups.empty() ? 0 : b.CreateVector(c.groups);
+  fb::CredBuilder cb(b);
+  cb.add_uid(c.uid);
+  cb.add_gid(c.gid);
+  if (!groups.IsNull()) cb.add_groups(groups);
+  cb.add_umask(c.umask);
+  return cb.Finish();
+}
+
+Cred FromWire(const fb::Cred* c) {
+  Cred out;
+  if (c == nullptr) {
+    out.uid = 65534;
+    out.gid = 65534;
+    return out;
+  }
+  out.uid = c->uid();
+  out.gid = c->gid();
+  out.umask = c->umask();
+  if (c->groups()) out.groups.assign(c->groups()->begin(), c->groups()->end());
+  return out;
+}
+
+std::vector<Handle> HandlesOf(const fb::FsAttrChanged& a) {
+  std::vector<Handle> out;
+  if (a.handles() == nullptr || a.handles()->size() == 0) return out;
+  out.resize(a.handles()->size());
+  std::memcpy(out.data(), a.handles()->Data(), out.size() * sizeof(Handle));
+  return out;
+}
+
+}  // namespace fedfs::ns::fswire

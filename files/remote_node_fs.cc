@@ -1,0 +1,744 @@
+#include "files/remote_node_fs.h"
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <unordered_map>
+
+#include "common/logging.h"
+#include "common/rpc_methods.h"
+#include "common/wait.h"
+#include "files/fs_wire.h"
+
+namespace fedfs::ns {
+
+namespace fb = fswire::fb;
+
+namespace {
+
+uint64_t Random64() {
+  std::random_device rd;
+  return (uint64_t{rd()} << 32) ^ rd();
+}
+
+// Random per process: a server that sees a new incarnation of a client node
+// knows the old process is gone and releases its sessions.
+uint64_t ProcessIncarnation() {
+  static const uint64_t v = Random64();
+  return v;
+}
+
+// Errors after which the server may still touch the request's slot.
+bool MaySlotBeTouched(int code) {
+  switch (code) {
+    case ETIMEDOUT:
+    case ECONNRESET:
+    case EIO:
+    case ESHUTDOWN:
+    case EHOSTDOWN:
+    case ECONNREFUSED:
+    case EPROTO:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+struct RemoteNodeFs::Req {
+  fb::Op op = fb::Op::kInvalid;
+  const Cred* cred = nullptr;
+  std::string_view path, path2, target;
+  std::span<const std::byte> data;
+  int32_t flags = 0;
+  uint32_t mode = 0;
+  uint64_t rdev = 0;
+  std::optional<uint64_t> handle;
+  uint64_t offset = 0, length = 0;
+  int32_t slot = -1;
+  uint64_t owner = 0;
+  const LockRange* lock = nullptr;
+  const SetAttrRequest* sa = nullptr;
+  const std::vector<DirTemplate>* templates = nullptr;
+  bool watch = false;
+  bool kill_setid = false;
+};
+
+namespace {
+
+m2m::Bytes Encode(const RemoteNodeFs::Req& q, uint64_t session, uint64_t budget_us) {
+  flatbuffers::FlatBufferBuilder b(256 + q.data.size() + q.path.size() + q.path2.size());
+  auto str = [&](std::string_view s) {
+    return s.empty() ? flatbuffers::Offset<flatbuffers::String>()
+                     : b.CreateString(s.data(), s.size());
+  };
+  auto path = str(q.path), path2 = str(q.path2), target = str(q.target);
+  auto data = q.data.empty() ? flatbuffers::Offset<flatbuffers::Vector<uint8_t>>()
+                             : b.CreateVector(reinterpret_cast<const uint8_t*>(q.data.data()),
+                                              q.data.size());
+  auto cred = q.cred ? fswire::ToWire(b, *q.cred) : flatbuffers::Offset<fb::Cred>();
+  flatbuffers::Offset<flatbuffers::Vector<const fb::DirTemplate*>> templates;
+  if (q.templates) {
+    std::vector<fb::DirTemplate> t;
+    for (const auto& d : *q.templates) t.emplace_back(d.mode, d.uid, d.gid);
+    templates = b.CreateVectorOfStructs(t);
+  }
+  fb::FsRequestBuilder rb(b);
+  rb.add_version(fswire::kVersion);
+  rb.add_session(session);
+  rb.add_op(q.op);
+  if (!cred.IsNull()) rb.add_cred(cred);
+  if (!path.IsNull()) rb.add_path(path);
+  if (!path2.IsNull()) rb.add_path2(path2);
+  if (!target.IsNull()) rb.add_target(target);
+  if (!data.IsNull()) rb.add_data(data);
+  if (!templates.IsNull()) rb.add_templates(templates);
+  rb.add_flags(q.flags);
+  rb.add_mode(q.mode);
+  rb.add_rdev(q.rdev);
+  if (q.handle) {
+    rb.add_handle(*q.handle);
+    rb.add_has_handle(true);
+  }
+  rb.add_offset(q.offset);
+  rb.add_length(q.length);
+  rb.add_slot(q.slot);
+  rb.add_budget_us(budget_us);
+  rb.add_owner(q.owner);
+  if (q.watch) rb.add_watch(true);
+  if (q.kill_setid) rb.add_kill_setid(true);
+  if (q.lock) {
+    rb.add_lock_type(q.lock->type);
+    rb.add_lock_start(q.lock->start);
+    rb.add_lock_len(q.lock->len);
+    rb.add_lock_pid(q.lock->pid);
+  }
+  if (q.sa) {
+    uint32_t m = 0;
+    if (q.sa->mode) m |= fswire::kSaMode, rb.add_sa_mode(*q.sa->mode);
+    if (q.sa->uid) m |= fswire::kSaUid, rb.add_sa_uid(*q.sa->uid);
+    if (q.sa->gid) m |= fswire::kSaGid, rb.add_sa_gid(*q.sa->gid);
+    if (q.sa->size) m |= fswire::kSaSize, rb.add_sa_size(*q.sa->size);
+    if (q.sa->atime) {
+      m |= fswire::kSaAtime;
+      rb.add_sa_atime_sec(q.sa->atime->tv_sec);
+      rb.add_sa_atime_nsec(q.sa->atime->tv_nsec);
+    }
+    if (q.sa->mtime) {
+      m |= fswire::kSaMtime;
+      rb.add_sa_mtime_sec(q.sa->mtime->tv_sec);
+      rb.add_sa_mtime_nsec(q.sa->mtime->tv_nsec);
+    }
+    rb.add_setattr_mask(m);
+  }
+  b.Finish(rb.Finish());
+  return fswire::Finish(b);
+}
+
+uint16_t MethodOf(fb::Op op) {
+  return MethodId(op == fb::Op::kRead || op == fb::Op::kWrite ? RpcMethod::kFsData
+                                                              : RpcMethod::kFsMeta);
+}
+
+Result<const fb::FsReply*> Parse(const m2m::Bytes& bytes) {
+  const auto* r = fswire::Verify<fb::FsReply>(bytes);
+  if (r == nullptr) return Err(EPROTO, "malformed FsReply");
+  if (r->version() != fswire::kVersion) return Err(EPROTO, "unsupported fs wire version");
+  return r;
+}
+
+std::chrono::nanoseconds Until(std::chrono::steady_clock::time_point deadline) {
+  return std::max<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now(),
+                                            std::chrono::nanoseconds(0));
+}
+
+}  // namespace
+
+// The client's registered slots, with per-slot quarantine after failures.
+struct RemoteNodeFs::Slots {
+  std::unique_ptr<m2m::LocalRegion> region;
+  size_t slot_size = 0;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<bool> busy;                      // guarded by mu
+  std::vector<Clock::time_point> usable_after;  // guarded by mu
+
+  // Up to `want` slots (at least one, waiting until `deadline`); empty at the
+  // deadline.
+  std::vector<int> Acquire(size_t want, Clock::time_point deadline) {
+    std::unique_lock lock(mu);
+    std::vector<int> got;
+    while (true) {
+      const auto now = Clock::now();
+      Clock::time_point wake = deadline;
+      for (size_t i = 0; i < busy.size() && got.size() < want; ++i) {
+        if (busy[i]) continue;
+        if (usable_after[i] > now) {
+          wake = std::min(wake, usable_after[i]);
+          continue;
+        }
+        busy[i] = true;
+        got.push_back(static_cast<int>(i));
+      }
+      if (!got.empty() || now >= deadline) return got;
+      cv.wait_until(lock, wake);
+    }
+  }
+  void Release(int s, bool quarantine, Clock::duration q) {
+    {
+      std::lock_guard lock(mu);
+      busy[s] = false;
+      if (quarantine) usable_after[s] = Clock::now() + q;
+    }
+    cv.notify_all();
+  }
+  std::byte* slot(int s) { return region->data() + static_cast<size_t>(s) * slot_size; }
+};
+
+RemoteNodeFs::RemoteNodeFs(std::string node_id, std::shared_ptr<m2m::Endpoint> endpoint,
+                           m2m::Transport* transport, RemoteNodeFsOptions options)
+    : node_id_(std::move(node_id)),
+      ep_(std::move(endpoint)),
+      transport_(transport),
+      opts_(std::move(options)),
+      session_(Random64()) {
+  if (opts_.local_address.empty()) opts_.callbacks = nullptr;
+  if (opts_.callbacks != nullptr) opts_.callbacks->Add(session_, node_id_);
+  if (!opts_.local_address.empty() && opts_.slot_count > 0 && opts_.slot_size > 0) {
+    auto r = transport_->Allocate(opts_.slot_size * opts_.slot_count);
+    if (r) {
+      slots_ = std::make_unique<Slots>();
+      slots_->region = std::move(*r);
+      slots_->slot_size = opts_.slot_size;
+      slots_->busy.assign(opts_.slot_count, false);
+      slots_->usable_after.assign(opts_.slot_count, Clock::time_point{});
+    } else {
+      Logger("fs")->warn("remote fs {}: cannot register a buffer pool ({}); data goes inline",
+                         node_id_, r.error().ToString());
+    }
+  }
+}
+
+RemoteNodeFs::~RemoteNodeFs() {
+  if (opts_.callbacks != nullptr) opts_.callbacks->Remove(session_);
+  if (helloed_.load()) {
+    flatbuffers::FlatBufferBuilder b(64);
+    fb::FsHelloBuilder hb(b);
+    hb.add_version(fswire::kVersion);
+    hb.add_session(session_);
+    hb.add_incarnation(ProcessIncarnation());
+    hb.add_bye(true);
+    b.Finish(hb.Finish());
+    (void)m2m::CallSync(*ep_, MethodId(RpcMethod::kFsHello), fswire::Finish(b),
+                        std::min<m2m::Timeout>(opts_.rpc_timeout, std::chrono::seconds(1)));
+  }
+  if (slots_) {
+    Clock::time_point until{};
+    {
+      std::lock_guard lock(slots_->mu);
+      for (auto t : slots_->usable_after) until = std::max(until, t);
+    }
+    if (until > Clock::now()) std::this_thread::sleep_until(until);
+  }
+}
+
+Status RemoteNodeFs::Hello(Clock::time_point deadline) {
+  std::lock_guard lock(hello_mu_);
+  if (helloed_.load()) return Ok();
+  flatbuffers::FlatBufferBuilder b(256);
+  auto node = b.CreateString(opts_.local_node);
+  const bool callbacks = opts_.callbacks != nullptr;
+  auto addr = b.CreateString(slots_ || callbacks ? opts_.local_address : std::string());
+  flatbuffers::Offset<flatbuffers::Vector<uint8_t>> rkey;
+  m2m::RegionDesc d;
+  if (slots_) {
+    d = slots_->region->Export();
+    rkey = b.CreateVector(reinterpret_cast<const uint8_t*>(d.rkey.data()), d.rkey.size());
+  }
+  fb::FsHelloBuilder hb(b);
+  hb.add_version(fswire::kVersion);
+  hb.add_session(session_);
+  hb.add_incarnation(ProcessIncarnation());
+  hb.add_client_node(node);
+  hb.add_client_addr(addr);
+  hb.add_attr_callbacks(callbacks);
+  if (slots_) {
+    hb.add_pool_addr(d.addr);
+    hb.add_pool_length(d.length);
+    hb.add_pool_rkey(rkey);
+    hb.add_slot_size(slots_->slot_size);
+    hb.add_slot_count(static_cast<uint32_t>(slots_->busy.size()));
+  }
+  b.Finish(hb.Finish());
+  auto r = m2m::CallSync(*ep_, MethodId(RpcMethod::kFsHello), fswire::Finish(b), Until(deadline));
+  if (!r) return Err(r.error());
+  const auto* h = fswire::Verify<fb::FsHelloReply>(*r);
+  if (h == nullptr || h->version() != fswire::kVersion) {
+    return Err(EPROTO, "malformed FsHelloReply from " + node_id_);
+  }
+  max_io_.store(std::max<uint64_t>(h->max_io(), 4096));
+  helloed_.store(true);
+  return Ok();
+}
+
+size_t RemoteNodeFs::MaxIo() const {
+  size_t m = max_io_.load();
+  if (slots_) m = std::min(m, slots_->slot_size);
+  return std::max<size_t>(m, 4096);
+}
+
+Result<m2m::Bytes> RemoteNodeFs::Call(const Req& req, Clock::time_point deadline) {
+  for (int attempt = 0;; ++attempt) {
+    if (!helloed_.load()) {
+      if (auto st = Hello(deadline); !st) return Err(st.error());
+    }
+    const auto budget = Until(deadline);
+    auto r = m2m::CallSync(
+        *ep_, MethodOf(req.op),
+        Encode(req, session_,
+               std::chrono::duration_cast<std::chrono::microseconds>(budget).count()),
+        budget);
+    if (!r && r.error().code == fswire::kErrSessionUnknown && attempt == 0) {
+      helloed_.store(false);  // new connection or restarted server: Hello again
+      continue;
+    }
+    if (!r) return Err(r.error());
+    if (auto p = Parse(*r); !p) return Err(p.error());
+    return r;
+  }
+}
+
+namespace {
+const fb::FsReply* Root(const m2m::Bytes& b) {
+  return flatbuffers::GetRoot<fb::FsReply>(b.data());
+}
+Result<struct stat> StatOf(Result<m2m::Bytes> r) {
+  if (!r) return Err(r.error());
+  const auto* s = Root(*r)->stat();
+  if (s == nullptr) return Err(EPROTO, "reply without stat");
+  return fswire::FromWire(*s);
+}
+Status StatusOf(Result<m2m::Bytes> r) {
+  if (!r) return Err(r.error());
+  return Ok();
+}
+std::string DataOf(const fb::FsReply* r) {
+  if (r->data() == nullptr) return {};
+  return std::string(reinterpret_cast<const char*>(r->data()->data()), r->data()->size());
+}
+}  // namespace
+
+#define FEDFS_DEADLINE (Clock::now() + opts_.rpc_timeout)
+
+Result<struct stat> RemoteNodeFs::Stat(const Cred& c, const std::string& path) {
+  return StatOf(Call({.op = fb::Op::kStat, .cred = &c, .path = path}, FEDFS_DEADLINE));
+}
+
+Result<WatchedStat> RemoteNodeFs::StatWatched(const Cred& c, const std::string& path) {
+  const bool watch = opts_.callbacks != nullptr;
+  auto r = Call({.op = fb::Op::kStat, .cred = &c, .path = path, .watch = watch}, FEDFS_DEADLINE);
+  if (!r) return Err(r.error());
+  const auto* rep = Root(*r);
+  if (rep->stat() == nullptr) return Err(EPROTO, "reply without stat");
+  WatchedStat out{fswire::FromWire(*rep->stat()), std::nullopt};
+  if (rep->attr_callbacks() && opts_.callbacks != nullptr) out.watch = rep->handle();
+  return out;
+}
+
+Status RemoteNodeFs::Access(const Cred& c, const std::string& path, int mode) {
+  return StatusOf(
+      Call({.op = fb::Op::kAccess, .cred = &c, .path = path, .flags = mode}, FEDFS_DEADLINE));
+}
+
+Result<std::vector<DirEntry>> RemoteNodeFs::ListDir(const Cred& c, const std::string& path) {
+  auto r = Call({.op = fb::Op::kListDir, .cred = &c, .path = path}, FEDFS_DEADLINE);
+  if (!r) return Err(r.error());
+  std::vector<DirEntry> out;
+  if (const auto* es = Root(*r)->entries()) {
+    out.reserve(es->size());
+    for (const fb::DirEntry* e : *es) {
+      if (e->name() == nullptr) return Err(EPROTO, "directory entry without a name");
+      out.push_back(DirEntry{e->name()->str(), e->type(), e->ino()});
+    }
+  }
+  return out;
+}
+
+Result<struct stat> RemoteNodeFs::Mkdir(const Cred& c, const std::string& path, mode_t mode) {
+  return StatOf(
+      Call({.op = fb::Op::kMkdir, .cred = &c, .path = path, .mode = mode}, FEDFS_DEADLINE));
+}
+
+Status RemoteNodeFs::MkdirParents(const std::string& path,
+                                  const std::vector<DirTemplate>& templates) {
+  return StatusOf(Call({.op = fb::Op::kMkdirParents, .path = path, .templates = &templates},
+                       FEDFS_DEADLINE));
+}
+
+Status RemoteNodeFs::Rmdir(const Cred& c, const std::string& path) {
+  return StatusOf(Call({.op = fb::Op::kRmdir, .cred = &c, .path = path}, FEDFS_DEADLINE));
+}
+
+Result<struct stat> RemoteNodeFs::Mknod(const Cred& c, const std::string& path, mode_t mode,
+                                        dev_t rdev) {
+  return StatOf(Call({.op = fb::Op::kMknod, .cred = &c, .path = path, .mode = mode, .rdev = rdev},
+                     FEDFS_DEADLINE));
+}
+
+Result<struct stat> RemoteNodeFs::Symlink(const Cred& c, const std::string& target,
+                                          const std::string& path) {
+  return StatOf(Call({.op = fb::Op::kSymlink, .cred = &c, .path = path, .target = target},
+                     FEDFS_DEADLINE));
+}
+
+Result<std::string> RemoteNodeFs::Readlink(const Cred& c, const std::string& path) {
+  auto r = Call({.op = fb::Op::kReadlink, .cred = &c, .path = path}, FEDFS_DEADLINE);
+  if (!r) return Err(r.error());
+  return DataOf(Root(*r));
+}
+
+Status RemoteNodeFs::Unlink(const Cred& c, const std::string& path) {
+  return StatusOf(Call({.op = fb::Op::kUnlink, .cred = &c, .path = path}, FEDFS_DEADLINE));
+}
+
+Status RemoteNodeFs::Rename(const Cred& c, const std::string& from, const std::string& to,
+                            unsigned flags) {
+  return StatusOf(Call({.op = fb::Op::kRename,
+                        .cred = &c,
+                        .path = from,
+                        .path2 = to,
+                        .flags = static_cast<int32_t>(flags)},
+                       FEDFS_DEADLINE));
+}
+
+Result<struct stat> RemoteNodeFs::Link(const Cred& c, const std::string& existing,
+                                       const std::string& newpath) {
+  return StatOf(Call({.op = fb::Op::kLink, .cred = &c, .path = existing, .path2 = newpath},
+                     FEDFS_DEADLINE));
+}
+
+Result<struct stat> RemoteNodeFs::SetAttr(const Cred& c, const std::string& path,
+                                          std::optional<Handle> handle,
+                                          const SetAttrRequest& req) {
+  return StatOf(Call(
+      {.op = fb::Op::kSetAttr, .cred = &c, .path = path, .handle = handle, .sa = &req},
+      FEDFS_DEADLINE));
+}
+
+Result<struct statvfs> RemoteNodeFs::StatFs() {
+  auto r = Call({.op = fb::Op::kStatFs}, FEDFS_DEADLINE);
+  if (!r) return Err(r.error());
+  const auto* s = Root(*r)->statvfs();
+  if (s == nullptr) return Err(EPROTO, "reply without statvfs");
+  return fswire::FromWire(*s);
+}
+
+Result<std::string> RemoteNodeFs::GetXattr(const Cred& c, const std::string& path,
+                                           const std::string& name, size_t size,
+                                           size_t* needed) {
+  auto r = Call(
+      {.op = fb::Op::kGetXattr, .cred = &c, .path = path, .target = name, .length = size},
+      FEDFS_DEADLINE);
+  if (!r) return Err(r.error());
+  if (needed) *needed = Root(*r)->n();
+  return DataOf(Root(*r));
+}
+
+Status RemoteNodeFs::SetXattr(const Cred& c, const std::string& path, const std::string& name,
+                              std::span<const std::byte> value, int flags) {
+  return StatusOf(Call({.op = fb::Op::kSetXattr,
+                        .cred = &c,
+                        .path = path,
+                        .target = name,
+                        .data = value,
+                        .flags = flags},
+                       FEDFS_DEADLINE));
+}
+
+Result<std::string> RemoteNodeFs::ListXattr(const Cred& c, const std::string& path, size_t size,
+                                            size_t* needed) {
+  auto r = Call({.op = fb::Op::kListXattr, .cred = &c, .path = path, .length = size},
+                FEDFS_DEADLINE);
+  if (!r) return Err(r.error());
+  if (needed) *needed = Root(*r)->n();
+  return DataOf(Root(*r));
+}
+
+Status RemoteNodeFs::RemoveXattr(const Cred& c, const std::string& path,
+                                 const std::string& name) {
+  return StatusOf(
+      Call({.op = fb::Op::kRemoveXattr, .cred = &c, .path = path, .target = name},
+           FEDFS_DEADLINE));
+}
+
+Result<Opened> RemoteNodeFs::Open(const Cred& c, const std::string& path, int flags) {
+  auto r = Call({.op = fb::Op::kOpen, .cred = &c, .path = path, .flags = flags}, FEDFS_DEADLINE);
+  if (!r) return Err(r.error());
+  const auto* rep = Root(*r);
+  if (rep->stat() == nullptr) return Err(EPROTO, "open reply without stat");
+  return Opened{rep->handle(), fswire::FromWire(*rep->stat()),
+                rep->attr_callbacks() && opts_.callbacks != nullptr};
+}
+
+Result<Opened> RemoteNodeFs::Create(const Cred& c, const std::string& path, int flags,
+                                    mode_t mode) {
+  auto r = Call({.op = fb::Op::kCreate, .cred = &c, .path = path, .flags = flags, .mode = mode},
+                FEDFS_DEADLINE);
+  if (!r) return Err(r.error());
+  const auto* rep = Root(*r);
+  if (rep->stat() == nullptr) return Err(EPROTO, "create reply without stat");
+  return Opened{rep->handle(), fswire::FromWire(*rep->stat()),
+                rep->attr_callbacks() && opts_.callbacks != nullptr};
+}
+
+Result<size_t> RemoteNodeFs::ReadInline(Handle h, uint64_t offset, std::span<std::byte> dst,
+                                        Clock::time_point deadline) {
+  size_t done = 0;
+  do {
+    const size_t len = std::min(dst.size() - done, MaxIo());
+    auto r = Call({.op = fb::Op::kRead, .handle = h, .offset = offset + done, .length = len},
+                  deadline);
+    if (!r) {
+      if (done > 0) break;
+      return Err(r.error());
+    }
+    const auto* rep = Root(*r);
+    const size_t n = rep->data() ? rep->data()->size() : 0;
+    if (n > len) return Err(EPROTO, "read reply longer than asked");
+    if (n > 0) std::memcpy(dst.data() + done, rep->data()->data(), n);
+    done += n;
+    if (n < len) break;
+  } while (done < dst.size());
+  return done;
+}
+
+Result<size_t> RemoteNodeFs::WriteInline(Handle h, uint64_t offset,
+                                         std::span<const std::byte> src, const Writer& by,
+                                         Clock::time_point deadline) {
+  size_t done = 0;
+  do {
+    const size_t len = std::min(src.size() - done, MaxIo());
+    auto r = Call({.op = fb::Op::kWrite,
+                   .cred = &by.cred,
+                   .data = src.subspan(done, len),
+                   .handle = h,
+                   .offset = offset + done,
+                   .length = len,
+                   .kill_setid = by.kill_setid},
+                  deadline);
+    if (!r) {
+      if (done > 0) break;
+      return Err(r.error());
+    }
+    const size_t n = Root(*r)->n();
+    if (n > len) return Err(EPROTO, "write reply larger than asked");
+    done += n;
+    if (n < len) break;
+  } while (done < src.size());
+  return done;
+}
+
+
+// Reads and writes through the pool: chunks of one slot each, up to
+// max_parallel at once; each wave's results are taken in order and the first
+// short or failed chunk ends the request (POSIX short-count semantics).
+Result<size_t> RemoteNodeFs::Read(Handle h, uint64_t offset, std::span<std::byte> dst) {
+  const auto deadline = FEDFS_DEADLINE;
+  if (!slots_ || dst.size() <= opts_.inline_max) return ReadInline(h, offset, dst, deadline);
+  return SlotIo(h, offset, dst.data(), dst.size(), nullptr, deadline);
+}
+
+Result<size_t> RemoteNodeFs::Write(Handle h, uint64_t offset, std::span<const std::byte> src,
+                                   const Writer& by) {
+  const auto deadline = FEDFS_DEADLINE;
+  if (!slots_ || src.size() <= opts_.inline_max) return WriteInline(h, offset, src, by, deadline);
+  return SlotIo(h, offset, const_cast<std::byte*>(src.data()), src.size(), &by, deadline);
+}
+
+Result<size_t> RemoteNodeFs::SlotIo(Handle h, uint64_t offset, std::byte* buf, size_t size,
+                                    const Writer* by, Clock::time_point deadline) {
+  const bool read = by == nullptr;
+  if (!helloed_.load()) {
+    if (auto st = Hello(deadline); !st) return Err(st.error());
+  }
+  const size_t chunk = MaxIo();
+  const Clock::duration quarantine = 2 * opts_.rpc_timeout + std::chrono::seconds(1);
+  size_t done = 0;
+  bool rehello = false;
+  while (done < size) {
+    const size_t chunks = (size - done + chunk - 1) / chunk;
+    std::vector<int> slots =
+        slots_->Acquire(std::min(chunks, std::max<size_t>(opts_.max_parallel, 1)), deadline);
+    if (slots.empty()) {
+      if (done > 0) break;
+      return Err(ETIMEDOUT, "no free buffer slot before the deadline");
+    }
+    std::vector<size_t> lens(slots.size());
+    const auto budget = Until(deadline);
+    const uint64_t budget_us =
+        std::chrono::duration_cast<std::chrono::microseconds>(budget).count();
+    auto results = WaitForAll<Result<m2m::Bytes>>(
+        slots.size(), [&](size_t i, m2m::Callback<m2m::Bytes> call_done) {
+          const size_t off = done + i * chunk;
+          lens[i] = std::min(chunk, size - off);
+          if (!read) std::memcpy(slots_->slot(slots[i]), buf + off, lens[i]);
+          // Every chunk of a write says so: the server clears before the
+          // first chunk it writes (any of them, in parallel).
+          Req q{.op = read ? fb::Op::kRead : fb::Op::kWrite,
+                .cred = read ? nullptr : &by->cred,
+                .handle = h,
+                .offset = offset + off,
+                .length = lens[i],
+                .slot = slots[i],
+                .kill_setid = !read && by->kill_setid};
+          ep_->Call(MethodOf(q.op), Encode(q, session_, budget_us), budget, std::move(call_done));
+        });
+    bool stop = false;
+    std::optional<Error> first_error;
+    for (size_t i = 0; i < slots.size(); ++i) {
+      auto& r = results[i];
+      Result<const fb::FsReply*> rep = r ? Parse(*r) : Err(r.error());
+      const bool touched = !rep && MaySlotBeTouched(rep.error().code);
+      if (!stop) {
+        if (!rep) {
+          first_error = rep.error();
+          stop = true;
+        } else {
+          const size_t n = (*rep)->n();
+          if (n > lens[i]) {
+            first_error = Error{EPROTO, "data reply larger than asked"};
+            stop = true;
+          } else {
+            if (read) std::memcpy(buf + done, slots_->slot(slots[i]), n);
+            done += n;
+            if (n < lens[i]) stop = true;
+          }
+        }
+      }
+      slots_->Release(slots[i], touched, quarantine);
+    }
+    if (first_error) {
+      if (first_error->code == fswire::kErrSessionUnknown && !rehello && done == 0) {
+        rehello = true;  // new connection or restarted server: Hello again, once
+        helloed_.store(false);
+        if (auto st = Hello(deadline); !st) return Err(st.error());
+        continue;
+      }
+      if (done > 0) break;
+      return Err(*first_error);
+    }
+    if (stop) break;
+  }
+  return done;
+}
+
+Status RemoteNodeFs::Flush(Handle h, uint64_t lock_owner) {
+  return StatusOf(Call({.op = fb::Op::kFlush, .handle = h, .owner = lock_owner}, FEDFS_DEADLINE));
+}
+
+Status RemoteNodeFs::Fsync(Handle h, bool datasync) {
+  return StatusOf(
+      Call({.op = fb::Op::kFsync, .flags = datasync ? 1 : 0, .handle = h}, FEDFS_DEADLINE));
+}
+
+Status RemoteNodeFs::Fallocate(Handle h, int mode, uint64_t offset, uint64_t len) {
+  return StatusOf(Call(
+      {.op = fb::Op::kFallocate, .flags = mode, .handle = h, .offset = offset, .length = len},
+      FEDFS_DEADLINE));
+}
+
+Status RemoteNodeFs::Release(Handle h) {
+  return StatusOf(Call({.op = fb::Op::kRelease, .handle = h}, FEDFS_DEADLINE));
+}
+
+Result<LockRange> RemoteNodeFs::GetLk(Handle h, uint64_t owner, const LockRange& want) {
+  auto r = Call({.op = fb::Op::kGetLk, .handle = h, .owner = owner, .lock = &want},
+                FEDFS_DEADLINE);
+  if (!r) return Err(r.error());
+  const auto* rep = Root(*r);
+  return LockRange{rep->lock_type(), rep->lock_start(), rep->lock_len(), rep->lock_pid()};
+}
+
+Status RemoteNodeFs::SetLk(Handle h, uint64_t owner, const LockRange& want) {
+  return StatusOf(Call({.op = fb::Op::kSetLk, .handle = h, .owner = owner, .lock = &want},
+                       FEDFS_DEADLINE));
+}
+
+Status RemoteNodeFs::Flock(Handle h, uint64_t owner, int op) {
+  return StatusOf(
+      Call({.op = fb::Op::kFlock, .flags = op, .handle = h, .owner = owner}, FEDFS_DEADLINE));
+}
+
+// ---------------------------------------------------------------------------
+// FsCallbacks
+
+struct FsCallbacks::State {
+  OnChanged on_changed;
+  std::mutex mu;
+  std::unordered_map<uint64_t, std::string> nodes;  // session -> node, guarded by mu
+  std::atomic<uint64_t> received{0};
+  std::atomic<uint64_t> refused{0};
+
+  void OnCall(const m2m::IncomingCall& call, m2m::Responder& r) {
+    const auto* a = fswire::Verify<fb::FsAttrChanged>(call.payload);
+    const char* bad = nullptr;
+    if (a == nullptr) {
+      bad = "malformed FsAttrChanged";
+    } else if (a->version() != fswire::kVersion) {
+      bad = "unsupported fs wire version";
+    } else if (a->handles() != nullptr && a->handles()->size() > (1u << 20)) {
+      bad = "too many handles in FsAttrChanged";
+    }
+    if (bad != nullptr) {
+      refused.fetch_add(1, std::memory_order_relaxed);
+      Logger("fs")->warn("refused callback from {} (conn {}): {}", call.peer.remote_addr,
+                         call.peer.conn_id, bad);
+      r.Fail(Error{EPROTO, bad});
+      return;
+    }
+    std::string node;
+    {
+      std::lock_guard lock(mu);
+      if (auto it = nodes.find(a->session()); it != nodes.end()) node = it->second;
+    }
+    if (!node.empty() && a->handles() != nullptr) {
+      received.fetch_add(1, std::memory_order_relaxed);
+      on_changed(node, fswire::HandlesOf(*a));
+    }
+    flatbuffers::FlatBufferBuilder b(32);
+    fb::FsReplyBuilder rb(b);
+    rb.add_version(fswire::kVersion);
+    b.Finish(rb.Finish());
+    r.Reply(fswire::Finish(b));
+  }
+};
+
+FsCallbacks::FsCallbacks(m2m::Transport* transport, OnChanged on_changed)
+    : state_(std::make_shared<State>()) {
+  state_->on_changed = std::move(on_changed);
+  // The handler holds the state alive for as long as the transport keeps it.
+  transport->Handle(MethodId(RpcMethod::kFsAttrChanged),
+                    [state = state_](m2m::IncomingCall c, m2m::Responder r) { state->OnCall(c, r); });
+}
+
+FsCallbacks::~FsCallbacks() {
+  std::lock_guard lock(state_->mu);
+  state_->nodes.clear();
+}
+
+void FsCallbacks::Add(uint64_t session, const std::string& node) {
+  std::lock_guard lock(state_->mu);
+  state_->nodes[session] = node;
+}
+
+void FsCallbacks::Remove(uint64_t session) {
+  std::lock_guard lock(state_->mu);
+  state_->nodes.erase(session);
+}
+
+uint64_t FsCallbacks::received() const { return state_->received.load(); }
+uint64_t FsCallbacks::refused() const { return state_->refused.load(); }
+
+}  // namespace fedfs::ns

@@ -1,0 +1,272 @@
+// NodeFs: the operations FedFS performs on ONE node's export root, addressed
+// by global path (common/path.h), on behalf of a user (Cred).
+//
+// Two implementations with identical semantics:
+//  * LocalNodeFs (nodefs/local_node_fs.h): system calls on this node's
+//    export root. Every path is resolved beneath the root (openat2 with
+//    RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS, walked in pieces so that paths
+//    longer than PATH_MAX work); `..`, absolute paths and symlinks leading
+//    outside are refused with EXDEV/EINVAL and logged. Each operation runs
+//    with the caller's fsuid, fsgid and supplementary groups on the calling
+//    thread (nodefs/cred.h), so permission checks and the owners of new
+//    files mean what they mean locally.
+//  * RemoteNodeFs (files/remote_node_fs.h): forwards each operation to the
+//    node that holds the data, whose FileService (files/file_service.h)
+//    runs it on its LocalNodeFs. Control travels in small RPCs; file data
+//    moves one-sided (Put/Get) between pre-registered buffers.
+//
+// Semantics follow the system calls named in each comment: return values and
+// errno are those the local system call gives (the POSIX parity suite in
+// tests/posix checks this), plus the transport's errnos for a remote node
+// (docs/errors.md): EHOSTDOWN when the node is known dead, ETIMEDOUT at the
+// deadline.
+//
+// Threads: every method may block (system calls or a remote call with a
+// deadline); call them from worker threads (FUSE workers, the FileService
+// pool), never from the transport's progress context. Implementations are
+// thread-safe.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/types.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace fedfs::ns {
+
+// Who performs an operation: the FUSE request's uid, gid and the caller's
+// supplementary groups.
+struct Cred {
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  std::vector<uint32_t> groups;
+  // umask of the calling process, applied to modes of new files/directories.
+  uint32_t umask = 0;
+};
+
+// Who writes (NodeFs::Write). The FUSE frontend asks for
+// FUSE_HANDLE_KILLPRIV_V2: the kernel then leaves clearing a file's set-ID
+// bits on write to the file system and flags each write whose writer lacks
+// CAP_FSETID (FUSE_WRITE_KILL_SUIDGID). The file's node clears them as a
+// native write by that writer would (SetIdBitsAWriteClears), on its own
+// authority: the writer need not be allowed to chmod the file. The default
+// is a writer with CAP_FSETID: nothing is cleared.
+struct Writer {
+  bool kill_setid = false;  // the writer lacks CAP_FSETID
+  Cred cred;                // the writer; its gid and groups decide set-group-ID
+};
+
+// The set-ID bits that a write by `writer`, lacking CAP_FSETID, clears of a
+// file of mode `mode` and group `gid`, as the kernel decides for a native
+// write (setattr_should_drop_suidgid): set-user-ID always, set-group-ID when
+// the file is group-executable or the writer is not in its group; nothing
+// for other than regular files. The one place FedFS decides it.
+inline mode_t SetIdBitsAWriteClears(mode_t mode, gid_t gid, const Cred& writer) {
+  if (!S_ISREG(mode)) return 0;
+  mode_t drop = mode & S_ISUID;
+  if (mode & S_ISGID) {
+    const bool member = writer.gid == gid || std::find(writer.groups.begin(), writer.groups.end(),
+                                                       gid) != writer.groups.end();
+    if ((mode & S_IXGRP) || !member) drop |= S_ISGID;
+  }
+  return drop;
+}
+
+// One entry of a node's local directory listing.
+struct DirEntry {
+  std::string name;
+  uint8_t type = 0;  // DT_REG, DT_DIR, DT_LNK, DT_FIFO, ... (DT_UNKNOWN never)
+  uint64_t ino = 0;  // local st_ino
+};
+
+// What SetAttr changes; unset fields stay as they are.
+struct SetAttrRequest {
+  std::optional<mode_t> mode;  // chmod (permission bits)
+  std::optional<uid_t> uid;    // chown
+  std::optional<gid_t> gid;
+  std::optional<off_t> size;   // truncate
+  // utimensat semantics: tv_nsec may be UTIME_NOW; unset = UTIME_OMIT.
+  std::optional<timespec> atime;
+  std::optional<timespec> mtime;
+};
+
+// An open file on the node that holds it; valid until Release.
+using Handle = uint64_t;
+
+struct Opened {
+  Handle handle = 0;
+  struct stat st {};
+  // The file's node tells this object of every change of the file's
+  // attributes while the handle is open (RemoteNodeFs: FsAttrChanged), so
+  // they may be cached until then.
+  bool attr_callbacks = false;
+};
+
+// A Stat whose file's node tells of the file's changes (see StatWatched).
+struct WatchedStat {
+  struct stat st {};
+  // The name the file's node uses in FsAttrChanged (RemoteNodeFs: like an
+  // open handle's); none: nothing will be told.
+  std::optional<Handle> watch;
+};
+
+// Told of changes a NodeFs makes to the attributes of regular files (size,
+// times, mode, owner, link count, xattrs), on the calling thread, after each
+// change succeeded.
+class AttrObserver {
+ public:
+  virtual ~AttrObserver() = default;
+  // False while no change needs telling: the NodeFs then does not even
+  // locate the file a change touched.
+  virtual bool Interested() const = 0;
+  // The file (st_dev, st_ino) changed. May block (bounded).
+  virtual void AttrsChanged(dev_t dev, ino_t ino) = 0;
+};
+
+// Byte-range lock request/answer (fcntl F_GETLK/F_SETLK semantics; l_pid is
+// reported, not interpreted).
+struct LockRange {
+  int16_t type = F_UNLCK;  // F_RDLCK, F_WRLCK, F_UNLCK
+  uint64_t start = 0;
+  uint64_t len = 0;        // 0: to end of file
+  int32_t pid = 0;
+};
+
+class NodeFs {
+ public:
+  virtual ~NodeFs() = default;
+
+  // The node this object operates on.
+  virtual const std::string& node_id() const = 0;
+
+  // lstat(2).
+  virtual Result<struct stat> Stat(const Cred& c, const std::string& path) = 0;
+  // Stat, and when this object takes its node's change callbacks and `path`
+  // is a regular file with one link, the node tells it of every later change
+  // of the file's attributes (FsAttrChanged naming `watch`). The node may end
+  // a watch at any time (it keeps a bounded number per client) and then
+  // tells it once more, the same way: a watch that was told of nothing is
+  // still in force. Default: Stat, no watch.
+  virtual Result<WatchedStat> StatWatched(const Cred& c, const std::string& path) {
+    auto st = Stat(c, path);
+    if (!st) return Err(st.error());
+    return WatchedStat{*st, std::nullopt};
+  }
+  // access(2) for the caller's effective rights (faccessat with AT_EACCESS:
+  // its uid, gid and groups; root's capabilities): Ok, or EACCES (the errno
+  // of the check), ENOENT, ... A final symlink is followed, beneath the root.
+  virtual Status Access(const Cred& c, const std::string& path, int mode) = 0;
+  // The local directory listing (without "." and ".."); ENOTDIR, ENOENT.
+  virtual Result<std::vector<DirEntry>> ListDir(const Cred& c, const std::string& path) = 0;
+  // mkdir(2); returns the new directory's lstat.
+  virtual Result<struct stat> Mkdir(const Cred& c, const std::string& path, mode_t mode) = 0;
+  // Creates the missing ancestors of `path` (not `path` itself), each with the
+  // mode, uid and gid given for it in `templates` (indexed by depth, from the
+  // first component; missing entries: 0755 root:root). Existing ones are left
+  // as they are. Used when placement puts a file on a node that lacks its
+  // parent directory.
+  struct DirTemplate {
+    mode_t mode = 0755;
+    uid_t uid = 0;
+    gid_t gid = 0;
+  };
+  virtual Status MkdirParents(const std::string& path, const std::vector<DirTemplate>& templates) = 0;
+  // rmdir(2).
+  virtual Status Rmdir(const Cred& c, const std::string& path) = 0;
+  // mknod(2) (regular files and fifos; device nodes as the kernel allows).
+  virtual Result<struct stat> Mknod(const Cred& c, const std::string& path, mode_t mode,
+                                    dev_t rdev) = 0;
+  // symlink(2): creates `path` pointing to `target` (target is stored as is).
+  virtual Result<struct stat> Symlink(const Cred& c, const std::string& target,
+                                      const std::string& path) = 0;
+  // readlink(2).
+  virtual Result<std::string> Readlink(const Cred& c, const std::string& path) = 0;
+  // unlink(2).
+  virtual Status Unlink(const Cred& c, const std::string& path) = 0;
+  // renameat2(2) within this node (flags: RENAME_NOREPLACE, RENAME_EXCHANGE).
+  // Creates no parents: the caller ensures the destination's parent exists.
+  virtual Status Rename(const Cred& c, const std::string& from, const std::string& to,
+                        unsigned flags) = 0;
+  // link(2) within this node; returns the new link's lstat.
+  virtual Result<struct stat> Link(const Cred& c, const std::string& existing,
+                                   const std::string& newpath) = 0;
+  // chmod/chown/truncate/utimensat; with a handle, on the open file
+  // (fchmod/ftruncate/...); returns the resulting lstat.
+  virtual Result<struct stat> SetAttr(const Cred& c, const std::string& path,
+                                      std::optional<Handle> handle,
+                                      const SetAttrRequest& req) = 0;
+  // statvfs(2) of the export root's file system.
+  virtual Result<struct statvfs> StatFs() = 0;
+
+  // Extended attributes (getxattr/setxattr/listxattr/removexattr, l* forms:
+  // never following a final symlink). `size` 0 asks for the size only: the
+  // result is then empty and the size is in `*needed`.
+  virtual Result<std::string> GetXattr(const Cred& c, const std::string& path,
+                                       const std::string& name, size_t size,
+                                       size_t* needed) = 0;
+  // fgetxattr(2) through an open handle of the file (the kernel asks
+  // security.capability before every write: through the handle that costs
+  // one system call, not a path resolution). ENOSYS: not offered here, ask
+  // by path.
+  virtual Result<std::string> GetXattrOf(const Cred& c, Handle h, const std::string& name,
+                                         size_t size, size_t* needed) {
+    (void)c, (void)h, (void)name, (void)size, (void)needed;
+    return Err(ENOSYS, "getxattr through a handle");
+  }
+  virtual Status SetXattr(const Cred& c, const std::string& path, const std::string& name,
+                          std::span<const std::byte> value, int flags) = 0;
+  // The names, NUL-separated, as listxattr(2) returns them.
+  virtual Result<std::string> ListXattr(const Cred& c, const std::string& path, size_t size,
+                                        size_t* needed) = 0;
+  virtual Status RemoveXattr(const Cred& c, const std::string& path,
+                             const std::string& name) = 0;
+
+  // open(2) of an existing file. O_CREAT is not allowed here (use Create).
+  // O_DIRECT is honoured where the buffers allow it and otherwise stripped:
+  // never EINVAL because of alignment.
+  virtual Result<Opened> Open(const Cred& c, const std::string& path, int flags) = 0;
+  // open(2) with O_CREAT (O_EXCL as given).
+  virtual Result<Opened> Create(const Cred& c, const std::string& path, int flags,
+                                mode_t mode) = 0;
+  // pread(2)/pwrite(2); short counts as the system call gives them. A write
+  // by a writer that lacks CAP_FSETID first clears the set-ID bits it would
+  // natively (Writer); a failure to clear them is logged, the write goes on.
+  virtual Result<size_t> Read(Handle h, uint64_t offset, std::span<std::byte> dst) = 0;
+  virtual Result<size_t> Write(Handle h, uint64_t offset, std::span<const std::byte> src,
+                               const Writer& by) = 0;
+  // A write by a writer with CAP_FSETID (implementations say
+  // `using NodeFs::Write`).
+  Result<size_t> Write(Handle h, uint64_t offset, std::span<const std::byte> src) {
+    return Write(h, offset, src, Writer{});
+  }
+  // close-time flush (no-op locally beyond releasing POSIX locks of `owner`).
+  virtual Status Flush(Handle h, uint64_t lock_owner) = 0;
+  // fsync(2)/fdatasync(2).
+  virtual Status Fsync(Handle h, bool datasync) = 0;
+  // fallocate(2).
+  virtual Status Fallocate(Handle h, int mode, uint64_t offset, uint64_t len) = 0;
+  // Closes the handle; its locks go with it.
+  virtual Status Release(Handle h) = 0;
+
+  // POSIX byte-range locks held for `owner` (an id unique across the
+  // federation, e.g. node tag << 48 ^ FUSE lock owner). The node that holds
+  // the file keeps the lock table, so locks conflict across all nodes and with
+  // local programs using the export root (open file description locks).
+  // GetLk: the first conflicting lock, or type F_UNLCK. SetLk: never blocks;
+  // EAGAIN on conflict (callers that must wait retry with backoff).
+  virtual Result<LockRange> GetLk(Handle h, uint64_t owner, const LockRange& want) = 0;
+  virtual Status SetLk(Handle h, uint64_t owner, const LockRange& want) = 0;
+  // flock(2) (LOCK_SH/LOCK_EX/LOCK_UN, always with LOCK_NB semantics).
+  virtual Status Flock(Handle h, uint64_t owner, int op) = 0;
+};
+
+}  // namespace fedfs::ns

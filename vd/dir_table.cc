@@ -1,0 +1,229 @@
+#include "vd/dir_table.h"
+
+#include <atomic>
+
+#include "common/path.h"
+#include "vd/vd_internal.h"
+
+namespace fedfs::ns {
+
+Result<std::unique_ptr<DirTable>> DirTable::Create(DirTableOptions options,
+                                                   m2m::Transport* transport) {
+  if (options.max_entries == 0) return Err(EINVAL, "directory table with 0 entries");
+  if (options.max_entries > (size_t{1} << 24)) {
+    return Err(EINVAL, "directory table of more than 2^24 entries");
+  }
+  std::unique_ptr<m2m::LocalRegion> region;
+  std::vector<uint64_t> plain;
+  if (transport != nullptr) {
+    auto r = transport->Allocate(options.max_entries * sizeof(uint64_t));
+    if (!r) return Err(r.error().code, "directory table words: " + r.error().context);
+    region = std::move(*r);
+  } else {
+    plain.assign(options.max_entries, 0);
+  }
+  return std::unique_ptr<DirTable>(new DirTable(options, std::move(region), std::move(plain)));
+}
+
+DirTable::DirTable(DirTableOptions options, std::unique_ptr<m2m::LocalRegion> region,
+                   std::vector<uint64_t> plain)
+    : options_(options), region_(std::move(region)), plain_(std::move(plain)) {
+  if (region_) {
+    words_ = reinterpret_cast<uint64_t*>(region_->data());
+    desc_ = region_->Export();
+  } else {
+    words_ = plain_.data();
+  }
+  slots_.resize(options_.max_entries);
+  stats_.capacity = options_.max_entries;
+  stats_.max_bytes = options_.max_bytes;
+}
+
+DirTable::~DirTable() = default;
+
+uint64_t DirTable::LoadWord(size_t s) const {
+  return std::atomic_ref<uint64_t>(words_[s]).load(std::memory_order_acquire);
+}
+
+void DirTable::BumpLocked(size_t s) {
+  std::atomic_ref<uint64_t>(words_[s]).fetch_add(1, std::memory_order_acq_rel);
+  ++stats_.local_bumps;
+}
+
+namespace {
+int64_t HoldersBytes(const std::vector<std::string>& holders) {
+  int64_t n = 0;
+  for (const auto& h : holders) n += static_cast<int64_t>(sizeof(std::string) + h.size());
+  return n;
+}
+}  // namespace
+
+size_t DirTable::SizeOf(const VirtualDirectory& vd) {
+  size_t n = sizeof(VirtualDirectory) + vd.path.size() +
+             static_cast<size_t>(HoldersBytes(vd.holders));
+  for (const auto& e : vd.entries) n += VdEntryBytes(e);
+  return n;
+}
+
+bool DirTable::ValidLocked(const Slot& slot, size_t s) const {
+  return slot.vd != nullptr && LoadWord(s) == slot.expected;
+}
+
+void DirTable::DropLocked(size_t s) {
+  Slot& slot = slots_[s];
+  if (!slot.path.empty()) index_.erase(slot.path);
+  bytes_ -= slot.bytes;
+  slot = Slot{.generation = slot.generation + 1};
+}
+
+DirTable::VdPtr DirTable::Find(const std::string& path, uint64_t epoch) {
+  std::lock_guard lock(mu_);
+  auto it = index_.find(path);
+  if (it == index_.end() || (!own_changes_.empty() && own_changes_.contains(path))) {
+    ++stats_.misses;
+    return nullptr;
+  }
+  Slot& slot = slots_[it->second];
+  if (slot.vd == nullptr) {  // reserved, fetch in flight
+    ++stats_.misses;
+    return nullptr;
+  }
+  if (slot.epoch != epoch || LoadWord(it->second) != slot.expected) {
+    ++stats_.misses;
+    ++stats_.stale;
+    return nullptr;
+  }
+  slot.referenced = true;
+  ++stats_.hits;
+  return slot.vd;
+}
+
+size_t DirTable::VictimLocked() {
+  // CLOCK: a referenced slot gets a second chance; free slots first.
+  for (size_t n = 0; n < 2 * slots_.size() + 1; ++n) {
+    const size_t s = hand_;
+    hand_ = (hand_ + 1) % slots_.size();
+    Slot& slot = slots_[s];
+    if (slot.path.empty()) return s;
+    if (slot.referenced && ValidLocked(slot, s)) {
+      slot.referenced = false;
+      continue;
+    }
+    return s;
+  }
+  return hand_;
+}
+
+DirTable::Ticket DirTable::Reserve(const std::string& path) {
+  std::lock_guard lock(mu_);
+  size_t s;
+  if (auto it = index_.find(path); it != index_.end()) {
+    s = it->second;
+  } else {
+    s = VictimLocked();
+    if (!slots_[s].path.empty()) {
+      ++stats_.evictions;
+      DropLocked(s);
+    }
+    slots_[s].path = path;
+    index_[path] = s;
+  }
+  return Ticket{path, static_cast<uint32_t>(s), LoadWord(s), slots_[s].generation};
+}
+
+void DirTable::Install(const Ticket& t, VdPtr vd, uint64_t epoch) {
+  std::lock_guard lock(mu_);
+  if (t.slot >= slots_.size()) return;
+  Slot& slot = slots_[t.slot];
+  if (slot.path != t.path || slot.generation != t.generation) return;  // reused since
+  bytes_ -= slot.bytes;
+  slot.bytes = SizeOf(*vd);
+  bytes_ += slot.bytes;
+  slot.vd = std::move(vd);
+  slot.expected = t.word;
+  slot.epoch = epoch;
+  slot.referenced = true;
+  // The byte bound: evict other entries (CLOCK order) until under it.
+  for (size_t n = 0; bytes_ > options_.max_bytes && n < slots_.size(); ++n) {
+    const size_t s = VictimLocked();
+    if (s == t.slot) continue;
+    if (!slots_[s].path.empty()) {
+      ++stats_.evictions;
+      DropLocked(s);
+    }
+  }
+}
+
+void DirTable::Patch(const std::string& path, uint64_t prev_version, uint64_t vd_version,
+                     const std::vector<std::string>& keys, std::vector<VdEntry> fresh,
+                     std::vector<std::string> holders) {
+  std::lock_guard lock(mu_);
+  auto it = index_.find(path);
+  if (it == index_.end()) return;
+  const size_t s = it->second;
+  Slot& slot = slots_[s];
+  if (ValidLocked(slot, s) && vd_version != 0 && slot.vd->version == vd_version) {
+    return;  // fetched since, with the change in it
+  }
+  if (!ValidLocked(slot, s) || slot.vd->version != prev_version || vd_version == 0) {
+    BumpLocked(s);  // also spoils a fetch in flight for this slot
+    return;
+  }
+  // In place when no reader holds this VD (under mu_, a use count of 1 is the
+  // slot's own reference): a copy costs O(entries) per change.
+  auto vd = slot.vd.use_count() == 1 ? std::const_pointer_cast<VirtualDirectory>(slot.vd)
+                                     : std::make_shared<VirtualDirectory>(*slot.vd);
+  int64_t delta = 0;  // the entries' bytes (O(change), not a SizeOf walk)
+  vd_internal::PatchEntries(keys, std::move(fresh), &vd->entries, &vd->subdirs, &delta);
+  delta += HoldersBytes(holders) - HoldersBytes(vd->holders);
+  vd->holders = std::move(holders);
+  vd->version = vd_version;
+  bytes_ -= slot.bytes;
+  slot.bytes = static_cast<size_t>(static_cast<int64_t>(slot.bytes) + delta);
+  bytes_ += slot.bytes;
+  slot.vd = std::move(vd);
+  ++stats_.patches;
+}
+
+void DirTable::BeginOwnChange(const std::string& path) {
+  std::lock_guard lock(mu_);
+  ++own_changes_[path];
+}
+
+void DirTable::EndOwnChange(const std::string& path) {
+  std::lock_guard lock(mu_);
+  auto it = own_changes_.find(path);
+  if (it != own_changes_.end() && --it->second == 0) own_changes_.erase(it);
+}
+
+void DirTable::Invalidate(const std::string& path) {
+  std::lock_guard lock(mu_);
+  if (auto it = index_.find(path); it != index_.end()) BumpLocked(it->second);
+}
+
+void DirTable::InvalidateSubtree(const std::string& path) {
+  std::lock_guard lock(mu_);
+  for (const auto& [p, s] : index_) {
+    if (PathWithin(p, path)) BumpLocked(s);
+  }
+}
+
+void DirTable::InvalidateAll() {
+  std::lock_guard lock(mu_);
+  for (const auto& [p, s] : index_) BumpLocked(s);
+}
+
+DirTable::Stats DirTable::stats() const {
+  std::lock_guard lock(mu_);
+  Stats out = stats_;
+  out.bytes = bytes_;
+  uint64_t sum = 0;
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    sum += LoadWord(s);
+    if (ValidLocked(slots_[s], s)) ++out.occupancy;
+  }
+  out.bumps_received = sum - stats_.local_bumps;
+  return out;
+}
+
+}  // namespace fedfs::ns

@@ -1,0 +1,149 @@
+// DirTable: this node's directory table (docs/namespace.md, "Directory
+// table"): a fixed-capacity, TLB-like cache of the virtual directories that
+// other nodes manage.
+//
+// Coherence without the sharer's CPU. Every slot has a 64-bit version word in
+// memory registered with the transport (one array, `region()`). A miss
+// reserves a slot, reads its word (the ticket), and asks the manager M(P) for
+// VD(P), naming the slot; M(P) records this node as a sharer of P at that
+// slot. When VD(P) changes, M(P) adds 1 to the word of every sharer with a
+// one-sided FetchAdd and waits for those to complete before it acknowledges
+// the change. An entry is valid while its word still holds the ticket's value
+// and it was fetched in the current membership epoch, so a lookup after the
+// acknowledgement misses and refetches. A bump that reaches a slot already
+// reused for another path only costs that path a refetch.
+//
+// Replacement: CLOCK over `max_entries` slots, also bounded by `max_bytes`
+// (an estimate of the VDs' memory). Only directories managed elsewhere are
+// kept here: a manager reads its own resident VDs directly.
+//
+// Threads: every method is thread-safe (one mutex; the words are read with
+// acquire loads and bumped with atomic adds, since remote atomics land in them
+// without any lock). Ownership: owns the words' registration; the transport
+// must outlive this object.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/result.h"
+#include "m2m/transport.h"
+#include "vd/vd.h"
+
+namespace fedfs::ns {
+
+struct DirTableOptions {
+  size_t max_entries = 4096;
+  size_t max_bytes = size_t{64} << 20;
+};
+
+class DirTable {
+ public:
+  using VdPtr = std::shared_ptr<const VirtualDirectory>;
+
+  // Registers the version words with `transport` (Allocate). A null transport
+  // keeps them in plain memory (no remote invalidation; for tests).
+  static Result<std::unique_ptr<DirTable>> Create(DirTableOptions options,
+                                                  m2m::Transport* transport);
+  ~DirTable();
+
+  // What a miss sends to the manager: the slot reserved for the path and the
+  // word's value when it was reserved.
+  struct Ticket {
+    std::string path;
+    uint32_t slot = 0;
+    uint64_t word = 0;
+    uint64_t generation = 0;  // the slot's reuse count
+  };
+
+  // A hit: VD(path) if cached, unchanged since it was fetched, and fetched in
+  // `epoch` (this node's membership epoch). Counts a hit or a miss.
+  VdPtr Find(const std::string& path, uint64_t epoch);
+  // A miss: the slot for `path` (its own if it has one, else a CLOCK victim).
+  Ticket Reserve(const std::string& path);
+  // Keeps `vd` in the ticket's slot, unless the slot was taken by another path
+  // since. If the word moved since the ticket, the entry is born stale.
+  void Install(const Ticket& ticket, VdPtr vd, uint64_t epoch);
+
+  // After this node's own change of VD(path) at the manager moved it from
+  // `prev_version` to `vd_version`: patches the cached copy (entries whose
+  // real name is in `keys` replaced by `fresh`, holders replaced) when it is
+  // at `prev_version`, else invalidates it.
+  void Patch(const std::string& path, uint64_t prev_version, uint64_t vd_version,
+             const std::vector<std::string>& keys, std::vector<VdEntry> fresh,
+             std::vector<std::string> holders);
+
+  // Brackets this node's own change of VD(path) at the manager, from before
+  // it is sent until its reply was patched in: the manager does not bump the
+  // reporter's word (it patches), so meanwhile Find misses for `path` and a
+  // lookup asks the manager, which answers the state before or after the
+  // change, never this older copy after another node saw the newer one.
+  void BeginOwnChange(const std::string& path);
+  void EndOwnChange(const std::string& path);
+
+  // Local invalidation (bumps the word as a manager would).
+  void Invalidate(const std::string& path);
+  // Every cached path at or beneath `path`.
+  void InvalidateSubtree(const std::string& path);
+  void InvalidateAll();
+
+  // For managers: word of slot s at offset 8 * s.
+  const m2m::RegionDesc& region() const { return desc_; }
+  size_t capacity() const { return slots_.size(); }
+
+  struct Stats {
+    uint64_t capacity = 0;
+    uint64_t max_bytes = 0;
+    uint64_t occupancy = 0;     // slots holding a valid-looking entry
+    uint64_t bytes = 0;
+    uint64_t hits = 0;
+    uint64_t misses = 0;
+    uint64_t stale = 0;         // misses that found an entry invalidated
+    uint64_t evictions = 0;
+    uint64_t bumps_received = 0;  // sum of the words minus local bumps
+    uint64_t local_bumps = 0;
+    uint64_t patches = 0;
+  };
+  Stats stats() const;
+
+ private:
+  struct Slot {
+    std::string path;  // "" = free
+    VdPtr vd;
+    uint64_t expected = 0;
+    uint64_t epoch = 0;
+    uint64_t generation = 0;
+    size_t bytes = 0;
+    bool referenced = false;
+  };
+
+  DirTable(DirTableOptions options, std::unique_ptr<m2m::LocalRegion> region,
+           std::vector<uint64_t> plain);
+  uint64_t LoadWord(size_t s) const;
+  void BumpLocked(size_t s);
+  void DropLocked(size_t s);
+  size_t VictimLocked();
+  bool ValidLocked(const Slot& slot, size_t s) const;
+  static size_t SizeOf(const VirtualDirectory& vd);
+
+  const DirTableOptions options_;
+  std::unique_ptr<m2m::LocalRegion> region_;  // the words (or plain_)
+  std::vector<uint64_t> plain_;
+  uint64_t* words_ = nullptr;
+  m2m::RegionDesc desc_;
+
+  mutable std::mutex mu_;
+  std::vector<Slot> slots_;                       // guarded by mu_
+  std::unordered_map<std::string, size_t> index_;  // path -> slot; guarded by mu_
+  std::unordered_map<std::string, size_t> own_changes_;  // in flight; guarded by mu_
+  size_t hand_ = 0;
+  size_t bytes_ = 0;
+  Stats stats_;
+};
+
+}  // namespace fedfs::ns

@@ -1,0 +1,439 @@
+// VdService: name claims, sharers and their one-sided invalidation, residency of
+// VDs at their manager (dirmerge), kernel-cache drops (vd/vd_service_impl.h).
+#include "vd/vd_service_impl.h"
+
+namespace fedfs::ns {
+
+using namespace vd_detail;
+
+auto VdService::Impl::Core::OtherHoldLocked(const std::string& path, const std::string& name,
+                                            const std::string& node) -> const Claim* {
+  auto& claims = claims_[path];
+  const auto now = std::chrono::steady_clock::now();
+  std::erase_if(claims, [&](const auto& kv) { return kv.second.expires <= now; });
+  auto c = claims.find(name);
+  return c != claims.end() && c->second.node != node ? &c->second : nullptr;
+}
+
+auto VdService::Impl::Core::BusyLocked(const std::string& path, const std::string& name,
+                                       const std::string& node) -> Status {
+  if (const Claim* c = OtherHoldLocked(path, name, node)) {
+    return Err(EAGAIN, JoinPath(path, name) + " is busy on " + c->node);
+  }
+  return Ok();
+}
+
+auto VdService::Impl::Core::EndClaimLocked(const std::string& path, const std::string& name,
+                                           const std::string& node) -> void {
+  auto p = claims_.find(path);
+  if (p == claims_.end()) return;
+  auto c = p->second.find(name);
+  if (c != p->second.end() && c->second.node == node) {
+    p->second.erase(c);
+  }
+  if (p->second.empty()) claims_.erase(p);
+}
+
+auto VdService::Impl::Core::ServeClaim(const std::string& path, VdChange change,
+                                       const std::string& from, m2m::Callback<UpdateOutcome> done)
+    -> void {
+  if (change.kind == VdChange::Kind::kRelease) {
+    std::lock_guard lock(mu_);
+    EndClaimLocked(path, change.name, from);
+    return done(UpdateOutcome{});
+  }
+  if (change.kind == VdChange::Kind::kLock) {
+    std::lock_guard lock(mu_);
+    // The holder reads VD(P) next and acts on what it reads: not before
+    // every old copy is invalidated (rounds_). A lock granted during the
+    // round of the change that ended the previous holder's lock let the
+    // next holder read its DT's old copy and replace a name that was no
+    // longer there (two copies of one name).
+    if (rounds_.contains(path)) {
+      return QueueBehindRoundLocked(
+          path, [self = shared_from_this(), path, change = std::move(change), from,
+                 done = std::move(done)]() mutable {
+            self->ServeClaim(path, std::move(change), from, std::move(done));
+          });
+    }
+    if (Status busy = BusyLocked(path, change.name, from); !busy) {
+      return done(Err(busy.error()));
+    }
+    claims_[path][change.name] = HoldBy(from);
+    return done(UpdateOutcome{});
+  }
+  ServeClaimOf(path, std::move(change.name), std::nullopt, from, std::move(done));
+}
+
+auto VdService::Impl::Core::ServeClaimOf(const std::string& path, std::string name,
+                                         std::optional<std::string> lock, const std::string& from,
+                                         m2m::Callback<UpdateOutcome> done) -> void {
+  EnsureResident(
+      path, [self = shared_from_this(), path, name = std::move(name), lock = std::move(lock), from,
+             done = std::move(done)](Result<Snapshot> s) mutable {
+        if (!s) return done(Err(s.error()));
+        UpdateOutcome o;
+        {
+          std::lock_guard mu_lock(self->mu_);
+          // EEXIST reads the state, and a lock must not be granted (see
+          // ServeClaim): not while a round is in flight (rounds_).
+          if (self->rounds_.contains(path)) {
+            self->QueueBehindRoundLocked(
+                path, [self, path, name = std::move(name), lock = std::move(lock), from,
+                       done = std::move(done)]() mutable {
+                  self->ServeClaimOf(path, std::move(name), std::move(lock), from, std::move(done));
+                });
+            return;
+          }
+          if (lock) {
+            if (Status busy = self->BusyLocked(path, *lock, from); !busy) {
+              return done(Err(busy.error()));
+            }
+          }
+          // The resident VD may be newer than the snapshot this waited for.
+          Snapshot cur = *s;
+          if (auto it = self->resident_.find(path); it != self->resident_.end()) {
+            cur = it->second.snap;
+          }
+          const std::string full = JoinPath(path, name);
+          if (cur.state->copies.count(name) != 0 || cur.vd->Find(name) != nullptr) {
+            return done(Err(EEXIST, full + " exists"));
+          }
+          // A node that did not answer may hold the name: wait (the client
+          // retries) until it answers or is declared dead.
+          if (!cur.vd->cacheable)
+            return done(Err(EAGAIN, full + ": a live node's listing is missing"));
+          // A claim is waited out too: its create may still fail, so EEXIST
+          // now would report a name that never exists.
+          if (Status busy = self->BusyLocked(path, name, from); !busy) {
+            return done(Err(busy.error()));
+          }
+          const Claim held = self->HoldBy(from);
+          auto& claims = self->claims_[path];
+          claims[name] = held;
+          if (lock) claims[*lock] = held;
+          o.prev_version = o.version = cur.vd->version;
+          o.holders = cur.state->holders;
+        }
+        done(std::move(o));
+      });
+}
+
+auto VdService::Impl::Core::RecordSharerLocked(const std::string& path, const std::string& node,
+                                               const SharerSlotData* sharer, bool notify) -> void {
+  if (broadcast_all_ || broadcast_paths_.count(path) != 0) return;
+  if (sharer != nullptr) {
+    NodeRegion& nr = node_regions_[node];
+    if (nr.desc.addr != sharer->region.addr || nr.desc.length != sharer->region.length ||
+        nr.desc.rkey != sharer->region.rkey) {
+      nr = NodeRegion{.desc = sharer->region};  // a restarted node: import again
+    }
+  }
+  std::vector<SharerRec>& recs = sharers_[path];
+  for (SharerRec& r : recs) {
+    if (r.node == node) {  // one slot per path at a node
+      if (sharer != nullptr) {
+        r.slot = sharer->slot;
+        r.has_slot = true;
+      }
+      r.notify = r.notify || notify;
+      return;
+    }
+  }
+  if (recs.size() >= options_.max_sharers_per_vd) {
+    sharer_records_ -= recs.size();
+    sharers_.erase(path);
+    broadcast_paths_.insert(path);
+    ++sharer_records_;  // the broadcast mark counts as one record
+    return;
+  }
+  recs.push_back(SharerRec{node, sharer != nullptr ? sharer->slot : 0, sharer != nullptr, notify});
+  if (++sharer_records_ > options_.max_sharer_records) {
+    Log()->warn("{} sharer records: every VD change is broadcast from now on", sharer_records_);
+    broadcast_all_ = true;
+    sharers_.clear();
+    broadcast_paths_.clear();
+    sharer_records_ = 0;
+  }
+}
+
+auto VdService::Impl::Core::TakeSharersLocked(const std::string& path, const std::string& from)
+    -> std::vector<SharerRec> {
+  auto it = sharers_.find(path);
+  if (it == sharers_.end()) return {};
+  std::vector<SharerRec> out;
+  std::vector<SharerRec> keep;
+  for (SharerRec& r : it->second) (r.node == from ? keep : out).push_back(std::move(r));
+  sharer_records_ -= out.size();
+  if (keep.empty()) {
+    sharers_.erase(it);
+  } else {
+    it->second = std::move(keep);
+  }
+  return out;
+}
+
+auto VdService::Impl::Core::RegionOf(const std::string& node, const std::string& addr)
+    -> Result<std::pair<std::shared_ptr<m2m::Endpoint>, std::shared_ptr<m2m::RemoteRegion>>> {
+  m2m::RegionDesc desc;
+  {
+    std::lock_guard lock(mu_);
+    auto it = node_regions_.find(node);
+    if (it == node_regions_.end()) return Err(ENOENT, "no DT region known for " + node);
+    if (it->second.remote && it->second.addr == addr) {
+      return std::make_pair(it->second.ep, it->second.remote);
+    }
+    desc = it->second.desc;
+  }
+  auto ep = transport_->GetEndpoint(addr);
+  auto remote = ep->Import(desc);
+  if (!remote) return Err(remote.error());
+  std::lock_guard lock(mu_);
+  auto it = node_regions_.find(node);
+  if (it != node_regions_.end() && it->second.desc.addr == desc.addr &&
+      it->second.desc.rkey == desc.rkey) {
+    it->second.addr = addr;
+    it->second.ep = ep;
+    it->second.remote = *remote;
+  }
+  return std::make_pair(std::move(ep), std::move(*remote));
+}
+
+auto VdService::Impl::Core::InvalidateSharers(const std::string& path,
+                                              std::vector<SharerRec> targets, bool broadcast,
+                                              const ClusterView& view, const std::string& from,
+                                              std::move_only_function<void()> done) -> void {
+  struct Round {
+    std::mutex mu;
+    size_t outstanding = 1;  // + 1 while issuing
+    std::move_only_function<void()> done;
+  };
+  auto round = std::make_shared<Round>();
+  round->done = std::move(done);
+  auto finish = [round] {
+    std::move_only_function<void()> d;
+    {
+      std::lock_guard lock(round->mu);
+      if (--round->outstanding > 0) return;
+      d = std::move(round->done);
+    }
+    d();
+  };
+  const auto timeout = std::chrono::duration_cast<m2m::Timeout>(options_.rpc_timeout);
+  auto self = shared_from_this();
+  auto failed = [self, path](const std::string& node, const Error& e) {
+    Log()->warn("invalidation of {} at sharer {} failed ({}); sharer dropped", path, node,
+                e.ToString());
+    std::lock_guard lock(self->mu_);
+    ++self->stats_.invalidations_failed;
+  };
+  for (const SharerRec& t : targets) {
+    auto live = view.live.find(t.node);
+    if (live == view.live.end()) continue;  // dead: its DT dies with its epoch
+    if (t.notify && !broadcast) {
+      // Its kernel's names: only its CPU can drop them (in parallel with
+      // the one-sided bump below; the round waits for both).
+      {
+        std::lock_guard lock(mu_);
+        ++stats_.notifies_sent;
+        ++round->outstanding;
+      }
+      transport_->GetEndpoint(live->second)
+          ->Call(MethodId(RpcMethod::kNsDtInval), EncodePathRequest(path, view), timeout,
+                 [finish, failed, node = t.node](Result<m2m::Bytes> r) {
+                   if (!r) failed(node, r.error());
+                   finish();
+                 });
+    }
+    if (!t.has_slot) continue;
+    auto region = RegionOf(t.node, live->second);
+    if (!region) {
+      failed(t.node, region.error());
+      continue;
+    }
+    {
+      std::lock_guard lock(mu_);
+      ++stats_.invalidations_sent;
+      ++round->outstanding;
+    }
+    auto [ep, remote] = std::move(*region);
+    ep->FetchAdd(*remote, uint64_t{t.slot} * 8, 1, timeout,
+                 [finish, failed, node = t.node, remote](Result<uint64_t> r) {
+                   if (!r) failed(node, r.error());
+                   finish();
+                 });
+  }
+  if (broadcast) {
+    if (dt_) dt_->Invalidate(path);
+    for (const auto& [node, addr] : view.live) {
+      if (node == view.self || node == from) continue;
+      {
+        std::lock_guard lock(mu_);
+        ++stats_.broadcasts_sent;
+        ++round->outstanding;
+      }
+      transport_->GetEndpoint(addr)->Call(MethodId(RpcMethod::kNsDtInval),
+                                          EncodePathRequest(path, view), timeout,
+                                          [finish, failed, node](Result<m2m::Bytes> r) {
+                                            if (!r) failed(node, r.error());
+                                            finish();
+                                          });
+    }
+  }
+  finish();
+}
+
+auto VdService::Impl::Core::EnsureResident(const std::string& path, Waiter waiter) -> void {
+  auto view = cluster_->Current();
+  std::shared_ptr<Build> build;
+  {
+    std::unique_lock lock(mu_);
+    if (closed_) {
+      lock.unlock();
+      return waiter(Err(ESHUTDOWN, "VD service closed"));
+    }
+    auto it = resident_.find(path);
+    if (it != resident_.end()) {
+      if (it->second.snap.vd->epoch == view->epoch) {
+        Touch(it->second);
+        Snapshot snap = it->second.snap;
+        lock.unlock();
+        return waiter(std::move(snap));
+      }
+      EvictLocked(it);  // built in another epoch: rebuild
+    }
+    auto b = builds_.find(path);
+    if (b != builds_.end() && b->second->epoch == view->epoch) {
+      b->second->waiters.push_back(std::move(waiter));
+      return;
+    }
+    build = std::make_shared<Build>();
+    build->path = path;
+    build->epoch = view->epoch;
+    build->waiters.push_back(std::move(waiter));
+    build->outstanding = view->live.size() + 1;
+    for (const auto& [node, addr] : view->live) {
+      build->listings.push_back(NodeListing{node, Err(EIO, "no answer")});
+    }
+    builds_[path] = build;  // a build of an older epoch finishes on its own
+    ++stats_.dirmerges;
+  }
+  // One parallel fan-out: a kNsListLocal to every other live node, this
+  // node's own listing through the blocking executor (no message).
+  size_t i = 0;
+  for (const auto& [node, addr] : view->live) {
+    if (node == view->self) {
+      // The guard answers the leaf even if the executor drops the task
+      // (shutdown), so that the build always completes.
+      auto guard = std::make_unique<LocalLeaf>(shared_from_this(), build, i);
+      blocking_->Post([guard = std::move(guard)]() mutable { guard->Run(); });
+    } else {
+      auto ep = transport_->GetEndpoint(addr);
+      ep->Call(
+          MethodId(RpcMethod::kNsListLocal), EncodePathRequest(path, *view),
+          std::chrono::duration_cast<m2m::Timeout>(options_.rpc_timeout),
+          [self = shared_from_this(), build, i, node](Result<m2m::Bytes> reply) {
+            Result<std::vector<DirEntry>> r =
+                reply ? DecodeListing(*reply) : Result<std::vector<DirEntry>>(Err(reply.error()));
+            if (!r && r.error().code == EPROTO) {
+              Log()->warn("bad listing of {} from {}: {}", build->path, node, r.error().ToString());
+            }
+            self->LeafDone(build, i, std::move(r));
+          });
+    }
+    ++i;
+  }
+  LeafDone(build, kIssued, Result<std::vector<DirEntry>>(std::vector<DirEntry>{}));
+}
+
+auto VdService::Impl::Core::LeafDone(const std::shared_ptr<Build>& build, size_t i,
+                                     Result<std::vector<DirEntry>> r) -> void {
+  std::vector<Waiter> waiters;
+  Result<Snapshot> result = Err(EIO, "unset");
+  {
+    std::lock_guard lock(mu_);
+    if (i != kIssued) {
+      if (!r && r.error().code != ENOENT) {
+        SPDLOG_LOGGER_DEBUG(Log(), "dirmerge {}: node {} left out: {}", build->path,
+                            build->listings[i].node, r.error().ToString());
+      }
+      build->listings[i].listing = std::move(r);
+    }
+    if (--build->outstanding > 0) return;
+    waiters = std::move(build->waiters);
+    auto b = builds_.find(build->path);
+    if (b != builds_.end() && b->second == build) builds_.erase(b);
+    result = FinishLocked(*build);
+  }
+  for (auto& w : waiters) {
+    w(result);  // copies of an immutable snapshot (or the error)
+  }
+}
+
+auto VdService::Impl::Core::FinishLocked(Build& build) -> Result<Snapshot> {
+  if (closed_) return Err(ESHUTDOWN, "VD service closed");
+  auto collected = vd_internal::Collect(build.listings);
+  if (!collected) {
+    if (collected.error().code == ENOENT) {
+      SPDLOG_LOGGER_DEBUG(Log(), "dirmerge {}: {}", build.path, collected.error().ToString());
+    }
+    return Err(collected.error().code, build.path + ": " + collected.error().context);
+  }
+  auto state = std::make_shared<MergeState>(std::move(*collected));
+  for (const VdChange& c : build.pending) {  // changes that raced with the fan-out
+    if (c.kind == VdChange::Kind::kAdd) {
+      vd_internal::ApplyAdd(*state, c.node, c.name, c.type);
+    } else {
+      vd_internal::ApplyRemove(*state, c.node, c.name);
+    }
+  }
+  auto vd = std::make_shared<VirtualDirectory>();
+  vd->path = build.path;
+  vd->epoch = build.epoch;
+  // Versions of one path never repeat at this manager, even across
+  // eviction and rebuild (a DT may still hold an older copy).
+  vd->version = ++version_floor_;
+  vd->holders = state->holders;
+  vd->entries = vd_internal::AllEntries(*state);
+  vd->CountSubdirs();
+  std::string missing;  // a live node that did not answer
+  for (const NodeListing& l : build.listings) {
+    if (!l.listing && l.listing.error().code != ENOENT && l.listing.error().code != ENOTDIR) {
+      missing = l.node;
+    }
+  }
+  if (!missing.empty()) {
+    Log()->info("dirmerge {}: live node {} did not answer; the VD is served but not kept",
+                build.path, missing);
+    // Served to readers, never kept resident or cached, and no claim is
+    // decided on it (the missing node may hold the name).
+    vd->cacheable = false;
+    return Snapshot{std::move(vd), std::move(state)};
+  }
+  Snapshot snap{std::move(vd), std::move(state)};
+  if (build.dropped) return snap;  // the directory moved while it was merged
+
+  auto it = resident_.find(build.path);
+  if (it != resident_.end()) {
+    if (it->second.snap.vd->epoch > build.epoch) return snap;  // a newer one is there
+    it->second.snap = snap;
+    Touch(it->second);
+  } else {
+    lru_.push_front(build.path);
+    resident_.emplace(build.path, Resident{snap, lru_.begin()});
+    while (resident_.size() > options_.max_resident_vds) {
+      EvictLocked(resident_.find(lru_.back()));
+    }
+  }
+  return snap;
+}
+
+auto VdService::Impl::Core::DropKernelNames() -> void {
+  KernelCache* k = kernel_.load(std::memory_order_acquire);
+  if (k == nullptr || !k->Coherent()) return;
+  k->InvalidateNames();
+  std::lock_guard lock(mu_);
+  ++stats_.kernel_invalidations;
+}
+
+}  // namespace fedfs::ns

@@ -1,0 +1,615 @@
+// VdService (vd/vd_service.h): the Core's lifecycle, its RPC handlers, routing to
+// managers, serving Get/Update/Conflicts; the Core is declared in vd_service_impl.h.
+#include "vd/vd_service_impl.h"
+
+namespace fedfs::ns {
+
+using namespace vd_detail;
+
+VdService::Impl::Core::Core(VdServiceOptions options, m2m::Transport* transport,
+                            const ClusterViewSource* cluster, NodeFs* local, Executor* blocking)
+    : options_(options),
+      transport_(transport),
+      cluster_(cluster),
+      local_(local),
+      blocking_(blocking) {
+  if (options_.max_resident_vds == 0) options_.max_resident_vds = 1;
+  if (options_.max_sharers_per_vd == 0) options_.max_sharers_per_vd = 1;
+  if (options_.dt_entries > 0 && transport_ != nullptr) {
+    auto dt = DirTable::Create(
+        DirTableOptions{.max_entries = options_.dt_entries, .max_bytes = options_.dt_bytes},
+        transport_);
+    if (dt) {
+      dt_ = std::move(*dt);
+    } else {
+      Log()->error("no directory table ({}): every lookup asks the manager", dt.error().ToString());
+    }
+  }
+}
+
+auto VdService::Impl::Core::Close() -> void {
+  std::lock_guard lock(mu_);
+  closed_ = true;
+  resident_.clear();
+  lru_.clear();
+}
+
+auto VdService::Impl::Core::OnListLocal(m2m::IncomingCall call, m2m::Responder responder) -> void {
+  auto req = DecodePathRequest(call.payload);
+  if (!req) return Refuse("kNsListLocal", call, std::move(responder), req.error());
+  if (auto s = ValidateGlobalPath(req->path); !s) {
+    return Refuse("kNsListLocal", call, std::move(responder), s.error());
+  }
+  blocking_->Post([self = shared_from_this(), path = std::move(req->path),
+                   responder = std::move(responder)]() mutable {
+    if (self->IsClosed()) return responder.Fail(Error{ESHUTDOWN, "VD service closed"});
+    // Watched before it is listed: a change in between is both listed and
+    // reported (harmless), never neither.
+    if (self->options_.on_local_listing) self->options_.on_local_listing(path);
+    auto listing = self->local_->ListDir(Cred{}, path);
+    if (!listing) return responder.Fail(listing.error());
+    responder.Reply(EncodeListing(*listing));
+  });
+}
+
+auto VdService::Impl::Core::OnGet(m2m::IncomingCall call, m2m::Responder responder) -> void {
+  auto req = DecodePathRequest(call.payload);
+  if (!req) return Refuse("kNsVdGet", call, std::move(responder), req.error());
+  if (auto s = ValidateGlobalPath(req->path); !s) {
+    return Refuse("kNsVdGet", call, std::move(responder), s.error());
+  }
+  auto view = cluster_->Current();
+  if (auto s = CheckManager(*view, req->path); !s) return responder.Fail(s.error());
+  // A requester this manager does not see as a live member (membership
+  // still converging) is served but not recorded: its copy is marked
+  // uncacheable, since no change would invalidate it.
+  const bool uncached = (req->sharer || req->notify) && !view->IsAlive(req->from);
+  if (uncached) {
+    req->sharer.reset();
+    req->notify = false;
+  }
+  ServeGet(req->path, req->from, std::move(req->sharer), req->notify,
+           [responder = std::move(responder), uncached](Result<VdPtr> vd) mutable {
+             if (!vd) return responder.Fail(vd.error());
+             responder.Reply(EncodeVd(**vd, uncached || !(*vd)->cacheable));
+           });
+}
+
+auto VdService::Impl::Core::OnUpdate(m2m::IncomingCall call, m2m::Responder responder) -> void {
+  auto req = DecodeUpdateRequest(call.payload);
+  if (!req) return Refuse("kNsVdUpdate", call, std::move(responder), req.error());
+  Status valid = ValidateGlobalPath(req->path);
+  if (valid) valid = ValidateChanges(req->changes);
+  if (!valid) return Refuse("kNsVdUpdate", call, std::move(responder), valid.error());
+  auto view = cluster_->Current();
+  if (auto s = CheckManager(*view, req->path); !s) return responder.Fail(s.error());
+  ServeUpdate(req->path, std::move(req->changes), req->from, *view,
+              [responder = std::move(responder)](Result<UpdateOutcome> o) mutable {
+                if (!o) return responder.Fail(o.error());
+                responder.Reply(EncodeUpdateReply(*o));
+              });
+}
+
+auto VdService::Impl::Core::OnDtInval(m2m::IncomingCall call, m2m::Responder responder) -> void {
+  auto req = DecodePathRequest(call.payload);
+  if (!req) return Refuse("kNsDtInval", call, std::move(responder), req.error());
+  if (auto s = ValidateGlobalPath(req->path); !s) {
+    return Refuse("kNsDtInval", call, std::move(responder), s.error());
+  }
+  if (dt_) dt_->Invalidate(req->path);
+  DropKernelNames();
+  {
+    std::lock_guard lock(mu_);
+    ++stats_.dt_invals_received;
+  }
+  responder.Reply({});
+}
+
+auto VdService::Impl::Core::OnConflicts(m2m::IncomingCall call, m2m::Responder responder) -> void {
+  auto req = DecodePathRequest(call.payload);
+  if (!req) return Refuse("kNsConflicts", call, std::move(responder), req.error());
+  if (auto s = ValidateGlobalPath(req->path); !s) {
+    return Refuse("kNsConflicts", call, std::move(responder), s.error());
+  }
+  auto view = cluster_->Current();
+  if (auto s = CheckManager(*view, req->path); !s) return responder.Fail(s.error());
+  ServeConflicts(req->path,
+                 [responder = std::move(responder)](Result<std::vector<Conflict>> c) mutable {
+                   if (c.has_value()) {
+                     const std::vector<Conflict>& list = c.value();
+                     responder.Reply(EncodeConflicts(list));
+                   } else {
+                     responder.Fail(c.error());
+                   }
+                 });
+}
+
+auto VdService::Impl::Core::OnDrop(m2m::IncomingCall call, m2m::Responder responder) -> void {
+  auto req = DecodePathRequest(call.payload);
+  if (!req) return Refuse("kNsVdDrop", call, std::move(responder), req.error());
+  if (auto s = ValidateGlobalPath(req->path); !s) {
+    return Refuse("kNsVdDrop", call, std::move(responder), s.error());
+  }
+  DropLocal(req->path);
+  responder.Reply({});
+}
+
+auto VdService::Impl::Core::DropLocal(const std::string& path) -> void {
+  if (dt_) dt_->InvalidateSubtree(path);
+  std::lock_guard lock(mu_);
+  for (auto it = resident_.begin(); it != resident_.end();) {
+    auto next = std::next(it);
+    if (PathWithin(it->first, path)) EvictLocked(it);
+    it = next;
+  }
+  for (auto& [p, b] : builds_) {
+    if (PathWithin(p, path)) b->dropped = true;
+  }
+}
+
+auto VdService::Impl::Core::DropSubtree(const std::string& path,
+                                        std::move_only_function<void(Status)> done) -> void {
+  if (auto s = ValidateGlobalPath(path); !s) return done(Err(s.error()));
+  auto view = cluster_->Current();
+  struct Round {
+    std::mutex mu;
+    size_t outstanding = 0;
+    std::move_only_function<void(Status)> done;
+  };
+  auto round = std::make_shared<Round>();
+  round->outstanding = 1;  // this node, below
+  for (const auto& [node, addr] : view->live) {
+    if (node != view->self) ++round->outstanding;
+  }
+  round->done = std::move(done);
+  auto finish = [round] {
+    std::move_only_function<void(Status)> d;
+    {
+      std::lock_guard lock(round->mu);
+      if (--round->outstanding > 0) return;
+      d = std::move(round->done);
+    }
+    d(Ok());
+  };
+  // One parallel round to every other live node; a node that does not answer
+  // in time is logged (its residency ends with the next epoch anyway).
+  for (const auto& [node, addr] : view->live) {
+    if (node == view->self) continue;
+    transport_->GetEndpoint(addr)->Call(
+        MethodId(RpcMethod::kNsVdDrop), EncodePathRequest(path, *view),
+        std::chrono::duration_cast<m2m::Timeout>(options_.rpc_timeout),
+        [finish, node, path](Result<m2m::Bytes> r) mutable {
+          if (!r) Log()->warn("drop of VDs under {} at {}: {}", path, node, r.error().ToString());
+          finish();
+        });
+  }
+  DropLocal(path);
+  finish();
+}
+
+auto VdService::Impl::Core::Get(const std::string& path,
+                                std::move_only_function<void(Result<VdPtr>)> done) -> void {
+  if (auto s = ValidateGlobalPath(path); !s) return done(Err(s.error()));
+  {
+    std::lock_guard lock(mu_);
+    ++stats_.lookups;
+  }
+  auto view = cluster_->Current();
+  const std::string& manager = view->Manager(path);
+  // Managed here: served at once, as Route would (no Routed to build).
+  if (!manager.empty() && manager == view->self) {
+    return ServeGet(path, view->self, std::nullopt, false, std::move(done));
+  }
+  std::optional<DirTable::Ticket> ticket;
+  std::optional<SharerSlotData> sharer;
+  // A copy fetched without `notify` must not feed a kernel that caches
+  // names (its manager would not tell this node's kernel of changes): DT
+  // entries are bound to the epoch and to the notify mode they came with.
+  const bool notify = KernelCoherent();
+  if (dt_ && !manager.empty()) {  // managed elsewhere
+    if (VdPtr vd = dt_->Find(path, DtEpoch(view->epoch, notify))) return done(std::move(vd));
+    ticket = dt_->Reserve(path);
+    sharer = SharerSlotData{ticket->slot, dt_->region()};
+  }
+  auto self = shared_from_this();
+  auto r = std::make_shared<Routed<VdPtr>>();
+  r->path = path;
+  r->method = MethodId(RpcMethod::kNsVdGet);
+  r->timeout = ManagerTimeout();
+  r->encode = [path, sharer = std::move(sharer), notify](const ClusterView& v) {
+    return EncodePathRequest(path, v, sharer ? &*sharer : nullptr, notify);
+  };
+  r->local = [self, path](const ClusterView& v, m2m::Callback<VdPtr> cb) {
+    self->ServeGet(path, v.self, std::nullopt, false, std::move(cb));
+  };
+  r->decode = [](const m2m::Bytes& b) { return DecodeVd(b); };
+  if (ticket) {
+    r->inspect = [self, ticket = std::move(*ticket), notify](const Result<VdPtr>& vd, bool remote,
+                                                             uint64_t epoch) {
+      // Only a VD served by a manager that recorded the slot may be kept,
+      // and only one built in the epoch it is kept under: a manager whose
+      // view is behind this node's listed only the nodes it knows, and its
+      // next epoch would not invalidate the copy here.
+      if (vd && remote && (*vd)->cacheable && (*vd)->epoch == epoch) {
+        self->dt_->Install(ticket, *vd, DtEpoch(epoch, notify));
+      }
+    };
+  }
+  r->done = std::move(done);
+  Route(std::move(r));
+}
+
+auto VdService::Impl::Core::UpdateMany(const std::string& path, std::vector<VdChange> changes,
+                                       std::move_only_function<void(Status)> done) -> void {
+  Status valid = ValidateGlobalPath(path);
+  if (valid) valid = ValidateChanges(changes);
+  if (!valid) return done(Err(valid.error()));
+  auto self = shared_from_this();
+  // Claims, locks and releases change no entry, and their replies carry no
+  // version (patching with one would drop the cached copy: a refetch of
+  // the whole VD per unlink or rename).
+  auto view = cluster_->Current();
+  const std::string& manager = view->Manager(path);
+  // Managed here: this node keeps no DT copy of its own VDs to patch or to
+  // guard.
+  const bool here = !manager.empty() && manager == view->self;
+  const bool own = !here && dt_ && std::ranges::any_of(changes, [](const VdChange& c) {
+    return c.kind == VdChange::Kind::kAdd || c.kind == VdChange::Kind::kRemove;
+  });
+  auto finish = [self, path, own, done = std::move(done)](Result<UpdateOutcome> v) mutable {
+    if (own) self->dt_->EndOwnChange(path);  // after the patch (inspect runs first)
+    if (!v) return done(Err(v.error()));
+    done(Ok());
+  };
+  // Served at once, as Route would (no Routed to build).
+  if (here) return ServeUpdate(path, std::move(changes), view->self, *view, std::move(finish));
+  if (own) dt_->BeginOwnChange(path);
+  auto r = std::make_shared<Routed<UpdateOutcome>>();
+  r->path = path;
+  r->method = MethodId(RpcMethod::kNsVdUpdate);
+  // The manager waits for its sharers' invalidations (up to rpc_timeout).
+  r->timeout = 2 * std::chrono::duration_cast<m2m::Timeout>(options_.rpc_timeout);
+  r->encode = [path, changes](const ClusterView& v) {
+    return EncodeUpdateRequest(path, changes, v);
+  };
+  r->local = [self, path, changes](const ClusterView& v, m2m::Callback<UpdateOutcome> cb) {
+    self->ServeUpdate(path, changes, v.self, v, std::move(cb));
+  };
+  r->decode = [](const m2m::Bytes& b) { return DecodeUpdateReply(b); };
+  if (own) {
+    r->inspect = [self, path](const Result<UpdateOutcome>& o, bool remote, uint64_t) {
+      if (!remote) return;  // served here: this node keeps no DT copy of its own VDs
+      if (!o) return self->dt_->Invalidate(path);
+      self->dt_->Patch(path, o->prev_version, o->version, o->keys, o->fresh, o->holders);
+    };
+  }
+  r->done = std::move(finish);
+  Route(std::move(r), std::move(view));
+}
+
+auto VdService::Impl::Core::Conflicts(
+    const std::string& path, std::move_only_function<void(Result<std::vector<Conflict>>)> done)
+    -> void {
+  if (auto s = ValidateGlobalPath(path); !s) return done(Err(s.error()));
+  auto self = shared_from_this();
+  auto r = std::make_shared<Routed<std::vector<Conflict>>>();
+  r->path = path;
+  r->method = MethodId(RpcMethod::kNsConflicts);
+  r->timeout = ManagerTimeout();
+  r->encode = [path](const ClusterView& v) { return EncodePathRequest(path, v); };
+  r->local = [self, path](const ClusterView&, m2m::Callback<std::vector<Conflict>> cb) {
+    self->ServeConflicts(path, std::move(cb));
+  };
+  r->decode = [](const m2m::Bytes& b) { return DecodeConflicts(b); };
+  r->done = std::move(done);
+  Route(std::move(r));
+}
+
+auto VdService::Impl::Core::stats() const -> Stats {
+  std::lock_guard lock(mu_);
+  Stats s = stats_;
+  s.resident = resident_.size();
+  s.sharer_records = sharer_records_;
+  if (dt_) {
+    s.has_dt = true;
+    s.dt = dt_->stats();
+  }
+  return s;
+}
+
+auto VdService::Impl::Core::CheckManager(const ClusterView& view, const std::string& path)
+    -> Status {
+  const std::string& m = view.Manager(path);
+  if (m == view.self) return Ok();
+  SPDLOG_LOGGER_DEBUG(Log(), "not the manager of {} in epoch {} (it is '{}'): ESTALE", path,
+                      view.epoch, m);
+  return Err(ESTALE, "not the manager of " + path + " in epoch " + std::to_string(view.epoch));
+}
+
+auto VdService::Impl::Core::ServeGet(const std::string& path, const std::string& from,
+                                     std::optional<SharerSlotData> sharer, bool notify,
+                                     m2m::Callback<VdPtr> done) -> void {
+  const auto view = cluster_->Current();
+  VdPtr ready;
+  {
+    std::lock_guard lock(mu_);
+    ++stats_.gets_served;
+    // Recorded before the VD is read: a change applied after this point
+    // bumps the requester's slot; one applied before is in what it gets.
+    if ((sharer || notify) && from != view->self) {
+      RecordSharerLocked(path, from, sharer ? &*sharer : nullptr, notify);
+    }
+    // Resident, of this epoch, no round in flight (the common case): read
+    // in this same critical section. A worker makes several gets per
+    // request; the trip through EnsureResident and its callback took mu_
+    // twice more and hashed the path twice more.
+    if (auto it = resident_.find(path); !closed_ && it != resident_.end() &&
+                                        it->second.snap.vd->epoch == view->epoch &&
+                                        !rounds_.contains(path)) {
+      Touch(it->second);
+      ready = it->second.snap.vd;
+    }
+  }
+  if (ready) return done(std::move(ready));
+  EnsureResident(path, [self = shared_from_this(), path, from, sharer, notify,
+                        done = std::move(done)](Result<Snapshot> s) mutable {
+    if (!s) return done(Err(s.error()));
+    {
+      // The snapshot may hold a change whose round is still in flight: it
+      // is served once no round is (see rounds_), read again then.
+      std::lock_guard lock(self->mu_);
+      if (self->rounds_.contains(path)) {
+        self->QueueBehindRoundLocked(
+            path, [self, path, from, sharer, notify, done = std::move(done)]() mutable {
+              self->ServeGet(path, from, std::move(sharer), notify, std::move(done));
+            });
+        return;
+      }
+    }
+    done(std::move(s->vd));
+  });
+}
+
+auto VdService::Impl::Core::ServeConflicts(const std::string& path,
+                                           m2m::Callback<std::vector<Conflict>> done) -> void {
+  EnsureResident(path, [done = std::move(done)](Result<Snapshot> s) mutable {
+    if (!s) return done(Err(s.error()));
+    done(vd_internal::ConflictsOf(*s->state));
+  });
+}
+
+auto VdService::Impl::Core::ServeUpdate(const std::string& path, std::vector<VdChange> changes,
+                                        const std::string& from, const ClusterView& view,
+                                        m2m::Callback<UpdateOutcome> done) -> void {
+  if (changes.size() == 1 &&
+      (changes[0].kind == VdChange::Kind::kClaim || changes[0].kind == VdChange::Kind::kRelease ||
+       changes[0].kind == VdChange::Kind::kLock)) {
+    return ServeClaim(path, std::move(changes[0]), from, std::move(done));
+  }
+  if (IsLockAndClaim(changes)) {
+    return ServeClaimOf(path, std::move(changes[1].name), std::move(changes[0].name), from,
+                        std::move(done));
+  }
+  UpdateOutcome o;
+  std::vector<SharerRec> targets;
+  bool broadcast = false;
+  bool changed = true;  // unknown when not resident: invalidate
+  {
+    std::lock_guard lock(mu_);
+    if (closed_) return done(Err(ESHUTDOWN, "VD service closed"));
+    // One round per directory at a time: a change acknowledged while an
+    // earlier one's round is in flight would be missing from copies that
+    // are not invalidated yet.
+    if (rounds_.contains(path)) {
+      QueueBehindRoundLocked(path, [self = shared_from_this(), path, changes, from, view,
+                                    done = std::move(done)]() mutable {
+        self->ServeUpdate(path, std::move(changes), from, view, std::move(done));
+      });
+      return;
+    }
+    for (const VdChange& c : changes) EndClaimLocked(path, c.name, from);
+    auto b = builds_.find(path);
+    if (b != builds_.end()) {  // replayed after the merge
+      for (const VdChange& c : changes) b->second->pending.push_back(c);
+    }
+    auto it = resident_.find(path);
+    if (it != resident_.end() && it->second.snap.vd->epoch != view.epoch) {
+      EvictLocked(it);
+      it = resident_.end();
+    }
+    if (it != resident_.end()) {
+      // Snapshots are immutable once handed out. Copying one costs O(entries)
+      // per change (quadratic over a directory being filled), so the state
+      // and the VD are each changed in place when no one else holds them:
+      // under mu_, a use count of 1 is resident_'s own reference, and no
+      // other thread can take one without mu_.
+      std::shared_ptr<MergeState> state =
+          it->second.snap.state.use_count() == 1
+              ? std::const_pointer_cast<MergeState>(it->second.snap.state)
+              : std::make_shared<MergeState>(*it->second.snap.state);
+      changed = false;
+      for (const VdChange& c : changes) {
+        changed |= c.kind == VdChange::Kind::kAdd
+                       ? vd_internal::ApplyAdd(*state, c.node, c.name, c.type)
+                       : vd_internal::ApplyRemove(*state, c.node, c.name);
+      }
+      Touch(it->second);
+      o.prev_version = it->second.snap.vd->version;
+      if (changed) {
+        auto vd = it->second.snap.vd.use_count() == 1
+                      ? std::const_pointer_cast<VirtualDirectory>(it->second.snap.vd)
+                      : std::make_shared<VirtualDirectory>(*it->second.snap.vd);
+        vd->version += 1;
+        vd->holders = state->holders;
+        for (const VdChange& c : changes)
+          vd_internal::RefreshEntries(*state, c.name, &vd->entries, &vd->subdirs);
+        version_floor_ = std::max(version_floor_, vd->version);
+        it->second.snap = Snapshot{std::move(vd), std::move(state)};
+        ++stats_.updates_applied;
+      }
+      o.version = it->second.snap.vd->version;
+    }
+    // What a remote reporter patches its DT copy with; this node keeps no
+    // DT copy of the VDs it manages.
+    if (it != resident_.end() && from != view.self) {
+      const MergeState& st = *it->second.snap.state;
+      std::set<std::string> names;
+      for (const VdChange& c : changes) {
+        for (std::string& k : vd_internal::RefreshKeys(c.name)) names.insert(std::move(k));
+      }
+      o.keys.assign(names.begin(), names.end());
+      std::set<std::string> seen;  // visible names already in o.fresh
+      for (const std::string& k : o.keys) {
+        for (VdEntry& e : vd_internal::FreshEntries(st, k)) {
+          if (seen.insert(e.name).second) o.fresh.push_back(std::move(e));
+        }
+      }
+      o.holders = st.holders;
+    }
+    if (changed) {
+      targets = TakeSharersLocked(path, from);
+      broadcast = broadcast_all_ || broadcast_paths_.erase(path) > 0;
+      if (!targets.empty() || broadcast) {
+        ++stats_.changes_invalidated;
+        rounds_.try_emplace(path);  // see rounds_
+      }
+    }
+  }
+  // This node's kernel may hold names of P; the reporter's own kernel saw
+  // its change happen.
+  if (changed && from != view.self) DropKernelNames();
+  if (targets.empty() && !broadcast) return done(std::move(o));
+  InvalidateSharers(
+      path, std::move(targets), broadcast, view, from,
+      [self = shared_from_this(), path, o = std::move(o), done = std::move(done)]() mutable {
+        std::vector<std::move_only_function<void()>> waiting;
+        {
+          std::lock_guard lock(self->mu_);
+          if (auto w = self->rounds_.find(path); w != self->rounds_.end()) {
+            waiting = std::move(w->second);
+            self->rounds_.erase(w);
+          }
+        }
+        done(std::move(o));
+        for (auto& f : waiting) f();
+      });
+}
+
+VdService::VdService(VdServiceOptions options, m2m::Transport* transport,
+                     const ClusterViewSource* cluster, NodeFs* local, Executor* blocking)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->core = std::make_shared<Impl::Core>(options, transport, cluster, local, blocking);
+}
+
+VdService::~VdService() { impl_->core->Close(); }
+
+void VdService::RegisterHandlers() {
+  using Core = Impl::Core;
+  std::weak_ptr<Core> weak = impl_->core;
+  auto install = [&](RpcMethod m, void (Core::*fn)(m2m::IncomingCall, m2m::Responder)) {
+    impl_->core->transport()->Handle(MethodId(m),
+                                     [weak, fn](m2m::IncomingCall call, m2m::Responder responder) {
+                                       auto core = weak.lock();
+                                       if (!core)
+                                         return responder.Fail(Error{ESHUTDOWN, "VD service gone"});
+                                       ((*core).*fn)(std::move(call), std::move(responder));
+                                     });
+  };
+  install(RpcMethod::kNsListLocal, &Core::OnListLocal);
+  install(RpcMethod::kNsVdGet, &Core::OnGet);
+  install(RpcMethod::kNsVdUpdate, &Core::OnUpdate);
+  install(RpcMethod::kNsConflicts, &Core::OnConflicts);
+  install(RpcMethod::kNsVdDrop, &Core::OnDrop);
+  install(RpcMethod::kNsDtInval, &Core::OnDtInval);
+}
+
+void VdService::SetKernelCache(KernelCache* k) { impl_->core->SetKernelCache(k); }
+
+void VdService::Get(const std::string& path, std::move_only_function<void(Result<VdPtr>)> done) {
+  impl_->core->Get(path, std::move(done));
+}
+
+void VdService::Update(const std::string& path, VdChange change,
+                       std::move_only_function<void(Status)> done) {
+  std::vector<VdChange> changes;
+  changes.push_back(std::move(change));
+  impl_->core->UpdateMany(path, std::move(changes), std::move(done));
+}
+
+void VdService::ForgetCached(const std::string& path) { impl_->core->ForgetCached(path); }
+
+void VdService::UpdateMany(const std::string& path, std::vector<VdChange> changes,
+                           std::move_only_function<void(Status)> done) {
+  impl_->core->UpdateMany(path, std::move(changes), std::move(done));
+}
+
+void VdService::Conflicts(const std::string& path,
+                          std::move_only_function<void(Result<std::vector<Conflict>>)> done) {
+  impl_->core->Conflicts(path, std::move(done));
+}
+
+void VdService::DropSubtree(const std::string& path, std::move_only_function<void(Status)> done) {
+  impl_->core->DropSubtree(path, std::move(done));
+}
+
+VdService::Stats VdService::stats() const { return impl_->core->stats(); }
+
+uint64_t VdService::ViewEpoch() const { return impl_->core->ViewEpoch(); }
+
+const VdServiceOptions& VdService::options() const { return impl_->core->options(); }
+
+// ---- Blocking helpers (worker threads only; never used inside the service) --
+
+// How often the blocking helpers ask again while membership views converge.
+constexpr auto kCatchupPoll = std::chrono::milliseconds(5);
+
+// The deadline of a wait for views to converge, read from the clock only
+// once a wait starts (not on the common path, which never waits).
+class CatchupDeadline {
+ public:
+  explicit CatchupDeadline(const VdService& s) : s_(s) {}
+  // Whether to ask again (after a pause), or give up.
+  bool Retry() {
+    const auto now = std::chrono::steady_clock::now();
+    if (!started_) {
+      until_ = now + s_.options().view_catchup;
+      started_ = true;
+    }
+    if (now >= until_) return false;
+    std::this_thread::sleep_for(kCatchupPoll);
+    return true;
+  }
+
+ private:
+  const VdService& s_;
+  bool started_ = false;
+  std::chrono::steady_clock::time_point until_{};
+};
+
+Result<VdPtr> GetVdSync(VdService& s, const std::string& path) {
+  CatchupDeadline deadline(s);
+  for (;;) {
+    auto vd = WaitFor<Result<VdPtr>>([&](auto done) { s.Get(path, std::move(done)); });
+    const bool behind = vd ? (*vd)->epoch < s.ViewEpoch() : vd.error().code == ESTALE;
+    if (!behind || !deadline.Retry()) return vd;
+  }
+}
+
+Status DropSubtreeSync(VdService& s, const std::string& path) {
+  return WaitFor<Status>([&](auto done) { s.DropSubtree(path, std::move(done)); });
+}
+
+Status UpdateManyVdSync(VdService& s, const std::string& path, std::vector<VdChange> changes) {
+  CatchupDeadline deadline(s);
+  for (;;) {
+    // ESTALE applied nothing: the same changes are sent again.
+    Status st = WaitFor<Status>([&](auto done) { s.UpdateMany(path, changes, std::move(done)); });
+    if (st || st.error().code != ESTALE || !deadline.Retry()) return st;
+  }
+}
+
+Status UpdateVdSync(VdService& s, const std::string& path, VdChange change) {
+  return UpdateManyVdSync(s, path, {std::move(change)});
+}
+
+}  // namespace fedfs::ns

@@ -1,0 +1,199 @@
+// The VD service: managers hold virtual directories, and every node asks them.
+//
+// Server side (VdService::RegisterHandlers, on every node):
+//  * kNsListLocal(P): this node's local listing of P (from its LocalNodeFs,
+//    run on the blocking executor) — the leaf of dirmerge;
+//  * kNsVdGet(P): at M(P): VD(P) if resident and built in the current epoch,
+//    else dirmerge — one parallel fan-out of kNsListLocal to every live node,
+//    merged by DirMerge — then kept (bounded: `max_resident_vds`, LRU) and
+//    returned. Concurrent gets of a VD being built wait for the same build.
+//  * kNsVdUpdate(P, change): at M(P): applies a change made by a node (an
+//    entry added or removed on that node) to the resident VD, version + 1;
+//    a non-resident VD needs nothing (the next get rebuilds it).
+//  * kNsConflicts(P): at M(P): the conflicts of P (vd/vd.h).
+//  * kNsVdDrop(P): on every node: forget the resident VDs at or beneath P.
+//    Sent after a directory is renamed or removed, whose subtree's VDs (kept
+//    at many managers) would otherwise keep listing the old names.
+// A request that reaches a node which is not M(P) in its own view answers
+// ESTALE; the client refreshes its view and retries (bounded).
+//
+// Client side (VdService::Get/Update/Conflicts, any node): sends to M(P) from
+// the current ClusterView, or serves locally when M(P) is this node.
+//
+// Directory table and coherence (docs/namespace.md, "Directory table"). A Get
+// of a VD managed elsewhere is first looked up in this node's DirTable: a hit
+// sends nothing. A miss sends kNsVdGet naming the DT slot; M(P) records the
+// requester as a sharer of P (before it reads the VD, so no change can fall
+// between the two). When VD(P) changes (kNsVdUpdate, from any node), M(P)
+// adds 1 to every other sharer's slot word with a one-sided FetchAdd, in one
+// parallel round, and acknowledges the change only when every bump completed
+// or timed out (a sharer that is dead or times out is dropped and logged).
+// The node that made the change patches its own copy from the reply instead.
+// Past max_sharers_per_vd sharers, or max_sharer_records in all, a change is
+// announced by a two-sided kNsDtInval to every live node instead (the
+// fallback; the receiver invalidates its entry). DT entries are valid only in
+// the membership epoch they were fetched in.
+//
+// All methods are asynchronous (callbacks run on the transport's progress
+// context or inline) so that the same code runs in the daemon and in the
+// single-threaded simulator. Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/executor.h"
+#include "common/result.h"
+#include "m2m/transport.h"
+#include "cluster/cluster.h"
+#include "vd/dir_table.h"
+#include "vd/kernel_cache.h"
+#include "nodefs/node_fs.h"
+#include "vd/vd.h"
+
+namespace fedfs::ns {
+
+struct VdServiceOptions {
+  // VDs a manager keeps in memory before evicting the least recently used.
+  size_t max_resident_vds = 4096;
+  // Deadline of each remote call (gets, updates, dirmerge leaves, sharer
+  // invalidations).
+  std::chrono::milliseconds rpc_timeout{2000};
+  // This node's directory table (vd/dir_table.h): entries (0: none)
+  // and bytes.
+  size_t dt_entries = 4096;
+  size_t dt_bytes = size_t{64} << 20;
+  // Sharers a manager records per VD; past this, changes of that VD are
+  // announced by a broadcast kNsDtInval to every live node instead.
+  size_t max_sharers_per_vd = 64;
+  // Sharer records a manager keeps in all; past this, it stops recording and
+  // announces every change by broadcast (until it restarts).
+  size_t max_sharer_records = size_t{1} << 20;
+  // Called (on the blocking executor) just before this node lists its local
+  // directory `path` for a dirmerge: from then on a VD covers it, so the
+  // daemon watches it for changes made behind FedFS' back. Optional.
+  std::function<void(const std::string& path)> on_local_listing;
+  // How long GetVdSync waits for a manager whose membership view is behind
+  // this node's (see GetVdSync).
+  std::chrono::milliseconds view_catchup{2000};
+};
+
+// A change to one entry of VD(P), made on `node`.
+//
+// Claims and locks are held by the node that sends them (the operation's
+// node, whatever node the entry is on); `node` is not used for them.
+//
+// kLock holds the existing `name` of VD(P) for an operation of the sender that
+// changes it on its holder (unlink, rmdir, either name of a rename) from
+// before it touches the holder until its change is applied: EAGAIN while
+// another node holds or claims the name (retry). It ends with a kAdd or
+// kRemove of that name sent by the same node, with kRelease, or after 4 x
+// rpc_timeout. Changes of one name are thus applied in the order they were
+// made on the holders (without it, two renames touching one name could be
+// applied in the other order and leave a name no holder has).
+//
+// kClaim reserves `name` in VD(P) for the sender before it creates the entry
+// (create, mkdir, mknod, symlink, link, the new name of a rename):
+// EEXIST if the name is in VD(P), EAGAIN while another node claims or locks
+// it (retry: that create may yet fail), so two nodes creating one name
+// concurrently never both succeed, and neither is told EEXIST of a name that
+// may never exist. The claim is invisible to readers, ends like a lock (the
+// kAdd, or kRelease when the create failed). Claims change no version.
+struct VdChange {
+  enum class Kind : uint8_t { kAdd = 0, kRemove = 1, kClaim = 2, kRelease = 3, kLock = 4 };
+  Kind kind = Kind::kAdd;
+  std::string name;  // real name in the node's export root
+  uint8_t type = 0;  // DT_* (kAdd)
+  std::string node;
+};
+
+using VdPtr = std::shared_ptr<const VirtualDirectory>;
+
+class VdService {
+ public:
+  // `local` lists this node's export root (ListDir with root credentials) and
+  // runs on `blocking`. None of the pointers is owned; all outlive this.
+  VdService(VdServiceOptions options, m2m::Transport* transport, const ClusterViewSource* cluster,
+            NodeFs* local, Executor* blocking);
+  ~VdService();
+
+  void RegisterHandlers();  // before the transport's Listen
+  // Wires this node's kernel caches (vd/kernel_cache.h; nullptr:
+  // none). While it is Coherent(), this node asks managers to notify it of
+  // every change of the VDs it gets, and it drops the kernel's names when
+  // notified, when it applies as manager a change reported by another node,
+  // and when the membership epoch changes.
+  void SetKernelCache(KernelCache* k);
+
+  void Get(const std::string& path, std::move_only_function<void(Result<VdPtr>)> done);
+  // Drops this node's directory-table copy of VD(path): the next Get asks
+  // the manager.
+  void ForgetCached(const std::string& path);
+  void Update(const std::string& path, VdChange change, std::move_only_function<void(Status)> done);
+  // Several changes of VD(P) applied at once (one version, one invalidation
+  // round): a rename within one directory is seen whole or not at all.
+  // Claims, locks and releases go alone, except a kLock of one name followed
+  // by a kClaim of another: both are taken or neither (EAGAIN if either is
+  // held by another node, EEXIST if the claimed name exists), in one call to
+  // the manager (a rename within one directory).
+  void UpdateMany(const std::string& path, std::vector<VdChange> changes,
+                  std::move_only_function<void(Status)> done);
+  void Conflicts(const std::string& path,
+                 std::move_only_function<void(Result<std::vector<Conflict>>)> done);
+  // One parallel round of kNsVdDrop(path) to every live node (this one
+  // locally); completes Ok when all answered or timed out (logged).
+  void DropSubtree(const std::string& path, std::move_only_function<void(Status)> done);
+
+  // This node's membership epoch now.
+  uint64_t ViewEpoch() const;
+  const VdServiceOptions& options() const;
+
+  // Counters for observability and tests.
+  struct Stats {
+    uint64_t gets_served = 0;      // kNsVdGet answered as manager
+    uint64_t dirmerges = 0;        // VDs built
+    uint64_t updates_applied = 0;
+    uint64_t resident = 0;         // VDs in memory now
+    // Client side.
+    uint64_t lookups = 0;          // Get calls
+    uint64_t gets_sent = 0;        // kNsVdGet requests sent to a manager
+    // Manager side: coherence of the directory tables.
+    uint64_t sharer_records = 0;         // now
+    uint64_t invalidations_sent = 0;     // one-sided bumps issued
+    uint64_t invalidations_failed = 0;   // bumps that failed or timed out (sharer dropped)
+    uint64_t broadcasts_sent = 0;        // kNsDtInval messages sent (overflow fallback)
+    uint64_t changes_invalidated = 0;    // changes that ran an invalidation round
+    uint64_t dt_invals_received = 0;     // kNsDtInval handled
+    uint64_t notifies_sent = 0;          // kNsDtInval sent to sharers whose kernels cache names
+    uint64_t kernel_invalidations = 0;   // KernelCache::InvalidateNames calls made here
+    bool has_dt = false;
+    DirTable::Stats dt;            // this node's directory table (if has_dt)
+  };
+  Stats stats() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Blocking helpers for worker threads (FUSE), not for the progress context.
+//
+// While membership views converge (a node joined or died and not every node
+// has heard yet), the helpers ask again every few milliseconds, for at most
+// options().view_catchup, then return the last answer as it is:
+//  * GetVdSync, when the VD was built in an older membership epoch than this
+//    node's (its manager has not heard of a change this node knows of, such
+//    as a node that just joined, and listed only the nodes it knows);
+//  * every helper, on ESTALE: the node this one takes for the manager is not
+//    the manager in its own, newer view (VdService retried at once with this
+//    node's view, which had not changed yet). ESTALE applied nothing.
+Result<VdPtr> GetVdSync(VdService& s, const std::string& path);
+Status UpdateVdSync(VdService& s, const std::string& path, VdChange change);
+Status UpdateManyVdSync(VdService& s, const std::string& path, std::vector<VdChange> changes);
+Status DropSubtreeSync(VdService& s, const std::string& path);
+
+}  // namespace fedfs::ns

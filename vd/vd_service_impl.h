@@ -1,0 +1,438 @@
+// Internals of VdService (vd/vd_service.h), shared by vd_service.cc and vd_coherence.cc.
+// Internal to fedfs_ns_vd.
+#pragma once
+
+// The VD service (vd/vd_service.h): managers, dirmerge fan-out,
+// bounded residency, updates. See docs/namespace.md for the protocol.
+//
+// Structure. VdService::Impl owns a shared Core; every callback and handler
+// holds the Core (handlers only weakly), so an answer arriving after the
+// service was destroyed finds a closed Core instead of freed memory.
+//
+// Nothing here blocks, sleeps or starts a thread: remote work completes in
+// transport callbacks and local listings run on the blocking executor (an
+// InlineExecutor runs them at once in the simulator). One mutex, mu_, guards
+// the Core's tables; it is never held while calling out (transport, executor,
+// NodeFs, user callbacks), so callbacks may re-enter the service.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstring>
+#include <list>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "common/logging.h"
+#include "common/rpc_methods.h"
+#include "common/wait.h"
+#include "common/path.h"
+#include "vd/vd_internal.h"
+#include "vd/vd_service.h"
+#include "vd/vd_wire.h"
+
+namespace fedfs::ns {
+
+using vd_internal::MergeState;
+using namespace vdcodec;  // the messages (vd/vd_wire.h)
+
+namespace vd_detail {
+
+// A client that hears ESTALE refreshes its view and retries this many times.
+inline constexpr int kMaxStaleRetries = 3;
+
+inline std::shared_ptr<spdlog::logger> Log() {
+  static auto logger = Logger("vd");
+  return logger;
+}
+
+// The key a DT entry is bound to: the membership epoch, and whether it was
+// fetched with `notify` (top bit; epochs never reach it).
+inline uint64_t DtEpoch(uint64_t epoch, bool notify) {
+  return notify ? epoch | (uint64_t{1} << 63) : epoch;
+}
+
+inline Status ValidateChange(const VdChange& c) {
+  if (auto s = ValidateName(c.name); !s) return s;
+  if (c.node.empty()) return Err(EINVAL, "VD change without a node");
+  return Ok();
+}
+
+// Every change valid; claims and releases alone; at most kMaxChangesPerUpdate.
+// A lock of one name and a claim of another, taken together (a rename within
+// one directory: VdService::UpdateMany).
+inline bool IsLockAndClaim(const std::vector<VdChange>& changes) {
+  return changes.size() == 2 && changes[0].kind == VdChange::Kind::kLock &&
+         changes[1].kind == VdChange::Kind::kClaim && changes[0].name != changes[1].name;
+}
+
+inline Status ValidateChanges(const std::vector<VdChange>& changes) {
+  if (changes.empty()) return Err(EINVAL, "VD update without a change");
+  if (changes.size() > kMaxChangesPerUpdate) return Err(EINVAL, "VD update with too many changes");
+  for (const VdChange& c : changes) {
+    if (auto s = ValidateChange(c); !s) return s;
+    const bool claim = c.kind == VdChange::Kind::kClaim || c.kind == VdChange::Kind::kRelease ||
+                       c.kind == VdChange::Kind::kLock;
+    if (claim && changes.size() > 1 && !IsLockAndClaim(changes)) {
+      return Err(EINVAL, "a VD claim, lock or release goes alone (or a lock with one claim)");
+    }
+  }
+  return Ok();
+}
+
+}  // namespace vd_detail
+
+using namespace vd_detail;
+
+// ---- The service ------------------------------------------------------------
+
+class VdService::Impl {
+ public:
+  class Core;
+  std::shared_ptr<Core> core;
+};
+
+class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
+ public:
+  Core(VdServiceOptions options, m2m::Transport* transport, const ClusterViewSource* cluster,
+       NodeFs* local, Executor* blocking);
+
+  m2m::Transport* transport() const { return transport_; }
+
+  void Close();
+
+  // --- Handlers (progress context) ---
+
+  void OnListLocal(m2m::IncomingCall call, m2m::Responder responder);
+
+  void OnGet(m2m::IncomingCall call, m2m::Responder responder);
+
+  void OnUpdate(m2m::IncomingCall call, m2m::Responder responder);
+
+  void OnDtInval(m2m::IncomingCall call, m2m::Responder responder);
+
+  void OnConflicts(m2m::IncomingCall call, m2m::Responder responder);
+
+  void OnDrop(m2m::IncomingCall call, m2m::Responder responder);
+
+  // Forgets every resident VD at or beneath `path`, and keeps the dirmerges
+  // in flight there from becoming resident.
+  void DropLocal(const std::string& path);
+
+  // --- Client side (any thread) ---
+
+  void DropSubtree(const std::string& path, std::move_only_function<void(Status)> done);
+
+  void Get(const std::string& path, std::move_only_function<void(Result<VdPtr>)> done);
+
+  void UpdateMany(const std::string& path, std::vector<VdChange> changes,
+                  std::move_only_function<void(Status)> done);
+
+  void Conflicts(const std::string& path,
+                 std::move_only_function<void(Result<std::vector<Conflict>>)> done);
+
+  void ForgetCached(const std::string& path) {
+    if (dt_) dt_->Invalidate(path);
+  }
+
+  uint64_t ViewEpoch() const { return cluster_->Current()->epoch; }
+  const VdServiceOptions& options() const { return options_; }
+
+  Stats stats() const;
+
+ private:
+  // A built VD and the merge state it was derived from; both immutable
+  // (an update replaces them), so they are read outside mu_.
+  struct Snapshot {
+    VdPtr vd;  // not cacheable: a live node's listing is missing (FinishLocked)
+    std::shared_ptr<const MergeState> state;
+  };
+  using Waiter = std::move_only_function<void(Result<Snapshot>)>;
+
+  struct Resident {
+    Snapshot snap;
+    std::list<std::string>::iterator lru;  // position in lru_
+  };
+
+  // One dirmerge in flight.
+  struct Build {
+    std::string path;
+    uint64_t epoch = 0;
+    std::vector<NodeListing> listings;  // one per live node, in node-id order
+    size_t outstanding = 0;             // leaves not yet answered (+1 while issuing)
+    std::vector<Waiter> waiters;
+    std::vector<VdChange> pending;  // updates that arrived during the build
+    bool dropped = false;           // DropSubtree covered it: answer, do not keep
+  };
+
+  // A request for M(P): serve here or send, and retry on ESTALE.
+  template <class T>
+  struct Routed {
+    std::string path;
+    uint16_t method = 0;
+    m2m::Timeout timeout{};
+    std::function<m2m::Bytes(const ClusterView&)> encode;
+    std::function<void(const ClusterView&, m2m::Callback<T>)> local;
+    std::function<Result<T>(const m2m::Bytes&)> decode;
+    m2m::Callback<T> done;
+    // Optional: sees the result before `done`, with whether a remote manager
+    // served it and the epoch of the view the request was sent in.
+    std::function<void(const Result<T>&, bool remote, uint64_t epoch)> inspect;
+    int attempt = 0;
+  };
+
+  // Gets and conflicts wait for the manager's own dirmerge leaves (each up to
+  // rpc_timeout), so their own deadline is twice that.
+  m2m::Timeout ManagerTimeout() const {
+    return 2 * std::chrono::duration_cast<m2m::Timeout>(options_.rpc_timeout);
+  }
+
+  bool IsClosed() const {
+    std::lock_guard lock(mu_);
+    return closed_;
+  }
+
+  void Refuse(const char* method, const m2m::IncomingCall& call, m2m::Responder responder,
+              const Error& e) {
+    Log()->warn("refused {} from {}: {}", method, call.peer.remote_addr, e.ToString());
+    responder.Fail(e);
+  }
+
+  static Status CheckManager(const ClusterView& view, const std::string& path);
+
+  // `view`: the one the caller just read (null: read it now; retries read it
+  // again).
+  template <class T>
+  void Route(std::shared_ptr<Routed<T>> r, std::shared_ptr<const ClusterView> view = nullptr) {
+    if (!view) view = cluster_->Current();
+    const std::string manager = view->Manager(r->path);
+    if (manager.empty()) return r->done(Err(EHOSTDOWN, "no live member to manage " + r->path));
+    if (manager == view->self) {
+      if (r->inspect) {
+        return r->local(*view, [r](Result<T> v) mutable {
+          r->inspect(v, false, 0);
+          r->done(std::move(v));
+        });
+      }
+      return r->local(*view, std::move(r->done));
+    }
+    auto addr = view->live.find(manager);
+    if (addr == view->live.end()) {
+      return r->done(Err(EHOSTDOWN, "manager " + manager + " of " + r->path + " is not alive"));
+    }
+    if (r->method == MethodId(RpcMethod::kNsVdGet)) {
+      std::lock_guard lock(mu_);
+      ++stats_.gets_sent;
+    }
+    const uint64_t epoch = view->epoch;
+    auto ep = transport_->GetEndpoint(addr->second);
+    auto payload = r->encode(*view);
+    const uint16_t method = r->method;
+    const m2m::Timeout timeout = r->timeout;
+    ep->Call(method, std::move(payload), timeout,
+             [self = shared_from_this(), r, epoch](Result<m2m::Bytes> reply) mutable {
+               if (!reply && reply.error().code == ESTALE && r->attempt < kMaxStaleRetries) {
+                 ++r->attempt;
+                 return self->Route(std::move(r));  // with a refreshed view
+               }
+               Result<T> v = reply ? r->decode(*reply) : Result<T>(Err(reply.error()));
+               if (reply && !v) {
+                 Log()->warn("bad reply to method {} for {}: {}", r->method, r->path,
+                             v.error().ToString());
+               }
+               if (r->inspect) r->inspect(v, true, epoch);
+               r->done(std::move(v));
+             });
+  }
+
+  // --- Manager side ---
+
+  void ServeGet(const std::string& path, const std::string& from,
+                std::optional<SharerSlotData> sharer, bool notify, m2m::Callback<VdPtr> done);
+
+  // Runs `retry` when the round of `path` in flight (rounds_) ends.
+  void QueueBehindRoundLocked(const std::string& path, std::move_only_function<void()> retry) {
+    rounds_.at(path).push_back(std::move(retry));
+  }
+
+  void ServeConflicts(const std::string& path, m2m::Callback<std::vector<Conflict>> done);
+
+  // Applies `changes` (made on their nodes, reported by `from`) to the
+  // resident VD(P) at once, invalidates the other sharers of P, then answers
+  // what they did (version 0 when P is not resident: the next get rebuilds
+  // it). Claims and releases: see ServeClaim.
+  void ServeUpdate(const std::string& path, std::vector<VdChange> changes, const std::string& from,
+                   const ClusterView& view, m2m::Callback<UpdateOutcome> done);
+
+  // --- Claims (see VdChange) ---
+
+  struct Claim {
+    std::string node;
+    std::chrono::steady_clock::time_point expires;
+  };
+
+  std::chrono::steady_clock::duration ClaimLifetime() const { return 4 * options_.rpc_timeout; }
+
+  // The unexpired claim or lock of `name` in `path` held by a node other than
+  // `node`, or nullptr (expired ones are dropped on the way).
+  const Claim* OtherHoldLocked(const std::string& path, const std::string& name,
+                               const std::string& node);
+
+  // EAGAIN while another node holds `name` in `path` (OtherHoldLocked).
+  Status BusyLocked(const std::string& path, const std::string& name, const std::string& node);
+
+  // A new claim or lock by `node`, from now for ClaimLifetime().
+  Claim HoldBy(const std::string& node) const {
+    return Claim{node, std::chrono::steady_clock::now() + ClaimLifetime()};
+  }
+
+  // Ends the claim or lock of `name` in `path` by `node`, if any.
+  void EndClaimLocked(const std::string& path, const std::string& name, const std::string& node);
+
+  // kClaim: EEXIST if `name` is in VD(P) (built if needed), EAGAIN if another
+  // node holds it (unexpired); else claimed. kRelease: the hold ends. Holds
+  // belong to the requesting node `from`, not to the node the name is (to
+  // be) on: two nodes creating one name on a third must not share a claim.
+  void ServeClaim(const std::string& path, VdChange change, const std::string& from,
+                  m2m::Callback<UpdateOutcome> done);
+
+  // The kClaim of `name`, with a kLock of `lock` in the same step when given
+  // (a rename within one directory: both or neither; the first one refused
+  // decides the answer and nothing is held then).
+  void ServeClaimOf(const std::string& path, std::string name, std::optional<std::string> lock,
+                    const std::string& from, m2m::Callback<UpdateOutcome> done);
+
+  // --- Sharers (manager side; see the header) ---
+
+  struct SharerRec {
+    std::string node;
+    uint32_t slot = 0;
+    bool has_slot = false;  // bump the word of `slot` (one-sided)
+    bool notify = false;    // send kNsDtInval and wait (its kernel caches names)
+  };
+  // A sharer node's DT words, imported on its endpoint when first needed.
+  struct NodeRegion {
+    m2m::RegionDesc desc;
+    std::string addr;  // the endpoint `remote` was imported on
+    std::shared_ptr<m2m::Endpoint> ep;
+    std::shared_ptr<m2m::RemoteRegion> remote;
+  };
+
+  void RecordSharerLocked(const std::string& path, const std::string& node,
+                          const SharerSlotData* sharer, bool notify);
+
+  // The sharers of `path` to invalidate for a change reported by `from`;
+  // they are forgotten (they re-register when they refetch). `from` keeps
+  // its record: it patches its copy from the reply.
+  std::vector<SharerRec> TakeSharersLocked(const std::string& path, const std::string& from);
+
+  // The endpoint and imported DT words of `node`, or an error.
+  Result<std::pair<std::shared_ptr<m2m::Endpoint>, std::shared_ptr<m2m::RemoteRegion>>> RegionOf(
+      const std::string& node, const std::string& addr);
+
+  // One parallel round: a one-sided FetchAdd(+1) on each target's slot word
+  // (and, for `broadcast`, a kNsDtInval to every other live node); `done`
+  // when every one completed or failed (failures are logged and dropped).
+  void InvalidateSharers(const std::string& path, std::vector<SharerRec> targets, bool broadcast,
+                         const ClusterView& view, const std::string& from,
+                         std::move_only_function<void()> done);
+
+  void Touch(Resident& r) { lru_.splice(lru_.begin(), lru_, r.lru); }
+
+  // The sharers of an evicted VD stay recorded (sharers_ is kept apart from
+  // residency), so a change after a rebuild still invalidates them.
+  void EvictLocked(std::unordered_map<std::string, Resident>::iterator it) {
+    lru_.erase(it->second.lru);
+    resident_.erase(it);
+  }
+
+  // Calls `waiter` with VD(P) of the current epoch: resident, or joined to
+  // the dirmerge in flight, or after a new dirmerge.
+  void EnsureResident(const std::string& path, Waiter waiter);
+
+  static constexpr size_t kIssued = static_cast<size_t>(-1);
+
+  // This node's own dirmerge leaf, run on the blocking executor. Completes
+  // the leaf exactly once: by Run(), or with ESHUTDOWN when destroyed unrun.
+  class LocalLeaf {
+   public:
+    LocalLeaf(std::shared_ptr<Core> core, std::shared_ptr<Build> build, size_t i)
+        : core_(std::move(core)), build_(std::move(build)), i_(i) {}
+    LocalLeaf(const LocalLeaf&) = delete;
+    LocalLeaf& operator=(const LocalLeaf&) = delete;
+    ~LocalLeaf() {
+      if (!done_) core_->LeafDone(build_, i_, Err(ESHUTDOWN, "local listing dropped"));
+    }
+    void Run() {
+      done_ = true;
+      if (!core_->IsClosed() && core_->options_.on_local_listing) {
+        core_->options_.on_local_listing(build_->path);  // before listing, as in OnListLocal
+      }
+      Result<std::vector<DirEntry>> r = core_->IsClosed()
+                                            ? Err(ESHUTDOWN, "VD service closed")
+                                            : core_->local_->ListDir(Cred{}, build_->path);
+      core_->LeafDone(build_, i_, std::move(r));
+    }
+
+   private:
+    std::shared_ptr<Core> core_;
+    std::shared_ptr<Build> build_;
+    size_t i_;
+    bool done_ = false;
+  };
+
+  // One leaf answered (or `kIssued`: every leaf was sent). The last one merges,
+  // makes the VD resident and answers the waiters.
+  void LeafDone(const std::shared_ptr<Build>& build, size_t i, Result<std::vector<DirEntry>> r);
+
+  Result<Snapshot> FinishLocked(Build& build);
+
+  VdServiceOptions options_;
+  m2m::Transport* const transport_;
+  const ClusterViewSource* const cluster_;
+  NodeFs* const local_;
+  Executor* const blocking_;
+
+  mutable std::mutex mu_;  // a leaf lock: nothing is called out while held
+  bool closed_ = false;
+  std::unordered_map<std::string, Resident> resident_;
+  std::list<std::string> lru_;  // most recently used first
+  std::unordered_map<std::string, std::shared_ptr<Build>> builds_;
+  uint64_t version_floor_ = 0;  // the largest VD version handed out
+  Stats stats_;
+  // Coherence (manager side), guarded by mu_.
+  std::unordered_map<std::string, std::vector<SharerRec>> sharers_;
+  std::unordered_set<std::string> broadcast_paths_;  // sharer lists that overflowed
+  bool broadcast_all_ = false;                       // all records overflowed
+  size_t sharer_records_ = 0;
+  std::map<std::string, NodeRegion> node_regions_;
+  // Directories with an invalidation round in flight, and the requests for
+  // them that came meanwhile (guarded by mu_). Until every old copy is
+  // invalidated, the new state is shown to no one: a get served it now could
+  // be followed by a hit on a sharer's old copy whose bump is still on its
+  // way. Changes and claims wait too, checked in the same critical section
+  // that applies or reads the state, so rounds of one directory never
+  // overlap (a change acknowledged during another's round would be missing
+  // from copies not yet invalidated).
+  std::unordered_map<std::string, std::vector<std::move_only_function<void()>>> rounds_;
+  // Claimed names per directory (see VdChange), guarded by mu_.
+  std::unordered_map<std::string, std::map<std::string, Claim>> claims_;
+  std::unique_ptr<DirTable> dt_;  // this node's directory table (client side); set once
+  std::atomic<KernelCache*> kernel_{nullptr};
+
+ public:
+  void SetKernelCache(KernelCache* k) { kernel_.store(k, std::memory_order_release); }
+  bool KernelCoherent() const {
+    KernelCache* k = kernel_.load(std::memory_order_acquire);
+    return k != nullptr && k->Coherent();
+  }
+  void DropKernelNames();
+
+ private:
+};
+
+}  // namespace fedfs::ns

@@ -1,0 +1,95 @@
+// The VD service's wire codec (vd/vd_service.h; messages in
+// vd/vd.fbs): the bodies of kNsListLocal, kNsVdGet, kNsVdUpdate,
+// kNsConflicts, kNsVdDrop and kNsDtInval requests and replies, to and from
+// the types the service works with.
+//
+// Contract of every Decode*: the payload is untrusted bytes from the
+// network. It is accepted only if it is a size-prefixed VdMessage that the
+// FlatBuffers verifier accepts, of version kVersion, whose body is the one
+// expected, with every required field present; anything else is EPROTO with
+// the reason as context (never a crash, whatever the bytes). The payload may
+// sit at any address (an unaligned one is copied). A decoded value owns its
+// data (nothing points into the payload). Beyond that:
+//  * DecodePathRequest: a sharer slot must have an rkey, a non-zero length
+//    that is a multiple of 8, and the slot's word inside that length;
+//  * DecodeUpdateRequest: 1..kMaxChangesPerUpdate changes of a known kind,
+//    each with a name and a node (validating names is the service's work);
+//  * DecodeVd, DecodeUpdateReply: entries strictly sorted by name (lookups
+//    rely on it); DecodeVd counts the subdirectories.
+// Encode*(x) gives bytes that the matching Decode* turns back into x.
+// Pure functions; any thread. Internal to fedfs_ns_vd (and its fuzz target).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "m2m/transport.h"
+#include "cluster/cluster.h"
+#include "nodefs/node_fs.h"
+#include "vd/vd.h"
+#include "vd/vd_service.h"
+
+namespace fedfs::ns::vdcodec {
+
+inline constexpr uint16_t kVersion = 1;
+inline constexpr size_t kMaxPayloadBytes = 1u << 30;
+inline constexpr size_t kMaxChangesPerUpdate = 16;
+
+// A directory-table slot named in a kNsVdGet.
+struct SharerSlotData {
+  uint32_t slot = 0;
+  m2m::RegionDesc region;
+};
+
+// A path request (kNsListLocal, kNsVdGet, kNsConflicts, kNsVdDrop,
+// kNsDtInval): the path, the sender's id and membership epoch; kNsVdGet may
+// name the sender's DT slot and ask to be notified of changes.
+struct PathRequestData {
+  std::string path;
+  std::string from;
+  uint64_t epoch = 0;
+  std::optional<SharerSlotData> sharer;
+  bool notify = false;
+};
+
+// A kNsVdUpdate request.
+struct UpdateRequestData {
+  std::string path;
+  std::string from;
+  uint64_t epoch = 0;
+  std::vector<VdChange> changes;  // never empty
+};
+
+// What one applied change did (kNsVdUpdate reply).
+struct UpdateOutcome {
+  uint64_t version = 0;  // after the change; 0: VD(P) was not resident
+  uint64_t prev_version = 0;
+  std::vector<std::string> keys;
+  std::vector<VdEntry> fresh;
+  std::vector<std::string> holders;
+};
+
+// `from` and `epoch` are view.self and view.epoch.
+m2m::Bytes EncodePathRequest(const std::string& path, const ClusterView& view,
+                             const SharerSlotData* sharer = nullptr, bool notify = false);
+// `changes` is never empty.
+m2m::Bytes EncodeUpdateRequest(const std::string& path, const std::vector<VdChange>& changes,
+                               const ClusterView& view);
+m2m::Bytes EncodeListing(const std::vector<DirEntry>& entries);
+// `uncached`: the receiver must not keep it (decodes as cacheable = false).
+m2m::Bytes EncodeVd(const VirtualDirectory& vd, bool uncached = false);
+m2m::Bytes EncodeConflicts(const std::vector<Conflict>& conflicts);
+m2m::Bytes EncodeUpdateReply(const UpdateOutcome& o);
+
+Result<PathRequestData> DecodePathRequest(const m2m::Bytes& payload);
+Result<UpdateRequestData> DecodeUpdateRequest(const m2m::Bytes& payload);
+Result<std::vector<DirEntry>> DecodeListing(const m2m::Bytes& payload);
+Result<VdPtr> DecodeVd(const m2m::Bytes& payload);
+Result<std::vector<Conflict>> DecodeConflicts(const m2m::Bytes& payload);
+Result<UpdateOutcome> DecodeUpdateReply(const m2m::Bytes& payload);
+
+}  // namespace fedfs::ns::vdcodec

@@ -1,0 +1,485 @@
+// VfsImpl: open files, directories, statfs, xattrs and the queries
+// (vfs/vfs_impl.h).
+#include "vfs/vfs_impl.h"
+
+#include <dirent.h>
+#include <linux/fs.h>
+#include <sys/file.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "common/hash.h"
+#include "common/logging.h"
+#include "common/path.h"
+#include "vfs/vfs_util.h"
+
+namespace fedfs::ns {
+
+using namespace vfs_detail;
+
+// ---------------------------------------------------------------- files
+
+Result<VfsImpl::OpenFile> VfsImpl::FileOf(uint64_t fh) const {
+  std::lock_guard lock(files_mu_);
+  auto it = files_.find(fh);
+  if (it == files_.end()) return Err(EBADF, "unknown file handle " + std::to_string(fh));
+  return it->second;
+}
+
+std::optional<uint64_t> VfsImpl::AnyFileHandleOf(uint64_t ino) const {
+  std::lock_guard lock(files_mu_);
+  auto it = files_by_ino_.find(ino);
+  if (it == files_by_ino_.end()) return std::nullopt;
+  return it->second;
+}
+
+Result<VfsImpl::OpenFile> VfsImpl::AnyFileOf(uint64_t ino) const {
+  auto fh = AnyFileHandleOf(ino);
+  if (!fh) return Err(ENOENT, "inode " + std::to_string(ino) + " was removed");
+  return FileOf(*fh);
+}
+
+uint64_t VfsImpl::AddFile(OpenFile f) {
+  std::lock_guard lock(files_mu_);
+  const uint64_t fh = next_fh_++;
+  files_by_ino_.emplace(f.ino, fh);
+  if (f.told) told_.emplace(std::make_pair(f.fs->node_id(), f.handle), f.ino);
+  files_.emplace(fh, std::move(f));
+  return fh;
+}
+
+Result<FileOut> VfsImpl::Open(const Cred& c, uint64_t ino, int flags) {
+  FEDFS_TRY(r, Resolve(ino));
+  if (IsDir(r->type)) return Err(EISDIR, r->path);
+  FEDFS_TRY(fs, FsOf(r->node));
+  auto op = (*fs)->Open(c, r->path, flags & ~(O_CREAT | O_EXCL));
+  if (!op && op.error().code == ENOENT) {
+    // Gone since the kernel looked it up: ESTALE makes open(2) look the path
+    // up again, and create it if it was an O_CREAT open.
+    return Err(ESTALE, r->path + " changed on node " + r->node);
+  }
+  if (!op) return Err(op.error());
+  FileOut out;
+  out.fh = AddFile(OpenFile{*fs, op->handle, ino, op->attr_callbacks});
+  return out;
+}
+
+// A create races with other nodes' creates and unlinks of the same name: a
+// lost claim (another node is creating it) or an existing file that vanished
+// before it was opened starts over, a few times.
+Result<std::pair<EntryOut, FileOut>> VfsImpl::Create(const Cred& c, uint64_t parent,
+                                                     const std::string& name, mode_t mode,
+                                                     int flags) {
+  for (int attempt = 0;; ++attempt) {
+    auto r = CreateOnce(c, parent, name, mode, flags);
+    const bool raced = !r && ((r.error().code == EEXIST && !(flags & O_EXCL)) ||
+                              (r.error().code == ENOENT && r.error().context == "raced"));
+    if (!raced || attempt == 4) return r;
+  }
+}
+
+Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t parent,
+                                                         const std::string& name, mode_t mode,
+                                                         int flags) {
+  const uint64_t names_epoch = NamesEpoch();
+  if (auto s = ValidateName(name); !s) return Err(s.error());
+  FEDFS_TRY(dir, ResolveDir(parent));
+  FEDFS_TRY(vd, deps_.vds->Get(dir->path));
+  if (const VdEntry* e = (*vd)->Find(name)) {
+    // Lost a race with another creator: open the existing file.
+    if (flags & O_EXCL) return Err(EEXIST, JoinPath(dir->path, name));
+    if (e->type == DT_DIR) return Err(EISDIR, JoinPath(dir->path, name));
+    auto ch = ChildFromEntry(c, dir->path, *e);
+    if (!ch && ch.error().code == ENOENT) return Err(ENOENT, "raced");  // unlinked meanwhile
+    if (!ch) return Err(ch.error());
+    FEDFS_TRY(fs, FsOf(ch->node));
+    auto op = (*fs)->Open(c, JoinPath(dir->path, ch->real_name), flags & ~(O_CREAT | O_EXCL));
+    if (!op && op.error().code == ENOENT) return Err(ENOENT, "raced");
+    if (!op) return Err(op.error());
+    EntryOut entry = Remember(parent, *ch, names_epoch);
+    FileOut out;
+    out.fh = AddFile(OpenFile{*fs, op->handle, entry.ino, op->attr_callbacks});
+    return std::make_pair(entry, out);
+  }
+  std::shared_ptr<NodeFs> fs;  // the chosen node's, kept by the open file
+  FEDFS_TRY(made, MakeNew<Opened>(c, dir->path, *vd, name, false,
+                                  [&](const std::shared_ptr<NodeFs>& f, const std::string& p) {
+                                    fs = f;
+                                    return f->Create(c, p, flags | O_CREAT, mode);
+                                  }));
+  const auto& [node, op] = *made;
+  vd->reset();  // unshared, the manager changes VD(P) in place (vd_service.cc)
+  ReportAdd(dir->path, name, DT_REG, node);
+  Child ch{name, name, S_IFREG, node, op.st};
+  ch.st.st_ino = FileIno(node, op.st.st_ino);
+  EntryOut entry = Remember(parent, ch, names_epoch);
+  FileOut out;
+  out.fh = AddFile(OpenFile{fs, op.handle, entry.ino, op.attr_callbacks});
+  return std::make_pair(entry, out);
+}
+
+Result<size_t> VfsImpl::Read(uint64_t fh, uint64_t offset, std::span<std::byte> dst) {
+  FEDFS_TRY(f, FileOf(fh));
+  return f->fs->Read(f->handle, offset, dst);
+}
+
+Result<size_t> VfsImpl::Write(uint64_t fh, uint64_t offset, std::span<const std::byte> src,
+                              const Writer& by) {
+  FEDFS_TRY(f, FileOf(fh));
+  return f->fs->Write(f->handle, offset, src, by);
+}
+
+Status VfsImpl::Flush(uint64_t fh, uint64_t lock_owner) {
+  FEDFS_TRY(f, FileOf(fh));
+  return f->fs->Flush(f->handle, GlobalOwner(lock_owner));
+}
+
+Status VfsImpl::Fsync(uint64_t fh, bool datasync) {
+  FEDFS_TRY(f, FileOf(fh));
+  return f->fs->Fsync(f->handle, datasync);
+}
+
+Status VfsImpl::Release(uint64_t fh) {
+  OpenFile f;
+  bool untold = false;
+  {
+    std::lock_guard lock(files_mu_);
+    auto it = files_.find(fh);
+    if (it == files_.end()) return Err(EBADF, "unknown file handle");
+    f = std::move(it->second);
+    files_.erase(it);
+    auto [b, e] = files_by_ino_.equal_range(f.ino);
+    for (auto i = b; i != e; ++i) {
+      if (i->second == fh) {
+        files_by_ino_.erase(i);
+        break;
+      }
+    }
+    if (f.told) {
+      told_.erase({f.fs->node_id(), f.handle});
+      untold = !ToldLocked(f.ino);  // else still told through another handle
+    }
+  }
+  // The kernel may cache the attributes only while changes are told: drop
+  // them before the node stops telling (a reply to a getattr racing with
+  // this is not cached: the kernel's attr_version moved).
+  if (untold) {
+    if (KernelCache* k = kernel_.load(std::memory_order_acquire)) k->InvalidateAttrs(f.ino);
+  }
+  return f.fs->Release(f.handle);
+}
+
+Status VfsImpl::Fallocate(uint64_t fh, int mode, uint64_t offset, uint64_t len) {
+  FEDFS_TRY(f, FileOf(fh));
+  return f->fs->Fallocate(f->handle, mode, offset, len);
+}
+
+Result<LockRange> VfsImpl::GetLk(uint64_t fh, uint64_t owner, const LockRange& want) {
+  FEDFS_TRY(f, FileOf(fh));
+  return f->fs->GetLk(f->handle, GlobalOwner(owner), want);
+}
+
+Status VfsImpl::SetLk(uint64_t fh, uint64_t owner, const LockRange& want, bool wait) {
+  FEDFS_TRY(f, FileOf(fh));
+  // One attempt: a waiting caller (the FUSE frontend) retries with backoff
+  // and stops when its request is interrupted.
+  (void)wait;
+  return f->fs->SetLk(f->handle, GlobalOwner(owner), want);
+}
+
+Status VfsImpl::Flock(uint64_t fh, uint64_t owner, int op) {
+  FEDFS_TRY(f, FileOf(fh));
+  return f->fs->Flock(f->handle, GlobalOwner(owner), op);
+}
+
+// ---------------------------------------------------------------- directories
+
+std::vector<DirEntryOut> VfsImpl::Snapshot(const std::string& path, uint64_t ino,
+                                           const VdPtr& vd, uint64_t parent_st_ino,
+                                           const std::set<std::string>& left_out) const {
+  std::vector<DirEntryOut> out;
+  out.reserve(vd->entries.size() + 2);
+  out.push_back({".", DirIno(path), S_IFDIR, 1});
+  out.push_back({"..", parent_st_ino, S_IFDIR, 2});
+  std::lock_guard lock(mu_);
+  for (const auto& e : vd->entries) {
+    if (!left_out.empty() && std::all_of(e.holders.begin(), e.holders.end(), [&](const auto& n) {
+          return left_out.contains(n);
+        })) {
+      continue;
+    }
+    DirEntryOut d;
+    d.name = e.name;
+    d.type = TypeFromDt(e.type);
+    const std::string real = e.RealName();
+    if (e.type == DT_DIR) {
+      d.ino = DirIno(JoinPath(path, real));
+    } else if (auto it = names_.find({ino, e.name}); it != names_.end()) {
+      d.ino = inodes_.at(it->second).st_ino;
+    } else {
+      // Not known yet: a stand-in from the holder and name (st_ino comes
+      // with the first lookup).
+      const std::string holder = e.holders.empty() ? std::string() : e.holders.front();
+      d.ino = (uint64_t{0xfffe} << 48) | (StableHash(holder + ":" + JoinPath(path, real)) & kInoMask);
+    }
+    d.next_offset = out.size() + 1;
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+Result<std::set<std::string>> VfsImpl::Unasked(const Cred& c, const std::string& path,
+                                               const VirtualDirectory& vd) {
+  std::set<std::string> out;
+  for (const std::string& node : vd.holders) {
+    auto fs = FsOf(node);
+    const Status s = fs ? (*fs)->Access(c, path, R_OK) : Status(Err(fs.error()));
+    if (s) continue;
+    if (s.error().code == EACCES || s.error().code == EPERM) return Err(s.error());
+    out.insert(node);
+  }
+  return out;
+}
+
+Result<uint64_t> VfsImpl::OpenDir(const Cred& c, uint64_t ino) {
+  FEDFS_TRY(r, ResolveDir(ino));
+  FEDFS_TRY(vd, deps_.vds->Get(r->path));
+  FEDFS_TRY(unasked, Unasked(c, r->path, **vd));
+  uint64_t parent_ino = DirIno(std::string(ParentPath(r->path)));
+  auto d = std::make_shared<DirHandle>();
+  d->ino = ino;
+  d->path = r->path;
+  d->unasked = std::move(*unasked);
+  d->entries = std::make_shared<const std::vector<DirEntryOut>>(
+      Snapshot(r->path, ino, *vd, parent_ino, d->unasked));
+  std::lock_guard lock(files_mu_);
+  const uint64_t dh = next_fh_++;
+  dirs_.emplace(dh, std::move(d));
+  return dh;
+}
+
+Result<std::vector<DirEntryOut>> VfsImpl::ReadDir(uint64_t dh, uint64_t offset, size_t max) {
+  std::shared_ptr<DirHandle> d;
+  {
+    std::lock_guard lock(files_mu_);
+    auto it = dirs_.find(dh);
+    if (it == dirs_.end()) return Err(EBADF, "unknown directory handle");
+    d = it->second;
+  }
+  std::shared_ptr<const std::vector<DirEntryOut>> snapshot;
+  {
+    std::lock_guard lock(files_mu_);
+    if (offset == 0 && !d->fresh) d->entries.reset();  // rewinddir: refresh below
+    d->fresh = false;
+    snapshot = d->entries;
+  }
+  if (!snapshot) {
+    FEDFS_TRY(vd, deps_.vds->Get(d->path));
+    snapshot = std::make_shared<const std::vector<DirEntryOut>>(
+        Snapshot(d->path, d->ino, *vd, DirIno(std::string(ParentPath(d->path))), d->unasked));
+    std::lock_guard lock(files_mu_);
+    d->entries = snapshot;
+  }
+  std::vector<DirEntryOut> out;
+  max = std::min(max == 0 ? options_.max_readdir_batch : max, options_.max_readdir_batch);
+  for (size_t i = offset; i < snapshot->size() && out.size() < max; ++i) {
+    out.push_back((*snapshot)[i]);
+  }
+  return out;
+}
+
+Status VfsImpl::ReleaseDir(uint64_t dh) {
+  std::lock_guard lock(files_mu_);
+  dirs_.erase(dh);
+  return Ok();
+}
+
+// ---------------------------------------------------------------- misc
+
+Result<struct statvfs> VfsImpl::StatFs() {
+  auto view = deps_.cluster->Current();
+  std::vector<std::string> nodes;
+  nodes.push_back(view->self);
+  for (const auto& [id, addr] : view->live) {
+    if (id != view->self) nodes.push_back(id);
+  }
+  std::optional<struct statvfs> sum;
+  unsigned __int128 blocks = 0, bfree = 0, bavail = 0;
+  Error last{EIO, "statfs"};
+  for (const auto& n : nodes) {
+    auto fs = FsOf(n);
+    if (!fs) continue;
+    auto st = (*fs)->StatFs();
+    if (!st) {
+      last = st.error();
+      continue;
+    }
+    if (!sum) {
+      sum = *st;
+      sum->f_files = sum->f_ffree = sum->f_favail = 0;
+    }
+    const uint64_t unit = st->f_frsize ? st->f_frsize : st->f_bsize;
+    blocks += static_cast<unsigned __int128>(st->f_blocks) * unit;
+    bfree += static_cast<unsigned __int128>(st->f_bfree) * unit;
+    bavail += static_cast<unsigned __int128>(st->f_bavail) * unit;
+    sum->f_files += st->f_files;
+    sum->f_ffree += st->f_ffree;
+    sum->f_favail += st->f_favail;
+    sum->f_namemax = std::min<unsigned long>(sum->f_namemax, st->f_namemax);
+  }
+  if (!sum) return Err(std::move(last));
+  const uint64_t unit = sum->f_frsize ? sum->f_frsize : sum->f_bsize;
+  sum->f_frsize = unit;
+  sum->f_blocks = static_cast<fsblkcnt_t>(blocks / unit);
+  sum->f_bfree = static_cast<fsblkcnt_t>(bfree / unit);
+  sum->f_bavail = static_cast<fsblkcnt_t>(bavail / unit);
+  return *sum;
+}
+
+Result<std::vector<std::string>> VfsImpl::Where(const std::string& path) {
+  if (auto s = ValidateGlobalPath(path); !s) return Err(s.error());
+  if (path == "/") {
+    FEDFS_TRY(vd, deps_.vds->Get("/"));
+    return (*vd)->holders;
+  }
+  FEDFS_TRY(vd, deps_.vds->Get(std::string(ParentPath(path))));
+  const VdEntry* e = (*vd)->Find(std::string(BaseName(path)));
+  if (e == nullptr) return Err(ENOENT, path);
+  return e->holders;
+}
+
+NodeFs* VfsImpl::NodeFsFor(const std::string& node) {
+  auto fs = FsOf(node);
+  return fs ? fs->get() : nullptr;
+}
+
+Result<std::string> VfsImpl::PathOf(uint64_t ino) const {
+  FEDFS_TRY(r, Resolve(ino));
+  return r->path;
+}
+
+std::map<std::string, uint64_t> VfsImpl::FreeBytes() {
+  const auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard lock(free_mu_);
+    if (free_at_ != std::chrono::steady_clock::time_point{} &&
+        now - free_at_ < std::chrono::seconds(1)) {
+      return free_bytes_;
+    }
+  }
+  std::map<std::string, uint64_t> out;
+  auto view = deps_.cluster->Current();
+  std::vector<std::string> nodes{view->self};
+  for (const auto& [id, addr] : view->live) {
+    if (id != view->self) nodes.push_back(id);
+  }
+  for (const auto& n : nodes) {
+    auto fs = FsOf(n);
+    if (!fs) continue;
+    auto st = (*fs)->StatFs();
+    if (st) out[n] = static_cast<uint64_t>(st->f_bavail) * (st->f_frsize ? st->f_frsize : st->f_bsize);
+  }
+  std::lock_guard lock(free_mu_);
+  free_bytes_ = out;
+  free_at_ = now;
+  return out;
+}
+
+size_t VfsImpl::InodeCount() const {
+  std::lock_guard lock(mu_);
+  return inodes_.size();
+}
+
+namespace {
+Result<std::string> SizedAnswer(std::string value, size_t size, size_t* needed) {
+  if (needed) *needed = value.size();
+  if (size == 0) return std::string();
+  if (value.size() > size) return Err(ERANGE, "xattr buffer too small");
+  return value;
+}
+}  // namespace
+
+Result<std::string> VfsImpl::GetXattr(const Cred& c, uint64_t ino, const std::string& name,
+                                      size_t size, size_t* needed) {
+  FEDFS_TRY(r, Resolve(ino));
+  if (name == kLocationXattr) {
+    if (!IsDir(r->type)) return SizedAnswer(r->node, size, needed);
+    FEDFS_TRY(vd, deps_.vds->Get(r->path));
+    return SizedAnswer(Join((*vd)->holders, ","), size, needed);
+  }
+  std::string node = r->node;
+  if (IsDir(r->type)) {
+    FEDFS_TRY(vd, deps_.vds->Get(r->path));
+    if ((*vd)->holders.empty()) return Err(ENOENT, r->path);
+    node = (*vd)->holders.front();
+  } else if (auto f = AnyFileOf(ino); f) {
+    // Open here: ask through the handle (the same permission checks, run as
+    // the caller; the file the kernel means even if its name has moved).
+    auto v = f->fs->GetXattrOf(c, f->handle, name, size, needed);
+    if (v || v.error().code != ENOSYS) return v;
+  }
+  FEDFS_TRY(fs, FsOf(node));
+  return (*fs)->GetXattr(c, r->path, name, size, needed);
+}
+
+Status VfsImpl::SetXattr(const Cred& c, uint64_t ino, const std::string& name,
+                         std::span<const std::byte> value, int flags) {
+  if (name == kLocationXattr) return Err(EPERM, "user.fedfs.location is read-only");
+  FEDFS_TRY(r, Resolve(ino));
+  std::vector<std::string> nodes{r->node};
+  if (IsDir(r->type)) {
+    FEDFS_TRY(vd, deps_.vds->Get(r->path));
+    nodes = (*vd)->holders;
+  }
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    FEDFS_TRY(fs, FsOf(nodes[i]));
+    auto s = (*fs)->SetXattr(c, r->path, name, value, flags);
+    if (!s && i == 0) return s;
+  }
+  return Ok();
+}
+
+Result<std::string> VfsImpl::ListXattr(const Cred& c, uint64_t ino, size_t size,
+                                       size_t* needed) {
+  FEDFS_TRY(r, Resolve(ino));
+  std::string node = r->node;
+  if (IsDir(r->type)) {
+    FEDFS_TRY(vd, deps_.vds->Get(r->path));
+    if ((*vd)->holders.empty()) return Err(ENOENT, r->path);
+    node = (*vd)->holders.front();
+  }
+  FEDFS_TRY(fs, FsOf(node));
+  size_t need = 0;
+  FEDFS_TRY(probe, (*fs)->ListXattr(c, r->path, 0, &need));
+  std::string names;
+  if (need > 0) {
+    FEDFS_TRY(all, (*fs)->ListXattr(c, r->path, need, &need));
+    names = std::move(*all);
+  }
+  names.append(kLocationXattr);
+  names.push_back('\0');
+  return SizedAnswer(std::move(names), size, needed);
+}
+
+Status VfsImpl::RemoveXattr(const Cred& c, uint64_t ino, const std::string& name) {
+  if (name == kLocationXattr) return Err(EPERM, "user.fedfs.location is read-only");
+  FEDFS_TRY(r, Resolve(ino));
+  std::vector<std::string> nodes{r->node};
+  if (IsDir(r->type)) {
+    FEDFS_TRY(vd, deps_.vds->Get(r->path));
+    nodes = (*vd)->holders;
+  }
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    FEDFS_TRY(fs, FsOf(nodes[i]));
+    auto s = (*fs)->RemoveXattr(c, r->path, name);
+    if (!s && i == 0) return s;
+  }
+  return Ok();
+}
+
+#undef FEDFS_TRY
+
+
+}  // namespace fedfs::ns

@@ -1,0 +1,449 @@
+// VfsImpl: construction, inode numbers, resolution, attribute caches and
+// the helpers the operations share (vfs/vfs_impl.h).
+#include "vfs/vfs_impl.h"
+
+#include <dirent.h>
+#include <linux/fs.h>
+#include <sys/file.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "common/hash.h"
+#include "common/logging.h"
+#include "common/path.h"
+#include "vfs/vfs_util.h"
+
+namespace fedfs::ns {
+
+using namespace vfs_detail;
+
+
+VfsImpl::VfsImpl(VfsOptions options, VfsDeps deps)
+    : options_(std::move(options)), deps_(std::move(deps)) {
+  Inode root;
+  root.parent = 0;
+  root.type = S_IFDIR;
+  root.st_ino = DirIno("/");
+  root.nlookup = 1;  // never forgotten
+  root.generation = 1;
+  inodes_.emplace(kRootIno, std::move(root));
+}
+
+VfsImpl::~VfsImpl() = default;
+
+// ---------------------------------------------------------------- helpers
+
+uint64_t VfsImpl::DirIno(const std::string& path) {
+  return (kDirTag << 48) | (StableHash(path) & kInoMask);
+}
+
+uint16_t VfsImpl::TagOf(const std::string& node) const {
+  if (node.empty() || node == deps_.cluster->Current()->self) return options_.node_tag;
+  if (deps_.tag_of) {
+    if (const uint16_t t = deps_.tag_of(node); t != 0) return t;
+  }
+  // Derived tag, kept away from 0, 0xffff and this node's configured tag.
+  uint16_t t = static_cast<uint16_t>(StableHash(node) % 65534 + 1);
+  if (t == options_.node_tag) t = static_cast<uint16_t>(t % 65534 + 1);
+  return t;
+}
+
+uint64_t VfsImpl::FileIno(const std::string& node, uint64_t local_ino) const {
+  return (uint64_t{TagOf(node)} << 48) | (local_ino & kInoMask);
+}
+
+uint64_t VfsImpl::GlobalOwner(uint64_t owner) const {
+  return (uint64_t{options_.node_tag} << 48) ^ owner;
+}
+
+std::string VfsImpl::PathLocked(uint64_t ino) const {
+  if (ino == kRootIno) return "/";
+  std::vector<const std::string*> parts;
+  uint64_t cur = ino;
+  while (cur != kRootIno) {
+    auto it = inodes_.find(cur);
+    if (it == inodes_.end() || !it->second.linked) return "";
+    const Inode& n = it->second;
+    parts.push_back(IsDir(n.type) ? &n.name : &n.real_name);
+    cur = n.parent;
+  }
+  std::string path;
+  for (auto p = parts.rbegin(); p != parts.rend(); ++p) {
+    path += '/';
+    path += **p;
+  }
+  return path;
+}
+
+Result<VfsImpl::Resolved> VfsImpl::Resolve(uint64_t ino) const {
+  std::lock_guard lock(mu_);
+  auto it = inodes_.find(ino);
+  if (it == inodes_.end()) return Err(ESTALE, "unknown inode " + std::to_string(ino));
+  std::string path = PathLocked(ino);
+  if (path.empty()) return Err(ENOENT, "inode " + std::to_string(ino) + " was removed");
+  return Resolved{std::move(path), it->second.type, it->second.node, it->second.st_ino};
+}
+
+Result<VfsImpl::Resolved> VfsImpl::ResolveDir(uint64_t ino) const {
+  auto r = Resolve(ino);
+  if (r && !IsDir(r->type)) return Err(ENOTDIR, r->path);
+  return r;
+}
+
+Result<std::shared_ptr<NodeFs>> VfsImpl::FsOf(const std::string& node) {
+  auto view = deps_.cluster->Current();
+  if (node.empty() || node == view->self) {
+    // Non-owning alias of the local NodeFs.
+    return std::shared_ptr<NodeFs>(std::shared_ptr<NodeFs>{}, deps_.local);
+  }
+  auto live = view->live.find(node);
+  if (live == view->live.end()) {
+    return Err(EHOSTDOWN, "node " + node + " is down");
+  }
+  {
+    std::lock_guard lock(remotes_mu_);
+    if (auto it = remotes_.find(node); it != remotes_.end()) return it->second;
+  }
+  if (!deps_.make_remote) return Err(EHOSTDOWN, "no remote access to node " + node);
+  std::shared_ptr<NodeFs> fs = deps_.make_remote(node, live->second);
+  if (!fs) return Err(EHOSTDOWN, "cannot reach node " + node);
+  std::lock_guard lock(remotes_mu_);
+  auto [it, inserted] = remotes_.emplace(node, std::move(fs));
+  return it->second;
+}
+
+Result<struct stat> VfsImpl::DirAttr(const Cred& c, const std::string& path, const VdPtr& vd) {
+  Error last{ENOENT, path};
+  for (const auto& h : vd->holders) {  // sorted by node id
+    auto fs = FsOf(h);
+    if (!fs) {
+      last = fs.error();
+      continue;
+    }
+    auto st = (*fs)->Stat(c, path);
+    if (!st) {
+      last = st.error();
+      if (st.error().code == EACCES || st.error().code == EPERM) return Err(st.error());
+      continue;
+    }
+    if (!S_ISDIR(st->st_mode)) continue;  // changed behind our back
+    st->st_nlink = 2 + vd->subdirs;
+    st->st_ino = DirIno(path);
+    return *st;
+  }
+  return Err(std::move(last));
+}
+
+Result<VfsImpl::Child> VfsImpl::ChildFromEntry(const Cred& c, const std::string& dir_path,
+                                               const VdEntry& e) {
+  Child ch;
+  ch.name = e.name;
+  ch.real_name = e.RealName();
+  ch.type = TypeFromDt(e.type);
+  const std::string path = JoinPath(dir_path, ch.real_name);
+  if (e.type == DT_DIR) {
+    auto vd = deps_.vds->Get(path);
+    if (!vd) return Err(vd.error());
+    auto st = DirAttr(c, path, *vd);
+    if (!st) return Err(st.error());
+    ch.st = *st;
+    return ch;
+  }
+  if (e.holders.empty()) return Err(ENOENT, path + " has no holder");
+  ch.node = e.holders.front();
+  auto fs = FsOf(ch.node);
+  if (!fs) return Err(fs.error());
+  auto st = (*fs)->Stat(c, path);
+  if (!st) return Err(st.error());
+  ch.type = st->st_mode & S_IFMT;
+  st->st_ino = FileIno(ch.node, st->st_ino);
+  ch.st = *st;
+  return ch;
+}
+
+
+// An entry that its holder no longer has is being removed, renamed or
+// replaced (by a file on another node) by another operation whose VD update
+// has not reached the manager yet: the VD is asked again (from the manager)
+// until the entry changed, for a bounded time, and the lookup tried again;
+// so a lookup that answers ENOENT is never followed by a listing that still
+// shows the name, and a name that always existed is never missed.
+Result<VfsImpl::Child> VfsImpl::LookupChild(const Cred& c, const std::string& dir_path,
+                                            const std::string& name, bool* absent) {
+  for (int attempt = 0;; ++attempt) {
+    auto vd = deps_.vds->Get(dir_path);
+    if (!vd) return Err(vd.error());
+    const VdEntry* e = (*vd)->Find(name);
+    if (e == nullptr) {
+      if (absent != nullptr) *absent = (*vd)->cacheable;
+      return Err(ENOENT, JoinPath(dir_path, name));
+    }
+    auto ch = ChildFromEntry(c, dir_path, *e);
+    if (!ch && ch.error().code == ENOENT && e->type != DT_DIR) {
+      if (attempt == 2) return Err(ENOENT, JoinPath(dir_path, name));
+      const std::optional<VdEntry> was = *e;
+      AwaitVd(dir_path, name, [&](const VdEntry* now) { return !SameEntry(now, was); });
+      continue;
+    }
+    if (ch) ch->cacheable = (*vd)->cacheable;
+    return ch;
+  }
+}
+
+// Until VD(dir) from its manager shows `name` as `settled` wants (listed, no
+// longer listed, changed), for at most ~50 ms: another node's operation
+// changed the holder first and reports to the manager next. Answering before
+// the manager agrees would let a later listing contradict this answer.
+void VfsImpl::AwaitVd(const std::string& dir, const std::string& name,
+                      const std::function<bool(const VdEntry*)>& settled) {
+  auto backoff = std::chrono::microseconds(200);
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    auto vd = deps_.vds->GetFresh(dir);
+    if (!vd || settled((*vd)->Find(name))) return;
+    std::this_thread::sleep_for(backoff);
+    backoff *= 2;
+  }
+}
+
+uint64_t VfsImpl::NamesEpoch() const {
+  KernelCache* k = kernel_.load(std::memory_order_acquire);
+  return k != nullptr ? k->NamesEpoch() : 0;
+}
+
+EntryOut VfsImpl::Remember(uint64_t parent, const Child& ch, uint64_t names_epoch) {
+  EntryOut out;
+  out.attr = ch.st;
+  out.attr_timeout = options_.attr_timeout;
+  out.entry_timeout = options_.entry_timeout;
+  if (KernelCache* k = kernel_.load(std::memory_order_acquire);
+      k != nullptr && ch.cacheable && k->Coherent() && k->NamesEpoch() == names_epoch) {
+    out.entry_timeout = std::max(out.entry_timeout, options_.coherent_entry_timeout);
+    out.attr_timeout = CoherentAttrTimeout(ch.type, ch.node, ch.st.st_nlink);
+  }
+  std::lock_guard lock(mu_);
+  const auto key = std::make_pair(parent, ch.name);
+  if (auto it = names_.find(key); it != names_.end()) {
+    Inode& n = inodes_.at(it->second);
+    if ((n.type & S_IFMT) == (ch.type & S_IFMT) && n.node == ch.node &&
+        n.real_name == ch.real_name && (IsDir(ch.type) || n.st_ino == ch.st.st_ino)) {
+      ++n.nlookup;
+      out.ino = it->second;
+      out.generation = n.generation;
+      out.attr.st_ino = n.st_ino;
+      n.last = out.attr;
+      return out;
+    }
+    // Replaced behind our back: the old inode keeps its remaining lookups.
+    MarkReplacedLocked(it->second);
+  }
+  Inode n;
+  n.parent = parent;
+  n.name = ch.name;
+  n.real_name = ch.real_name;
+  n.type = ch.type & S_IFMT;
+  n.node = ch.node;
+  n.st_ino = ch.st.st_ino;
+  n.nlookup = 1;
+  n.generation = 1;
+  n.last = out.attr;
+  const uint64_t ino = next_ino_++;
+  inodes_.emplace(ino, std::move(n));
+  names_.emplace(key, ino);
+  ++inodes_.at(parent).children;
+  out.ino = ino;
+  out.generation = 1;
+  return out;
+}
+
+double VfsImpl::CoherentAttrTimeout(mode_t type, const std::string& node, nlink_t nlink) const {
+  if (IsDir(type)) return std::max(options_.attr_timeout, options_.coherent_dir_attr_timeout);
+  // Attributes of files held elsewhere change there without a word to this
+  // node. Each name of a hard-linked file is its own kernel inode here, so
+  // a change through one name would leave the others' copies stale.
+  if (node != deps_.cluster->Current()->self || nlink > 1) return options_.attr_timeout;
+  return std::max(options_.attr_timeout, options_.coherent_file_attr_timeout);
+}
+
+double VfsImpl::AttrTimeout(uint64_t ino, const struct stat& st) const {
+  KernelCache* k = kernel_.load(std::memory_order_acquire);
+  if (k == nullptr || !k->Coherent()) return options_.attr_timeout;
+  mode_t type = S_IFDIR;
+  std::string node;
+  if (ino != kRootIno) {
+    std::lock_guard lock(mu_);
+    auto it = inodes_.find(ino);
+    if (it == inodes_.end()) return options_.attr_timeout;
+    type = it->second.type;
+    node = it->second.node;
+  }
+  if (S_ISREG(type) && st.st_nlink == 1 && node != deps_.cluster->Current()->self) {
+    std::lock_guard lock(files_mu_);
+    if (ToldLocked(ino) || watch_of_.contains(ino)) {
+      return std::max(options_.attr_timeout, options_.coherent_remote_open_attr_timeout);
+    }
+  }
+  return CoherentAttrTimeout(type, node, st.st_nlink);
+}
+
+bool VfsImpl::ToldLocked(uint64_t ino) const {
+  auto [b, e] = files_by_ino_.equal_range(ino);
+  for (auto i = b; i != e; ++i) {
+    if (files_.at(i->second).told) return true;
+  }
+  return false;
+}
+
+void VfsImpl::DropWatchLocked(uint64_t ino) {
+  auto w = watch_of_.find(ino);
+  if (w == watch_of_.end()) return;
+  watched_.erase(w->second);
+  watch_of_.erase(w);
+}
+
+void VfsImpl::RemoteAttrsChanged(const std::string& node, const std::vector<Handle>& handles) {
+  std::vector<uint64_t> inos;
+  {
+    std::lock_guard lock(files_mu_);
+    ++callbacks_taken_;
+    for (Handle h : handles) {
+      if (auto it = told_.find({node, h}); it != told_.end()) inos.push_back(it->second);
+      // A watch is used once: the next GetAttr watches again (the node keeps
+      // it, or ended it and this was the word).
+      if (auto it = watched_.find({node, h}); it != watched_.end()) {
+        inos.push_back(it->second);
+        watch_of_.erase(it->second);
+        watched_.erase(it);
+      }
+    }
+  }
+  KernelCache* k = kernel_.load(std::memory_order_acquire);
+  if (k == nullptr) return;
+  for (uint64_t ino : inos) k->InvalidateAttrs(ino);
+}
+
+void VfsImpl::InvalidateAttrsOf(const std::string& path) {
+  KernelCache* k = kernel_.load(std::memory_order_acquire);
+  if (k == nullptr || path.empty() || path[0] != '/') return;
+  uint64_t ino = kRootIno;
+  {
+    std::lock_guard lock(mu_);
+    size_t pos = 1;
+    while (pos < path.size()) {  // (parent, name) one component at a time
+      const size_t end = std::min(path.find('/', pos), path.size());
+      auto it = names_.find({ino, path.substr(pos, end - pos)});
+      if (it == names_.end()) return;  // the kernel has not looked it up
+      ino = it->second;
+      pos = end + 1;
+    }
+  }
+  k->InvalidateAttrs(ino);
+}
+
+void VfsImpl::DetachName(uint64_t parent, const std::string& name) {
+  std::lock_guard lock(mu_);
+  auto it = names_.find({parent, name});
+  if (it == names_.end()) return;
+  inodes_.at(it->second).linked = false;
+  names_.erase(it);
+}
+
+void VfsImpl::MaybeEraseLocked(uint64_t ino) {
+  while (ino != kRootIno) {
+    auto it = inodes_.find(ino);
+    if (it == inodes_.end()) return;
+    Inode& n = it->second;
+    if (n.nlookup > 0 || n.children > 0) return;
+    if (n.linked) names_.erase({n.parent, n.name});
+    const uint64_t parent = n.parent;
+    inodes_.erase(it);
+    {
+      std::lock_guard files_lock(files_mu_);
+      DropWatchLocked(ino);
+    }
+    auto p = inodes_.find(parent);
+    if (p == inodes_.end()) return;
+    --p->second.children;
+    ino = parent;
+  }
+}
+
+void VfsImpl::ReportAdd(const std::string& dir, const std::string& name, uint8_t type,
+                        const std::string& node) {
+  if (auto s = deps_.vds->Add(dir, name, type, node); !s) {
+    Log()->warn("VD update (add {} in {}) failed: {}", name, dir, s.error().ToString());
+  }
+}
+
+bool VfsImpl::ReportRemove(const std::string& dir, const std::string& name,
+                           const std::string& node) {
+  if (auto s = deps_.vds->Remove(dir, name, node); !s) {
+    Log()->warn("VD update (remove {} in {}) failed: {}", name, dir, s.error().ToString());
+    return false;
+  }
+  return true;
+}
+
+
+Status VfsImpl::EnsureDirOn(const Cred& c, const std::string& node, const std::string& dir_path,
+                            const VdPtr& dir_vd) {
+  if (std::find(dir_vd->holders.begin(), dir_vd->holders.end(), node) != dir_vd->holders.end()) {
+    return Ok();
+  }
+  if (dir_vd->holders.empty()) return Err(ENOENT, dir_path);
+  // Every ancestor of dir_path exists on a holder of dir_path: copy their
+  // attributes from there.
+  auto src = FsOf(dir_vd->holders.front());
+  if (!src) return Err(src.error());
+  std::vector<std::string> ancestors;  // "/a", "/a/b", ..., dir_path
+  for (std::string p = dir_path; p != "/"; p = std::string(ParentPath(p))) ancestors.push_back(p);
+  std::reverse(ancestors.begin(), ancestors.end());
+  std::vector<NodeFs::DirTemplate> templates;
+  for (const auto& a : ancestors) {
+    auto st = (*src)->Stat(c, a);
+    if (!st) return Err(st.error());
+    templates.push_back({static_cast<mode_t>(st->st_mode & 07777), st->st_uid, st->st_gid});
+  }
+  auto dst = FsOf(node);
+  if (!dst) return Err(dst.error());
+  // MkdirParents creates the ancestors of its argument: name a child.
+  if (auto s = (*dst)->MkdirParents(JoinPath(dir_path, "x"), templates); !s) return s;
+  for (const auto& a : ancestors) ReportAdd(std::string(ParentPath(a)), std::string(BaseName(a)), DT_DIR, node);
+  return Ok();
+}
+
+Result<std::string> VfsImpl::PlaceNew(const Cred& c, const std::string& dir_path,
+                                      const VdPtr& dir_vd, const std::string& path, bool is_dir) {
+  auto view = deps_.cluster->Current();
+  std::string node = view->self;
+  if (deps_.place) {
+    std::string chosen = deps_.place(*view, path, is_dir);
+    if (!chosen.empty()) node = std::move(chosen);
+  }
+  if (node != view->self && !view->IsAlive(node)) {
+    return Err(EHOSTDOWN, "placement chose node " + node + ", which is down");
+  }
+  if (auto s = EnsureDirOn(c, node, dir_path, dir_vd); !s) return Err(s.error());
+  const std::string name(BaseName(path));
+  // EEXIST only once the manager lists the name (a claim in flight is
+  // waited out), and its round has reached this node's copy.
+  if (auto s = deps_.vds->Claim(dir_path, name); !s) return Err(s.error());
+  return node;
+}
+
+void VfsImpl::ReleaseNew(const std::string& dir_path, const std::string& name) {
+  deps_.vds->Release(dir_path, name);
+}
+
+
+bool VfsImpl::ReportEdits(const std::string& dir, const std::vector<VdEdit>& edits) {
+  if (auto s = deps_.vds->Apply(dir, edits); !s) {
+    Log()->warn("VD update ({} changes in {}) failed: {}", edits.size(), dir, s.error().ToString());
+    return false;
+  }
+  return true;
+}
+
+
+}  // namespace fedfs::ns

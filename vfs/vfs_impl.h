@@ -1,0 +1,453 @@
+// VfsImpl: the per-node Vfs (vfs/vfs.h) over virtual directories and
+// node file systems.
+//
+// Ownership. VfsImpl owns the inode table (FUSE node id -> parent id, visible
+// name, name in the holder's export root, type, location, cached st_ino,
+// lookup count, generation), the open-file and open-directory tables, and the
+// RemoteNodeFs objects it creates on demand (one per peer, through
+// VfsDeps::make_remote). It does not own the local NodeFs, the VD client or
+// the cluster view source; they outlive it.
+//
+// Paths are never stored whole: an inode's global path is rebuilt from its
+// parent links, so a rename moves exactly one table entry and every
+// descendant follows. Directories hold no location (they are the union of the
+// same path on every node); every other inode has exactly one holder node.
+//
+// What each operation does is stated in docs/namespace.md ("The FUSE mount").
+// In short: names are resolved through VD(P) (VdClient), attributes and data
+// come from the holder's NodeFs, new entries go to the node chosen by the
+// placement function, and every change to a directory is reported to its
+// manager (VdClient::Update) after it succeeded on the node. A VD update that
+// fails after the change was made is logged and does not fail the operation
+// (the manager rebuilds the VD by dirmerge on its next miss).
+//
+// Threads: every method may block (remote calls with deadlines) and is called
+// from FUSE worker threads; thread-safe. Lock order: mu_ (inode table) before
+// files_mu_ before remotes_mu_; no lock is held across a NodeFs or VdClient
+// call.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "cluster/cluster.h"
+#include "nodefs/node_fs.h"
+#include "vd/vd.h"
+#include "vd/kernel_cache.h"
+#include "vfs/vfs.h"
+
+namespace fedfs::ns {
+
+using VdPtr = std::shared_ptr<const VirtualDirectory>;
+
+// One change of a directory, as reported to its manager.
+struct VdEdit {
+  bool add = true;   // false: remove
+  std::string name;  // real name on `node`
+  uint8_t type = 0;  // DT_* (add)
+  std::string node;
+};
+
+// What VfsImpl needs from the VD service, as blocking calls (the daemon
+// adapts VdService with GetVdSync/UpdateVdSync; tests use fakes).
+class VdClient {
+ public:
+  virtual ~VdClient() = default;
+  // VD(path); ENOENT if no live node has `path` as a directory.
+  virtual Result<VdPtr> Get(const std::string& path) = 0;
+  // VD(path) from its manager, not from a cached copy.
+  virtual Result<VdPtr> GetFresh(const std::string& path) { return Get(path); }
+  // Reports that `node` added or removed the entry `name` of directory
+  // `path` (kAdd/kRemove).
+  virtual Status Add(const std::string& path, const std::string& name, uint8_t type,
+                     const std::string& node) = 0;
+  virtual Status Remove(const std::string& path, const std::string& name,
+                        const std::string& node) = 0;
+  // Claims and locks are held by this node, whatever node the entry is (to
+  // be) on (VdChange).
+  // Reserves `name` in directory `path` before it is created: EEXIST if the
+  // name exists; waits while another node holds it (so two nodes never both
+  // create one name). Clients without managers accept.
+  virtual Status Claim(const std::string& path, const std::string& name) {
+    (void)path, (void)name;
+    return Ok();
+  }
+  // Holds the existing `name` of directory `path` for an operation that
+  // changes it on its holder, until that change is reported or Release
+  // (VdChange::kLock); waits while another node holds it. Clients without
+  // managers accept.
+  virtual Status Lock(const std::string& path, const std::string& name) {
+    (void)path, (void)name;
+    return Ok();
+  }
+  // Lock(path, lock) and Claim(path, claim) (two names of one directory) in
+  // one step, both or neither: a rename within one directory. The default
+  // takes them one after the other (and releases the lock if the claim
+  // fails); the daemon's client makes one call to the manager.
+  virtual Status LockAndClaim(const std::string& path, const std::string& lock,
+                              const std::string& claim) {
+    if (auto s = Lock(path, lock); !s) return s;
+    Status c = Claim(path, claim);
+    if (!c) Release(path, lock);
+    return c;
+  }
+  // Ends a claim whose create failed, or a lock whose operation did not
+  // report a change.
+  virtual void Release(const std::string& path, const std::string& name) {
+    (void)path, (void)name;
+  }
+  // Several changes of directory `path` at once (a rename within it is seen
+  // whole or not at all). The default applies them one by one.
+  virtual Status Apply(const std::string& path, const std::vector<VdEdit>& edits) {
+    for (const VdEdit& e : edits) {
+      Status s = e.add ? Add(path, e.name, e.type, e.node) : Remove(path, e.name, e.node);
+      if (!s) return s;
+    }
+    return Ok();
+  }
+  // Forgets every VD at or beneath `path` wherever it is kept (after a
+  // directory moved or went away). Clients that keep no VDs do nothing.
+  virtual Status DropSubtree(const std::string& path) {
+    (void)path;
+    return Ok();
+  }
+};
+
+// Multi-node directory operations (dirops/dir_ops.h), when wired.
+class DirOpsClient {
+ public:
+  virtual ~DirOpsClient() = default;
+  // Renames directory `from` to `to` on every node in `holders` (journaled;
+  // also reports the VD changes).
+  virtual Status RenameDir(const Cred& c, const std::string& from, const std::string& to,
+                           unsigned flags, std::vector<std::string> holders) = 0;
+  // Removes directory `path` from every node in `holders` (journaled; also
+  // reports the VD changes).
+  virtual Status RemoveDir(const Cred& c, const std::string& path,
+                           std::vector<std::string> holders) = 0;
+};
+
+struct VfsOptions {
+  // Seconds the kernel may cache names and attributes. 0 (default) keeps the
+  // consistency contract across nodes (docs/namespace.md, "Consistency
+  // contract"); more trades it for fewer FUSE requests.
+  double entry_timeout = 0;
+  double attr_timeout = 0;
+  // With a kernel that takes invalidations (KernelCache::Coherent()), these
+  // apply instead when larger (docs/namespace.md, "Kernel caches"):
+  // names, exact since every change invalidates them before it is
+  // acknowledged; attributes of directories (changed through another node:
+  // at most this old); attributes of files held on this node (exact for
+  // changes through FedFS; changes made directly in the export root are
+  // reported by the autonomy watcher, and are otherwise at most this old).
+  // Attributes of files held on other nodes: while this node has the file
+  // open and its node tells of its changes (Opened::attr_callbacks), the
+  // last, as a bound should a callback be lost; otherwise never cached.
+  double coherent_entry_timeout = 60;
+  double coherent_dir_attr_timeout = 1;
+  double coherent_file_attr_timeout = 1;
+  double coherent_remote_open_attr_timeout = 1;
+  // This node's tag (1..65534, unique in the federation): the high 16 bits
+  // of the st_ino of files it holds.
+  uint16_t node_tag = 1;
+  // Entries returned by one ReadDir call at most.
+  size_t max_readdir_batch = 1024;
+};
+
+struct VfsDeps {
+  const ClusterViewSource* cluster = nullptr;  // required
+  NodeFs* local = nullptr;                     // required: this node's export root
+  VdClient* vds = nullptr;                     // required
+  DirOpsClient* dir_ops = nullptr;             // optional (nullptr: single-node only)
+  // Creates the NodeFs of a peer reachable at `addr`. Called at most once per
+  // node id while it succeeds. Optional: without it, remote files are EHOSTDOWN.
+  std::function<std::shared_ptr<NodeFs>(const std::string& node, const std::string& addr)>
+      make_remote;
+  // The node that stores a new entry at global path `path`. Optional: the
+  // default is this node. Must return a live node id ("" = this node).
+  std::function<std::string(const ClusterView& view, const std::string& path, bool is_dir)> place;
+  // The tag of another node (st_ino high bits); optional: default is derived
+  // from StableHash(node id) (docs/namespace.md, "Inode numbers").
+  std::function<uint16_t(const std::string& node)> tag_of;
+};
+
+class VfsImpl final : public Vfs {
+ public:
+  VfsImpl(VfsOptions options, VfsDeps deps);
+  ~VfsImpl() override;
+
+  Result<EntryOut> Lookup(const Cred& c, uint64_t parent, const std::string& name) override;
+  void Forget(uint64_t ino, uint64_t nlookup) override;
+  double AttrTimeout(uint64_t ino, const struct stat& st) const override;
+  Result<struct stat> GetAttr(const Cred& c, uint64_t ino, std::optional<uint64_t> fh) override;
+  Result<struct stat> SetAttr(const Cred& c, uint64_t ino, std::optional<uint64_t> fh,
+                              const SetAttrRequest& req) override;
+  Result<std::string> Readlink(const Cred& c, uint64_t ino) override;
+  Result<EntryOut> Mknod(const Cred& c, uint64_t parent, const std::string& name, mode_t mode,
+                         dev_t rdev) override;
+  Result<EntryOut> Mkdir(const Cred& c, uint64_t parent, const std::string& name,
+                         mode_t mode) override;
+  Status Unlink(const Cred& c, uint64_t parent, const std::string& name) override;
+  Status Rmdir(const Cred& c, uint64_t parent, const std::string& name) override;
+  Result<EntryOut> Symlink(const Cred& c, const std::string& target, uint64_t parent,
+                           const std::string& name) override;
+  Status Rename(const Cred& c, uint64_t parent, const std::string& name, uint64_t new_parent,
+                const std::string& new_name, unsigned flags) override;
+  Result<EntryOut> Link(const Cred& c, uint64_t ino, uint64_t new_parent,
+                        const std::string& new_name) override;
+
+  Result<FileOut> Open(const Cred& c, uint64_t ino, int flags) override;
+  Result<std::pair<EntryOut, FileOut>> Create(const Cred& c, uint64_t parent,
+                                              const std::string& name, mode_t mode,
+                                              int flags) override;
+  Result<size_t> Read(uint64_t fh, uint64_t offset, std::span<std::byte> dst) override;
+  Result<size_t> Write(uint64_t fh, uint64_t offset, std::span<const std::byte> src,
+                       const Writer& by) override;
+  Status Flush(uint64_t fh, uint64_t lock_owner) override;
+  Status Fsync(uint64_t fh, bool datasync) override;
+  Status Release(uint64_t fh) override;
+  Status Fallocate(uint64_t fh, int mode, uint64_t offset, uint64_t len) override;
+
+  Result<uint64_t> OpenDir(const Cred& c, uint64_t ino) override;
+  Result<std::vector<DirEntryOut>> ReadDir(uint64_t dh, uint64_t offset, size_t max) override;
+  Status ReleaseDir(uint64_t dh) override;
+
+  Result<struct statvfs> StatFs() override;
+
+  Result<std::string> GetXattr(const Cred& c, uint64_t ino, const std::string& name, size_t size,
+                               size_t* needed) override;
+  Status SetXattr(const Cred& c, uint64_t ino, const std::string& name,
+                  std::span<const std::byte> value, int flags) override;
+  Result<std::string> ListXattr(const Cred& c, uint64_t ino, size_t size,
+                                size_t* needed) override;
+  Status RemoveXattr(const Cred& c, uint64_t ino, const std::string& name) override;
+
+  Result<LockRange> GetLk(uint64_t fh, uint64_t owner, const LockRange& want) override;
+  Status SetLk(uint64_t fh, uint64_t owner, const LockRange& want, bool wait) override;
+  Status Flock(uint64_t fh, uint64_t owner, int op) override;
+
+  // --- Introspection (fedfsctl, tests). ---
+
+  // The holder(s) of global path `path`: the holders of a directory, the one
+  // node of anything else. ENOENT if no such entry.
+  Result<std::vector<std::string>> Where(const std::string& path);
+  // The NodeFs of `node` (this node's or a peer's, created on demand);
+  // nullptr for a dead or unknown node. Valid while this object lives.
+  NodeFs* NodeFsFor(const std::string& node);
+  // Wires the multi-node directory operations (before serving).
+  void SetDirOps(DirOpsClient* d) { deps_.dir_ops = d; }
+  // Wires the kernel's caches (after mounting; nullptr: none). Names and
+  // attributes are handed out cacheable only while it is Coherent().
+  void SetKernelCache(KernelCache* k) { kernel_.store(k, std::memory_order_release); }
+  // Another node changed the file or directory at global path `path` (real
+  // names) held here, through this node's file service: the kernel's cached
+  // attributes of it are dropped.
+  void InvalidateAttrsOf(const std::string& path);
+  // Node `node` told that the files this node has open there as `handles`
+  // changed (FsAttrChanged): the kernel's cached attributes of them are
+  // dropped. Does not block (the transport's progress context calls it).
+  void RemoteAttrsChanged(const std::string& node, const std::vector<Handle>& handles);
+
+ private:
+  double CoherentAttrTimeout(mode_t type, const std::string& node, nlink_t nlink) const;
+  // An open file of `ino` is told of (OpenFile::told). Under files_mu_.
+  bool ToldLocked(uint64_t ino) const;
+  void DropWatchLocked(uint64_t ino);  // files_mu_ held
+  class NameLocks;
+  Status RmdirOnce(const Cred& c, uint64_t parent, const std::string& name);
+
+ public:
+  // The global path of a known inode (ENOENT if unknown or unlinked).
+  Result<std::string> PathOf(uint64_t ino) const;
+  // Inodes in the table (root included).
+  size_t InodeCount() const;
+  // Free bytes (f_bavail * f_frsize) of every live node that answered,
+  // refreshed at most once a second (for the most-free placement policy).
+  std::map<std::string, uint64_t> FreeBytes();
+
+  // The xattr that names a file's holder node(s) (comma-separated).
+  static constexpr const char* kLocationXattr = "user.fedfs.location";
+
+ private:
+  struct Inode {
+    uint64_t parent = 0;
+    std::string name;       // visible name in the parent VD
+    std::string real_name;  // the name in the holder's export root
+    mode_t type = 0;        // S_IF* bits
+    std::string node;       // holder (non-directories)
+    uint64_t st_ino = 0;
+    uint64_t nlookup = 0;
+    uint64_t generation = 0;
+    size_t children = 0;    // inodes whose parent is this one
+    bool linked = true;     // still reachable by (parent, name)
+    bool replaced = false;  // unlinked because its name now names another file
+    // The attributes last handed to the kernel: a getattr that can no longer
+    // reach the file because another file took its name answers these, with
+    // no links (as a local file system answers for a file renamed over
+    // between a stat's lookup and its getattr).
+    struct stat last {};
+  };
+  struct OpenFile {
+    std::shared_ptr<NodeFs> fs;
+    Handle handle = 0;
+    uint64_t ino = 0;
+    bool told = false;  // its node tells of its changes (Opened::attr_callbacks)
+  };
+  struct DirHandle {
+    uint64_t ino = 0;
+    std::string path;
+    bool fresh = true;  // the snapshot was taken by OpenDir and not yet read
+    // Members that could not say whether the caller may read their directory
+    // (Unasked): their names are left out of the snapshots.
+    std::set<std::string> unasked;
+    // "." and ".." first; plus fields empty. Shared, not copied, by each
+    // ReadDir (a copy per batch made listing quadratic in the entries).
+    std::shared_ptr<const std::vector<DirEntryOut>> entries;
+  };
+  // A resolved inode: its path (global, real names) and identity.
+  struct Resolved {
+    std::string path;
+    mode_t type = 0;
+    std::string node;
+    uint64_t st_ino = 0;
+  };
+  // A looked-up child: what the table needs to insert it.
+  struct Child {
+    std::string name, real_name;
+    mode_t type = 0;
+    std::string node;
+    struct stat st {};
+    bool cacheable = true;  // false: from a VD no change would invalidate
+  };
+
+  // Path of `ino` under mu_ (held by the caller). "" if unknown/unlinked.
+  std::string PathLocked(uint64_t ino) const;
+  Result<Resolved> Resolve(uint64_t ino) const;
+  Result<Resolved> ResolveDir(uint64_t ino) const;
+
+  // The NodeFs of `node` (local or remote, created on demand); EHOSTDOWN for a
+  // dead or unknown node.
+  Result<std::shared_ptr<NodeFs>> FsOf(const std::string& node);
+  uint16_t TagOf(const std::string& node) const;
+  uint64_t FileIno(const std::string& node, uint64_t local_ino) const;
+  static uint64_t DirIno(const std::string& path);
+
+  // Attributes of directory `path` from its VD: first holder's lstat with
+  // nlink = 2 + subdirectories and the directory st_ino.
+  Result<struct stat> DirAttr(const Cred& c, const std::string& path, const VdPtr& vd);
+  // Looks up `name` in the VD of `dir_path` and stats it.
+  // *absent (optional) is set when the answer is ENOENT because a complete
+  // VD(dir_path) (one with every live node's listing) has no such name.
+  Result<Child> LookupChild(const Cred& c, const std::string& dir_path, const std::string& name,
+                            bool* absent = nullptr);
+  Result<Child> ChildFromEntry(const Cred& c, const std::string& dir_path, const VdEntry& e);
+  // Inserts (or finds) the child in the table, +1 lookup; fills an EntryOut.
+  // `names_epoch`: NamesEpoch() when the request began; if the kernel's
+  // names were dropped since, the entry goes out uncacheable.
+  EntryOut Remember(uint64_t parent, const Child& child, uint64_t names_epoch);
+  uint64_t NamesEpoch() const;
+  // Removes (parent, name) from the name index (the inode lives on for its
+  // remaining lookups/handles).
+  void DetachName(uint64_t parent, const std::string& name);
+  // Drops the VDs at or beneath `path` everywhere (after a directory moved).
+  void ForgetSubtreeVds(const std::string& path);
+  void MaybeEraseLocked(uint64_t ino);
+  // Its name now names another file: unlinked, and answered by ReplacedAttr.
+  Inode& MarkReplacedLocked(uint64_t ino);
+  static struct stat ReplacedAttr(const Inode& n);
+
+  // Placement + missing parents on the chosen node, and the claim of the
+  // name there (VdClient::Claim); returns the node. The caller releases the
+  // claim if its create fails (ReleaseNew).
+  Result<std::string> PlaceNew(const Cred& c, const std::string& dir_path, const VdPtr& dir_vd,
+                               const std::string& path, bool is_dir);
+  void ReleaseNew(const std::string& dir_path, const std::string& name);
+  // PlaceNew, then make(shared_ptr<NodeFs>, path) on the chosen node; a failed make
+  // releases the claim. The node and what make returned.
+  template <class T, class Make>
+  Result<std::pair<std::string, T>> MakeNew(const Cred& c, const std::string& dir_path,
+                                            const VdPtr& dir_vd, const std::string& name,
+                                            bool is_dir, Make make);
+  void AwaitVd(const std::string& dir, const std::string& name,
+               const std::function<bool(const VdEntry*)>& settled);
+  bool ReportEdits(const std::string& dir, const std::vector<VdEdit>& edits);
+  Status RenameOnce(const Cred& c, uint64_t parent, const std::string& name,
+                    uint64_t new_parent, const std::string& new_name, unsigned flags);
+  Result<std::pair<EntryOut, FileOut>> CreateOnce(const Cred& c, uint64_t parent,
+                                                  const std::string& name, mode_t mode,
+                                                  int flags);
+  // Makes sure `node` has directory `dir_path` (and its ancestors), with the
+  // attributes of the existing directories; reports created ones to the VDs.
+  Status EnsureDirOn(const Cred& c, const std::string& node, const std::string& dir_path,
+                     const VdPtr& dir_vd);
+  void ReportAdd(const std::string& dir, const std::string& name, uint8_t type,
+                 const std::string& node);
+  bool ReportRemove(const std::string& dir, const std::string& name, const std::string& node);
+
+  Result<OpenFile> FileOf(uint64_t fh) const;
+  // An open handle of inode `ino` (open-unlinked files), if any.
+  std::optional<uint64_t> AnyFileHandleOf(uint64_t ino) const;
+  Result<OpenFile> AnyFileOf(uint64_t ino) const;
+  uint64_t AddFile(OpenFile f);
+  uint64_t GlobalOwner(uint64_t owner) const;
+  // The listing of `vd`: ".", "..", then its entries but those held only by
+  // nodes in `left_out`.
+  std::vector<DirEntryOut> Snapshot(const std::string& path, uint64_t ino, const VdPtr& vd,
+                                    uint64_t parent_st_ino,
+                                    const std::set<std::string>& left_out) const;
+  // Whether `c` may list directory `path` (docs/namespace.md, "The FUSE
+  // mount"): read permission on every member (vd.holders), each checked by
+  // its node as it sees the caller (root squash). EACCES (EPERM) from any
+  // refuses the listing; the members that could not answer (dead, timed
+  // out, their directory gone) are returned, to be left out of it.
+  Result<std::set<std::string>> Unasked(const Cred& c, const std::string& path,
+                                        const VirtualDirectory& vd);
+
+  const VfsOptions options_;
+  VfsDeps deps_;
+  std::atomic<KernelCache*> kernel_{nullptr};
+
+  mutable std::mutex mu_;
+  std::unordered_map<uint64_t, Inode> inodes_;  // guarded by mu_
+  // (parent, visible name) -> inode, for linked inodes; guarded by mu_.
+  // Hashed: a listing looks up every entry (Snapshot).
+  struct NameHash {
+    size_t operator()(const std::pair<uint64_t, std::string>& k) const {
+      return std::hash<std::string>{}(k.second) ^ (k.first * 0x9e3779b97f4a7c15ull);
+    }
+  };
+  std::unordered_map<std::pair<uint64_t, std::string>, uint64_t, NameHash> names_;
+  uint64_t next_ino_ = 2;  // guarded by mu_
+
+  mutable std::mutex files_mu_;  // after mu_
+  std::unordered_map<uint64_t, OpenFile> files_;  // guarded by files_mu_
+  std::unordered_multimap<uint64_t, uint64_t> files_by_ino_;  // ino -> fh, guarded by files_mu_
+  // Open files whose node tells of their changes: (node, handle) -> ino.
+  std::map<std::pair<std::string, Handle>, uint64_t> told_;  // guarded by files_mu_
+  // Remote files watched through GetAttr (NodeFs::StatWatched) and not told
+  // of since: (node, watch) -> ino and back. Guarded by files_mu_.
+  std::map<std::pair<std::string, Handle>, uint64_t> watched_;
+  std::unordered_map<uint64_t, std::pair<std::string, Handle>> watch_of_;
+  uint64_t callbacks_taken_ = 0;  // RemoteAttrsChanged calls; guarded by files_mu_
+  std::unordered_map<uint64_t, std::shared_ptr<DirHandle>> dirs_;  // guarded by files_mu_
+  uint64_t next_fh_ = 1;  // guarded by files_mu_
+
+  std::mutex free_mu_;  // leaf lock; not held across calls
+  std::map<std::string, uint64_t> free_bytes_;  // guarded by free_mu_
+  std::chrono::steady_clock::time_point free_at_{};  // guarded by free_mu_
+
+  mutable std::mutex remotes_mu_;  // after files_mu_
+  std::map<std::string, std::shared_ptr<NodeFs>> remotes_;  // guarded by remotes_mu_
+};
+
+}  // namespace fedfs::ns

@@ -1,0 +1,634 @@
+// VfsImpl: the namespace operations (lookup, attributes, create family,
+// link, unlink, rmdir, rename; vfs/vfs_impl.h).
+#include "vfs/vfs_impl.h"
+
+#include <dirent.h>
+#include <linux/fs.h>
+#include <sys/file.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "common/hash.h"
+#include "common/logging.h"
+#include "common/path.h"
+#include "vfs/vfs_util.h"
+
+namespace fedfs::ns {
+
+using namespace vfs_detail;
+
+// ---------------------------------------------------------------- names
+
+Result<EntryOut> VfsImpl::Lookup(const Cred& c, uint64_t parent, const std::string& name) {
+  const uint64_t names_epoch = NamesEpoch();
+  if (auto s = ValidateName(name); !s) return Err(s.error());
+  auto dir = ResolveDir(parent);
+  if (!dir) return Err(dir.error());
+  bool absent = false;
+  auto ch = LookupChild(c, dir->path, name, &absent);
+  if (!ch) {
+    // A name that no node has is remembered by the kernel like a name that
+    // exists (a negative entry), under the same rule: only while every
+    // change of the directory takes the kernel's names back, and only if
+    // none did while this lookup was served. Programs that probe for files
+    // (search paths of compilers, interpreters, the dynamic linker, PATH)
+    // then ask the kernel, not this daemon, for each miss.
+    if (absent && ch.error().code == ENOENT) {
+      if (KernelCache* k = kernel_.load(std::memory_order_acquire);
+          k != nullptr && k->Coherent() && k->NamesEpoch() == names_epoch &&
+          std::max(options_.entry_timeout, options_.coherent_entry_timeout) > 0) {
+        EntryOut negative;
+        negative.entry_timeout = std::max(options_.entry_timeout, options_.coherent_entry_timeout);
+        return negative;
+      }
+    }
+    return Err(ch.error());
+  }
+  return Remember(parent, *ch, names_epoch);
+}
+
+void VfsImpl::Forget(uint64_t ino, uint64_t nlookup) {
+  if (ino == kRootIno) return;
+  std::lock_guard lock(mu_);
+  auto it = inodes_.find(ino);
+  if (it == inodes_.end()) return;
+  it->second.nlookup -= std::min(nlookup, it->second.nlookup);
+  MaybeEraseLocked(ino);
+}
+
+Result<struct stat> VfsImpl::GetAttr(const Cred& c, uint64_t ino, std::optional<uint64_t> fh) {
+  auto r = Resolve(ino);
+  if (!r) {
+    // An open-unlinked file: fstat semantics through a handle of it (SetAttr
+    // with nothing to change returns the open file's attributes). The kernel
+    // sends fstat without a handle, so any open handle of the inode will do.
+    if (r.error().code != ENOENT) return Err(r.error());
+    auto f = fh ? FileOf(*fh) : AnyFileOf(ino);
+    if (!f) {
+      // Its name now names another file (a rename over it, seen by a
+      // lookup here): what it was, unlinked.
+      std::lock_guard lock(mu_);
+      if (auto it = inodes_.find(ino); it != inodes_.end() && it->second.replaced) {
+        return ReplacedAttr(it->second);
+      }
+      return Err(f.error());
+    }
+    auto st = f->fs->SetAttr(c, "/", f->handle, SetAttrRequest{});
+    if (!st) return st;
+    std::lock_guard lock(mu_);
+    if (auto it = inodes_.find(ino); it != inodes_.end()) st->st_ino = it->second.st_ino;
+    return st;
+  }
+  if (IsDir(r->type)) {
+    auto vd = deps_.vds->Get(r->path);
+    if (!vd) return Err(vd.error());
+    return DirAttr(c, r->path, *vd);
+  }
+  auto fs = FsOf(r->node);
+  if (!fs) return Err(fs.error());
+  Result<struct stat> st = Err(EIO, "getattr");
+  // A remote file with one link: its node is asked to tell of its changes,
+  // so that the kernel may keep what this answers (AttrTimeout). A change
+  // told before the watch is known here could not be applied to it: then
+  // this answer is not kept.
+  KernelCache* k = kernel_.load(std::memory_order_acquire);
+  if (S_ISREG(r->type) && k != nullptr && k->Coherent() &&
+      r->node != deps_.cluster->Current()->self) {
+    uint64_t taken = 0;
+    {
+      std::lock_guard lock(files_mu_);
+      taken = callbacks_taken_;
+    }
+    auto ws = (*fs)->StatWatched(c, r->path);
+    if (ws) {
+      st = ws->st;
+      if (ws->watch) {
+        std::lock_guard lock(mu_);  // the inode must still be known (order: mu_, files_mu_)
+        std::lock_guard files_lock(files_mu_);
+        if (callbacks_taken_ == taken && inodes_.contains(ino)) {
+          const std::pair<std::string, Handle> key{r->node, *ws->watch};
+          if (auto old = watched_.find(key); old != watched_.end()) watch_of_.erase(old->second);
+          DropWatchLocked(ino);
+          watched_[key] = ino;
+          watch_of_[ino] = key;
+        }
+      }
+    } else {
+      st = Err(ws.error());
+    }
+  } else {
+    st = (*fs)->Stat(c, r->path);
+  }
+  if (!st && st.error().code == ENOENT) {
+    // Removed or renamed on its node since the kernel looked it up: through
+    // an open handle, fstat semantics; else ENOENT once the manager agrees.
+    if (auto f = fh ? FileOf(*fh) : AnyFileOf(ino); f) {
+      st = f->fs->SetAttr(c, "/", f->handle, SetAttrRequest{});
+    } else {
+      // Gone, or its name now names another file (a rename over it from
+      // another node): then what it was, unlinked.
+      const std::string dir(ParentPath(r->path)), name(BaseName(r->path));
+      auto other = [&](const VdEntry* e) {
+        return e != nullptr &&
+               (e->holders.empty() || e->holders.front() != r->node ||
+                e->RealName() != name);
+      };
+      AwaitVd(dir, name, [&](const VdEntry* e) { return e == nullptr || other(e); });
+      auto vd = deps_.vds->Get(dir);
+      if (vd && other((*vd)->Find(name))) {
+        std::lock_guard lock(mu_);
+        if (inodes_.contains(ino)) {
+          // Its name goes: the next lookup makes a new inode for the new file.
+          return ReplacedAttr(MarkReplacedLocked(ino));
+        }
+      }
+      return Err(ENOENT, r->path + " changed on node " + r->node);
+    }
+  }
+  if (!st) return st;
+  st->st_ino = FileIno(r->node, st->st_ino);
+  std::lock_guard lock(mu_);
+  if (auto it = inodes_.find(ino); it != inodes_.end()) {
+    it->second.last = *st;
+  }
+  return st;
+}
+
+VfsImpl::Inode& VfsImpl::MarkReplacedLocked(uint64_t ino) {
+  Inode& n = inodes_.at(ino);
+  if (auto it = names_.find({n.parent, n.name}); it != names_.end() && it->second == ino) {
+    names_.erase(it);
+  }
+  n.linked = false;
+  n.replaced = true;
+  return n;
+}
+
+struct stat VfsImpl::ReplacedAttr(const Inode& n) {
+  struct stat st = n.last;
+  st.st_nlink = 0;
+  return st;
+}
+
+Result<struct stat> VfsImpl::SetAttr(const Cred& c_in, uint64_t ino, std::optional<uint64_t> fh,
+                                     const SetAttrRequest& req) {
+  Cred c = c_in;
+  if (req.mode && !req.uid && !req.gid && !req.size && !req.atime && !req.mtime) {
+    // The kernel clears set-id bits after a write by a non-owner with a
+    // setattr in the writer's name, which chmod would refuse: a change that
+    // only drops S_ISUID/S_ISGID runs as root (the kernel checked explicit
+    // chmods already under default_permissions; docs/namespace.md).
+    auto cur = GetAttr(c, ino, fh);
+    if (cur && (cur->st_mode & 07777 & ~static_cast<mode_t>(S_ISUID | S_ISGID)) == *req.mode &&
+        (cur->st_mode & 07777) != *req.mode) {
+      c = Cred{};
+    }
+  }
+  std::optional<uint64_t> open_fh = fh;
+  if (!open_fh && !Resolve(ino)) {
+    if (auto any = AnyFileHandleOf(ino)) open_fh = *any;  // open-unlinked file
+  }
+  fh = open_fh;
+  if (fh) {
+    if (auto f = FileOf(*fh)) {
+      auto r = Resolve(ino);
+      auto st = f->fs->SetAttr(c, r ? r->path : std::string("/"), f->handle, req);
+      if (!st) return st;
+      std::lock_guard lock(mu_);
+      if (auto it = inodes_.find(ino); it != inodes_.end()) st->st_ino = it->second.st_ino;
+      return st;
+    }
+  }
+  auto r = Resolve(ino);
+  if (!r) return Err(r.error());
+  if (IsDir(r->type)) {
+    // Attributes of a directory are set on every node that holds it.
+    auto vd = deps_.vds->Get(r->path);
+    if (!vd) return Err(vd.error());
+    std::optional<Error> first_error;
+    bool any = false;
+    for (const auto& h : (*vd)->holders) {
+      auto fs = FsOf(h);
+      auto st = fs ? (*fs)->SetAttr(c, r->path, std::nullopt, req)
+                   : Result<struct stat>(Err(fs.error()));
+      if (st) {
+        any = true;
+      } else if (!first_error) {
+        first_error = st.error();
+      }
+    }
+    if (!any && first_error) return Err(*first_error);
+    return DirAttr(c, r->path, *vd);
+  }
+  auto fs = FsOf(r->node);
+  if (!fs) return Err(fs.error());
+  auto st = (*fs)->SetAttr(c, r->path, std::nullopt, req);
+  if (!st) return st;
+  st->st_ino = FileIno(r->node, st->st_ino);
+  return st;
+}
+
+Result<std::string> VfsImpl::Readlink(const Cred& c, uint64_t ino) {
+  auto r = Resolve(ino);
+  if (!r) return Err(r.error());
+  if (!S_ISLNK(r->type)) return Err(EINVAL, r->path + " is not a symlink");
+  auto fs = FsOf(r->node);
+  if (!fs) return Err(fs.error());
+  return (*fs)->Readlink(c, r->path);
+}
+
+Result<EntryOut> VfsImpl::Mknod(const Cred& c, uint64_t parent, const std::string& name,
+                                mode_t mode, dev_t rdev) {
+  const uint64_t names_epoch = NamesEpoch();
+  if (auto s = ValidateName(name); !s) return Err(s.error());
+  FEDFS_TRY(dir, ResolveDir(parent));
+  FEDFS_TRY(vd, deps_.vds->Get(dir->path));
+  if ((*vd)->Find(name)) return Err(EEXIST, JoinPath(dir->path, name));
+  FEDFS_TRY(made, MakeNew<struct stat>(c, dir->path, *vd, name, false,
+                                       [&](const std::shared_ptr<NodeFs>& fs, const std::string& p) {
+                                         return fs->Mknod(c, p, mode, rdev);
+                                       }));
+  const auto& [node, st] = *made;
+  vd->reset();  // unshared, the manager changes VD(P) in place (vd_service.cc)
+  ReportAdd(dir->path, name, DtFromMode(st.st_mode), node);
+  Child ch{name, name, static_cast<mode_t>(st.st_mode & S_IFMT), node, st};
+  ch.st.st_ino = FileIno(node, st.st_ino);
+  return Remember(parent, ch, names_epoch);
+}
+
+Result<EntryOut> VfsImpl::Mkdir(const Cred& c, uint64_t parent, const std::string& name,
+                                mode_t mode) {
+  const uint64_t names_epoch = NamesEpoch();
+  if (auto s = ValidateName(name); !s) return Err(s.error());
+  FEDFS_TRY(dir, ResolveDir(parent));
+  FEDFS_TRY(vd, deps_.vds->Get(dir->path));
+  if ((*vd)->Find(name)) return Err(EEXIST, JoinPath(dir->path, name));
+  FEDFS_TRY(made, MakeNew<struct stat>(c, dir->path, *vd, name, true,
+                                       [&](const std::shared_ptr<NodeFs>& fs, const std::string& p) {
+                                         return fs->Mkdir(c, p, mode);
+                                       }));
+  vd->reset();  // unshared, the manager changes VD(P) in place (vd_service.cc)
+  ReportAdd(dir->path, name, DT_DIR, made->first);
+  Child ch{name, name, S_IFDIR, "", made->second};
+  ch.st.st_ino = DirIno(JoinPath(dir->path, name));
+  ch.st.st_nlink = 2;
+  return Remember(parent, ch, names_epoch);
+}
+
+Result<EntryOut> VfsImpl::Symlink(const Cred& c, const std::string& target, uint64_t parent,
+                                  const std::string& name) {
+  const uint64_t names_epoch = NamesEpoch();
+  if (auto s = ValidateName(name); !s) return Err(s.error());
+  FEDFS_TRY(dir, ResolveDir(parent));
+  FEDFS_TRY(vd, deps_.vds->Get(dir->path));
+  if ((*vd)->Find(name)) return Err(EEXIST, JoinPath(dir->path, name));
+  FEDFS_TRY(made, MakeNew<struct stat>(c, dir->path, *vd, name, false,
+                                       [&](const std::shared_ptr<NodeFs>& fs, const std::string& p) {
+                                         return fs->Symlink(c, target, p);
+                                       }));
+  const auto& [node, st] = *made;
+  vd->reset();  // unshared, the manager changes VD(P) in place (vd_service.cc)
+  ReportAdd(dir->path, name, DT_LNK, node);
+  Child ch{name, name, S_IFLNK, node, st};
+  ch.st.st_ino = FileIno(node, st.st_ino);
+  return Remember(parent, ch, names_epoch);
+}
+
+Result<EntryOut> VfsImpl::Link(const Cred& c, uint64_t ino, uint64_t new_parent,
+                               const std::string& new_name) {
+  const uint64_t names_epoch = NamesEpoch();
+  if (auto s = ValidateName(new_name); !s) return Err(s.error());
+  FEDFS_TRY(src, Resolve(ino));
+  if (IsDir(src->type)) return Err(EPERM, src->path + " is a directory");
+  FEDFS_TRY(dir, ResolveDir(new_parent));
+  FEDFS_TRY(vd, deps_.vds->Get(dir->path));
+  if ((*vd)->Find(new_name)) return Err(EEXIST, JoinPath(dir->path, new_name));
+  // A hard link lives on the file's node, in a directory that node holds.
+  const auto& h = (*vd)->holders;
+  if (std::find(h.begin(), h.end(), src->node) == h.end()) {
+    return Err(EXDEV, "link: " + dir->path + " is not on node " + src->node);
+  }
+  const std::string path = JoinPath(dir->path, new_name);
+  if (auto s = deps_.vds->Claim(dir->path, new_name); !s) return Err(s.error());
+  auto fs = FsOf(src->node);
+  auto st = fs ? (*fs)->Link(c, src->path, path) : Result<struct stat>(Err(fs.error()));
+  if (!st) {
+    ReleaseNew(dir->path, new_name);
+    return Err(st.error());
+  }
+  vd->reset();  // unshared, the manager changes VD(P) in place (vd_service.cc)
+  ReportAdd(dir->path, new_name, DtFromMode(st->st_mode), src->node);
+  // The new name is a kernel inode of its own: the old name's cached link
+  // count is now wrong (non-blocking; safe inside this request).
+  if (KernelCache* k = kernel_.load(std::memory_order_acquire)) k->InvalidateAttrs(ino);
+  Child ch{new_name, new_name, static_cast<mode_t>(st->st_mode & S_IFMT), src->node, *st};
+  ch.st.st_ino = FileIno(src->node, st->st_ino);
+  return Remember(new_parent, ch, names_epoch);
+}
+
+Status VfsImpl::Unlink(const Cred& c, uint64_t parent, const std::string& name) {
+  FEDFS_TRY(dir, ResolveDir(parent));
+  NameLocks locks(deps_.vds);
+  std::string locked;  // the real name held
+  Result<VdPtr> vd = Err(EIO, "unlink");
+  const VdEntry* e = nullptr;
+  for (int attempt = 0;; ++attempt) {
+    vd = deps_.vds->Get(dir->path);
+    if (!vd) return Err(vd.error());
+    e = (*vd)->Find(name);
+    if (e == nullptr) return Err(ENOENT, JoinPath(dir->path, name));
+    if (e->type == DT_DIR) return Err(EISDIR, JoinPath(dir->path, name));
+    const std::string r = e->RealName();
+    if (r == locked || attempt == 3) break;  // (read again under the lock)
+    if (auto s = locks.Take({{dir->path, r}}); !s) return s;
+    locked = r;
+  }
+  const std::string node = e->holders.empty() ? std::string() : e->holders.front();
+  const std::string real = e->RealName();
+  FEDFS_TRY(fs, FsOf(node));
+  if (auto s = (*fs)->Unlink(c, JoinPath(dir->path, real)); !s) {
+    if (s.error().code == ENOENT) AwaitVd(dir->path, name, Unlisted);  // removed meanwhile
+    return s;
+  }
+  vd->reset();  // unshared, the manager changes VD(P) in place (vd_service.cc)
+  if (ReportRemove(dir->path, real, node)) locks.Reported();
+  DetachName(parent, name);
+  return Ok();
+}
+
+// Starts over (a few times) when the directory gained or lost a holder
+// between the first look and holding its name.
+Status VfsImpl::Rmdir(const Cred& c, uint64_t parent, const std::string& name) {
+  for (int attempt = 0;; ++attempt) {
+    Status s = RmdirOnce(c, parent, name);
+    if (s || s.error().context != "raced" || attempt == 4) return s;
+  }
+}
+
+Status VfsImpl::RmdirOnce(const Cred& c, uint64_t parent, const std::string& name) {
+  FEDFS_TRY(dir, ResolveDir(parent));
+  FEDFS_TRY(vd, deps_.vds->Get(dir->path));
+  const VdEntry* e = (*vd)->Find(name);
+  if (e == nullptr) return Err(ENOENT, JoinPath(dir->path, name));
+  if (e->type != DT_DIR) return Err(ENOTDIR, JoinPath(dir->path, name));
+  const std::string path = JoinPath(dir->path, name);
+  const std::vector<std::string> holders = e->holders;
+  if (holders.size() > 1 && deps_.dir_ops != nullptr) {
+    if (auto s = deps_.dir_ops->RemoveDir(c, path, holders); !s) return s;
+    ForgetSubtreeVds(path);
+    DetachName(parent, name);
+    return Ok();
+  }
+  NameLocks locks(deps_.vds);
+  {
+    if (auto s = locks.Take({{dir->path, name}}); !s) return s;
+    FEDFS_TRY(vd2, deps_.vds->Get(dir->path));
+    const VdEntry* e2 = (*vd2)->Find(name);
+    if (e2 == nullptr) return Err(ENOENT, path);
+    if (e2->type != DT_DIR) return Err(ENOTDIR, path);
+    if (e2->holders != holders) return Err(EAGAIN, "raced");
+  }
+  {
+    if (holders.size() > 1) {
+      // Without the journaled coordinator: refuse unless empty everywhere,
+      // then remove it node by node (docs/namespace.md).
+      FEDFS_TRY(child, deps_.vds->Get(path));
+      if (!(*child)->entries.empty()) return Err(ENOTEMPTY, path);
+    }
+    for (const auto& h : holders) {
+      FEDFS_TRY(fs, FsOf(h));
+      if (auto s = (*fs)->Rmdir(c, path); !s && s.error().code != ENOENT) return s;
+    }
+  }
+  bool reported = true;
+  for (const auto& h : holders) reported = ReportRemove(dir->path, name, h) && reported;
+  if (reported) locks.Reported();
+  ForgetSubtreeVds(path);
+  DetachName(parent, name);
+  return Ok();
+}
+
+void VfsImpl::ForgetSubtreeVds(const std::string& path) {
+  // The operation already succeeded; a failure here only leaves VDs that the
+  // next epoch or eviction rebuilds, so it is logged, not returned.
+  if (auto s = deps_.vds->DropSubtree(path); !s) {
+    Log()->warn("forgetting the VDs under {}: {}", path, s.error().ToString());
+  }
+}
+
+// A rename to a new name claims it first; losing that claim to a concurrent
+// create starts over (the name now exists: a replace).
+Status VfsImpl::Rename(const Cred& c, uint64_t parent, const std::string& name,
+                       uint64_t new_parent, const std::string& new_name, unsigned flags) {
+  for (int attempt = 0;; ++attempt) {
+    Status s = RenameOnce(c, parent, name, new_parent, new_name, flags);
+    const bool raced = !s && s.error().code == EEXIST && s.error().context == "raced";
+    if (!raced) return s;
+    if (attempt == 4) return Err(EEXIST, "rename: " + new_name + " keeps being created");
+  }
+}
+
+Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& name,
+                           uint64_t new_parent, const std::string& new_name, unsigned flags) {
+  if (auto s = ValidateName(new_name); !s) return Err(s.error());
+  if ((flags & RENAME_EXCHANGE) && (flags & RENAME_NOREPLACE)) return Err(EINVAL, "rename flags");
+  FEDFS_TRY(sdir, ResolveDir(parent));
+  FEDFS_TRY(ddir, ResolveDir(new_parent));
+  FEDFS_TRY(svd, deps_.vds->Get(sdir->path));
+  const VdEntry* se = (*svd)->Find(name);
+  if (se == nullptr) return Err(ENOENT, JoinPath(sdir->path, name));
+  const VdEntry src = *se;
+  const std::string sreal = src.RealName();
+  const std::string from = JoinPath(sdir->path, sreal);
+  const std::string to = JoinPath(ddir->path, new_name);
+  // Onto itself: nothing to do, unless the caller asked not to replace an
+  // existing name (it exists: it is the source).
+  if (from == to) return (flags & RENAME_NOREPLACE) ? Status(Err(EEXIST, to)) : Ok();
+  if (src.type == DT_DIR && PathWithin(to, from)) return Err(EINVAL, "rename into itself");
+  FEDFS_TRY(dvd, sdir->path == ddir->path ? Result<VdPtr>(*svd) : deps_.vds->Get(ddir->path));
+  const VdEntry* de = (*dvd)->Find(new_name);
+  std::optional<VdEntry> dst;
+  if (de) dst = *de;
+  const std::optional<VdEntry> dst_read = dst;  // as read, before the decisions below
+  if (dst && (flags & RENAME_NOREPLACE)) return Err(EEXIST, to);
+  if (!dst && (flags & RENAME_EXCHANGE)) return Err(ENOENT, to);
+
+  const bool src_dir = src.type == DT_DIR;
+  std::string node;  // where the rename runs
+  if (src_dir) {
+    const bool single = src.holders.size() == 1 &&
+                        (!dst || (dst->holders.size() == 1 && dst->holders[0] == src.holders[0]));
+    if (!single) {
+      if (deps_.dir_ops == nullptr) {
+        return Err(EXDEV, "rename of a directory held by several nodes: " + from);
+      }
+      if (auto s = deps_.dir_ops->RenameDir(c, from, to, flags, src.holders); !s) return s;
+      ForgetSubtreeVds(from);
+      ForgetSubtreeVds(to);
+      {
+        std::lock_guard lock(mu_);
+        if (auto it = names_.find({new_parent, new_name}); it != names_.end()) {
+          inodes_.at(it->second).linked = false;
+          names_.erase(it);
+        }
+        if (auto it = names_.find({parent, name}); it != names_.end()) {
+          const uint64_t ino = it->second;
+          names_.erase(it);
+          Inode& n = inodes_.at(ino);
+          --inodes_.at(n.parent).children;
+          n.parent = new_parent;
+          n.name = n.real_name = new_name;
+          ++inodes_.at(new_parent).children;
+          names_.emplace(std::make_pair(new_parent, new_name), ino);
+        }
+      }
+      return Ok();
+    }
+    node = src.holders[0];
+  } else {
+    node = src.holders.empty() ? std::string() : src.holders.front();
+  }
+  // The destination's copy on another node, removed after the rename.
+  std::optional<std::pair<std::string, std::string>> remote_dst;  // (node, real name)
+  if (dst) {
+    const bool dst_dir = dst->type == DT_DIR;
+    if (!(flags & RENAME_EXCHANGE)) {
+      if (src_dir && !dst_dir) return Err(ENOTDIR, to);
+      if (!src_dir && dst_dir) return Err(EISDIR, to);
+    }
+    const bool dst_here = std::find(dst->holders.begin(), dst->holders.end(), node) !=
+                          dst->holders.end();
+    const std::string dreal = dst->RealName();
+    if (!dst_here || dreal != new_name) {
+      if (flags & RENAME_EXCHANGE) return Err(EXDEV, "exchange across nodes: " + from + ", " + to);
+      if (dst_dir) return Err(EXDEV, "replace a directory on another node: " + to);
+      // The destination lives on another node: rename first (so a failed
+      // rename deletes nothing), then remove that copy (not atomic;
+      // docs/namespace.md).
+      remote_dst = std::make_pair(dst->holders.front(), dreal);
+      dst.reset();
+    }
+  }
+  const bool claimed = !dst && !remote_dst;
+  // The source's name, and the destination's if it exists, are held until
+  // the change is reported; then what was read before holding them is
+  // checked again (another node may have changed them meanwhile: start
+  // over).
+  NameLocks locks(deps_.vds);
+  // Within one directory, the lock on the source and the claim of the new
+  // name are one call to the manager; otherwise the locks (in order), then
+  // the claim.
+  const bool lock_and_claim = claimed && sdir->path == ddir->path;
+  // EEXIST on the claim: the name was created meanwhile; then replace it.
+  const auto raced_if_exists = [](Status s) -> Status {
+    if (s || s.error().code != EEXIST) return s;
+    return Err(EEXIST, "raced");
+  };
+  {
+    if (lock_and_claim) {
+      if (Status s = raced_if_exists(locks.TakeWithClaim(sdir->path, sreal, new_name)); !s) {
+        return s;
+      }
+    } else {
+      std::vector<std::pair<std::string, std::string>> names{{sdir->path, sreal}};
+      if (!claimed) names.emplace_back(ddir->path, new_name);
+      if (auto s = locks.Take(std::move(names)); !s) return s;
+    }
+    auto unchanged = [&]() -> Status {
+      FEDFS_TRY(svd2, deps_.vds->Get(sdir->path));
+      if (!SameEntry((*svd2)->Find(name), src)) return Err(EEXIST, "raced");
+      FEDFS_TRY(dvd2, sdir->path == ddir->path ? Result<VdPtr>(*svd2) : deps_.vds->Get(ddir->path));
+      if (!SameEntry((*dvd2)->Find(new_name), dst_read)) return Err(EEXIST, "raced");
+      return Ok();
+    };
+    if (Status same = unchanged(); !same) {
+      if (lock_and_claim) ReleaseNew(ddir->path, new_name);
+      return same;
+    }
+  }
+  if (claimed && !lock_and_claim) {
+    if (Status s = raced_if_exists(deps_.vds->Claim(ddir->path, new_name)); !s) return s;
+  }
+  Status done = EnsureDirOn(c, node, ddir->path, *dvd);
+  auto fs = FsOf(node);
+  if (done && !fs) done = Err(fs.error());
+  if (done) done = (*fs)->Rename(c, from, to, flags);
+  if (!done) {
+    if (claimed) ReleaseNew(ddir->path, new_name);
+    // The source went meanwhile (another node removed or renamed it).
+    if (done.error().code == ENOENT) AwaitVd(sdir->path, name, Unlisted);
+    return done;
+  }
+  if (remote_dst) {
+    auto dfs = FsOf(remote_dst->first);
+    Status gone = dfs ? (*dfs)->Unlink(c, JoinPath(ddir->path, remote_dst->second))
+                      : Status(Err(dfs.error()));
+    if (!gone && gone.error().code != ENOENT) {
+      Log()->warn("rename {} -> {}: the replaced copy on {} stays: {}", from, to,
+                  remote_dst->first, gone.error().ToString());
+      remote_dst.reset();
+    }
+  }
+  if (src_dir || (dst && dst->type == DT_DIR)) {
+    ForgetSubtreeVds(from);
+    ForgetSubtreeVds(to);
+  }
+  if (!(flags & RENAME_EXCHANGE) && dst && (*fs)->Stat(c, from)) {
+    // Two hard links of one file: rename(2) does nothing, both names stay.
+    return Ok();
+  }
+  svd->reset();  // unshared, the managers change the VDs in place (vd_service.cc)
+  dvd->reset();
+  std::vector<VdEdit> src_edits{{.add = false, .name = sreal, .node = node}};
+  std::vector<VdEdit> dst_edits;
+  if (flags & RENAME_EXCHANGE) {
+    dst_edits.push_back({.add = false, .name = new_name, .node = node});
+    src_edits.push_back({.add = true, .name = sreal, .type = dst->type, .node = node});
+  }
+  if (remote_dst) dst_edits.push_back({.add = false, .name = remote_dst->second, .node = remote_dst->first});
+  dst_edits.push_back({.add = true, .name = new_name, .type = src.type, .node = node});
+  if (sdir->path == ddir->path) {
+    // One directory: one change, seen whole or not at all.
+    src_edits.insert(src_edits.end(), dst_edits.begin(), dst_edits.end());
+    if (ReportEdits(sdir->path, src_edits)) locks.Reported();
+  } else {
+    // Two directories, two managers: the new name first, so that a reader in
+    // between sees both names rather than neither.
+    const bool d = ReportEdits(ddir->path, dst_edits);
+    if (ReportEdits(sdir->path, src_edits) && d) locks.Reported();
+  }
+
+  std::lock_guard lock(mu_);
+  auto s_it = names_.find({parent, name});
+  auto d_it = names_.find({new_parent, new_name});
+  std::optional<uint64_t> s_ino, d_ino;
+  if (s_it != names_.end()) {
+    s_ino = s_it->second;
+    names_.erase(s_it);
+  }
+  if (d_it != names_.end()) {
+    d_ino = d_it->second;
+    names_.erase(d_it);
+  }
+  auto move = [&](uint64_t ino, uint64_t np, const std::string& nn) {
+    Inode& n = inodes_.at(ino);
+    --inodes_.at(n.parent).children;
+    n.parent = np;
+    n.name = n.real_name = nn;
+    ++inodes_.at(np).children;
+    names_[{np, nn}] = ino;
+  };
+  if (flags & RENAME_EXCHANGE) {
+    if (s_ino) move(*s_ino, new_parent, new_name);
+    if (d_ino) move(*d_ino, parent, sreal);
+  } else {
+    if (d_ino) inodes_.at(*d_ino).linked = false;
+    if (s_ino) move(*s_ino, new_parent, new_name);
+  }
+  return Ok();
+}
+
+
+}  // namespace fedfs::ns

@@ -1,0 +1,113 @@
+// What the VfsImpl files (vfs_impl.cc helpers and caches, vfs_names.cc
+// namespace operations, vfs_files.cc files, directories and the rest) share:
+// inode-number layout, mode/d_type conversions, the "vfs" logger. Internal to
+// fedfs_ns_vfs.
+#pragma once
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/logging.h"
+#include "common/path.h"
+#include "vfs/vfs_impl.h"
+
+// Returns the error of a failed Result from the enclosing function.
+#define FEDFS_TRY(var, expr)            \
+  auto var = (expr);                    \
+  if (!var) return Err(var.error())
+
+namespace fedfs::ns::vfs_detail {
+
+
+inline constexpr uint64_t kInoMask = (uint64_t{1} << 48) - 1;
+inline constexpr uint64_t kDirTag = 0xffff;
+
+inline mode_t TypeFromDt(uint8_t dt) { return static_cast<mode_t>(DTTOIF(dt)); }
+inline uint8_t DtFromMode(mode_t m) { return static_cast<uint8_t>(IFTODT(m & S_IFMT)); }
+inline bool IsDir(mode_t type) { return S_ISDIR(type); }
+
+inline std::shared_ptr<spdlog::logger> Log() {
+  static auto log = Logger("vfs");
+  return log;
+}
+
+inline std::string Join(const std::vector<std::string>& v, const char* sep) {
+  std::string out;
+  for (const auto& s : v) {
+    if (!out.empty()) out += sep;
+    out += s;
+  }
+  return out;
+}
+
+
+// One file or directory under one name: same real name, holders and type.
+inline bool SameEntry(const VdEntry* e, const std::optional<VdEntry>& was) {
+  if (e == nullptr || !was) return e == nullptr && !was;
+  return e->real_name == was->real_name && e->holders == was->holders && e->type == was->type;
+}
+inline bool Unlisted(const VdEntry* e) { return e == nullptr; }
+
+}  // namespace fedfs::ns::vfs_detail
+
+namespace fedfs::ns {
+
+// The name locks (VdClient::Lock, which waits out another node's hold) of
+// one operation: taken in (directory, name) order, so two operations never
+// wait for each other in a cycle. Released at the end unless the
+// operation's reported change ended them at the manager (Reported).
+class VfsImpl::NameLocks {
+ public:
+  explicit NameLocks(VdClient* vds) : vds_(vds) {}
+  NameLocks(const NameLocks&) = delete;
+  NameLocks& operator=(const NameLocks&) = delete;
+  ~NameLocks() {
+    for (const auto& [dir, name] : held_) vds_->Release(dir, name);
+  }
+
+  Status Take(std::vector<std::pair<std::string, std::string>> names) {
+    std::sort(names.begin(), names.end());
+    names.erase(std::unique(names.begin(), names.end()), names.end());
+    for (auto& [dir, name] : names) {
+      if (auto s = vds_->Lock(dir, name); !s) return s;
+      held_.emplace_back(std::move(dir), std::move(name));
+    }
+    return Ok();
+  }
+  // Locks `name` and claims `claim` in directory `dir` in one step (no other
+  // lock held: a rename within one directory). The claim is the caller's to
+  // end (ReleaseNew) unless the reported change ends it.
+  Status TakeWithClaim(const std::string& dir, const std::string& name, const std::string& claim) {
+    if (auto s = vds_->LockAndClaim(dir, name, claim); !s) return s;
+    held_.emplace_back(dir, name);
+    return Ok();
+  }
+  // The operation reported its change: the manager ended the locks.
+  void Reported() { held_.clear(); }
+
+ private:
+  VdClient* vds_;
+  std::vector<std::pair<std::string, std::string>> held_;
+};
+
+template <class T, class Make>
+Result<std::pair<std::string, T>> VfsImpl::MakeNew(const Cred& c, const std::string& dir_path,
+                                                   const VdPtr& dir_vd, const std::string& name,
+                                                   bool is_dir, Make make) {
+  const std::string path = JoinPath(dir_path, name);
+  FEDFS_TRY(node, PlaceNew(c, dir_path, dir_vd, path, is_dir));
+  auto fs = FsOf(*node);
+  Result<T> made = fs ? make(*fs, path) : Result<T>(Err(fs.error()));
+  if (!made) {
+    ReleaseNew(dir_path, name);
+    return Err(made.error());
+  }
+  return std::make_pair(std::move(*node), std::move(*made));
+}
+
+}  // namespace fedfs::ns
+
