@@ -424,8 +424,8 @@ Result<std::string> VfsImpl::GetXattr(const Cred& c, uint64_t ino, const std::st
   return (*fs)->GetXattr(c, r->path, name, size, needed);
 }
 
-Status VfsImpl::SetXattr(const Cred& c, uint64_t ino, const std::string& name,
-                         std::span<const std::byte> value, int flags) {
+template <class Change>
+Status VfsImpl::ChangeXattr(uint64_t ino, const std::string& name, Change change) {
   if (name == kLocationXattr) return Err(EPERM, "user.fedfs.location is read-only");
   FEDFS_TRY(r, Resolve(ino));
   std::vector<std::string> nodes{r->node};
@@ -435,10 +435,17 @@ Status VfsImpl::SetXattr(const Cred& c, uint64_t ino, const std::string& name,
   }
   for (size_t i = 0; i < nodes.size(); ++i) {
     FEDFS_TRY(fs, FsOf(nodes[i]));
-    auto s = (*fs)->SetXattr(c, r->path, name, value, flags);
+    Status s = change(**fs, r->path);
     if (!s && i == 0) return s;
   }
   return Ok();
+}
+
+Status VfsImpl::SetXattr(const Cred& c, uint64_t ino, const std::string& name,
+                         std::span<const std::byte> value, int flags) {
+  return ChangeXattr(ino, name, [&](NodeFs& fs, const std::string& path) {
+    return fs.SetXattr(c, path, name, value, flags);
+  });
 }
 
 Result<std::string> VfsImpl::ListXattr(const Cred& c, uint64_t ino, size_t size,
@@ -464,19 +471,9 @@ Result<std::string> VfsImpl::ListXattr(const Cred& c, uint64_t ino, size_t size,
 }
 
 Status VfsImpl::RemoveXattr(const Cred& c, uint64_t ino, const std::string& name) {
-  if (name == kLocationXattr) return Err(EPERM, "user.fedfs.location is read-only");
-  FEDFS_TRY(r, Resolve(ino));
-  std::vector<std::string> nodes{r->node};
-  if (IsDir(r->type)) {
-    FEDFS_TRY(vd, deps_.vds->Get(r->path));
-    nodes = (*vd)->holders;
-  }
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    FEDFS_TRY(fs, FsOf(nodes[i]));
-    auto s = (*fs)->RemoveXattr(c, r->path, name);
-    if (!s && i == 0) return s;
-  }
-  return Ok();
+  return ChangeXattr(ino, name, [&](NodeFs& fs, const std::string& path) {
+    return fs.RemoveXattr(c, path, name);
+  });
 }
 
 #undef FEDFS_TRY

@@ -378,6 +378,20 @@ class VfsImpl final : public Vfs {
   Result<std::pair<std::string, T>> MakeNew(const Cred& c, const std::string& dir_path,
                                             const VdPtr& dir_vd, const std::string& name,
                                             bool is_dir, Make make);
+  // SetXattr and RemoveXattr: EPERM for kLocationXattr; else change(NodeFs&,
+  // path) -> Status on the holder of a file, or on every holder of a
+  // directory in VD order: the first holder's error is the answer, the
+  // others' are ignored; a holder with no NodeFs (FsOf) fails the call.
+  template <class Change>
+  Status ChangeXattr(uint64_t ino, const std::string& name, Change change);
+  // The create family (Mknod, Mkdir, Symlink): `name` checked, `parent`
+  // resolved, EEXIST if VD(parent) has it, MakeNew (placement, claim,
+  // make(shared_ptr<NodeFs>, path) -> Result<struct stat>), the new entry
+  // reported and remembered. `type`: S_IFDIR (placed and numbered as a
+  // directory), another S_IF* type, or 0 for the type make returned.
+  template <class Make>
+  Result<EntryOut> MakeEntry(const Cred& c, uint64_t parent, const std::string& name, mode_t type,
+                             Make make);
   void AwaitVd(const std::string& dir, const std::string& name,
                const std::function<bool(const VdEntry*)>& settled);
   bool ReportEdits(const std::string& dir, const std::vector<VdEdit>& edits);

@@ -239,61 +239,53 @@ Result<std::string> VfsImpl::Readlink(const Cred& c, uint64_t ino) {
   return (*fs)->Readlink(c, r->path);
 }
 
-Result<EntryOut> VfsImpl::Mknod(const Cred& c, uint64_t parent, const std::string& name,
-                                mode_t mode, dev_t rdev) {
+template <class Make>
+Result<EntryOut> VfsImpl::MakeEntry(const Cred& c, uint64_t parent, const std::string& name,
+                                    mode_t type, Make make) {
   const uint64_t names_epoch = NamesEpoch();
   if (auto s = ValidateName(name); !s) return Err(s.error());
   FEDFS_TRY(dir, ResolveDir(parent));
   FEDFS_TRY(vd, deps_.vds->Get(dir->path));
   if ((*vd)->Find(name)) return Err(EEXIST, JoinPath(dir->path, name));
-  FEDFS_TRY(made, MakeNew<struct stat>(c, dir->path, *vd, name, false,
-                                       [&](const std::shared_ptr<NodeFs>& fs, const std::string& p) {
-                                         return fs->Mknod(c, p, mode, rdev);
-                                       }));
+  const bool is_dir = type == S_IFDIR;
+  FEDFS_TRY(made, MakeNew<struct stat>(c, dir->path, *vd, name, is_dir, make));
   const auto& [node, st] = *made;
+  const mode_t made_type = type != 0 ? type : static_cast<mode_t>(st.st_mode & S_IFMT);
   vd->reset();  // unshared, the manager changes VD(P) in place (vd_service.cc)
-  ReportAdd(dir->path, name, DtFromMode(st.st_mode), node);
-  Child ch{name, name, static_cast<mode_t>(st.st_mode & S_IFMT), node, st};
-  ch.st.st_ino = FileIno(node, st.st_ino);
+  ReportAdd(dir->path, name, DtFromMode(made_type), node);
+  // A directory is held by no one node, and its inode number is its path's.
+  Child ch{name, name, made_type, is_dir ? std::string() : node, st};
+  if (is_dir) {
+    ch.st.st_ino = DirIno(JoinPath(dir->path, name));
+    ch.st.st_nlink = 2;
+  } else {
+    ch.st.st_ino = FileIno(node, st.st_ino);
+  }
   return Remember(parent, ch, names_epoch);
+}
+
+Result<EntryOut> VfsImpl::Mknod(const Cred& c, uint64_t parent, const std::string& name,
+                                mode_t mode, dev_t rdev) {
+  return MakeEntry(c, parent, name, 0,
+                   [&](const std::shared_ptr<NodeFs>& fs, const std::string& p) {
+                     return fs->Mknod(c, p, mode, rdev);
+                   });
 }
 
 Result<EntryOut> VfsImpl::Mkdir(const Cred& c, uint64_t parent, const std::string& name,
                                 mode_t mode) {
-  const uint64_t names_epoch = NamesEpoch();
-  if (auto s = ValidateName(name); !s) return Err(s.error());
-  FEDFS_TRY(dir, ResolveDir(parent));
-  FEDFS_TRY(vd, deps_.vds->Get(dir->path));
-  if ((*vd)->Find(name)) return Err(EEXIST, JoinPath(dir->path, name));
-  FEDFS_TRY(made, MakeNew<struct stat>(c, dir->path, *vd, name, true,
-                                       [&](const std::shared_ptr<NodeFs>& fs, const std::string& p) {
-                                         return fs->Mkdir(c, p, mode);
-                                       }));
-  vd->reset();  // unshared, the manager changes VD(P) in place (vd_service.cc)
-  ReportAdd(dir->path, name, DT_DIR, made->first);
-  Child ch{name, name, S_IFDIR, "", made->second};
-  ch.st.st_ino = DirIno(JoinPath(dir->path, name));
-  ch.st.st_nlink = 2;
-  return Remember(parent, ch, names_epoch);
+  return MakeEntry(c, parent, name, S_IFDIR,
+                   [&](const std::shared_ptr<NodeFs>& fs, const std::string& p) {
+                     return fs->Mkdir(c, p, mode);
+                   });
 }
 
 Result<EntryOut> VfsImpl::Symlink(const Cred& c, const std::string& target, uint64_t parent,
                                   const std::string& name) {
-  const uint64_t names_epoch = NamesEpoch();
-  if (auto s = ValidateName(name); !s) return Err(s.error());
-  FEDFS_TRY(dir, ResolveDir(parent));
-  FEDFS_TRY(vd, deps_.vds->Get(dir->path));
-  if ((*vd)->Find(name)) return Err(EEXIST, JoinPath(dir->path, name));
-  FEDFS_TRY(made, MakeNew<struct stat>(c, dir->path, *vd, name, false,
-                                       [&](const std::shared_ptr<NodeFs>& fs, const std::string& p) {
-                                         return fs->Symlink(c, target, p);
-                                       }));
-  const auto& [node, st] = *made;
-  vd->reset();  // unshared, the manager changes VD(P) in place (vd_service.cc)
-  ReportAdd(dir->path, name, DT_LNK, node);
-  Child ch{name, name, S_IFLNK, node, st};
-  ch.st.st_ino = FileIno(node, st.st_ino);
-  return Remember(parent, ch, names_epoch);
+  return MakeEntry(c, parent, name, S_IFLNK,
+                   [&](const std::shared_ptr<NodeFs>& fs, const std::string& p) {
+                     return fs->Symlink(c, target, p);
+                   });
 }
 
 Result<EntryOut> VfsImpl::Link(const Cred& c, uint64_t ino, uint64_t new_parent,
