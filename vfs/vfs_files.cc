@@ -216,8 +216,8 @@ std::vector<DirEntryOut> VfsImpl::Snapshot(const std::string& path, uint64_t ino
     const std::string real = e.RealName();
     if (e.type == DT_DIR) {
       d.ino = DirIno(JoinPath(path, real));
-    } else if (auto it = names_.find({ino, e.name}); it != names_.end()) {
-      d.ino = inodes_.at(it->second).st_ino;
+    } else if (auto known = table_.Named(ino, e.name)) {
+      d.ino = table_.Find(*known)->st_ino;
     } else {
       // Not known yet: a stand-in from the holder and name (st_ino comes
       // with the first lookup).
@@ -389,7 +389,7 @@ std::map<std::string, uint64_t> VfsImpl::FreeBytes() {
 
 size_t VfsImpl::InodeCount() const {
   std::lock_guard lock(mu_);
-  return inodes_.size();
+  return table_.size();
 }
 
 namespace {

@@ -21,15 +21,15 @@ using namespace vfs_detail;
 
 
 VfsImpl::VfsImpl(VfsOptions options, VfsDeps deps)
-    : options_(std::move(options)), deps_(std::move(deps)) {
-  Inode root;
-  root.parent = 0;
-  root.type = S_IFDIR;
-  root.st_ino = DirIno("/");
-  root.nlookup = 1;  // never forgotten
-  root.generation = 1;
-  inodes_.emplace(kRootIno, std::move(root));
-}
+    : options_(std::move(options)), deps_(std::move(deps)), table_(kRootIno, [] {
+        Inode root;
+        root.parent = 0;
+        root.type = S_IFDIR;
+        root.st_ino = DirIno("/");
+        root.nlookup = 1;  // never forgotten
+        root.generation = 1;
+        return root;
+      }()) {}
 
 VfsImpl::~VfsImpl() = default;
 
@@ -58,32 +58,13 @@ uint64_t VfsImpl::GlobalOwner(uint64_t owner) const {
   return (uint64_t{options_.node_tag} << 48) ^ owner;
 }
 
-std::string VfsImpl::PathLocked(uint64_t ino) const {
-  if (ino == kRootIno) return "/";
-  std::vector<const std::string*> parts;
-  uint64_t cur = ino;
-  while (cur != kRootIno) {
-    auto it = inodes_.find(cur);
-    if (it == inodes_.end() || !it->second.linked) return "";
-    const Inode& n = it->second;
-    parts.push_back(IsDir(n.type) ? &n.name : &n.real_name);
-    cur = n.parent;
-  }
-  std::string path;
-  for (auto p = parts.rbegin(); p != parts.rend(); ++p) {
-    path += '/';
-    path += **p;
-  }
-  return path;
-}
-
 Result<VfsImpl::Resolved> VfsImpl::Resolve(uint64_t ino) const {
   std::lock_guard lock(mu_);
-  auto it = inodes_.find(ino);
-  if (it == inodes_.end()) return Err(ESTALE, "unknown inode " + std::to_string(ino));
-  std::string path = PathLocked(ino);
+  const Inode* n = table_.Find(ino);
+  if (n == nullptr) return Err(ESTALE, "unknown inode " + std::to_string(ino));
+  std::string path = table_.Path(ino);
   if (path.empty()) return Err(ENOENT, "inode " + std::to_string(ino) + " was removed");
-  return Resolved{std::move(path), it->second.type, it->second.node, it->second.st_ino};
+  return Resolved{std::move(path), n->type, n->node, n->st_ino};
 }
 
 Result<VfsImpl::Resolved> VfsImpl::ResolveDir(uint64_t ino) const {
@@ -223,20 +204,19 @@ EntryOut VfsImpl::Remember(uint64_t parent, const Child& ch, uint64_t names_epoc
     out.attr_timeout = CoherentAttrTimeout(ch.type, ch.node, ch.st.st_nlink);
   }
   std::lock_guard lock(mu_);
-  const auto key = std::make_pair(parent, ch.name);
-  if (auto it = names_.find(key); it != names_.end()) {
-    Inode& n = inodes_.at(it->second);
+  if (const auto known = table_.Named(parent, ch.name)) {
+    Inode& n = *table_.Find(*known);
     if ((n.type & S_IFMT) == (ch.type & S_IFMT) && n.node == ch.node &&
         n.real_name == ch.real_name && (IsDir(ch.type) || n.st_ino == ch.st.st_ino)) {
       ++n.nlookup;
-      out.ino = it->second;
+      out.ino = *known;
       out.generation = n.generation;
       out.attr.st_ino = n.st_ino;
       n.last = out.attr;
       return out;
     }
     // Replaced behind our back: the old inode keeps its remaining lookups.
-    MarkReplacedLocked(it->second);
+    table_.MarkReplaced(*known);
   }
   Inode n;
   n.parent = parent;
@@ -248,11 +228,7 @@ EntryOut VfsImpl::Remember(uint64_t parent, const Child& ch, uint64_t names_epoc
   n.nlookup = 1;
   n.generation = 1;
   n.last = out.attr;
-  const uint64_t ino = next_ino_++;
-  inodes_.emplace(ino, std::move(n));
-  names_.emplace(key, ino);
-  ++inodes_.at(parent).children;
-  out.ino = ino;
+  out.ino = table_.Add(std::move(n));
   out.generation = 1;
   return out;
 }
@@ -273,10 +249,10 @@ double VfsImpl::AttrTimeout(uint64_t ino, const struct stat& st) const {
   std::string node;
   if (ino != kRootIno) {
     std::lock_guard lock(mu_);
-    auto it = inodes_.find(ino);
-    if (it == inodes_.end()) return options_.attr_timeout;
-    type = it->second.type;
-    node = it->second.node;
+    const Inode* n = table_.Find(ino);
+    if (n == nullptr) return options_.attr_timeout;
+    type = n->type;
+    node = n->node;
   }
   if (S_ISREG(type) && st.st_nlink == 1 && node != deps_.cluster->Current()->self) {
     std::lock_guard lock(files_mu_);
@@ -332,9 +308,9 @@ void VfsImpl::InvalidateAttrsOf(const std::string& path) {
     size_t pos = 1;
     while (pos < path.size()) {  // (parent, name) one component at a time
       const size_t end = std::min(path.find('/', pos), path.size());
-      auto it = names_.find({ino, path.substr(pos, end - pos)});
-      if (it == names_.end()) return;  // the kernel has not looked it up
-      ino = it->second;
+      auto child = table_.Named(ino, path.substr(pos, end - pos));
+      if (!child) return;  // the kernel has not looked it up
+      ino = *child;
       pos = end + 1;
     }
   }
@@ -343,29 +319,13 @@ void VfsImpl::InvalidateAttrsOf(const std::string& path) {
 
 void VfsImpl::DetachName(uint64_t parent, const std::string& name) {
   std::lock_guard lock(mu_);
-  auto it = names_.find({parent, name});
-  if (it == names_.end()) return;
-  inodes_.at(it->second).linked = false;
-  names_.erase(it);
+  table_.Unlink(parent, name);
 }
 
 void VfsImpl::MaybeEraseLocked(uint64_t ino) {
-  while (ino != kRootIno) {
-    auto it = inodes_.find(ino);
-    if (it == inodes_.end()) return;
-    Inode& n = it->second;
-    if (n.nlookup > 0 || n.children > 0) return;
-    if (n.linked) names_.erase({n.parent, n.name});
-    const uint64_t parent = n.parent;
-    inodes_.erase(it);
-    {
-      std::lock_guard files_lock(files_mu_);
-      DropWatchLocked(ino);
-    }
-    auto p = inodes_.find(parent);
-    if (p == inodes_.end()) return;
-    --p->second.children;
-    ino = parent;
+  for (const uint64_t gone : table_.EraseUnused(ino)) {
+    std::lock_guard files_lock(files_mu_);
+    DropWatchLocked(gone);
   }
 }
 

@@ -44,6 +44,7 @@
 #include "nodefs/node_fs.h"
 #include "vd/vd.h"
 #include "vd/kernel_cache.h"
+#include "vfs/inode_table.h"
 #include "vfs/vfs.h"
 
 namespace fedfs::ns {
@@ -279,24 +280,7 @@ class VfsImpl final : public Vfs {
   static constexpr const char* kLocationXattr = "user.fedfs.location";
 
  private:
-  struct Inode {
-    uint64_t parent = 0;
-    std::string name;       // visible name in the parent VD
-    std::string real_name;  // the name in the holder's export root
-    mode_t type = 0;        // S_IF* bits
-    std::string node;       // holder (non-directories)
-    uint64_t st_ino = 0;
-    uint64_t nlookup = 0;
-    uint64_t generation = 0;
-    size_t children = 0;    // inodes whose parent is this one
-    bool linked = true;     // still reachable by (parent, name)
-    bool replaced = false;  // unlinked because its name now names another file
-    // The attributes last handed to the kernel: a getattr that can no longer
-    // reach the file because another file took its name answers these, with
-    // no links (as a local file system answers for a file renamed over
-    // between a stat's lookup and its getattr).
-    struct stat last {};
-  };
+  using Inode = InodeTable::Inode;
   struct OpenFile {
     std::shared_ptr<NodeFs> fs;
     Handle handle = 0;
@@ -330,8 +314,6 @@ class VfsImpl final : public Vfs {
     bool cacheable = true;  // false: from a VD no change would invalidate
   };
 
-  // Path of `ino` under mu_ (held by the caller). "" if unknown/unlinked.
-  std::string PathLocked(uint64_t ino) const;
   Result<Resolved> Resolve(uint64_t ino) const;
   Result<Resolved> ResolveDir(uint64_t ino) const;
 
@@ -361,9 +343,8 @@ class VfsImpl final : public Vfs {
   void DetachName(uint64_t parent, const std::string& name);
   // Drops the VDs at or beneath `path` everywhere (after a directory moved).
   void ForgetSubtreeVds(const std::string& path);
+  // InodeTable::EraseUnused, and the watches of what it erased dropped.
   void MaybeEraseLocked(uint64_t ino);
-  // Its name now names another file: unlinked, and answered by ReplacedAttr.
-  Inode& MarkReplacedLocked(uint64_t ino);
   static struct stat ReplacedAttr(const Inode& n);
 
   // Placement + missing parents on the chosen node, and the claim of the
@@ -432,16 +413,7 @@ class VfsImpl final : public Vfs {
   std::atomic<KernelCache*> kernel_{nullptr};
 
   mutable std::mutex mu_;
-  std::unordered_map<uint64_t, Inode> inodes_;  // guarded by mu_
-  // (parent, visible name) -> inode, for linked inodes; guarded by mu_.
-  // Hashed: a listing looks up every entry (Snapshot).
-  struct NameHash {
-    size_t operator()(const std::pair<uint64_t, std::string>& k) const {
-      return std::hash<std::string>{}(k.second) ^ (k.first * 0x9e3779b97f4a7c15ull);
-    }
-  };
-  std::unordered_map<std::pair<uint64_t, std::string>, uint64_t, NameHash> names_;
-  uint64_t next_ino_ = 2;  // guarded by mu_
+  InodeTable table_;  // guarded by mu_
 
   mutable std::mutex files_mu_;  // after mu_
   std::unordered_map<uint64_t, OpenFile> files_;  // guarded by files_mu_

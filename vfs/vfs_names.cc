@@ -52,9 +52,9 @@ Result<EntryOut> VfsImpl::Lookup(const Cred& c, uint64_t parent, const std::stri
 void VfsImpl::Forget(uint64_t ino, uint64_t nlookup) {
   if (ino == kRootIno) return;
   std::lock_guard lock(mu_);
-  auto it = inodes_.find(ino);
-  if (it == inodes_.end()) return;
-  it->second.nlookup -= std::min(nlookup, it->second.nlookup);
+  Inode* n = table_.Find(ino);
+  if (n == nullptr) return;
+  n->nlookup -= std::min(nlookup, n->nlookup);
   MaybeEraseLocked(ino);
 }
 
@@ -70,15 +70,15 @@ Result<struct stat> VfsImpl::GetAttr(const Cred& c, uint64_t ino, std::optional<
       // Its name now names another file (a rename over it, seen by a
       // lookup here): what it was, unlinked.
       std::lock_guard lock(mu_);
-      if (auto it = inodes_.find(ino); it != inodes_.end() && it->second.replaced) {
-        return ReplacedAttr(it->second);
+      if (const Inode* n = table_.Find(ino); n != nullptr && n->replaced) {
+        return ReplacedAttr(*n);
       }
       return Err(f.error());
     }
     auto st = f->fs->SetAttr(c, "/", f->handle, SetAttrRequest{});
     if (!st) return st;
     std::lock_guard lock(mu_);
-    if (auto it = inodes_.find(ino); it != inodes_.end()) st->st_ino = it->second.st_ino;
+    if (const Inode* n = table_.Find(ino)) st->st_ino = n->st_ino;
     return st;
   }
   if (IsDir(r->type)) {
@@ -107,7 +107,7 @@ Result<struct stat> VfsImpl::GetAttr(const Cred& c, uint64_t ino, std::optional<
       if (ws->watch) {
         std::lock_guard lock(mu_);  // the inode must still be known (order: mu_, files_mu_)
         std::lock_guard files_lock(files_mu_);
-        if (callbacks_taken_ == taken && inodes_.contains(ino)) {
+        if (callbacks_taken_ == taken && table_.Contains(ino)) {
           const std::pair<std::string, Handle> key{r->node, *ws->watch};
           if (auto old = watched_.find(key); old != watched_.end()) watch_of_.erase(old->second);
           DropWatchLocked(ino);
@@ -139,9 +139,9 @@ Result<struct stat> VfsImpl::GetAttr(const Cred& c, uint64_t ino, std::optional<
       auto vd = deps_.vds->Get(dir);
       if (vd && other((*vd)->Find(name))) {
         std::lock_guard lock(mu_);
-        if (inodes_.contains(ino)) {
+        if (table_.Contains(ino)) {
           // Its name goes: the next lookup makes a new inode for the new file.
-          return ReplacedAttr(MarkReplacedLocked(ino));
+          return ReplacedAttr(table_.MarkReplaced(ino));
         }
       }
       return Err(ENOENT, r->path + " changed on node " + r->node);
@@ -150,20 +150,8 @@ Result<struct stat> VfsImpl::GetAttr(const Cred& c, uint64_t ino, std::optional<
   if (!st) return st;
   st->st_ino = FileIno(r->node, st->st_ino);
   std::lock_guard lock(mu_);
-  if (auto it = inodes_.find(ino); it != inodes_.end()) {
-    it->second.last = *st;
-  }
+  if (Inode* n = table_.Find(ino)) n->last = *st;
   return st;
-}
-
-VfsImpl::Inode& VfsImpl::MarkReplacedLocked(uint64_t ino) {
-  Inode& n = inodes_.at(ino);
-  if (auto it = names_.find({n.parent, n.name}); it != names_.end() && it->second == ino) {
-    names_.erase(it);
-  }
-  n.linked = false;
-  n.replaced = true;
-  return n;
 }
 
 struct stat VfsImpl::ReplacedAttr(const Inode& n) {
@@ -197,7 +185,7 @@ Result<struct stat> VfsImpl::SetAttr(const Cred& c_in, uint64_t ino, std::option
       auto st = f->fs->SetAttr(c, r ? r->path : std::string("/"), f->handle, req);
       if (!st) return st;
       std::lock_guard lock(mu_);
-      if (auto it = inodes_.find(ino); it != inodes_.end()) st->st_ino = it->second.st_ino;
+      if (const Inode* n = table_.Find(ino)) st->st_ino = n->st_ino;
       return st;
     }
   }
@@ -461,20 +449,8 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
       ForgetSubtreeVds(to);
       {
         std::lock_guard lock(mu_);
-        if (auto it = names_.find({new_parent, new_name}); it != names_.end()) {
-          inodes_.at(it->second).linked = false;
-          names_.erase(it);
-        }
-        if (auto it = names_.find({parent, name}); it != names_.end()) {
-          const uint64_t ino = it->second;
-          names_.erase(it);
-          Inode& n = inodes_.at(ino);
-          --inodes_.at(n.parent).children;
-          n.parent = new_parent;
-          n.name = n.real_name = new_name;
-          ++inodes_.at(new_parent).children;
-          names_.emplace(std::make_pair(new_parent, new_name), ino);
-        }
+        table_.Unlink(new_parent, new_name);
+        if (auto ino = table_.TakeName(parent, name)) table_.Move(*ino, new_parent, new_name);
       }
       return Ok();
     }
@@ -593,31 +569,14 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
   }
 
   std::lock_guard lock(mu_);
-  auto s_it = names_.find({parent, name});
-  auto d_it = names_.find({new_parent, new_name});
-  std::optional<uint64_t> s_ino, d_ino;
-  if (s_it != names_.end()) {
-    s_ino = s_it->second;
-    names_.erase(s_it);
-  }
-  if (d_it != names_.end()) {
-    d_ino = d_it->second;
-    names_.erase(d_it);
-  }
-  auto move = [&](uint64_t ino, uint64_t np, const std::string& nn) {
-    Inode& n = inodes_.at(ino);
-    --inodes_.at(n.parent).children;
-    n.parent = np;
-    n.name = n.real_name = nn;
-    ++inodes_.at(np).children;
-    names_[{np, nn}] = ino;
-  };
+  const std::optional<uint64_t> s_ino = table_.TakeName(parent, name);
+  const std::optional<uint64_t> d_ino = table_.TakeName(new_parent, new_name);
   if (flags & RENAME_EXCHANGE) {
-    if (s_ino) move(*s_ino, new_parent, new_name);
-    if (d_ino) move(*d_ino, parent, sreal);
+    if (s_ino) table_.Move(*s_ino, new_parent, new_name);
+    if (d_ino) table_.Move(*d_ino, parent, sreal);
   } else {
-    if (d_ino) inodes_.at(*d_ino).linked = false;
-    if (s_ino) move(*s_ino, new_parent, new_name);
+    if (d_ino) table_.Find(*d_ino)->linked = false;
+    if (s_ino) table_.Move(*s_ino, new_parent, new_name);
   }
   return Ok();
 }
