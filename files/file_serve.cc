@@ -13,7 +13,7 @@ void FileService::Impl::Tell(std::vector<Target> targets) {
         targets[i].ep->Call(MethodId(RpcMethod::kFsAttrChanged), std::move(targets[i].msg),
                             opts_.callback_timeout, std::move(done));
       });
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (size_t i = 0; i < targets.size(); ++i) {
     if (answers[i]) continue;
     callbacks_failed_.fetch_add(1, std::memory_order_relaxed);
@@ -90,7 +90,7 @@ auto FileService::Impl::OpenedReply(uint64_t rh, const struct stat& st, bool cal
 }
 
 auto FileService::Impl::HandlePath(uint64_t session, uint64_t rh) -> std::string {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = sessions_.find(session);
   if (it == sessions_.end()) return {};
   auto p = it->second.paths.find(rh);

@@ -10,7 +10,7 @@ void FileService::Impl::Stop() {
   stopped_.store(true);
   std::vector<Handle> all;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (auto& [id, s] : sessions_) {
       for (auto& [rh, h] : s.handles) all.push_back(h);
       ForgetKeysLocked(s);
@@ -63,7 +63,7 @@ void FileService::Impl::OnCall(m2m::IncomingCall call, m2m::Responder r) {
 void FileService::Impl::DropPeer(const std::string& node) {
   std::vector<Handle> release;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (auto it = sessions_.begin(); it != sessions_.end();) {
       if (it->second.node == node) {
         for (auto& [rh, h] : it->second.handles) release.push_back(h);
@@ -80,7 +80,7 @@ void FileService::Impl::DropPeer(const std::string& node) {
 
 auto FileService::Impl::stats() const -> FileService::Stats {
   FileService::Stats s;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   s.sessions = sessions_.size();
   for (auto& [id, ss] : sessions_) {
     s.handles += ss.handles.size();
@@ -113,7 +113,7 @@ void FileService::Impl::DoHello(m2m::IncomingCall call, m2m::Responder& r) {
   if (h->bye()) {
     std::vector<Handle> release;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       auto it = sessions_.find(h->session());
       if (it != sessions_.end() && it->second.conns.count(call.peer.conn_id)) {
         for (auto& [rh, lh] : it->second.handles) release.push_back(lh);
@@ -155,7 +155,7 @@ void FileService::Impl::DoHello(m2m::IncomingCall call, m2m::Responder& r) {
   }
   std::vector<Handle> release;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     // A session of the same client node from another process incarnation:
     // that process is gone (restarted); release what it held.
     for (auto it = sessions_.begin(); it != sessions_.end();) {
@@ -210,7 +210,7 @@ auto FileService::Impl::HelloReply() -> m2m::Bytes {
 }
 
 auto FileService::Impl::Bound(const m2m::PeerInfo& peer, uint64_t session) -> Result<SessionView> {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = sessions_.find(session);
   if (it == sessions_.end() || it->second.conns.count(peer.conn_id) == 0) {
     return Err(fswire::kErrSessionUnknown, "unknown file service session");
@@ -219,7 +219,7 @@ auto FileService::Impl::Bound(const m2m::PeerInfo& peer, uint64_t session) -> Re
 }
 
 auto FileService::Impl::Local(uint64_t session, uint64_t rh) -> Result<Handle> {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = sessions_.find(session);
   if (it == sessions_.end()) return Err(EBADF, "no such handle");
   auto h = it->second.handles.find(rh);
@@ -230,7 +230,7 @@ auto FileService::Impl::Local(uint64_t session, uint64_t rh) -> Result<Handle> {
 auto FileService::Impl::AddHandle(uint64_t session, Handle lh, const std::string& path,
                                   const struct stat& st, bool* callbacks) -> Result<uint64_t> {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = sessions_.find(session);
     if (it != sessions_.end() && it->second.handles.size() < opts_.max_handles_per_session) {
       Session& s = it->second;
@@ -252,7 +252,7 @@ auto FileService::Impl::AddHandle(uint64_t session, Handle lh, const std::string
 }
 
 auto FileService::Impl::TakeHandle(uint64_t session, uint64_t rh) -> Result<Handle> {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = sessions_.find(session);
   if (it == sessions_.end()) return Err(EBADF, "no such handle");
   auto h = it->second.handles.find(rh);
@@ -332,7 +332,7 @@ auto FileService::Impl::WatchedStat(uint64_t session, const Cred& cred, const st
   std::vector<uint64_t> evicted;
   std::optional<uint64_t> id;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     id = WatchLocked(session, key, since, &fresh, &evicted);
   }
   if (!evicted.empty()) TellEnded(session, std::move(evicted));
@@ -343,7 +343,7 @@ auto FileService::Impl::WatchedStat(uint64_t session, const Cred& cred, const st
     // the name now: not watched.
     auto again = local_->Stat(cred, path);
     if (!again || again->st_dev != key.first || again->st_ino != key.second) {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (auto it = sessions_.find(session); it != sessions_.end()) {
         UnwatchLocked(it->second, key);
       }
@@ -357,7 +357,7 @@ auto FileService::Impl::WatchedStat(uint64_t session, const Cred& cred, const st
 void FileService::Impl::TellEnded(uint64_t session, std::vector<uint64_t> ids) {
   std::vector<Target> targets;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto s = sessions_.find(session);
     if (s == sessions_.end() || s->second.ep == nullptr) return;
     targets.push_back({session, s->second.ep, AttrChangedMessage(session, ids), s->second.node});
@@ -368,7 +368,7 @@ void FileService::Impl::TellEnded(uint64_t session, std::vector<uint64_t> ids) {
 void FileService::Impl::AttrsChanged(dev_t dev, ino_t ino) {
   std::vector<Target> targets;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = openers_.find({dev, ino});
     if (it == openers_.end()) return;
     std::map<uint64_t, std::vector<uint64_t>> by_session;

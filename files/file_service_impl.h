@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/logging.h"
+#include "common/mutex.h"
 #include "common/rpc_methods.h"
 #include "common/wait.h"
 #include "files/file_service.h"
@@ -38,19 +39,22 @@ class SlotPool {
     if (!r) return Err(r.error());
     region_ = std::move(*r);
     slot_size_ = slot_size;
+    MutexLock lock(mu_);
     for (size_t i = 0; i < count; ++i) free_.push_back(static_cast<int>(i));
     return Ok();
   }
   int Acquire(Clock::time_point deadline) {
-    std::unique_lock lock(mu_);
-    if (!cv_.wait_until(lock, deadline, [&] { return !free_.empty(); })) return -1;
+    MutexLock lock(mu_);
+    if (!mu_.WaitUntil(cv_, deadline, [&]() FEDFS_REQUIRES(mu_) { return !free_.empty(); })) {
+      return -1;
+    }
     int s = free_.back();
     free_.pop_back();
     return s;
   }
   void Release(int s) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       free_.push_back(s);
     }
     cv_.notify_one();
@@ -61,9 +65,9 @@ class SlotPool {
  private:
   std::unique_ptr<m2m::LocalRegion> region_;
   size_t slot_size_ = 0;
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  std::vector<int> free_;  // guarded by mu_
+  std::vector<int> free_ FEDFS_GUARDED_BY(mu_);
 };
 
 // RAII slot holder.
@@ -168,8 +172,8 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
 
   Result<Handle> TakeHandle(uint64_t session, uint64_t rh);
 
-  void ForgetOpenerLocked(const FileKey& key, uint64_t session, uint64_t rh);
-  void ForgetKeysLocked(Session& s);
+  void ForgetOpenerLocked(const FileKey& key, uint64_t session, uint64_t rh) FEDFS_REQUIRES(mu_);
+  void ForgetKeysLocked(Session& s) FEDFS_REQUIRES(mu_);
 
   // Watches file `key` for `session` (it takes callbacks); nullopt if it
   // does not (or is gone). *fresh: the watch was made at or after `since`
@@ -177,8 +181,9 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   // predate it. *evicted: watches ended to stay within
   // max_watches_per_session, to be told (TellEnded).
   std::optional<uint64_t> WatchLocked(uint64_t session, const FileKey& key, uint64_t since,
-                                      bool* fresh, std::vector<uint64_t>* evicted);
-  void UnwatchLocked(Session& s, const FileKey& key);
+                                      bool* fresh, std::vector<uint64_t>* evicted)
+      FEDFS_REQUIRES(mu_);
+  void UnwatchLocked(Session& s, const FileKey& key) FEDFS_REQUIRES(mu_);
 
   // Stat with `watch` (see fs.fbs): the file is watched before the stat
   // whose answer is sent, so every change after that stat is told.
@@ -263,11 +268,11 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   std::atomic<uint64_t> inline_bytes_{0};
   std::atomic<uint64_t> one_sided_bytes_{0};
 
-  mutable std::mutex mu_;  // leaf lock: never held across a call into local_ or the transport
-  std::unordered_map<uint64_t, Session> sessions_;  // guarded by mu_
-  uint64_t next_handle_ = 0;                        // guarded by mu_
+  mutable Mutex mu_;  // leaf lock: never held across a call into local_ or the transport
+  std::unordered_map<uint64_t, Session> sessions_ FEDFS_GUARDED_BY(mu_);
+  uint64_t next_handle_ FEDFS_GUARDED_BY(mu_) = 0;
   // Who has each file open and is told of its changes: (session, handle).
-  std::map<FileKey, std::set<std::pair<uint64_t, uint64_t>>> openers_;  // guarded by mu_
+  std::map<FileKey, std::set<std::pair<uint64_t, uint64_t>>> openers_ FEDFS_GUARDED_BY(mu_);
   std::atomic<size_t> open_watched_{0};                                 // entries in openers_
   std::atomic<uint64_t> watch_gen_{0};  // watches made so far (Session::Watch::made)
 };
