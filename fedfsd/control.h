@@ -26,7 +26,7 @@
 #include <thread>
 
 #include "common/result.h"
-#include "fedfsd/membership.h"
+#include "cluster/membership.h"
 #include "fedfsd/options.h"
 
 namespace fedfs::daemon {

@@ -14,9 +14,9 @@
 #include <shared_mutex>
 #include <string>
 
+#include "cluster/membership.h"
 #include "common/result.h"
 #include "fedfsd/control.h"
-#include "fedfsd/membership.h"
 #include "fedfsd/options.h"
 #include "m2m/transport.h"
 

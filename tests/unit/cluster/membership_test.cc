@@ -1,7 +1,7 @@
 // Membership messages: round trip, and every malformed input (random bytes,
 // truncations, wrong version, invalid fields) is refused with EPROTO without
 // crashing. Control-socket requests answered from a view.
-#include "fedfsd/membership.h"
+#include "cluster/membership.h"
 
 #include <gtest/gtest.h>
 
