@@ -7,14 +7,13 @@
 #include <dirent.h>
 
 #include <cstring>
-#include <future>
 #include <map>
 #include <mutex>
 #include <unordered_map>
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "cluster/membership_control.h"
 #include "common/executor.h"
 #include "common/logging.h"
 #include "fedfsd/config.h"
@@ -25,12 +24,15 @@
 #include "dirops/dir_ops.h"
 #include "dirops/kv.h"
 #include "files/file_service.h"
+#include "files/files_control.h"
 #include "nodefs/local_node_fs.h"
 #include "watch/local_watch.h"
 #include "common/path.h"
 #include "vd/placement.h"
 #include "files/remote_node_fs.h"
+#include "vd/vd_control.h"
 #include "vd/vd_service.h"
+#include "vfs/vfs_control.h"
 #include "vfs/vfs_impl.h"
 #ifdef FEDFS_HAVE_UCX
 #include "m2m/ucx_transport.h"
@@ -309,33 +311,6 @@ bool UsesMostFree(const ns::PlacementOptions& p) {
   return false;
 }
 
-const char* TypeName(uint8_t dt) {
-  switch (dt) {
-    case DT_DIR: return "dir";
-    case DT_REG: return "file";
-    case DT_LNK: return "symlink";
-    case DT_FIFO: return "fifo";
-    case DT_SOCK: return "socket";
-    case DT_CHR: return "char";
-    case DT_BLK: return "block";
-    default: return "unknown";
-  }
-}
-
-// The blocking form of VdService::Conflicts (control thread only).
-Result<std::vector<ns::Conflict>> ConflictsSync(ns::VdService& s, const std::string& path) {
-  auto promise = std::make_shared<std::promise<Result<std::vector<ns::Conflict>>>>();
-  auto future = promise->get_future();
-  s.Conflicts(path, [promise](Result<std::vector<ns::Conflict>> r) { promise->set_value(std::move(r)); });
-  return future.get();
-}
-
-std::optional<std::string> HandleNamespaceRequest(const std::string& line, ns::VfsImpl* vfs,
-                                                  ns::VdService* vds, const std::string& self);
-std::optional<std::string> HandleFilesRequest(const std::string& line, const ns::FileService& fs,
-                                              const ns::FsCallbacks& callbacks,
-                                              const std::string& self);
-
 }  // namespace
 
 Daemon::Daemon() = default;
@@ -501,13 +476,14 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
   log->info("node {} listening on {} (tls={}, net_devices={})", o.node_id, *listening,
             o.transport.tls, o.transport.net_devices.empty() ? "all" : o.transport.net_devices);
 
-  d->control_ = std::make_unique<ControlServer>(
-      ControlOptions{o.control_socket}, [m = d->membership_.get()] { return m->Snapshot(); },
-      [vfs = d->vfs_.get(), vds = d->vd_service_.get(), files = d->file_service_.get(),
-       callbacks = d->fs_callbacks_.get(), self = o.node_id](const std::string& line) {
-        if (auto r = HandleFilesRequest(line, *files, *callbacks, self)) return r;
-        return HandleNamespaceRequest(line, vfs, vds, self);
-      });
+  // The control socket: each part registers the commands about its state.
+  control::Dispatcher commands;
+  RegisterMembershipControl(commands, [m = d->membership_.get()] { return m->Snapshot(); });
+  ns::RegisterVfsControl(commands, d->vfs_.get());
+  ns::RegisterVdControl(commands, d->vd_service_.get(), o.node_id);
+  ns::RegisterFilesControl(commands, d->file_service_.get(), d->fs_callbacks_.get(), o.node_id);
+  d->control_ = std::make_unique<control::ControlServer>(
+      control::ControlOptions{o.control_socket}, std::move(commands));
   if (auto s = d->control_->Start(); !s) {
     d->Stop();
     return Err(s.error().code, s.error().ToString());
@@ -641,106 +617,5 @@ void Daemon::Stop() {
   file_service_.reset();
   fs_callbacks_.reset();
 }
-
-namespace {
-
-// The "dt" answer: this node's directory table and its manager-side
-// coherence counters (fedfsctl dt).
-nlohmann::json DtStatus(ns::VdService& vds, const std::string& self) {
-  using Json = nlohmann::json;
-  const ns::VdService::Stats s = vds.stats();
-  Json out{{"node", self},
-           {"lookups", s.lookups},
-           {"gets_sent", s.gets_sent},
-           {"messages_per_lookup",
-            s.lookups == 0 ? 0.0 : static_cast<double>(s.gets_sent) / static_cast<double>(s.lookups)},
-           {"dt_invals_received", s.dt_invals_received},
-           {"notifies_sent", s.notifies_sent},
-           {"kernel_invalidations", s.kernel_invalidations},
-           {"sharer_records", s.sharer_records},
-           {"invalidations_sent", s.invalidations_sent},
-           {"invalidations_failed", s.invalidations_failed},
-           {"broadcasts_sent", s.broadcasts_sent},
-           {"changes_invalidated", s.changes_invalidated},
-           {"gets_served", s.gets_served},
-           {"dirmerges", s.dirmerges},
-           {"updates_applied", s.updates_applied},
-           {"resident", s.resident},
-           {"table", nullptr}};
-  if (s.has_dt) {
-    out["table"] = Json{{"capacity", s.dt.capacity},     {"max_bytes", s.dt.max_bytes},
-                        {"occupancy", s.dt.occupancy},   {"bytes", s.dt.bytes},
-                        {"hits", s.dt.hits},             {"misses", s.dt.misses},
-                        {"stale", s.dt.stale},           {"evictions", s.dt.evictions},
-                        {"bumps_received", s.dt.bumps_received},
-                        {"local_bumps", s.dt.local_bumps}, {"patches", s.dt.patches}};
-  }
-  return out;
-}
-
-// The "files" answer (fedfsctl files): this node's file service (sessions
-// of other nodes, their open handles, requests, change callbacks sent) and
-// the callbacks it took for files it has open elsewhere. nullopt: not a
-// "files" request.
-std::optional<std::string> HandleFilesRequest(const std::string& line, const ns::FileService& fs,
-                                              const ns::FsCallbacks& callbacks,
-                                              const std::string& self) {
-  using Json = nlohmann::json;
-  Json req = Json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (req.is_discarded() || !req.is_object()) return std::nullopt;
-  auto cmd = req.find("cmd");
-  if (cmd == req.end() || !cmd->is_string() || *cmd != "files") return std::nullopt;
-  const ns::FileService::Stats s = fs.stats();
-  return Json{{"node", self},
-              {"sessions", s.sessions},
-              {"handles", s.handles},
-              {"watches", s.watches},
-              {"served", s.served},
-              {"refused", s.refused},
-              {"callbacks_sent", s.callbacks_sent},
-              {"callbacks_failed", s.callbacks_failed},
-              {"callbacks_received", callbacks.received()},
-              {"callbacks_refused", callbacks.refused()}}
-      .dump();
-}
-
-std::optional<std::string> HandleNamespaceRequest(const std::string& line, ns::VfsImpl* vfs,
-                                                  ns::VdService* vds, const std::string& self) {
-  using Json = nlohmann::json;
-  Json req = Json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (req.is_discarded() || !req.is_object()) return std::nullopt;
-  auto cmd = req.find("cmd");
-  if (cmd == req.end() || !cmd->is_string() ||
-      (*cmd != "where" && *cmd != "conflicts" && *cmd != "dt")) {
-    return std::nullopt;
-  }
-  auto error = [](const std::string& m) { return Json{{"error", m}}.dump(); };
-  if (*cmd == "dt") {
-    if (vds == nullptr) return error("the namespace is not running");
-    return DtStatus(*vds, self).dump();
-  }
-  auto p = req.find("path");
-  if (p == req.end() || !p->is_string()) return error("missing \"path\"");
-  const std::string raw = p->get<std::string>();
-  if (raw.empty() || raw[0] != '/') return error("path must be absolute (start with /)");
-  const std::string path = NormalizeControlPath(raw);
-  if (vfs == nullptr || vds == nullptr) return error("the namespace is not running");
-  if (*cmd == "where") {
-    auto holders = vfs->Where(path);
-    if (!holders) return error(path + ": " + holders.error().ToString());
-    return Json{{"path", path}, {"holders", *holders}}.dump();
-  }
-  auto conflicts = ConflictsSync(*vds, path);
-  if (!conflicts) return error(path + ": " + conflicts.error().ToString());
-  Json list = Json::array();
-  for (const auto& c : *conflicts) {
-    Json copies = Json::array();
-    for (const auto& [node, type] : c.copies) copies.push_back({{"node", node}, {"type", TypeName(type)}});
-    list.push_back({{"name", c.name}, {"copies", copies}});
-  }
-  return Json{{"path", path}, {"conflicts", list}}.dump();
-}
-
-}  // namespace
 
 }  // namespace fedfs::daemon

@@ -16,7 +16,7 @@
 
 #include "cluster/membership.h"
 #include "common/result.h"
-#include "fedfsd/control.h"
+#include "control/server.h"
 #include "fedfsd/options.h"
 #include "m2m/transport.h"
 
@@ -101,7 +101,7 @@ class Daemon {
   std::unique_ptr<ns::DirOps> dir_ops_;
   std::unique_ptr<ns::DirOpsClient> dir_ops_client_;
   std::unique_ptr<fuse::FuseMount> mount_;
-  std::unique_ptr<ControlServer> control_;
+  std::unique_ptr<control::ControlServer> control_;
 };
 
 }  // namespace fedfs::daemon

@@ -38,12 +38,6 @@ struct TimeoutOptions {
   Millis connect{1000};             // connect + authentication handshake
 };
 
-// Control socket (fedfsd/control.h).
-struct ControlOptions {
-  // Unix stream socket path; mode 0600, parent directory created 0700.
-  std::string socket_path;
-};
-
 // The FUSE mount (fuse/fuse_frontend.h, docs/namespace.md "The FUSE mount").
 struct FuseConfig {
   bool mount = true;                // false: serve other nodes only, mount nothing

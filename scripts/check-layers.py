@@ -15,11 +15,12 @@ import sys
 # allowed parts may), so the graph is acyclic by construction.
 BELOW = {
     "common": [],
+    "control": ["common"],
     "m2m": ["common"],
-    "cluster": ["m2m"],
+    "cluster": ["m2m", "control"],
     "nodefs": ["common"],
     "watch": ["common"],
-    "files": ["nodefs", "m2m"],
+    "files": ["nodefs", "m2m", "control"],
     "vd": ["nodefs", "cluster"],
     "dirops": ["vd"],
     "vfs": ["vd"],

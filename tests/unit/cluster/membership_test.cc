@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "fedfsd/control.h"
+#include "cluster/membership_control.h"
 
 namespace fedfs::daemon {
 namespace {
