@@ -13,6 +13,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "control/schema.h"
 #include "m2m/auth.h"
 
 namespace fedfs::daemon {
@@ -222,7 +223,7 @@ void CheckApart(Checker& c, const std::string& mountpoint, const std::string& fi
 }  // namespace
 
 std::string DefaultControlSocket(const std::string& node_id) {
-  return "/run/fedfs/" + node_id + ".sock";
+  return control::DefaultSocketPath(node_id);
 }
 
 Result<DaemonOptions> ParseConfig(const std::string& text, const std::string& path) {

@@ -3,7 +3,7 @@
 // built field by field, as the tests below build it) and decode back;
 // requests are parsed once, their path normalised; the dispatcher answers
 // every malformed, unknown or failed request with {"error":...}; the server
-// answers on a 0600 socket.
+// answers on a 0600 socket, and the client (fedfsctl's) asks it.
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "control/client.h"
 #include "control/dispatcher.h"
 #include "control/schema.h"
 #include "control/server.h"
@@ -191,6 +192,40 @@ TEST(ControlServer, AnswersOnAPrivateSocket) {
   server.Stop();
   EXPECT_FALSE(std::filesystem::exists(path));
   EXPECT_TRUE(CheckControlSocketFree(path));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ControlClient, AsksAServer) {
+  const std::string dir = ::testing::TempDir() + "control_client." + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/n1.sock";
+  auto none = OnlySocketIn(dir);
+  ASSERT_FALSE(none);
+  EXPECT_EQ(none.error().code, ENOENT);
+  auto down = Ask(path, {"status", ""});
+  ASSERT_FALSE(down);
+  EXPECT_NE(down.error().context.find("fedfsd is not running"), std::string::npos);
+
+  Dispatcher d;
+  d.Register([](const Request& q) -> Result<WhereReply> {
+    if (q.path == "/x") return Err(ENOENT, "/x: no such entry");
+    return WhereReply{q.path, {"n1", "n2"}};
+  });
+  ControlServer server({path}, std::move(d));
+  ASSERT_TRUE(server.Start());
+  EXPECT_EQ(OnlySocketIn(dir).value(), path);
+  auto r = Ask(path, {"where", "/a//b"});
+  ASSERT_TRUE(r) << r.error().context;
+  EXPECT_EQ(DecodeReply<WhereReply>(*r).value().holders, (std::vector<std::string>{"n1", "n2"}));
+  EXPECT_EQ(Indented(*r), Json::parse(*r).dump(2));
+  auto e = Ask(path, {"where", "/x"});
+  ASSERT_FALSE(e);
+  EXPECT_EQ(e.error().context, "fedfsd: /x: no such entry");
+  auto unserved = Ask(path, {"dt", ""});
+  ASSERT_FALSE(unserved);
+  EXPECT_EQ(unserved.error().context.rfind("fedfsd: ", 0), 0u);
+  server.Stop();
   std::filesystem::remove_all(dir);
 }
 
