@@ -7,7 +7,7 @@
 // during a rolling upgrade. Add new ids at the end of the module's range.
 //
 //   0            reserved (never valid)
-//   1..15        membership (fedfsd/membership.h)
+//   1..15        membership (cluster/membership.h)
 //   16..63       namespace: VD lookup, dirmerge, directory table coherence
 //   64..95       data path: forwarded read/write/attributes
 //   96..127      cooperative cache
@@ -23,7 +23,7 @@ namespace fedfs {
 enum class RpcMethod : uint16_t {
   kInvalid = 0,
 
-  // Membership (fedfsd/membership.fbs: MemberMessage in both directions).
+  // Membership (cluster/membership.fbs: MemberMessage in both directions).
   kMemberJoin = 1,       // a starting node asks a seed for the view
   kMemberHeartbeat = 2,  // periodic all-to-all exchange of views
   kMemberLeave = 3,      // reserved: graceful leave on shutdown

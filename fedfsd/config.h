@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 
+#include "cluster/node_addr.h"  // ParseHostPort, IsValidNodeId: what the config checks
 #include "common/result.h"
 #include "fedfsd/options.h"
 
@@ -42,17 +43,5 @@ Result<std::string> ControlSocketFromConfigFile(const std::string& path);
 
 // The default control socket of a node: /run/fedfs/<node_id>.sock.
 std::string DefaultControlSocket(const std::string& node_id);
-
-struct HostPort {
-  std::string host;  // without brackets for IPv6
-  uint16_t port = 0;
-};
-
-// Parses "host:port" / "[v6]:port": host is an IPv4/IPv6 literal or a DNS
-// name, port 1..65535. EINVAL otherwise.
-Result<HostPort> ParseHostPort(std::string_view s);
-
-// True for [A-Za-z0-9_-]{1,64}.
-bool IsValidNodeId(std::string_view id);
 
 }  // namespace fedfs::daemon

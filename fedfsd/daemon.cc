@@ -4,35 +4,25 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <dirent.h>
-
 #include <cstring>
-#include <future>
-#include <map>
 #include <mutex>
-#include <unordered_map>
 
-#include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
-
+#include "cluster/cluster.h"
+#include "cluster/membership_control.h"
 #include "common/executor.h"
 #include "common/logging.h"
-#include "fedfsd/config.h"
-#include "fedfsd/privileges.h"
-#include "fuse/fuse_frontend.h"
-#include "m2m/auth.h"
-#include "cluster/cluster.h"
 #include "dirops/dir_ops.h"
 #include "dirops/kv.h"
-#include "files/file_service.h"
-#include "nodefs/local_node_fs.h"
-#include "watch/local_watch.h"
-#include "common/path.h"
-#include "vd/placement.h"
-#include "files/remote_node_fs.h"
-#include "vd/vd_service.h"
-#include "vfs/vfs_impl.h"
+#include "fedfsd/config.h"
+#include "fedfsd/privileges.h"
+#include "files/files_control.h"
+#include "fuse/fuse_frontend.h"
+#include "m2m/auth.h"
 #include "node/node.h"
+#include "nodefs/local_node_fs.h"
+#include "vd/vd_control.h"
+#include "vfs/vfs_control.h"
+#include "watch/local_watch.h"
 #ifdef FEDFS_HAVE_UCX
 #include "m2m/ucx_transport.h"
 #endif
@@ -115,33 +105,6 @@ ns::PlacementOptions PlacementFrom(const PlacementConfig& c) {
   for (const auto& r : c.rules) p.rules.push_back({r.prefix, r.policy, r.node});
   return p;
 }
-
-const char* TypeName(uint8_t dt) {
-  switch (dt) {
-    case DT_DIR: return "dir";
-    case DT_REG: return "file";
-    case DT_LNK: return "symlink";
-    case DT_FIFO: return "fifo";
-    case DT_SOCK: return "socket";
-    case DT_CHR: return "char";
-    case DT_BLK: return "block";
-    default: return "unknown";
-  }
-}
-
-// The blocking form of VdService::Conflicts (control thread only).
-Result<std::vector<ns::Conflict>> ConflictsSync(ns::VdService& s, const std::string& path) {
-  auto promise = std::make_shared<std::promise<Result<std::vector<ns::Conflict>>>>();
-  auto future = promise->get_future();
-  s.Conflicts(path, [promise](Result<std::vector<ns::Conflict>> r) { promise->set_value(std::move(r)); });
-  return future.get();
-}
-
-std::optional<std::string> HandleNamespaceRequest(const std::string& line, ns::VfsImpl* vfs,
-                                                  ns::VdService* vds, const std::string& self);
-std::optional<std::string> HandleFilesRequest(const std::string& line, const ns::FileService& fs,
-                                              const ns::FsCallbacks& callbacks,
-                                              const std::string& self);
 
 }  // namespace
 
@@ -290,12 +253,14 @@ Status Daemon::Listen(const DaemonOptions& o) {
 }
 
 Status Daemon::StartControl(const DaemonOptions& o) {
-  control_ = std::make_unique<ControlServer>(
-      ControlOptions{o.control_socket}, [m = membership_.get()] { return m->Snapshot(); },
-      [n = node_.get(), self = o.node_id](const std::string& line) {
-        if (auto r = HandleFilesRequest(line, n->file_service(), n->fs_callbacks(), self)) return r;
-        return HandleNamespaceRequest(line, &n->vfs(), &n->vd_service(), self);
-      });
+  // Each part registers the commands about its state.
+  control::Dispatcher commands;
+  RegisterMembershipControl(commands, [m = membership_.get()] { return m->Snapshot(); });
+  ns::RegisterVfsControl(commands, &node_->vfs());
+  ns::RegisterVdControl(commands, &node_->vd_service(), o.node_id);
+  ns::RegisterFilesControl(commands, &node_->file_service(), &node_->fs_callbacks(), o.node_id);
+  control_ = std::make_unique<control::ControlServer>(control::ControlOptions{o.control_socket},
+                                                      std::move(commands));
   if (auto s = control_->Start(); !s) return Err(s.error().code, s.error().ToString());
   return Ok();
 }
@@ -408,106 +373,5 @@ void Daemon::Stop() {
   if (local_fs_) local_fs_->SetAttrObserver(nullptr);
   node_.reset();
 }
-
-namespace {
-
-// The "dt" answer: this node's directory table and its manager-side
-// coherence counters (fedfsctl dt).
-nlohmann::json DtStatus(ns::VdService& vds, const std::string& self) {
-  using Json = nlohmann::json;
-  const ns::VdService::Stats s = vds.stats();
-  Json out{{"node", self},
-           {"lookups", s.lookups},
-           {"gets_sent", s.gets_sent},
-           {"messages_per_lookup",
-            s.lookups == 0 ? 0.0 : static_cast<double>(s.gets_sent) / static_cast<double>(s.lookups)},
-           {"dt_invals_received", s.dt_invals_received},
-           {"notifies_sent", s.notifies_sent},
-           {"kernel_invalidations", s.kernel_invalidations},
-           {"sharer_records", s.sharer_records},
-           {"invalidations_sent", s.invalidations_sent},
-           {"invalidations_failed", s.invalidations_failed},
-           {"broadcasts_sent", s.broadcasts_sent},
-           {"changes_invalidated", s.changes_invalidated},
-           {"gets_served", s.gets_served},
-           {"dirmerges", s.dirmerges},
-           {"updates_applied", s.updates_applied},
-           {"resident", s.resident},
-           {"table", nullptr}};
-  if (s.has_dt) {
-    out["table"] = Json{{"capacity", s.dt.capacity},     {"max_bytes", s.dt.max_bytes},
-                        {"occupancy", s.dt.occupancy},   {"bytes", s.dt.bytes},
-                        {"hits", s.dt.hits},             {"misses", s.dt.misses},
-                        {"stale", s.dt.stale},           {"evictions", s.dt.evictions},
-                        {"bumps_received", s.dt.bumps_received},
-                        {"local_bumps", s.dt.local_bumps}, {"patches", s.dt.patches}};
-  }
-  return out;
-}
-
-// The "files" answer (fedfsctl files): this node's file service (sessions
-// of other nodes, their open handles, requests, change callbacks sent) and
-// the callbacks it took for files it has open elsewhere. nullopt: not a
-// "files" request.
-std::optional<std::string> HandleFilesRequest(const std::string& line, const ns::FileService& fs,
-                                              const ns::FsCallbacks& callbacks,
-                                              const std::string& self) {
-  using Json = nlohmann::json;
-  Json req = Json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (req.is_discarded() || !req.is_object()) return std::nullopt;
-  auto cmd = req.find("cmd");
-  if (cmd == req.end() || !cmd->is_string() || *cmd != "files") return std::nullopt;
-  const ns::FileService::Stats s = fs.stats();
-  return Json{{"node", self},
-              {"sessions", s.sessions},
-              {"handles", s.handles},
-              {"watches", s.watches},
-              {"served", s.served},
-              {"refused", s.refused},
-              {"callbacks_sent", s.callbacks_sent},
-              {"callbacks_failed", s.callbacks_failed},
-              {"callbacks_received", callbacks.received()},
-              {"callbacks_refused", callbacks.refused()}}
-      .dump();
-}
-
-std::optional<std::string> HandleNamespaceRequest(const std::string& line, ns::VfsImpl* vfs,
-                                                  ns::VdService* vds, const std::string& self) {
-  using Json = nlohmann::json;
-  Json req = Json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (req.is_discarded() || !req.is_object()) return std::nullopt;
-  auto cmd = req.find("cmd");
-  if (cmd == req.end() || !cmd->is_string() ||
-      (*cmd != "where" && *cmd != "conflicts" && *cmd != "dt")) {
-    return std::nullopt;
-  }
-  auto error = [](const std::string& m) { return Json{{"error", m}}.dump(); };
-  if (*cmd == "dt") {
-    if (vds == nullptr) return error("the namespace is not running");
-    return DtStatus(*vds, self).dump();
-  }
-  auto p = req.find("path");
-  if (p == req.end() || !p->is_string()) return error("missing \"path\"");
-  const std::string raw = p->get<std::string>();
-  if (raw.empty() || raw[0] != '/') return error("path must be absolute (start with /)");
-  const std::string path = NormalizeControlPath(raw);
-  if (vfs == nullptr || vds == nullptr) return error("the namespace is not running");
-  if (*cmd == "where") {
-    auto holders = vfs->Where(path);
-    if (!holders) return error(path + ": " + holders.error().ToString());
-    return Json{{"path", path}, {"holders", *holders}}.dump();
-  }
-  auto conflicts = ConflictsSync(*vds, path);
-  if (!conflicts) return error(path + ": " + conflicts.error().ToString());
-  Json list = Json::array();
-  for (const auto& c : *conflicts) {
-    Json copies = Json::array();
-    for (const auto& [node, type] : c.copies) copies.push_back({{"node", node}, {"type", TypeName(type)}});
-    list.push_back({{"name", c.name}, {"copies", copies}});
-  }
-  return Json{{"path", path}, {"conflicts", list}}.dump();
-}
-
-}  // namespace
 
 }  // namespace fedfs::daemon

@@ -13,9 +13,9 @@
 #include <memory>
 #include <string>
 
+#include "cluster/membership.h"
 #include "common/result.h"
-#include "fedfsd/control.h"
-#include "fedfsd/membership.h"
+#include "control/server.h"
 #include "fedfsd/options.h"
 #include "m2m/transport.h"
 
@@ -97,7 +97,7 @@ class Daemon {
   std::shared_ptr<std::atomic<ns::LocalWatch*>> watching_ =
       std::make_shared<std::atomic<ns::LocalWatch*>>(nullptr);
   std::unique_ptr<fuse::FuseMount> mount_;
-  std::unique_ptr<ControlServer> control_;
+  std::unique_ptr<control::ControlServer> control_;
 };
 
 }  // namespace fedfs::daemon

@@ -12,8 +12,8 @@
 #include <CLI/CLI.hpp>
 
 #include "common/logging.h"
+#include "control/server.h"
 #include "fedfsd/config.h"
-#include "fedfsd/control.h"
 #include "fedfsd/daemon.h"
 #include "fedfsd/local_daemons.h"
 
@@ -31,7 +31,7 @@ int Run(const std::string& config_path) {
   }
   // Before anything logs: a control socket or a port in use, or a stale
   // mount, must give exactly one line. (Probes only: nothing is taken yet.)
-  for (const fedfs::Status& s : {CheckControlSocketFree(opts->control_socket),
+  for (const fedfs::Status& s : {fedfs::control::CheckControlSocketFree(opts->control_socket),
                                  CheckListenAddressFree(opts->listen), CheckMountpointUsable(*opts)}) {
     if (!s) {
       std::fprintf(stderr, "fedfsd: %s\n", s.error().context.c_str());

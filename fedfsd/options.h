@@ -13,40 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "cluster/options.h"  // Millis, RingOptions, MembershipOptions
+
 namespace fedfs::daemon {
-
-using Millis = std::chrono::milliseconds;
-
-// Consistent-hash ring (cluster/ring.h).
-struct RingOptions {
-  // Virtual nodes (ring points) per member. 256 keeps every member's share
-  // within a few percent of 1/N for tens of members.
-  uint32_t vnodes = 256;
-};
-
-// Membership (fedfsd/membership.h).
-struct MembershipOptions {
-  // This node's id: [A-Za-z0-9_-]{1,64}, stable across restarts.
-  std::string node_id;
-  // The address peers use to reach this node ("host:port"), as returned by
-  // the transport's Listen.
-  std::string advertise_addr;
-  // Seed addresses tried in order at start until one answers the join.
-  std::vector<std::string> seeds;
-  // Interval between two heartbeat rounds (all-to-all).
-  Millis heartbeat_interval{200};
-  // A member with no successful exchange for this long is marked dead.
-  // Must be greater than heartbeat_interval.
-  Millis failure_timeout{1500};
-  // Deadline of a join call (heartbeats use min(rpc_timeout, failure_timeout)).
-  Millis rpc_timeout{2000};
-  // Longest pause between two rounds of join attempts over the seed list.
-  Millis join_backoff_max{5000};
-  RingOptions ring;
-  // This node's node_tag (1..65534), announced to every member; 0 announces
-  // none (tests that do not care).
-  uint16_t node_tag = 0;
-};
 
 // Transport settings handed to the UCX engine (m2m/ucx_transport.h).
 struct TransportConfig {
@@ -67,12 +36,6 @@ struct TimeoutOptions {
   Millis heartbeat_interval{200};   // see MembershipOptions
   Millis failure_timeout{1500};     // see MembershipOptions
   Millis connect{1000};             // connect + authentication handshake
-};
-
-// Control socket (fedfsd/control.h).
-struct ControlOptions {
-  // Unix stream socket path; mode 0600, parent directory created 0700.
-  std::string socket_path;
 };
 
 // The FUSE mount (fuse/fuse_frontend.h, docs/namespace.md "The FUSE mount").

@@ -1,7 +1,9 @@
-// libFuzzer target: the control protocol (fedfsd/control.h): the request
-// lines a ControlServer reads from its socket, cut into lines by the server
-// and answered by HandleControlRequest, and NormalizeControlPath, which the
-// daemon's own commands (where, conflicts) use on their path too.
+// libFuzzer target: the control protocol (control/schema.h, server.h,
+// dispatcher.h): the request lines a ControlServer reads from its socket,
+// cut into lines by the server and answered by its Dispatcher (here with the
+// membership commands, cluster/membership_control.h: HandleControlRequest),
+// and NormalizeControlPath, which ParseRequest applies to every command's
+// path.
 //
 // Input: a mode byte, then the bytes one client sends on one connection.
 // With mode 0xff, 65 KiB without a newline follow them (past the server's
@@ -23,17 +25,19 @@
 
 #include <nlohmann/json.hpp>
 
-#include "fedfsd/control.h"
+#include "cluster/membership_control.h"
 #include "cluster/ring.h"
+#include "control/server.h"
 #include "fuzz_util.h"
 
 using namespace fedfs;
 using namespace fedfs::daemon;
+using fedfs::control::NormalizeControlPath;
 using Json = nlohmann::json;
 
 namespace {
 
-constexpr size_t kMaxLine = 64 * 1024;  // fedfsd/control.cc
+constexpr size_t kMaxLine = 64 * 1024;  // control/server.cc
 
 std::shared_ptr<const MembershipView> MakeView() {
   auto v = std::make_shared<MembershipView>();
@@ -51,7 +55,7 @@ struct Server {
   std::string dir;
   std::string socket;
   std::shared_ptr<const MembershipView> view = MakeView();
-  std::unique_ptr<ControlServer> server;
+  std::unique_ptr<control::ControlServer> server;
 };
 Server* g_server = nullptr;
 
@@ -68,8 +72,10 @@ void StartServer() {
   FUZZ_CHECK(::mkdtemp(tmpl.data()) != nullptr);
   g_server->dir = tmpl;
   g_server->socket = tmpl + "/c.sock";
-  g_server->server = std::make_unique<ControlServer>(
-      ControlOptions{g_server->socket}, [] { return g_server->view; });
+  control::Dispatcher commands;
+  RegisterMembershipControl(commands, [] { return g_server->view; });
+  g_server->server = std::make_unique<control::ControlServer>(
+      control::ControlOptions{g_server->socket}, std::move(commands));
   auto s = g_server->server->Start();
   if (!s) {
     std::fprintf(stderr, "control server: %s\n", s.error().ToString().c_str());
@@ -177,9 +183,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool pad = data[0] == 0xff;
   std::string out(reinterpret_cast<const char*>(data + 1), size - 1);
 
-  // The lines the server must answer (control.cc's Serve): complete lines,
-  // a trailing '\r' dropped, empty ones skipped; past kMaxLine bytes
-  // without a newline it says so and closes.
+  // The lines the server must answer (control/server.cc's Serve):
+  // complete lines, a trailing '\r' dropped, empty ones skipped; past
+  // kMaxLine bytes without a newline it says so and closes.
   size_t expected = 0;
   bool too_long = false;
   {

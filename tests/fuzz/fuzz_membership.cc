@@ -1,4 +1,4 @@
-// libFuzzer target: daemon::DecodeMemberMessage (fedfsd/membership.h), the
+// libFuzzer target: daemon::DecodeMemberMessage (cluster/membership.h), the
 // payload of every kMemberJoin / kMemberHeartbeat request and reply.
 //
 // Input: the payload. Invariants: a decoded message has a valid sender and
@@ -8,8 +8,8 @@
 #include <cstring>
 #include <vector>
 
-#include "fedfsd/config.h"
-#include "fedfsd/membership.h"
+#include "cluster/membership.h"
+#include "cluster/node_addr.h"
 #include "fuzz_util.h"
 
 using namespace fedfs;

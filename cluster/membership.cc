@@ -1,4 +1,4 @@
-#include "fedfsd/membership.h"
+#include "cluster/membership.h"
 
 #include <algorithm>
 #include <condition_variable>
@@ -12,10 +12,10 @@
 
 #include <flatbuffers/flatbuffers.h>
 
+#include "cluster/node_addr.h"
 #include "common/logging.h"
 #include "common/rpc_methods.h"
 #include "common/thread_name.h"
-#include "fedfsd/config.h"
 #include "membership_generated.h"
 
 namespace fedfs::daemon {

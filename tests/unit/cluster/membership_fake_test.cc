@@ -8,8 +8,8 @@
 
 #include <thread>
 
+#include "cluster/membership.h"
 #include "common/rpc_methods.h"
-#include "fedfsd/membership.h"
 #include "m2m/fake_network.h"
 #include "tests/tools/log_capture.h"
 

@@ -1,14 +1,14 @@
 // Membership messages: round trip, and every malformed input (random bytes,
 // truncations, wrong version, invalid fields) is refused with EPROTO without
 // crashing. Control-socket requests answered from a view.
-#include "fedfsd/membership.h"
+#include "cluster/membership.h"
 
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "fedfsd/control.h"
+#include "cluster/membership_control.h"
 
 namespace fedfs::daemon {
 namespace {

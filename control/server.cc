@@ -1,4 +1,4 @@
-#include "fedfsd/control.h"
+#include "control/server.h"
 
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -10,19 +10,14 @@
 #include <cstring>
 #include <filesystem>
 
-#include <nlohmann/json.hpp>
-
 #include "common/logging.h"
 #include "common/thread_name.h"
 
-namespace fedfs::daemon {
+namespace fedfs::control {
 namespace {
 
-using Json = nlohmann::json;
 constexpr size_t kMaxLine = 64 * 1024;
 constexpr int kIdleMs = 5000;
-
-std::string ErrorReply(const std::string& msg) { return Json{{"error", msg}}.dump(); }
 
 bool SendAll(int fd, const std::string& s) {
   size_t off = 0;
@@ -44,54 +39,8 @@ sockaddr_un UnixAddr(const std::string& path) {
 
 }  // namespace
 
-std::string NormalizeControlPath(const std::string& p) {
-  std::string out;
-  for (char c : p) {
-    if (c == '/' && !out.empty() && out.back() == '/') continue;
-    out += c;
-  }
-  if (out.size() > 1 && out.back() == '/') out.pop_back();
-  return out;
-}
-
-std::string HandleControlRequest(const std::string& line, const MembershipView& view) {
-  Json req = Json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (req.is_discarded() || !req.is_object()) return ErrorReply("request is not a JSON object");
-  auto cmd = req.find("cmd");
-  if (cmd == req.end() || !cmd->is_string()) return ErrorReply("missing \"cmd\"");
-  const auto now = std::chrono::steady_clock::now();
-  if (*cmd == "status") {
-    Json members = Json::array();
-    for (const auto& [id, m] : view.members) {
-      const bool self = id == view.self_id;
-      const int64_t ago =
-          self ? 0
-               : std::chrono::duration_cast<std::chrono::milliseconds>(now - m.last_heard).count();
-      members.push_back({{"id", id},
-                         {"addr", m.addr},
-                         {"state", MemberStateName(m.state)},
-                         {"incarnation", m.incarnation},
-                         {"ring_share", view.ring ? view.ring->Share(id) : 0.0},
-                         {"rtt_us", m.rtt_us},
-                         {"last_heard_ms_ago", ago},
-                         {"self", self}});
-    }
-    return Json{{"node_id", view.self_id}, {"epoch", view.epoch}, {"members", members}}.dump();
-  }
-  if (*cmd == "ring") {
-    auto path = req.find("path");
-    if (path == req.end() || !path->is_string()) return ErrorReply("missing \"path\"");
-    const std::string p = path->get<std::string>();
-    if (p.empty() || p[0] != '/') return ErrorReply("path must be absolute (start with /)");
-    const std::string norm = NormalizeControlPath(p);
-    const std::string manager = view.ring ? view.ring->Owner(norm) : std::string();
-    return Json{{"path", norm}, {"manager", manager}, {"epoch", view.epoch}}.dump();
-  }
-  return ErrorReply("unknown cmd \"" + cmd->get<std::string>() + "\" (status, ring, where, conflicts)");
-}
-
-ControlServer::ControlServer(ControlOptions options, ViewProvider provider, ExtraHandler extra)
-    : options_(std::move(options)), provider_(std::move(provider)), extra_(std::move(extra)) {}
+ControlServer::ControlServer(ControlOptions options, Dispatcher dispatcher)
+    : options_(std::move(options)), dispatcher_(std::move(dispatcher)) {}
 
 ControlServer::~ControlServer() { Stop(); }
 
@@ -194,10 +143,7 @@ void ControlServer::Serve(int fd) {
       buf.erase(0, nl + 1);
       if (!line.empty() && line.back() == '\r') line.pop_back();
       if (line.empty()) continue;
-      std::optional<std::string> reply;
-      if (extra_) reply = extra_(line);
-      if (!reply) reply = HandleControlRequest(line, *provider_());
-      if (!SendAll(fd, *reply + "\n")) return;
+      if (!SendAll(fd, dispatcher_.Handle(line) + "\n")) return;
     }
     if (buf.size() > kMaxLine) {
       SendAll(fd, ErrorReply("request line too long") + "\n");
@@ -214,4 +160,4 @@ void ControlServer::Serve(int fd) {
   }
 }
 
-}  // namespace fedfs::daemon
+}  // namespace fedfs::control

@@ -49,9 +49,9 @@
 #include <string>
 #include <vector>
 
-#include "common/result.h"
-#include "fedfsd/options.h"
+#include "cluster/options.h"
 #include "cluster/ring.h"
+#include "common/result.h"
 #include "m2m/transport.h"
 
 namespace fedfs::daemon {
@@ -80,7 +80,7 @@ struct MemberMessage {
   std::vector<MemberRecord> members;
 };
 
-// Encodes with FlatBuffers (fedfsd/membership.fbs). `version` is only ever
+// Encodes with FlatBuffers (cluster/membership.fbs). `version` is only ever
 // changed by tests (to check that other versions are refused).
 m2m::Bytes EncodeMemberMessage(const MemberMessage& m,
                                uint16_t version = kMembershipWireVersion);

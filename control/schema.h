@@ -1,0 +1,250 @@
+// The control protocol: how fedfsctl (and scripts) ask a running fedfsd
+// about its state (docs/membership.md, "Control socket"). This header is its
+// one definition, shared by the daemon (dispatcher.h, server.h) and fedfsctl
+// (client.h): the commands, their argument, and the fields of every reply.
+//
+// Wire. A unix stream socket (mode 0600). Each request is one JSON object on
+// one line, {"cmd":NAME} or, for a command that takes a path,
+// {"cmd":NAME,"path":P} (P absolute; the daemon normalises it with
+// NormalizeControlPath and answers with the normalised form). Each request
+// is answered by one JSON object on one line: the reply of NAME below, with
+// the fields its Fields() names (keys in sorted order), or {"error":"..."}
+// for anything malformed, unknown or failed. Other fields of a request are
+// ignored.
+//
+// Plain data and pure functions; any thread. nlohmann/json stays inside
+// control/*.cc: replies are C++ structs here, encoded and decoded there.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+
+namespace fedfs::control {
+
+// Where daemons put their control sockets by default, and the default
+// socket of node `node_id` (/run/fedfs/<node_id>.sock).
+inline constexpr std::string_view kDefaultSocketDir = "/run/fedfs";
+std::string DefaultSocketPath(std::string_view node_id);
+
+// ---------------------------------------------------------------------------
+// The commands.
+
+enum class Arg : uint8_t {
+  kNone,  // {"cmd":NAME}
+  kPath,  // {"cmd":NAME,"path":P}: P required, a string starting with '/'
+};
+
+struct Command {
+  std::string_view name;
+  Arg arg;
+  std::string_view help;      // one line (fedfsctl's help for it)
+  std::string_view arg_help;  // its argument's, when it takes one
+};
+
+inline constexpr Command kStatus{"status", Arg::kNone,
+                                 "members, states, epoch, ring shares, RTTs", ""};
+inline constexpr Command kRing{"ring", Arg::kPath, "which node manages PATH",
+                               "a global path, e.g. /a/b"};
+inline constexpr Command kWhere{"where", Arg::kPath,
+                                "which node(s) hold PATH (a file's node, a directory's nodes)",
+                                "a global path, e.g. /a/b"};
+inline constexpr Command kConflicts{"conflicts", Arg::kPath, "name conflicts in directory PATH",
+                                    "a global directory path, e.g. /a"};
+inline constexpr Command kDt{
+    "dt", Arg::kNone,
+    "directory table: capacity, occupancy, hits, misses, invalidations, messages per lookup", ""};
+inline constexpr Command kFiles{
+    "files", Arg::kNone,
+    "file service: other nodes' sessions and open handles, requests, change callbacks", ""};
+
+inline constexpr std::array<Command, 6> kCommands = {kStatus, kRing, kWhere, kConflicts, kDt, kFiles};
+
+// The command named `name`, or nullptr.
+const Command* FindCommand(std::string_view name);
+
+// ---------------------------------------------------------------------------
+// Requests.
+
+struct Request {
+  std::string cmd;
+  std::string path;  // commands with Arg::kPath; "" otherwise
+};
+
+// The path of a request as every command uses it: each run of '/' made one,
+// a trailing '/' dropped ("/a//b/" -> "/a/b"; "/" stays "/"). The caller
+// checked that it starts with '/'.
+std::string NormalizeControlPath(const std::string& p);
+
+// The request line (without its newline) fedfsctl sends; the path as given.
+// EINVAL if the path is not valid UTF-8 (JSON cannot carry it).
+Result<std::string> EncodeRequest(const Request& request);
+
+// Parses one request line (untrusted bytes), once, for every command: a JSON
+// object with a known "cmd" and, when the command takes one, an absolute
+// "path", returned normalised. EINVAL otherwise, with the message its
+// {"error":...} reply carries as context. Never throws.
+Result<Request> ParseRequest(std::string_view line);
+
+// ---------------------------------------------------------------------------
+// Replies. Each names its command (kCommand) and lists its fields once, in
+// Fields(s, v): v(name, member) for each, which both the encoder and the
+// decoder walk. A reply's numbers keep their C++ types on the wire (a double
+// is written with a fraction, 0.0).
+
+// "status" (cluster/membership_control.h): this node's membership view.
+struct MemberRow {
+  std::string id;
+  std::string addr;
+  std::string state;  // "alive" | "dead"
+  uint64_t incarnation = 0;
+  double ring_share = 0;       // share of the ring it manages, 0..1
+  int64_t rtt_us = -1;         // heartbeat RTT (EWMA); -1 unknown
+  int64_t last_heard_ms_ago = 0;
+  bool self = false;
+  template <class S, class V>
+  static void Fields(S& s, V&& v) {
+    v("id", s.id); v("addr", s.addr); v("state", s.state); v("incarnation", s.incarnation);
+    v("ring_share", s.ring_share); v("rtt_us", s.rtt_us);
+    v("last_heard_ms_ago", s.last_heard_ms_ago); v("self", s.self);
+  }
+};
+struct StatusReply {
+  static constexpr const Command& kCommand = kStatus;
+  std::string node_id;
+  uint64_t epoch = 0;
+  std::vector<MemberRow> members;  // by id, this node included
+  template <class S, class V>
+  static void Fields(S& s, V&& v) {
+    v("node_id", s.node_id); v("epoch", s.epoch); v("members", s.members);
+  }
+};
+
+// "ring" (cluster/membership_control.h): the manager of a path.
+struct RingReply {
+  static constexpr const Command& kCommand = kRing;
+  std::string path;     // normalised
+  std::string manager;  // "" when no member is alive
+  uint64_t epoch = 0;
+  template <class S, class V>
+  static void Fields(S& s, V&& v) {
+    v("path", s.path); v("manager", s.manager); v("epoch", s.epoch);
+  }
+};
+
+// "where" (vfs/vfs_control.h): the holder(s) of a path.
+struct WhereReply {
+  static constexpr const Command& kCommand = kWhere;
+  std::string path;
+  std::vector<std::string> holders;  // node ids
+  template <class S, class V>
+  static void Fields(S& s, V&& v) {
+    v("path", s.path); v("holders", s.holders);
+  }
+};
+
+// "conflicts" (vd/vd_control.h): the names of a directory held by several
+// nodes as non-directories, or as different types.
+struct CopyRow {
+  std::string node;
+  std::string type;  // dir, file, symlink, fifo, socket, char, block, unknown
+  template <class S, class V>
+  static void Fields(S& s, V&& v) {
+    v("node", s.node); v("type", s.type);
+  }
+};
+struct ConflictRow {
+  std::string name;
+  std::vector<CopyRow> copies;  // sorted by node
+  template <class S, class V>
+  static void Fields(S& s, V&& v) {
+    v("name", s.name); v("copies", s.copies);
+  }
+};
+struct ConflictsReply {
+  static constexpr const Command& kCommand = kConflicts;
+  std::string path;
+  std::vector<ConflictRow> conflicts;
+  template <class S, class V>
+  static void Fields(S& s, V&& v) {
+    v("path", s.path); v("conflicts", s.conflicts);
+  }
+};
+
+// "dt" (vd/vd_control.h): this node's directory table and its manager-side
+// coherence counters (vd/vd_service.h, VdService::Stats).
+struct DtTableRow {
+  uint64_t capacity = 0, max_bytes = 0, occupancy = 0, bytes = 0;
+  uint64_t hits = 0, misses = 0, stale = 0, evictions = 0;
+  uint64_t bumps_received = 0, local_bumps = 0, patches = 0;
+  template <class S, class V>
+  static void Fields(S& s, V&& v) {
+    v("capacity", s.capacity); v("max_bytes", s.max_bytes); v("occupancy", s.occupancy);
+    v("bytes", s.bytes); v("hits", s.hits); v("misses", s.misses); v("stale", s.stale);
+    v("evictions", s.evictions); v("bumps_received", s.bumps_received);
+    v("local_bumps", s.local_bumps); v("patches", s.patches);
+  }
+};
+struct DtReply {
+  static constexpr const Command& kCommand = kDt;
+  std::string node;
+  uint64_t lookups = 0, gets_sent = 0;
+  double messages_per_lookup = 0;  // gets_sent / lookups (0 without lookups)
+  uint64_t dt_invals_received = 0, notifies_sent = 0, kernel_invalidations = 0;
+  uint64_t sharer_records = 0, invalidations_sent = 0, invalidations_failed = 0;
+  uint64_t broadcasts_sent = 0, changes_invalidated = 0;
+  uint64_t gets_served = 0, dirmerges = 0, updates_applied = 0, resident = 0;
+  std::optional<DtTableRow> table;  // null: no table (directory_table.entries: 0)
+  template <class S, class V>
+  static void Fields(S& s, V&& v) {
+    v("node", s.node); v("lookups", s.lookups); v("gets_sent", s.gets_sent);
+    v("messages_per_lookup", s.messages_per_lookup);
+    v("dt_invals_received", s.dt_invals_received); v("notifies_sent", s.notifies_sent);
+    v("kernel_invalidations", s.kernel_invalidations); v("sharer_records", s.sharer_records);
+    v("invalidations_sent", s.invalidations_sent);
+    v("invalidations_failed", s.invalidations_failed); v("broadcasts_sent", s.broadcasts_sent);
+    v("changes_invalidated", s.changes_invalidated); v("gets_served", s.gets_served);
+    v("dirmerges", s.dirmerges); v("updates_applied", s.updates_applied);
+    v("resident", s.resident); v("table", s.table);
+  }
+};
+
+// "files" (files/files_control.h): this node's file service (other nodes'
+// sessions, their open handles, requests, change callbacks sent) and the
+// callbacks it took for files it has open elsewhere.
+struct FilesReply {
+  static constexpr const Command& kCommand = kFiles;
+  std::string node;
+  uint64_t sessions = 0, handles = 0, watches = 0, served = 0, refused = 0;
+  uint64_t callbacks_sent = 0, callbacks_failed = 0;
+  uint64_t callbacks_received = 0, callbacks_refused = 0;
+  template <class S, class V>
+  static void Fields(S& s, V&& v) {
+    v("node", s.node); v("sessions", s.sessions); v("handles", s.handles);
+    v("watches", s.watches); v("served", s.served); v("refused", s.refused);
+    v("callbacks_sent", s.callbacks_sent); v("callbacks_failed", s.callbacks_failed);
+    v("callbacks_received", s.callbacks_received); v("callbacks_refused", s.callbacks_refused);
+  }
+};
+
+// One reply line (without its newline). Never throws: text that is not
+// valid UTF-8 (a file name on disk) is carried with U+FFFD in its place.
+// Instantiated for the six replies above.
+template <class R>
+std::string EncodeReply(const R& reply);
+
+// {"error":message}, one line.
+std::string ErrorReply(std::string_view message);
+
+// Decodes a reply line (fedfsctl). A missing field keeps its default; a
+// field of the wrong type, or a line that is not a JSON object, is EPROTO
+// with what was wrong as context. Never throws.
+template <class R>
+Result<R> DecodeReply(std::string_view line);
+
+}  // namespace fedfs::control

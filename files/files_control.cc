@@ -1,0 +1,33 @@
+#include "files/files_control.h"
+
+#include "files/file_service.h"
+#include "files/remote_node_fs.h"
+
+namespace fedfs::ns {
+
+control::FilesReply FilesStatus(const FileService& files, const FsCallbacks& callbacks,
+                                const std::string& self) {
+  const FileService::Stats s = files.stats();
+  control::FilesReply r;
+  r.node = self;
+  r.sessions = s.sessions;
+  r.handles = s.handles;
+  r.watches = s.watches;
+  r.served = s.served;
+  r.refused = s.refused;
+  r.callbacks_sent = s.callbacks_sent;
+  r.callbacks_failed = s.callbacks_failed;
+  r.callbacks_received = callbacks.received();
+  r.callbacks_refused = callbacks.refused();
+  return r;
+}
+
+void RegisterFilesControl(control::Dispatcher& dispatcher, const FileService* files,
+                          const FsCallbacks* callbacks, const std::string& self) {
+  if (files == nullptr || callbacks == nullptr) return;
+  dispatcher.Register([files, callbacks, self](const control::Request&) -> Result<control::FilesReply> {
+    return FilesStatus(*files, *callbacks, self);
+  });
+}
+
+}  // namespace fedfs::ns

@@ -1,0 +1,26 @@
+// The control command about remote file operations (control/schema.h):
+// "files", this node's FileService (other nodes' sessions, their open
+// handles, requests, change callbacks sent) and the callbacks its
+// FsCallbacks took for files it has open elsewhere.
+#pragma once
+
+#include <string>
+
+#include "control/dispatcher.h"
+#include "control/schema.h"
+
+namespace fedfs::ns {
+
+class FileService;
+class FsCallbacks;
+
+// The "files" reply, this node being `self`.
+control::FilesReply FilesStatus(const FileService& files, const FsCallbacks& callbacks,
+                                const std::string& self);
+
+// Registers "files" on `files` and `callbacks` (both must outlive the
+// dispatcher's serving; either null: not served).
+void RegisterFilesControl(control::Dispatcher& dispatcher, const FileService* files,
+                          const FsCallbacks* callbacks, const std::string& self);
+
+}  // namespace fedfs::ns

@@ -1,0 +1,94 @@
+#include "vd/vd_control.h"
+
+#include <dirent.h>
+
+#include <future>
+#include <memory>
+
+#include "vd/vd_service.h"
+
+namespace fedfs::ns {
+namespace {
+
+const char* TypeName(uint8_t dt) {
+  switch (dt) {
+    case DT_DIR: return "dir";
+    case DT_REG: return "file";
+    case DT_LNK: return "symlink";
+    case DT_FIFO: return "fifo";
+    case DT_SOCK: return "socket";
+    case DT_CHR: return "char";
+    case DT_BLK: return "block";
+    default: return "unknown";
+  }
+}
+
+// The blocking form of VdService::Conflicts (control thread only).
+Result<std::vector<Conflict>> ConflictsSync(VdService& s, const std::string& path) {
+  auto promise = std::make_shared<std::promise<Result<std::vector<Conflict>>>>();
+  auto future = promise->get_future();
+  s.Conflicts(path, [promise](Result<std::vector<Conflict>> r) { promise->set_value(std::move(r)); });
+  return future.get();
+}
+
+}  // namespace
+
+control::DtReply DtStatus(const VdService& vds, const std::string& self) {
+  const VdService::Stats s = vds.stats();
+  control::DtReply r;
+  r.node = self;
+  r.lookups = s.lookups;
+  r.gets_sent = s.gets_sent;
+  r.messages_per_lookup =
+      s.lookups == 0 ? 0.0 : static_cast<double>(s.gets_sent) / static_cast<double>(s.lookups);
+  r.dt_invals_received = s.dt_invals_received;
+  r.notifies_sent = s.notifies_sent;
+  r.kernel_invalidations = s.kernel_invalidations;
+  r.sharer_records = s.sharer_records;
+  r.invalidations_sent = s.invalidations_sent;
+  r.invalidations_failed = s.invalidations_failed;
+  r.broadcasts_sent = s.broadcasts_sent;
+  r.changes_invalidated = s.changes_invalidated;
+  r.gets_served = s.gets_served;
+  r.dirmerges = s.dirmerges;
+  r.updates_applied = s.updates_applied;
+  r.resident = s.resident;
+  if (s.has_dt) {
+    control::DtTableRow t;
+    t.capacity = s.dt.capacity;
+    t.max_bytes = s.dt.max_bytes;
+    t.occupancy = s.dt.occupancy;
+    t.bytes = s.dt.bytes;
+    t.hits = s.dt.hits;
+    t.misses = s.dt.misses;
+    t.stale = s.dt.stale;
+    t.evictions = s.dt.evictions;
+    t.bumps_received = s.dt.bumps_received;
+    t.local_bumps = s.dt.local_bumps;
+    t.patches = s.dt.patches;
+    r.table = t;
+  }
+  return r;
+}
+
+void RegisterVdControl(control::Dispatcher& dispatcher, VdService* vds, const std::string& self) {
+  if (vds == nullptr) return;
+  dispatcher.Register([vds, self](const control::Request&) -> Result<control::DtReply> {
+    return DtStatus(*vds, self);
+  });
+  dispatcher.Register([vds](const control::Request& q) -> Result<control::ConflictsReply> {
+    auto conflicts = ConflictsSync(*vds, q.path);
+    if (!conflicts) return Err(conflicts.error().code, q.path + ": " + conflicts.error().ToString());
+    control::ConflictsReply r;
+    r.path = q.path;
+    for (const Conflict& c : *conflicts) {
+      control::ConflictRow row;
+      row.name = c.name;
+      for (const auto& [node, type] : c.copies) row.copies.push_back({node, TypeName(type)});
+      r.conflicts.push_back(std::move(row));
+    }
+    return r;
+  });
+}
+
+}  // namespace fedfs::ns
