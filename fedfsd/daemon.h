@@ -1,8 +1,8 @@
 // The daemon's wiring: the one place that names concrete implementations
-// (the UCX transport, LocalNodeFs, RemoteNodeFs, the VD and file services,
-// VfsImpl, the FUSE frontend) and connects them with membership and the
-// control socket. main.cc owns one Daemon; integration tests run the fedfsd
-// binary.
+// (the UCX transport, LocalNodeFs, RocksDB, the FUSE frontend, inotify), builds
+// them from the config and starts them; the node's parts and the policy
+// between them are node/node.h's. main.cc owns one Daemon; integration tests
+// run the fedfsd binary.
 //
 // Threads: Start and Stop are called by the main thread. The transport, the
 // membership, the control server, the blocking pool (services) and the FUSE
@@ -11,7 +11,6 @@
 
 #include <atomic>
 #include <memory>
-#include <shared_mutex>
 #include <string>
 
 #include "common/result.h"
@@ -25,17 +24,13 @@ class ThreadPool;
 namespace fuse {
 class FuseMount;
 }
+namespace node {
+class Node;
+}
 namespace ns {
 class LocalNodeFs;
-class FileService;
-class FsCallbacks;
-class VdService;
 class LocalWatch;
-class VfsImpl;
-class VdClient;
 class ClusterViewSource;
-class DirOps;
-class DirOpsClient;
 class Kv;
 class KernelCache;
 }  // namespace ns
@@ -72,34 +67,35 @@ class Daemon {
  private:
   Daemon();
 
+  // The steps of Start, in order (daemon.cc).
+  Status LoadClusterKey(const DaemonOptions& o);
+  Status DropPrivileges(const DaemonOptions& o);
+  Status StartTransport(const DaemonOptions& o);
+  Status StartMembership(const DaemonOptions& o);
+  Status OpenExportRoot(const DaemonOptions& o);
+  Status StartNamespace(const DaemonOptions& o);
+  Status Listen(const DaemonOptions& o);
+  Status StartControl(const DaemonOptions& o);
+  Status StartWatcher(const DaemonOptions& o);
+  Status StartMembershipProtocol(const DaemonOptions& o);
+  Status RecoverJournal(const DaemonOptions& o);
+  Status Mount(const DaemonOptions& o);
+
   // Destroyed in reverse order; Stop() orders the shutdown explicitly.
-  // What callbacks made before the services exist (or after they stopped)
-  // reach: the kernel's caches and the Vfs, null outside [mount, Stop).
-  struct Hooks {
-    std::atomic<ns::KernelCache*> kernel{nullptr};
-    std::shared_mutex vfs_mu;  // held (shared) while `vfs` is used: Stop waits
-    ns::VfsImpl* vfs = nullptr;
-  };
-  std::shared_ptr<Hooks> hooks_ = std::make_shared<Hooks>();
+  m2m::Bytes cluster_key_;  // until the transport takes it
   std::shared_ptr<ns::KernelCache> kernel_;  // the mount's; outlives it
   std::unique_ptr<m2m::Transport> transport_;
   std::unique_ptr<Membership> membership_;
   std::unique_ptr<ns::ClusterViewSource> cluster_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<ns::LocalNodeFs> local_fs_;
-  std::unique_ptr<ns::FileService> file_service_;
-  std::unique_ptr<ns::FsCallbacks> fs_callbacks_;
-  std::unique_ptr<ns::VdService> vd_service_;
+  std::unique_ptr<ns::Kv> kv_;
+  std::unique_ptr<node::Node> node_;
   std::unique_ptr<ns::LocalWatch> watch_;
   // The watcher, for callbacks that may run before it starts or after it
   // stopped (then null).
   std::shared_ptr<std::atomic<ns::LocalWatch*>> watching_ =
       std::make_shared<std::atomic<ns::LocalWatch*>>(nullptr);
-  std::unique_ptr<ns::VdClient> vd_client_;
-  std::unique_ptr<ns::VfsImpl> vfs_;
-  std::unique_ptr<ns::Kv> kv_;
-  std::unique_ptr<ns::DirOps> dir_ops_;
-  std::unique_ptr<ns::DirOpsClient> dir_ops_client_;
   std::unique_ptr<fuse::FuseMount> mount_;
   std::unique_ptr<ControlServer> control_;
 };

@@ -24,9 +24,10 @@ BELOW = {
     "dirops": ["vd"],
     "vfs": ["vd"],
     "fuse": ["vfs"],
-    "fedfsd": ["fuse", "files", "dirops", "watch"],
+    "node": ["files", "dirops", "vfs", "watch"],
+    "fedfsd": ["fuse", "node"],
     "tools": ["fedfsd"],
-    "bench": ["files", "dirops", "vfs"],
+    "bench": ["node"],
 }
 
 

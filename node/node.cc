@@ -1,0 +1,197 @@
+#include "node/node.h"
+
+#include <map>
+#include <mutex>
+#include <shared_mutex>
+
+#include "common/logging.h"
+#include "node/node_impl.h"
+
+namespace fedfs::node {
+
+namespace {
+
+bool UsesMostFree(const ns::PlacementOptions& p) {
+  if (p.policy == "most-free") return true;
+  for (const auto& r : p.rules) {
+    if (r.policy == "most-free") return true;
+  }
+  return false;
+}
+
+// The facade's view of the journaled multi-node directory operations.
+class DirOpsAdapter final : public ns::DirOpsClient {
+ public:
+  explicit DirOpsAdapter(ns::DirOps* d) : d_(d) {}
+  Status RenameDir(const ns::Cred& c, const std::string& from, const std::string& to,
+                   unsigned flags, std::vector<std::string> holders) override {
+    return d_->RenameDir(c, from, to, flags, std::move(holders));
+  }
+  Status RemoveDir(const ns::Cred& c, const std::string& path,
+                   std::vector<std::string> holders) override {
+    return d_->RemoveDir(c, path, std::move(holders));
+  }
+
+ private:
+  ns::DirOps* d_;
+};
+
+}  // namespace
+
+std::shared_ptr<const ns::ClusterView> EpochView::Current() const {
+  auto v = inner_->Current();
+  bool new_epoch = false;
+  {
+    std::lock_guard lock(mu_);
+    if (v == last_) return v;
+    new_epoch = last_ && last_->epoch != v->epoch;
+    last_ = v;
+  }
+  if (new_epoch) hooks_->DropNames();
+  return v;
+}
+
+Node::Node(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
+  if (env.transport == nullptr || env.cluster == nullptr || env.local == nullptr ||
+      env.kv == nullptr || env.pool == nullptr) {
+    return Err(EINVAL, "node " + o.node_id + ": incomplete environment");
+  }
+  auto impl = std::make_unique<Impl>();
+  Impl& d = *impl;
+  d.options = std::move(o);
+  d.env = std::move(env);
+  const NodeOptions& opt = d.options;
+  m2m::Transport* tr = d.env.transport;
+  d.cluster = std::make_unique<EpochView>(d.env.cluster, d.hooks);
+
+  // The file operations other nodes make here.
+  ns::FileServiceOptions fso = opt.files;
+  fso.on_change = [hooks = d.hooks](const std::string& path) { hooks->DropAttrs(path); };
+  d.file_service = std::make_unique<ns::FileService>(fso, tr, d.env.local, d.env.pool);
+  if (auto s = d.file_service->RegisterHandlers(); !s) {
+    return Err(s.error().code, "file service: " + s.error().ToString());
+  }
+  // This node's side of the holders' callbacks: the kernel drops what it caches.
+  d.fs_callbacks = std::make_unique<ns::FsCallbacks>(
+      tr, [hooks = d.hooks](const std::string& node, const std::vector<ns::Handle>& handles) {
+        std::shared_lock lock(hooks->vfs_mu);
+        if (hooks->vfs != nullptr) hooks->vfs->RemoteAttrsChanged(node, handles);
+      });
+
+  // VDs, their managers and the directory table.
+  ns::VdServiceOptions vdo;
+  vdo.rpc_timeout = opt.rpc_timeout;
+  vdo.dt_entries = opt.dt_entries;
+  vdo.dt_bytes = opt.dt_bytes;
+  vdo.on_local_listing = opt.on_local_listing;
+  d.vd_service =
+      std::make_unique<ns::VdService>(vdo, tr, d.cluster.get(), d.env.local, d.env.pool);
+  d.vd_service->RegisterHandlers();
+  d.vd_client = std::make_unique<VdServiceClient>(d.vd_service.get(), opt.node_id);
+
+  // The facade.
+  ns::VfsDeps deps;
+  deps.cluster = d.cluster.get();
+  deps.local = d.env.local;
+  deps.vds = d.vd_client.get();
+  deps.tag_of = d.env.tag_of;
+  // Without kernel caches nothing is cached that a callback could drop.
+  deps.make_remote = [tr, rpc = opt.rpc_timeout, self = opt.node_id, addr = opt.address,
+                      callbacks = opt.remote_callbacks ? d.fs_callbacks.get() : nullptr](
+                         const std::string& node, const std::string& peer_addr) {
+    ns::RemoteNodeFsOptions ro;
+    ro.rpc_timeout = rpc;
+    ro.local_node = self;
+    ro.local_address = addr;
+    ro.callbacks = callbacks;
+    return std::static_pointer_cast<ns::NodeFs>(
+        std::make_shared<ns::RemoteNodeFs>(node, tr->GetEndpoint(peer_addr), tr, ro));
+  };
+  Impl* self_ptr = impl.get();
+  deps.place = [placement = opt.placement, most_free = UsesMostFree(opt.placement), self_ptr](
+                   const ns::ClusterView& view, const std::string& path, bool) -> std::string {
+    std::map<std::string, uint64_t> free_bytes;
+    if (most_free && self_ptr->vfs) free_bytes = self_ptr->vfs->FreeBytes();
+    auto node = ns::ChoosePlacement(placement, view, path, free_bytes);
+    if (!node) {
+      Logger("daemon")->warn("placement of {}: {}; using this node", path, node.error().ToString());
+      return view.self;
+    }
+    return *node;
+  };
+  d.vfs = std::make_unique<ns::VfsImpl>(opt.vfs, std::move(deps));
+
+  // The journaled multi-node directory operations.
+  {
+    ns::VfsImpl* vfs = d.vfs.get();
+    ns::VdService* vds = d.vd_service.get();
+    const ns::ClusterViewSource* cluster = d.cluster.get();
+    d.dir_ops = std::make_unique<ns::DirOps>(
+        opt.node_id, d.env.kv, [vfs](const std::string& n) { return vfs->NodeFsFor(n); },
+        [cluster] { return cluster->Current(); },
+        [vds](const std::string& dir, const ns::VdChange& ch) {
+          return ns::UpdateVdSync(*vds, dir, ch);
+        },
+        opt.dir_ops, opt.dir_ops_hooks);
+    d.dir_ops_client = std::make_unique<DirOpsAdapter>(d.dir_ops.get());
+    d.vfs->SetDirOps(d.dir_ops_client.get());
+  }
+  return std::unique_ptr<Node>(new Node(std::move(impl)));
+}
+
+Node::~Node() {
+  StopClients();
+  SetKernelCache(nullptr);
+  impl_->vd_client.reset();
+  impl_->vd_service.reset();
+  impl_->file_service.reset();
+  impl_->fs_callbacks.reset();
+}
+
+Status Node::Recover() { return impl_->dir_ops->Recover(); }
+
+void Node::StopClients() {
+  if (impl_->vfs) impl_->vfs->SetDirOps(nullptr);
+  impl_->dir_ops_client.reset();
+  impl_->dir_ops.reset();
+  {
+    std::unique_lock lock(impl_->hooks->vfs_mu);
+    impl_->hooks->vfs = nullptr;
+  }
+  impl_->vfs.reset();
+}
+
+ns::VfsImpl& Node::vfs() { return *impl_->vfs; }
+ns::VdService& Node::vd_service() { return *impl_->vd_service; }
+ns::FileService& Node::file_service() { return *impl_->file_service; }
+ns::FsCallbacks& Node::fs_callbacks() { return *impl_->fs_callbacks; }
+ns::DirOps& Node::dir_ops() { return *impl_->dir_ops; }
+const ns::ClusterViewSource& Node::cluster() const { return *impl_->cluster; }
+
+void Node::SetKernelCache(ns::KernelCache* kernel) {
+  KernelHooks& h = *impl_->hooks;
+  if (kernel == nullptr) {
+    // Nothing invalidates the kernel's caches from now on.
+    h.kernel.store(nullptr, std::memory_order_release);
+    {
+      std::unique_lock lock(h.vfs_mu);
+      h.vfs = nullptr;
+    }
+    if (impl_->vd_service) impl_->vd_service->SetKernelCache(nullptr);
+    if (impl_->vfs) impl_->vfs->SetKernelCache(nullptr);
+    return;
+  }
+  // From now on names and attributes go out cacheable, and every path that
+  // may make them stale invalidates them.
+  h.kernel.store(kernel, std::memory_order_release);
+  {
+    std::unique_lock lock(h.vfs_mu);
+    h.vfs = impl_->vfs.get();
+  }
+  impl_->vd_service->SetKernelCache(kernel);
+  impl_->vfs->SetKernelCache(kernel);
+}
+
+}  // namespace fedfs::node

@@ -1,0 +1,134 @@
+// node/: one node's namespace, wired. Every FedFS node runs the same parts:
+// the file-data service other nodes call (files/), the VD service with its
+// managers and directory table (vd/), the per-node facade (vfs/) and the
+// journaled multi-node directory operations (dirops/). A Node builds them and
+// connects them with the policy that belongs between them: the facade's
+// blocking client of the VD service (claims and locks another node holds are
+// waited out), the autonomy reports (what the watcher saw in the export root
+// becomes VD updates, a burst per directory becomes one rebuild), the kernel
+// caches dropped when the membership epoch changes or a change arrived behind
+// the kernel's back, and the placement of new entries.
+//
+// What differs between the daemon and the simulator comes in a NodeEnv: the
+// transport (UCX or the fake network), the cluster view (membership or one
+// built directly), the export root (LocalNodeFs or MemNodeFs), the KV of the
+// journal (RocksDB or memory), the executor of blocking service work. fedfsd/
+// and bench/sim/ both build their nodes here, so the simulator runs exactly
+// the daemon's operations (docs/design.md, "Parts and their arrows").
+//
+// Threads: Create, Recover, StopClients and the destructor on one thread (the
+// owner's). The facade is called from any number of threads (FUSE workers);
+// ReportLocalChanges, DropLostDirs and LocalAttrsChanged from the watcher's
+// thread; SetKernelCache from the owner's. Callbacks from the services run on
+// the transport's progress context and the executor.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "dirops/dir_ops.h"
+#include "files/file_service.h"
+#include "vd/placement.h"
+#include "vd/vd_service.h"
+#include "vfs/vfs_impl.h"
+#include "watch/local_watch.h"
+
+namespace fedfs {
+class Executor;
+namespace m2m {
+class Transport;
+}
+namespace ns {
+class FsCallbacks;
+class Kv;
+}  // namespace ns
+}  // namespace fedfs
+
+namespace fedfs::node {
+
+struct NodeOptions {
+  std::string node_id;
+  // Where peers reach this node (its transport's listen address): told to
+  // the nodes whose files it opens, which call back there.
+  std::string address;
+  std::chrono::milliseconds rpc_timeout{2000};
+  size_t dt_entries = 4096;        // VdServiceOptions
+  size_t dt_bytes = size_t{64} << 20;
+  // Root squash and the file service's limits (its on_change is the Node's).
+  ns::FileServiceOptions files;
+  ns::VfsOptions vfs;
+  ns::PlacementOptions placement;
+  // The holders of remote files this node has open tell it when their
+  // attributes change (true when the kernel caches them).
+  bool remote_callbacks = false;
+  ns::DirOpsOptions dir_ops;
+  ns::DirOpsHooks dir_ops_hooks;
+  // The VD service listed local directory `path` (for a dirmerge): the
+  // autonomy watcher watches it from then on. Optional.
+  std::function<void(const std::string& path)> on_local_listing;
+};
+
+struct NodeEnv {
+  m2m::Transport* transport = nullptr;           // required; outlives the Node
+  const ns::ClusterViewSource* cluster = nullptr;  // required; outlives the Node
+  ns::NodeFs* local = nullptr;                   // required: this node's export root
+  ns::Kv* kv = nullptr;                          // required: the journal's store
+  Executor* pool = nullptr;                      // required: the services' blocking work
+  // The tag (st_ino high bits) of another node; optional (VfsDeps::tag_of).
+  std::function<uint16_t(const std::string& node)> tag_of;
+};
+
+class Node {
+ public:
+  // Builds the parts and registers their handlers on the transport (call
+  // before it listens). Nothing is sent until the facade or Recover is used.
+  static Result<std::unique_ptr<Node>> Create(NodeOptions options, NodeEnv env);
+  // After StopClients and after the transport shut down (no handler runs).
+  ~Node();
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  // Finishes or rolls back the directory operations a previous life of this
+  // node left in its journal.
+  Status Recover();
+
+  // Before the transport shuts down: the facade and the directory operations
+  // go (remote sessions say goodbye); the services stay until destruction.
+  // Idempotent.
+  void StopClients();
+
+  // The parts (valid until StopClients for vfs and dir_ops).
+  ns::VfsImpl& vfs();
+  ns::VdService& vd_service();
+  ns::FileService& file_service();
+  ns::FsCallbacks& fs_callbacks();
+  ns::DirOps& dir_ops();
+  // The cluster view as the parts see it (a new epoch drops the kernel's
+  // names before it is used).
+  const ns::ClusterViewSource& cluster() const;
+
+  // Autonomy (docs/namespace.md, "Autonomy"), from the watcher's thread:
+  // local programs changed the export root behind FedFS' back.
+  void ReportLocalChanges(std::vector<ns::LocalChange> changes);
+  // Changes under these directories may have been missed: their VDs are
+  // rebuilt everywhere.
+  void DropLostDirs(std::vector<std::string> dirs);
+  // A file's attributes changed behind FedFS' back: this node's kernel (when
+  // `kernel_attrs`) and the nodes that have it open drop what they cache.
+  void LocalAttrsChanged(const std::string& path, bool kernel_attrs);
+
+  // Wires this node's kernel caches (nullptr: none, from now on).
+  void SetKernelCache(ns::KernelCache* kernel);
+
+ private:
+  struct Impl;
+  explicit Node(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fedfs::node

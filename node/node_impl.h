@@ -1,0 +1,66 @@
+// Node's insides (node.h), shared by node.cc (building and wiring) and
+// autonomy.cc (the watcher's reports). Not a contract: include node.h.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+
+#include "dirops/kv.h"
+#include "files/remote_node_fs.h"
+#include "node/node.h"
+#include "node/vd_client.h"
+
+namespace fedfs::node {
+
+// What callbacks reach that may run before the mount exists or after Stop:
+// the kernel's caches and the facade, both null unless the kernel caches.
+struct KernelHooks {
+  std::atomic<ns::KernelCache*> kernel{nullptr};
+  std::shared_mutex vfs_mu;  // held (shared) while `vfs` is used: unwiring waits
+  ns::VfsImpl* vfs = nullptr;
+
+  // Drops the names the kernel caches for this node's mount, once one is wired.
+  void DropNames() {
+    if (ns::KernelCache* k = kernel.load(std::memory_order_acquire)) k->InvalidateNames();
+  }
+  // The kernel's cached attributes of global path `path` are stale.
+  void DropAttrs(const std::string& path) {
+    std::shared_lock lock(vfs_mu);
+    if (vfs != nullptr) vfs->InvalidateAttrsOf(path);
+  }
+};
+
+// The environment's cluster view, with one rule added: when the epoch changes
+// (managers move, VDs are rebuilt, sharer records are lost) the kernel's
+// names are dropped before the new view is used. Current() from any thread.
+class EpochView final : public ns::ClusterViewSource {
+ public:
+  EpochView(const ns::ClusterViewSource* inner, std::shared_ptr<KernelHooks> hooks)
+      : inner_(inner), hooks_(std::move(hooks)) {}
+  std::shared_ptr<const ns::ClusterView> Current() const override;
+
+ private:
+  const ns::ClusterViewSource* inner_;
+  std::shared_ptr<KernelHooks> hooks_;
+  mutable std::mutex mu_;
+  mutable std::shared_ptr<const ns::ClusterView> last_;  // guarded by mu_
+};
+
+struct Node::Impl {
+  NodeOptions options;
+  NodeEnv env;
+  std::shared_ptr<KernelHooks> hooks = std::make_shared<KernelHooks>();
+  std::unique_ptr<EpochView> cluster;
+  std::unique_ptr<ns::FileService> file_service;
+  std::unique_ptr<ns::FsCallbacks> fs_callbacks;
+  std::unique_ptr<ns::VdService> vd_service;
+  std::unique_ptr<VdServiceClient> vd_client;
+  std::unique_ptr<ns::VfsImpl> vfs;
+  std::unique_ptr<ns::DirOps> dir_ops;
+  std::unique_ptr<ns::DirOpsClient> dir_ops_client;
+};
+
+}  // namespace fedfs::node

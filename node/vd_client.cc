@@ -1,0 +1,87 @@
+#include "node/vd_client.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "common/logging.h"
+
+namespace fedfs::node {
+
+using ns::VdChange;
+
+Result<ns::VdPtr> VdServiceClient::Get(const std::string& path) { return ns::GetVdSync(*s_, path); }
+
+Result<ns::VdPtr> VdServiceClient::GetFresh(const std::string& path) {
+  s_->ForgetCached(path);
+  return ns::GetVdSync(*s_, path);
+}
+
+Status VdServiceClient::Add(const std::string& path, const std::string& name, uint8_t type,
+                            const std::string& node) {
+  VdChange ch;
+  ch.kind = VdChange::Kind::kAdd;
+  ch.name = name;
+  ch.type = type;
+  ch.node = node;
+  return ns::UpdateVdSync(*s_, path, std::move(ch));
+}
+
+Status VdServiceClient::Remove(const std::string& path, const std::string& name,
+                               const std::string& node) {
+  VdChange ch;
+  ch.kind = VdChange::Kind::kRemove;
+  ch.name = name;
+  ch.node = node;
+  return ns::UpdateVdSync(*s_, path, std::move(ch));
+}
+
+Status VdServiceClient::DropSubtree(const std::string& path) {
+  return ns::DropSubtreeSync(*s_, path);
+}
+
+Status VdServiceClient::Claim(const std::string& path, const std::string& name) {
+  return WaitOutBusy(path, {VdChange{VdChange::Kind::kClaim, name, 0, self_}});
+}
+
+Status VdServiceClient::Lock(const std::string& path, const std::string& name) {
+  return WaitOutBusy(path, {VdChange{VdChange::Kind::kLock, name, 0, self_}});
+}
+
+Status VdServiceClient::LockAndClaim(const std::string& path, const std::string& lock,
+                                     const std::string& claim) {
+  Status s = WaitOutBusy(path, {VdChange{VdChange::Kind::kLock, lock, 0, self_},
+                                VdChange{VdChange::Kind::kClaim, claim, 0, self_}});
+  // A manager of an older version takes them one at a time only.
+  if (!s && s.error().code == EINVAL) return VdClient::LockAndClaim(path, lock, claim);
+  return s;
+}
+
+void VdServiceClient::Release(const std::string& path, const std::string& name) {
+  if (auto s = ns::UpdateVdSync(*s_, path, VdChange{VdChange::Kind::kRelease, name, 0, self_});
+      !s) {
+    Logger("vfs")->debug("release of {} in {}: {}", name, path, s.error().ToString());
+  }
+}
+
+Status VdServiceClient::Apply(const std::string& path, const std::vector<ns::VdEdit>& edits) {
+  std::vector<VdChange> changes;
+  for (const ns::VdEdit& e : edits) {
+    changes.push_back(
+        VdChange{e.add ? VdChange::Kind::kAdd : VdChange::Kind::kRemove, e.name, e.type, e.node});
+  }
+  return ns::UpdateManyVdSync(*s_, path, std::move(changes));
+}
+
+Status VdServiceClient::WaitOutBusy(const std::string& path, const std::vector<VdChange>& changes) {
+  auto backoff = std::chrono::microseconds(100);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    Status s = ns::UpdateManyVdSync(*s_, path, changes);
+    if (s || s.error().code != EAGAIN || std::chrono::steady_clock::now() > deadline) return s;
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::microseconds(20'000));
+  }
+}
+
+}  // namespace fedfs::node

@@ -1,0 +1,44 @@
+// The facade's blocking view of the VD service (vfs/vfs_impl.h VdClient):
+// each call waits for the manager's answer. A claim or lock of a name another
+// node holds for an operation that changes it (EAGAIN) is waited out with
+// backoff (100 us doubling to 20 ms), for longer than a crashed node's hold
+// lives (4 x rpc_timeout): 10 s.
+//
+// Threads: any thread that may block (FUSE workers, the journal's).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "vd/vd_service.h"
+#include "vfs/vfs_impl.h"
+
+namespace fedfs::node {
+
+class VdServiceClient final : public ns::VdClient {
+ public:
+  // `self`: this node, which holds the claims and locks it sends.
+  VdServiceClient(ns::VdService* s, std::string self) : s_(s), self_(std::move(self)) {}
+
+  Result<ns::VdPtr> Get(const std::string& path) override;
+  Result<ns::VdPtr> GetFresh(const std::string& path) override;
+  Status Add(const std::string& path, const std::string& name, uint8_t type,
+             const std::string& node) override;
+  Status Remove(const std::string& path, const std::string& name,
+                const std::string& node) override;
+  Status DropSubtree(const std::string& path) override;
+  Status Claim(const std::string& path, const std::string& name) override;
+  Status Lock(const std::string& path, const std::string& name) override;
+  Status LockAndClaim(const std::string& path, const std::string& lock,
+                      const std::string& claim) override;
+  void Release(const std::string& path, const std::string& name) override;
+  Status Apply(const std::string& path, const std::vector<ns::VdEdit>& edits) override;
+
+ private:
+  Status WaitOutBusy(const std::string& path, const std::vector<ns::VdChange>& changes);
+
+  ns::VdService* s_;
+  std::string self_;
+};
+
+}  // namespace fedfs::node
