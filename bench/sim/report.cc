@@ -76,7 +76,7 @@ std::vector<std::string> RunRow(const RunResult& r) {
   for (auto x : {std::to_string(r.messages), std::to_string(r.bytes), F(r.msgs_per_op),
                  F(r.bytes_per_op), std::to_string(Req(r, "vd_get")),
                  std::to_string(Req(r, "vd_update")), std::to_string(Req(r, "list_local")),
-                 std::to_string(Req(r, "sim_fs")), std::to_string(r.gets_served),
+                 std::to_string(Req(r, "fs_meta")), std::to_string(r.gets_served),
                  std::to_string(r.dirmerges), std::to_string(r.updates_applied),
                  std::to_string(r.mgr_max), F(r.mgr_mean), F(r.mgr_imbalance),
                  std::to_string(r.dt_measured ? 1 : 0), std::to_string(r.dt_hits),
@@ -133,7 +133,7 @@ std::string MessagesSection(const std::vector<RunResult>& rows) {
         "warm-up counts them in its measured phase (the list_local and connection columns "
         "below).\n\n";
   md << "Measured phase, messages per operation:\n\n"
-        "| N | total | vd_get | vd_update | list_local (dirmerge) | sim_fs (remote file op) | "
+        "| N | total | vd_get | vd_update | list_local (dirmerge) | fs_meta (remote file op) | "
         "connections + one-sided |\n|---|---|---|---|---|---|---|\n";
   for (const auto& r : rows) {
     const double ops = static_cast<double>(std::max<uint64_t>(1, r.ops_done));
@@ -142,7 +142,7 @@ std::string MessagesSection(const std::vector<RunResult>& rows) {
     const double other =
         r.messages > rpc ? static_cast<double>(r.messages - rpc) / ops : 0.0;
     md << "| " << r.options.nodes << " | " << F(r.msgs_per_op) << " | " << per("vd_get") << " | "
-       << per("vd_update") << " | " << per("list_local") << " | " << per("sim_fs") << " | "
+       << per("vd_update") << " | " << per("list_local") << " | " << per("fs_meta") << " | "
        << F(other) << " |\n";
   }
   bool any_warmup = false;
@@ -180,7 +180,7 @@ const std::vector<std::string>& RunCsvColumns() {
       "stat_p50_us", "stat_p99_us", "unlink_count", "unlink_p50_us", "unlink_p99_us",
       "lookup_count", "lookup_p50_us", "lookup_p99_us", "messages", "bytes", "msgs_per_op",
       "bytes_per_op", "vd_get_requests", "vd_update_requests", "list_local_requests",
-      "sim_fs_requests", "gets_served", "dirmerges", "updates_applied", "mgr_max", "mgr_mean",
+      "fs_meta_requests", "gets_served", "dirmerges", "updates_applied", "mgr_max", "mgr_mean",
       "mgr_imbalance", "dt_measured", "dt_hits", "dt_misses", "dt_hit_ratio", "invalidations",
       "changes", "invalidations_per_change", "vnodes", "dirs_per_client", "warmup_ops",
       "ring_imbalance", "warmup_messages", "warmup_dirmerges"};
