@@ -43,6 +43,17 @@ Result<m2m::LinkModel> LinkOf(const SimOptions& o) {
   return *m;
 }
 
+node::NodeOptions SimNodeOptions(const SimOptions& o, int i) {
+  node::NodeOptions no;
+  no.node_id = NodeName(i);
+  no.address = no.node_id;
+  no.rpc_timeout = std::chrono::milliseconds(2000);
+  no.dt_entries = o.dt_capacity;  // 0: no directory table
+  no.vfs.node_tag = static_cast<uint16_t>(i + 1);
+  no.placement.policy = o.placement;
+  return no;
+}
+
 Federation::Federation(const SimOptions& o, const m2m::LinkModel& link)
     : net_(std::make_unique<m2m::FakeNetwork>(NetOptions(o, link))),
       fibers_(std::make_unique<FiberScheduler>(*net_)),
@@ -69,14 +80,7 @@ Status Federation::Build(const SimOptions& o) {
     n->local = std::make_unique<ChargedNodeFs>(n->root.get(), local_cost_);
     n->kv = std::make_unique<ns::MemKv>();
     n->transport = net_->NewTransport(t);
-    // The daemon's options, but for what the simulation varies.
-    node::NodeOptions no;
-    no.node_id = n->id;
-    no.address = n->id;
-    no.rpc_timeout = std::chrono::milliseconds(2000);
-    no.dt_entries = o.dt_capacity;  // 0: no directory table
-    no.vfs.node_tag = static_cast<uint16_t>(i + 1);
-    no.placement.policy = o.placement;
+    node::NodeOptions no = SimNodeOptions(o, i);
     node::NodeEnv env;
     env.transport = n->transport.get();
     env.cluster = &n->view;

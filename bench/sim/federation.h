@@ -80,6 +80,12 @@ class Federation {
   uint64_t epoch_ = 0;
 };
 
+// Node i's options: the daemon's defaults (fedfsd's NodeOptions) but for
+// what the simulation varies (directory table, placement), with id NodeId(i)
+// as its address and tag i + 1. Shared with tests that wire the same nodes
+// over other environments.
+node::NodeOptions SimNodeOptions(const SimOptions& o, int i);
+
 // The link model the options name (the preset with its overrides).
 Result<m2m::LinkModel> LinkOf(const SimOptions& o);
 

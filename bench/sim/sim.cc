@@ -534,6 +534,22 @@ Result<ScriptResult> RunScript(const SimOptions& options, const std::vector<std:
   return out;
 }
 
+Result<std::vector<PathAnswer>> RunPathScript(const SimOptions& options,
+                                              const std::vector<PathStep>& steps) {
+  if (auto v = ValidateSimOptions(options); !v) return Err(v.error());
+  auto fed = Federation::Create(options);
+  if (!fed) return Err(fed.error());
+  Federation& f = **fed;
+  std::vector<PathAnswer> out;
+  for (const PathStep& step : steps) {
+    if (step.node < 0 || step.node >= f.size()) return Err(EINVAL, "no node " + std::to_string(step.node));
+    PathClient client(&f.node(step.node).node->vfs(), ns::Cred{0, 0, {}, 022});
+    f.fibers().Spawn([&] { out.push_back(client.Run(step.op)); });
+    f.net().RunUntilIdle();
+  }
+  return out;
+}
+
 PlacementResult MeasurePlacement(int nodes, uint32_t vnodes, int dirs_per_client) {
   PlacementResult out;
   out.nodes = nodes;

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/sim/path_client.h"
 #include "common/result.h"
 #include "vd/vd_service.h"
 
@@ -185,6 +186,17 @@ std::string NodeId(int i);
 // operations run one after the other, each to completion.
 Result<ScriptResult> RunScript(const SimOptions& options, const std::vector<std::string>& dirs,
                                const std::vector<ScriptOp>& ops);
+
+// The same federation answering a scripted sequence of path operations,
+// each through node `node`'s facade (PathClient::Run), one after the other,
+// each to completion: every answer, in order (the simulator's half of
+// tests/unit/bench/sim_equivalence_test.cc).
+struct PathStep {
+  int node = 0;
+  PathOp op;
+};
+Result<std::vector<PathAnswer>> RunPathScript(const SimOptions& options,
+                                              const std::vector<PathStep>& steps);
 
 // One line of progress (for a terminal); may be empty.
 using ProgressFn = std::function<void(const std::string&)>;
