@@ -119,13 +119,17 @@ std::string MessagesSection(const std::vector<RunResult>& rows) {
   md << "## Messages per operation\n\n"
         "Every packet counts: a request and its reply are 2 messages, a new connection costs 4 "
         "(hello, challenge, proof, result of the mutual authentication), a one-sided "
-        "invalidation 2. In the steady state a create is: the lookups of `/`, `/p` and the "
-        "parent (hits in the directory table: 0 messages, or a local read when this node is "
-        "their manager), the file created on this node (placement `local`: 0 messages), one "
-        "kNsVdUpdate to the manager of the parent (2, or 0 when this node manages it) and the "
+        "invalidation 2. Every operation runs through the node's facade as FUSE requests do "
+        "(a Lookup of each directory of the path with resolve `walk`, then the operation). In "
+        "the steady state a create is: the VD reads of `/`, `/p` and the parent (hits in the "
+        "directory table: 0 messages, or a local read when this node is their manager), the "
+        "attributes of each directory looked up from its first holder (for `/p`, held by every "
+        "node, that is n0000: one kFsMeta, 2, from every other node), the name claimed and then "
+        "added at the manager of the parent (two kNsVdUpdate, 4, or 0 when this node manages "
+        "it), the file created on this node (placement `local`: 0 messages) and the "
         "invalidation round (0 here: the only sharer of a private directory is its client, "
-        "which patches its own copy from the update's reply). A stat is lookups that hit plus "
-        "a local stat: 0.\n\n"
+        "which patches its own copy from the update's reply). A stat is the same lookups, then "
+        "the file's lookup and getattr on this node: 2 (the stat of `/p`).\n\n"
         "The first touch of a directory costs what the steady state does not: a DT miss "
         "(kNsVdGet, 2), a dirmerge at its manager (kNsListLocal to each of the N - 1 other "
         "nodes: 2 (N - 1)) and, the first time the manager talks to a node, a connection (4). "
@@ -242,8 +246,9 @@ Status WriteReport(const std::string& out, const ReportData& d, std::string* plo
   std::ostringstream md;
   md << "# fedfs-bench: namespace scalability\n\n";
   md << "Produced by `" << d.command << "`. Every figure is simulated time on the fake "
-        "network's clock (one process, the production VdService on every node over an "
-        "in-memory export root); the same command and seed reproduce every number.\n\n";
+        "network's clock (one process, every node built by node::Node as fedfsd builds "
+        "its own, over an in-memory export root); the same command and seed reproduce every "
+        "number.\n\n";
 
   if (!d.scaling.empty()) {
     const RunResult& first = d.scaling.front();
