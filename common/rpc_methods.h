@@ -47,10 +47,8 @@ enum class RpcMethod : uint16_t {
   kFsAttrChanged = 67,  // holder -> client: attributes of files it has open changed
   kCoopCacheFirst = 96,
   kMigrationFirst = 128,
-  kToolsFirst = 160,
-  // Tools and benchmarks. fedfs-bench sim: one NodeFs operation on a simulated
-  // node (bench/sim/sim_fs.fbs).
-  kBenchSimFs = 160,
+  kToolsFirst = 160,  // tools and benchmarks (160 was fedfs-bench's own file
+                      // message before the simulator ran the file service)
 };
 
 // The id as passed to the transport.

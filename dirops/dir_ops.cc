@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <ctime>
 
+#include "common/cooperative.h"
 #include "common/logging.h"
 #include "common/thread_name.h"
 #include "dirops/dir_ops_record.h"
@@ -191,8 +192,8 @@ Status Recreate(NodeFs* fs, const std::string& path, const DirOps::Record::Saved
 }  // namespace
 
 Status DirOps::ValidateRename(const Cred& cred, Record& r, const ClusterView& view) {
-  const auto start = std::chrono::steady_clock::now();
-  auto expired = [&] { return std::chrono::steady_clock::now() - start > options_.deadline; };
+  const auto start = SteadyNow();
+  auto expired = [&] { return SteadyNow() - start > options_.deadline; };
 
   std::vector<std::string> nodes;
   for (const auto& [n, addr] : view.live) nodes.push_back(n);
@@ -502,9 +503,9 @@ Status DirOps::RemoveDir(const Cred& cred, const std::string& path,
   // hint) and remember each directory's mode and owner for an undo.
   std::set<std::string> nodes(holders.begin(), holders.end());
   for (const auto& [n, addr] : view->live) nodes.insert(n);
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = SteadyNow();
   for (const auto& n : nodes) {
-    if (std::chrono::steady_clock::now() - start > options_.deadline) {
+    if (SteadyNow() - start > options_.deadline) {
       return Err(ETIMEDOUT, "rmdir " + path + ": validation deadline");
     }
     NodeFs* fs = Fs(n);

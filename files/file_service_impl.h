@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/cooperative.h"
 #include "common/logging.h"
 #include "common/mutex.h"
 #include "common/rpc_methods.h"
@@ -26,7 +27,7 @@
 namespace fedfs::ns {
 
 namespace fb = fswire::fb;
-using Clock = std::chrono::steady_clock;
+using Clock = SteadyClock;  // simulated time in the simulator (common/cooperative.h)
 
 namespace files_detail {
 

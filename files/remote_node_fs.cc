@@ -150,7 +150,7 @@ Result<const fb::FsReply*> Parse(const m2m::Bytes& bytes) {
 }
 
 std::chrono::nanoseconds Until(std::chrono::steady_clock::time_point deadline) {
-  return std::max<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now(),
+  return std::max<std::chrono::nanoseconds>(deadline - SteadyNow(),
                                             std::chrono::nanoseconds(0));
 }
 

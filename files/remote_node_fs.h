@@ -42,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cooperative.h"
 #include "m2m/transport.h"
 #include "nodefs/node_fs.h"
 
@@ -162,7 +163,7 @@ class RemoteNodeFs final : public NodeFs {
   struct Req;  // one encoded request's arguments (remote_node_fs.cc)
 
  private:
-  using Clock = std::chrono::steady_clock;
+  using Clock = SteadyClock;  // simulated time in the simulator
   struct Slots;
 
   // Sends one request (Hello first when needed; once more after ENOTCONN);
@@ -185,7 +186,10 @@ class RemoteNodeFs final : public NodeFs {
   const uint64_t session_;
   std::unique_ptr<Slots> slots_;  // null: inline only
 
-  std::mutex hello_mu_;  // serializes Hellos; leaf, never held across other locks
+  // Serializes Hellos; leaf, never held across other locks, but held across
+  // the Hello call: a SuspendingMutex, so that a second fiber of the
+  // simulator suspends for it instead of blocking its thread.
+  SuspendingMutex hello_mu_;
   std::atomic<bool> helloed_{false};
   std::atomic<uint64_t> max_io_{0};  // from the server's Hello reply
 };

@@ -11,6 +11,8 @@
 #include "m2m/fake_network.h"
 
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -27,6 +29,15 @@
 #include <map>
 
 namespace fedfs::m2m {
+
+// Allocate()'s storage: anonymous mappings (zero, page-aligned), so that a
+// region's pages cost memory only once touched (a simulator's thousands of
+// buffer pools, mostly unused).
+struct UnmapWords {
+  size_t bytes = 0;
+  void operator()(uint64_t* p) const { munmap(p, bytes); }
+};
+using OwnedWords = std::unique_ptr<uint64_t[], UnmapWords>;
 namespace fake {
 
 inline constexpr uint32_t kRkeyMagic = 0x4b524b46;  // "FKRK"
@@ -178,7 +189,7 @@ namespace fake {
 class FakeLocalRegion final : public LocalRegion {
  public:
   FakeLocalRegion(std::shared_ptr<FakeNetwork::Core> core, uint64_t transport, uint64_t id,
-                  uint64_t tag, std::byte* base, size_t len, std::unique_ptr<uint64_t[]> owned)
+                  uint64_t tag, std::byte* base, size_t len, OwnedWords owned)
       : core_(std::move(core)),
         transport_(transport),
         id_(id),
@@ -207,7 +218,7 @@ class FakeLocalRegion final : public LocalRegion {
   uint64_t transport_, id_, tag_;
   std::byte* base_;
   size_t len_;
-  std::unique_ptr<uint64_t[]> owned_;  // Allocate(): 8-byte aligned storage
+  OwnedWords owned_;  // Allocate(): 8-byte aligned storage
 };
 
 class FakeRemoteRegion final : public RemoteRegion {
@@ -366,7 +377,7 @@ class FakeTransport final : public Transport {
   void SendServerFrame(uint64_t conn, uint64_t client, const FrameHeader& h, Bytes payload = {});
   void DropConn(uint64_t conn, bool notify_client);
   Result<std::unique_ptr<LocalRegion>> AddRegion(std::byte* base, size_t len,
-                                                 std::unique_ptr<uint64_t[]> owned);
+                                                 OwnedWords owned);
 };
 
 class FakeResponder final : public Responder::Impl {

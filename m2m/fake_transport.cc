@@ -42,7 +42,7 @@ std::shared_ptr<Endpoint> FakeTransport::GetEndpoint(const std::string& addr) {
 }
 
 Result<std::unique_ptr<LocalRegion>> FakeTransport::AddRegion(std::byte* base, size_t len,
-                                                              std::unique_ptr<uint64_t[]> owned) {
+                                                              OwnedWords owned) {
   return core_->RunSync([&]() -> Result<std::unique_ptr<LocalRegion>> {
     if (shut_down_) return Err(ESHUTDOWN, "transport is shut down");
     const uint64_t rid = core_->next_region_id++;
@@ -60,8 +60,9 @@ Result<std::unique_ptr<LocalRegion>> FakeTransport::Register(void* addr, size_t 
 
 Result<std::unique_ptr<LocalRegion>> FakeTransport::Allocate(size_t len) {
   if (len == 0) return Err(EINVAL, "allocate: empty region");
-  auto owned = std::unique_ptr<uint64_t[]>(new (std::nothrow) uint64_t[(len + 7) / 8]());
-  if (!owned) return Err(ENOMEM, "allocate " + std::to_string(len) + " bytes");
+  void* m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return Err(ENOMEM, "allocate " + std::to_string(len) + " bytes");
+  OwnedWords owned(static_cast<uint64_t*>(m), UnmapWords{len});
   auto* base = reinterpret_cast<std::byte*>(owned.get());
   return AddRegion(base, len, std::move(owned));
 }

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
 
+#include "common/cooperative.h"
 #include "common/logging.h"
 
 namespace fedfs::node {
@@ -75,11 +75,12 @@ Status VdServiceClient::Apply(const std::string& path, const std::vector<ns::VdE
 
 Status VdServiceClient::WaitOutBusy(const std::string& path, const std::vector<VdChange>& changes) {
   auto backoff = std::chrono::microseconds(100);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  // SteadyNow/SleepFor: simulated time on the simulator's fibers.
+  const auto deadline = SteadyNow() + std::chrono::seconds(10);
   for (;;) {
     Status s = ns::UpdateManyVdSync(*s_, path, changes);
-    if (s || s.error().code != EAGAIN || std::chrono::steady_clock::now() > deadline) return s;
-    std::this_thread::sleep_for(backoff);
+    if (s || s.error().code != EAGAIN || SteadyNow() > deadline) return s;
+    SleepFor(backoff);
     backoff = std::min(backoff * 2, std::chrono::microseconds(20'000));
   }
 }

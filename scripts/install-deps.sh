@@ -18,6 +18,8 @@ PACKAGES=(
   libucx-dev ucx-utils librdmacm-dev libibverbs-dev rdma-core
   # durable state, filesystem helpers, logging, tests
   librocksdb-dev libboost-filesystem-dev libspdlog-dev libgtest-dev libgmock-dev
+  # the simulator's fibers (bench/sim/fibers.h): context switching
+  libboost-context-dev
   # command line, config, wire format, hashing, authentication, control protocol
   libcli11-dev libyaml-cpp-dev flatbuffers-compiler libflatbuffers-dev
   libxxhash-dev libsodium-dev nlohmann-json3-dev

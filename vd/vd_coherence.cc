@@ -9,7 +9,7 @@ using namespace vd_detail;
 auto VdService::Impl::Core::OtherHoldLocked(const std::string& path, const std::string& name,
                                             const std::string& node) -> const Claim* {
   auto& claims = claims_[path];
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = SteadyNow();
   std::erase_if(claims, [&](const auto& kv) { return kv.second.expires <= now; });
   auto c = claims.find(name);
   return c != claims.end() && c->second.node != node ? &c->second : nullptr;

@@ -570,13 +570,13 @@ class CatchupDeadline {
   explicit CatchupDeadline(const VdService& s) : s_(s) {}
   // Whether to ask again (after a pause), or give up.
   bool Retry() {
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = SteadyNow();  // simulated time in the simulator
     if (!started_) {
       until_ = now + s_.options().view_catchup;
       started_ = true;
     }
     if (now >= until_) return false;
-    std::this_thread::sleep_for(kCatchupPoll);
+    SleepFor(kCatchupPoll);
     return true;
   }
 

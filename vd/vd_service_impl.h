@@ -27,6 +27,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "common/cooperative.h"
 #include "common/logging.h"
 #include "common/rpc_methods.h"
 #include "common/wait.h"
@@ -287,7 +288,7 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
 
   // A new claim or lock by `node`, from now for ClaimLifetime().
   Claim HoldBy(const std::string& node) const {
-    return Claim{node, std::chrono::steady_clock::now() + ClaimLifetime()};
+    return Claim{node, SteadyNow() + ClaimLifetime()};
   }
 
   // Ends the claim or lock of `name` in `path` by `node`, if any.

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <thread>
 
+#include "common/cooperative.h"
 #include "common/hash.h"
 #include "common/logging.h"
 #include "common/path.h"
@@ -183,7 +184,7 @@ void VfsImpl::AwaitVd(const std::string& dir, const std::string& name,
   for (int attempt = 0; attempt < 8; ++attempt) {
     auto vd = deps_.vds->GetFresh(dir);
     if (!vd || settled((*vd)->Find(name))) return;
-    std::this_thread::sleep_for(backoff);
+    SleepFor(backoff);  // a fiber sleeps in simulated time (common/cooperative.h)
     backoff *= 2;
   }
 }

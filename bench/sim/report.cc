@@ -76,7 +76,7 @@ std::vector<std::string> RunRow(const RunResult& r) {
   for (auto x : {std::to_string(r.messages), std::to_string(r.bytes), F(r.msgs_per_op),
                  F(r.bytes_per_op), std::to_string(Req(r, "vd_get")),
                  std::to_string(Req(r, "vd_update")), std::to_string(Req(r, "list_local")),
-                 std::to_string(Req(r, "sim_fs")), std::to_string(r.gets_served),
+                 std::to_string(Req(r, "fs_meta")), std::to_string(r.gets_served),
                  std::to_string(r.dirmerges), std::to_string(r.updates_applied),
                  std::to_string(r.mgr_max), F(r.mgr_mean), F(r.mgr_imbalance),
                  std::to_string(r.dt_measured ? 1 : 0), std::to_string(r.dt_hits),
@@ -119,13 +119,17 @@ std::string MessagesSection(const std::vector<RunResult>& rows) {
   md << "## Messages per operation\n\n"
         "Every packet counts: a request and its reply are 2 messages, a new connection costs 4 "
         "(hello, challenge, proof, result of the mutual authentication), a one-sided "
-        "invalidation 2. In the steady state a create is: the lookups of `/`, `/p` and the "
-        "parent (hits in the directory table: 0 messages, or a local read when this node is "
-        "their manager), the file created on this node (placement `local`: 0 messages), one "
-        "kNsVdUpdate to the manager of the parent (2, or 0 when this node manages it) and the "
+        "invalidation 2. Every operation runs through the node's facade as FUSE requests do "
+        "(a Lookup of each directory of the path with resolve `walk`, then the operation). In "
+        "the steady state a create is: the VD reads of `/`, `/p` and the parent (hits in the "
+        "directory table: 0 messages, or a local read when this node is their manager), the "
+        "attributes of each directory looked up from its first holder (for `/p`, held by every "
+        "node, that is n0000: one kFsMeta, 2, from every other node), the name claimed and then "
+        "added at the manager of the parent (two kNsVdUpdate, 4, or 0 when this node manages "
+        "it), the file created on this node (placement `local`: 0 messages) and the "
         "invalidation round (0 here: the only sharer of a private directory is its client, "
-        "which patches its own copy from the update's reply). A stat is lookups that hit plus "
-        "a local stat: 0.\n\n"
+        "which patches its own copy from the update's reply). A stat is the same lookups, then "
+        "the file's lookup and getattr on this node: 2 (the stat of `/p`).\n\n"
         "The first touch of a directory costs what the steady state does not: a DT miss "
         "(kNsVdGet, 2), a dirmerge at its manager (kNsListLocal to each of the N - 1 other "
         "nodes: 2 (N - 1)) and, the first time the manager talks to a node, a connection (4). "
@@ -133,7 +137,7 @@ std::string MessagesSection(const std::vector<RunResult>& rows) {
         "warm-up counts them in its measured phase (the list_local and connection columns "
         "below).\n\n";
   md << "Measured phase, messages per operation:\n\n"
-        "| N | total | vd_get | vd_update | list_local (dirmerge) | sim_fs (remote file op) | "
+        "| N | total | vd_get | vd_update | list_local (dirmerge) | fs_meta (remote file op) | "
         "connections + one-sided |\n|---|---|---|---|---|---|---|\n";
   for (const auto& r : rows) {
     const double ops = static_cast<double>(std::max<uint64_t>(1, r.ops_done));
@@ -142,7 +146,7 @@ std::string MessagesSection(const std::vector<RunResult>& rows) {
     const double other =
         r.messages > rpc ? static_cast<double>(r.messages - rpc) / ops : 0.0;
     md << "| " << r.options.nodes << " | " << F(r.msgs_per_op) << " | " << per("vd_get") << " | "
-       << per("vd_update") << " | " << per("list_local") << " | " << per("sim_fs") << " | "
+       << per("vd_update") << " | " << per("list_local") << " | " << per("fs_meta") << " | "
        << F(other) << " |\n";
   }
   bool any_warmup = false;
@@ -180,7 +184,7 @@ const std::vector<std::string>& RunCsvColumns() {
       "stat_p50_us", "stat_p99_us", "unlink_count", "unlink_p50_us", "unlink_p99_us",
       "lookup_count", "lookup_p50_us", "lookup_p99_us", "messages", "bytes", "msgs_per_op",
       "bytes_per_op", "vd_get_requests", "vd_update_requests", "list_local_requests",
-      "sim_fs_requests", "gets_served", "dirmerges", "updates_applied", "mgr_max", "mgr_mean",
+      "fs_meta_requests", "gets_served", "dirmerges", "updates_applied", "mgr_max", "mgr_mean",
       "mgr_imbalance", "dt_measured", "dt_hits", "dt_misses", "dt_hit_ratio", "invalidations",
       "changes", "invalidations_per_change", "vnodes", "dirs_per_client", "warmup_ops",
       "ring_imbalance", "warmup_messages", "warmup_dirmerges"};
@@ -242,8 +246,9 @@ Status WriteReport(const std::string& out, const ReportData& d, std::string* plo
   std::ostringstream md;
   md << "# fedfs-bench: namespace scalability\n\n";
   md << "Produced by `" << d.command << "`. Every figure is simulated time on the fake "
-        "network's clock (one process, the production VdService on every node over an "
-        "in-memory export root); the same command and seed reproduce every number.\n\n";
+        "network's clock (one process, every node built by node::Node as fedfsd builds "
+        "its own, over an in-memory export root); the same command and seed reproduce every "
+        "number.\n\n";
 
   if (!d.scaling.empty()) {
     const RunResult& first = d.scaling.front();

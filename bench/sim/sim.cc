@@ -1,51 +1,33 @@
 // The namespace-scalability simulation (bench/sim/sim.h).
 //
-// Structure: Federation owns the fake network and the nodes (MemNodeFs,
-// transport, view, VdService); Driver runs one workload on it: clients with
-// `concurrency` slots each, every slot issuing operations one after the other;
-// each operation is an Op object whose steps chain through VdService and
-// kBenchSimFs callbacks. A slot's next operation starts from a scheduled event
-// (never inline), so the stack never grows with the number of operations.
+// Structure: Federation (bench/sim/federation.h) owns the fake network, the
+// fibers and the nodes, each built by node::Node as the daemon builds its
+// own; Driver runs one workload on it: clients with `concurrency` slots
+// each, every slot a fiber issuing operations one after the other through
+// its node's facade (PathClient: Lookup of each component, then the
+// operation), exactly as FUSE requests reach a daemon's facade. Nothing here
+// knows how an operation is done.
 #include "bench/sim/sim.h"
-
-#include <dirent.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <memory>
 #include <random>
 #include <set>
 
-#include <flatbuffers/flatbuffers.h>
-
-#include "common/executor.h"
-#include "common/logging.h"
-#include "common/rpc_methods.h"
-#include "m2m/auth.h"
-#include "m2m/fake_network.h"
-#include "cluster/cluster.h"
-#include "nodefs/mem_node_fs.h"
+#include "bench/sim/federation.h"
+#include "bench/sim/path_client.h"
+#include "common/cooperative.h"
 #include "common/path.h"
-#include "vd/placement.h"
-#include "vd/vd_service.h"
-#include "sim_fs_generated.h"
+#include "common/rpc_methods.h"
 
 namespace fedfs::bench {
 
 namespace {
 
-namespace sw = fedfs::bench::simwire;
 using m2m::SimDuration;
 using std::chrono::duration;
-using std::chrono::microseconds;
-using std::chrono::nanoseconds;
-
-constexpr uint16_t kSimFs = MethodId(RpcMethod::kBenchSimFs);
-constexpr auto kRpcTimeout = std::chrono::milliseconds(2000);
 
 const std::vector<std::string>& Workloads() {
   static const std::vector<std::string> w = {"create-stat-private", "create-stat-shared",
@@ -53,12 +35,6 @@ const std::vector<std::string>& Workloads() {
                                              "hot-dir",             "zipf-lookup",
                                              "churn"};
   return w;
-}
-
-std::string NodeName(int i) {
-  char b[16];
-  std::snprintf(b, sizeof(b), "n%04d", i);
-  return b;
 }
 
 double Us(SimDuration d) { return duration<double, std::micro>(d).count(); }
@@ -70,273 +46,14 @@ std::string MethodName(uint16_t m) {
     case RpcMethod::kNsVdUpdate: return "vd_update";
     case RpcMethod::kNsConflicts: return "conflicts";
     case RpcMethod::kNsVdDrop: return "vd_drop";
-    case RpcMethod::kBenchSimFs: return "sim_fs";
+    case RpcMethod::kNsDtInval: return "dt_inval";
+    case RpcMethod::kFsHello: return "fs_hello";
+    case RpcMethod::kFsMeta: return "fs_meta";
+    case RpcMethod::kFsData: return "fs_data";
+    case RpcMethod::kFsAttrChanged: return "fs_attr_changed";
     default: return "method_" + std::to_string(m);
   }
 }
-
-// ---- kBenchSimFs messages ----------------------------------------------------
-
-struct FsRequest {
-  sw::SimFsOp op = sw::SimFsOp::Stat;
-  std::string path;
-  uint32_t mode = 0644;
-};
-
-struct FsReply {
-  int err = 0;
-  struct stat st {};
-};
-
-m2m::Bytes EncodeRequest(const FsRequest& r) {
-  flatbuffers::FlatBufferBuilder b(64 + r.path.size());
-  auto p = b.CreateString(r.path);
-  auto body = sw::CreateSimFsRequest(b, r.op, p, r.mode, 0, 0);
-  b.Finish(sw::CreateSimFsMessage(b, sw::SimFsBody::SimFsRequest, body.Union()));
-  return m2m::ToBytes({b.GetBufferPointer(), b.GetSize()});
-}
-
-m2m::Bytes EncodeReply(const FsReply& r) {
-  flatbuffers::FlatBufferBuilder b(96);
-  auto body = sw::CreateSimFsReply(b, r.err, r.st.st_ino, r.st.st_mode,
-                                   static_cast<uint64_t>(r.st.st_size),
-                                   static_cast<uint32_t>(r.st.st_nlink));
-  b.Finish(sw::CreateSimFsMessage(b, sw::SimFsBody::SimFsReply, body.Union()));
-  return m2m::ToBytes({b.GetBufferPointer(), b.GetSize()});
-}
-
-// The verified message, or EPROTO. Copies to aligned storage when needed.
-Result<const sw::SimFsMessage*> OpenMessage(const m2m::Bytes& payload,
-                                            std::vector<uint64_t>* storage) {
-  const auto* data = reinterpret_cast<const uint8_t*>(payload.data());
-  if (reinterpret_cast<uintptr_t>(data) % alignof(uint64_t) != 0) {
-    storage->resize((payload.size() + 7) / 8);
-    std::memcpy(storage->data(), payload.data(), payload.size());
-    data = reinterpret_cast<const uint8_t*>(storage->data());
-  }
-  flatbuffers::Verifier v(data, payload.size(), /*max_depth=*/8, /*max_tables=*/16);
-  if (payload.size() < 8 || !sw::VerifySimFsMessageBuffer(v)) {
-    return Err(EPROTO, "malformed kBenchSimFs message");
-  }
-  return sw::GetSimFsMessage(data);
-}
-
-// Runs one request on a node's MemNodeFs (as root, umask 022).
-FsReply Apply(ns::MemNodeFs& fs, const FsRequest& r) {
-  const ns::Cred root{0, 0, {}, 022};
-  FsReply out;
-  auto fail = [&](const Error& e) { out.err = e.code; };
-  switch (r.op) {
-    case sw::SimFsOp::Create: {
-      auto o = fs.Create(root, r.path, O_WRONLY | O_EXCL, r.mode);
-      if (!o) { fail(o.error()); break; }
-      out.st = o->st;
-      (void)fs.Release(o->handle);
-      break;
-    }
-    case sw::SimFsOp::Stat: {
-      auto s = fs.Stat(root, r.path);
-      if (!s) { fail(s.error()); break; }
-      out.st = *s;
-      break;
-    }
-    case sw::SimFsOp::Unlink: {
-      auto s = fs.Unlink(root, r.path);
-      if (!s) fail(s.error());
-      break;
-    }
-    case sw::SimFsOp::MkdirParents: {
-      auto s = fs.MkdirParents(r.path, {});
-      if (!s) fail(s.error());
-      break;
-    }
-  }
-  return out;
-}
-
-// ---- The federation ----------------------------------------------------------
-
-struct Node {
-  std::string id;
-  std::unique_ptr<ns::MemNodeFs> fs;
-  std::unique_ptr<m2m::Transport> transport;
-  ns::SettableClusterView view;  // replaced by the simulation on membership changes
-  std::unique_ptr<ns::VdService> vd;  // declared last: destroyed first
-  bool alive = true;
-};
-
-Result<m2m::LinkModel> LinkOf(const SimOptions& o) {
-  auto m = m2m::LinkModel::Preset(o.model);
-  if (!m) return Err(m.error());
-  if (o.latency_us) m->base_latency = nanoseconds(static_cast<int64_t>(*o.latency_us * 1000));
-  if (o.bandwidth) m->bytes_per_second = *o.bandwidth;
-  m->jitter = o.jitter_us >= 0 ? nanoseconds(static_cast<int64_t>(o.jitter_us * 1000))
-                               : m->base_latency / 10;
-  return *m;
-}
-
-ns::VdServiceOptions VdOptions(const SimOptions& o) {
-  ns::VdServiceOptions v;
-  v.rpc_timeout = kRpcTimeout;
-  v.dt_entries = o.dt_capacity;  // 0: no directory table
-  return v;
-}
-
-class Federation {
- public:
-  static m2m::FakeNetworkOptions NetOptions(const SimOptions& o, const m2m::LinkModel& link) {
-    m2m::FakeNetworkOptions n;
-    n.mode = m2m::SchedulerMode::kSimulated;
-    n.seed = o.seed;
-    n.link = link;
-    return n;
-  }
-
-  Federation(const SimOptions& o, const m2m::LinkModel& link)
-      : net_(NetOptions(o, link)),
-        local_cost_(nanoseconds(static_cast<int64_t>(o.local_op_us * 1000))),
-        vnodes_(o.vnodes) {
-    m2m::TransportOptions t;
-    t.cluster_key = m2m::Bytes(m2m::kClusterKeyBytes, std::byte{0x5e});
-    const ns::VdServiceOptions vo = VdOptions(o);
-    nodes_.reserve(static_cast<size_t>(o.nodes));
-    for (int i = 0; i < o.nodes; ++i) {
-      auto n = std::make_unique<Node>();
-      n->id = NodeName(i);
-      n->fs = std::make_unique<ns::MemNodeFs>(n->id);
-      n->transport = net_.NewTransport(t);
-      n->vd = std::make_unique<ns::VdService>(vo, n->transport.get(), &n->view, n->fs.get(),
-                                              &inline_);
-      n->vd->RegisterHandlers();
-      ns::MemNodeFs* fs = n->fs.get();
-      n->transport->Handle(kSimFs, [fs](m2m::IncomingCall call, m2m::Responder r) {
-        std::vector<uint64_t> storage;
-        auto msg = OpenMessage(call.payload, &storage);
-        if (!msg) return r.Fail(msg.error());
-        const sw::SimFsRequest* req = (*msg)->body_as_SimFsRequest();
-        if (req == nullptr || req->path() == nullptr) {
-          return r.Fail(Error{EPROTO, "kBenchSimFs without a request"});
-        }
-        FsRequest q{req->op(), req->path()->str(), req->mode()};
-        if (auto v = ns::ValidateGlobalPath(q.path); !v) return r.Fail(v.error());
-        r.Reply(EncodeReply(Apply(*fs, q)));
-      });
-      nodes_.push_back(std::move(n));
-    }
-  }
-
-  Status Listen() {
-    for (auto& n : nodes_) {
-      auto a = n->transport->Listen(n->id);
-      if (!a) return Err(a.error());
-    }
-    PublishViews();
-    return Ok();
-  }
-
-  // A new epoch: every live node gets a view of the live set (dead nodes keep
-  // their old view: they hear nothing).
-  void PublishViews() {
-    ++epoch_;
-    std::vector<std::string> live;
-    std::map<std::string, std::string> live_map, dead_map;
-    for (const auto& n : nodes_) {
-      if (n->alive) {
-        live.push_back(n->id);
-        live_map.emplace(n->id, n->id);
-      } else {
-        dead_map.emplace(n->id, n->id);
-      }
-    }
-    auto ring = std::make_shared<const ns::Ring>(live, vnodes_);
-    for (auto& n : nodes_) {
-      if (!n->alive) continue;
-      auto v = std::make_shared<ns::ClusterView>();
-      v->self = n->id;
-      v->epoch = epoch_;
-      v->live = live_map;
-      v->dead = dead_map;
-      v->ring = ring;
-      n->view.Set(std::move(v));
-    }
-  }
-
-  void SetAlive(int i, bool alive) {
-    Node& n = *nodes_[static_cast<size_t>(i)];
-    if (n.alive == alive) return;
-    n.alive = alive;
-    if (alive) (void)net_.Revive(n.id);
-    else (void)net_.Kill(n.id);
-    PublishViews();
-  }
-
-  // One NodeFs operation on node `target`, issued by node `from`.
-  void FsOp(int from, int target, FsRequest req, std::move_only_function<void(FsReply)> done) {
-    if (from == target) {
-      FsReply reply = Apply(*nodes_[static_cast<size_t>(target)]->fs, req);
-      net_.Schedule(local_cost_, [done = std::move(done), reply]() mutable { done(reply); });
-      return;
-    }
-    auto ep = nodes_[static_cast<size_t>(from)]->transport->GetEndpoint(
-        nodes_[static_cast<size_t>(target)]->id);
-    ep->Call(kSimFs, EncodeRequest(req), kRpcTimeout,
-             [done = std::move(done)](Result<m2m::Bytes> r) mutable {
-               FsReply out;
-               if (!r) {
-                 out.err = r.error().code;
-                 return done(out);
-               }
-               std::vector<uint64_t> storage;
-               auto msg = OpenMessage(*r, &storage);
-               const sw::SimFsReply* rep = msg ? (*msg)->body_as_SimFsReply() : nullptr;
-               if (rep == nullptr) {
-                 out.err = EPROTO;
-                 return done(out);
-               }
-               out.err = rep->err();
-               out.st.st_ino = rep->ino();
-               out.st.st_mode = rep->mode();
-               out.st.st_size = static_cast<off_t>(rep->size());
-               out.st.st_nlink = rep->nlink();
-               done(out);
-             });
-  }
-
-  int Index(const std::string& id) const { return std::stoi(id.substr(1)); }
-  // N * the largest ring share of a live node (1: perfectly even).
-  double RingImbalance() const {
-    for (const auto& n : nodes_) {
-      if (!n->alive) continue;
-      const auto& ring = *n->view.Current()->ring;
-      double max_share = 0;
-      for (const auto& m : ring.members()) max_share = std::max(max_share, ring.Share(m));
-      return max_share * static_cast<double>(ring.members().size());
-    }
-    return 0;
-  }
-  int size() const { return static_cast<int>(nodes_.size()); }
-  Node& node(int i) { return *nodes_[static_cast<size_t>(i)]; }
-  m2m::FakeNetwork& net() { return net_; }
-  SimDuration local_cost() const { return local_cost_; }
-
-  // Setup, as local programs would: direct MemNodeFs calls, no messages.
-  void SetupDir(int i, const std::string& dir) {
-    (void)node(i).fs->MkdirParents(ns::JoinPath(dir, "x"), {});
-  }
-  void SetupFile(int i, const std::string& path) {
-    SetupDir(i, std::string(ns::ParentPath(path)));
-    auto o = node(i).fs->Create(ns::Cred{}, path, O_WRONLY, 0644);
-    if (o) (void)node(i).fs->Release(o->handle);
-  }
-
- private:
-  m2m::FakeNetwork net_;
-  const SimDuration local_cost_;
-  const uint32_t vnodes_;
-  InlineExecutor inline_;
-  std::vector<std::unique_ptr<Node>> nodes_;
-  uint64_t epoch_ = 0;
-};
 
 struct Totals {
   m2m::TrafficStats traffic;
@@ -347,7 +64,7 @@ Totals Snapshot(Federation& f) {
   Totals t;
   t.traffic = f.net().TotalStats();
   t.vd.reserve(static_cast<size_t>(f.size()));
-  for (int i = 0; i < f.size(); ++i) t.vd.push_back(f.node(i).vd->stats());
+  for (int i = 0; i < f.size(); ++i) t.vd.push_back(f.node(i).node->vd_service().stats());
   return t;
 }
 
@@ -405,9 +122,7 @@ struct Slot {
 class Driver {
  public:
   Driver(const SimOptions& o, Federation& f, const ProgressFn& progress)
-      : o_(o), f_(f), progress_(progress), rng_(o.seed * 0x9e3779b97f4a7c15ULL + 7) {
-    placement_.policy = o.placement;
-  }
+      : o_(o), f_(f), progress_(progress), rng_(o.seed * 0x9e3779b97f4a7c15ULL + 7) {}
 
   uint64_t Setup();  // returns the number of directories
   Result<RunResult> Run();
@@ -416,12 +131,15 @@ class Driver {
   bool RunOne(int node, OpSpec spec);
 
  private:
-  struct Op;
   OpSpec Next(Slot& s);
-  void StartSlot(size_t slot);
-  void Finish(size_t slot, const std::string& kind, SimDuration t0, bool ok);
+  // A slot's fiber: operations one after the other until the phase's limit.
+  void SlotLoop(size_t slot);
+  // One operation through `node`'s facade (in a fiber); true iff it succeeded.
+  bool Perform(int node, const OpSpec& spec);
+  void Finish(const std::string& kind, SimDuration t0, bool ok);
   void MaybeChurn();
   int ClientNode(int client) const { return client % f_.size(); }
+  PathClient& Client(int node);
   // Client `client`'s j-th private directory.
   std::string ClientDir(int client, uint64_t j = 0) const {
     std::string d = "/p/c" + std::to_string(client);
@@ -435,8 +153,11 @@ class Driver {
   Federation& f_;
   const ProgressFn& progress_;
   std::mt19937_64 rng_;
-  ns::PlacementOptions placement_;
   std::vector<Slot> slots_;
+  std::map<int, std::unique_ptr<PathClient>> clients_;  // per node
+  // resolve = "parent": the parent directory's inode, looked up once per
+  // node (as a kernel keeps the dentries of a working directory).
+  std::map<std::pair<int, std::string>, uint64_t> parents_;
   uint64_t limit_ = 0;       // operations the current phase issues
   bool measuring_ = false;   // false during the warm-up
   uint64_t issued_ = 0;
@@ -561,142 +282,50 @@ OpSpec Driver::Next(Slot& s) {
   return OpSpec{"create", s.last};
 }
 
-// One operation in flight. Steps: Resolve (VD gets) -> Act -> done.
-struct Driver::Op : std::enable_shared_from_this<Op> {
-  Driver* d = nullptr;
-  size_t slot = 0;
-  int node = 0;
-  OpSpec spec;
-  SimDuration t0{0};
-  std::string dir, name;
-  std::vector<std::string> walk;  // directories to look up, root first
-  size_t step = 0;
-  ns::VdPtr vd;                   // the parent's VD
-  int target = -1;                // the node acting on the file
-  std::vector<std::string> ensure;  // ancestors reported after MkdirParents
-
-  ns::VdService& vds() { return *d->f_.node(node).vd; }
-
-  void Start() {
-    dir = std::string(ns::ParentPath(spec.path));
-    name = std::string(ns::BaseName(spec.path));
-    if (d->o_.resolve == "walk") {
-      for (std::string p = dir;; p = std::string(ns::ParentPath(p))) {
-        walk.push_back(p);
-        if (p == "/") break;
-      }
-      std::reverse(walk.begin(), walk.end());
-    } else {
-      walk.push_back(dir);
-    }
-    Lookup();
-  }
-
-  void Lookup() {
-    auto self = shared_from_this();
-    vds().Get(walk[step], [self](Result<ns::VdPtr> r) {
-      if (!r) return self->Done(false);
-      if (self->step + 1 < self->walk.size()) {
-        // The next directory must be an entry of this one.
-        const std::string& next = self->walk[self->step + 1];
-        const ns::VdEntry* e = (*r)->Find(std::string(ns::BaseName(next)));
-        if (e == nullptr || e->type != DT_DIR) return self->Done(false);
-        ++self->step;
-        return self->Lookup();
-      }
-      self->vd = std::move(*r);
-      self->Act();
-    });
-  }
-
-  void Act() {
-    const ns::VdEntry* e = vd->Find(name);
-    if (spec.kind == "create") {
-      if (e != nullptr) return Done(false);  // EEXIST
-      auto view = d->f_.node(node).view.Current();
-      auto chosen = ns::ChoosePlacement(d->placement_, *view, spec.path, {});
-      if (!chosen) return Done(false);
-      target = d->f_.Index(*chosen);
-      if (std::find(vd->holders.begin(), vd->holders.end(), *chosen) == vd->holders.end()) {
-        return EnsureDir();
-      }
-      return CreateFile();
-    }
-    if (e == nullptr || e->holders.empty()) return Done(false);  // ENOENT
-    target = d->f_.Index(e->holders.front());
-    auto self = shared_from_this();
-    if (spec.kind == "unlink") {
-      d->f_.FsOp(node, target, FsRequest{sw::SimFsOp::Unlink, spec.path}, [self](FsReply r) {
-        if (r.err != 0) return self->Done(false);
-        ns::VdChange c{ns::VdChange::Kind::kRemove, self->name, DT_REG, self->d->f_.node(self->target).id};
-        self->vds().Update(self->dir, std::move(c), [self](Status s) { self->Done(s.has_value()); });
-      });
-      return;
-    }
-    d->f_.FsOp(node, target, FsRequest{sw::SimFsOp::Stat, spec.path},
-               [self](FsReply r) { self->Done(r.err == 0); });
-  }
-
-  // As VfsImpl::EnsureDirOn: the parent made present on the chosen node,
-  // then every created ancestor reported to its parent's manager.
-  void EnsureDir() {
-    auto self = shared_from_this();
-    d->f_.FsOp(node, target, FsRequest{sw::SimFsOp::MkdirParents, spec.path}, [self](FsReply r) {
-      if (r.err != 0) return self->Done(false);
-      for (std::string p = self->dir; p != "/"; p = std::string(ns::ParentPath(p))) {
-        self->ensure.push_back(p);
-      }
-      std::reverse(self->ensure.begin(), self->ensure.end());
-      self->step = 0;
-      self->Report();
-    });
-  }
-
-  void Report() {
-    if (step >= ensure.size()) return CreateFile();
-    auto self = shared_from_this();
-    const std::string& a = ensure[step];
-    ns::VdChange c{ns::VdChange::Kind::kAdd, std::string(ns::BaseName(a)), DT_DIR,
-                   d->f_.node(target).id};
-    vds().Update(std::string(ns::ParentPath(a)), std::move(c), [self](Status s) {
-      if (!s) return self->Done(false);
-      ++self->step;
-      self->Report();
-    });
-  }
-
-  void CreateFile() {
-    auto self = shared_from_this();
-    d->f_.FsOp(node, target, FsRequest{sw::SimFsOp::Create, spec.path}, [self](FsReply r) {
-      if (r.err != 0) return self->Done(false);
-      ns::VdChange c{ns::VdChange::Kind::kAdd, self->name, DT_REG, self->d->f_.node(self->target).id};
-      self->vds().Update(self->dir, std::move(c), [self](Status s) { self->Done(s.has_value()); });
-    });
-  }
-
-  void Done(bool ok) { d->Finish(slot, spec.kind, t0, ok); }
-};
-
-void Driver::StartSlot(size_t slot) {
-  if (issued_ >= limit_) return;
-  Slot& s = slots_[slot];
-  const int node = ClientNode(s.client);
-  if (!f_.node(node).alive) {
-    // The client's node is down: it waits until the node is back.
-    f_.net().Schedule(std::chrono::milliseconds(1), [this, slot] { StartSlot(slot); });
-    return;
-  }
-  ++issued_;
-  auto op = std::make_shared<Op>();
-  op->d = this;
-  op->slot = slot;
-  op->node = node;
-  op->spec = Next(s);
-  op->t0 = f_.net().Now();
-  f_.net().Schedule(f_.local_cost(), [op] { op->Start(); });
+PathClient& Driver::Client(int node) {
+  auto& c = clients_[node];
+  // As root with umask 022, as the simulator's files always were.
+  if (!c) c = std::make_unique<PathClient>(&f_.node(node).node->vfs(), ns::Cred{0, 0, {}, 022});
+  return *c;
 }
 
-void Driver::Finish(size_t slot, const std::string& kind, SimDuration t0, bool ok) {
+bool Driver::Perform(int node, const OpSpec& spec) {
+  PathClient& pc = Client(node);
+  if (o_.resolve == "walk") return pc.Run(PathOp{spec.kind, spec.path, {}}).ok();
+  const std::string dir(ns::ParentPath(spec.path));
+  const std::string name(ns::BaseName(spec.path));
+  uint64_t parent = 0;
+  if (auto it = parents_.find({node, dir}); it != parents_.end()) {
+    parent = it->second;
+  } else {
+    std::vector<uint64_t> held;  // kept: the inode stays known
+    auto ino = pc.Walk(dir, &held);
+    if (!ino) return false;
+    parents_[{node, dir}] = parent = *ino;
+  }
+  if (spec.kind == "create") return pc.Create(parent, name).ok();
+  if (spec.kind == "stat") return pc.Stat(parent, name).ok();
+  if (spec.kind == "unlink") return pc.Unlink(parent, name).ok();
+  return pc.Lookup(parent, name).ok();
+}
+
+void Driver::SlotLoop(size_t slot) {
+  while (issued_ < limit_) {
+    Slot& s = slots_[slot];
+    const int node = ClientNode(s.client);
+    if (!f_.node(node).alive) {
+      SleepFor(std::chrono::milliseconds(1));  // the client waits for its node
+      continue;
+    }
+    ++issued_;
+    const OpSpec spec = Next(s);
+    const SimDuration t0 = f_.net().Now();
+    SleepFor(f_.local_cost());  // the client's own request overhead
+    Finish(spec.kind, t0, Perform(node, spec));
+  }
+}
+
+void Driver::Finish(const std::string& kind, SimDuration t0, bool ok) {
   const SimDuration now = f_.net().Now();
   lat_[kind].push_back((now - t0).count());
   if (!ok) {
@@ -712,7 +341,6 @@ void Driver::Finish(size_t slot, const std::string& kind, SimDuration t0, bool o
     next_progress_ += std::max<uint64_t>(1, limit_ / 10);
   }
   if (measuring_) MaybeChurn();
-  f_.net().Schedule(SimDuration(0), [this, slot] { StartSlot(slot); });
 }
 
 void Driver::MaybeChurn() {
@@ -730,24 +358,22 @@ void Driver::MaybeChurn() {
 }
 
 bool Driver::RunOne(int node, OpSpec spec) {
-  const uint64_t errors = errors_;
-  auto op = std::make_shared<Op>();
-  op->d = this;
-  op->node = node;
-  op->spec = std::move(spec);
-  op->t0 = f_.net().Now();
-  f_.net().Schedule(f_.local_cost(), [op] { op->Start(); });
+  bool ok = false;
+  f_.fibers().Spawn([&] {
+    const SimDuration t0 = f_.net().Now();
+    SleepFor(f_.local_cost());
+    ok = Perform(node, spec);
+    Finish(spec.kind, t0, ok);
+  });
   f_.net().RunUntilIdle();
-  return errors_ == errors && completed_ > 0;
+  return ok;
 }
 
 // Issues `ops` operations over all slots and runs the network until they
 // (and everything they caused) are done.
 void Driver::RunPhase(uint64_t ops) {
   limit_ = ops;
-  for (size_t s = 0; s < slots_.size(); ++s) {
-    f_.net().Schedule(SimDuration(0), [this, s] { StartSlot(s); });
-  }
+  for (size_t s = 0; s < slots_.size(); ++s) f_.fibers().Spawn([this, s] { SlotLoop(s); });
   f_.net().RunUntilIdle();
 }
 
@@ -878,15 +504,11 @@ Status ValidateSimOptions(const SimOptions& o) {
 
 Result<RunResult> RunSim(const SimOptions& options, const ProgressFn& progress) {
   if (auto v = ValidateSimOptions(options); !v) return Err(v.error());
-  auto link = LinkOf(options);
-  if (!link) return Err(link.error());
-  Federation f(options, *link);
-  if (auto s = f.Listen(); !s) return Err(EIO, "listen: " + s.error().ToString());
-  Driver d(options, f, progress);
+  auto f = Federation::Create(options);
+  if (!f) return Err(f.error());
+  Driver d(options, **f, progress);
   return d.Run();
 }
-
-std::string NodeId(int i) { return NodeName(i); }
 
 Result<ScriptResult> RunScript(const SimOptions& options, const std::vector<std::string>& dirs,
                                const std::vector<ScriptOp>& ops) {
@@ -896,10 +518,9 @@ Result<ScriptResult> RunScript(const SimOptions& options, const std::vector<std:
       return Err(EINVAL, "bad script operation " + op.kind + " " + op.path);
     }
   }
-  auto link = LinkOf(options);
-  if (!link) return Err(link.error());
-  Federation f(options, *link);
-  if (auto s = f.Listen(); !s) return Err(EIO, "listen: " + s.error().ToString());
+  auto fed = Federation::Create(options);
+  if (!fed) return Err(fed.error());
+  Federation& f = **fed;
   const ProgressFn no_progress;  // the Driver keeps a reference
   Driver d(options, f, no_progress);
   for (const auto& dir : dirs) {
@@ -913,13 +534,29 @@ Result<ScriptResult> RunScript(const SimOptions& options, const std::vector<std:
   return out;
 }
 
+Result<std::vector<PathAnswer>> RunPathScript(const SimOptions& options,
+                                              const std::vector<PathStep>& steps) {
+  if (auto v = ValidateSimOptions(options); !v) return Err(v.error());
+  auto fed = Federation::Create(options);
+  if (!fed) return Err(fed.error());
+  Federation& f = **fed;
+  std::vector<PathAnswer> out;
+  for (const PathStep& step : steps) {
+    if (step.node < 0 || step.node >= f.size()) return Err(EINVAL, "no node " + std::to_string(step.node));
+    PathClient client(&f.node(step.node).node->vfs(), ns::Cred{0, 0, {}, 022});
+    f.fibers().Spawn([&] { out.push_back(client.Run(step.op)); });
+    f.net().RunUntilIdle();
+  }
+  return out;
+}
+
 PlacementResult MeasurePlacement(int nodes, uint32_t vnodes, int dirs_per_client) {
   PlacementResult out;
   out.nodes = nodes;
   out.vnodes = vnodes;
   out.dirs_per_client = dirs_per_client;
   std::vector<std::string> ids;
-  for (int i = 0; i < nodes; ++i) ids.push_back(NodeName(i));
+  for (int i = 0; i < nodes; ++i) ids.push_back(NodeId(i));
   const ns::Ring ring(ids, vnodes);
   std::map<std::string, uint64_t> managed;
   double max_share = 0;
@@ -945,10 +582,9 @@ PlacementResult MeasurePlacement(int nodes, uint32_t vnodes, int dirs_per_client
 
 Result<DirmergeResult> MeasureDirmerge(const SimOptions& options) {
   if (auto v = ValidateSimOptions(options); !v) return Err(v.error());
-  auto link = LinkOf(options);
-  if (!link) return Err(link.error());
-  Federation f(options, *link);
-  if (auto s = f.Listen(); !s) return Err(EIO, "listen: " + s.error().ToString());
+  auto fed = Federation::Create(options);
+  if (!fed) return Err(fed.error());
+  Federation& f = **fed;
   const int n = f.size();
   // Two directories with the same manager: the first warms the manager's
   // connections to every node, the second is measured.
@@ -970,7 +606,7 @@ Result<DirmergeResult> MeasureDirmerge(const SimOptions& options) {
   }
   const int client = f.Index(mgr) == 0 ? std::min(1, n - 1) : 0;
   bool ok = false;
-  f.node(client).vd->Get(d0, [&](Result<ns::VdPtr> r) { ok = r.has_value(); });
+  f.node(client).node->vd_service().Get(d0, [&](Result<ns::VdPtr> r) { ok = r.has_value(); });
   f.net().RunUntilIdle();
   if (!ok) return Err(EIO, "warm-up dirmerge failed");
   const Totals before = Snapshot(f);
@@ -978,7 +614,7 @@ Result<DirmergeResult> MeasureDirmerge(const SimOptions& options) {
   SimDuration t1{0};
   uint64_t entries = 0;
   ok = false;
-  f.node(client).vd->Get(d1, [&](Result<ns::VdPtr> r) {
+  f.node(client).node->vd_service().Get(d1, [&](Result<ns::VdPtr> r) {
     t1 = f.net().Now();
     ok = r.has_value();
     if (ok) entries = (*r)->entries.size();

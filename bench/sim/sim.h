@@ -1,28 +1,25 @@
 // fedfs-bench sim: a namespace-scalability simulation. N nodes (8 .. 1024+)
 // live in one process on the fake network in simulated time
-// (m2m/fake_network.h, kSimulated), each with a MemNodeFs export root
-// (nodefs/mem_node_fs.h), its own transport and the production VdService
-// (vd/vd_service.h); every node's ClusterView is built directly (ring
-// over the live nodes). There is no model of the namespace here: operations
-// are performed the way the daemon performs them, asynchronously, and the
-// VdService code decides which messages flow and what they cost:
-//   create  = VD lookups (VdService::Get of each directory on the path, or of
-//             the parent only with resolve = "parent") + placement
-//             (ChoosePlacement) + the parent made present on the chosen node
-//             if needed (MkdirParents + VD updates, as VfsImpl::EnsureDirOn) +
-//             the file created on that node + VdService::Update to M(parent);
-//   stat    = VD lookups + stat on the holder;
-//   unlink  = VD lookups + unlink on the holder + VdService::Update.
-// The file operation on another node is a real kBenchSimFs message through
-// the fake network (bench/sim/sim_fs.fbs), served by that node's MemNodeFs;
-// on the node itself it is a direct call.
+// (m2m/fake_network.h, kSimulated), each built by node::Node exactly as
+// fedfsd builds its own (bench/sim/federation.h): the production file
+// service, VD service, facade (ns::VfsImpl) and directory operations, over
+// a MemNodeFs export root, a MemKv journal and the fake network's
+// transport; every node's ClusterView is built directly (ring over the live
+// nodes). There is no model of the namespace here: each client performs its
+// operations through its node's facade as FUSE requests would
+// (bench/sim/path_client.h: a Lookup of each directory of the path, or of
+// the parent only once with resolve = "parent", then Create + Release,
+// Lookup + GetAttr, Unlink, ...), and the production code decides which
+// messages flow and what they cost. Its blocking calls run on fibers
+// (bench/sim/fibers.h), each wait a suspension in simulated time.
 //
 // Determinism: one thread; the fake network's seeded RNG and the workload's
 // own seeded generator are the only randomness; no wall clock reaches the
 // results; all iteration is over ordered containers. The same options give
 // the same RunResult (wall_seconds aside).
 //
-// Threads: everything runs on the calling thread. Not thread-safe.
+// Threads: everything runs on the calling thread (and its fibers). Not
+// thread-safe; one simulation per thread at a time.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/sim/path_client.h"
 #include "common/result.h"
 #include "vd/vd_service.h"
 
@@ -45,7 +43,8 @@ struct SimOptions {
   double jitter_us = -1;                  // < 0: 10% of the base latency
   // CPU cost charged on the simulated clock for work that sends nothing: the
   // client's own request overhead (kernel + FUSE) before each operation, and
-  // each NodeFs call a node makes on its own export root. Without it, local
+  // each NodeFs call made on a node's own export root (bench/sim/charged_fs.h:
+  // its own calls and those it serves for others). Without it, local
   // operations would take no time and a node managing its own directories
   // would finish its whole share at t = 0.
   double local_op_us = 1.0;
@@ -109,7 +108,7 @@ struct RunResult {
   uint64_t bytes = 0;
   double msgs_per_op = 0;
   double bytes_per_op = 0;
-  std::map<std::string, uint64_t> requests;  // per method name ("vd_get", ...)
+  std::map<std::string, uint64_t> requests;  // per method name ("vd_get", "fs_meta", ...)
   // Manager load: requests served per node as a manager (gets_served +
   // updates_applied + dirmerges of the measured phase), max and mean over
   // all nodes.
@@ -187,6 +186,17 @@ std::string NodeId(int i);
 // operations run one after the other, each to completion.
 Result<ScriptResult> RunScript(const SimOptions& options, const std::vector<std::string>& dirs,
                                const std::vector<ScriptOp>& ops);
+
+// The same federation answering a scripted sequence of path operations,
+// each through node `node`'s facade (PathClient::Run), one after the other,
+// each to completion: every answer, in order (the simulator's half of
+// tests/unit/bench/sim_equivalence_test.cc).
+struct PathStep {
+  int node = 0;
+  PathOp op;
+};
+Result<std::vector<PathAnswer>> RunPathScript(const SimOptions& options,
+                                              const std::vector<PathStep>& steps);
 
 // One line of progress (for a terminal); may be empty.
 using ProgressFn = std::function<void(const std::string&)>;

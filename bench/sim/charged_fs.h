@@ -1,0 +1,174 @@
+// ChargedNodeFs: the simulator's cost model of local file-system work. A
+// NodeFs decorator (of a node's MemNodeFs export root) that charges `cost`
+// of simulated time (SleepFor, common/cooperative.h) before each call made
+// in a fiber -- the facade's own calls, the file service's on behalf of
+// other nodes, the VD service's local listings -- and then forwards it.
+// Without it a node's work on its own export root would take no time at
+// all (SimOptions::local_op_us). A call on the main context (setup) costs
+// nothing. Bench-only: the daemon's LocalNodeFs takes real time.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "common/cooperative.h"
+#include "nodefs/node_fs.h"
+
+namespace fedfs::bench {
+
+class ChargedNodeFs final : public ns::NodeFs {
+ public:
+  // `inner` outlives this object.
+  ChargedNodeFs(ns::NodeFs* inner, std::chrono::nanoseconds cost) : inner_(inner), cost_(cost) {}
+
+  const std::string& node_id() const override { return inner_->node_id(); }
+  Result<struct stat> Stat(const ns::Cred& c, const std::string& path) override {
+    Charge();
+    return inner_->Stat(c, path);
+  }
+  Result<ns::WatchedStat> StatWatched(const ns::Cred& c, const std::string& path) override {
+    Charge();
+    return inner_->StatWatched(c, path);
+  }
+  Status Access(const ns::Cred& c, const std::string& path, int mode) override {
+    Charge();
+    return inner_->Access(c, path, mode);
+  }
+  Result<std::vector<ns::DirEntry>> ListDir(const ns::Cred& c, const std::string& path) override {
+    Charge();
+    return inner_->ListDir(c, path);
+  }
+  Result<struct stat> Mkdir(const ns::Cred& c, const std::string& path, mode_t mode) override {
+    Charge();
+    return inner_->Mkdir(c, path, mode);
+  }
+  Status MkdirParents(const std::string& path, const std::vector<DirTemplate>& t) override {
+    Charge();
+    return inner_->MkdirParents(path, t);
+  }
+  Status Rmdir(const ns::Cred& c, const std::string& path) override {
+    Charge();
+    return inner_->Rmdir(c, path);
+  }
+  Result<struct stat> Mknod(const ns::Cred& c, const std::string& path, mode_t mode,
+                            dev_t rdev) override {
+    Charge();
+    return inner_->Mknod(c, path, mode, rdev);
+  }
+  Result<struct stat> Symlink(const ns::Cred& c, const std::string& target,
+                              const std::string& path) override {
+    Charge();
+    return inner_->Symlink(c, target, path);
+  }
+  Result<std::string> Readlink(const ns::Cred& c, const std::string& path) override {
+    Charge();
+    return inner_->Readlink(c, path);
+  }
+  Status Unlink(const ns::Cred& c, const std::string& path) override {
+    Charge();
+    return inner_->Unlink(c, path);
+  }
+  Status Rename(const ns::Cred& c, const std::string& from, const std::string& to,
+                unsigned flags) override {
+    Charge();
+    return inner_->Rename(c, from, to, flags);
+  }
+  Result<struct stat> Link(const ns::Cred& c, const std::string& existing,
+                           const std::string& newpath) override {
+    Charge();
+    return inner_->Link(c, existing, newpath);
+  }
+  Result<struct stat> SetAttr(const ns::Cred& c, const std::string& path,
+                              std::optional<ns::Handle> handle,
+                              const ns::SetAttrRequest& req) override {
+    Charge();
+    return inner_->SetAttr(c, path, handle, req);
+  }
+  Result<struct statvfs> StatFs() override {
+    Charge();
+    return inner_->StatFs();
+  }
+  Result<std::string> GetXattr(const ns::Cred& c, const std::string& path,
+                               const std::string& name, size_t size, size_t* needed) override {
+    Charge();
+    return inner_->GetXattr(c, path, name, size, needed);
+  }
+  Result<std::string> GetXattrOf(const ns::Cred& c, ns::Handle h, const std::string& name,
+                                 size_t size, size_t* needed) override {
+    Charge();
+    return inner_->GetXattrOf(c, h, name, size, needed);
+  }
+  Status SetXattr(const ns::Cred& c, const std::string& path, const std::string& name,
+                  std::span<const std::byte> value, int flags) override {
+    Charge();
+    return inner_->SetXattr(c, path, name, value, flags);
+  }
+  Result<std::string> ListXattr(const ns::Cred& c, const std::string& path, size_t size,
+                                size_t* needed) override {
+    Charge();
+    return inner_->ListXattr(c, path, size, needed);
+  }
+  Status RemoveXattr(const ns::Cred& c, const std::string& path,
+                     const std::string& name) override {
+    Charge();
+    return inner_->RemoveXattr(c, path, name);
+  }
+  Result<ns::Opened> Open(const ns::Cred& c, const std::string& path, int flags) override {
+    Charge();
+    return inner_->Open(c, path, flags);
+  }
+  Result<ns::Opened> Create(const ns::Cred& c, const std::string& path, int flags,
+                            mode_t mode) override {
+    Charge();
+    return inner_->Create(c, path, flags, mode);
+  }
+  Result<size_t> Read(ns::Handle h, uint64_t offset, std::span<std::byte> dst) override {
+    Charge();
+    return inner_->Read(h, offset, dst);
+  }
+  using NodeFs::Write;
+  Result<size_t> Write(ns::Handle h, uint64_t offset, std::span<const std::byte> src,
+                       const ns::Writer& by) override {
+    Charge();
+    return inner_->Write(h, offset, src, by);
+  }
+  Status Flush(ns::Handle h, uint64_t lock_owner) override {
+    Charge();
+    return inner_->Flush(h, lock_owner);
+  }
+  Status Fsync(ns::Handle h, bool datasync) override {
+    Charge();
+    return inner_->Fsync(h, datasync);
+  }
+  Status Fallocate(ns::Handle h, int mode, uint64_t offset, uint64_t len) override {
+    Charge();
+    return inner_->Fallocate(h, mode, offset, len);
+  }
+  Status Release(ns::Handle h) override {
+    Charge();
+    return inner_->Release(h);
+  }
+  Result<ns::LockRange> GetLk(ns::Handle h, uint64_t owner, const ns::LockRange& want) override {
+    Charge();
+    return inner_->GetLk(h, owner, want);
+  }
+  Status SetLk(ns::Handle h, uint64_t owner, const ns::LockRange& want) override {
+    Charge();
+    return inner_->SetLk(h, owner, want);
+  }
+  Status Flock(ns::Handle h, uint64_t owner, int op) override {
+    Charge();
+    return inner_->Flock(h, owner, op);
+  }
+
+ private:
+  void Charge() const {
+    if (cost_.count() > 0 && SuspendableContext() != nullptr) SleepFor(cost_);
+  }
+
+  ns::NodeFs* inner_;
+  const std::chrono::nanoseconds cost_;
+};
+
+}  // namespace fedfs::bench
