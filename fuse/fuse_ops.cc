@@ -283,7 +283,9 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     fi->fh = f->fh;
     fi->direct_io = f->direct_io;
     fi->keep_cache = f->keep_cache;
-    if (fuse_reply_open(req, fi) != 0) (void)VfsOf(req)->Release(f->fh);
+    // The kernel did not take the handle (interrupted request): closed here,
+    // with no caller left to tell of a failure.
+    if (fuse_reply_open(req, fi) != 0) VfsOf(req)->Release(f->fh).IgnoreError();
   });
 }
 
@@ -297,7 +299,8 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
     fi->keep_cache = r->second.keep_cache;
     const fuse_entry_param p = EntryParam(r->first);
     if (fuse_reply_create(req, &p, fi) != 0) {
-      (void)VfsOf(req)->Release(r->second.fh);
+      // As in OpOpen: the kernel did not take the handle, nobody to tell.
+      VfsOf(req)->Release(r->second.fh).IgnoreError();
       VfsOf(req)->Forget(r->first.ino, 1);
     }
   });
@@ -365,7 +368,13 @@ void OpRelease(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
     ns::Vfs* vfs = VfsOf(req);
     // The last close of an open file drops its flock lock (flock(2)); the
     // kernel says so with flock_release and the lock's owner.
-    if (fi->flock_release) (void)vfs->Flock(fi->fh, fi->lock_owner, LOCK_UN);
+    // RELEASE has no caller to answer, so a failed unlock is logged: the lock
+    // then stays until the file's last handle closes on its node.
+    if (fi->flock_release) {
+      if (auto s = vfs->Flock(fi->fh, fi->lock_owner, LOCK_UN); !s) {
+        Log()->warn("flock unlock at the last close failed: {}", s.error().ToString());
+      }
+    }
     ReplyStatus(req, vfs->Release(fi->fh));
   });
 }
@@ -379,7 +388,8 @@ void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     auto dh = VfsOf(req)->OpenDir(CredOf(req), ino);
     if (!dh) return ReplyErr(req, dh.error());
     fi->fh = *dh;
-    if (fuse_reply_open(req, fi) != 0) (void)VfsOf(req)->ReleaseDir(*dh);
+    // As in OpOpen: the kernel did not take the handle, nobody to tell.
+    if (fuse_reply_open(req, fi) != 0) VfsOf(req)->ReleaseDir(*dh).IgnoreError();
   });
 }
 
