@@ -25,6 +25,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/errors.h"
 #include "common/thread_name.h"
 #include "fuse/caller_groups.h"
 #include "fuse/fuse_internal.h"
@@ -82,28 +83,13 @@ Cred CredOf(fuse_req_t req) {
   return c;
 }
 
-// The errno the caller sees. A node that cannot be reached answers
-// EHOSTDOWN whatever the transport said (docs/errors.md); ETIMEDOUT stays.
-int Errno(const Error& e) {
-  switch (e.code) {
-    case ECONNREFUSED:
-    case ECONNRESET:
-    case ESHUTDOWN:
-    case EHOSTUNREACH:
-    case ENOTCONN:
-      return EHOSTDOWN;
-    default:
-      return e.code > 0 ? e.code : EIO;
-  }
-}
-
 void ReplyErr(fuse_req_t req, const Error& e) {
   if (e.code == ENOENT) {
     SPDLOG_LOGGER_DEBUG(Log(), "{}", e.ToString());
   } else {
     SPDLOG_LOGGER_DEBUG(Log(), "request failed: {}", e.ToString());
   }
-  fuse_reply_err(req, Errno(e));
+  fuse_reply_err(req, CallerErrno(e));  // the errno rule (common/errors.h)
 }
 
 fuse_entry_param EntryParam(const EntryOut& e) {
