@@ -18,7 +18,7 @@ bool IsUnreachable(int code) {
 
 int CallerErrno(const Error& e) {
   if (IsUnreachable(e.code)) return EHOSTDOWN;
-  return e.code > 0 ? e.code : EIO;
+  return AsErrno(e.code);
 }
 
 }  // namespace fedfs

@@ -10,6 +10,11 @@
 
 namespace fedfs {
 
+// `code` if it is an errno (positive), else EIO: a failure never reads as
+// success or as garbage. The transport applies it to the errno a handler
+// fails with before it goes on the wire; CallerErrno applies it too.
+constexpr int AsErrno(int code) { return code > 0 ? code : EIO; }
+
 // Whether `code` says that a node cannot be reached or the connection to
 // it is gone: EHOSTDOWN (known dead, or the connection could not be made),
 // ECONNREFUSED (nothing listens), ECONNRESET (the connection broke with the
@@ -21,7 +26,7 @@ bool IsUnreachable(int code);
 // The errno the caller of the mount gets for `e`:
 //   IsUnreachable(e.code) -> EHOSTDOWN: the node cannot be reached; which
 //                            way the transport found out is the log's business;
-//   e.code <= 0           -> EIO: not an errno (a bug), and never success;
+//   e.code <= 0           -> EIO (AsErrno): not an errno (a bug), never success;
 //   anything else         -> e.code as it is. ETIMEDOUT in particular stays:
 //                            the node may only be slow, and the operation
 //                            may have happened there.
