@@ -477,15 +477,10 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
   const bool most_free = UsesMostFree(placement);
   Daemon* self_ptr = d.get();
   deps.place = [placement, most_free, self_ptr](const ns::ClusterView& view,
-                                                const std::string& path, bool) -> std::string {
+                                                const std::string& path, bool) -> Result<std::string> {
     std::map<std::string, uint64_t> free_bytes;
     if (most_free && self_ptr->vfs_) free_bytes = self_ptr->vfs_->FreeBytes();
-    auto node = ns::ChoosePlacement(placement, view, path, free_bytes);
-    if (!node) {
-      Logger("daemon")->warn("placement of {}: {}; using this node", path, node.error().ToString());
-      return view.self;
-    }
-    return *node;
+    return ns::ChoosePlacement(placement, view, path, free_bytes);  // EHOSTDOWN fails the create
   };
   d->vfs_ = std::make_unique<ns::VfsImpl>(vo, std::move(deps));
 
