@@ -2,7 +2,8 @@
 //
 // errno is the currency: FUSE answers with errno, so a failure carries the
 // real errno chosen where it happened plus a short human context for logs.
-// Remote failures map to errno as documented in docs/errors.md.
+// What the caller of a mount gets for an Error: common/errors.h; every errno
+// FedFS returns, per part: docs/errors.md.
 // Exceptions never cross a module boundary; functions return Result<T>.
 #pragma once
 
