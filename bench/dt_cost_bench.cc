@@ -158,7 +158,7 @@ class Federation {
       if (auto s = n->fs->MkdirParents(ns::JoinPath(path_, "x"), {}); !s) return s;
       auto o = n->fs->Create(ns::Cred{}, ns::JoinPath(path_, "f-" + n->id), O_WRONLY, 0644);
       if (!o) return Err(o.error());
-      (void)n->fs->Release(o->handle);
+      if (auto s = n->fs->Release(o->handle); !s) return s;
     }
     // The manager builds VD(P) (dirmerge) so that changes find it resident.
     auto vd = Get(0);
@@ -179,7 +179,7 @@ class Federation {
   Result<SimDuration> Change(const std::string& name) {
     auto o = node(1).fs->Create(ns::Cred{}, ns::JoinPath(path_, name), O_WRONLY, 0644);
     if (!o) return Err(o.error());
-    (void)node(1).fs->Release(o->handle);
+    if (auto s = node(1).fs->Release(o->handle); !s) return Err(s.error());
     ns::VdChange c{ns::VdChange::Kind::kAdd, name, DT_REG, node(1).id};
     std::optional<Status> done;
     std::optional<SimDuration> acked;

@@ -6,6 +6,15 @@ namespace fedfs::ns {
 
 using namespace files_detail;
 
+namespace {
+// Closes the local handles of sessions that end. LocalNodeFs::Release fails
+// only for a handle it does not know, and these come from the session
+// table: there is nothing to undo and no one to tell.
+void ReleaseAll(NodeFs& local, const std::vector<Handle>& handles) {
+  for (Handle h : handles) local.Release(h).IgnoreError();
+}
+}  // namespace
+
 void FileService::Impl::Stop() {
   stopped_.store(true);
   std::vector<Handle> all;
@@ -17,7 +26,7 @@ void FileService::Impl::Stop() {
     }
     sessions_.clear();
   }
-  for (Handle h : all) (void)local_->Release(h);
+  ReleaseAll(*local_, all);
 }
 
 void FileService::Impl::OnCall(m2m::IncomingCall call, m2m::Responder r) {
@@ -75,7 +84,7 @@ void FileService::Impl::DropPeer(const std::string& node) {
     }
   }
   if (!release.empty()) log_->info("peer {}: released {} handles", node, release.size());
-  for (Handle h : release) (void)local_->Release(h);
+  ReleaseAll(*local_, release);
 }
 
 auto FileService::Impl::stats() const -> FileService::Stats {
@@ -121,7 +130,7 @@ void FileService::Impl::DoHello(m2m::IncomingCall call, m2m::Responder& r) {
         sessions_.erase(it);
       }
     }
-    for (Handle lh : release) (void)local_->Release(lh);
+    ReleaseAll(*local_, release);
     r.Reply(HelloReply());
     return;
   }
@@ -194,7 +203,7 @@ void FileService::Impl::DoHello(m2m::IncomingCall call, m2m::Responder& r) {
     log_->info("client {} restarted: released {} handles of its old sessions", node,
                release.size());
   }
-  for (Handle lh : release) (void)local_->Release(lh);
+  ReleaseAll(*local_, release);
   log_->debug("session {:x} of {} bound to conn {} ({})", h->session(), node, call.peer.conn_id,
               call.peer.remote_addr);
   r.Reply(HelloReply());
@@ -247,7 +256,7 @@ auto FileService::Impl::AddHandle(uint64_t session, Handle lh, const std::string
       return rh;
     }
   }
-  (void)local_->Release(lh);
+  local_->Release(lh).IgnoreError();  // just opened here: LocalNodeFs knows it, cannot refuse
   return Err(EMFILE, "too many open handles for this session");
 }
 

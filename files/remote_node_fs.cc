@@ -231,8 +231,11 @@ RemoteNodeFs::~RemoteNodeFs() {
     hb.add_incarnation(ProcessIncarnation());
     hb.add_bye(true);
     b.Finish(hb.Finish());
-    (void)m2m::CallSync(*ep_, MethodId(RpcMethod::kFsHello), fswire::Finish(b),
-                        std::min<m2m::Timeout>(opts_.rpc_timeout, std::chrono::seconds(1)));
+    // Best effort: a server that misses the goodbye keeps the session until
+    // this node restarts or is declared dead (file_service.h, "Cleanup").
+    m2m::CallSync(*ep_, MethodId(RpcMethod::kFsHello), fswire::Finish(b),
+                  std::min<m2m::Timeout>(opts_.rpc_timeout, std::chrono::seconds(1)))
+        .IgnoreError();
   }
   if (slots_) {
     Clock::time_point until{};

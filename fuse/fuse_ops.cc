@@ -25,6 +25,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/errors.h"
 #include "common/thread_name.h"
 #include "fuse/caller_groups.h"
 #include "fuse/fuse_internal.h"
@@ -82,28 +83,13 @@ Cred CredOf(fuse_req_t req) {
   return c;
 }
 
-// The errno the caller sees. A node that cannot be reached answers
-// EHOSTDOWN whatever the transport said (docs/errors.md); ETIMEDOUT stays.
-int Errno(const Error& e) {
-  switch (e.code) {
-    case ECONNREFUSED:
-    case ECONNRESET:
-    case ESHUTDOWN:
-    case EHOSTUNREACH:
-    case ENOTCONN:
-      return EHOSTDOWN;
-    default:
-      return e.code > 0 ? e.code : EIO;
-  }
-}
-
 void ReplyErr(fuse_req_t req, const Error& e) {
   if (e.code == ENOENT) {
     SPDLOG_LOGGER_DEBUG(Log(), "{}", e.ToString());
   } else {
     SPDLOG_LOGGER_DEBUG(Log(), "request failed: {}", e.ToString());
   }
-  fuse_reply_err(req, Errno(e));
+  fuse_reply_err(req, CallerErrno(e));  // the errno rule (common/errors.h)
 }
 
 fuse_entry_param EntryParam(const EntryOut& e) {
@@ -283,7 +269,9 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     fi->fh = f->fh;
     fi->direct_io = f->direct_io;
     fi->keep_cache = f->keep_cache;
-    if (fuse_reply_open(req, fi) != 0) (void)VfsOf(req)->Release(f->fh);
+    // The kernel did not take the handle (interrupted request): closed here,
+    // with no caller left to tell of a failure.
+    if (fuse_reply_open(req, fi) != 0) VfsOf(req)->Release(f->fh).IgnoreError();
   });
 }
 
@@ -297,7 +285,8 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
     fi->keep_cache = r->second.keep_cache;
     const fuse_entry_param p = EntryParam(r->first);
     if (fuse_reply_create(req, &p, fi) != 0) {
-      (void)VfsOf(req)->Release(r->second.fh);
+      // As in OpOpen: the kernel did not take the handle, nobody to tell.
+      VfsOf(req)->Release(r->second.fh).IgnoreError();
       VfsOf(req)->Forget(r->first.ino, 1);
     }
   });
@@ -365,7 +354,13 @@ void OpRelease(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
     ns::Vfs* vfs = VfsOf(req);
     // The last close of an open file drops its flock lock (flock(2)); the
     // kernel says so with flock_release and the lock's owner.
-    if (fi->flock_release) (void)vfs->Flock(fi->fh, fi->lock_owner, LOCK_UN);
+    // RELEASE has no caller to answer, so a failed unlock is logged: the lock
+    // then stays until the file's last handle closes on its node.
+    if (fi->flock_release) {
+      if (auto s = vfs->Flock(fi->fh, fi->lock_owner, LOCK_UN); !s) {
+        Log()->warn("flock unlock at the last close failed: {}", s.error().ToString());
+      }
+    }
     ReplyStatus(req, vfs->Release(fi->fh));
   });
 }
@@ -379,7 +374,8 @@ void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     auto dh = VfsOf(req)->OpenDir(CredOf(req), ino);
     if (!dh) return ReplyErr(req, dh.error());
     fi->fh = *dh;
-    if (fuse_reply_open(req, fi) != 0) (void)VfsOf(req)->ReleaseDir(*dh);
+    // As in OpOpen: the kernel did not take the handle, nobody to tell.
+    if (fuse_reply_open(req, fi) != 0) VfsOf(req)->ReleaseDir(*dh).IgnoreError();
   });
 }
 

@@ -1,7 +1,7 @@
 // What the FUSE frontend's files share beyond fuse_internal.h: the session's
 // userdata (FuseMount::Ctx) and the request handlers' table.
 //   fuse_frontend.cc  mount, unmount, the kernel-cache notifier, INIT
-//   fuse_ops.cc       the low-level request handlers (errno rule: Errno)
+//   fuse_ops.cc       the low-level request handlers (errno rule: CallerErrno, common/errors.h)
 // Files that include it define FUSE_USE_VERSION 312 before any FUSE header.
 #pragma once
 

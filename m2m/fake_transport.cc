@@ -1,6 +1,8 @@
 // The fake network: a transport (see m2m/fake_internal.h).
 #include "m2m/fake_internal.h"
 
+#include "common/errors.h"
+
 namespace fedfs::m2m {
 
 namespace fake {
@@ -257,7 +259,7 @@ void FakeTransport::SendReply(uint64_t conn, uint64_t call_id, Result<Bytes> rep
     payload = std::move(*reply);
     h.payload_size = payload.size();
   } else {
-    h.errno_code = reply.error().code > 0 ? reply.error().code : EIO;
+    h.errno_code = AsErrno(reply.error().code);
     h.context = reply.error().context.substr(0, 512);
   }
   SendServerFrame(conn, it->second.client, h, std::move(payload));

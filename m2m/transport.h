@@ -34,7 +34,10 @@
 //    peer cannot be reached; ECONNRESET the connection broke while the
 //    operation was in flight; EACCES authentication failed; EMSGSIZE payload
 //    over the limit; EINVAL bad arguments (e.g. out of the region's bounds);
-//    ENOSYS no handler for the method; ESHUTDOWN the transport is shut down.
+//    ENOSYS no handler for the method; ESHUTDOWN the transport is shut down;
+//    EPROTO malformed input; ENOMEM no memory to register; EIO a request
+//    dropped without a reply. A handler's own errno reaches the caller as
+//    it is (AsErrno, common/errors.h). The full table: docs/errors.md.
 #pragma once
 
 #include <chrono>

@@ -1,6 +1,8 @@
 // UcxTransport internals: operations, connections, sending, receiving, entry points (see m2m/ucx_core.h).
 #include "m2m/ucx_core.h"
 
+#include "common/errors.h"
+
 namespace fedfs::m2m::ucx {
 
 // --- Core: operations -------------------------------------------------------
@@ -295,7 +297,7 @@ void Core::SendReply(uint64_t conn_id, uint64_t call_id, Result<Bytes> reply) {
   if (reply) {
     payload = std::move(*reply);
   } else {
-    h.errno_code = reply.error().code > 0 ? reply.error().code : EIO;
+    h.errno_code = AsErrno(reply.error().code);
     h.context = reply.error().context;
   }
   Send(*c, std::move(h), std::move(payload), 0);

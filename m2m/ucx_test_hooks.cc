@@ -6,6 +6,14 @@ namespace fedfs::m2m {
 using ucx::Clock;
 using ucx::kAmId;
 
+std::vector<std::pair<int, int>> UcxStatusErrnosForTest() {
+  std::vector<std::pair<int, int>> out;
+  for (int s = UCS_ERR_LAST; s <= UCS_OK; ++s) {
+    out.emplace_back(s, ucx::StatusErrno(static_cast<ucs_status_t>(s)));
+  }
+  return out;
+}
+
 // --- raw sender for tests ----------------------------------------------------
 
 namespace {

@@ -140,4 +140,8 @@ Status UcxSendRawForTest(const UcxOptions& ucx, const std::string& addr, const B
 Status UcxSendUnboundForTest(const UcxOptions& ucx, const Bytes& key, const std::string& addr,
                              const Bytes& header, const Bytes& payload);
 
+// Test-only: the transport's table of UCX failure statuses (docs/errors.md):
+// {status, errno} for every status value from UCS_ERR_LAST to UCS_OK.
+std::vector<std::pair<int, int>> UcxStatusErrnosForTest();
+
 }  // namespace fedfs::m2m

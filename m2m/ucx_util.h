@@ -51,9 +51,14 @@ struct Context {
 // context-level calls (mem map/unmap, rkey pack) that any thread may make.
 Result<std::shared_ptr<Context>> CreateContext(const UcxOptions& opts);
 
-// errno for a UCX failure status: UCS_ERR_TIMED_OUT -> ETIMEDOUT,
-// UCS_ERR_CANCELED -> ECONNRESET, unreachable/refused -> EHOSTDOWN,
-// connection reset and the rest of the endpoint failures -> ECONNRESET.
+// The transport's rule for a UCX failure status (docs/errors.md, "The UCX
+// status table"): the timeouts (UCS_ERR_TIMED_OUT, UCS_ERR_ENDPOINT_TIMEOUT)
+// -> ETIMEDOUT; unreachable, rejected, not connected -> EHOSTDOWN;
+// UCS_ERR_INVALID_PARAM -> EINVAL; UCS_ERR_NO_MEMORY -> ENOMEM; everything
+// else (reset, canceled, I/O, link and endpoint failures) -> ECONNRESET.
+// Only errnos of the transport's own list (m2m/transport.h), which the rule
+// at the mount (common/errors.h) knows: EHOSTDOWN and ECONNRESET both read
+// EHOSTDOWN there, ETIMEDOUT stays.
 int StatusErrno(ucs_status_t s);
 
 }  // namespace fedfs::m2m::ucx

@@ -111,15 +111,11 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
   };
   Impl* self_ptr = impl.get();
   deps.place = [placement = opt.placement, most_free = UsesMostFree(opt.placement), self_ptr](
-                   const ns::ClusterView& view, const std::string& path, bool) -> std::string {
+                   const ns::ClusterView& view, const std::string& path,
+                   bool) -> Result<std::string> {
     std::map<std::string, uint64_t> free_bytes;
     if (most_free && self_ptr->vfs) free_bytes = self_ptr->vfs->FreeBytes();
-    auto node = ns::ChoosePlacement(placement, view, path, free_bytes);
-    if (!node) {
-      Logger("daemon")->warn("placement of {}: {}; using this node", path, node.error().ToString());
-      return view.self;
-    }
-    return *node;
+    return ns::ChoosePlacement(placement, view, path, free_bytes);  // EHOSTDOWN fails the create
   };
   d.vfs = std::make_unique<ns::VfsImpl>(opt.vfs, std::move(deps));
 

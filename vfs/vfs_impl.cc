@@ -379,8 +379,9 @@ Result<std::string> VfsImpl::PlaceNew(const Cred& c, const std::string& dir_path
   auto view = deps_.cluster->Current();
   std::string node = view->self;
   if (deps_.place) {
-    std::string chosen = deps_.place(*view, path, is_dir);
-    if (!chosen.empty()) node = std::move(chosen);
+    auto chosen = deps_.place(*view, path, is_dir);
+    if (!chosen) return Err(chosen.error());
+    if (!chosen->empty()) node = std::move(*chosen);
   }
   if (node != view->self && !view->IsAlive(node)) {
     return Err(EHOSTDOWN, "placement chose node " + node + ", which is down");

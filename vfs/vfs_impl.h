@@ -175,8 +175,10 @@ struct VfsDeps {
   std::function<std::shared_ptr<NodeFs>(const std::string& node, const std::string& addr)>
       make_remote;
   // The node that stores a new entry at global path `path`. Optional: the
-  // default is this node. Must return a live node id ("" = this node).
-  std::function<std::string(const ClusterView& view, const std::string& path, bool is_dir)> place;
+  // default is this node. Returns a live node id ("" = this node), or the
+  // error the create fails with (EHOSTDOWN: a fixed node that is not alive).
+  std::function<Result<std::string>(const ClusterView& view, const std::string& path, bool is_dir)>
+      place;
   // The tag of another node (st_ino high bits); optional: default is derived
   // from StableHash(node id) (docs/namespace.md, "Inode numbers").
   std::function<uint16_t(const std::string& node)> tag_of;

@@ -117,7 +117,7 @@ PathAnswer PathClient::ReadDir(uint64_t dir) {
       offset = e.next_offset;
     }
   }
-  (void)vfs_->ReleaseDir(*dh);
+  vfs_->ReleaseDir(*dh).IgnoreError();  // the handle just opened: only an unknown one fails
   return a;
 }
 

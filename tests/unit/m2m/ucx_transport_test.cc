@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <future>
+#include <map>
 #include <random>
 #include <set>
 #include <sstream>
@@ -19,6 +20,7 @@
 #include <flatbuffers/flatbuffers.h>
 #include <gtest/gtest.h>
 
+#include "common/errors.h"
 #include "m2m/frame.h"
 #include "tests/unit/m2m/bounded_wait.h"
 #include "tests/unit/m2m/ucx_test_util.h"
@@ -172,6 +174,34 @@ TEST(UcxTransport, ResponderDroppedGivesEio) {
   auto r = CallSync(*c->GetEndpoint(s.addr), 4, {}, kT);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, EIO);
+}
+
+// The transport's UCX table (m2m/ucx_util.cc, docs/errors.md) yields only
+// errnos that the rule at the mount (common/errors.h) knows: the deadline,
+// the unreachable class, and the two local failures.
+TEST(UcxTransport, StatusTableYieldsTransportErrnos) {
+  std::map<int, int> table;
+  for (auto [status, e] : UcxStatusErrnosForTest()) table[status] = e;
+  ASSERT_EQ(table.at(0), 0);  // UCS_OK
+  for (auto [status, e] : table) {
+    if (status == 0) continue;
+    EXPECT_TRUE(e == ETIMEDOUT || e == EINVAL || e == ENOMEM || IsUnreachable(e))
+        << "UCX status " << status << " -> " << std::strerror(e);
+  }
+  // UCX's status values (ucs/type/status.h, part of its ABI).
+  EXPECT_EQ(table.at(-20), ETIMEDOUT);  // UCS_ERR_TIMED_OUT
+  EXPECT_EQ(table.at(-80), ETIMEDOUT);  // UCS_ERR_ENDPOINT_TIMEOUT
+  for (int s : {-6, -23, -24}) {        // UNREACHABLE, REJECTED, NOT_CONNECTED
+    EXPECT_EQ(table.at(s), EHOSTDOWN) << s;
+  }
+  EXPECT_EQ(table.at(-5), EINVAL);  // UCS_ERR_INVALID_PARAM
+  EXPECT_EQ(table.at(-4), ENOMEM);  // UCS_ERR_NO_MEMORY
+  for (int s : {-3, -16, -25, -40, -60}) {  // IO_ERROR, CANCELED, CONNECTION_RESET, link, endpoint
+    EXPECT_EQ(table.at(s), ECONNRESET) << s;
+  }
+  // What the caller of a mount gets for them.
+  EXPECT_EQ(CallerErrno(Error{table.at(-20), ""}), ETIMEDOUT);
+  for (int s : {-6, -16, -25}) EXPECT_EQ(CallerErrno(Error{table.at(s), ""}), EHOSTDOWN) << s;
 }
 
 struct Regions : ::testing::Test {

@@ -286,6 +286,30 @@ TEST_F(VfsTest, CreatePlacesOnTheChosenNodeWithParents) {
   EXPECT_EQ(again.error().code, EEXIST);
 }
 
+// A placement that fails (a fixed node that is not alive) fails the create
+// with its errno, and nothing is made on another node (docs/config.md).
+TEST_F(VfsTest, AFailedPlacementFailsTheCreate) {
+  VfsDeps deps;
+  deps.cluster = &cluster_;
+  deps.local = a_.get();
+  deps.vds = vds_.get();
+  deps.place = [](const ClusterView&, const std::string& path, bool) -> Result<std::string> {
+    return Err(EHOSTDOWN, "placement node 'c' for " + path + " is not alive");
+  };
+  VfsOptions o;
+  o.node_tag = 7;
+  vfs_ = std::make_unique<VfsImpl>(o, std::move(deps));
+  auto made = vfs_->Create(cred_, kRootIno, "pinned", 0640, O_WRONLY);
+  ASSERT_FALSE(made);
+  EXPECT_EQ(made.error().code, EHOSTDOWN);
+  auto dir = vfs_->Mkdir(cred_, kRootIno, "pinned-dir", 0750);
+  ASSERT_FALSE(dir);
+  EXPECT_EQ(dir.error().code, EHOSTDOWN);
+  EXPECT_FALSE(fs::exists(dir_ + "/a/pinned"));
+  EXPECT_FALSE(fs::exists(dir_ + "/a/pinned-dir"));
+  EXPECT_EQ(vds_->adds, 0);
+}
+
 TEST_F(VfsTest, LinkAcrossNodesIsExdevAndReaddirShowsTheUnion) {
   Put("a", "/f", "a");
   Put("b", "/only-b/g", "b");
