@@ -59,8 +59,8 @@ struct VdEdit {
   std::string node;
 };
 
-// What VfsImpl needs from the VD service, as blocking calls (the daemon
-// adapts VdService with GetVdSync/UpdateVdSync; tests use fakes).
+// What VfsImpl needs from the VD service, as blocking calls (node/
+// vd_client.h adapts VdService with GetVdSync/UpdateVdSync; tests use fakes).
 class VdClient {
  public:
   virtual ~VdClient() = default;
@@ -94,7 +94,7 @@ class VdClient {
   // Lock(path, lock) and Claim(path, claim) (two names of one directory) in
   // one step, both or neither: a rename within one directory. The default
   // takes them one after the other (and releases the lock if the claim
-  // fails); the daemon's client makes one call to the manager.
+  // fails); node/'s client (node/vd_client.h) makes one call to the manager.
   virtual Status LockAndClaim(const std::string& path, const std::string& lock,
                               const std::string& claim) {
     if (auto s = Lock(path, lock); !s) return s;
