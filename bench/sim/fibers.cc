@@ -1,9 +1,15 @@
 // FiberScheduler (bench/sim/fibers.h) on Boost.Context fibers.
 #include "bench/sim/fibers.h"
 
-#include <boost/context/fiber.hpp>
-#include <boost/context/protected_fixedsize_stack.hpp>
+#include <sys/mman.h>
 
+#include <boost/context/fiber.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -13,34 +19,70 @@ namespace fedfs::bench {
 
 namespace ctx = boost::context;
 
-// Guarded stacks of one size, kept for reuse when a fiber ends.
+// Stacks of one size, carved from large mappings and kept for reuse when a
+// fiber ends. Not one mapping per stack (as boost's guarded stacks are): a
+// simulation of a thousand nodes has tens of thousands of fibers alive at
+// its peaks, and two mappings per stack (the stack and its guard page) would
+// pass Linux's limit of 65530 mappings per process (vm.max_map_count), where
+// the next mmap fails. Instead the lowest kCanaryBytes of each stack hold a
+// pattern, checked when the stack comes back: an overflow aborts the run
+// with a message instead of corrupting the simulation silently.
 class FiberStackPool {
  public:
-  explicit FiberStackPool(size_t bytes) : alloc_(bytes) {}
+  explicit FiberStackPool(size_t bytes) : bytes_((bytes + kPage - 1) / kPage * kPage) {}
   ~FiberStackPool() {
-    for (ctx::stack_context& s : free_) alloc_.deallocate(s);
+    for (const auto& [base, len] : chunks_) ::munmap(base, len);
   }
   FiberStackPool(const FiberStackPool&) = delete;
   FiberStackPool& operator=(const FiberStackPool&) = delete;
 
   ctx::stack_context Take() {
-    if (free_.empty()) return alloc_.allocate();
-    ctx::stack_context s = free_.back();
+    if (free_.empty()) Grow();
+    char* base = free_.back();
     free_.pop_back();
+    ctx::stack_context s;
+    s.size = bytes_;
+    s.sp = base + bytes_;  // stacks grow down from the top
     return s;
   }
   void Give(ctx::stack_context& s) noexcept {
-    if (free_.size() < kMaxFree) {
-      free_.push_back(s);
-    } else {
-      alloc_.deallocate(s);
+    char* base = static_cast<char*>(s.sp) - s.size;
+    for (size_t i = 0; i < kCanaryBytes / sizeof(uint64_t); ++i) {
+      if (reinterpret_cast<const uint64_t*>(base)[i] != kCanary) {
+        std::fprintf(stderr, "fedfs-bench: a fiber overflowed its %zu-byte stack\n", bytes_);
+        std::abort();
+      }
     }
+    // Past the stacks kept warm, the pages go back to the kernel (all but
+    // the canary's): a peak's stacks would otherwise stay resident.
+    if (free_.size() >= kWarm) ::madvise(base + kPage, bytes_ - kPage, MADV_DONTNEED);
+    free_.push_back(base);
   }
 
  private:
-  static constexpr size_t kMaxFree = 1024;
-  ctx::protected_fixedsize_stack alloc_;
-  std::vector<ctx::stack_context> free_;
+  static constexpr size_t kPage = 4096;
+  static constexpr size_t kStacksPerChunk = 256;
+  static constexpr size_t kCanaryBytes = 256;  // within the first page
+  static constexpr size_t kWarm = 1024;
+  static constexpr uint64_t kCanary = 0xfedf5fedf5fedf5full;
+
+  void Grow() {
+    const size_t len = bytes_ * kStacksPerChunk;
+    void* m = ::mmap(nullptr, len, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (m == MAP_FAILED) throw std::bad_alloc();
+    chunks_.emplace_back(m, len);
+    char* base = static_cast<char*>(m);
+    for (size_t i = kStacksPerChunk; i-- > 0;) {
+      char* stack = base + i * bytes_;
+      std::fill_n(reinterpret_cast<uint64_t*>(stack), kCanaryBytes / sizeof(uint64_t), kCanary);
+      free_.push_back(stack);
+    }
+  }
+
+  const size_t bytes_;
+  std::vector<std::pair<void*, size_t>> chunks_;
+  std::vector<char*> free_;  // the lowest address of each free stack
 };
 
 namespace {

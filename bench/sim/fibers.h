@@ -14,10 +14,12 @@
 // Everything happens on one thread in the simulated clock's order, so a run
 // is deterministic.
 //
-// Stacks: fixed, `stack_bytes` each (128 KiB by default) with a guard page
-// below (an overflow faults instead of corrupting), mapped on demand (only
-// the pages a fiber touched are resident) and reused through a free list,
-// so a fiber per request costs no system call once warm.
+// Stacks: fixed, `stack_bytes` each (128 KiB by default), carved from
+// mappings of 256 stacks (a mapping per stack would pass Linux's per-process
+// limit of mappings at a thousand nodes' peaks), touched on demand (only the
+// pages a fiber used are resident) and reused through a free list, so a
+// fiber per request costs no system call once warm. An overflow is caught
+// when the stack comes back (a pattern at its bottom, checked) and aborts.
 //
 // Threads: everything on the thread that created the scheduler (it installs
 // itself there for its lifetime), which runs the network. Not thread-safe.
