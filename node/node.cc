@@ -40,14 +40,13 @@ class DirOpsAdapter final : public ns::DirOpsClient {
 
 std::shared_ptr<const ns::ClusterView> EpochView::Current() const {
   auto v = inner_->Current();
-  bool new_epoch = false;
-  {
-    std::lock_guard lock(mu_);
-    if (v == last_) return v;
-    new_epoch = last_ && last_->epoch != v->epoch;
-    last_ = v;
+  uint64_t last = last_epoch_.load(std::memory_order_acquire);
+  if (last == v->epoch) return v;  // the common path: no lock, no write
+  // One thread wins each change of epoch and drops the names once.
+  if (last_epoch_.compare_exchange_strong(last, v->epoch, std::memory_order_acq_rel) &&
+      last != kNoEpoch) {
+    hooks_->DropNames();
   }
-  if (new_epoch) hooks_->DropNames();
   return v;
 }
 

@@ -35,7 +35,8 @@ struct KernelHooks {
 
 // The environment's cluster view, with one rule added: when the epoch changes
 // (managers move, VDs are rebuilt, sharer records are lost) the kernel's
-// names are dropped before the new view is used. Current() from any thread.
+// names are dropped before the new view is used. Current() from any thread;
+// it takes no lock.
 class EpochView final : public ns::ClusterViewSource {
  public:
   EpochView(const ns::ClusterViewSource* inner, std::shared_ptr<KernelHooks> hooks)
@@ -43,10 +44,10 @@ class EpochView final : public ns::ClusterViewSource {
   std::shared_ptr<const ns::ClusterView> Current() const override;
 
  private:
+  static constexpr uint64_t kNoEpoch = ~uint64_t{0};
   const ns::ClusterViewSource* inner_;
   std::shared_ptr<KernelHooks> hooks_;
-  mutable std::mutex mu_;
-  mutable std::shared_ptr<const ns::ClusterView> last_;  // guarded by mu_
+  mutable std::atomic<uint64_t> last_epoch_{kNoEpoch};  // of the last view handed out
 };
 
 struct Node::Impl {
