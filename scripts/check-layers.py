@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Checks the include graph of the product against the layers of
-docs/design.md ("Parts and their arrows"): a part may include only itself
-and the parts below it. Prints every forbidden #include (file:line, the
-arrow) and exits 1 if there is one; 0 and a one-line summary otherwise.
+"""Checks the include graph of the product against the layers drawn in
+docs/design.md ("Parts and their arrows", read from there): a part may
+include only itself and the parts below it. Prints every forbidden #include
+(file:line, the arrow), and every cycle or unknown part in the table, and
+exits 1 if there is one; 0 and a one-line summary otherwise.
 
     scripts/check-layers.py [REPO_ROOT]
 """
@@ -10,48 +11,60 @@ import os
 import re
 import sys
 
-# Part -> the parts it may include (besides itself). Each part is one
-# top-level folder; the set is closed downwards (a part may include what its
-# allowed parts may). A part in its own closure (a cycle) fails the check.
-BELOW = {
-    "common": [],
-    "control": ["common"],
-    "m2m": ["common"],
-    "cluster": ["m2m", "control"],
-    "nodefs": ["common"],
-    "watch": ["common"],
-    "files": ["nodefs", "m2m", "control"],
-    "vd": ["nodefs", "cluster"],
-    "dirops": ["vd"],
-    "vfs": ["vd"],
-    "fuse": ["vfs"],
-    "node": ["files", "dirops", "vfs", "watch"],
-    "fedfsd": ["fuse", "node"],
-    "tools": ["fedfsd"],
-    "bench": ["node"],
-}
+# The layers are docs/design.md's ("Parts and their arrows"): the code block
+# there lists each part with the parts it includes directly ("b <- a, c"),
+# one layer per line. A part may include what its parts may too. A part in
+# its own closure (a cycle) fails the check, and so does a table that cannot
+# be read.
+ARROW = re.compile(r"([a-z0-9_]+)\s+<-\s+([a-z0-9_]+(?:,\s*[a-z0-9_]+)*)")
+ALONE = re.compile(r"^layer\s+\d+\s+([a-z0-9_]+)\s*$")
 
 
-def closure(part, seen=None):
+def read_layers(root):
+    with open(os.path.join(root, "docs", "design.md"), encoding="utf-8") as f:
+        text = f.read()
+    m = re.search(r"## Parts and their arrows\s*```\n(.*?)```", text, re.S)
+    if not m:
+        raise SystemExit("check-layers: no layers table in docs/design.md")
+    below = {}
+    for line in m.group(1).splitlines():
+        if not line.startswith("layer"):
+            continue
+        alone = ALONE.match(line)
+        if alone:
+            below.setdefault(alone.group(1), [])
+        for part, deps in ARROW.findall(line):
+            below[part] = [d.strip() for d in deps.split(",")]
+    if not below:
+        raise SystemExit("check-layers: the layers table in docs/design.md lists no part")
+    return below
+
+
+def closure(below, part, seen=None):
     seen = set() if seen is None else seen
-    for p in BELOW[part]:
+    for p in below.get(part, []):
         if p not in seen:
             seen.add(p)
-            closure(p, seen)
+            closure(below, p, seen)
     return seen
 
 
-ALLOWED = {part: closure(part) for part in BELOW}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/]+)/')
 
 
 def main() -> int:
     root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else
                            os.path.join(os.path.dirname(__file__), ".."))
+    below = read_layers(root)
+    ALLOWED = {part: closure(below, part) for part in below}
     bad, files = [], 0
+    for part, deps in below.items():
+        for d in deps:
+            if d not in below:
+                bad.append(f"docs/design.md: {part} <- {d}, a part the table does not list")
     for part, allowed in ALLOWED.items():
         if part in allowed:
-            bad.append(f"scripts/check-layers.py: the layers have a cycle through {part}")
+            bad.append(f"docs/design.md: the layers have a cycle through {part}")
     for part, allowed in ALLOWED.items():
         top = os.path.join(root, part)
         for dirpath, _, names in os.walk(top):
@@ -70,9 +83,9 @@ def main() -> int:
                             continue
                         bad.append(f"{os.path.relpath(path, root)}:{n}: {part} -> {target}")
     for b in bad:
-        print(f"forbidden include: {b}")
+        print(f"check-layers: {b}")
     if bad:
-        print(f"check-layers: {len(bad)} forbidden include(s) in {files} files")
+        print(f"check-layers: {len(bad)} problem(s) in {files} files")
         return 1
     print(f"check-layers: {files} files, no include against the layers")
     return 0
