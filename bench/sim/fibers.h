@@ -45,8 +45,9 @@ class FiberScheduler final : public Cooperative {
   // `net` (kSimulated) outlives the scheduler's use; installs this
   // scheduler on the calling thread until destroyed.
   explicit FiberScheduler(m2m::FakeNetwork& net, size_t stack_bytes = kDefaultStackBytes);
-  // Fibers still suspended then are unwound (their stacks' destructors run);
-  // a simulation that ran to idle has none.
+  // Fibers still suspended then are unwound (resumed, they throw from where
+  // they wait, and their stacks' destructors run); a simulation that ran to
+  // idle has none.
   ~FiberScheduler() override;
   FiberScheduler(const FiberScheduler&) = delete;
   FiberScheduler& operator=(const FiberScheduler&) = delete;
@@ -66,9 +67,13 @@ class FiberScheduler final : public Cooperative {
   void Sleep(std::chrono::nanoseconds d) override;
   std::chrono::steady_clock::time_point Now() const override;
 
+ public:
+  struct Fiber;  // fibers.cc
+
  private:
-  struct Fiber;
   void Start(std::move_only_function<void()> fn);
+  // To fiber `f` until it suspends or ends; Resume also deletes it if it ended.
+  void Switch(Fiber* f);
   void Resume(Fiber* f);
 
   m2m::FakeNetwork& net_;
@@ -76,6 +81,10 @@ class FiberScheduler final : public Cooperative {
   Fiber* current_ = nullptr;
   Fiber* all_ = nullptr;  // live fibers, a doubly linked list
   size_t live_ = 0, spawned_ = 0, max_live_ = 0;
+  // The main context's stack, as ASan is told of it at each switch back.
+  const void* main_bottom_ = nullptr;
+  size_t main_size_ = 0;
+  void* main_fake_stack_ = nullptr;
   ScopedCooperative installed_;
 };
 
