@@ -1,10 +1,7 @@
 #include "node/node.h"
 
 #include <map>
-#include <mutex>
-#include <shared_mutex>
 
-#include "common/logging.h"
 #include "node/node_impl.h"
 
 namespace fedfs::node {
@@ -75,8 +72,7 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
   // This node's side of the holders' callbacks: the kernel drops what it caches.
   d.fs_callbacks = std::make_unique<ns::FsCallbacks>(
       tr, [hooks = d.hooks](const std::string& node, const std::vector<ns::Handle>& handles) {
-        std::shared_lock lock(hooks->vfs_mu);
-        if (hooks->vfs != nullptr) hooks->vfs->RemoteAttrsChanged(node, handles);
+        hooks->RemoteAttrsChanged(node, handles);
       });
 
   // VDs, their managers and the directory table.
@@ -151,10 +147,7 @@ void Node::StopClients() {
   if (impl_->vfs) impl_->vfs->SetDirOps(nullptr);
   impl_->dir_ops_client.reset();
   impl_->dir_ops.reset();
-  {
-    std::unique_lock lock(impl_->hooks->vfs_mu);
-    impl_->hooks->vfs = nullptr;
-  }
+  impl_->hooks->SetVfs(nullptr);
   impl_->vfs.reset();
 }
 
@@ -170,10 +163,7 @@ void Node::SetKernelCache(ns::KernelCache* kernel) {
   if (kernel == nullptr) {
     // Nothing invalidates the kernel's caches from now on.
     h.kernel.store(nullptr, std::memory_order_release);
-    {
-      std::unique_lock lock(h.vfs_mu);
-      h.vfs = nullptr;
-    }
+    h.SetVfs(nullptr);
     if (impl_->vd_service) impl_->vd_service->SetKernelCache(nullptr);
     if (impl_->vfs) impl_->vfs->SetKernelCache(nullptr);
     return;
@@ -181,10 +171,7 @@ void Node::SetKernelCache(ns::KernelCache* kernel) {
   // From now on names and attributes go out cacheable, and every path that
   // may make them stale invalidates them.
   h.kernel.store(kernel, std::memory_order_release);
-  {
-    std::unique_lock lock(h.vfs_mu);
-    h.vfs = impl_->vfs.get();
-  }
+  h.SetVfs(impl_->vfs.get());
   impl_->vd_service->SetKernelCache(kernel);
   impl_->vfs->SetKernelCache(kernel);
 }

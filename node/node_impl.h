@@ -4,9 +4,9 @@
 
 #include <atomic>
 #include <memory>
-#include <mutex>
 #include <shared_mutex>
 #include <string>
+#include <vector>
 
 #include "dirops/kv.h"
 #include "files/remote_node_fs.h"
@@ -30,6 +30,16 @@ struct KernelHooks {
   void DropAttrs(const std::string& path) {
     std::shared_lock lock(vfs_mu);
     if (vfs != nullptr) vfs->InvalidateAttrsOf(path);
+  }
+  // Node `node` told of changes of the files it holds open for us.
+  void RemoteAttrsChanged(const std::string& node, const std::vector<ns::Handle>& handles) {
+    std::shared_lock lock(vfs_mu);
+    if (vfs != nullptr) vfs->RemoteAttrsChanged(node, handles);
+  }
+  // The facade, or nullptr: waits for the callbacks using the one before.
+  void SetVfs(ns::VfsImpl* v) {
+    std::unique_lock lock(vfs_mu);
+    vfs = v;
   }
 };
 
