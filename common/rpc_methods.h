@@ -38,6 +38,8 @@ enum class RpcMethod : uint16_t {
   kNsVdDrop = 20,     // drop resident VDs at or beneath P (sent to every live node)
   kNsDtInval = 21,    // invalidate directory-table entries of P (two-sided fallback
                       // when a VD's sharer list overflowed; see vd_service.h)
+  kNsVdRecall = 22,   // M(P) -> the node P is lent to: give the lease back
+  kNsVdRenew = 23,    // the node P is lent to -> M(P): extend the lease's term
   kDataFirst = 64,
   // Data path, file service (files/file_service.h; bodies: files/fs.fbs).
   // Sub-range 64..79.

@@ -38,8 +38,11 @@ auto VdService::Impl::Core::ServeClaim(const std::string& path, VdChange change,
                                        const std::string& from, m2m::Callback<UpdateOutcome> done)
     -> void {
   if (change.kind == VdChange::Kind::kRelease) {
-    std::lock_guard lock(mu_);
-    EndClaimLocked(path, change.name, from);
+    {
+      std::lock_guard lock(mu_);
+      EndClaimLocked(path, change.name, from);
+    }
+    MaybeReturn(path);  // a lent P's return may have waited for it
     return done(UpdateOutcome{});
   }
   if (change.kind == VdChange::Kind::kLock) {
@@ -59,6 +62,7 @@ auto VdService::Impl::Core::ServeClaim(const std::string& path, VdChange change,
     if (Status busy = BusyLocked(path, change.name, from); !busy) {
       return done(Err(busy.error()));
     }
+    if (Status r = ReturningLocked(path); !r) return done(Err(r.error()));
     claims_[path][change.name] = HoldBy(from);
     return done(UpdateOutcome{});
   }
@@ -85,6 +89,7 @@ auto VdService::Impl::Core::ServeClaimOf(const std::string& path, std::string na
                 });
             return;
           }
+          if (Status r = self->ReturningLocked(path); !r) return done(Err(r.error()));
           if (lock) {
             if (Status busy = self->BusyLocked(path, *lock, from); !busy) {
               return done(Err(busy.error()));

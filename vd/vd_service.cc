@@ -32,6 +32,9 @@ auto VdService::Impl::Core::Close() -> void {
   closed_ = true;
   resident_.clear();
   lru_.clear();
+  held_.clear();
+  lent_.clear();
+  lease_count_.store(0, std::memory_order_release);
 }
 
 auto VdService::Impl::Core::OnListLocal(m2m::IncomingCall call, m2m::Responder responder) -> void {
@@ -83,11 +86,13 @@ auto VdService::Impl::Core::OnUpdate(m2m::IncomingCall call, m2m::Responder resp
   if (!valid) return Refuse("kNsVdUpdate", call, std::move(responder), valid.error());
   auto view = cluster_->Current();
   if (auto s = CheckManager(*view, req->path); !s) return responder.Fail(s.error());
-  ServeUpdate(req->path, std::move(req->changes), req->from, *view,
-              [responder = std::move(responder)](Result<UpdateOutcome> o) mutable {
-                if (!o) return responder.Fail(o.error());
-                responder.Reply(EncodeUpdateReply(*o));
-              });
+  ServeUpdate(
+      req->path, std::move(req->changes), req->from, *view,
+      [responder = std::move(responder)](Result<UpdateOutcome> o) mutable {
+        if (!o) return responder.Fail(o.error());
+        responder.Reply(EncodeUpdateReply(*o));
+      },
+      req->lease_ok);
 }
 
 auto VdService::Impl::Core::OnDtInval(m2m::IncomingCall call, m2m::Responder responder) -> void {
@@ -136,15 +141,28 @@ auto VdService::Impl::Core::OnDrop(m2m::IncomingCall call, m2m::Responder respon
 
 auto VdService::Impl::Core::DropLocal(const std::string& path) -> void {
   if (dt_) dt_->InvalidateSubtree(path);
-  std::lock_guard lock(mu_);
-  for (auto it = resident_.begin(); it != resident_.end();) {
-    auto next = std::next(it);
-    if (PathWithin(it->first, path)) EvictLocked(it);
-    it = next;
+  std::vector<m2m::Responder> answer;
+  uint64_t version = 0;
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = resident_.begin(); it != resident_.end();) {
+      auto next = std::next(it);
+      if (PathWithin(it->first, path)) EvictLocked(it);
+      it = next;
+    }
+    for (auto& [p, b] : builds_) {
+      if (PathWithin(p, path)) b->dropped = true;
+    }
+    // Leases held here end (their managers keep theirs lent until they
+    // recall them, and rebuild then).
+    for (auto it = held_.begin(); it != held_.end();) {
+      auto next = std::next(it);
+      if (PathWithin(it->first, path)) EndHeldLocked(it, &answer);
+      it = next;
+    }
+    version = version_floor_;
   }
-  for (auto& [p, b] : builds_) {
-    if (PathWithin(p, path)) b->dropped = true;
-  }
+  for (auto& r : answer) r.Reply(EncodeRecalled(RecalledData{true, version}));
 }
 
 auto VdService::Impl::Core::DropSubtree(const std::string& path,
@@ -196,8 +214,9 @@ auto VdService::Impl::Core::Get(const std::string& path,
   }
   auto view = cluster_->Current();
   const std::string& manager = view->Manager(path);
-  // Managed here: served at once, as Route would (no Routed to build).
-  if (!manager.empty() && manager == view->self) {
+  // Managed here, or lent here: served at once, as Route would (no Routed
+  // to build).
+  if (!manager.empty() && (manager == view->self || HeldHere(path, *view))) {
     return ServeGet(path, view->self, std::nullopt, false, std::move(done));
   }
   std::optional<DirTable::Ticket> ticket;
@@ -250,9 +269,11 @@ auto VdService::Impl::Core::UpdateMany(const std::string& path, std::vector<VdCh
   // the whole VD per unlink or rename).
   auto view = cluster_->Current();
   const std::string& manager = view->Manager(path);
-  // Managed here: this node keeps no DT copy of its own VDs to patch or to
-  // guard.
-  const bool here = !manager.empty() && manager == view->self;
+  // Managed here (or lent here): this node keeps no DT copy of its own VDs
+  // to patch or to guard.
+  const bool here = !manager.empty() && (manager == view->self || HeldHere(path, *view));
+  const bool lease_ok = !here && options_.lend_after > 0;
+  const auto asked = SteadyNow();
   const bool own = !here && dt_ && std::ranges::any_of(changes, [](const VdChange& c) {
     return c.kind == VdChange::Kind::kAdd || c.kind == VdChange::Kind::kRemove;
   });
@@ -269,18 +290,21 @@ auto VdService::Impl::Core::UpdateMany(const std::string& path, std::vector<VdCh
   r->method = MethodId(RpcMethod::kNsVdUpdate);
   // The manager waits for its sharers' invalidations (up to rpc_timeout).
   r->timeout = 2 * std::chrono::duration_cast<m2m::Timeout>(options_.rpc_timeout);
-  r->encode = [path, changes](const ClusterView& v) {
-    return EncodeUpdateRequest(path, changes, v);
+  r->encode = [path, changes, lease_ok](const ClusterView& v) {
+    return EncodeUpdateRequest(path, changes, v, lease_ok);
   };
   r->local = [self, path, changes](const ClusterView& v, m2m::Callback<UpdateOutcome> cb) {
     self->ServeUpdate(path, changes, v.self, v, std::move(cb));
   };
   r->decode = [](const m2m::Bytes& b) { return DecodeUpdateReply(b); };
-  if (own) {
-    r->inspect = [self, path](const Result<UpdateOutcome>& o, bool remote, uint64_t) {
+  if (own || lease_ok) {
+    r->inspect = [self, path, own, asked](const Result<UpdateOutcome>& o, bool remote, uint64_t) {
       if (!remote) return;  // served here: this node keeps no DT copy of its own VDs
-      if (!o) return self->dt_->Invalidate(path);
-      self->dt_->Patch(path, o->prev_version, o->version, o->keys, o->fresh, o->holders);
+      if (own) {
+        if (!o) return self->dt_->Invalidate(path);
+        self->dt_->Patch(path, o->prev_version, o->version, o->keys, o->fresh, o->holders);
+      }
+      if (o && o->lease) self->InstallLease(path, *o, asked);
     };
   }
   r->done = std::move(finish);
@@ -310,6 +334,7 @@ auto VdService::Impl::Core::stats() const -> Stats {
   Stats s = stats_;
   s.resident = resident_.size();
   s.sharer_records = sharer_records_;
+  s.leases_held = held_.size();
   if (dt_) {
     s.has_dt = true;
     s.dt = dt_->stats();
@@ -329,6 +354,15 @@ auto VdService::Impl::Core::CheckManager(const ClusterView& view, const std::str
 auto VdService::Impl::Core::ServeGet(const std::string& path, const std::string& from,
                                      std::optional<SharerSlotData> sharer, bool notify,
                                      m2m::Callback<VdPtr> done) -> void {
+  // Lent to another node: served once it is back (vd_lease.cc).
+  if (RecallFirst(path, [&] {
+        return std::move_only_function<void()>(
+            [self = shared_from_this(), path, from, sharer, notify, done = std::move(done)]() mutable {
+              self->ServeGet(path, from, std::move(sharer), notify, std::move(done));
+            });
+      })) {
+    return;
+  }
   const auto view = cluster_->Current();
   VdPtr ready;
   {
@@ -347,6 +381,7 @@ auto VdService::Impl::Core::ServeGet(const std::string& path, const std::string&
                                         it->second.snap.vd->epoch == view->epoch &&
                                         !rounds_.contains(path)) {
       Touch(it->second);
+      if (from != it->second.streak_node) it->second.streak = 0;  // another node reads P
       ready = it->second.snap.vd;
     }
   }
@@ -372,6 +407,14 @@ auto VdService::Impl::Core::ServeGet(const std::string& path, const std::string&
 
 auto VdService::Impl::Core::ServeConflicts(const std::string& path,
                                            m2m::Callback<std::vector<Conflict>> done) -> void {
+  if (RecallFirst(path, [&] {
+        return std::move_only_function<void()>(
+            [self = shared_from_this(), path, done = std::move(done)]() mutable {
+              self->ServeConflicts(path, std::move(done));
+            });
+      })) {
+    return;
+  }
   EnsureResident(path, [done = std::move(done)](Result<Snapshot> s) mutable {
     if (!s) return done(Err(s.error()));
     done(vd_internal::ConflictsOf(*s->state));
@@ -380,7 +423,16 @@ auto VdService::Impl::Core::ServeConflicts(const std::string& path,
 
 auto VdService::Impl::Core::ServeUpdate(const std::string& path, std::vector<VdChange> changes,
                                         const std::string& from, const ClusterView& view,
-                                        m2m::Callback<UpdateOutcome> done) -> void {
+                                        m2m::Callback<UpdateOutcome> done, bool lease_ok) -> void {
+  if (RecallFirst(path, [&] {
+        return std::move_only_function<void()>([self = shared_from_this(), path,
+                                                changes = std::move(changes), from, view,
+                                                done = std::move(done), lease_ok]() mutable {
+          self->ServeUpdate(path, std::move(changes), from, view, std::move(done), lease_ok);
+        });
+      })) {
+    return;
+  }
   if (changes.size() == 1 &&
       (changes[0].kind == VdChange::Kind::kClaim || changes[0].kind == VdChange::Kind::kRelease ||
        changes[0].kind == VdChange::Kind::kLock)) {
@@ -402,8 +454,8 @@ auto VdService::Impl::Core::ServeUpdate(const std::string& path, std::vector<VdC
     // are not invalidated yet.
     if (rounds_.contains(path)) {
       QueueBehindRoundLocked(path, [self = shared_from_this(), path, changes, from, view,
-                                    done = std::move(done)]() mutable {
-        self->ServeUpdate(path, std::move(changes), from, view, std::move(done));
+                                    done = std::move(done), lease_ok]() mutable {
+        self->ServeUpdate(path, std::move(changes), from, view, std::move(done), lease_ok);
       });
       return;
     }
@@ -474,10 +526,16 @@ auto VdService::Impl::Core::ServeUpdate(const std::string& path, std::vector<VdC
         rounds_.try_emplace(path);  // see rounds_
       }
     }
+    // Lent to the reporter with the reply, when nobody else has a copy.
+    if (lease_ok && it != resident_.end() && targets.empty() && !broadcast) {
+      o.lease = MaybeLendLocked(path, it->second, from, view);
+    }
   }
+  // A change of a VD lent here: its return may have waited for it.
+  MaybeReturn(path);
   // This node's kernel may hold names of P; the reporter's own kernel saw
-  // its change happen.
-  if (changed && from != view.self) DropKernelNames();
+  // its change happen. A lent P changes where this node does not see it.
+  if ((changed || o.lease) && from != view.self) DropKernelNames();
   if (targets.empty() && !broadcast) return done(std::move(o));
   InvalidateSharers(
       path, std::move(targets), broadcast, view, from,
@@ -521,6 +579,8 @@ void VdService::RegisterHandlers() {
   install(RpcMethod::kNsConflicts, &Core::OnConflicts);
   install(RpcMethod::kNsVdDrop, &Core::OnDrop);
   install(RpcMethod::kNsDtInval, &Core::OnDtInval);
+  install(RpcMethod::kNsVdRecall, &Core::OnRecall);
+  install(RpcMethod::kNsVdRenew, &Core::OnRenew);
 }
 
 void VdService::SetKernelCache(KernelCache* k) { impl_->core->SetKernelCache(k); }

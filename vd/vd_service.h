@@ -80,6 +80,15 @@ struct VdServiceOptions {
   // How long GetVdSync waits for a manager whose membership view is behind
   // this node's (see GetVdSync).
   std::chrono::milliseconds view_catchup{2000};
+  // Leases (docs/namespace.md, "Leases"): a manager lends VD(P) to a node
+  // that reported `lend_after` changes of P in a row while no other node
+  // shares a copy of it (0: never lend). That node then serves P itself, with
+  // no message, for `lease_term` at a time (renewed while it holds it) until
+  // the manager recalls it, which it does before it serves P to anyone else.
+  uint32_t lend_after = 3;
+  std::chrono::milliseconds lease_term{1000};
+  // After a recall, P is not lent again for this long.
+  std::chrono::milliseconds lend_cooldown{1000};
 };
 
 // A change to one entry of VD(P), made on `node`.
@@ -170,6 +179,13 @@ class VdService {
     uint64_t dt_invals_received = 0;     // kNsDtInval handled
     uint64_t notifies_sent = 0;          // kNsDtInval sent to sharers whose kernels cache names
     uint64_t kernel_invalidations = 0;   // KernelCache::InvalidateNames calls made here
+    // Leases (manager side): lent, recalled (before serving another node).
+    uint64_t leases_granted = 0;
+    uint64_t leases_recalled = 0;
+    // Leases (holder side): taken, given back (recalled, expired, epoch), held now.
+    uint64_t leases_taken = 0;
+    uint64_t leases_ended = 0;
+    uint64_t leases_held = 0;
     bool has_dt = false;
     DirTable::Stats dt;            // this node's directory table (if has_dt)
   };

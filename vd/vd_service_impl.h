@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <atomic>
 #include <list>
 #include <map>
 #include <mutex>
@@ -120,6 +121,14 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
 
   void OnDrop(m2m::IncomingCall call, m2m::Responder responder);
 
+  // kNsVdRecall (at the node P is lent to): the lease is given back once no
+  // claim or lock of this node in P is held; answered then.
+  void OnRecall(m2m::IncomingCall call, m2m::Responder responder);
+
+  // kNsVdRenew (at M(P)): the holder's lease runs `lease_term` from when it
+  // asked, unless a recall is under way.
+  void OnRenew(m2m::IncomingCall call, m2m::Responder responder);
+
   // Forgets every resident VD at or beneath `path`, and keeps the dirmerges
   // in flight there from becoming resident.
   void DropLocal(const std::string& path);
@@ -157,6 +166,9 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   struct Resident {
     Snapshot snap;
     std::list<std::string>::iterator lru;  // position in lru_
+    // The node whose changes came last, and how many in a row (leases).
+    std::string streak_node;
+    uint32_t streak = 0;
   };
 
   // One dirmerge in flight.
@@ -266,8 +278,75 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   // resident VD(P) at once, invalidates the other sharers of P, then answers
   // what they did (version 0 when P is not resident: the next get rebuilds
   // it). Claims and releases: see ServeClaim.
+  // `lease_ok`: the reporter may be lent P (MaybeLendLocked).
   void ServeUpdate(const std::string& path, std::vector<VdChange> changes, const std::string& from,
-                   const ClusterView& view, m2m::Callback<UpdateOutcome> done);
+                   const ClusterView& view, m2m::Callback<UpdateOutcome> done,
+                   bool lease_ok = false);
+
+  // --- Leases (vd_lease.cc; docs/namespace.md, "Leases") ---
+
+  // Manager side: P lent to `node`.
+  struct Lent {
+    std::string node;
+    uint64_t id = 0;
+    std::chrono::steady_clock::time_point renewed;  // granted or last renewed (here)
+    bool recalling = false;
+    std::vector<std::move_only_function<void()>> waiting;  // served once it is back
+  };
+  // Holder side: P lent to this node.
+  struct Held {
+    uint64_t id = 0;
+    uint64_t epoch = 0;
+    std::chrono::steady_clock::time_point expires;  // by this node's clock
+    bool renewing = false;
+    bool returning = false;                 // recalled: new claims and locks refused
+    std::vector<m2m::Responder> recalls;    // answered once it is given back
+  };
+
+  // Manager side: if P is lent, `retry` runs once it is back (the recall is
+  // sent if it is not under way) and true is returned; false: not lent.
+  // `make()` builds `retry`; it is called only if P is lent.
+  template <class MakeRetry>
+  bool RecallFirst(const std::string& path, MakeRetry&& make) {
+    if (!AnyLeases()) return false;
+    bool send = false;
+    {
+      std::lock_guard lock(mu_);
+      auto it = lent_.find(path);
+      if (it == lent_.end()) return false;
+      it->second.waiting.push_back(make());
+      send = !std::exchange(it->second.recalling, true);
+    }
+    if (send) SendRecall(path);
+    return true;
+  }
+  void SendRecall(const std::string& path);
+  // The recall ended (`version`: the holder's last); the VD is rebuilt from
+  // the export roots at its next use, and what waited runs.
+  void EndLent(const std::string& path, uint64_t id, uint64_t version);
+  // Holder side: asks M(P) to extend the lease (`asked`: now).
+  void SendRenew(const std::string& path, uint64_t id, std::chrono::steady_clock::time_point asked);
+  // Under mu_, after `changes` from `from` were applied to resident `r`: the
+  // lease to hand out with the reply, if P may be lent to `from` now.
+  std::optional<LeaseData> MaybeLendLocked(const std::string& path, Resident& r,
+                                           const std::string& from, const ClusterView& view);
+
+  // Holder side: whether this node serves P itself now (a lease held in this
+  // epoch and not expired; an ended one is cleaned up, a renewal sent when due).
+  bool HeldHere(const std::string& path, const ClusterView& view);
+  // Installs the lease of an update's reply (its request left at `asked`).
+  void InstallLease(const std::string& path, const UpdateOutcome& o,
+                    std::chrono::steady_clock::time_point asked);
+  // Gives P back if it is being returned and nothing of this node holds a
+  // name there; answers the recalls.
+  void MaybeReturn(const std::string& path);
+  // Under mu_: forgets the lease of P here (its VD and holds too); the
+  // recalls to answer are moved to `answer`.
+  void EndHeldLocked(std::unordered_map<std::string, Held>::iterator it,
+                     std::vector<m2m::Responder>* answer);
+  // EAGAIN while P's lease is being returned (claims and locks then go to M(P)).
+  Status ReturningLocked(const std::string& path) const;
+  bool AnyLeases() const { return lease_count_.load(std::memory_order_acquire) > 0; }
 
   // --- Claims (see VdChange) ---
 
@@ -423,6 +502,14 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   // Claimed names per directory (see VdChange), guarded by mu_.
   std::unordered_map<std::string, std::map<std::string, Claim>> claims_;
   std::unique_ptr<DirTable> dt_;  // this node's directory table (client side); set once
+  // Leases (guarded by mu_); lease_count_ = lent_.size() + held_.size(), read
+  // without mu_ so that the common case (none) costs no lock.
+  std::unordered_map<std::string, Lent> lent_;
+  std::unordered_map<std::string, Held> held_;
+  std::unordered_map<std::string, uint64_t> revoked_;  // recalled before it arrived
+  std::unordered_map<std::string, std::chrono::steady_clock::time_point> recalled_at_;
+  uint64_t lease_ids_ = 0;
+  std::atomic<size_t> lease_count_{0};
   std::atomic<KernelCache*> kernel_{nullptr};
 
  public:

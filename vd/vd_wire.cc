@@ -2,6 +2,7 @@
 #include "vd/vd_wire.h"
 
 #include <cstring>
+#include <set>
 
 #include <flatbuffers/flatbuffers.h>
 
@@ -166,7 +167,7 @@ m2m::Bytes EncodePathRequest(const std::string& path, const ClusterView& view,
 
 // `changes` is never empty.
 m2m::Bytes EncodeUpdateRequest(const std::string& path, const std::vector<VdChange>& changes,
-                               const ClusterView& view) {
+                               const ClusterView& view, bool lease_ok) {
   flatbuffers::FlatBufferBuilder b(256 + path.size() + 64 * changes.size());
   auto p = b.CreateString(path);
   auto f = b.CreateString(view.self);
@@ -178,7 +179,20 @@ m2m::Bytes EncodeUpdateRequest(const std::string& path, const std::vector<VdChan
     more = b.CreateVector(v);
   }
   return Finish(b, wire::Body::UpdateRequest,
-                wire::CreateUpdateRequest(b, p, f, view.epoch, first, more));
+                wire::CreateUpdateRequest(b, p, f, view.epoch, first, more, lease_ok));
+}
+
+m2m::Bytes EncodeRecallRequest(const std::string& path, const ClusterView& view, uint64_t lease) {
+  flatbuffers::FlatBufferBuilder b(128 + path.size());
+  auto p = b.CreateString(path);
+  auto f = b.CreateString(view.self);
+  return Finish(b, wire::Body::PathRequest,
+                wire::CreatePathRequest(b, p, f, view.epoch, 0, false, lease));
+}
+
+m2m::Bytes EncodeRecalled(const RecalledData& r) {
+  flatbuffers::FlatBufferBuilder b(64);
+  return Finish(b, wire::Body::Recalled, wire::CreateRecalled(b, r.held, r.version));
 }
 
 m2m::Bytes EncodeListing(const std::vector<DirEntry>& entries) {
@@ -220,8 +234,22 @@ m2m::Bytes EncodeUpdateReply(const UpdateOutcome& o) {
   auto keys = Strings(b, o.keys);
   auto entries = Entries(b, o.fresh);
   auto holders = Strings(b, o.holders);
+  flatbuffers::Offset<wire::Lease> lease;
+  if (o.lease) {
+    std::vector<flatbuffers::Offset<wire::HolderCopies>> hv;
+    for (const auto& [node, entries] : o.lease->copies) {
+      std::vector<flatbuffers::Offset<wire::LocalEntry>> ev;
+      ev.reserve(entries.size());
+      for (const DirEntry& e : entries) {
+        ev.push_back(wire::CreateLocalEntry(b, b.CreateString(e.name), e.type, 0));
+      }
+      hv.push_back(wire::CreateHolderCopies(b, b.CreateString(node), b.CreateVector(ev)));
+    }
+    lease = wire::CreateLease(b, o.lease->id, o.lease->epoch, b.CreateVector(hv));
+  }
   return Finish(b, wire::Body::UpdateReply,
-                wire::CreateUpdateReply(b, o.version, o.prev_version, keys, entries, holders));
+                wire::CreateUpdateReply(b, o.version, o.prev_version, keys, entries, holders,
+                                        lease));
 }
 
 Result<PathRequestData> DecodePathRequest(const m2m::Bytes& payload) {
@@ -235,6 +263,7 @@ Result<PathRequestData> DecodePathRequest(const m2m::Bytes& payload) {
   out.from = r->from() ? r->from()->str() : std::string();
   out.epoch = r->epoch();
   out.notify = r->notify();
+  out.lease = r->lease();
   if (const wire::SharerSlot* sh = r->sharer(); sh != nullptr) {
     if (sh->rkey() == nullptr || sh->rkey()->size() == 0 || sh->length() == 0 ||
         sh->length() % 8 != 0 || uint64_t{sh->slot()} * 8 + 8 > sh->length()) {
@@ -261,6 +290,7 @@ Result<UpdateRequestData> DecodeUpdateRequest(const m2m::Bytes& payload) {
   out.path = std::move(*path);
   out.from = r->from() ? r->from()->str() : std::string();
   out.epoch = r->epoch();
+  out.lease_ok = r->lease_ok();
   auto first = DecodeChange(r->change());
   if (!first) return Err(first.error());
   out.changes.push_back(std::move(*first));
@@ -353,7 +383,38 @@ Result<UpdateOutcome> DecodeUpdateReply(const m2m::Bytes& payload) {
   auto holders = DecodeStrings(r->holders());
   if (!holders) return Err(holders.error());
   o.holders = std::move(*holders);
+  if (const wire::Lease* l = r->lease(); l != nullptr) {
+    LeaseData lease;
+    lease.id = l->id();
+    lease.epoch = l->epoch();
+    std::set<std::string> seen;
+    if (l->copies() != nullptr) {
+      for (const wire::HolderCopies* h : *l->copies()) {
+        auto node = Need(h->node(), "lease.node");
+        if (!node) return Err(node.error());
+        if (!seen.insert(*node).second) return Err(EPROTO, "lease names a holder twice");
+        std::vector<DirEntry> entries;
+        if (h->entries() != nullptr) {
+          entries.reserve(h->entries()->size());
+          for (const wire::LocalEntry* e : *h->entries()) {
+            auto name = Need(e->name(), "lease.entry.name");
+            if (!name) return Err(name.error());
+            entries.push_back(DirEntry{std::move(*name), e->type(), 0});
+          }
+        }
+        lease.copies.emplace_back(std::move(*node), std::move(entries));
+      }
+    }
+    o.lease = std::move(lease);
+  }
   return o;
+}
+
+Result<RecalledData> DecodeRecalled(const m2m::Bytes& payload) {
+  auto d = Decoded::Open(payload, wire::Body::Recalled);
+  if (!d) return Err(d.error());
+  const wire::Recalled* r = d->msg()->body_as_Recalled();
+  return RecalledData{r->held(), r->version()};
 }
 
 }  // namespace fedfs::ns::vdcodec

@@ -15,7 +15,8 @@
 //  * DecodeUpdateRequest: 1..kMaxChangesPerUpdate changes of a known kind,
 //    each with a name and a node (validating names is the service's work);
 //  * DecodeVd, DecodeUpdateReply: entries strictly sorted by name (lookups
-//    rely on it); DecodeVd counts the subdirectories.
+//    rely on it); DecodeVd counts the subdirectories;
+//  * a lease (DecodeUpdateReply): every holder with a node id, each once.
 // Encode*(x) gives bytes that the matching Decode* turns back into x.
 // Pure functions; any thread. Internal to fedfs_ns_vd (and its fuzz target).
 #pragma once
@@ -54,6 +55,7 @@ struct PathRequestData {
   uint64_t epoch = 0;
   std::optional<SharerSlotData> sharer;
   bool notify = false;
+  uint64_t lease = 0;  // kNsVdRecall: the lease recalled
 };
 
 // A kNsVdUpdate request.
@@ -62,6 +64,21 @@ struct UpdateRequestData {
   std::string from;
   uint64_t epoch = 0;
   std::vector<VdChange> changes;  // never empty
+  bool lease_ok = false;          // the sender may be lent VD(P)
+};
+
+// VD(P) lent to a reporter (vd/vd_service.h, "Leases"): every copy of
+// every name, by holder (each holder of P once, possibly with no entries).
+struct LeaseData {
+  uint64_t id = 0;
+  uint64_t epoch = 0;
+  std::vector<std::pair<std::string, std::vector<DirEntry>>> copies;
+};
+
+// A kNsVdRecall reply.
+struct RecalledData {
+  bool held = false;
+  uint64_t version = 0;
 };
 
 // What one applied change did (kNsVdUpdate reply).
@@ -71,6 +88,7 @@ struct UpdateOutcome {
   std::vector<std::string> keys;
   std::vector<VdEntry> fresh;
   std::vector<std::string> holders;
+  std::optional<LeaseData> lease;  // VD(P) lent to the reporter
 };
 
 // `from` and `epoch` are view.self and view.epoch.
@@ -78,7 +96,10 @@ m2m::Bytes EncodePathRequest(const std::string& path, const ClusterView& view,
                              const SharerSlotData* sharer = nullptr, bool notify = false);
 // `changes` is never empty.
 m2m::Bytes EncodeUpdateRequest(const std::string& path, const std::vector<VdChange>& changes,
-                               const ClusterView& view);
+                               const ClusterView& view, bool lease_ok = false);
+// A kNsVdRecall request: a PathRequest naming the lease.
+m2m::Bytes EncodeRecallRequest(const std::string& path, const ClusterView& view, uint64_t lease);
+m2m::Bytes EncodeRecalled(const RecalledData& r);
 m2m::Bytes EncodeListing(const std::vector<DirEntry>& entries);
 // `uncached`: the receiver must not keep it (decodes as cacheable = false).
 m2m::Bytes EncodeVd(const VirtualDirectory& vd, bool uncached = false);
@@ -91,5 +112,6 @@ Result<std::vector<DirEntry>> DecodeListing(const m2m::Bytes& payload);
 Result<VdPtr> DecodeVd(const m2m::Bytes& payload);
 Result<std::vector<Conflict>> DecodeConflicts(const m2m::Bytes& payload);
 Result<UpdateOutcome> DecodeUpdateReply(const m2m::Bytes& payload);
+Result<RecalledData> DecodeRecalled(const m2m::Bytes& payload);
 
 }  // namespace fedfs::ns::vdcodec
