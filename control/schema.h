@@ -199,6 +199,10 @@ struct DtReply {
   uint64_t sharer_records = 0, invalidations_sent = 0, invalidations_failed = 0;
   uint64_t broadcasts_sent = 0, changes_invalidated = 0;
   uint64_t gets_served = 0, dirmerges = 0, updates_applied = 0, resident = 0;
+  // Leases (docs/namespace.md, "Leases"): as a manager, lent and recalled;
+  // as a holder, taken, ended and held now.
+  uint64_t leases_granted = 0, leases_recalled = 0;
+  uint64_t leases_taken = 0, leases_ended = 0, leases_held = 0;
   std::optional<DtTableRow> table;  // null: no table (directory_table.entries: 0)
   template <class S, class V>
   static void Fields(S& s, V&& v) {
@@ -210,7 +214,9 @@ struct DtReply {
     v("invalidations_failed", s.invalidations_failed); v("broadcasts_sent", s.broadcasts_sent);
     v("changes_invalidated", s.changes_invalidated); v("gets_served", s.gets_served);
     v("dirmerges", s.dirmerges); v("updates_applied", s.updates_applied);
-    v("resident", s.resident); v("table", s.table);
+    v("resident", s.resident); v("leases_granted", s.leases_granted);
+    v("leases_recalled", s.leases_recalled); v("leases_taken", s.leases_taken);
+    v("leases_ended", s.leases_ended); v("leases_held", s.leases_held); v("table", s.table);
   }
 };
 

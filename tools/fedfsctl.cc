@@ -113,6 +113,9 @@ void PrintDt(const control::DtReply& r) {
               "broadcasts %llu, changes %llu\n",
               u(r.sharer_records), u(r.invalidations_sent), u(r.invalidations_failed),
               u(r.broadcasts_sent), u(r.changes_invalidated));
+  std::printf("leases: lent %llu, recalled %llu; taken %llu, ended %llu, held now %llu\n",
+              u(r.leases_granted), u(r.leases_recalled), u(r.leases_taken), u(r.leases_ended),
+              u(r.leases_held));
 }
 
 void PrintFiles(const control::FilesReply& r) {

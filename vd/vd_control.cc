@@ -53,6 +53,11 @@ control::DtReply DtStatus(const VdService& vds, const std::string& self) {
   r.dirmerges = s.dirmerges;
   r.updates_applied = s.updates_applied;
   r.resident = s.resident;
+  r.leases_granted = s.leases_granted;
+  r.leases_recalled = s.leases_recalled;
+  r.leases_taken = s.leases_taken;
+  r.leases_ended = s.leases_ended;
+  r.leases_held = s.leases_held;
   if (s.has_dt) {
     control::DtTableRow t;
     t.capacity = s.dt.capacity;

@@ -13,7 +13,7 @@
 // in all three export roots with files spread over the nodes by a hash
 // placement rule, so that most operations touch a remote node; and every file
 // on one node (a fixed-node rule), used through all three mounts. Each runs
-// with and without renames. The variants are instantiated disabled while
+// with and without renames, and twice more with the nodes taking turns. The variants are instantiated disabled while
 // they still find violations (see the end of this file).
 //
 // FEDFS_HISTORY_SEEDS="3,17" replaces the default seeds (to replay a failure;
@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cerrno>
 #include <cstdio>
@@ -168,11 +169,17 @@ enum class Layout {
 struct Variant {
   Layout layout;
   bool renames;  // false: create/unlink/stat/readdir only
+  // The nodes take turns: the workers of node i start i x 40 ms after the
+  // others, so that one node changes the directory alone for a while (its
+  // manager lends it the VD, docs/namespace.md "Leases") and the next one's
+  // operations recall it.
+  bool turns = false;
 };
 
 std::string Describe(const Variant& v) {
   const char* layout[] = {"CreatingNode", "SpreadByHash", "OneNode"};
-  return std::string(layout[static_cast<int>(v.layout)]) + (v.renames ? "WithRenames" : "NoRenames");
+  return std::string(layout[static_cast<int>(v.layout)]) + (v.renames ? "WithRenames" : "NoRenames") +
+         (v.turns ? "InTurns" : "");
 }
 std::string VariantName(const ::testing::TestParamInfo<Variant>& info) { return Describe(info.param); }
 void PrintTo(const Variant& v, std::ostream* os) { *os << Describe(v); }
@@ -199,7 +206,18 @@ class NamespaceHistory : public ::testing::TestWithParam<Variant> {
     }
   }
 
-  void RunHistory(const std::string& rel, uint64_t seed, bool renames) {
+  // Leases lent by all nodes so far (fedfsctl dt --json).
+  uint64_t LeasesGranted() const {
+    uint64_t n = 0;
+    for (const auto& id : ids_) {
+      auto r = RunCommand({FEDFS_FEDFSCTL_PATH, "--socket", c_.Socket(id), "dt", "--json"}, kNoHang);
+      auto j = nlohmann::json::parse(r.out, nullptr, false);
+      if (r.exit_code == 0 && j.is_object()) n += j.value("leases_granted", uint64_t{0});
+    }
+    return n;
+  }
+
+  void RunHistory(const std::string& rel, uint64_t seed, bool renames, bool turns) {
     HistoryRecorder rec;
     std::vector<Worker> workers;
     for (int n = 0; n < kNodes; ++n) {
@@ -210,9 +228,11 @@ class NamespaceHistory : public ::testing::TestWithParam<Variant> {
     }
     std::latch go(static_cast<ptrdiff_t>(workers.size()));
     std::vector<std::thread> threads;
-    for (auto& w : workers) {
-      threads.emplace_back([&go, &w] {
+    for (size_t i = 0; i < workers.size(); ++i) {
+      const auto delay = std::chrono::milliseconds(turns ? 40 * (i / kWorkersPerNode) : 0);
+      threads.emplace_back([&go, &w = workers[i], delay] {
         go.arrive_and_wait();
+        std::this_thread::sleep_for(delay);
         w.Run(kOpsPerWorker);
       });
     }
@@ -299,7 +319,13 @@ TEST_P(NamespaceHistory, RandomHistoriesAreLinearizable) {
       ASSERT_EQ(::mkdir((c_.Mountpoint("n1") + rel).c_str(), 0755), 0) << std::strerror(errno);
     }
     SCOPED_TRACE("seed " + std::to_string(seed));
-    ASSERT_NO_FATAL_FAILURE(RunHistory(rel, seed, v.renames));
+    ASSERT_NO_FATAL_FAILURE(RunHistory(rel, seed, v.renames, v.turns));
+  }
+  const uint64_t leases = LeasesGranted();
+  std::printf("leases granted: %llu\n", static_cast<unsigned long long>(leases));
+  // Taking turns, each node changes the directory alone for a while.
+  if (v.turns) {
+    EXPECT_GT(leases, 0u);
   }
 }
 
@@ -340,7 +366,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Variant{Layout::kOneNode, false}, Variant{Layout::kCreatingNode, false},
                       Variant{Layout::kSpreadByHash, false},
                       Variant{Layout::kCreatingNode, true}, Variant{Layout::kSpreadByHash, true},
-                      Variant{Layout::kOneNode, true}),
+                      Variant{Layout::kOneNode, true},
+                      Variant{Layout::kCreatingNode, true, true},
+                      Variant{Layout::kSpreadByHash, true, true}),
     VariantName);
 
 }  // namespace
