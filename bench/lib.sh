@@ -376,6 +376,11 @@ gluster_stop() {
 # 50,000/s, by the order of the targets rather than by the targets. A fresh
 # file system also starts every run from the same state.
 # STORE=dir: $WORK is a plain directory in /var/tmp/fedfs-SHORT-*.
+# fusectl: fedfsd mounts it on /sys/fs/fuse/connections where it is missing,
+# to end its connection at shutdown (after serving over io_uring); when it
+# was not mounted as the run began, bench_cleanup unmounts it again.
+FUSECTL=/sys/fs/fuse/connections
+FUSECTL_WAS=
 bench_begin() {
   BENCH_NAME=$1
   BENCH_BASE=$(mktemp -d "/var/tmp/fedfs-$2-XXXXXX")
@@ -384,6 +389,7 @@ bench_begin() {
   STORE_DEV=
   PIDS=()
   MOUNTS=()
+  if mountpoint -q "$FUSECTL"; then FUSECTL_WAS=1; fi
   trap bench_cleanup EXIT
   trap 'exit 130' INT TERM
   if [ "${STORE:-loop}" = loop ]; then
@@ -447,6 +453,13 @@ trace_end() {
 
 bench_cleanup() {
   stop_started
+  if [ -z "$FUSECTL_WAS" ] && mountpoint -q "$FUSECTL"; then
+    if umount "$FUSECTL"; then
+      log "unmounted fusectl from $FUSECTL (a FedFS daemon of the run mounted it)"
+    else
+      log "could not unmount fusectl from $FUSECTL: left mounted"
+    fi
+  fi
   trace_end
   if [ -n "$TRACEFS_MOUNTED" ]; then
     umount "$TRACEFS" || log "could not unmount tracefs from $TRACEFS: left mounted"
