@@ -20,6 +20,13 @@
 #               io_uring (the run turns the fuse module's switch on, see URING)
 #   fedfs3-loc  FedFS, 3 nodes, files created on the mounting node
 #   fedfs3-rem  FedFS, 3 nodes, a placement rule puts every file on another node
+#   glusterfs   GlusterFS: a distributed volume over 3 bricks on this machine
+#               (the run's file system), one FUSE mount, its default options
+#               (bench/lib.sh, start_glusterfs: installs glusterfs-server and
+#               glusterfs-client with apt-get when missing -- the packages
+#               stay installed --, starts a glusterd of its own when none
+#               runs, and after each round unmounts, stops and deletes the
+#               volume, stops that glusterd by pid and removes its state)
 # Rows: metadata ops/s over FILES files (fedfs-meta-bench: create, stat,
 # readdir entries, rename, unlink), fio 1 MiB sequential write/read (read
 # after dropping caches), 4 KiB random read warm (timed) and cold (caches dropped,
@@ -45,7 +52,7 @@
 #      REPEAT=3 (rounds; each round runs every target once, in order, so a
 #      slow spell of the machine hits all targets alike; the median of the
 #      rounds is shown: on a small shared machine single runs vary by up to 2x),
-#      TARGETS="native ptll ptll-dp mergerfs fedfs1 fedfs1-dev fedfs3-loc fedfs3-rem",
+#      TARGETS="native ptll ptll-dp mergerfs fedfs1 fedfs1-dev fedfs3-loc fedfs3-rem glusterfs",
 #      COUNT=1 (default; 0: off) counts requests per operation in one untimed
 #      round per FUSE target (COUNT_FILES=2000 files, 64 MiB sequential
 #      files, 1 s random jobs); mounts tracefs on /sys/kernel/tracing for
@@ -63,10 +70,13 @@
 #      STORE=loop (default: every target's files, and the native directory, on
 #      a fresh ext4 with a journal made for the run on a loop device; see
 #      bench_begin in bench/lib.sh for why) or STORE=dir (a plain directory in
-#      /var/tmp), STORE_SIZE=16G (the sparse image's size).
-# Everything started here (FUSE servers, daemons) is stopped by pid and
-# everything mounted is unmounted on exit, failure or Ctrl-C (trap).
-# Shared functions (builds, mounts, daemons, cleanup): bench/lib.sh.
+#      /var/tmp), STORE_SIZE=16G (the sparse image's size),
+#      GLUSTER_HOST=<address> the bricks' address (default: the first global
+#      IPv4 address; GlusterFS refuses 127.x).
+# Everything started here (FUSE servers, daemons, glusterd and its bricks)
+# is stopped by pid, everything mounted is unmounted, and the GlusterFS
+# volume is deleted on exit, failure or Ctrl-C (trap).
+# Shared functions (builds, mounts, daemons, GlusterFS, cleanup): bench/lib.sh.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$ROOT/build-bench}
@@ -76,7 +86,7 @@ RAND_SIZE=${RAND_SIZE:-64M}
 RUNTIME=${RUNTIME:-5}
 REPEAT=${REPEAT:-3}
 FIO=${FIO:-1}
-TARGETS=${TARGETS:-"native ptll ptll-dp mergerfs fedfs1 fedfs1-dev fedfs3-loc fedfs3-rem"}
+TARGETS=${TARGETS:-"native ptll ptll-dp mergerfs fedfs1 fedfs1-dev fedfs3-loc fedfs3-rem glusterfs"}
 URING=${URING:-Y}
 COUNT=${COUNT:-1}
 COUNT_FILES=${COUNT_FILES:-2000}
@@ -118,6 +128,9 @@ setup_fedfs1() { start_fedfs fedfs1 1 ""; }
 setup_fedfs1-dev() { start_fedfs fedfs1dev 1 "fuse: {io_uring: false}"; }
 setup_fedfs3-loc() { start_fedfs fedfs3loc 3 ""; }
 setup_fedfs3-rem() { start_fedfs fedfs3rem 3 "placement: {policy: local, rules: [{prefix: /, node: n1}]}"; }
+
+# start_glusterfs (bench/lib.sh): <tag> <bricks> <mounts>
+setup_glusterfs() { start_glusterfs glusterfs 3 1; }
 
 # ---- measurements -----------------------------------------------------------------
 
