@@ -424,13 +424,19 @@ Result<DaemonOptions> ParseConfig(const std::string& text, const std::string& pa
     }
 
     if (const YAML::Node t = GetMap(c, root, "directory_table")) {
-      CheckKeys(c, t, "directory_table.", {"entries", "bytes"});
+      CheckKeys(c, t, "directory_table.", {"entries", "bytes", "lend_after", "lease_ms"});
       uint64_t v = 0;
       if (GetUint(c, t, "entries", "directory_table.entries", 0, uint64_t{1} << 24, &v)) {
         o.directory_table.entries = static_cast<size_t>(v);
       }
       if (GetUint(c, t, "bytes", "directory_table.bytes", 4096, uint64_t{1} << 40, &v)) {
         o.directory_table.bytes = static_cast<size_t>(v);
+      }
+      if (GetUint(c, t, "lend_after", "directory_table.lend_after", 0, 1000000, &v)) {
+        o.directory_table.lend_after = static_cast<uint32_t>(v);
+      }
+      if (GetUint(c, t, "lease_ms", "directory_table.lease_ms", 100, 600000, &v)) {
+        o.directory_table.lease = std::chrono::milliseconds(v);
       }
     }
 

@@ -78,6 +78,10 @@ struct SecurityConfig {
 struct DirectoryTableConfig {
   size_t entries = 4096;                // 0: no table (every lookup asks the manager)
   size_t bytes = size_t{64} << 20;      // memory bound of the cached VDs
+  // Leases (docs/namespace.md, "Leases"): changes in a row after which a
+  // manager lends a VD to the node making them (0: never), and their term.
+  uint32_t lend_after = 3;
+  std::chrono::milliseconds lease{1000};
 };
 
 // Watching the export root for changes made behind FedFS' back

@@ -80,6 +80,8 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
   vdo.rpc_timeout = opt.rpc_timeout;
   vdo.dt_entries = opt.dt_entries;
   vdo.dt_bytes = opt.dt_bytes;
+  vdo.lend_after = opt.lend_after;
+  vdo.lease_term = opt.lease_term;
   vdo.on_local_listing = opt.on_local_listing;
   d.vd_service =
       std::make_unique<ns::VdService>(vdo, tr, d.cluster.get(), d.env.local, d.env.pool);

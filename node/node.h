@@ -59,6 +59,8 @@ struct NodeOptions {
   std::chrono::milliseconds rpc_timeout{2000};
   size_t dt_entries = 4096;        // VdServiceOptions
   size_t dt_bytes = size_t{64} << 20;
+  uint32_t lend_after = 3;  // VdServiceOptions (leases)
+  std::chrono::milliseconds lease_term{1000};
   // Root squash and the file service's limits (its on_change is the Node's).
   ns::FileServiceOptions files;
   ns::VfsOptions vfs;

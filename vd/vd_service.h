@@ -34,6 +34,14 @@
 // fallback; the receiver invalidates its entry). DT entries are valid only in
 // the membership epoch they were fetched in.
 //
+// Leases (docs/namespace.md, "Leases"; vd_lease.cc). A manager lends VD(P),
+// with the reply to a change, to the node that made `lend_after` changes of P
+// in a row while no other node holds a copy; that node then serves P itself
+// (Get, Update and claims of P answered without a message) until the
+// manager recalls it (kNsVdRecall), which it does before it serves P to
+// anyone else, or its term ends (renewed with kNsVdRenew while it is used),
+// or the epoch changes.
+//
 // All methods are asynchronous (callbacks run on the transport's progress
 // context or inline) so that the same code runs in the daemon and in the
 // single-threaded simulator. Thread-safe.
