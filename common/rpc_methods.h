@@ -40,6 +40,7 @@ enum class RpcMethod : uint16_t {
                       // when a VD's sharer list overflowed; see vd_service.h)
   kNsVdRecall = 22,   // M(P) -> the node P is lent to: give the lease back
   kNsVdRenew = 23,    // the node P is lent to -> M(P): extend the lease's term
+  kNsVdGetName = 24,  // one entry of VD(P) from M(P) (a lookup in a stale DT copy)
   kDataFirst = 64,
   // Data path, file service (files/file_service.h; bodies: files/fs.fbs).
   // Sub-range 64..79.

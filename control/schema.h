@@ -182,12 +182,15 @@ struct DtTableRow {
   uint64_t capacity = 0, max_bytes = 0, occupancy = 0, bytes = 0;
   uint64_t hits = 0, misses = 0, stale = 0, evictions = 0;
   uint64_t bumps_received = 0, local_bumps = 0, patches = 0;
+  // Names in stale copies (vd/dir_table.h): hits on them, and names kept.
+  uint64_t name_hits = 0, name_installs = 0;
   template <class S, class V>
   static void Fields(S& s, V&& v) {
     v("capacity", s.capacity); v("max_bytes", s.max_bytes); v("occupancy", s.occupancy);
     v("bytes", s.bytes); v("hits", s.hits); v("misses", s.misses); v("stale", s.stale);
     v("evictions", s.evictions); v("bumps_received", s.bumps_received);
-    v("local_bumps", s.local_bumps); v("patches", s.patches);
+    v("local_bumps", s.local_bumps); v("patches", s.patches); v("name_hits", s.name_hits);
+    v("name_installs", s.name_installs);
   }
 };
 struct DtReply {

@@ -12,6 +12,10 @@ using ns::VdChange;
 
 Result<ns::VdPtr> VdServiceClient::Get(const std::string& path) { return ns::GetVdSync(*s_, path); }
 
+Result<ns::VdPtr> VdServiceClient::GetName(const std::string& path, const std::string& name) {
+  return ns::GetNameVdSync(*s_, path, name);
+}
+
 Result<ns::VdPtr> VdServiceClient::GetFresh(const std::string& path) {
   s_->ForgetCached(path);
   return ns::GetVdSync(*s_, path);

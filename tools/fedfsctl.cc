@@ -106,6 +106,8 @@ void PrintDt(const control::DtReply& r) {
                 u(t.evictions));
     std::printf("  invalidations received %llu one-sided, %llu broadcast; own changes patched %llu\n",
                 u(t.bumps_received), u(r.dt_invals_received), u(t.patches));
+    std::printf("  names in stale copies: %llu kept, %llu hits\n", u(t.name_installs),
+                u(t.name_hits));
   }
   std::printf("  lookups %llu, requests to managers %llu, messages per lookup %.4f\n",
               u(r.lookups), u(r.gets_sent), r.messages_per_lookup);

@@ -1,6 +1,7 @@
 #include "vd/dir_table.h"
 
 #include <atomic>
+#include <map>
 
 #include "common/path.h"
 #include "vd/vd_internal.h"
@@ -72,8 +73,69 @@ bool DirTable::ValidLocked(const Slot& slot, size_t s) const {
 void DirTable::DropLocked(size_t s) {
   Slot& slot = slots_[s];
   if (!slot.path.empty()) index_.erase(slot.path);
-  bytes_ -= slot.bytes;
+  bytes_ -= slot.bytes + slot.names.size() * kNamedBytes;
   slot = Slot{.generation = slot.generation + 1};
+}
+
+void DirTable::PutNameLocked(size_t s, const std::string& name, VdPtr part, uint64_t expected,
+                             uint64_t epoch) {
+  Slot& slot = slots_[s];
+  if (slot.names.size() >= kMaxNamesPerSlot && !slot.names.contains(name)) {
+    const uint64_t word = LoadWord(s);
+    const size_t before = slot.names.size();
+    std::erase_if(slot.names, [&](const auto& kv) { return kv.second.expected != word; });
+    if (slot.names.size() >= kMaxNamesPerSlot) slot.names.clear();
+    bytes_ -= (before - slot.names.size()) * kNamedBytes;
+  }
+  auto [it, added] = slot.names.insert_or_assign(name, Named{std::move(part), expected, epoch});
+  if (added) bytes_ += kNamedBytes;
+  ++stats_.name_installs;
+}
+
+DirTable::VdPtr DirTable::FindName(const std::string& path, const std::string& name,
+                                   uint64_t epoch) {
+  std::lock_guard lock(mu_);
+  auto it = index_.find(path);
+  if (it == index_.end() || (!own_changes_.empty() && own_changes_.contains(path))) {
+    ++stats_.misses;
+    return nullptr;
+  }
+  Slot& slot = slots_[it->second];
+  const uint64_t word = LoadWord(it->second);
+  if (slot.vd != nullptr && slot.epoch == epoch && word == slot.expected) {
+    slot.referenced = true;
+    ++stats_.hits;
+    return slot.vd;
+  }
+  if (auto n = slot.names.find(name);
+      n != slot.names.end() && n->second.epoch == epoch && n->second.expected == word) {
+    slot.referenced = true;
+    ++stats_.hits;
+    ++stats_.name_hits;
+    return n->second.part;
+  }
+  ++stats_.misses;
+  if (slot.vd != nullptr) ++stats_.stale;
+  return nullptr;
+}
+
+std::optional<DirTable::Ticket> DirTable::ReserveName(const std::string& path, uint64_t epoch) {
+  std::lock_guard lock(mu_);
+  auto it = index_.find(path);
+  if (it == index_.end()) return std::nullopt;
+  const size_t s = it->second;
+  const Slot& slot = slots_[s];
+  if (slot.vd == nullptr || slot.epoch != epoch) return std::nullopt;
+  return Ticket{path, static_cast<uint32_t>(s), LoadWord(s), slot.generation};
+}
+
+void DirTable::InstallName(const Ticket& t, const std::string& name, VdPtr part,
+                           uint64_t epoch) {
+  std::lock_guard lock(mu_);
+  if (t.slot >= slots_.size()) return;
+  Slot& slot = slots_[t.slot];
+  if (slot.path != t.path || slot.generation != t.generation) return;  // reused since
+  PutNameLocked(t.slot, name, std::move(part), t.word, epoch);
 }
 
 DirTable::VdPtr DirTable::Find(const std::string& path, uint64_t epoch) {
@@ -136,7 +198,8 @@ void DirTable::Install(const Ticket& t, VdPtr vd, uint64_t epoch) {
   if (t.slot >= slots_.size()) return;
   Slot& slot = slots_[t.slot];
   if (slot.path != t.path || slot.generation != t.generation) return;  // reused since
-  bytes_ -= slot.bytes;
+  bytes_ -= slot.bytes + slot.names.size() * kNamedBytes;
+  slot.names.clear();  // the whole copy answers every name
   slot.bytes = SizeOf(*vd);
   bytes_ += slot.bytes;
   slot.vd = std::move(vd);
@@ -156,7 +219,7 @@ void DirTable::Install(const Ticket& t, VdPtr vd, uint64_t epoch) {
 
 void DirTable::Patch(const std::string& path, uint64_t prev_version, uint64_t vd_version,
                      const std::vector<std::string>& keys, std::vector<VdEntry> fresh,
-                     std::vector<std::string> holders) {
+                     std::vector<std::string> holders, bool sharer) {
   std::lock_guard lock(mu_);
   auto it = index_.find(path);
   if (it == index_.end()) return;
@@ -166,7 +229,32 @@ void DirTable::Patch(const std::string& path, uint64_t prev_version, uint64_t vd
     return;  // fetched since, with the change in it
   }
   if (!ValidLocked(slot, s) || slot.vd->version != prev_version || vd_version == 0) {
+    // No other change reached this slot since the change began, and the
+    // manager records this node: the reply's entries are the names' state,
+    // and the next change of P bumps the slot.
+    auto own = own_changes_.find(path);
+    const bool clean = own != own_changes_.end() && own->second.count == 1 &&
+                       own->second.word == LoadWord(s) && slot.vd != nullptr;
     BumpLocked(s);  // also spoils a fetch in flight for this slot
+    if (!clean || !sharer || vd_version == 0) return;
+    const uint64_t word = LoadWord(s);
+    std::map<std::string, std::vector<VdEntry>> by_name;  // visible name -> its entry
+    for (const std::string& k : keys) by_name[k];
+    for (VdEntry& e : fresh) {
+      std::string n = e.name;
+      by_name[n].push_back(std::move(e));
+    }
+    for (auto& [name, entries] : by_name) {
+      auto part = std::make_shared<VirtualDirectory>();
+      part->path = path;
+      part->version = vd_version;
+      part->epoch = slot.vd->epoch;
+      part->holders = holders;
+      part->partial = true;
+      part->subdirs = slot.vd->subdirs;  // an estimate: the listing is refetched whole
+      for (VdEntry& e : entries) part->entries.Put(std::move(e));
+      PutNameLocked(s, name, std::move(part), word, slot.epoch);
+    }
     return;
   }
   // In place when no reader holds this VD (under mu_, a use count of 1 is the
@@ -187,13 +275,17 @@ void DirTable::Patch(const std::string& path, uint64_t prev_version, uint64_t vd
 
 void DirTable::BeginOwnChange(const std::string& path) {
   std::lock_guard lock(mu_);
-  ++own_changes_[path];
+  OwnChange& o = own_changes_[path];
+  if (o.count++ == 0) {
+    auto it = index_.find(path);
+    o.word = it == index_.end() ? UINT64_MAX : LoadWord(it->second);
+  }
 }
 
 void DirTable::EndOwnChange(const std::string& path) {
   std::lock_guard lock(mu_);
   auto it = own_changes_.find(path);
-  if (it != own_changes_.end() && --it->second == 0) own_changes_.erase(it);
+  if (it != own_changes_.end() && --it->second.count == 0) own_changes_.erase(it);
 }
 
 void DirTable::Invalidate(const std::string& path) {

@@ -13,6 +13,13 @@
 // acknowledgement misses and refetches. A bump that reaches a slot already
 // reused for another path only costs that path a refetch.
 //
+// Names in a stale copy. A slot whose copy went stale keeps it, and a lookup
+// of one name there fetches that name's entry only (kNsVdGetName: O(1) bytes,
+// not O(entries)); the manager records the slot as for a whole fetch, and the
+// entry is valid while the word holds the value it had when the name was
+// asked for. A shared directory that many nodes change thus costs each
+// lookup one small request, not a copy of the whole directory.
+//
 // Replacement: CLOCK over `max_entries` slots, also bounded by `max_bytes`
 // (an estimate of the VDs' memory). Only directories managed elsewhere are
 // kept here: a manager reads its own resident VDs directly.
@@ -70,13 +77,27 @@ class DirTable {
   // since. If the word moved since the ticket, the entry is born stale.
   void Install(const Ticket& ticket, VdPtr vd, uint64_t epoch);
 
+  // A hit for one name: the whole copy if valid (as Find), else the entry of
+  // `name` fetched since the copy went stale, if still valid. Counts a hit or
+  // a miss.
+  VdPtr FindName(const std::string& path, const std::string& name, uint64_t epoch);
+  // A miss for one name in a copy of `epoch` that went stale: the slot's
+  // ticket, to fetch that name only. None: no such copy (fetch it whole).
+  std::optional<Ticket> ReserveName(const std::string& path, uint64_t epoch);
+  // Keeps `part` (a partial VD: the entry of `name` or none) in the ticket's
+  // slot, valid while the word holds the ticket's value.
+  void InstallName(const Ticket& ticket, const std::string& name, VdPtr part, uint64_t epoch);
+
   // After this node's own change of VD(path) at the manager moved it from
   // `prev_version` to `vd_version`: patches the cached copy (entries whose
   // real name is in `keys` replaced by `fresh`, holders replaced) when it is
   // at `prev_version`, else invalidates it.
+  // A stale copy keeps the changed names' entries instead, when `sharer` (the
+  // manager still records this node) and no other change reached the slot
+  // since BeginOwnChange.
   void Patch(const std::string& path, uint64_t prev_version, uint64_t vd_version,
              const std::vector<std::string>& keys, std::vector<VdEntry> fresh,
-             std::vector<std::string> holders);
+             std::vector<std::string> holders, bool sharer = false);
 
   // Brackets this node's own change of VD(path) at the manager, from before
   // it is sent until its reply was patched in: the manager does not bump the
@@ -108,13 +129,25 @@ class DirTable {
     uint64_t bumps_received = 0;  // sum of the words minus local bumps
     uint64_t local_bumps = 0;
     uint64_t patches = 0;
+    uint64_t name_hits = 0;      // hits (counted in hits too) on one name of a stale copy
+    uint64_t name_installs = 0;  // names fetched or patched into stale copies
   };
   Stats stats() const;
 
  private:
+  // The entry of one name in a stale copy (see "Names in a stale copy").
+  struct Named {
+    VdPtr part;
+    uint64_t expected = 0;
+    uint64_t epoch = 0;
+  };
+  static constexpr size_t kMaxNamesPerSlot = 256;
+  static constexpr size_t kNamedBytes = 256;  // estimate per name kept
+
   struct Slot {
     std::string path;  // "" = free
     VdPtr vd;
+    std::unordered_map<std::string, Named> names;
     uint64_t expected = 0;
     uint64_t epoch = 0;
     uint64_t generation = 0;
@@ -127,6 +160,9 @@ class DirTable {
   uint64_t LoadWord(size_t s) const;
   void BumpLocked(size_t s);
   void DropLocked(size_t s);
+  // Keeps `part` for `name` in slot `s` (bounded: stale names go first).
+  void PutNameLocked(size_t s, const std::string& name, VdPtr part, uint64_t expected,
+                     uint64_t epoch);
   size_t VictimLocked();
   bool ValidLocked(const Slot& slot, size_t s) const;
   static size_t SizeOf(const VirtualDirectory& vd);
@@ -140,7 +176,13 @@ class DirTable {
   mutable std::mutex mu_;
   std::vector<Slot> slots_;                       // guarded by mu_
   std::unordered_map<std::string, size_t> index_;  // path -> slot; guarded by mu_
-  std::unordered_map<std::string, size_t> own_changes_;  // in flight; guarded by mu_
+  // Own changes in flight, by path: how many, and the slot's word when the
+  // first began (UINT64_MAX: no slot then). Guarded by mu_.
+  struct OwnChange {
+    size_t count = 0;
+    uint64_t word = 0;
+  };
+  std::unordered_map<std::string, OwnChange> own_changes_;
   size_t hand_ = 0;
   size_t bytes_ = 0;
   Stats stats_;

@@ -187,6 +187,10 @@ struct VirtualDirectory {
   // not a live member in the manager's view): not to be kept in a directory
   // table, since no change would invalidate it.
   bool cacheable = true;
+  // Only the entry of one name (VdService::GetName): Find that name, use
+  // holders and version; `entries` is not the listing (the count of
+  // directories, `subdirs`, is the whole VD's).
+  bool partial = false;
 
   // Sets `subdirs` from `entries` (O(entries)).
   void CountSubdirs();

@@ -71,6 +71,8 @@ control::DtReply DtStatus(const VdService& vds, const std::string& self) {
     t.bumps_received = s.dt.bumps_received;
     t.local_bumps = s.dt.local_bumps;
     t.patches = s.dt.patches;
+    t.name_hits = s.dt.name_hits;
+    t.name_installs = s.dt.name_installs;
     r.table = t;
   }
   return r;

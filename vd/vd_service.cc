@@ -78,6 +78,37 @@ auto VdService::Impl::Core::OnGet(m2m::IncomingCall call, m2m::Responder respond
            });
 }
 
+auto VdService::Impl::Core::OnGetName(m2m::IncomingCall call, m2m::Responder responder) -> void {
+  auto req = DecodePathRequest(call.payload);
+  if (!req) return Refuse("kNsVdGetName", call, std::move(responder), req.error());
+  Status valid = ValidateGlobalPath(req->path);
+  if (valid) valid = ValidateName(req->name);
+  if (!valid) return Refuse("kNsVdGetName", call, std::move(responder), valid.error());
+  auto view = cluster_->Current();
+  if (auto s = CheckManager(*view, req->path); !s) return responder.Fail(s.error());
+  const bool uncached = (req->sharer || req->notify) && !view->IsAlive(req->from);
+  if (uncached) {
+    req->sharer.reset();
+    req->notify = false;
+  }
+  ServeGet(req->path, req->from, std::move(req->sharer), req->notify,
+           [responder = std::move(responder), uncached, name = std::move(req->name)](
+               Result<VdPtr> vd) mutable {
+             if (!vd) return responder.Fail(vd.error());
+             // The entry of `name` only, and what a lookup needs besides.
+             const VirtualDirectory& whole = **vd;
+             VirtualDirectory part;
+             part.path = whole.path;
+             part.version = whole.version;
+             part.epoch = whole.epoch;
+             part.holders = whole.holders;
+             part.subdirs = whole.subdirs;
+             part.partial = true;
+             if (const VdEntry* e = whole.entries.Find(name)) part.entries.Put(*e);
+             responder.Reply(EncodeVd(part, uncached || !whole.cacheable));
+           });
+}
+
 auto VdService::Impl::Core::OnUpdate(m2m::IncomingCall call, m2m::Responder responder) -> void {
   auto req = DecodeUpdateRequest(call.payload);
   if (!req) return Refuse("kNsVdUpdate", call, std::move(responder), req.error());
@@ -205,9 +236,12 @@ auto VdService::Impl::Core::DropSubtree(const std::string& path,
   finish();
 }
 
-auto VdService::Impl::Core::Get(const std::string& path,
+auto VdService::Impl::Core::Get(const std::string& path, const std::string* name,
                                 std::move_only_function<void(Result<VdPtr>)> done) -> void {
   if (auto s = ValidateGlobalPath(path); !s) return done(Err(s.error()));
+  if (name != nullptr) {
+    if (auto s = ValidateName(*name); !s) return done(Err(s.error()));
+  }
   {
     std::lock_guard lock(mu_);
     ++stats_.lookups;
@@ -225,31 +259,44 @@ auto VdService::Impl::Core::Get(const std::string& path,
   // names (its manager would not tell this node's kernel of changes): DT
   // entries are bound to the epoch and to the notify mode they came with.
   const bool notify = KernelCoherent();
+  // One name asked for, in a copy that went stale: that name only
+  // (dir_table.h, "Names in a stale copy").
+  std::optional<std::string> one;
   if (dt_ && !manager.empty()) {  // managed elsewhere
-    if (VdPtr vd = dt_->Find(path, DtEpoch(view->epoch, notify))) return done(std::move(vd));
-    ticket = dt_->Reserve(path);
+    const uint64_t key = DtEpoch(view->epoch, notify);
+    if (name != nullptr) {
+      if (VdPtr vd = dt_->FindName(path, *name, key)) return done(std::move(vd));
+      ticket = dt_->ReserveName(path, key);
+      if (ticket) one = *name;
+    } else if (VdPtr vd = dt_->Find(path, key)) {
+      return done(std::move(vd));
+    }
+    if (!ticket) ticket = dt_->Reserve(path);
     sharer = SharerSlotData{ticket->slot, dt_->region()};
   }
   auto self = shared_from_this();
   auto r = std::make_shared<Routed<VdPtr>>();
   r->path = path;
-  r->method = MethodId(RpcMethod::kNsVdGet);
+  r->method = MethodId(one ? RpcMethod::kNsVdGetName : RpcMethod::kNsVdGet);
   r->timeout = ManagerTimeout();
-  r->encode = [path, sharer = std::move(sharer), notify](const ClusterView& v) {
-    return EncodePathRequest(path, v, sharer ? &*sharer : nullptr, notify);
+  r->encode = [path, sharer = std::move(sharer), notify, one](const ClusterView& v) {
+    return EncodePathRequest(path, v, sharer ? &*sharer : nullptr, notify, one.value_or(""));
   };
   r->local = [self, path](const ClusterView& v, m2m::Callback<VdPtr> cb) {
     self->ServeGet(path, v.self, std::nullopt, false, std::move(cb));
   };
   r->decode = [](const m2m::Bytes& b) { return DecodeVd(b); };
   if (ticket) {
-    r->inspect = [self, ticket = std::move(*ticket), notify](const Result<VdPtr>& vd, bool remote,
-                                                             uint64_t epoch) {
+    r->inspect = [self, ticket = std::move(*ticket), notify, one](const Result<VdPtr>& vd,
+                                                                  bool remote, uint64_t epoch) {
       // Only a VD served by a manager that recorded the slot may be kept,
       // and only one built in the epoch it is kept under: a manager whose
       // view is behind this node's listed only the nodes it knows, and its
       // next epoch would not invalidate the copy here.
-      if (vd && remote && (*vd)->cacheable && (*vd)->epoch == epoch) {
+      if (!vd || !remote || !(*vd)->cacheable || (*vd)->epoch != epoch) return;
+      if (one && (*vd)->partial) {
+        self->dt_->InstallName(ticket, *one, *vd, DtEpoch(epoch, notify));
+      } else if (!(*vd)->partial) {
         self->dt_->Install(ticket, *vd, DtEpoch(epoch, notify));
       }
     };
@@ -302,7 +349,8 @@ auto VdService::Impl::Core::UpdateMany(const std::string& path, std::vector<VdCh
       if (!remote) return;  // served here: this node keeps no DT copy of its own VDs
       if (own) {
         if (!o) return self->dt_->Invalidate(path);
-        self->dt_->Patch(path, o->prev_version, o->version, o->keys, o->fresh, o->holders);
+        self->dt_->Patch(path, o->prev_version, o->version, o->keys, o->fresh, o->holders,
+                         o->sharer);
       }
       if (o && o->lease) self->InstallLease(path, *o, asked);
     };
@@ -517,6 +565,13 @@ auto VdService::Impl::Core::ServeUpdate(const std::string& path, std::vector<VdC
         }
       }
       o.holders = st.holders;
+      // Told of the next change: recorded (TakeSharersLocked keeps the
+      // reporter's record), or every change of P is broadcast.
+      bool recorded = broadcast_all_;
+      if (auto sh = sharers_.find(path); sh != sharers_.end()) {
+        for (const SharerRec& rec : sh->second) recorded = recorded || rec.node == from;
+      }
+      o.sharer = recorded;
     }
     if (changed) {
       targets = TakeSharersLocked(path, from);
@@ -575,6 +630,7 @@ void VdService::RegisterHandlers() {
   };
   install(RpcMethod::kNsListLocal, &Core::OnListLocal);
   install(RpcMethod::kNsVdGet, &Core::OnGet);
+  install(RpcMethod::kNsVdGetName, &Core::OnGetName);
   install(RpcMethod::kNsVdUpdate, &Core::OnUpdate);
   install(RpcMethod::kNsConflicts, &Core::OnConflicts);
   install(RpcMethod::kNsVdDrop, &Core::OnDrop);
@@ -586,7 +642,12 @@ void VdService::RegisterHandlers() {
 void VdService::SetKernelCache(KernelCache* k) { impl_->core->SetKernelCache(k); }
 
 void VdService::Get(const std::string& path, std::move_only_function<void(Result<VdPtr>)> done) {
-  impl_->core->Get(path, std::move(done));
+  impl_->core->Get(path, nullptr, std::move(done));
+}
+
+void VdService::GetName(const std::string& path, const std::string& name,
+                        std::move_only_function<void(Result<VdPtr>)> done) {
+  impl_->core->Get(path, &name, std::move(done));
 }
 
 void VdService::Update(const std::string& path, VdChange change,
@@ -646,13 +707,27 @@ class CatchupDeadline {
   std::chrono::steady_clock::time_point until_{};
 };
 
-Result<VdPtr> GetVdSync(VdService& s, const std::string& path) {
+namespace {
+Result<VdPtr> GetSync(VdService& s, const std::string& path, const std::string* name) {
   CatchupDeadline deadline(s);
   for (;;) {
-    auto vd = WaitFor<Result<VdPtr>>([&](auto done) { s.Get(path, std::move(done)); });
+    auto vd = WaitFor<Result<VdPtr>>([&](auto done) {
+      if (name != nullptr) {
+        s.GetName(path, *name, std::move(done));
+      } else {
+        s.Get(path, std::move(done));
+      }
+    });
     const bool behind = vd ? (*vd)->epoch < s.ViewEpoch() : vd.error().code == ESTALE;
     if (!behind || !deadline.Retry()) return vd;
   }
+}
+}  // namespace
+
+Result<VdPtr> GetVdSync(VdService& s, const std::string& path) { return GetSync(s, path, nullptr); }
+
+Result<VdPtr> GetNameVdSync(VdService& s, const std::string& path, const std::string& name) {
+  return GetSync(s, path, &name);
 }
 
 Status DropSubtreeSync(VdService& s, const std::string& path) {

@@ -147,6 +147,12 @@ class VdService {
   void SetKernelCache(KernelCache* k);
 
   void Get(const std::string& path, std::move_only_function<void(Result<VdPtr>)> done);
+  // VD(P) for a lookup of `name` only: the whole VD, or, where this node's
+  // directory-table copy went stale, a partial one (`partial`: the entry of
+  // `name` or none, the holders, the version) fetched from the manager in a
+  // small request (kNsVdGetName) and kept in the table for that name.
+  void GetName(const std::string& path, const std::string& name,
+               std::move_only_function<void(Result<VdPtr>)> done);
   // Drops this node's directory-table copy of VD(path): the next Get asks
   // the manager.
   void ForgetCached(const std::string& path);
@@ -216,6 +222,7 @@ class VdService {
 //    the manager in its own, newer view (VdService retried at once with this
 //    node's view, which had not changed yet). ESTALE applied nothing.
 Result<VdPtr> GetVdSync(VdService& s, const std::string& path);
+Result<VdPtr> GetNameVdSync(VdService& s, const std::string& path, const std::string& name);
 Status UpdateVdSync(VdService& s, const std::string& path, VdChange change);
 Status UpdateManyVdSync(VdService& s, const std::string& path, std::vector<VdChange> changes);
 Status DropSubtreeSync(VdService& s, const std::string& path);

@@ -113,6 +113,9 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
 
   void OnGet(m2m::IncomingCall call, m2m::Responder responder);
 
+  // kNsVdGetName: as kNsVdGet, but the reply holds the entry of one name.
+  void OnGetName(m2m::IncomingCall call, m2m::Responder responder);
+
   void OnUpdate(m2m::IncomingCall call, m2m::Responder responder);
 
   void OnDtInval(m2m::IncomingCall call, m2m::Responder responder);
@@ -137,7 +140,10 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
 
   void DropSubtree(const std::string& path, std::move_only_function<void(Status)> done);
 
-  void Get(const std::string& path, std::move_only_function<void(Result<VdPtr>)> done);
+  // `name` (optional): only that name will be looked up in the answer, which
+  // may then be a partial VD (VdService::GetName).
+  void Get(const std::string& path, const std::string* name,
+           std::move_only_function<void(Result<VdPtr>)> done);
 
   void UpdateMany(const std::string& path, std::vector<VdChange> changes,
                   std::move_only_function<void(Status)> done);
@@ -237,7 +243,8 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     if (addr == view->live.end()) {
       return r->done(Err(EHOSTDOWN, "manager " + manager + " of " + r->path + " is not alive"));
     }
-    if (r->method == MethodId(RpcMethod::kNsVdGet)) {
+    if (r->method == MethodId(RpcMethod::kNsVdGet) ||
+        r->method == MethodId(RpcMethod::kNsVdGetName)) {
       std::lock_guard lock(mu_);
       ++stats_.gets_sent;
     }

@@ -151,7 +151,7 @@ Result<std::vector<VdEntry>> DecodeEntries(
 }  // namespace
 
 m2m::Bytes EncodePathRequest(const std::string& path, const ClusterView& view,
-                             const SharerSlotData* sharer, bool notify) {
+                             const SharerSlotData* sharer, bool notify, const std::string& name) {
   flatbuffers::FlatBufferBuilder b(256 + path.size());
   auto p = b.CreateString(path);
   auto f = b.CreateString(view.self);
@@ -161,8 +161,10 @@ m2m::Bytes EncodePathRequest(const std::string& path, const ClusterView& view,
                                sharer->region.rkey.size());
     sh = wire::CreateSharerSlot(b, sharer->slot, sharer->region.addr, sharer->region.length, rkey);
   }
+  flatbuffers::Offset<flatbuffers::String> n;
+  if (!name.empty()) n = b.CreateString(name);
   return Finish(b, wire::Body::PathRequest,
-                wire::CreatePathRequest(b, p, f, view.epoch, sh, notify));
+                wire::CreatePathRequest(b, p, f, view.epoch, sh, notify, 0, n));
 }
 
 // `changes` is never empty.
@@ -210,7 +212,8 @@ m2m::Bytes EncodeVd(const VirtualDirectory& vd, bool uncached) {
   auto ev = Entries(b, vd.entries);
   auto p = b.CreateString(vd.path);
   auto h = Strings(b, vd.holders);
-  return Finish(b, wire::Body::Vd, wire::CreateVd(b, p, vd.version, vd.epoch, h, ev, uncached));
+  return Finish(b, wire::Body::Vd, wire::CreateVd(b, p, vd.version, vd.epoch, h, ev, uncached,
+                                                  vd.partial, vd.partial ? vd.subdirs : 0));
 }
 
 // noinline: g++ 12 otherwise reports a false -Wmaybe-uninitialized through
@@ -249,7 +252,7 @@ m2m::Bytes EncodeUpdateReply(const UpdateOutcome& o) {
   }
   return Finish(b, wire::Body::UpdateReply,
                 wire::CreateUpdateReply(b, o.version, o.prev_version, keys, entries, holders,
-                                        lease));
+                                        lease, o.sharer));
 }
 
 Result<PathRequestData> DecodePathRequest(const m2m::Bytes& payload) {
@@ -264,6 +267,7 @@ Result<PathRequestData> DecodePathRequest(const m2m::Bytes& payload) {
   out.epoch = r->epoch();
   out.notify = r->notify();
   out.lease = r->lease();
+  if (r->name() != nullptr) out.name = r->name()->str();
   if (const wire::SharerSlot* sh = r->sharer(); sh != nullptr) {
     if (sh->rkey() == nullptr || sh->rkey()->size() == 0 || sh->length() == 0 ||
         sh->length() % 8 != 0 || uint64_t{sh->slot()} * 8 + 8 > sh->length()) {
@@ -339,7 +343,13 @@ Result<VdPtr> DecodeVd(const m2m::Bytes& payload) {
   auto entries = DecodeEntries(w->entries());
   if (!entries) return Err(entries.error());
   vd->entries = std::move(*entries);
-  vd->CountSubdirs();
+  vd->partial = w->partial();
+  if (vd->partial) {
+    if (vd->entries.size() > 1) return Err(EPROTO, "partial VD with more than one entry");
+    vd->subdirs = static_cast<size_t>(w->subdirs());
+  } else {
+    vd->CountSubdirs();
+  }
   vd->cacheable = !w->uncached();
   return VdPtr(std::move(vd));
 }
@@ -383,6 +393,7 @@ Result<UpdateOutcome> DecodeUpdateReply(const m2m::Bytes& payload) {
   auto holders = DecodeStrings(r->holders());
   if (!holders) return Err(holders.error());
   o.holders = std::move(*holders);
+  o.sharer = r->sharer();
   if (const wire::Lease* l = r->lease(); l != nullptr) {
     LeaseData lease;
     lease.id = l->id();

@@ -55,7 +55,8 @@ struct PathRequestData {
   uint64_t epoch = 0;
   std::optional<SharerSlotData> sharer;
   bool notify = false;
-  uint64_t lease = 0;  // kNsVdRecall: the lease recalled
+  uint64_t lease = 0;  // kNsVdRecall, kNsVdRenew: the lease
+  std::string name;    // kNsVdGetName: the visible name asked for
 };
 
 // A kNsVdUpdate request.
@@ -89,11 +90,13 @@ struct UpdateOutcome {
   std::vector<VdEntry> fresh;
   std::vector<std::string> holders;
   std::optional<LeaseData> lease;  // VD(P) lent to the reporter
+  bool sharer = false;  // the reporter is recorded as a sharer of P
 };
 
 // `from` and `epoch` are view.self and view.epoch.
 m2m::Bytes EncodePathRequest(const std::string& path, const ClusterView& view,
-                             const SharerSlotData* sharer = nullptr, bool notify = false);
+                             const SharerSlotData* sharer = nullptr, bool notify = false,
+                             const std::string& name = {});
 // `changes` is never empty.
 m2m::Bytes EncodeUpdateRequest(const std::string& path, const std::vector<VdChange>& changes,
                                const ClusterView& view, bool lease_ok = false);
@@ -102,6 +105,7 @@ m2m::Bytes EncodeRecallRequest(const std::string& path, const ClusterView& view,
 m2m::Bytes EncodeRecalled(const RecalledData& r);
 m2m::Bytes EncodeListing(const std::vector<DirEntry>& entries);
 // `uncached`: the receiver must not keep it (decodes as cacheable = false).
+// A partial VD (kNsVdGetName) keeps its `subdirs`; a whole one's are counted.
 m2m::Bytes EncodeVd(const VirtualDirectory& vd, bool uncached = false);
 m2m::Bytes EncodeConflicts(const std::vector<Conflict>& conflicts);
 m2m::Bytes EncodeUpdateReply(const UpdateOutcome& o);

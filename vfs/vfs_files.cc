@@ -86,7 +86,7 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
   const uint64_t names_epoch = NamesEpoch();
   if (auto s = ValidateName(name); !s) return Err(s.error());
   FEDFS_TRY(dir, ResolveDir(parent));
-  FEDFS_TRY(vd, deps_.vds->Get(dir->path));
+  FEDFS_TRY(vd, deps_.vds->GetName(dir->path, name));
   if (const VdEntry* e = (*vd)->Find(name)) {
     // Lost a race with another creator: open the existing file.
     if (flags & O_EXCL) return Err(EEXIST, JoinPath(dir->path, name));

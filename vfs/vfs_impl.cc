@@ -155,7 +155,7 @@ Result<VfsImpl::Child> VfsImpl::ChildFromEntry(const Cred& c, const std::string&
 Result<VfsImpl::Child> VfsImpl::LookupChild(const Cred& c, const std::string& dir_path,
                                             const std::string& name, bool* absent) {
   for (int attempt = 0;; ++attempt) {
-    auto vd = deps_.vds->Get(dir_path);
+    auto vd = deps_.vds->GetName(dir_path, name);
     if (!vd) return Err(vd.error());
     const VdEntry* e = (*vd)->Find(name);
     if (e == nullptr) {

@@ -68,6 +68,12 @@ class VdClient {
   virtual Result<VdPtr> Get(const std::string& path) = 0;
   // VD(path) from its manager, not from a cached copy.
   virtual Result<VdPtr> GetFresh(const std::string& path) { return Get(path); }
+  // VD(path) for looking up `name` only: may be partial (VirtualDirectory::
+  // partial: only that name's entry; holders and version as the whole).
+  virtual Result<VdPtr> GetName(const std::string& path, const std::string& name) {
+    (void)name;
+    return Get(path);
+  }
   // Reports that `node` added or removed the entry `name` of directory
   // `path` (kAdd/kRemove).
   virtual Status Add(const std::string& path, const std::string& name, uint8_t type,

@@ -233,7 +233,7 @@ Result<EntryOut> VfsImpl::MakeEntry(const Cred& c, uint64_t parent, const std::s
   const uint64_t names_epoch = NamesEpoch();
   if (auto s = ValidateName(name); !s) return Err(s.error());
   FEDFS_TRY(dir, ResolveDir(parent));
-  FEDFS_TRY(vd, deps_.vds->Get(dir->path));
+  FEDFS_TRY(vd, deps_.vds->GetName(dir->path, name));
   if ((*vd)->Find(name)) return Err(EEXIST, JoinPath(dir->path, name));
   const bool is_dir = type == S_IFDIR;
   FEDFS_TRY(made, MakeNew<struct stat>(c, dir->path, *vd, name, is_dir, make));
@@ -283,7 +283,7 @@ Result<EntryOut> VfsImpl::Link(const Cred& c, uint64_t ino, uint64_t new_parent,
   FEDFS_TRY(src, Resolve(ino));
   if (IsDir(src->type)) return Err(EPERM, src->path + " is a directory");
   FEDFS_TRY(dir, ResolveDir(new_parent));
-  FEDFS_TRY(vd, deps_.vds->Get(dir->path));
+  FEDFS_TRY(vd, deps_.vds->GetName(dir->path, new_name));
   if ((*vd)->Find(new_name)) return Err(EEXIST, JoinPath(dir->path, new_name));
   // A hard link lives on the file's node, in a directory that node holds.
   const auto& h = (*vd)->holders;
@@ -315,7 +315,7 @@ Status VfsImpl::Unlink(const Cred& c, uint64_t parent, const std::string& name) 
   Result<VdPtr> vd = Err(EIO, "unlink");
   const VdEntry* e = nullptr;
   for (int attempt = 0;; ++attempt) {
-    vd = deps_.vds->Get(dir->path);
+    vd = deps_.vds->GetName(dir->path, name);
     if (!vd) return Err(vd.error());
     e = (*vd)->Find(name);
     if (e == nullptr) return Err(ENOENT, JoinPath(dir->path, name));
@@ -349,7 +349,7 @@ Status VfsImpl::Rmdir(const Cred& c, uint64_t parent, const std::string& name) {
 
 Status VfsImpl::RmdirOnce(const Cred& c, uint64_t parent, const std::string& name) {
   FEDFS_TRY(dir, ResolveDir(parent));
-  FEDFS_TRY(vd, deps_.vds->Get(dir->path));
+  FEDFS_TRY(vd, deps_.vds->GetName(dir->path, name));
   const VdEntry* e = (*vd)->Find(name);
   if (e == nullptr) return Err(ENOENT, JoinPath(dir->path, name));
   if (e->type != DT_DIR) return Err(ENOTDIR, JoinPath(dir->path, name));
@@ -364,7 +364,7 @@ Status VfsImpl::RmdirOnce(const Cred& c, uint64_t parent, const std::string& nam
   NameLocks locks(deps_.vds);
   {
     if (auto s = locks.Take({{dir->path, name}}); !s) return s;
-    FEDFS_TRY(vd2, deps_.vds->Get(dir->path));
+    FEDFS_TRY(vd2, deps_.vds->GetName(dir->path, name));
     const VdEntry* e2 = (*vd2)->Find(name);
     if (e2 == nullptr) return Err(ENOENT, path);
     if (e2->type != DT_DIR) return Err(ENOTDIR, path);
@@ -416,7 +416,7 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
   if ((flags & RENAME_EXCHANGE) && (flags & RENAME_NOREPLACE)) return Err(EINVAL, "rename flags");
   FEDFS_TRY(sdir, ResolveDir(parent));
   FEDFS_TRY(ddir, ResolveDir(new_parent));
-  FEDFS_TRY(svd, deps_.vds->Get(sdir->path));
+  FEDFS_TRY(svd, deps_.vds->GetName(sdir->path, name));
   const VdEntry* se = (*svd)->Find(name);
   if (se == nullptr) return Err(ENOENT, JoinPath(sdir->path, name));
   const VdEntry src = *se;
@@ -427,7 +427,10 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
   // existing name (it exists: it is the source).
   if (from == to) return (flags & RENAME_NOREPLACE) ? Status(Err(EEXIST, to)) : Ok();
   if (src.type == DT_DIR && PathWithin(to, from)) return Err(EINVAL, "rename into itself");
-  FEDFS_TRY(dvd, sdir->path == ddir->path ? Result<VdPtr>(*svd) : deps_.vds->Get(ddir->path));
+  // A partial VD holds one name: the destination's is asked for apart.
+  FEDFS_TRY(dvd, sdir->path == ddir->path && !(*svd)->partial
+                     ? Result<VdPtr>(*svd)
+                     : deps_.vds->GetName(ddir->path, new_name));
   const VdEntry* de = (*dvd)->Find(new_name);
   std::optional<VdEntry> dst;
   if (de) dst = *de;
@@ -505,9 +508,11 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
       if (auto s = locks.Take(std::move(names)); !s) return s;
     }
     auto unchanged = [&]() -> Status {
-      FEDFS_TRY(svd2, deps_.vds->Get(sdir->path));
+      FEDFS_TRY(svd2, deps_.vds->GetName(sdir->path, name));
       if (!SameEntry((*svd2)->Find(name), src)) return Err(EEXIST, "raced");
-      FEDFS_TRY(dvd2, sdir->path == ddir->path ? Result<VdPtr>(*svd2) : deps_.vds->Get(ddir->path));
+      FEDFS_TRY(dvd2, sdir->path == ddir->path && !(*svd2)->partial
+                          ? Result<VdPtr>(*svd2)
+                          : deps_.vds->GetName(ddir->path, new_name));
       if (!SameEntry((*dvd2)->Find(new_name), dst_read)) return Err(EEXIST, "raced");
       return Ok();
     };

@@ -72,13 +72,15 @@ TEST(ControlSchema, DtAndFilesBytesAsBefore) {
               {"dt_invals_received", 0u}, {"notifies_sent", 0u}, {"kernel_invalidations", 0u},
               {"sharer_records", 0u}, {"invalidations_sent", 3u}, {"invalidations_failed", 0u},
               {"broadcasts_sent", 0u}, {"changes_invalidated", 0u}, {"gets_served", 0u},
-              {"dirmerges", 0u}, {"updates_applied", 0u}, {"resident", 2u}, {"table", nullptr}};
+              {"dirmerges", 0u}, {"updates_applied", 0u}, {"resident", 2u},
+              {"leases_granted", 0u}, {"leases_recalled", 0u}, {"leases_taken", 0u},
+              {"leases_ended", 0u}, {"leases_held", 0u}, {"table", nullptr}};
   EXPECT_EQ(EncodeReply(d), before.dump());
   d.table = DtTableRow{4096, 64, 3, 100, 10, 2, 1, 0, 5, 6, 7};
   before["table"] = Json{{"capacity", 4096u}, {"max_bytes", 64u}, {"occupancy", 3u},
                          {"bytes", 100u}, {"hits", 10u}, {"misses", 2u}, {"stale", 1u},
                          {"evictions", 0u}, {"bumps_received", 5u}, {"local_bumps", 6u},
-                         {"patches", 7u}};
+                         {"patches", 7u}, {"name_hits", 0u}, {"name_installs", 0u}};
   EXPECT_EQ(EncodeReply(d), before.dump());
   auto back = DecodeReply<DtReply>(before.dump());
   ASSERT_TRUE(back) << back.error().context;

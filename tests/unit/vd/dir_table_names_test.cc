@@ -1,0 +1,153 @@
+// Names in a stale directory-table copy (vd/dir_table.h, "Names in a stale
+// copy"): a lookup of one name there asks the manager for that name only,
+// over the fake network in simulated mode (vd_federation.h).
+#include <gtest/gtest.h>
+
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+
+#include "vd_federation.h"
+
+namespace fedfs::ns {
+namespace {
+
+using namespace vd_test;
+
+constexpr uint16_t kVdGetName = MethodId(RpcMethod::kNsVdGetName);
+
+VdServiceOptions NoLeases() {
+  VdServiceOptions o;
+  o.lend_after = 0;  // every change goes to the manager
+  return o;
+}
+
+Result<VdPtr> GetName(Federation& f, int from, const std::string& path, const std::string& name) {
+  std::optional<Result<VdPtr>> out;
+  f.svc(from).GetName(path, name, [&](Result<VdPtr> r) { out = std::move(r); });
+  f.net().RunUntilIdle();
+  EXPECT_TRUE(out.has_value()) << "GetName never completed";
+  if (!out) return Err(EIO, "never completed");
+  return std::move(*out);
+}
+
+TEST(DirTableNames, ALookupInAStaleCopyFetchesThatNameOnly) {
+  Federation f(3, NoLeases());
+  const std::string p = PathManagedBy(f, "n0");
+  Populate(f, p);
+  for (int i = 0; i < 200; ++i) f.fs(2).AddFile(p + "/big" + std::to_string(i));
+  ASSERT_TRUE(f.Get(1, p));  // n1's copy, whole
+  f.fs(2).AddFile(p + "/x");
+  ASSERT_TRUE(f.Update(2, p, Add("n2", "x")));  // n1's copy goes stale
+  f.net().ResetStats();
+  auto vd = GetName(f, 1, p, "x");
+  ASSERT_TRUE(vd) << vd.error().ToString();
+  EXPECT_TRUE((*vd)->partial);
+  ASSERT_NE((*vd)->Find("x"), nullptr);
+  EXPECT_EQ((*vd)->Find("x")->holders, (std::vector<std::string>{"n2"}));
+  EXPECT_EQ((*vd)->holders, (std::vector<std::string>{"n0", "n1", "n2"}));
+  EXPECT_EQ((*vd)->subdirs, 1u);  // "sub"
+  EXPECT_EQ(f.Requests(kVdGetName), 1u);
+  EXPECT_EQ(f.Requests(kVdGet), 0u);
+  EXPECT_LT(f.net().TotalStats().bytes_sent, 1000u);  // not 200 entries
+  // Again, and a name that is not there: the first from the table, the
+  // second one more small request, then from the table too.
+  f.net().ResetStats();
+  ASSERT_TRUE(GetName(f, 1, p, "x"));
+  auto none = GetName(f, 1, p, "nope");
+  ASSERT_TRUE(none);
+  EXPECT_EQ((*none)->Find("nope"), nullptr);
+  ASSERT_TRUE(GetName(f, 1, p, "nope"));
+  EXPECT_EQ(f.Requests(kVdGetName), 1u);
+  EXPECT_EQ(f.svc(1).stats().dt.name_hits, 2u);
+  // The next change elsewhere makes them stale too: asked again, and seen.
+  f.fs(0).Remove(p + "/f0");
+  ASSERT_TRUE(f.Update(0, p, Remove("n0", "f0")));
+  f.fs(0).AddFile(p + "/nope");
+  ASSERT_TRUE(f.Update(0, p, Add("n0", "nope")));
+  f.net().ResetStats();
+  auto now = GetName(f, 1, p, "nope");
+  ASSERT_TRUE(now);
+  EXPECT_NE((*now)->Find("nope"), nullptr);
+  EXPECT_EQ(f.Requests(kVdGetName), 1u);
+  // A listing still fetches the whole VD.
+  auto whole = f.Get(1, p);
+  ASSERT_TRUE(whole);
+  EXPECT_FALSE((*whole)->partial);
+  EXPECT_EQ(NameSet(**whole).count("f0"), 0u);
+  EXPECT_EQ(NameSet(**whole).count("big7"), 1u);
+}
+
+TEST(DirTableNames, ANodesOwnChangeKeepsItsNamesInAStaleCopy) {
+  Federation f(3, NoLeases());
+  const std::string p = PathManagedBy(f, "n0");
+  Populate(f, p);
+  ASSERT_TRUE(f.Get(1, p));
+  f.fs(2).AddFile(p + "/other");
+  ASSERT_TRUE(f.Update(2, p, Add("n2", "other")));  // n1's copy goes stale
+  ASSERT_TRUE(GetName(f, 1, p, "y"));               // n1 registers again (one name)
+  f.fs(1).AddFile(p + "/y");
+  ASSERT_TRUE(f.Update(1, p, Add("n1", "y")));  // n1's own change: y kept from the reply
+  f.net().ResetStats();
+  auto vd = GetName(f, 1, p, "y");
+  ASSERT_TRUE(vd);
+  ASSERT_NE((*vd)->Find("y"), nullptr);
+  EXPECT_EQ(f.net().TotalStats().messages_sent, 0u);
+  // Another node's change of y is seen.
+  f.fs(1).Remove(p + "/y");
+  ASSERT_TRUE(f.Update(2, p, Remove("n1", "y")));
+  vd = GetName(f, 1, p, "y");
+  ASSERT_TRUE(vd);
+  EXPECT_EQ((*vd)->Find("y"), nullptr);
+}
+
+// Random creates and removes by random nodes; after each, a random node
+// looks up a random name: the answer is always the model's.
+TEST(DirTableNames, EveryLookupSeesEveryChangeBeforeIt) {
+  uint64_t name_hits = 0;
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    SCOPED_TRACE(seed);
+    Federation f(4, NoLeases(), seed);
+    std::mt19937_64 rng(seed);
+    const std::string p = PathManagedBy(f, "n0");
+    for (int i = 0; i < 4; ++i) f.fs(i).AddDir(p);
+    for (int i = 0; i < 4; ++i) ASSERT_TRUE(f.Get(i, p));
+    std::map<std::string, int> expect;  // name -> holder
+    for (int step = 0; step < 150; ++step) {
+      const int actor = static_cast<int>(rng() % 4);
+      const std::string name = "e" + std::to_string(rng() % 8);
+      if (rng() % 3 != 0) {
+        if (!expect.count(name)) {
+          f.fs(actor).AddFile(p + "/" + name);
+          ASSERT_TRUE(f.Update(actor, p, Add(Name(actor), name)));
+          expect[name] = actor;
+        } else {
+          const int h = expect[name];
+          f.fs(h).Remove(p + "/" + name);
+          ASSERT_TRUE(f.Update(actor, p, Remove(Name(h), name)));
+          expect.erase(name);
+        }
+      }
+      for (int k = 0; k < 2; ++k) {
+        const int reader = static_cast<int>(rng() % 4);
+        const std::string look = "e" + std::to_string(rng() % 8);
+        auto vd = GetName(f, reader, p, look);
+        ASSERT_TRUE(vd) << vd.error().ToString();
+        const VdEntry* e = (*vd)->Find(look);
+        if (expect.count(look)) {
+          ASSERT_NE(e, nullptr) << "step " << step << " n" << reader << " " << look;
+          EXPECT_EQ(e->holders, (std::vector<std::string>{Name(expect[look])}));
+        } else {
+          ASSERT_EQ(e, nullptr) << "step " << step << " n" << reader << " " << look;
+        }
+      }
+    }
+    for (int i = 0; i < 4; ++i) name_hits += f.svc(i).stats().dt.name_hits;
+  }
+  EXPECT_GT(name_hits, 50u);  // names in stale copies were used
+}
+
+}  // namespace
+}  // namespace fedfs::ns
