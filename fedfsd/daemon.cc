@@ -210,7 +210,12 @@ Status Daemon::StartNamespace(const DaemonOptions& o) {
   no.vfs.attr_timeout = o.fuse.attr_timeout_s;
   // The watcher reports direct changes of files' attributes at once; without
   // it they would show only when the kernel's copy times out.
-  if (o.autonomy.watch) no.vfs.coherent_file_attr_timeout = 10;
+  // Files held elsewhere are told of by their node the same way (its watcher
+  // included), while open here or watched (a getattr's, a create's).
+  if (o.autonomy.watch) {
+    no.vfs.coherent_file_attr_timeout = 10;
+    no.vfs.coherent_remote_open_attr_timeout = 10;
+  }
   no.vfs.node_tag = static_cast<uint16_t>(o.node_tag);
   no.placement = PlacementFrom(o.placement);
   no.remote_callbacks = o.fuse.kernel_cache;

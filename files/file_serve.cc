@@ -76,8 +76,8 @@ auto FileService::Impl::CountReply(uint64_t n) -> m2m::Bytes {
   return fswire::Finish(b);
 }
 
-auto FileService::Impl::OpenedReply(uint64_t rh, const struct stat& st, bool callbacks)
-    -> m2m::Bytes {
+auto FileService::Impl::OpenedReply(uint64_t rh, const struct stat& st, bool callbacks,
+                                    uint64_t watch) -> m2m::Bytes {
   flatbuffers::FlatBufferBuilder b(256);
   auto w = fswire::ToWire(st);
   fb::FsReplyBuilder rb(b);
@@ -85,6 +85,7 @@ auto FileService::Impl::OpenedReply(uint64_t rh, const struct stat& st, bool cal
   rb.add_stat(&w);
   rb.add_handle(rh);
   rb.add_attr_callbacks(callbacks);
+  if (watch != 0) rb.add_watch(watch);
   b.Finish(rb.Finish());
   return fswire::Finish(b);
 }
@@ -247,7 +248,19 @@ auto FileService::Impl::RunOp(const m2m::PeerInfo& peer, const fb::FsRequest* re
       bool callbacks = false;
       auto rh = AddHandle(session, r->handle, path, r->st, &callbacks);
       if (!rh) return Err(rh.error());
-      return OpenedReply(*rh, r->st, callbacks);
+      // A new file watched too (its changes told after the release as well),
+      // registered while the handle, which is told already, is open.
+      std::optional<uint64_t> watch;
+      if (req->op() == fb::Op::kCreate && req->watch() && callbacks && r->st.st_nlink == 1) {
+        bool fresh = false;
+        std::vector<uint64_t> evicted;
+        {
+          MutexLock lock(mu_);
+          watch = WatchLocked(session, FileKey{r->st.st_dev, r->st.st_ino}, 0, &fresh, &evicted);
+        }
+        if (!evicted.empty()) TellEnded(session, std::move(evicted));
+      }
+      return OpenedReply(*rh, r->st, callbacks, watch.value_or(0));
     }
     case fb::Op::kRead:
       return DoRead(*view, req, deadline, session);

@@ -487,13 +487,17 @@ Result<Opened> RemoteNodeFs::Open(const Cred& c, const std::string& path, int fl
 
 Result<Opened> RemoteNodeFs::Create(const Cred& c, const std::string& path, int flags,
                                     mode_t mode) {
-  auto r = Call({.op = fb::Op::kCreate, .cred = &c, .path = path, .flags = flags, .mode = mode},
+  const bool watch = opts_.callbacks != nullptr;
+  auto r = Call({.op = fb::Op::kCreate, .cred = &c, .path = path, .flags = flags, .mode = mode,
+                 .watch = watch},
                 FEDFS_DEADLINE);
   if (!r) return Err(r.error());
   const auto* rep = Root(*r);
   if (rep->stat() == nullptr) return Err(EPROTO, "create reply without stat");
-  return Opened{rep->handle(), fswire::FromWire(*rep->stat()),
-                rep->attr_callbacks() && opts_.callbacks != nullptr};
+  Opened out{rep->handle(), fswire::FromWire(*rep->stat()),
+             rep->attr_callbacks() && opts_.callbacks != nullptr};
+  if (watch && out.attr_callbacks && rep->watch() != 0) out.watch = rep->watch();
+  return out;
 }
 
 Result<size_t> RemoteNodeFs::ReadInline(Handle h, uint64_t offset, std::span<std::byte> dst,

@@ -109,6 +109,9 @@ struct Opened {
   // attributes while the handle is open (RemoteNodeFs: FsAttrChanged), so
   // they may be cached until then.
   bool attr_callbacks = false;
+  // Create only (RemoteNodeFs): the file is also watched as this (see
+  // StatWatched), so its changes are told after the release as well.
+  std::optional<Handle> watch;
 };
 
 // A Stat whose file's node tells of the file's changes (see StatWatched).

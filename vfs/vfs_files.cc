@@ -104,6 +104,11 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
     return std::make_pair(entry, out);
   }
   std::shared_ptr<NodeFs> fs;  // the chosen node's, kept by the open file
+  uint64_t taken = 0;  // callbacks taken before the create (see GetAttr's watch)
+  {
+    std::lock_guard lock(files_mu_);
+    taken = callbacks_taken_;
+  }
   FEDFS_TRY(made, MakeNew<Opened>(c, dir->path, *vd, name, false,
                                   [&](const std::shared_ptr<NodeFs>& f, const std::string& p) {
                                     fs = f;
@@ -117,6 +122,22 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
   EntryOut entry = Remember(parent, ch, names_epoch);
   FileOut out;
   out.fh = AddFile(OpenFile{fs, op.handle, entry.ino, op.attr_callbacks});
+  if (op.watch) {
+    // Watched by its node from the create on: the kernel may keep these
+    // attributes after the close too (as after a getattr, GetAttr).
+    std::lock_guard lock(mu_);
+    std::lock_guard files_lock(files_mu_);
+    if (callbacks_taken_ == taken && table_.Contains(entry.ino)) {
+      const std::pair<std::string, Handle> key{node, *op.watch};
+      if (auto old = watched_.find(key); old != watched_.end()) watch_of_.erase(old->second);
+      DropWatchLocked(entry.ino);
+      watched_[key] = entry.ino;
+      watch_of_[entry.ino] = key;
+    }
+  }
+  if (entry.attr_timeout > 0 || op.attr_callbacks) {
+    entry.attr_timeout = std::max(entry.attr_timeout, AttrTimeout(entry.ino, entry.attr));
+  }
   return std::make_pair(entry, out);
 }
 
@@ -128,11 +149,26 @@ Result<size_t> VfsImpl::Read(uint64_t fh, uint64_t offset, std::span<std::byte> 
 Result<size_t> VfsImpl::Write(uint64_t fh, uint64_t offset, std::span<const std::byte> src,
                               const Writer& by) {
   FEDFS_TRY(f, FileOf(fh));
-  return f->fs->Write(f->handle, offset, src, by);
+  auto n = f->fs->Write(f->handle, offset, src, by);
+  if (n && !f->dirty) MarkDirty(fh);
+  return n;
 }
 
+void VfsImpl::MarkDirty(uint64_t fh) {
+  std::lock_guard lock(files_mu_);
+  if (auto it = files_.find(fh); it != files_.end()) it->second.dirty = true;
+}
+
+// A close: the holder's flush releases the closer's POSIX locks and reports
+// a write-back error. A handle that wrote nothing, of a file no handle here
+// locked, has neither: answered here, without a round trip to the holder
+// (every write was already answered by the holder).
 Status VfsImpl::Flush(uint64_t fh, uint64_t lock_owner) {
   FEDFS_TRY(f, FileOf(fh));
+  if (!f->dirty) {
+    std::lock_guard lock(files_mu_);
+    if (!lock_inos_.contains(f->ino)) return Ok();
+  }
   return f->fs->Flush(f->handle, GlobalOwner(lock_owner));
 }
 
@@ -157,9 +193,11 @@ Status VfsImpl::Release(uint64_t fh) {
         break;
       }
     }
+    if (!files_by_ino_.contains(f.ino)) lock_inos_.erase(f.ino);  // each close released its locks
     if (f.told) {
       told_.erase({f.fs->node_id(), f.handle});
-      untold = !ToldLocked(f.ino);  // else still told through another handle
+      // Still told through another handle, or as a watch (a create's).
+      untold = !ToldLocked(f.ino) && !watch_of_.contains(f.ino);
     }
   }
   // The kernel may cache the attributes only while changes are told: drop
@@ -173,7 +211,14 @@ Status VfsImpl::Release(uint64_t fh) {
 
 Status VfsImpl::Fallocate(uint64_t fh, int mode, uint64_t offset, uint64_t len) {
   FEDFS_TRY(f, FileOf(fh));
-  return f->fs->Fallocate(f->handle, mode, offset, len);
+  Status s = f->fs->Fallocate(f->handle, mode, offset, len);
+  if (s && !f->dirty) MarkDirty(fh);
+  return s;
+}
+
+void VfsImpl::NoteLocks(uint64_t ino) {
+  std::lock_guard lock(files_mu_);
+  lock_inos_.insert(ino);
 }
 
 Result<LockRange> VfsImpl::GetLk(uint64_t fh, uint64_t owner, const LockRange& want) {
@@ -186,11 +231,13 @@ Status VfsImpl::SetLk(uint64_t fh, uint64_t owner, const LockRange& want, bool w
   // One attempt: a waiting caller (the FUSE frontend) retries with backoff
   // and stops when its request is interrupted.
   (void)wait;
+  NoteLocks(f->ino);
   return f->fs->SetLk(f->handle, GlobalOwner(owner), want);
 }
 
 Status VfsImpl::Flock(uint64_t fh, uint64_t owner, int op) {
   FEDFS_TRY(f, FileOf(fh));
+  NoteLocks(f->ino);
   return f->fs->Flock(f->handle, GlobalOwner(owner), op);
 }
 

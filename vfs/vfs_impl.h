@@ -37,6 +37,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -157,9 +158,10 @@ struct VfsOptions {
   // at most this old); attributes of files held on this node (exact for
   // changes through FedFS; changes made directly in the export root are
   // reported by the autonomy watcher, and are otherwise at most this old).
-  // Attributes of files held on other nodes: while this node has the file
-  // open and its node tells of its changes (Opened::attr_callbacks), the
-  // last, as a bound should a callback be lost; otherwise never cached.
+  // Attributes of files held on other nodes: while their node tells this
+  // one of their changes (a handle open here with Opened::attr_callbacks, or
+  // a watch: a getattr's or a create's), the last, as a bound should a
+  // callback be lost; otherwise never cached.
   double coherent_entry_timeout = 60;
   double coherent_dir_attr_timeout = 1;
   double coherent_file_attr_timeout = 1;
@@ -294,6 +296,7 @@ class VfsImpl final : public Vfs {
     Handle handle = 0;
     uint64_t ino = 0;
     bool told = false;  // its node tells of its changes (Opened::attr_callbacks)
+    bool dirty = false;  // written through (Flush has something to do)
   };
   struct DirHandle {
     uint64_t ino = 0;
@@ -398,6 +401,8 @@ class VfsImpl final : public Vfs {
   bool ReportRemove(const std::string& dir, const std::string& name, const std::string& node);
 
   Result<OpenFile> FileOf(uint64_t fh) const;
+  void MarkDirty(uint64_t fh);   // OpenFile::dirty, under files_mu_
+  void NoteLocks(uint64_t ino);  // lock_inos_, under files_mu_
   // An open handle of inode `ino` (open-unlinked files), if any.
   std::optional<uint64_t> AnyFileHandleOf(uint64_t ino) const;
   Result<OpenFile> AnyFileOf(uint64_t ino) const;
@@ -426,6 +431,10 @@ class VfsImpl final : public Vfs {
   mutable std::mutex files_mu_;  // after mu_
   std::unordered_map<uint64_t, OpenFile> files_;  // guarded by files_mu_
   std::unordered_multimap<uint64_t, uint64_t> files_by_ino_;  // ino -> fh, guarded by files_mu_
+  // Inodes locked (SetLk, Flock) through a handle still open: a close of
+  // any handle of them must release the closer's locks (Flush). Guarded by
+  // files_mu_.
+  std::unordered_set<uint64_t> lock_inos_;
   // Open files whose node tells of their changes: (node, handle) -> ino.
   std::map<std::pair<std::string, Handle>, uint64_t> told_;  // guarded by files_mu_
   // Remote files watched through GetAttr (NodeFs::StatWatched) and not told

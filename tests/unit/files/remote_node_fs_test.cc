@@ -731,7 +731,12 @@ TEST_P(RemoteFsTest, ChangesOfAnOpenFileAreToldToTheOtherSessions) {
   auto& fs = cc.fs;
   auto count = [&] { return cc.told->count(); };
 
-  auto f = fs->Create(me_, "/told", O_RDWR, 0644);
+  // Made by another session (a create of this one would also watch it:
+  // CreateWatchesTheNewFileAfterItsRelease).
+  auto made = remote_->Create(me_, "/told", O_RDWR, 0644);
+  ASSERT_TRUE(made) << made.error().ToString();
+  ASSERT_TRUE(remote_->Release(made->handle));
+  auto f = fs->Open(me_, "/told", O_RDWR);
   ASSERT_TRUE(f) << f.error().ToString();
   EXPECT_TRUE(f->attr_callbacks);
   auto f2 = fs->Open(me_, "/told", O_RDONLY);
@@ -817,6 +822,36 @@ TEST_P(RemoteFsTest, ChangesOfAnOpenFileAreToldToTheOtherSessions) {
   EXPECT_TRUE(m2m::CallSync(*ep, m, fswire::Finish(b), 5s));
   EXPECT_EQ(count(), 7u);
   a.transport->Shutdown();
+}
+
+// A create by a session that takes callbacks also watches the new file: its
+// changes are told after the handle is released too (the opener's kernel
+// keeps the attributes the create answered), naming the watch.
+TEST_P(RemoteFsTest, CreateWatchesTheNewFileAfterItsRelease) {
+  CallbackClient cc = NewCallbackClient();
+  ASSERT_TRUE(cc.fs);
+  auto& fs = cc.fs;
+  auto f = fs->Create(me_, "/new", O_RDWR, 0644);
+  ASSERT_TRUE(f) << f.error().ToString();
+  ASSERT_TRUE(f->attr_callbacks);
+  ASSERT_TRUE(f->watch.has_value());
+  EXPECT_NE(*f->watch, f->handle);
+  ASSERT_TRUE(fs->Release(f->handle));
+  EXPECT_TRUE(service_->Interested());
+  auto other = remote_->Open(me_, "/new", O_RDWR);
+  ASSERT_TRUE(other);
+  const std::vector<std::byte> data(10, std::byte{1});
+  ASSERT_TRUE(remote_->Write(other->handle, 0, data));
+  ASSERT_EQ(cc.told->count(), 1u);
+  EXPECT_EQ(cc.told->at(0).second, (std::vector<Handle>{*f->watch}));
+  ASSERT_TRUE(remote_->Release(other->handle));
+  // A session without callbacks gets no watch.
+  auto g = remote_->Create(me_, "/new2", O_RDWR, 0644);
+  ASSERT_TRUE(g);
+  EXPECT_FALSE(g->watch.has_value());
+  ASSERT_TRUE(remote_->Release(g->handle));
+  local_->SetAttrObserver(nullptr);
+  cc.client.transport->Shutdown();
 }
 
 // A stat with a watch (StatWatched) of a regular file with one link: the
