@@ -251,6 +251,7 @@ void DirTable::Patch(const std::string& path, uint64_t prev_version, uint64_t vd
       part->epoch = slot.vd->epoch;
       part->holders = holders;
       part->partial = true;
+      part->kernel_may_cache = slot.vd->kernel_may_cache;  // fetched with notify or not
       part->subdirs = slot.vd->subdirs;  // an estimate: the listing is refetched whole
       for (VdEntry& e : entries) part->entries.Put(std::move(e));
       PutNameLocked(s, name, std::move(part), word, slot.epoch);

@@ -235,4 +235,20 @@ std::vector<Conflict> FindConflicts(const std::vector<NodeListing>& listings) {
   return vd_internal::ConflictsOf(*s);
 }
 
+std::shared_ptr<const VirtualDirectory> PartialOf(const std::shared_ptr<const VirtualDirectory>& vd,
+                                                  const std::string& name) {
+  if (vd->partial) return vd;
+  auto part = std::make_shared<VirtualDirectory>();
+  part->path = vd->path;
+  part->version = vd->version;
+  part->epoch = vd->epoch;
+  part->holders = vd->holders;
+  part->subdirs = vd->subdirs;
+  part->cacheable = vd->cacheable;
+  part->kernel_may_cache = vd->kernel_may_cache;
+  part->partial = true;
+  if (const VdEntry* e = vd->entries.Find(name)) part->entries.Put(*e);
+  return part;
+}
+
 }  // namespace fedfs::ns

@@ -191,6 +191,10 @@ struct VirtualDirectory {
   // holders and version; `entries` is not the listing (the count of
   // directories, `subdirs`, is the whole VD's).
   bool partial = false;
+  // False when this node's kernel would not be told of the VD's changes (it
+  // was fetched without `notify`: the directory is busy, VdService::Get):
+  // names from it must not be cached by the kernel.
+  bool kernel_may_cache = true;
 
   // Sets `subdirs` from `entries` (O(entries)).
   void CountSubdirs();
@@ -210,6 +214,12 @@ struct NodeListing {
   std::string node;
   Result<std::vector<DirEntry>> listing;
 };
+
+// The partial VD of `vd` for a lookup of `name` (VirtualDirectory::partial):
+// that name's entry (or none), the holders, version, epoch, flags and count
+// of subdirectories; O(1). A partial `vd` is returned as it is.
+std::shared_ptr<const VirtualDirectory> PartialOf(const std::shared_ptr<const VirtualDirectory>& vd,
+                                                  const std::string& name);
 
 // dirmerge: builds VD(P) from every live node's listing. ENOENT if no node
 // has P as a directory (ENOTDIR if some node has a non-directory there and

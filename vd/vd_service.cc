@@ -82,7 +82,7 @@ auto VdService::Impl::Core::OnGetName(m2m::IncomingCall call, m2m::Responder res
   auto req = DecodePathRequest(call.payload);
   if (!req) return Refuse("kNsVdGetName", call, std::move(responder), req.error());
   Status valid = ValidateGlobalPath(req->path);
-  if (valid) valid = ValidateName(req->name);
+  if (valid && !req->name.empty()) valid = ValidateName(req->name);  // empty: no entry
   if (!valid) return Refuse("kNsVdGetName", call, std::move(responder), valid.error());
   auto view = cluster_->Current();
   if (auto s = CheckManager(*view, req->path); !s) return responder.Fail(s.error());
@@ -137,6 +137,11 @@ auto VdService::Impl::Core::OnDtInval(m2m::IncomingCall call, m2m::Responder res
   {
     std::lock_guard lock(mu_);
     ++stats_.dt_invals_received;
+    const auto now = SteadyNow();
+    if (notified_.size() > 4096) {
+      std::erase_if(notified_, [&](const auto& kv) { return kv.second + kBusyFor <= now; });
+    }
+    notified_[req->path] = now;
   }
   responder.Reply({});
 }
@@ -240,7 +245,17 @@ auto VdService::Impl::Core::Get(const std::string& path, const std::string* name
                                 std::move_only_function<void(Result<VdPtr>)> done) -> void {
   if (auto s = ValidateGlobalPath(path); !s) return done(Err(s.error()));
   if (name != nullptr) {
-    if (auto s = ValidateName(*name); !s) return done(Err(s.error()));
+    if (!name->empty()) {
+      if (auto s = ValidateName(*name); !s) return done(Err(s.error()));
+    }
+    // The caller gets a copy of that name's entry, never the shared VD: a
+    // manager changes a VD in place only while no one else holds it, and a
+    // reader holding it across its operation (a stat on another node) made
+    // every concurrent change copy the whole VD.
+    done = [name = *name, done = std::move(done)](Result<VdPtr> r) mutable {
+      if (r) r = PartialOf(*r, name);
+      done(std::move(r));
+    };
   }
   {
     std::lock_guard lock(mu_);
@@ -258,7 +273,12 @@ auto VdService::Impl::Core::Get(const std::string& path, const std::string* name
   // A copy fetched without `notify` must not feed a kernel that caches
   // names (its manager would not tell this node's kernel of changes): DT
   // entries are bound to the epoch and to the notify mode they came with.
-  const bool notify = KernelCoherent();
+  // A directory whose changes were notified here within the last second is
+  // busy (other nodes change it): asked for without `notify`, its changes
+  // cost its manager one-sided bumps only, and its names are not cached by
+  // the kernel (VirtualDirectory::kernel_may_cache).
+  const bool coherent = KernelCoherent();
+  const bool notify = coherent && !Busy(path);
   // One name asked for, in a copy that went stale: that name only
   // (dir_table.h, "Names in a stale copy").
   std::optional<std::string> one;
@@ -285,7 +305,11 @@ auto VdService::Impl::Core::Get(const std::string& path, const std::string* name
   r->local = [self, path](const ClusterView& v, m2m::Callback<VdPtr> cb) {
     self->ServeGet(path, v.self, std::nullopt, false, std::move(cb));
   };
-  r->decode = [](const m2m::Bytes& b) { return DecodeVd(b); };
+  r->decode = [quiet = coherent && !notify](const m2m::Bytes& b) {
+    auto vd = DecodeVd(b);
+    if (vd && quiet) std::const_pointer_cast<VirtualDirectory>(*vd)->kernel_may_cache = false;
+    return vd;
+  };
   if (ticket) {
     r->inspect = [self, ticket = std::move(*ticket), notify, one](const Result<VdPtr>& vd,
                                                                   bool remote, uint64_t epoch) {

@@ -150,7 +150,9 @@ class VdService {
   // VD(P) for a lookup of `name` only: the whole VD, or, where this node's
   // directory-table copy went stale, a partial one (`partial`: the entry of
   // `name` or none, the holders, the version) fetched from the manager in a
-  // small request (kNsVdGetName) and kept in the table for that name.
+  // small request (kNsVdGetName) and kept in the table for that name. An
+  // empty `name`: no entry, only what the directory's own attributes need
+  // (holders, subdirs).
   void GetName(const std::string& path, const std::string& name,
                std::move_only_function<void(Result<VdPtr>)> done);
   // Drops this node's directory-table copy of VD(path): the next Get asks

@@ -515,6 +515,19 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   std::unordered_map<std::string, Held> held_;
   std::unordered_map<std::string, uint64_t> revoked_;  // recalled before it arrived
   std::unordered_map<std::string, std::chrono::steady_clock::time_point> recalled_at_;
+  // When each directory's change was last notified here (kNsDtInval).
+  std::unordered_map<std::string, std::chrono::steady_clock::time_point> notified_;
+  static constexpr std::chrono::milliseconds kBusyFor{1000};
+
+ public:
+  // Whether `path` was notified here within kBusyFor.
+  bool Busy(const std::string& path) const {
+    std::lock_guard lock(mu_);
+    auto it = notified_.find(path);
+    return it != notified_.end() && SteadyNow() < it->second + kBusyFor;
+  }
+
+ private:
   uint64_t lease_ids_ = 0;
   std::atomic<size_t> lease_count_{0};
   std::atomic<KernelCache*> kernel_{nullptr};

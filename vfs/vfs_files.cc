@@ -94,6 +94,7 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
     auto ch = ChildFromEntry(c, dir->path, *e);
     if (!ch && ch.error().code == ENOENT) return Err(ENOENT, "raced");  // unlinked meanwhile
     if (!ch) return Err(ch.error());
+    ch->cacheable = (*vd)->kernel_may_cache;
     FEDFS_TRY(fs, FsOf(ch->node));
     auto op = (*fs)->Open(c, JoinPath(dir->path, ch->real_name), flags & ~(O_CREAT | O_EXCL));
     if (!op && op.error().code == ENOENT) return Err(ENOENT, "raced");
@@ -115,9 +116,11 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
                                     return f->Create(c, p, flags | O_CREAT, mode);
                                   }));
   const auto& [node, op] = *made;
+  const bool kernel_ok = (*vd)->kernel_may_cache;
   vd->reset();  // unshared, the manager changes VD(P) in place (vd_service.cc)
   ReportAdd(dir->path, name, DT_REG, node);
   Child ch{name, name, S_IFREG, node, op.st};
+  ch.cacheable = kernel_ok;
   ch.st.st_ino = FileIno(node, op.st.st_ino);
   EntryOut entry = Remember(parent, ch, names_epoch);
   FileOut out;
@@ -453,12 +456,12 @@ Result<std::string> VfsImpl::GetXattr(const Cred& c, uint64_t ino, const std::st
   FEDFS_TRY(r, Resolve(ino));
   if (name == kLocationXattr) {
     if (!IsDir(r->type)) return SizedAnswer(r->node, size, needed);
-    FEDFS_TRY(vd, deps_.vds->Get(r->path));
+    FEDFS_TRY(vd, deps_.vds->GetSummary(r->path));
     return SizedAnswer(Join((*vd)->holders, ","), size, needed);
   }
   std::string node = r->node;
   if (IsDir(r->type)) {
-    FEDFS_TRY(vd, deps_.vds->Get(r->path));
+    FEDFS_TRY(vd, deps_.vds->GetSummary(r->path));
     if ((*vd)->holders.empty()) return Err(ENOENT, r->path);
     node = (*vd)->holders.front();
   } else if (auto f = AnyFileOf(ino); f) {
@@ -477,7 +480,7 @@ Status VfsImpl::ChangeXattr(uint64_t ino, const std::string& name, Change change
   FEDFS_TRY(r, Resolve(ino));
   std::vector<std::string> nodes{r->node};
   if (IsDir(r->type)) {
-    FEDFS_TRY(vd, deps_.vds->Get(r->path));
+    FEDFS_TRY(vd, deps_.vds->GetSummary(r->path));
     nodes = (*vd)->holders;
   }
   for (size_t i = 0; i < nodes.size(); ++i) {
@@ -500,7 +503,7 @@ Result<std::string> VfsImpl::ListXattr(const Cred& c, uint64_t ino, size_t size,
   FEDFS_TRY(r, Resolve(ino));
   std::string node = r->node;
   if (IsDir(r->type)) {
-    FEDFS_TRY(vd, deps_.vds->Get(r->path));
+    FEDFS_TRY(vd, deps_.vds->GetSummary(r->path));
     if ((*vd)->holders.empty()) return Err(ENOENT, r->path);
     node = (*vd)->holders.front();
   }

@@ -126,7 +126,7 @@ Result<VfsImpl::Child> VfsImpl::ChildFromEntry(const Cred& c, const std::string&
   ch.type = TypeFromDt(e.type);
   const std::string path = JoinPath(dir_path, ch.real_name);
   if (e.type == DT_DIR) {
-    auto vd = deps_.vds->Get(path);
+    auto vd = deps_.vds->GetSummary(path);
     if (!vd) return Err(vd.error());
     auto st = DirAttr(c, path, *vd);
     if (!st) return Err(st.error());
@@ -159,7 +159,7 @@ Result<VfsImpl::Child> VfsImpl::LookupChild(const Cred& c, const std::string& di
     if (!vd) return Err(vd.error());
     const VdEntry* e = (*vd)->Find(name);
     if (e == nullptr) {
-      if (absent != nullptr) *absent = (*vd)->cacheable;
+      if (absent != nullptr) *absent = (*vd)->cacheable && (*vd)->kernel_may_cache;
       return Err(ENOENT, JoinPath(dir_path, name));
     }
     auto ch = ChildFromEntry(c, dir_path, *e);
@@ -169,7 +169,7 @@ Result<VfsImpl::Child> VfsImpl::LookupChild(const Cred& c, const std::string& di
       AwaitVd(dir_path, name, [&](const VdEntry* now) { return !SameEntry(now, was); });
       continue;
     }
-    if (ch) ch->cacheable = (*vd)->cacheable;
+    if (ch) ch->cacheable = (*vd)->cacheable && (*vd)->kernel_may_cache;
     return ch;
   }
 }

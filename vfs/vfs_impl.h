@@ -75,6 +75,9 @@ class VdClient {
     (void)name;
     return Get(path);
   }
+  // VD(path) for the directory's own attributes (holders, subdirs) only: may
+  // be partial with no entry.
+  Result<VdPtr> GetSummary(const std::string& path) { return GetName(path, std::string()); }
   // Reports that `node` added or removed the entry `name` of directory
   // `path` (kAdd/kRemove).
   virtual Status Add(const std::string& path, const std::string& name, uint8_t type,

@@ -82,7 +82,7 @@ Result<struct stat> VfsImpl::GetAttr(const Cred& c, uint64_t ino, std::optional<
     return st;
   }
   if (IsDir(r->type)) {
-    auto vd = deps_.vds->Get(r->path);
+    auto vd = deps_.vds->GetSummary(r->path);
     if (!vd) return Err(vd.error());
     return DirAttr(c, r->path, *vd);
   }
@@ -193,7 +193,7 @@ Result<struct stat> VfsImpl::SetAttr(const Cred& c_in, uint64_t ino, std::option
   if (!r) return Err(r.error());
   if (IsDir(r->type)) {
     // Attributes of a directory are set on every node that holds it.
-    auto vd = deps_.vds->Get(r->path);
+    auto vd = deps_.vds->GetSummary(r->path);
     if (!vd) return Err(vd.error());
     std::optional<Error> first_error;
     bool any = false;
@@ -239,10 +239,12 @@ Result<EntryOut> VfsImpl::MakeEntry(const Cred& c, uint64_t parent, const std::s
   FEDFS_TRY(made, MakeNew<struct stat>(c, dir->path, *vd, name, is_dir, make));
   const auto& [node, st] = *made;
   const mode_t made_type = type != 0 ? type : static_cast<mode_t>(st.st_mode & S_IFMT);
+  const bool kernel_ok = (*vd)->kernel_may_cache;
   vd->reset();  // unshared, the manager changes VD(P) in place (vd_service.cc)
   ReportAdd(dir->path, name, DtFromMode(made_type), node);
   // A directory is held by no one node, and its inode number is its path's.
   Child ch{name, name, made_type, is_dir ? std::string() : node, st};
+  ch.cacheable = kernel_ok;
   if (is_dir) {
     ch.st.st_ino = DirIno(JoinPath(dir->path, name));
     ch.st.st_nlink = 2;
@@ -298,12 +300,14 @@ Result<EntryOut> VfsImpl::Link(const Cred& c, uint64_t ino, uint64_t new_parent,
     ReleaseNew(dir->path, new_name);
     return Err(st.error());
   }
+  const bool kernel_ok = (*vd)->kernel_may_cache;
   vd->reset();  // unshared, the manager changes VD(P) in place (vd_service.cc)
   ReportAdd(dir->path, new_name, DtFromMode(st->st_mode), src->node);
   // The new name is a kernel inode of its own: the old name's cached link
   // count is now wrong (non-blocking; safe inside this request).
   if (KernelCache* k = kernel_.load(std::memory_order_acquire)) k->InvalidateAttrs(ino);
   Child ch{new_name, new_name, static_cast<mode_t>(st->st_mode & S_IFMT), src->node, *st};
+  ch.cacheable = kernel_ok;
   ch.st.st_ino = FileIno(src->node, st->st_ino);
   return Remember(new_parent, ch, names_epoch);
 }
