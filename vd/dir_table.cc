@@ -93,7 +93,7 @@ void DirTable::PutNameLocked(size_t s, const std::string& name, VdPtr part, uint
 }
 
 DirTable::VdPtr DirTable::FindName(const std::string& path, const std::string& name,
-                                   uint64_t epoch) {
+                                   uint64_t epoch, bool* stale) {
   std::lock_guard lock(mu_);
   auto it = index_.find(path);
   if (it == index_.end() || (!own_changes_.empty() && own_changes_.contains(path))) {
@@ -115,7 +115,10 @@ DirTable::VdPtr DirTable::FindName(const std::string& path, const std::string& n
     return n->second.part;
   }
   ++stats_.misses;
-  if (slot.vd != nullptr) ++stats_.stale;
+  if (slot.vd != nullptr) {
+    ++stats_.stale;
+    if (stale != nullptr) *stale = true;
+  }
   return nullptr;
 }
 

@@ -80,7 +80,9 @@ class DirTable {
   // A hit for one name: the whole copy if valid (as Find), else the entry of
   // `name` fetched since the copy went stale, if still valid. Counts a hit or
   // a miss.
-  VdPtr FindName(const std::string& path, const std::string& name, uint64_t epoch);
+  // *stale (optional): the miss found the copy invalidated.
+  VdPtr FindName(const std::string& path, const std::string& name, uint64_t epoch,
+                 bool* stale = nullptr);
   // A miss for one name in a copy of `epoch` that went stale: the slot's
   // ticket, to fetch that name only. None: no such copy (fetch it whole).
   std::optional<Ticket> ReserveName(const std::string& path, uint64_t epoch);

@@ -273,8 +273,8 @@ auto VdService::Impl::Core::Get(const std::string& path, const std::string* name
   // A copy fetched without `notify` must not feed a kernel that caches
   // names (its manager would not tell this node's kernel of changes): DT
   // entries are bound to the epoch and to the notify mode they came with.
-  // A directory whose changes were notified here within the last second is
-  // busy (other nodes change it): asked for without `notify`, its changes
+  // A directory whose changes were notified here within kBusyFor is busy
+  // (other nodes change it): asked for without `notify`, its changes
   // cost its manager one-sided bumps only, and its names are not cached by
   // the kernel (VirtualDirectory::kernel_may_cache).
   const bool coherent = KernelCoherent();
@@ -285,7 +285,13 @@ auto VdService::Impl::Core::Get(const std::string& path, const std::string* name
   if (dt_ && !manager.empty()) {  // managed elsewhere
     const uint64_t key = DtEpoch(view->epoch, notify);
     if (name != nullptr) {
-      if (VdPtr vd = dt_->FindName(path, *name, key)) return done(std::move(vd));
+      bool stale = false;
+      if (VdPtr vd = dt_->FindName(path, *name, key, &stale)) return done(std::move(vd));
+      if (Churning(path, stale)) {
+        // Changed again and again: asked for once, unrecorded (no bump
+        // for this node at the next changes), and not kept.
+        return GetUnrecorded(path, *name, coherent, std::move(done));
+      }
       ticket = dt_->ReserveName(path, key);
       if (ticket) one = *name;
     } else if (VdPtr vd = dt_->Find(path, key)) {
@@ -325,6 +331,50 @@ auto VdService::Impl::Core::Get(const std::string& path, const std::string* name
       }
     };
   }
+  r->done = std::move(done);
+  Route(std::move(r));
+}
+
+auto VdService::Impl::Core::Churning(const std::string& path, bool stale) -> bool {
+  if (options_.churn_gap.count() == 0) return false;
+  const auto now = SteadyNow();
+  std::lock_guard lock(mu_);
+  auto it = churn_.find(path);
+  if (it != churn_.end() && now < it->second.busy_until) return true;
+  if (!stale) return false;
+  if (churn_.size() > 4096) {
+    std::erase_if(churn_, [&](const auto& kv) {
+      return kv.second.busy_until <= now && kv.second.last_stale + options_.churn_gap <= now;
+    });
+  }
+  Churn& c = churn_[path];
+  const bool again = c.last_stale != std::chrono::steady_clock::time_point{} &&
+                     now < c.last_stale + options_.churn_gap;
+  c.last_stale = now;
+  if (again) c.busy_until = now + kBusyFor;
+  return again;
+}
+
+auto VdService::Impl::Core::GetUnrecorded(const std::string& path, const std::string& name,
+                                          bool coherent,
+                                          std::move_only_function<void(Result<VdPtr>)> done)
+    -> void {
+  auto self = shared_from_this();
+  auto r = std::make_shared<Routed<VdPtr>>();
+  r->path = path;
+  r->method = MethodId(RpcMethod::kNsVdGetName);
+  r->timeout = ManagerTimeout();
+  r->encode = [path, name](const ClusterView& v) {
+    return EncodePathRequest(path, v, nullptr, false, name);
+  };
+  r->local = [self, path](const ClusterView& v, m2m::Callback<VdPtr> cb) {
+    self->ServeGet(path, v.self, std::nullopt, false, std::move(cb));
+  };
+  r->decode = [coherent](const m2m::Bytes& b) {
+    auto vd = DecodeVd(b);
+    if (vd && coherent) std::const_pointer_cast<VirtualDirectory>(*vd)->kernel_may_cache = false;
+    return vd;
+  };
   r->done = std::move(done);
   Route(std::move(r));
 }

@@ -97,6 +97,10 @@ struct VdServiceOptions {
   std::chrono::milliseconds lease_term{1000};
   // After a recall, P is not lent again for this long.
   std::chrono::milliseconds lend_cooldown{1000};
+  // A directory whose copy here went stale twice within `churn_gap` is
+  // looked up unrecorded (no sharer record, so no bumps) for a while
+  // (docs/namespace.md, "Names in a stale copy"); 0: never.
+  std::chrono::milliseconds churn_gap{50};
 };
 
 // A change to one entry of VD(P), made on `node`.

@@ -144,6 +144,15 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   // may then be a partial VD (VdService::GetName).
   void Get(const std::string& path, const std::string* name,
            std::move_only_function<void(Result<VdPtr>)> done);
+  // Whether lookups in `path` go unrecorded now: a copy that went stale
+  // (`stale`: this lookup found it so) twice within options_.churn_gap makes them so
+  // for kBusyFor. Each change of a directory that many nodes look into
+  // then costs its manager no bump for them; each lookup costs one small
+  // request, as a stale copy would anyway.
+  bool Churning(const std::string& path, bool stale);
+  // One kNsVdGetName of `name` that records no sharer; the answer is not kept.
+  void GetUnrecorded(const std::string& path, const std::string& name, bool coherent,
+                     std::move_only_function<void(Result<VdPtr>)> done);
 
   void UpdateMany(const std::string& path, std::vector<VdChange> changes,
                   std::move_only_function<void(Status)> done);
@@ -517,7 +526,14 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   std::unordered_map<std::string, std::chrono::steady_clock::time_point> recalled_at_;
   // When each directory's change was last notified here (kNsDtInval).
   std::unordered_map<std::string, std::chrono::steady_clock::time_point> notified_;
-  static constexpr std::chrono::milliseconds kBusyFor{1000};
+  static constexpr std::chrono::milliseconds kBusyFor{250};
+  // Directories whose copy here went stale twice within kChurnGap: looked up
+  // unrecorded for kBusyFor (Churning). Short, so that names are cached by
+  // the kernel again soon after the changes stop.
+  struct Churn {
+    std::chrono::steady_clock::time_point last_stale, busy_until;
+  };
+  std::unordered_map<std::string, Churn> churn_;
 
  public:
   // Whether `path` was notified here within kBusyFor.

@@ -21,6 +21,7 @@ constexpr uint16_t kVdGetName = MethodId(RpcMethod::kNsVdGetName);
 VdServiceOptions NoLeases() {
   VdServiceOptions o;
   o.lend_after = 0;  // every change goes to the manager
+  o.churn_gap = std::chrono::milliseconds(0);  // lookups in stale copies recorded
   return o;
 }
 
@@ -101,6 +102,39 @@ TEST(DirTableNames, ANodesOwnChangeKeepsItsNamesInAStaleCopy) {
   vd = GetName(f, 1, p, "y");
   ASSERT_TRUE(vd);
   EXPECT_EQ((*vd)->Find("y"), nullptr);
+}
+
+// A copy that goes stale twice in a row (within churn_gap): the next lookups
+// there are asked for unrecorded, so the next changes bump nothing here.
+TEST(DirTableNames, ADirectoryThatKeepsChangingIsLookedUpUnrecorded) {
+  VdServiceOptions o;
+  o.lend_after = 0;
+  o.churn_gap = std::chrono::milliseconds(60000);  // every test step is "within" it
+  Federation f(3, o);
+  const std::string p = PathManagedBy(f, "n0");
+  Populate(f, p);
+  ASSERT_TRUE(f.Get(1, p));
+  int k = 0;
+  auto change = [&] {
+    const std::string n = "c" + std::to_string(k++);
+    f.fs(2).AddFile(p + "/" + n);
+    return f.Update(2, p, Add("n2", n));
+  };
+  ASSERT_TRUE(change());
+  ASSERT_TRUE(GetName(f, 1, p, "x"));  // stale once: recorded again
+  ASSERT_TRUE(change());
+  const auto before = f.svc(0).stats().invalidations_sent;
+  ASSERT_TRUE(GetName(f, 1, p, "y"));  // stale twice: unrecorded from now on
+  ASSERT_TRUE(change());
+  EXPECT_EQ(f.svc(0).stats().invalidations_sent, before);  // n1 was not bumped
+  f.net().ResetStats();
+  auto vd = GetName(f, 1, p, "c2");
+  ASSERT_TRUE(vd);
+  EXPECT_NE((*vd)->Find("c2"), nullptr);  // a fresh answer
+  EXPECT_EQ(f.Requests(kVdGetName), 1u);
+  ASSERT_TRUE(change());
+  EXPECT_EQ(f.svc(0).stats().invalidations_sent, before);
+  EXPECT_EQ(f.svc(0).stats().sharer_records, 0u);
 }
 
 // Random creates and removes by random nodes; after each, a random node
