@@ -16,6 +16,10 @@ Result<ns::VdPtr> VdServiceClient::GetName(const std::string& path, const std::s
   return ns::GetNameVdSync(*s_, path, name);
 }
 
+Result<ns::VdPtr> VdServiceClient::Peek(const std::string& path, const std::string& name) {
+  return ns::PeekVdSync(*s_, path, name);
+}
+
 Result<ns::VdPtr> VdServiceClient::GetFresh(const std::string& path) {
   s_->ForgetCached(path);
   return ns::GetVdSync(*s_, path);

@@ -23,6 +23,7 @@ class VdServiceClient final : public ns::VdClient {
   Result<ns::VdPtr> Get(const std::string& path) override;
   Result<ns::VdPtr> GetFresh(const std::string& path) override;
   Result<ns::VdPtr> GetName(const std::string& path, const std::string& name) override;
+  Result<ns::VdPtr> Peek(const std::string& path, const std::string& name) override;
   Status Add(const std::string& path, const std::string& name, uint8_t type,
              const std::string& node) override;
   Status Remove(const std::string& path, const std::string& name,

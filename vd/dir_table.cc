@@ -222,7 +222,7 @@ void DirTable::Install(const Ticket& t, VdPtr vd, uint64_t epoch) {
 
 void DirTable::Patch(const std::string& path, uint64_t prev_version, uint64_t vd_version,
                      const std::vector<std::string>& keys, std::vector<VdEntry> fresh,
-                     std::vector<std::string> holders, bool sharer) {
+                     std::optional<std::vector<std::string>> holders, bool sharer) {
   std::lock_guard lock(mu_);
   auto it = index_.find(path);
   if (it == index_.end()) return;
@@ -252,7 +252,7 @@ void DirTable::Patch(const std::string& path, uint64_t prev_version, uint64_t vd
       part->path = path;
       part->version = vd_version;
       part->epoch = slot.vd->epoch;
-      part->holders = holders;
+      part->holders = holders ? *holders : slot.vd->holders;
       part->partial = true;
       part->kernel_may_cache = slot.vd->kernel_may_cache;  // fetched with notify or not
       part->subdirs = slot.vd->subdirs;  // an estimate: the listing is refetched whole
@@ -267,14 +267,31 @@ void DirTable::Patch(const std::string& path, uint64_t prev_version, uint64_t vd
                                      : std::make_shared<VirtualDirectory>(*slot.vd);
   int64_t delta = 0;  // the entries' bytes (O(change), not a SizeOf walk)
   vd_internal::PatchEntries(keys, std::move(fresh), &vd->entries, &vd->subdirs, &delta);
-  delta += HoldersBytes(holders) - HoldersBytes(vd->holders);
-  vd->holders = std::move(holders);
+  if (holders) {
+    delta += HoldersBytes(*holders) - HoldersBytes(vd->holders);
+    vd->holders = std::move(*holders);
+  }
   vd->version = vd_version;
   bytes_ -= slot.bytes;
   slot.bytes = static_cast<size_t>(static_cast<int64_t>(slot.bytes) + delta);
   bytes_ += slot.bytes;
   slot.vd = std::move(vd);
   ++stats_.patches;
+}
+
+DirTable::VdPtr DirTable::AnyCopy(const std::string& path, uint64_t epoch) const {
+  std::lock_guard lock(mu_);
+  auto it = index_.find(path);
+  if (it == index_.end()) return nullptr;
+  const Slot& slot = slots_[it->second];
+  return slot.epoch == epoch ? slot.vd : nullptr;
+}
+
+std::optional<std::vector<std::string>> DirTable::CopyHolders(const std::string& path) const {
+  std::lock_guard lock(mu_);
+  auto it = index_.find(path);
+  if (it == index_.end() || slots_[it->second].vd == nullptr) return std::nullopt;
+  return slots_[it->second].vd->holders;
 }
 
 void DirTable::BeginOwnChange(const std::string& path) {

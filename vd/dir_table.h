@@ -97,9 +97,17 @@ class DirTable {
   // A stale copy keeps the changed names' entries instead, when `sharer` (the
   // manager still records this node) and no other change reached the slot
   // since BeginOwnChange.
+  // `holders`: none when they did not change (kept).
   void Patch(const std::string& path, uint64_t prev_version, uint64_t vd_version,
              const std::vector<std::string>& keys, std::vector<VdEntry> fresh,
-             std::vector<std::string> holders, bool sharer = false);
+             std::optional<std::vector<std::string>> holders, bool sharer = false);
+
+  // The copy of `path` here, valid or stale, if fetched in `epoch`; for
+  // decisions that the manager checks again (VdService::Peek).
+  VdPtr AnyCopy(const std::string& path, uint64_t epoch) const;
+
+  // The holders of the copy of `path` here (stale or not); none without one.
+  std::optional<std::vector<std::string>> CopyHolders(const std::string& path) const;
 
   // Brackets this node's own change of VD(path) at the manager, from before
   // it is sent until its reply was patched in: the manager does not bump the

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <set>
 
+#include "common/hash.h"
 #include "common/path.h"
 #include "vd/vd_internal.h"
 
@@ -249,6 +250,16 @@ std::shared_ptr<const VirtualDirectory> PartialOf(const std::shared_ptr<const Vi
   part->partial = true;
   if (const VdEntry* e = vd->entries.Find(name)) part->entries.Put(*e);
   return part;
+}
+
+uint64_t HoldersHash(const std::vector<std::string>& holders) {
+  std::string all;
+  for (const auto& h : holders) {
+    all += h;
+    all.push_back('\0');
+  }
+  const uint64_t h = StableHash(all);
+  return h == 0 ? 1 : h;
 }
 
 }  // namespace fedfs::ns

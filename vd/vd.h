@@ -215,6 +215,11 @@ struct NodeListing {
   Result<std::vector<DirEntry>> listing;
 };
 
+// A hash of a list of holders (0 never: "none"), by which a requester tells
+// a manager which holders it has, so that the same ones are not sent back
+// (thousands of node ids at 1,024 nodes).
+uint64_t HoldersHash(const std::vector<std::string>& holders);
+
 // The partial VD of `vd` for a lookup of `name` (VirtualDirectory::partial):
 // that name's entry (or none), the holders, version, epoch, flags and count
 // of subdirectories; O(1). A partial `vd` is returned as it is.

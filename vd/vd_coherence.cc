@@ -117,8 +117,9 @@ auto VdService::Impl::Core::ServeClaimOf(const std::string& path, std::string na
           auto& claims = self->claims_[path];
           claims[name] = held;
           if (lock) claims[*lock] = held;
+          // No holders: a claim patches nothing (they were thousands of node
+          // ids per create at 1,024 nodes).
           o.prev_version = o.version = cur.vd->version;
-          o.holders = cur.state->holders;
         }
         done(std::move(o));
       });

@@ -92,8 +92,8 @@ auto VdService::Impl::Core::OnGetName(m2m::IncomingCall call, m2m::Responder res
     req->notify = false;
   }
   ServeGet(req->path, req->from, std::move(req->sharer), req->notify,
-           [responder = std::move(responder), uncached, name = std::move(req->name)](
-               Result<VdPtr> vd) mutable {
+           [responder = std::move(responder), uncached, name = std::move(req->name),
+            holders_hash = req->holders_hash](Result<VdPtr> vd) mutable {
              if (!vd) return responder.Fail(vd.error());
              // The entry of `name` only, and what a lookup needs besides.
              const VirtualDirectory& whole = **vd;
@@ -105,7 +105,8 @@ auto VdService::Impl::Core::OnGetName(m2m::IncomingCall call, m2m::Responder res
              part.subdirs = whole.subdirs;
              part.partial = true;
              if (const VdEntry* e = whole.entries.Find(name)) part.entries.Put(*e);
-             responder.Reply(EncodeVd(part, uncached || !whole.cacheable));
+             const bool same = holders_hash != 0 && HoldersHash(whole.holders) == holders_hash;
+             responder.Reply(EncodeVd(part, uncached || !whole.cacheable, same));
            });
 }
 
@@ -123,7 +124,7 @@ auto VdService::Impl::Core::OnUpdate(m2m::IncomingCall call, m2m::Responder resp
         if (!o) return responder.Fail(o.error());
         responder.Reply(EncodeUpdateReply(*o));
       },
-      req->lease_ok);
+      req->lease_ok, req->holders_hash);
 }
 
 auto VdService::Impl::Core::OnDtInval(m2m::IncomingCall call, m2m::Responder responder) -> void {
@@ -280,8 +281,10 @@ auto VdService::Impl::Core::Get(const std::string& path, const std::string* name
   const bool coherent = KernelCoherent();
   const bool notify = coherent && !Busy(path);
   // One name asked for, in a copy that went stale: that name only
-  // (dir_table.h, "Names in a stale copy").
+  // (dir_table.h, "Names in a stale copy"), and the holders only if they
+  // are not the ones of that copy.
   std::optional<std::string> one;
+  std::optional<std::vector<std::string>> have_holders;
   if (dt_ && !manager.empty()) {  // managed elsewhere
     const uint64_t key = DtEpoch(view->epoch, notify);
     if (name != nullptr) {
@@ -290,10 +293,13 @@ auto VdService::Impl::Core::Get(const std::string& path, const std::string* name
       if (Churning(path, stale)) {
         // Changed again and again: asked for once, unrecorded (no bump
         // for this node at the next changes), and not kept.
-        return GetUnrecorded(path, *name, coherent, std::move(done));
+        return GetUnrecorded(path, *name, coherent, dt_->CopyHolders(path), std::move(done));
       }
       ticket = dt_->ReserveName(path, key);
-      if (ticket) one = *name;
+      if (ticket) {
+        one = *name;
+        have_holders = dt_->CopyHolders(path);
+      }
     } else if (VdPtr vd = dt_->Find(path, key)) {
       return done(std::move(vd));
     }
@@ -305,15 +311,21 @@ auto VdService::Impl::Core::Get(const std::string& path, const std::string* name
   r->path = path;
   r->method = MethodId(one ? RpcMethod::kNsVdGetName : RpcMethod::kNsVdGet);
   r->timeout = ManagerTimeout();
-  r->encode = [path, sharer = std::move(sharer), notify, one](const ClusterView& v) {
-    return EncodePathRequest(path, v, sharer ? &*sharer : nullptr, notify, one.value_or(""));
+  const uint64_t holders_hash = have_holders ? HoldersHash(*have_holders) : 0;
+  r->encode = [path, sharer = std::move(sharer), notify, one, holders_hash](const ClusterView& v) {
+    return EncodePathRequest(path, v, sharer ? &*sharer : nullptr, notify, one.value_or(""),
+                             holders_hash);
   };
   r->local = [self, path](const ClusterView& v, m2m::Callback<VdPtr> cb) {
     self->ServeGet(path, v.self, std::nullopt, false, std::move(cb));
   };
-  r->decode = [quiet = coherent && !notify](const m2m::Bytes& b) {
+  r->decode = [quiet = coherent && !notify, have = std::move(have_holders)](const m2m::Bytes& b) {
     auto vd = DecodeVd(b);
-    if (vd && quiet) std::const_pointer_cast<VirtualDirectory>(*vd)->kernel_may_cache = false;
+    if (vd) {
+      auto* w = std::const_pointer_cast<VirtualDirectory>(*vd).get();
+      if (quiet) w->kernel_may_cache = false;
+      if (have && w->partial && SameHolders(b)) w->holders = *have;
+    }
     return vd;
   };
   if (ticket) {
@@ -357,6 +369,7 @@ auto VdService::Impl::Core::Churning(const std::string& path, bool stale) -> boo
 
 auto VdService::Impl::Core::GetUnrecorded(const std::string& path, const std::string& name,
                                           bool coherent,
+                                          std::optional<std::vector<std::string>> have,
                                           std::move_only_function<void(Result<VdPtr>)> done)
     -> void {
   auto self = shared_from_this();
@@ -364,15 +377,20 @@ auto VdService::Impl::Core::GetUnrecorded(const std::string& path, const std::st
   r->path = path;
   r->method = MethodId(RpcMethod::kNsVdGetName);
   r->timeout = ManagerTimeout();
-  r->encode = [path, name](const ClusterView& v) {
-    return EncodePathRequest(path, v, nullptr, false, name);
+  const uint64_t holders_hash = have ? HoldersHash(*have) : 0;
+  r->encode = [path, name, holders_hash](const ClusterView& v) {
+    return EncodePathRequest(path, v, nullptr, false, name, holders_hash);
   };
   r->local = [self, path](const ClusterView& v, m2m::Callback<VdPtr> cb) {
     self->ServeGet(path, v.self, std::nullopt, false, std::move(cb));
   };
-  r->decode = [coherent](const m2m::Bytes& b) {
+  r->decode = [coherent, have = std::move(have)](const m2m::Bytes& b) {
     auto vd = DecodeVd(b);
-    if (vd && coherent) std::const_pointer_cast<VirtualDirectory>(*vd)->kernel_may_cache = false;
+    if (vd) {
+      auto* w = std::const_pointer_cast<VirtualDirectory>(*vd).get();
+      if (coherent) w->kernel_may_cache = false;
+      if (have && w->partial && SameHolders(b)) w->holders = *have;
+    }
     return vd;
   };
   r->done = std::move(done);
@@ -398,6 +416,11 @@ auto VdService::Impl::Core::UpdateMany(const std::string& path, std::vector<VdCh
   const bool own = !here && dt_ && std::ranges::any_of(changes, [](const VdChange& c) {
     return c.kind == VdChange::Kind::kAdd || c.kind == VdChange::Kind::kRemove;
   });
+  // The holders this node's copy has: not sent back if unchanged.
+  uint64_t holders_hash = 0;
+  if (own) {
+    if (auto h = dt_->CopyHolders(path)) holders_hash = HoldersHash(*h);
+  }
   auto finish = [self, path, own, done = std::move(done)](Result<UpdateOutcome> v) mutable {
     if (own) self->dt_->EndOwnChange(path);  // after the patch (inspect runs first)
     if (!v) return done(Err(v.error()));
@@ -411,8 +434,8 @@ auto VdService::Impl::Core::UpdateMany(const std::string& path, std::vector<VdCh
   r->method = MethodId(RpcMethod::kNsVdUpdate);
   // The manager waits for its sharers' invalidations (up to rpc_timeout).
   r->timeout = 2 * std::chrono::duration_cast<m2m::Timeout>(options_.rpc_timeout);
-  r->encode = [path, changes, lease_ok](const ClusterView& v) {
-    return EncodeUpdateRequest(path, changes, v, lease_ok);
+  r->encode = [path, changes, lease_ok, holders_hash](const ClusterView& v) {
+    return EncodeUpdateRequest(path, changes, v, lease_ok, holders_hash);
   };
   r->local = [self, path, changes](const ClusterView& v, m2m::Callback<UpdateOutcome> cb) {
     self->ServeUpdate(path, changes, v.self, v, std::move(cb));
@@ -423,7 +446,9 @@ auto VdService::Impl::Core::UpdateMany(const std::string& path, std::vector<VdCh
       if (!remote) return;  // served here: this node keeps no DT copy of its own VDs
       if (own) {
         if (!o) return self->dt_->Invalidate(path);
-        self->dt_->Patch(path, o->prev_version, o->version, o->keys, o->fresh, o->holders,
+        std::optional<std::vector<std::string>> holders;
+        if (!o->same_holders) holders = o->holders;
+        self->dt_->Patch(path, o->prev_version, o->version, o->keys, o->fresh, std::move(holders),
                          o->sharer);
       }
       if (o && o->lease) self->InstallLease(path, *o, asked);
@@ -545,13 +570,15 @@ auto VdService::Impl::Core::ServeConflicts(const std::string& path,
 
 auto VdService::Impl::Core::ServeUpdate(const std::string& path, std::vector<VdChange> changes,
                                         const std::string& from, const ClusterView& view,
-                                        m2m::Callback<UpdateOutcome> done, bool lease_ok) -> void {
+                                        m2m::Callback<UpdateOutcome> done, bool lease_ok,
+                                        uint64_t holders_hash) -> void {
   if (RecallFirst(path, [&] {
-        return std::move_only_function<void()>([self = shared_from_this(), path,
-                                                changes = std::move(changes), from, view,
-                                                done = std::move(done), lease_ok]() mutable {
-          self->ServeUpdate(path, std::move(changes), from, view, std::move(done), lease_ok);
-        });
+        return std::move_only_function<void()>(
+            [self = shared_from_this(), path, changes = std::move(changes), from, view,
+             done = std::move(done), lease_ok, holders_hash]() mutable {
+              self->ServeUpdate(path, std::move(changes), from, view, std::move(done), lease_ok,
+                                holders_hash);
+            });
       })) {
     return;
   }
@@ -576,8 +603,9 @@ auto VdService::Impl::Core::ServeUpdate(const std::string& path, std::vector<VdC
     // are not invalidated yet.
     if (rounds_.contains(path)) {
       QueueBehindRoundLocked(path, [self = shared_from_this(), path, changes, from, view,
-                                    done = std::move(done), lease_ok]() mutable {
-        self->ServeUpdate(path, std::move(changes), from, view, std::move(done), lease_ok);
+                                    done = std::move(done), lease_ok, holders_hash]() mutable {
+        self->ServeUpdate(path, std::move(changes), from, view, std::move(done), lease_ok,
+                          holders_hash);
       });
       return;
     }
@@ -639,6 +667,7 @@ auto VdService::Impl::Core::ServeUpdate(const std::string& path, std::vector<VdC
         }
       }
       o.holders = st.holders;
+      o.same_holders = holders_hash != 0 && HoldersHash(st.holders) == holders_hash;
       // Told of the next change: recorded (TakeSharersLocked keeps the
       // reporter's record), or every change of P is broadcast.
       bool recorded = broadcast_all_;
@@ -724,6 +753,18 @@ void VdService::GetName(const std::string& path, const std::string& name,
   impl_->core->Get(path, &name, std::move(done));
 }
 
+void VdService::Peek(const std::string& path, const std::string& name,
+                     std::move_only_function<void(Result<VdPtr>)> done) {
+  if (VdPtr vd = impl_->core->AnyCopy(path)) {
+    // Not for the kernel: whether this node is told of P's changes now is
+    // what a fresh answer would say.
+    auto part = std::const_pointer_cast<VirtualDirectory>(PartialOf(vd, name));
+    if (part != vd) part->kernel_may_cache = false;
+    return done(VdPtr(std::move(part)));
+  }
+  impl_->core->Get(path, &name, std::move(done));
+}
+
 void VdService::Update(const std::string& path, VdChange change,
                        std::move_only_function<void(Status)> done) {
   std::vector<VdChange> changes;
@@ -802,6 +843,10 @@ Result<VdPtr> GetVdSync(VdService& s, const std::string& path) { return GetSync(
 
 Result<VdPtr> GetNameVdSync(VdService& s, const std::string& path, const std::string& name) {
   return GetSync(s, path, &name);
+}
+
+Result<VdPtr> PeekVdSync(VdService& s, const std::string& path, const std::string& name) {
+  return WaitFor<Result<VdPtr>>([&](auto done) { s.Peek(path, name, std::move(done)); });
 }
 
 Status DropSubtreeSync(VdService& s, const std::string& path) {

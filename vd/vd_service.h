@@ -159,6 +159,11 @@ class VdService {
   // (holders, subdirs).
   void GetName(const std::string& path, const std::string& name,
                std::move_only_function<void(Result<VdPtr>)> done);
+  // As GetName, but a stale copy of this node's directory table answers as
+  // it is (no message): for a decision the manager makes again (a create's
+  // check before its claim, which answers EEXIST itself).
+  void Peek(const std::string& path, const std::string& name,
+            std::move_only_function<void(Result<VdPtr>)> done);
   // Drops this node's directory-table copy of VD(path): the next Get asks
   // the manager.
   void ForgetCached(const std::string& path);
@@ -229,6 +234,7 @@ class VdService {
 //    node's view, which had not changed yet). ESTALE applied nothing.
 Result<VdPtr> GetVdSync(VdService& s, const std::string& path);
 Result<VdPtr> GetNameVdSync(VdService& s, const std::string& path, const std::string& name);
+Result<VdPtr> PeekVdSync(VdService& s, const std::string& path, const std::string& name);
 Status UpdateVdSync(VdService& s, const std::string& path, VdChange change);
 Status UpdateManyVdSync(VdService& s, const std::string& path, std::vector<VdChange> changes);
 Status DropSubtreeSync(VdService& s, const std::string& path);

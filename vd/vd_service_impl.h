@@ -151,7 +151,9 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   // request, as a stale copy would anyway.
   bool Churning(const std::string& path, bool stale);
   // One kNsVdGetName of `name` that records no sharer; the answer is not kept.
+  // `have`: the holders of this node's stale copy (not sent back if unchanged).
   void GetUnrecorded(const std::string& path, const std::string& name, bool coherent,
+                     std::optional<std::vector<std::string>> have,
                      std::move_only_function<void(Result<VdPtr>)> done);
 
   void UpdateMany(const std::string& path, std::vector<VdChange> changes,
@@ -159,6 +161,16 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
 
   void Conflicts(const std::string& path,
                  std::move_only_function<void(Result<std::vector<Conflict>>)> done);
+
+  // This node's DT copy of `path` (valid or stale) in this epoch; none when
+  // it manages or holds P (served locally anyway) or has no copy.
+  VdPtr AnyCopy(const std::string& path) const {
+    if (!dt_) return nullptr;
+    auto view = cluster_->Current();
+    const std::string& m = view->Manager(path);
+    if (m.empty() || m == view->self) return nullptr;
+    return dt_->AnyCopy(path, DtEpoch(view->epoch, KernelCoherent() && !Busy(path)));
+  }
 
   void ForgetCached(const std::string& path) {
     if (dt_) dt_->Invalidate(path);
@@ -297,7 +309,7 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   // `lease_ok`: the reporter may be lent P (MaybeLendLocked).
   void ServeUpdate(const std::string& path, std::vector<VdChange> changes, const std::string& from,
                    const ClusterView& view, m2m::Callback<UpdateOutcome> done,
-                   bool lease_ok = false);
+                   bool lease_ok = false, uint64_t holders_hash = 0);
 
   // --- Leases (vd_lease.cc; docs/namespace.md, "Leases") ---
 

@@ -151,7 +151,8 @@ Result<std::vector<VdEntry>> DecodeEntries(
 }  // namespace
 
 m2m::Bytes EncodePathRequest(const std::string& path, const ClusterView& view,
-                             const SharerSlotData* sharer, bool notify, const std::string& name) {
+                             const SharerSlotData* sharer, bool notify, const std::string& name,
+                             uint64_t holders_hash) {
   flatbuffers::FlatBufferBuilder b(256 + path.size());
   auto p = b.CreateString(path);
   auto f = b.CreateString(view.self);
@@ -164,12 +165,12 @@ m2m::Bytes EncodePathRequest(const std::string& path, const ClusterView& view,
   flatbuffers::Offset<flatbuffers::String> n;
   if (!name.empty()) n = b.CreateString(name);
   return Finish(b, wire::Body::PathRequest,
-                wire::CreatePathRequest(b, p, f, view.epoch, sh, notify, 0, n));
+                wire::CreatePathRequest(b, p, f, view.epoch, sh, notify, 0, n, holders_hash));
 }
 
 // `changes` is never empty.
 m2m::Bytes EncodeUpdateRequest(const std::string& path, const std::vector<VdChange>& changes,
-                               const ClusterView& view, bool lease_ok) {
+                               const ClusterView& view, bool lease_ok, uint64_t holders_hash) {
   flatbuffers::FlatBufferBuilder b(256 + path.size() + 64 * changes.size());
   auto p = b.CreateString(path);
   auto f = b.CreateString(view.self);
@@ -181,7 +182,8 @@ m2m::Bytes EncodeUpdateRequest(const std::string& path, const std::vector<VdChan
     more = b.CreateVector(v);
   }
   return Finish(b, wire::Body::UpdateRequest,
-                wire::CreateUpdateRequest(b, p, f, view.epoch, first, more, lease_ok));
+                wire::CreateUpdateRequest(b, p, f, view.epoch, first, more, lease_ok,
+                                          holders_hash));
 }
 
 m2m::Bytes EncodeRecallRequest(const std::string& path, const ClusterView& view, uint64_t lease) {
@@ -207,13 +209,19 @@ m2m::Bytes EncodeListing(const std::vector<DirEntry>& entries) {
   return Finish(b, wire::Body::Listing, wire::CreateListing(b, b.CreateVector(v)));
 }
 
-m2m::Bytes EncodeVd(const VirtualDirectory& vd, bool uncached) {
+m2m::Bytes EncodeVd(const VirtualDirectory& vd, bool uncached, bool same_holders) {
   flatbuffers::FlatBufferBuilder b(128 + 64 * vd.entries.size());
   auto ev = Entries(b, vd.entries);
   auto p = b.CreateString(vd.path);
-  auto h = Strings(b, vd.holders);
-  return Finish(b, wire::Body::Vd, wire::CreateVd(b, p, vd.version, vd.epoch, h, ev, uncached,
-                                                  vd.partial, vd.partial ? vd.subdirs : 0));
+  auto h = Strings(b, same_holders ? std::vector<std::string>{} : vd.holders);
+  return Finish(b, wire::Body::Vd,
+                wire::CreateVd(b, p, vd.version, vd.epoch, h, ev, uncached, vd.partial,
+                               vd.partial ? vd.subdirs : 0, same_holders && vd.partial));
+}
+
+bool SameHolders(const m2m::Bytes& payload) {
+  auto d = Decoded::Open(payload, wire::Body::Vd);
+  return d && d->msg()->body_as_Vd()->same_holders();
 }
 
 // noinline: g++ 12 otherwise reports a false -Wmaybe-uninitialized through
@@ -236,7 +244,7 @@ m2m::Bytes EncodeUpdateReply(const UpdateOutcome& o) {
   flatbuffers::FlatBufferBuilder b(128 + 64 * o.fresh.size());
   auto keys = Strings(b, o.keys);
   auto entries = Entries(b, o.fresh);
-  auto holders = Strings(b, o.holders);
+  auto holders = Strings(b, o.same_holders ? std::vector<std::string>{} : o.holders);
   flatbuffers::Offset<wire::Lease> lease;
   if (o.lease) {
     std::vector<flatbuffers::Offset<wire::HolderCopies>> hv;
@@ -252,7 +260,7 @@ m2m::Bytes EncodeUpdateReply(const UpdateOutcome& o) {
   }
   return Finish(b, wire::Body::UpdateReply,
                 wire::CreateUpdateReply(b, o.version, o.prev_version, keys, entries, holders,
-                                        lease, o.sharer));
+                                        lease, o.sharer, o.same_holders));
 }
 
 Result<PathRequestData> DecodePathRequest(const m2m::Bytes& payload) {
@@ -268,6 +276,7 @@ Result<PathRequestData> DecodePathRequest(const m2m::Bytes& payload) {
   out.notify = r->notify();
   out.lease = r->lease();
   if (r->name() != nullptr) out.name = r->name()->str();
+  out.holders_hash = r->holders_hash();
   if (const wire::SharerSlot* sh = r->sharer(); sh != nullptr) {
     if (sh->rkey() == nullptr || sh->rkey()->size() == 0 || sh->length() == 0 ||
         sh->length() % 8 != 0 || uint64_t{sh->slot()} * 8 + 8 > sh->length()) {
@@ -295,6 +304,7 @@ Result<UpdateRequestData> DecodeUpdateRequest(const m2m::Bytes& payload) {
   out.from = r->from() ? r->from()->str() : std::string();
   out.epoch = r->epoch();
   out.lease_ok = r->lease_ok();
+  out.holders_hash = r->holders_hash();
   auto first = DecodeChange(r->change());
   if (!first) return Err(first.error());
   out.changes.push_back(std::move(*first));
@@ -394,6 +404,7 @@ Result<UpdateOutcome> DecodeUpdateReply(const m2m::Bytes& payload) {
   if (!holders) return Err(holders.error());
   o.holders = std::move(*holders);
   o.sharer = r->sharer();
+  o.same_holders = r->same_holders();
   if (const wire::Lease* l = r->lease(); l != nullptr) {
     LeaseData lease;
     lease.id = l->id();

@@ -57,6 +57,7 @@ struct PathRequestData {
   bool notify = false;
   uint64_t lease = 0;  // kNsVdRecall, kNsVdRenew: the lease
   std::string name;    // kNsVdGetName: the visible name asked for
+  uint64_t holders_hash = 0;  // kNsVdGetName: the requester's holders (0: none)
 };
 
 // A kNsVdUpdate request.
@@ -66,6 +67,7 @@ struct UpdateRequestData {
   uint64_t epoch = 0;
   std::vector<VdChange> changes;  // never empty
   bool lease_ok = false;          // the sender may be lent VD(P)
+  uint64_t holders_hash = 0;      // the holders the sender has (0: none)
 };
 
 // VD(P) lent to a reporter (vd/vd_service.h, "Leases"): every copy of
@@ -91,22 +93,28 @@ struct UpdateOutcome {
   std::vector<std::string> holders;
   std::optional<LeaseData> lease;  // VD(P) lent to the reporter
   bool sharer = false;  // the reporter is recorded as a sharer of P
+  bool same_holders = false;  // `holders` left out: the reporter's
 };
 
 // `from` and `epoch` are view.self and view.epoch.
 m2m::Bytes EncodePathRequest(const std::string& path, const ClusterView& view,
                              const SharerSlotData* sharer = nullptr, bool notify = false,
-                             const std::string& name = {});
+                             const std::string& name = {}, uint64_t holders_hash = 0);
 // `changes` is never empty.
 m2m::Bytes EncodeUpdateRequest(const std::string& path, const std::vector<VdChange>& changes,
-                               const ClusterView& view, bool lease_ok = false);
+                               const ClusterView& view, bool lease_ok = false,
+                               uint64_t holders_hash = 0);
 // A kNsVdRecall request: a PathRequest naming the lease.
 m2m::Bytes EncodeRecallRequest(const std::string& path, const ClusterView& view, uint64_t lease);
 m2m::Bytes EncodeRecalled(const RecalledData& r);
 m2m::Bytes EncodeListing(const std::vector<DirEntry>& entries);
 // `uncached`: the receiver must not keep it (decodes as cacheable = false).
 // A partial VD (kNsVdGetName) keeps its `subdirs`; a whole one's are counted.
-m2m::Bytes EncodeVd(const VirtualDirectory& vd, bool uncached = false);
+// `same_holders`: the holders are left out (the receiver has them).
+m2m::Bytes EncodeVd(const VirtualDirectory& vd, bool uncached = false, bool same_holders = false);
+// A decoded VD that says `same_holders` (a partial one) has none: the
+// caller fills them in.
+bool SameHolders(const m2m::Bytes& payload);
 m2m::Bytes EncodeConflicts(const std::vector<Conflict>& conflicts);
 m2m::Bytes EncodeUpdateReply(const UpdateOutcome& o);
 

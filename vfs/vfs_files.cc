@@ -73,7 +73,7 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::Create(const Cred& c, uint64_t par
                                                      const std::string& name, mode_t mode,
                                                      int flags) {
   for (int attempt = 0;; ++attempt) {
-    auto r = CreateOnce(c, parent, name, mode, flags);
+    auto r = CreateOnce(c, parent, name, mode, flags, attempt == 0);
     const bool raced = !r && ((r.error().code == EEXIST && !(flags & O_EXCL)) ||
                               (r.error().code == ENOENT && r.error().context == "raced"));
     if (!raced || attempt == 4) return r;
@@ -82,11 +82,18 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::Create(const Cred& c, uint64_t par
 
 Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t parent,
                                                          const std::string& name, mode_t mode,
-                                                         int flags) {
+                                                         int flags, bool first) {
   const uint64_t names_epoch = NamesEpoch();
   if (auto s = ValidateName(name); !s) return Err(s.error());
   FEDFS_TRY(dir, ResolveDir(parent));
-  FEDFS_TRY(vd, deps_.vds->GetName(dir->path, name));
+  // The first try may look at a stale copy: the claim decides whether the
+  // name exists (EEXIST: tried again, asking the manager), and a name it
+  // shows is asked for again before it is opened.
+  FEDFS_TRY(vd, first ? deps_.vds->Peek(dir->path, name) : deps_.vds->GetName(dir->path, name));
+  if (first && (*vd)->Find(name) != nullptr) {
+    FEDFS_TRY(now, deps_.vds->GetName(dir->path, name));
+    vd = std::move(now);
+  }
   if (const VdEntry* e = (*vd)->Find(name)) {
     // Lost a race with another creator: open the existing file.
     if (flags & O_EXCL) return Err(EEXIST, JoinPath(dir->path, name));

@@ -75,6 +75,11 @@ class VdClient {
     (void)name;
     return Get(path);
   }
+  // As GetName, but possibly from an out-of-date copy: for a decision the
+  // manager makes again (a create's check before its claim).
+  virtual Result<VdPtr> Peek(const std::string& path, const std::string& name) {
+    return GetName(path, name);
+  }
   // VD(path) for the directory's own attributes (holders, subdirs) only: may
   // be partial with no entry.
   Result<VdPtr> GetSummary(const std::string& path) { return GetName(path, std::string()); }
@@ -392,9 +397,10 @@ class VfsImpl final : public Vfs {
   bool ReportEdits(const std::string& dir, const std::vector<VdEdit>& edits);
   Status RenameOnce(const Cred& c, uint64_t parent, const std::string& name,
                     uint64_t new_parent, const std::string& new_name, unsigned flags);
+  // `first`: the first try (may look at a stale copy, see the .cc).
   Result<std::pair<EntryOut, FileOut>> CreateOnce(const Cred& c, uint64_t parent,
                                                   const std::string& name, mode_t mode,
-                                                  int flags);
+                                                  int flags, bool first);
   // Makes sure `node` has directory `dir_path` (and its ancestors), with the
   // attributes of the existing directories; reports created ones to the VDs.
   Status EnsureDirOn(const Cred& c, const std::string& node, const std::string& dir_path,

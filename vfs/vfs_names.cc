@@ -233,8 +233,14 @@ Result<EntryOut> VfsImpl::MakeEntry(const Cred& c, uint64_t parent, const std::s
   const uint64_t names_epoch = NamesEpoch();
   if (auto s = ValidateName(name); !s) return Err(s.error());
   FEDFS_TRY(dir, ResolveDir(parent));
-  FEDFS_TRY(vd, deps_.vds->GetName(dir->path, name));
-  if ((*vd)->Find(name)) return Err(EEXIST, JoinPath(dir->path, name));
+  // The claim decides whether the name exists; this look only saves it when
+  // the name is there for sure (a stale copy is asked again).
+  FEDFS_TRY(vd, deps_.vds->Peek(dir->path, name));
+  if ((*vd)->Find(name)) {
+    FEDFS_TRY(now, deps_.vds->GetName(dir->path, name));
+    if ((*now)->Find(name)) return Err(EEXIST, JoinPath(dir->path, name));
+    vd = std::move(now);
+  }
   const bool is_dir = type == S_IFDIR;
   FEDFS_TRY(made, MakeNew<struct stat>(c, dir->path, *vd, name, is_dir, make));
   const auto& [node, st] = *made;

@@ -81,6 +81,32 @@ TEST(DirTableNames, ALookupInAStaleCopyFetchesThatNameOnly) {
   EXPECT_EQ(NameSet(**whole).count("big7"), 1u);
 }
 
+// The holders come back only when they are not those of the stale copy.
+TEST(DirTableNames, HoldersAreSentOnlyWhenTheyChanged) {
+  Federation f(3, NoLeases());
+  const std::string p = PathManagedBy(f, "n0");
+  f.fs(0).AddDir(p);
+  f.fs(1).AddDir(p);
+  ASSERT_TRUE(f.Get(1, p));
+  f.fs(1).AddFile(p + "/a");
+  ASSERT_TRUE(f.Update(1, p, Add("n1", "a")));  // n1's own: its copy patched
+  f.fs(0).AddFile(p + "/b");
+  ASSERT_TRUE(f.Update(0, p, Add("n0", "b")));  // stale at n1, same holders
+  auto vd = GetName(f, 1, p, "b");
+  ASSERT_TRUE(vd);
+  EXPECT_EQ((*vd)->holders, (std::vector<std::string>{"n0", "n1"}));
+  f.fs(2).AddDir(p);
+  f.fs(2).AddFile(p + "/c");
+  ASSERT_TRUE(f.Update(2, p, Add("n2", "c")));  // n2 becomes a holder
+  vd = GetName(f, 1, p, "c");
+  ASSERT_TRUE(vd);
+  ASSERT_NE((*vd)->Find("c"), nullptr);
+  EXPECT_EQ((*vd)->holders, (std::vector<std::string>{"n0", "n1", "n2"}));
+  vd = GetName(f, 1, p, "");  // the summary, from the table now
+  ASSERT_TRUE(vd);
+  EXPECT_EQ((*vd)->holders, (std::vector<std::string>{"n0", "n1", "n2"}));
+}
+
 TEST(DirTableNames, ANodesOwnChangeKeepsItsNamesInAStaleCopy) {
   Federation f(3, NoLeases());
   const std::string p = PathManagedBy(f, "n0");
