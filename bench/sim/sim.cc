@@ -47,6 +47,9 @@ std::string MethodName(uint16_t m) {
     case RpcMethod::kNsConflicts: return "conflicts";
     case RpcMethod::kNsVdDrop: return "vd_drop";
     case RpcMethod::kNsDtInval: return "dt_inval";
+    case RpcMethod::kNsVdRecall: return "vd_recall";
+    case RpcMethod::kNsVdRenew: return "vd_renew";
+    case RpcMethod::kNsVdGetName: return "vd_get_name";
     case RpcMethod::kFsHello: return "fs_hello";
     case RpcMethod::kFsMeta: return "fs_meta";
     case RpcMethod::kFsData: return "fs_data";
