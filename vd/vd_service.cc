@@ -347,6 +347,27 @@ auto VdService::Impl::Core::Get(const std::string& path, const std::string* name
   Route(std::move(r));
 }
 
+auto VdService::Impl::Core::Peek(const std::string& path, const std::string& name,
+                                 std::move_only_function<void(Result<VdPtr>)> done) -> void {
+  if (dt_ && ValidateGlobalPath(path) && ValidateName(name)) {
+    auto view = cluster_->Current();
+    const std::string& manager = view->Manager(path);
+    // Managed or lent here, or a valid copy: as GetName. Only a stale copy
+    // answers as it is, and not for the kernel (whether this node is told of
+    // P's changes now is what a fresh answer would say).
+    if (!manager.empty() && manager != view->self && !HeldHere(path, *view)) {
+      const uint64_t key = DtEpoch(view->epoch, KernelCoherent() && !Busy(path));
+      if (VdPtr vd = dt_->FindName(path, name, key)) return done(PartialOf(vd, name));
+      if (VdPtr stale = dt_->AnyCopy(path, key)) {
+        auto part = std::const_pointer_cast<VirtualDirectory>(PartialOf(stale, name));
+        part->kernel_may_cache = false;
+        return done(VdPtr(std::move(part)));
+      }
+    }
+  }
+  Get(path, &name, std::move(done));
+}
+
 auto VdService::Impl::Core::Churning(const std::string& path, bool stale) -> bool {
   if (options_.churn_gap.count() == 0) return false;
   const auto now = SteadyNow();
@@ -755,14 +776,7 @@ void VdService::GetName(const std::string& path, const std::string& name,
 
 void VdService::Peek(const std::string& path, const std::string& name,
                      std::move_only_function<void(Result<VdPtr>)> done) {
-  if (VdPtr vd = impl_->core->AnyCopy(path)) {
-    // Not for the kernel: whether this node is told of P's changes now is
-    // what a fresh answer would say.
-    auto part = std::const_pointer_cast<VirtualDirectory>(PartialOf(vd, name));
-    if (part != vd) part->kernel_may_cache = false;
-    return done(VdPtr(std::move(part)));
-  }
-  impl_->core->Get(path, &name, std::move(done));
+  impl_->core->Peek(path, name, std::move(done));
 }
 
 void VdService::Update(const std::string& path, VdChange change,

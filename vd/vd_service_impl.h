@@ -162,15 +162,9 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   void Conflicts(const std::string& path,
                  std::move_only_function<void(Result<std::vector<Conflict>>)> done);
 
-  // This node's DT copy of `path` (valid or stale) in this epoch; none when
-  // it manages or holds P (served locally anyway) or has no copy.
-  VdPtr AnyCopy(const std::string& path) const {
-    if (!dt_) return nullptr;
-    auto view = cluster_->Current();
-    const std::string& m = view->Manager(path);
-    if (m.empty() || m == view->self) return nullptr;
-    return dt_->AnyCopy(path, DtEpoch(view->epoch, KernelCoherent() && !Busy(path)));
-  }
+  // VdService::Peek.
+  void Peek(const std::string& path, const std::string& name,
+            std::move_only_function<void(Result<VdPtr>)> done);
 
   void ForgetCached(const std::string& path) {
     if (dt_) dt_->Invalidate(path);

@@ -63,6 +63,41 @@ TEST(Leases, ANodeChangingADirectoryAloneServesItWithoutMessages) {
   EXPECT_EQ(Code(f.Update(1, p, VdChange{VdChange::Kind::kClaim, "f2", 0, "n1"})), EEXIST);
 }
 
+Result<VdPtr> Peek(Federation& f, int from, const std::string& path, const std::string& name) {
+  std::optional<Result<VdPtr>> out;
+  f.svc(from).Peek(path, name, [&](Result<VdPtr> r) { out = std::move(r); });
+  f.net().RunUntilIdle();
+  if (!out) return Err(EIO, "never completed");
+  return std::move(*out);
+}
+
+// A create's look before its claim (Peek) in a lent directory is the
+// holder's own answer, which the kernel may keep; in a stale copy it is
+// that copy's, without a message, and not for the kernel.
+TEST(Leases, APeekInALentDirectoryIsTheHoldersAnswer) {
+  Federation f(3, LendAfter(2));
+  const std::string p = PathManagedBy(f, "n0");
+  Populate(f, p);
+  ASSERT_TRUE(f.Get(1, p));
+  ASSERT_TRUE(f.Get(2, p));
+  f.fs(2).AddFile(p + "/z");
+  ASSERT_TRUE(f.Update(2, p, Add("n2", "z")));  // n1's copy goes stale
+  f.net().ResetStats();
+  auto stale = Peek(f, 1, p, "z");
+  ASSERT_TRUE(stale);
+  EXPECT_EQ((*stale)->Find("z"), nullptr);  // the stale copy's answer
+  EXPECT_FALSE((*stale)->kernel_may_cache);
+  EXPECT_EQ(f.net().TotalStats().messages_sent, 0u);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(Create(f, 1, p, "a" + std::to_string(i)));
+  ASSERT_EQ(f.svc(1).stats().leases_held, 1u);
+  f.net().ResetStats();
+  auto lent = Peek(f, 1, p, "z");
+  ASSERT_TRUE(lent);
+  EXPECT_NE((*lent)->Find("z"), nullptr);
+  EXPECT_TRUE((*lent)->kernel_may_cache);
+  EXPECT_EQ(f.net().TotalStats().messages_sent, 0u);
+}
+
 // Any other node's use of P, the manager's own included, recalls the lease
 // first and sees every change made under it.
 TEST(Leases, AnyOtherUseRecallsTheLeaseAndSeesEveryChange) {
