@@ -95,6 +95,11 @@ void DirTable::PutNameLocked(size_t s, const std::string& name, VdPtr part, uint
 DirTable::VdPtr DirTable::FindName(const std::string& path, const std::string& name,
                                    uint64_t epoch, bool* stale) {
   std::lock_guard lock(mu_);
+  return FindLocked(path, &name, epoch, stale);
+}
+
+DirTable::VdPtr DirTable::FindLocked(const std::string& path, const std::string* name,
+                                     uint64_t epoch, bool* stale) {
   auto it = index_.find(path);
   if (it == index_.end() || (!own_changes_.empty() && own_changes_.contains(path))) {
     ++stats_.misses;
@@ -107,7 +112,7 @@ DirTable::VdPtr DirTable::FindName(const std::string& path, const std::string& n
     ++stats_.hits;
     return slot.vd;
   }
-  if (auto n = slot.names.find(name);
+  if (auto n = name != nullptr ? slot.names.find(*name) : slot.names.end();
       n != slot.names.end() && n->second.epoch == epoch && n->second.expected == word) {
     slot.referenced = true;
     ++stats_.hits;
@@ -143,24 +148,7 @@ void DirTable::InstallName(const Ticket& t, const std::string& name, VdPtr part,
 
 DirTable::VdPtr DirTable::Find(const std::string& path, uint64_t epoch) {
   std::lock_guard lock(mu_);
-  auto it = index_.find(path);
-  if (it == index_.end() || (!own_changes_.empty() && own_changes_.contains(path))) {
-    ++stats_.misses;
-    return nullptr;
-  }
-  Slot& slot = slots_[it->second];
-  if (slot.vd == nullptr) {  // reserved, fetch in flight
-    ++stats_.misses;
-    return nullptr;
-  }
-  if (slot.epoch != epoch || LoadWord(it->second) != slot.expected) {
-    ++stats_.misses;
-    ++stats_.stale;
-    return nullptr;
-  }
-  slot.referenced = true;
-  ++stats_.hits;
-  return slot.vd;
+  return FindLocked(path, nullptr, epoch, nullptr);
 }
 
 size_t DirTable::VictimLocked() {

@@ -170,6 +170,9 @@ class DirTable {
   uint64_t LoadWord(size_t s) const;
   void BumpLocked(size_t s);
   void DropLocked(size_t s);
+  // Find (name null) and FindName, under mu_.
+  VdPtr FindLocked(const std::string& path, const std::string* name, uint64_t epoch,
+                   bool* stale);
   // Keeps `part` for `name` in slot `s` (bounded: stale names go first).
   void PutNameLocked(size_t s, const std::string& name, VdPtr part, uint64_t expected,
                      uint64_t epoch);

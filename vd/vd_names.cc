@@ -15,27 +15,15 @@ auto VdService::Impl::Core::OnGetName(m2m::IncomingCall call, m2m::Responder res
   if (!valid) return Refuse("kNsVdGetName", call, std::move(responder), valid.error());
   auto view = cluster_->Current();
   if (auto s = CheckManager(*view, req->path); !s) return responder.Fail(s.error());
-  const bool uncached = (req->sharer || req->notify) && !view->IsAlive(req->from);
-  if (uncached) {
-    req->sharer.reset();
-    req->notify = false;
-  }
+  const bool uncached = UnrecordUnknown(*req, *view);
   ServeGet(req->path, req->from, std::move(req->sharer), req->notify,
            [responder = std::move(responder), uncached, name = std::move(req->name),
             holders_hash = req->holders_hash](Result<VdPtr> vd) mutable {
              if (!vd) return responder.Fail(vd.error());
              // The entry of `name` only, and what a lookup needs besides.
-             const VirtualDirectory& whole = **vd;
-             VirtualDirectory part;
-             part.path = whole.path;
-             part.version = whole.version;
-             part.epoch = whole.epoch;
-             part.holders = whole.holders;
-             part.subdirs = whole.subdirs;
-             part.partial = true;
-             if (const VdEntry* e = whole.entries.Find(name)) part.entries.Put(*e);
-             const bool same = holders_hash != 0 && HoldersHash(whole.holders) == holders_hash;
-             responder.Reply(EncodeVd(part, uncached || !whole.cacheable, same));
+             const VdPtr part = PartialOf(*vd, name);
+             const bool same = holders_hash != 0 && HoldersHash(part->holders) == holders_hash;
+             responder.Reply(EncodeVd(*part, uncached || !part->cacheable, same));
            });
 }
 
@@ -98,14 +86,9 @@ auto VdService::Impl::Core::GetUnrecorded(const std::string& path, const std::st
     self->ServeGet(path, v.self, std::nullopt, false, std::move(cb));
   };
   r->decode = [coherent, have = std::move(have)](const m2m::Bytes& b) {
-    auto vd = DecodeVd(b);
-    if (vd) {
-      auto* w = std::const_pointer_cast<VirtualDirectory>(*vd).get();
-      if (coherent) w->kernel_may_cache = false;
-      if (have && w->partial && SameHolders(b)) w->holders = *have;
-    }
-    return vd;
+    return DecodeVdFor(b, coherent, have);
   };
+
   r->done = std::move(done);
   Route(std::move(r));
 }

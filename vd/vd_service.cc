@@ -63,14 +63,7 @@ auto VdService::Impl::Core::OnGet(m2m::IncomingCall call, m2m::Responder respond
   }
   auto view = cluster_->Current();
   if (auto s = CheckManager(*view, req->path); !s) return responder.Fail(s.error());
-  // A requester this manager does not see as a live member (membership
-  // still converging) is served but not recorded: its copy is marked
-  // uncacheable, since no change would invalidate it.
-  const bool uncached = (req->sharer || req->notify) && !view->IsAlive(req->from);
-  if (uncached) {
-    req->sharer.reset();
-    req->notify = false;
-  }
+  const bool uncached = UnrecordUnknown(*req, *view);
   ServeGet(req->path, req->from, std::move(req->sharer), req->notify,
            [responder = std::move(responder), uncached](Result<VdPtr> vd) mutable {
              if (!vd) return responder.Fail(vd.error());
@@ -288,13 +281,7 @@ auto VdService::Impl::Core::Get(const std::string& path, const std::string* name
     self->ServeGet(path, v.self, std::nullopt, false, std::move(cb));
   };
   r->decode = [quiet = coherent && !notify, have = std::move(have_holders)](const m2m::Bytes& b) {
-    auto vd = DecodeVd(b);
-    if (vd) {
-      auto* w = std::const_pointer_cast<VirtualDirectory>(*vd).get();
-      if (quiet) w->kernel_may_cache = false;
-      if (have && w->partial && SameHolders(b)) w->holders = *have;
-    }
-    return vd;
+    return DecodeVdFor(b, quiet, have);
   };
   if (ticket) {
     r->inspect = [self, ticket = std::move(*ticket), notify, one](const Result<VdPtr>& vd,

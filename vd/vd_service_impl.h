@@ -58,6 +58,33 @@ inline uint64_t DtEpoch(uint64_t epoch, bool notify) {
   return notify ? epoch | (uint64_t{1} << 63) : epoch;
 }
 
+// Decodes a kNsVdGet/kNsVdGetName reply for this node: `quiet`, not for its
+// kernel (fetched without notify while the kernel caches names); a partial
+// VD whose holders were left out gets `have`, the requester's own.
+inline Result<VdPtr> DecodeVdFor(const m2m::Bytes& b, bool quiet,
+                                 const std::optional<std::vector<std::string>>& have) {
+  auto vd = DecodeVd(b);
+  if (vd) {
+    auto* w = std::const_pointer_cast<VirtualDirectory>(*vd).get();
+    if (quiet) w->kernel_may_cache = false;
+    if (have && w->partial && SameHolders(b)) w->holders = *have;
+  }
+  return vd;
+}
+
+// A requester that the manager does not see as a live member (membership
+// still converging) is served but not recorded (its copy is marked
+// uncacheable, since no change would invalidate it): true if so, and its
+// sharer slot and notify are dropped from `req`.
+inline bool UnrecordUnknown(PathRequestData& req, const ClusterView& view) {
+  const bool uncached = (req.sharer || req.notify) && !view.IsAlive(req.from);
+  if (uncached) {
+    req.sharer.reset();
+    req.notify = false;
+  }
+  return uncached;
+}
+
 inline Status ValidateChange(const VdChange& c) {
   if (auto s = ValidateName(c.name); !s) return s;
   if (c.node.empty()) return Err(EINVAL, "VD change without a node");
