@@ -247,6 +247,9 @@ auto VdService::Impl::Core::HeldHere(const std::string& path, const ClusterView&
       id = h.id;
     }
   }
+  // This node's kernel may hold names of P served from the lease, of which
+  // no one will tell it now: dropped before the lease is given back.
+  if (ended) DropKernelNames();
   for (auto& r : answer) r.Reply(EncodeRecalled(RecalledData{true, version}));
   if (ended) {
     if (epoch_changed) {
@@ -330,6 +333,7 @@ auto VdService::Impl::Core::MaybeReturn(const std::string& path) -> void {
     version = version_floor_;
     EndHeldLocked(it, &answer);
   }
+  DropKernelNames();  // names served from the lease: no one tells this kernel of P now
   for (auto& r : answer) r.Reply(EncodeRecalled(RecalledData{true, version}));
 }
 

@@ -141,6 +141,7 @@ auto VdService::Impl::Core::DropLocal(const std::string& path) -> void {
   if (dt_) dt_->InvalidateSubtree(path);
   std::vector<m2m::Responder> answer;
   uint64_t version = 0;
+  bool ended = false;
   {
     std::lock_guard lock(mu_);
     for (auto it = resident_.begin(); it != resident_.end();) {
@@ -155,11 +156,15 @@ auto VdService::Impl::Core::DropLocal(const std::string& path) -> void {
     // recall them, and rebuild then).
     for (auto it = held_.begin(); it != held_.end();) {
       auto next = std::next(it);
-      if (PathWithin(it->first, path)) EndHeldLocked(it, &answer);
+      if (PathWithin(it->first, path)) {
+        EndHeldLocked(it, &answer);
+        ended = true;
+      }
       it = next;
     }
     version = version_floor_;
   }
+  if (ended) DropKernelNames();  // names served from those leases
   for (auto& r : answer) r.Reply(EncodeRecalled(RecalledData{true, version}));
 }
 

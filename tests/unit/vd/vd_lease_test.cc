@@ -131,6 +131,35 @@ TEST(Leases, AnyOtherUseRecallsTheLeaseAndSeesEveryChange) {
   }
 }
 
+// Names the holder's kernel got from the lease are dropped before the lease
+// goes back: no one would tell that kernel of P's later changes.
+TEST(Leases, TheHoldersKernelDropsItsNamesBeforeGivingTheLeaseBack) {
+  struct Kernel final : KernelCache {
+    bool Coherent() const override { return true; }
+    void InvalidateNames() override { ++names; }
+    uint64_t NamesEpoch() const override { return static_cast<uint64_t>(names); }
+    void InvalidateAttrs(uint64_t) override {}
+    int names = 0;
+  } k;
+  Federation f(3, LendAfter(2));
+  const std::string p = PathManagedBy(f, "n0");
+  Populate(f, p);
+  f.svc(1).SetKernelCache(&k);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(Create(f, 1, p, "a" + std::to_string(i)));
+  ASSERT_EQ(f.svc(1).stats().leases_held, 1u);
+  const int before = k.names;
+  std::optional<Result<VdPtr>> got;
+  int names_when_served = -1;
+  f.svc(2).Get(p, [&](Result<VdPtr> r) {
+    names_when_served = k.names;
+    got = std::move(r);
+  });
+  f.net().RunUntilIdle();
+  ASSERT_TRUE(got && *got);
+  EXPECT_GT(names_when_served, before);
+  f.svc(1).SetKernelCache(nullptr);
+}
+
 // Two nodes changing one directory in turn: no lease is granted (each
 // change drops the other's copy, and the one in a row resets).
 TEST(Leases, NotLentWhileAnotherNodeUsesTheDirectory) {
