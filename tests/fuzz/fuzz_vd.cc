@@ -115,7 +115,8 @@ void FuzzVd(const m2m::Bytes& payload) {
     dirs += e.type == DT_DIR;
     FUZZ_CHECK(vd.Find(e.name) != nullptr);
   }
-  FUZZ_CHECK(vd.subdirs == dirs);
+  // A partial VD (kNsVdGetName) carries the whole VD's count of directories.
+  FUZZ_CHECK(vd.partial || vd.subdirs == dirs);
   auto back = DecodeVd(EncodeVd(vd, !vd.cacheable));
   FUZZ_CHECK(back.has_value());
   const VirtualDirectory& b = **back;
