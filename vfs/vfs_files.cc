@@ -102,6 +102,7 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
     if (!ch && ch.error().code == ENOENT) return Err(ENOENT, "raced");  // unlinked meanwhile
     if (!ch) return Err(ch.error());
     ch->cacheable = (*vd)->kernel_may_cache;
+    if (flags & O_TRUNC) ch->watch.reset();  // these attributes are from before the open
     FEDFS_TRY(fs, FsOf(ch->node));
     auto op = (*fs)->Open(c, JoinPath(dir->path, ch->real_name), flags & ~(O_CREAT | O_EXCL));
     if (!op && op.error().code == ENOENT) return Err(ENOENT, "raced");
@@ -112,11 +113,7 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
     return std::make_pair(entry, out);
   }
   std::shared_ptr<NodeFs> fs;  // the chosen node's, kept by the open file
-  uint64_t taken = 0;  // callbacks taken before the create (see GetAttr's watch)
-  {
-    std::lock_guard lock(files_mu_);
-    taken = callbacks_taken_;
-  }
+  const uint64_t taken = CallbacksTaken();  // before the create (see WatchLocked)
   FEDFS_TRY(made, MakeNew<Opened>(c, dir->path, *vd, name, false,
                                   [&](const std::shared_ptr<NodeFs>& f, const std::string& p) {
                                     fs = f;
@@ -136,14 +133,7 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
     // Watched by its node from the create on: the kernel may keep these
     // attributes after the close too (as after a getattr, GetAttr).
     std::lock_guard lock(mu_);
-    std::lock_guard files_lock(files_mu_);
-    if (callbacks_taken_ == taken && table_.Contains(entry.ino)) {
-      const std::pair<std::string, Handle> key{node, *op.watch};
-      if (auto old = watched_.find(key); old != watched_.end()) watch_of_.erase(old->second);
-      DropWatchLocked(entry.ino);
-      watched_[key] = entry.ino;
-      watch_of_[entry.ino] = key;
-    }
+    WatchLocked(entry.ino, node, *op.watch, taken);
   }
   if (entry.attr_timeout > 0 || op.attr_callbacks) {
     entry.attr_timeout = std::max(entry.attr_timeout, AttrTimeout(entry.ino, entry.attr));

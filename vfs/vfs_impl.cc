@@ -137,7 +137,21 @@ Result<VfsImpl::Child> VfsImpl::ChildFromEntry(const Cred& c, const std::string&
   ch.node = e.holders.front();
   auto fs = FsOf(ch.node);
   if (!fs) return Err(fs.error());
-  auto st = (*fs)->Stat(c, path);
+  Result<struct stat> st = Err(EIO, "stat");
+  // A remote file: its node is asked to tell of its changes, so that the
+  // kernel may keep these attributes from the lookup on (Remember), and a
+  // stat after a lookup costs no second request (as GetAttr's).
+  KernelCache* k = kernel_.load(std::memory_order_acquire);
+  if (e.type == DT_REG && k != nullptr && k->Coherent() &&
+      ch.node != deps_.cluster->Current()->self) {
+    ch.taken = CallbacksTaken();
+    auto ws = (*fs)->StatWatched(c, path);
+    if (!ws) return Err(ws.error());
+    st = ws->st;
+    if (S_ISREG(ws->st.st_mode) && ws->st.st_nlink == 1) ch.watch = ws->watch;
+  } else {
+    st = (*fs)->Stat(c, path);
+  }
   if (!st) return Err(st.error());
   ch.type = st->st_mode & S_IFMT;
   st->st_ino = FileIno(ch.node, st->st_ino);
@@ -205,6 +219,12 @@ EntryOut VfsImpl::Remember(uint64_t parent, const Child& ch, uint64_t names_epoc
     out.attr_timeout = CoherentAttrTimeout(ch.type, ch.node, ch.st.st_nlink);
   }
   std::lock_guard lock(mu_);
+  // Attributes its node tells the changes of: the kernel may keep them.
+  auto watched = [&] {
+    if (ch.watch && WatchLocked(out.ino, ch.node, *ch.watch, ch.taken)) {
+      out.attr_timeout = std::max(out.attr_timeout, options_.coherent_remote_open_attr_timeout);
+    }
+  };
   if (const auto known = table_.Named(parent, ch.name)) {
     Inode& n = *table_.Find(*known);
     if ((n.type & S_IFMT) == (ch.type & S_IFMT) && n.node == ch.node &&
@@ -214,6 +234,7 @@ EntryOut VfsImpl::Remember(uint64_t parent, const Child& ch, uint64_t names_epoc
       out.generation = n.generation;
       out.attr.st_ino = n.st_ino;
       n.last = out.attr;
+      watched();
       return out;
     }
     // Replaced behind our back: the old inode keeps its remaining lookups.
@@ -231,6 +252,7 @@ EntryOut VfsImpl::Remember(uint64_t parent, const Child& ch, uint64_t names_epoc
   n.last = out.attr;
   out.ino = table_.Add(std::move(n));
   out.generation = 1;
+  watched();
   return out;
 }
 
@@ -270,6 +292,22 @@ bool VfsImpl::ToldLocked(uint64_t ino) const {
     if (files_.at(i->second).told) return true;
   }
   return false;
+}
+
+bool VfsImpl::WatchLocked(uint64_t ino, const std::string& node, Handle watch, uint64_t taken) {
+  std::lock_guard files_lock(files_mu_);  // order: mu_, files_mu_
+  if (callbacks_taken_ != taken || !table_.Contains(ino)) return false;
+  const std::pair<std::string, Handle> key{node, watch};
+  if (auto old = watched_.find(key); old != watched_.end()) watch_of_.erase(old->second);
+  DropWatchLocked(ino);
+  watched_[key] = ino;
+  watch_of_[ino] = key;
+  return true;
+}
+
+uint64_t VfsImpl::CallbacksTaken() const {
+  std::lock_guard lock(files_mu_);
+  return callbacks_taken_;
 }
 
 void VfsImpl::DropWatchLocked(uint64_t ino) {

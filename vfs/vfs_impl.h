@@ -282,6 +282,11 @@ class VfsImpl final : public Vfs {
   // An open file of `ino` is told of (OpenFile::told). Under files_mu_.
   bool ToldLocked(uint64_t ino) const;
   void DropWatchLocked(uint64_t ino);  // files_mu_ held
+  // mu_ held: `ino` is watched by `node` under `watch`, unless a callback came
+  // since callbacks_taken_ was `taken` (it may have been this watch's, told
+  // before the watch was known here) or the inode is gone. True if kept.
+  bool WatchLocked(uint64_t ino, const std::string& node, Handle watch, uint64_t taken);
+  uint64_t CallbacksTaken() const;
   class NameLocks;
   Status RmdirOnce(const Cred& c, uint64_t parent, const std::string& name);
 
@@ -331,6 +336,10 @@ class VfsImpl final : public Vfs {
     std::string node;
     struct stat st {};
     bool cacheable = true;  // false: from a VD no change would invalidate
+    // A remote file's node tells of its changes under this name (StatWatched);
+    // `taken`: callbacks_taken_ before it was asked (see WatchLocked).
+    std::optional<Handle> watch;
+    uint64_t taken = 0;
   };
 
   Result<Resolved> Resolve(uint64_t ino) const;

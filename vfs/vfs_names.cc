@@ -96,24 +96,13 @@ Result<struct stat> VfsImpl::GetAttr(const Cred& c, uint64_t ino, std::optional<
   KernelCache* k = kernel_.load(std::memory_order_acquire);
   if (S_ISREG(r->type) && k != nullptr && k->Coherent() &&
       r->node != deps_.cluster->Current()->self) {
-    uint64_t taken = 0;
-    {
-      std::lock_guard lock(files_mu_);
-      taken = callbacks_taken_;
-    }
+    const uint64_t taken = CallbacksTaken();
     auto ws = (*fs)->StatWatched(c, r->path);
     if (ws) {
       st = ws->st;
       if (ws->watch) {
-        std::lock_guard lock(mu_);  // the inode must still be known (order: mu_, files_mu_)
-        std::lock_guard files_lock(files_mu_);
-        if (callbacks_taken_ == taken && table_.Contains(ino)) {
-          const std::pair<std::string, Handle> key{r->node, *ws->watch};
-          if (auto old = watched_.find(key); old != watched_.end()) watch_of_.erase(old->second);
-          DropWatchLocked(ino);
-          watched_[key] = ino;
-          watch_of_[ino] = key;
-        }
+        std::lock_guard lock(mu_);
+        WatchLocked(ino, r->node, *ws->watch, taken);
       }
     } else {
       st = Err(ws.error());
