@@ -3,7 +3,8 @@
 //   fedfs-bench sim [--nodes 8,64,256,1024] [--model rdma|tcp-lan|wan|zero]
 //                   [--latency-us X] [--bandwidth B/s] [--seed S] [--ops N]
 //                   [--workload W] [--zipf-s 0.99] [--dt-capacity 0,44,...]
-//                   [--clients C] [--concurrency K] [--out DIR]
+//                   [--clients C] [--concurrency K] [--dir-entries 100,1000,...]
+//                   [--out DIR]
 //   fedfs-bench study --out DIR     the default study (a few minutes)
 //
 // Writes CSV (one file per run, header row), summary.md and PNG plots
@@ -135,6 +136,11 @@ int main(int argc, char** argv) {
   sim->add_option("--dirs-per-client", o.dirs_per_client,
                   "create-stat-private/churn: private directories per client")
       ->capture_default_str();
+  std::vector<uint64_t> dir_entries;
+  sim->add_option("--dir-entries", dir_entries,
+                  "create-stat-shared: files already in /shared (comma-separated list: one run "
+                  "per size at each N; a plot of cost vs size)")
+      ->delimiter(',');
   sim->add_option("--out", out, "output directory")->capture_default_str();
 
   auto* study = app.add_subcommand("study", "the default study: N = 8..1024, workloads, DT sweep");
@@ -152,18 +158,29 @@ int main(int argc, char** argv) {
     fb::ReportData data;
     data.command = cmd;
     std::vector<fb::RunResult> rows;
+    if (dir_entries.empty()) dir_entries.push_back(o.dir_entries);
     for (int n : nodes) {
-      for (size_t cap : capacities) {
-        fb::SimOptions run = o;
-        run.nodes = n;
-        run.dt_capacity = cap;
-        Step("sim " + run.workload + " N=" + std::to_string(n) + " dt=" + std::to_string(cap));
-        auto r = fb::RunSim(run, Progress());
-        if (!r) return Fail(r.error());
-        Step("  " + Figures(*r));
-        rows.push_back(*r);
-        if (cap == capacities.front()) data.scaling.push_back(*r);
-        if (capacities.size() > 1 && n == nodes.back()) data.dt_sweep.push_back(*r);
+      for (uint64_t entries : dir_entries) {
+        for (size_t cap : capacities) {
+          fb::SimOptions run = o;
+          run.nodes = n;
+          run.dt_capacity = cap;
+          run.dir_entries = entries;
+          Step("sim " + run.workload + " N=" + std::to_string(n) + " dt=" + std::to_string(cap) +
+               (entries > 0 ? " entries=" + std::to_string(entries) : std::string()));
+          auto r = fb::RunSim(run, Progress());
+          if (!r) return Fail(r.error());
+          Step("  " + Figures(*r));
+          rows.push_back(*r);
+          const bool first_cap = cap == capacities.front();
+          if (first_cap && entries == dir_entries.front()) data.scaling.push_back(*r);
+          if (capacities.size() > 1 && n == nodes.back() && entries == dir_entries.front()) {
+            data.dt_sweep.push_back(*r);
+          }
+          if (dir_entries.size() > 1 && first_cap && n == nodes.back()) {
+            data.dir_size.push_back(*r);
+          }
+        }
       }
       fb::SimOptions dm = o;
       dm.nodes = n;

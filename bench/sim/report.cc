@@ -84,7 +84,8 @@ std::vector<std::string> RunRow(const RunResult& r) {
                  std::to_string(r.changes), F(r.invalidations_per_change),
                  std::to_string(o.vnodes), std::to_string(o.dirs_per_client),
                  std::to_string(o.warmup_ops), F(r.ring_imbalance),
-                 std::to_string(r.warmup_messages), std::to_string(r.warmup_dirmerges)}) {
+                 std::to_string(r.warmup_messages), std::to_string(r.warmup_dirmerges),
+                 std::to_string(o.dir_entries)}) {
     v.push_back(x);
   }
   return v;
@@ -192,7 +193,7 @@ const std::vector<std::string>& RunCsvColumns() {
       "fs_meta_requests", "gets_served", "dirmerges", "updates_applied", "mgr_max", "mgr_mean",
       "mgr_imbalance", "dt_measured", "dt_hits", "dt_misses", "dt_hit_ratio", "invalidations",
       "changes", "invalidations_per_change", "vnodes", "dirs_per_client", "warmup_ops",
-      "ring_imbalance", "warmup_messages", "warmup_dirmerges"};
+      "ring_imbalance", "warmup_messages", "warmup_dirmerges", "dir_entries"};
   return c;
 }
 
@@ -431,6 +432,35 @@ Status WriteReport(const std::string& out, const ReportData& d, std::string* plo
   } else {
     md << "Not measured: " << (d.dt_note.empty() ? "no capacity sweep was run." : d.dt_note)
        << "\n\n";
+  }
+
+  if (!d.dir_size.empty()) {
+    const RunResult& f = d.dir_size.front();
+    md << "## Cost per operation vs directory size (`bytes_vs_dir_entries.png`)\n\n"
+       << "Workload `" << f.options.workload << "` at N = " << f.options.nodes
+       << ": the shared directory already holds the given number of files (spread over the "
+          "nodes) when the run begins; figures are of the measured phase.\n\n"
+          "| entries | bytes/op | msgs/op | ops/s/node | ratio of bytes/op to the smallest |\n"
+          "|---|---|---|---|---|\n";
+    std::ostringstream dat;
+    dat << "# entries bytes_per_op msgs_per_op ops_per_sec_per_node\n";
+    const double base = std::max(1e-9, f.bytes_per_op);
+    for (const auto& r : d.dir_size) {
+      const double per_node = r.ops_per_sec / std::max(1, r.options.nodes);
+      md << "| " << r.options.dir_entries << " | " << F(r.bytes_per_op) << " | "
+         << F(r.msgs_per_op) << " | " << F(per_node) << " | " << F(r.bytes_per_op / base)
+         << " |\n";
+      dat << std::max<uint64_t>(1, r.options.dir_entries) << " " << F(r.bytes_per_op) << " "
+          << F(r.msgs_per_op) << " " << F(per_node) << "\n";
+    }
+    md << "\n";
+    if (auto s = WriteFile(out + "/dir_size.dat", dat.str()); !s) return s;
+    plots.emplace_back("bytes_vs_dir_entries",
+                       std::string() +
+                           "set logscale x\nset xlabel 'entries in the directory'\n"
+                           "set ylabel 'bytes per operation'\nset yrange [0:*]\n"
+                           "set title 'Network bytes per operation vs directory size'\n"
+                           "plot 'dir_size.dat' u 1:2 w lp t 'bytes/op'\n");
   }
 
   if (!d.workloads.empty()) {

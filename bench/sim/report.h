@@ -33,6 +33,7 @@ struct ReportData {
   std::vector<RunResult> dt_sweep;       // one workload over DT capacity
   std::vector<RunResult> workloads;      // other workloads (a table)
   std::vector<RunResult> load;           // manager-load runs (many directories)
+  std::vector<RunResult> dir_size;       // one workload over --dir-entries
   std::vector<PlacementResult> placement;  // ring placement of directories
   std::string dt_note;                   // why DT figures are missing, if they are
 };

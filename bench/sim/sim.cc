@@ -198,6 +198,9 @@ uint64_t Driver::Setup() {
     dirs = 1 + static_cast<uint64_t>(clients) * per;
   } else if (w == "create-stat-shared") {
     for (int i = 0; i < n; ++i) f_.SetupDir(i, "/shared");
+    for (uint64_t k = 0; k < o_.dir_entries; ++k) {
+      f_.SetupFile(static_cast<int>(k % static_cast<uint64_t>(n)), "/shared/e" + std::to_string(k));
+    }
     dirs = 1;
   } else if (w == "fanout-wide") {
     wide_dirs_ = std::max(64, 4 * n);
@@ -499,6 +502,10 @@ Status ValidateSimOptions(const SimOptions& o) {
   if (o.workload == "churn" && o.nodes < 2) return Err(EINVAL, "churn needs at least 2 nodes");
   if (o.vnodes < 1) return Err(EINVAL, "--vnodes must be at least 1");
   if (o.dirs_per_client < 1) return Err(EINVAL, "--dirs-per-client must be at least 1");
+  if (o.dir_entries > 0 && o.workload != "create-stat-shared") {
+    return Err(EINVAL, "--dir-entries needs --workload create-stat-shared");
+  }
+  if (o.dir_entries > 10'000'000) return Err(EINVAL, "--dir-entries above 10000000");
   if (o.tree_fanout < 1 || o.tree_depth < 1 || o.files_per_dir < 1) {
     return Err(EINVAL, "tree shape must be positive");
   }

@@ -83,6 +83,10 @@ struct SimOptions {
   int churn_events = 8;
   // dirmerge measurement: entries each node holds in the measured directory.
   int dirmerge_entries = 4;
+  // create-stat-shared: files already in /shared when the run begins,
+  // spread round-robin over the nodes (the directory's size; the cost of an
+  // operation in it should not grow with it).
+  uint64_t dir_entries = 0;
 };
 
 // Validates names and ranges (EINVAL with the reason).

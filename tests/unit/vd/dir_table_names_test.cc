@@ -81,6 +81,96 @@ TEST(DirTableNames, ALookupInAStaleCopyFetchesThatNameOnly) {
   EXPECT_EQ(NameSet(**whole).count("big7"), 1u);
 }
 
+Result<VdPtr> Peek(Federation& f, int from, const std::string& path, const std::string& name) {
+  std::optional<Result<VdPtr>> out;
+  f.svc(from).Peek(path, name, [&](Result<VdPtr> r) { out = std::move(r); });
+  f.net().RunUntilIdle();
+  EXPECT_TRUE(out.has_value()) << "Peek never completed";
+  if (!out) return Err(EIO, "never completed");
+  return std::move(*out);
+}
+
+// A node with no copy of a large directory asks for the one name: O(1)
+// bytes, not O(entries). Its slot then holds names only, which serve
+// lookups, a create's look (Peek) and its own changes' names like a stale
+// copy's; a listing still fetches the whole VD.
+TEST(DirTableNames, AFirstLookupInALargeDirectoryFetchesThatNameOnly) {
+  VdServiceOptions o = NoLeases();
+  o.whole_below = 16;
+  Federation f(3, o);
+  const std::string p = PathManagedBy(f, "n0");
+  Populate(f, p);
+  for (int i = 0; i < 200; ++i) f.fs(2).AddFile(p + "/big" + std::to_string(i));
+  ASSERT_TRUE(f.Get(0, p));  // the manager's dirmerge
+  f.net().ResetStats();
+  auto vd = GetName(f, 1, p, "big7");
+  ASSERT_TRUE(vd) << vd.error().ToString();
+  EXPECT_TRUE((*vd)->partial);
+  ASSERT_NE((*vd)->Find("big7"), nullptr);
+  EXPECT_EQ((*vd)->holders, (std::vector<std::string>{"n0", "n1", "n2"}));
+  EXPECT_EQ((*vd)->subdirs, 1u);
+  EXPECT_EQ(f.Requests(kVdGetName), 1u);
+  EXPECT_EQ(f.Requests(kVdGet), 0u);
+  EXPECT_LT(f.net().TotalStats().bytes_sent, 1000u);  // not 200 entries
+  // Again: from the table. Another name: one more small request.
+  f.net().ResetStats();
+  ASSERT_TRUE(GetName(f, 1, p, "big7"));
+  EXPECT_EQ(f.net().TotalStats().messages_sent, 0u);
+  auto other = GetName(f, 1, p, "big8");
+  ASSERT_TRUE(other);
+  ASSERT_NE((*other)->Find("big8"), nullptr);
+  EXPECT_EQ(f.Requests(kVdGetName), 1u);
+  // A create's look: the names kept stand for the copy (no message).
+  f.net().ResetStats();
+  auto peek = Peek(f, 1, p, "new");
+  ASSERT_TRUE(peek);
+  EXPECT_EQ((*peek)->Find("new"), nullptr);
+  EXPECT_EQ((*peek)->holders, (std::vector<std::string>{"n0", "n1", "n2"}));
+  EXPECT_EQ(f.net().TotalStats().messages_sent, 0u);
+  // The node's own change: its name kept from the reply.
+  f.fs(1).AddFile(p + "/mine");
+  ASSERT_TRUE(f.Update(1, p, Add("n1", "mine")));
+  f.net().ResetStats();
+  auto mine = GetName(f, 1, p, "mine");
+  ASSERT_TRUE(mine);
+  ASSERT_NE((*mine)->Find("mine"), nullptr);
+  EXPECT_EQ(f.net().TotalStats().messages_sent, 0u);
+  // Another node's change is seen by the next lookup.
+  f.fs(2).Remove(p + "/big7");
+  ASSERT_TRUE(f.Update(2, p, Remove("n2", "big7")));
+  auto gone = GetName(f, 1, p, "big7");
+  ASSERT_TRUE(gone);
+  EXPECT_EQ((*gone)->Find("big7"), nullptr);
+  // A listing: the whole VD.
+  auto whole = f.Get(1, p);
+  ASSERT_TRUE(whole);
+  EXPECT_FALSE((*whole)->partial);
+  EXPECT_EQ(NameSet(**whole).count("big9"), 1u);
+  EXPECT_EQ(NameSet(**whole).count("mine"), 1u);
+}
+
+// A small directory comes whole from the first lookup: the next lookups and
+// the listing need no message.
+TEST(DirTableNames, AFirstLookupInASmallDirectoryFetchesItWhole) {
+  VdServiceOptions o = NoLeases();
+  o.whole_below = 16;
+  Federation f(3, o);
+  const std::string p = PathManagedBy(f, "n0");
+  Populate(f, p);
+  f.net().ResetStats();
+  auto vd = GetName(f, 1, p, "f0");
+  ASSERT_TRUE(vd);
+  ASSERT_NE((*vd)->Find("f0"), nullptr);
+  EXPECT_EQ(f.Requests(kVdGetName), 1u);
+  f.net().ResetStats();
+  ASSERT_TRUE(GetName(f, 1, p, "f2"));
+  auto whole = f.Get(1, p);
+  ASSERT_TRUE(whole);
+  EXPECT_FALSE((*whole)->partial);
+  EXPECT_EQ(NameSet(**whole), (std::set<std::string>{"f0", "f1", "f2", "sub"}));
+  EXPECT_EQ(f.net().TotalStats().messages_sent, 0u);
+}
+
 // The holders come back only when they are not those of the stale copy.
 TEST(DirTableNames, HoldersAreSentOnlyWhenTheyChanged) {
   Federation f(3, NoLeases());
