@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include <cstddef>
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -40,6 +41,14 @@ class InodeTable {
     // no links (as a local file system answers for a file renamed over
     // between a stat's lookup and its getattr).
     struct stat last {};
+    // `last` is a remote file's attributes from a lookup that its node
+    // watches for this node, handed to the kernel uncached (it may not have
+    // the inode yet, so a drop could not reach it): the getattr that follows
+    // may answer them (VfsImpl::GetAttr), while this node changed no file
+    // since (`lookup_mark`, VfsImpl::local_changes_) and for a short while.
+    bool lookup_attr = false;
+    uint64_t lookup_mark = 0;
+    std::chrono::steady_clock::time_point lookup_at{};
   };
 
   // The table with the root directory as inode `root_ino`, never erased.

@@ -51,6 +51,7 @@ uint64_t VfsImpl::AddFile(OpenFile f) {
 }
 
 Result<FileOut> VfsImpl::Open(const Cred& c, uint64_t ino, int flags) {
+  if (flags & O_TRUNC) Changing();  // as a setattr of the size
   FEDFS_TRY(r, Resolve(ino));
   if (IsDir(r->type)) return Err(EISDIR, r->path);
   FEDFS_TRY(fs, FsOf(r->node));
@@ -148,6 +149,7 @@ Result<size_t> VfsImpl::Read(uint64_t fh, uint64_t offset, std::span<std::byte> 
 
 Result<size_t> VfsImpl::Write(uint64_t fh, uint64_t offset, std::span<const std::byte> src,
                               const Writer& by) {
+  Changing();  // its node does not tell this node's session (Inode::lookup_attr)
   FEDFS_TRY(f, FileOf(fh));
   auto n = f->fs->Write(f->handle, offset, src, by);
   if (n && !f->dirty) MarkDirty(fh);
@@ -210,6 +212,7 @@ Status VfsImpl::Release(uint64_t fh) {
 }
 
 Status VfsImpl::Fallocate(uint64_t fh, int mode, uint64_t offset, uint64_t len) {
+  Changing();  // its node does not tell this node's session (Inode::lookup_attr)
   FEDFS_TRY(f, FileOf(fh));
   Status s = f->fs->Fallocate(f->handle, mode, offset, len);
   if (s && !f->dirty) MarkDirty(fh);
@@ -490,6 +493,7 @@ Status VfsImpl::ChangeXattr(uint64_t ino, const std::string& name, Change change
 
 Status VfsImpl::SetXattr(const Cred& c, uint64_t ino, const std::string& name,
                          std::span<const std::byte> value, int flags) {
+  Changing();  // its node does not tell this node's session (Inode::lookup_attr)
   return ChangeXattr(ino, name, [&](NodeFs& fs, const std::string& path) {
     return fs.SetXattr(c, path, name, value, flags);
   });
@@ -518,6 +522,7 @@ Result<std::string> VfsImpl::ListXattr(const Cred& c, uint64_t ino, size_t size,
 }
 
 Status VfsImpl::RemoveXattr(const Cred& c, uint64_t ino, const std::string& name) {
+  Changing();  // its node does not tell this node's session (Inode::lookup_attr)
   return ChangeXattr(ino, name, [&](NodeFs& fs, const std::string& path) {
     return fs.RemoveXattr(c, path, name);
   });

@@ -145,6 +145,7 @@ Result<VfsImpl::Child> VfsImpl::ChildFromEntry(const Cred& c, const std::string&
   if (e.type == DT_REG && k != nullptr && k->Coherent() &&
       ch.node != deps_.cluster->Current()->self) {
     ch.taken = CallbacksTaken();
+    ch.changes = local_changes_.load(std::memory_order_acquire);
     auto ws = (*fs)->StatWatched(c, path);
     if (!ws) return Err(ws.error());
     st = ws->st;
@@ -219,10 +220,14 @@ EntryOut VfsImpl::Remember(uint64_t parent, const Child& ch, uint64_t names_epoc
     out.attr_timeout = CoherentAttrTimeout(ch.type, ch.node, ch.st.st_nlink);
   }
   std::lock_guard lock(mu_);
-  // Attributes its node tells the changes of: the kernel may keep them.
+  // Attributes its node tells the changes of: the getattr that follows
+  // this lookup may answer them (the kernel keeps that answer).
   auto watched = [&] {
     if (ch.watch && WatchLocked(out.ino, ch.node, *ch.watch, ch.taken)) {
-      out.attr_timeout = std::max(out.attr_timeout, options_.coherent_remote_open_attr_timeout);
+      Inode& n = *table_.Find(out.ino);
+      n.lookup_attr = true;
+      n.lookup_mark = ch.changes;
+      n.lookup_at = std::chrono::steady_clock::now();
     }
   };
   if (const auto known = table_.Named(parent, ch.name)) {

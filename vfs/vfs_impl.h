@@ -340,6 +340,7 @@ class VfsImpl final : public Vfs {
     // `taken`: callbacks_taken_ before it was asked (see WatchLocked).
     std::optional<Handle> watch;
     uint64_t taken = 0;
+    uint64_t changes = 0;  // local_changes_ before it was asked
   };
 
   Result<Resolved> Resolve(uint64_t ino) const;
@@ -374,6 +375,7 @@ class VfsImpl final : public Vfs {
   // InodeTable::EraseUnused, and the watches of what it erased dropped.
   void MaybeEraseLocked(uint64_t ino);
   static struct stat ReplacedAttr(const Inode& n);
+  std::optional<struct stat> LookupAttr(uint64_t ino);
 
   // Placement + missing parents on the chosen node, and the claim of the
   // name there (VdClient::Claim); returns the node. The caller releases the
@@ -460,6 +462,11 @@ class VfsImpl final : public Vfs {
   std::map<std::pair<std::string, Handle>, uint64_t> watched_;
   std::unordered_map<uint64_t, std::pair<std::string, Handle>> watch_of_;
   uint64_t callbacks_taken_ = 0;  // RemoteAttrsChanged calls; guarded by files_mu_
+  // Operations of this node that may change a remote file's attributes
+  // (its node does not tell the session that made the change): a lookup's
+  // attributes are no answer for a getattr after one (Inode::lookup_attr).
+  std::atomic<uint64_t> local_changes_{0};
+  void Changing() { local_changes_.fetch_add(1, std::memory_order_acq_rel); }
   std::unordered_map<uint64_t, std::shared_ptr<DirHandle>> dirs_;  // guarded by files_mu_
   uint64_t next_fh_ = 1;  // guarded by files_mu_
 

@@ -86,6 +86,7 @@ Result<struct stat> VfsImpl::GetAttr(const Cred& c, uint64_t ino, std::optional<
     if (!vd) return Err(vd.error());
     return DirAttr(c, r->path, *vd);
   }
+  if (auto kept = LookupAttr(ino)) return *kept;
   auto fs = FsOf(r->node);
   if (!fs) return Err(fs.error());
   Result<struct stat> st = Err(EIO, "getattr");
@@ -143,6 +144,26 @@ Result<struct stat> VfsImpl::GetAttr(const Cred& c, uint64_t ino, std::optional<
   return st;
 }
 
+// The getattr that follows a lookup of a remote file: the lookup's
+// attributes, once, if its node still watches the file for this node (no
+// change told since), this node changed no file since it asked, the kernel
+// has no handle of it open (writes through one are not told back), and
+// the lookup was a moment ago.
+std::optional<struct stat> VfsImpl::LookupAttr(uint64_t ino) {
+  constexpr auto kFor = std::chrono::milliseconds(100);
+  std::lock_guard lock(mu_);
+  Inode* n = table_.Find(ino);
+  if (n == nullptr || !n->lookup_attr) return std::nullopt;
+  n->lookup_attr = false;
+  if (n->lookup_mark != local_changes_.load(std::memory_order_acquire) ||
+      std::chrono::steady_clock::now() - n->lookup_at > kFor) {
+    return std::nullopt;
+  }
+  std::lock_guard files_lock(files_mu_);
+  if (!watch_of_.contains(ino) || files_by_ino_.contains(ino)) return std::nullopt;
+  return n->last;
+}
+
 struct stat VfsImpl::ReplacedAttr(const Inode& n) {
   struct stat st = n.last;
   st.st_nlink = 0;
@@ -151,6 +172,7 @@ struct stat VfsImpl::ReplacedAttr(const Inode& n) {
 
 Result<struct stat> VfsImpl::SetAttr(const Cred& c_in, uint64_t ino, std::optional<uint64_t> fh,
                                      const SetAttrRequest& req) {
+  Changing();  // its node does not tell this node's session (Inode::lookup_attr)
   Cred c = c_in;
   if (req.mode && !req.uid && !req.gid && !req.size && !req.atime && !req.mtime) {
     // The kernel clears set-id bits after a write by a non-owner with a
@@ -275,6 +297,7 @@ Result<EntryOut> VfsImpl::Symlink(const Cred& c, const std::string& target, uint
 
 Result<EntryOut> VfsImpl::Link(const Cred& c, uint64_t ino, uint64_t new_parent,
                                const std::string& new_name) {
+  Changing();  // its node does not tell this node's session (Inode::lookup_attr)
   const uint64_t names_epoch = NamesEpoch();
   if (auto s = ValidateName(new_name); !s) return Err(s.error());
   FEDFS_TRY(src, Resolve(ino));
@@ -308,6 +331,7 @@ Result<EntryOut> VfsImpl::Link(const Cred& c, uint64_t ino, uint64_t new_parent,
 }
 
 Status VfsImpl::Unlink(const Cred& c, uint64_t parent, const std::string& name) {
+  Changing();  // its node does not tell this node's session (Inode::lookup_attr)
   FEDFS_TRY(dir, ResolveDir(parent));
   NameLocks locks(deps_.vds);
   std::string locked;  // the real name held
@@ -401,6 +425,7 @@ void VfsImpl::ForgetSubtreeVds(const std::string& path) {
 // create starts over (the name now exists: a replace).
 Status VfsImpl::Rename(const Cred& c, uint64_t parent, const std::string& name,
                        uint64_t new_parent, const std::string& new_name, unsigned flags) {
+  Changing();  // its node does not tell this node's session (Inode::lookup_attr)
   for (int attempt = 0;; ++attempt) {
     Status s = RenameOnce(c, parent, name, new_parent, new_name, flags);
     const bool raced = !s && s.error().code == EEXIST && s.error().context == "raced";
