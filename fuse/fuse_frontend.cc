@@ -119,6 +119,10 @@ void KernelNotifier::InvalidateAttrs(uint64_t ino) {
   }
 }
 
+// FUSE_DIRECT_IO_ALLOW_MMAP (1ULL << 36, protocol 7.39) in flags2; this
+// system's <linux/fuse.h> predates it.
+constexpr uint32_t kDirectIoAllowMmap2 = 1u << (36 - 32);
+
 // The INIT request (before libfuse handles it): what the kernel offers.
 // True if that includes the rings.
 bool OnInitRequest(FuseMount::Ctx* ctx, const void* buf, size_t size) {
@@ -127,6 +131,11 @@ bool OnInitRequest(FuseMount::Ctx* ctx, const void* buf, size_t size) {
   const auto* arg = reinterpret_cast<const fuse_init_in*>(in + 1);
   ctx->killpriv_offered = arg->major == 7 && arg->minor >= 33 &&
                           (arg->flags & FUSE_HANDLE_KILLPRIV_V2) != 0;
+  // flags2 (7.36) is there only with FUSE_INIT_EXT.
+  ctx->direct_mmap_offered =
+      arg->major == 7 && arg->minor >= 39 && (arg->flags & FUSE_INIT_EXT) != 0 &&
+      size >= sizeof(fuse_in_header) + offsetof(fuse_init_in, flags2) + sizeof(uint32_t) &&
+      (arg->flags2 & kDirectIoAllowMmap2) != 0;
   ctx->uring_offered = ctx->uring != nullptr && ctx->uring->OnInitRequest(buf, size);
   ctx->init_unique.store(in->unique, std::memory_order_release);
   return ctx->uring_offered;
@@ -143,13 +152,19 @@ ssize_t FrontendWritev(int fd, struct iovec* iov, int count, void* userdata) {
     fuse_init_out arg;
     iovec patched[2];
     if (static_cast<const fuse_out_header*>(iov[0].iov_base)->error == 0 &&
-        ctx->killpriv_offered && iov[1].iov_len == sizeof arg) {
+        (ctx->killpriv_offered || ctx->direct_mmap_offered) && iov[1].iov_len == sizeof arg) {
       std::memcpy(&arg, iov[1].iov_base, sizeof arg);
-      arg.flags |= FUSE_HANDLE_KILLPRIV_V2;
+      if (ctx->killpriv_offered) {
+        arg.flags |= FUSE_HANDLE_KILLPRIV_V2;
+        ctx->killpriv = true;
+      }
+      if (ctx->direct_mmap_offered) {  // flags2 is read with FUSE_INIT_EXT only
+        arg.flags |= FUSE_INIT_EXT;
+        arg.flags2 |= kDirectIoAllowMmap2;
+      }
       patched[0] = iov[0];
       patched[1] = {&arg, sizeof arg};
       iov = patched;
-      ctx->killpriv = true;
     }
     if (ctx->uring_offered) return ctx->uring->InitReply(fd, iov, count);
     return ::writev(fd, iov, count);

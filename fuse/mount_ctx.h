@@ -35,10 +35,14 @@ struct FuseMount::Ctx {
   // io_uring; replies go through it (fuse_session_custom_io).
   UringChannel* uring = nullptr;
   // The INIT handshake, which libfuse 3.14 cannot ask for everything in:
-  // FrontendWritev adds FUSE_HANDLE_KILLPRIV_V2 to its reply, and hands it to
-  // the rings (UringChannel::InitReply), when the kernel offered them.
+  // FrontendWritev adds FUSE_HANDLE_KILLPRIV_V2 and FUSE_DIRECT_IO_ALLOW_MMAP
+  // to its reply, and hands it to the rings (UringChannel::InitReply), when
+  // the kernel offered them.
   std::atomic<uint64_t> init_unique{0};       // the INIT request, until its reply
   std::atomic<bool> killpriv_offered{false};
+  // The kernel lets a handle written directly (an O_APPEND open's) be
+  // mapped shared (FUSE_DIRECT_IO_ALLOW_MMAP, 7.39): asked for when offered.
+  std::atomic<bool> direct_mmap_offered{false};
   std::atomic<bool> uring_offered{false};
   std::atomic<bool> killpriv{false};          // asked for: see WriteKillsSetId
 };

@@ -64,8 +64,19 @@ Result<FileOut> VfsImpl::Open(const Cred& c, uint64_t ino, int flags) {
   if (!op) return Err(op.error());
   FileOut out;
   out.fh = AddFile(OpenFile{*fs, op->handle, ino, op->attr_callbacks});
+  out.direct_io = AppendOnly(flags);
   return out;
 }
+
+// O_APPEND: each write(2) reaches the holder as one request, whose O_APPEND
+// fd puts it whole at the file's end there (nodefs/local_node_fs.h). Through
+// the page cache the kernel would split a write at a page boundary of its
+// own idea of the end of file (stale when another node or a local program
+// appended), and the two parts would be appended apart, another writer's
+// record between them. So the kernel is told to write such a handle
+// directly (FOPEN_DIRECT_IO; mapping it shared stays possible where the
+// kernel allows it, fuse/fuse_ops.cc).
+bool VfsImpl::AppendOnly(int flags) { return (flags & O_APPEND) != 0; }
 
 // A create races with other nodes' creates and unlinks of the same name: a
 // lost claim (another node is creating it) or an existing file that vanished
@@ -111,6 +122,7 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
     EntryOut entry = Remember(parent, *ch, names_epoch);
     FileOut out;
     out.fh = AddFile(OpenFile{*fs, op->handle, entry.ino, op->attr_callbacks});
+    out.direct_io = AppendOnly(flags);
     return std::make_pair(entry, out);
   }
   std::shared_ptr<NodeFs> fs;  // the chosen node's, kept by the open file
@@ -130,6 +142,7 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
   EntryOut entry = Remember(parent, ch, names_epoch);
   FileOut out;
   out.fh = AddFile(OpenFile{fs, op.handle, entry.ino, op.attr_callbacks});
+  out.direct_io = AppendOnly(flags);
   if (op.watch) {
     // Watched by its node from the create on: the kernel may keep these
     // attributes after the close too (as after a getattr, GetAttr).

@@ -376,6 +376,8 @@ class VfsImpl final : public Vfs {
   void MaybeEraseLocked(uint64_t ino);
   static struct stat ReplacedAttr(const Inode& n);
   std::optional<struct stat> LookupAttr(uint64_t ino);
+  // Opened with these flags, the kernel must write the handle directly.
+  static bool AppendOnly(int flags);
 
   // Placement + missing parents on the chosen node, and the claim of the
   // name there (VdClient::Claim); returns the node. The caller releases the
