@@ -38,7 +38,13 @@
 #              every file is created on the creating process's node, so the
 #              other phases reach it on another node
 # Prints a table: one row per variant and phase, ops/s per target, and the
-# ratios fedfs/glusterfs and fedfs/mergerfs; then every iteration's value.
+# ratios fedfs/glusterfs and fedfs/mergerfs; then every iteration's value;
+# then the FUSE servers' wake-ups per operation: the voluntary context
+# switches (a thread slept, to be woken; /proc/<pid>/task/*/status) of every
+# thread of the target's own server processes during the phase, over its
+# operations (a spinning thread's yields are not counted) --
+# mergerfs (its N processes) and fedfs (its N daemons) only; native has no
+# server and GlusterFS's bricks are started by its glusterd (n/a).
 # A target that cannot run prints n/a (with the reason on stderr). A phase
 # that fails (a process exits non-zero: fedfs-shared-bench stops at the
 # first failed call, naming it) is logged with its iteration and target, its
@@ -93,7 +99,10 @@ SHB=$BUILD/bench/fedfs-shared-bench
 
 # ---- targets: setup_<name> sets MNT to the N mounts (process i uses MNT[i]) ----
 # (not run in a subshell: PIDS and MOUNTS must reach the cleanup trap)
+SERVER_PIDS=()  # the target's server processes, whose wake-ups are counted
+
 setup_native() {
+  SERVER_PIDS=()
   mkdir -p "$WORK/native/mnt0"
   local i
   for ((i = 0; i < N; i++)); do MNT+=("$WORK/native/mnt0"); done
@@ -102,26 +111,30 @@ setup_native() {
 setup_mergerfs() {
   command -v mergerfs >/dev/null || { log "mergerfs not installed"; return 1; }
   local i branches=()
+  SERVER_PIDS=()
   for ((i = 0; i < N; i++)); do mkdir -p "$WORK/mfs-branch$i"; branches+=("$WORK/mfs-branch$i"); done
   local list
   list=$(IFS=:; echo "${branches[*]}")
   for ((i = 0; i < N; i++)); do
     mkdir -p "$WORK/mfs/mnt$i"
     mergerfs -f -o "allow_other,fsname=mergerfs$i" "$list" "$WORK/mfs/mnt$i" >"$WORK/mergerfs$i.log" 2>&1 &
-    PIDS+=($!); MOUNTS+=("$WORK/mfs/mnt$i")
+    PIDS+=($!); SERVER_PIDS+=($!); MOUNTS+=("$WORK/mfs/mnt$i")
     wait_mount "$WORK/mfs/mnt$i" $! || { log "mergerfs $i did not mount"; return 1; }
     MNT+=("$WORK/mfs/mnt$i")
   done
 }
 
 setup_glusterfs() {
+  SERVER_PIDS=()
   start_glusterfs glusterfs "$N" "$N" || return 1
   local i
   for ((i = 0; i < N; i++)); do MNT+=("$WORK/glusterfs/mnt$i"); done
 }
 
 setup_fedfs() {
+  local first=${#PIDS[@]}
   start_fedfs fedfs "$N" "placement: {policy: local}" || return 1
+  SERVER_PIDS=("${PIDS[@]:first}")
   local i
   for ((i = 0; i < N; i++)); do MNT+=("$FEDFS_DIR/mnt$i"); done
 }
@@ -131,6 +144,7 @@ PHASES=(create stat open remove)
 VARIANTS=(shared unique)
 declare -A RUNS   # RUNS[<target>,<variant>,<phase>] = "v1 v2 ..." (one per iteration)
 declare -A FAILS  # FAILS[<target>,<variant>,<phase>] = iterations of that cell that failed
+declare -A WAKES  # WAKES[<target>,<variant>,<phase>] = "w1 w2 ..." (context switches per op)
 FAILED=()         # one line per failure: iteration, target, cell, why
 
 # fail_cell <target> <iteration> <variant> <phase> <why>
@@ -146,11 +160,24 @@ dir_of() {
   if [ "$1" = shared ]; then echo "${MNT[$3]}/s$2"; else echo "${MNT[$3]}/u$2-p$4"; fi
 }
 
+# switches: the voluntary context switches so far of every thread of
+# SERVER_PIDS (each one a sleep, and so a wake-up).
+switches() {
+  local p s=0 n
+  for p in "${SERVER_PIDS[@]}"; do
+    n=$(awk '/^voluntary_ctxt_switches/ { n += $2 } END { print n + 0 }' /proc/"$p"/task/*/status 2>/dev/null) || n=0
+    s=$((s + n))
+  done
+  echo "$s"
+}
+
 # run_phase <variant> <phase> <iteration>: the N processes of one phase,
-# released together; PHASE_VAL = their ops/s, PHASE_WHY = why not (returns 1).
+# released together; PHASE_VAL = their ops/s, PHASE_WAKES = the servers'
+# context switches per operation (empty without SERVER_PIDS), PHASE_WHY =
+# why not (returns 1).
 run_phase() {
   local v=$1 ph=$2 it=$3 i j sync=$WORK/sync
-  PHASE_VAL='' PHASE_WHY=''
+  PHASE_VAL='' PHASE_WHY='' PHASE_WAKES=''
   rm -rf "$sync"
   mkdir -p "$sync"
   mkfifo "$sync/go"
@@ -171,6 +198,8 @@ run_phase() {
     [ -z "$dead" ] || break
     sleep 0.01
   done
+  local sw0
+  sw0=$(switches)
   exec 9>&-  # go (or, when some did not get ready, the others stop waiting)
   local rc=0 r
   for p in "${WORKERS[@]}"; do
@@ -179,6 +208,11 @@ run_phase() {
     [ "$r" = 0 ] || rc=$r
   done
   WORKERS=()
+  local sw1
+  sw1=$(switches)
+  if [ ${#SERVER_PIDS[@]} -gt 0 ]; then
+    PHASE_WAKES=$(awk -v d=$((sw1 - sw0)) -v n=$((N * FILES)) 'BEGIN { printf "%.1f\n", d / n }')
+  fi
   if [ "$n" -lt "$N" ] && [ "$rc" = 0 ]; then rc=1; fi
   if [ "$rc" != 0 ]; then
     PHASE_WHY="fedfs-shared-bench exited $rc"
@@ -208,6 +242,7 @@ measure_iter() {
         fail_cell "$t" "$it" "$v" "$ph" "not run: $failed failed"
       elif run_phase "$v" "$ph" "$it"; then
         RUNS[$t,$v,$ph]+=" $PHASE_VAL"
+        [ -z "$PHASE_WAKES" ] || WAKES[$t,$v,$ph]+=" $PHASE_WAKES"
       else
         fail_cell "$t" "$it" "$v" "$ph" "$PHASE_WHY"
         failed=$ph
@@ -279,6 +314,25 @@ print_table() {
         [ -n "${x// /}" ] || [ "$f" != 0 ] || continue
         printf "  %-16s %-10s%s%s\n" "$v $ph" "$t" "$x" "${FAILS[$t,$v,$ph]:+  ($f failed)}"
       done
+    done
+  done
+  echo "FUSE servers' wake-ups per operation (voluntary context switches of all their threads; mean of the iterations):"
+  printf "%-16s" "row"
+  for t in $TARGETS; do printf " %12s" "$t"; done
+  echo
+  for v in "${VARIANTS[@]}"; do
+    for ph in "${PHASES[@]}"; do
+      printf "%-16s" "$v $ph"
+      for t in $TARGETS; do
+        x=${WAKES[$t,$v,$ph]:-}
+        if [ -n "${x// /}" ]; then
+          # shellcheck disable=SC2086  # word splitting of the values is intended
+          printf " %12s" "$(printf '%s\n' $x | awk '{ s += $1 } END { printf "%.1f", s / NR }')"
+        else
+          printf " %12s" "n/a"
+        fi
+      done
+      echo
     done
   done
   if [ ${#FAILED[@]} -gt 0 ]; then
