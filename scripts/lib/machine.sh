@@ -11,8 +11,10 @@
 #                             not put back is reported and fails the run
 #                             (what is in the run's TMPDIR is removed);
 #                             what ip(8) leaves behind (/run/netns) is
-#                             put back silently; fusectl, which a daemon
-#                             mounts by design, the test harness unmounts
+#                             put back silently; so is fusectl, which a
+#                             daemon mounts by design (the test harness
+#                             unmounts it too, but clusters running at once
+#                             may each see the other's)
 #   machine_restore           (EXIT trap) puts back everything changed
 #
 # Each item is one line of `machine_state`: a name and its value.
@@ -108,6 +110,10 @@ machine_check_leftovers() {
     printf '%s\n' "${MACHINE_BEFORE[@]}" | grep -qxF -- "$line" && continue
     case "$line" in
       "mount /run/netns") umount /run/netns 2>/dev/null || true ;;                # ip netns add's
+      # A daemon mounts fusectl by design (fuse/fuse_frontend.cc, Abort); each
+      # Cluster unmounts the one its daemons mounted, but two run at once (ctest
+      # -j, or another FedFS on this machine) may each see the other's.
+      "mount $MACHINE_FUSECTL") umount "$MACHINE_FUSECTL" 2>/dev/null || true ;;
       "dir /run/netns") ;;                                                        # ip netns add's, below
       *) echo "test.sh: left behind by the tests: $line"; machine_remove "$line"; left=$((left + 1)) ;;
     esac
