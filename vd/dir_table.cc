@@ -70,18 +70,6 @@ bool DirTable::ValidLocked(const Slot& slot, size_t s) const {
   return slot.vd != nullptr && LoadWord(s) == slot.expected;
 }
 
-bool DirTable::LiveLocked(const Slot& slot, size_t s) const {
-  if (slot.vd != nullptr) return ValidLocked(slot, s);
-  // Names only (no whole copy was fetched): live while one of them is valid.
-  const uint64_t word = LoadWord(s);
-  return std::ranges::any_of(slot.names, [&](const auto& kv) { return kv.second.expected == word; });
-}
-
-const VirtualDirectory* DirTable::LikeLocked(const Slot& slot) {
-  if (slot.vd != nullptr) return slot.vd.get();
-  return slot.names.empty() ? nullptr : slot.names.begin()->second.part.get();
-}
-
 void DirTable::DropLocked(size_t s) {
   Slot& slot = slots_[s];
   if (!slot.path.empty()) index_.erase(slot.path);
@@ -124,15 +112,15 @@ DirTable::VdPtr DirTable::FindLocked(const std::string& path, const std::string*
     ++stats_.hits;
     return slot.vd;
   }
-  const auto n = name != nullptr ? slot.names.find(*name) : slot.names.end();
-  if (n != slot.names.end() && n->second.epoch == epoch && n->second.expected == word) {
+  if (auto n = name != nullptr ? slot.names.find(*name) : slot.names.end();
+      n != slot.names.end() && n->second.epoch == epoch && n->second.expected == word) {
     slot.referenced = true;
     ++stats_.hits;
     ++stats_.name_hits;
     return n->second.part;
   }
   ++stats_.misses;
-  if (slot.vd != nullptr || n != slot.names.end()) {
+  if (slot.vd != nullptr) {
     ++stats_.stale;
     if (stale != nullptr) *stale = true;
   }
@@ -145,8 +133,7 @@ std::optional<DirTable::Ticket> DirTable::ReserveName(const std::string& path, u
   if (it == index_.end()) return std::nullopt;
   const size_t s = it->second;
   const Slot& slot = slots_[s];
-  // A stale whole copy of this epoch, or names only (each has its epoch).
-  if (slot.vd != nullptr ? slot.epoch != epoch : slot.names.empty()) return std::nullopt;
+  if (slot.vd == nullptr || slot.epoch != epoch) return std::nullopt;
   return Ticket{path, static_cast<uint32_t>(s), LoadWord(s), slot.generation};
 }
 
@@ -171,7 +158,7 @@ size_t DirTable::VictimLocked() {
     hand_ = (hand_ + 1) % slots_.size();
     Slot& slot = slots_[s];
     if (slot.path.empty()) return s;
-    if (slot.referenced && LiveLocked(slot, s)) {
+    if (slot.referenced && ValidLocked(slot, s)) {
       slot.referenced = false;
       continue;
     }
@@ -237,13 +224,11 @@ void DirTable::Patch(const std::string& path, uint64_t prev_version, uint64_t vd
     // manager records this node: the reply's entries are the names' state,
     // and the next change of P bumps the slot.
     auto own = own_changes_.find(path);
-    const VirtualDirectory* like = LikeLocked(slot);  // a whole copy, or a name's
     const bool clean = own != own_changes_.end() && own->second.count == 1 &&
-                       own->second.word == LoadWord(s) && like != nullptr;
+                       own->second.word == LoadWord(s) && slot.vd != nullptr;
     BumpLocked(s);  // also spoils a fetch in flight for this slot
     if (!clean || !sharer || vd_version == 0) return;
     const uint64_t word = LoadWord(s);
-    const uint64_t epoch = slot.vd != nullptr ? slot.epoch : slot.names.begin()->second.epoch;
     std::map<std::string, std::vector<VdEntry>> by_name;  // visible name -> its entry
     for (const std::string& k : keys) by_name[k];
     for (VdEntry& e : fresh) {
@@ -254,13 +239,13 @@ void DirTable::Patch(const std::string& path, uint64_t prev_version, uint64_t vd
       auto part = std::make_shared<VirtualDirectory>();
       part->path = path;
       part->version = vd_version;
-      part->epoch = like->epoch;
-      part->holders = holders ? *holders : like->holders;
+      part->epoch = slot.vd->epoch;
+      part->holders = holders ? *holders : slot.vd->holders;
       part->partial = true;
-      part->kernel_may_cache = like->kernel_may_cache;  // fetched with notify or not
-      part->subdirs = like->subdirs;  // an estimate: the listing is refetched whole
+      part->kernel_may_cache = slot.vd->kernel_may_cache;  // fetched with notify or not
+      part->subdirs = slot.vd->subdirs;  // an estimate: the listing is refetched whole
       for (VdEntry& e : entries) part->entries.Put(std::move(e));
-      PutNameLocked(s, name, std::move(part), word, epoch);
+      PutNameLocked(s, name, std::move(part), word, slot.epoch);
     }
     return;
   }
@@ -287,22 +272,14 @@ DirTable::VdPtr DirTable::AnyCopy(const std::string& path, uint64_t epoch) const
   auto it = index_.find(path);
   if (it == index_.end()) return nullptr;
   const Slot& slot = slots_[it->second];
-  if (slot.vd != nullptr) return slot.epoch == epoch ? slot.vd : nullptr;
-  // Names only: one of them stands for the copy (its holders; other names
-  // are absent from it).
-  for (const auto& [name, n] : slot.names) {
-    if (n.epoch == epoch) return n.part;
-  }
-  return nullptr;
+  return slot.epoch == epoch ? slot.vd : nullptr;
 }
 
 std::optional<std::vector<std::string>> DirTable::CopyHolders(const std::string& path) const {
   std::lock_guard lock(mu_);
   auto it = index_.find(path);
-  if (it == index_.end()) return std::nullopt;
-  const VirtualDirectory* like = LikeLocked(slots_[it->second]);
-  if (like == nullptr) return std::nullopt;
-  return like->holders;
+  if (it == index_.end() || slots_[it->second].vd == nullptr) return std::nullopt;
+  return slots_[it->second].vd->holders;
 }
 
 void DirTable::BeginOwnChange(const std::string& path) {

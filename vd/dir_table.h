@@ -18,10 +18,7 @@
 // not O(entries)); the manager records the slot as for a whole fetch, and the
 // entry is valid while the word holds the value it had when the name was
 // asked for. A shared directory that many nodes change thus costs each
-// lookup one small request, not a copy of the whole directory. A first
-// lookup (no copy) asks for the name too, and the manager sends the whole VD
-// only if it is small (VdServiceOptions::whole_below): a slot may then hold
-// names only, which serve lookups alike; a listing fetches the copy whole.
+// lookup one small request, not a copy of the whole directory.
 //
 // Replacement: CLOCK over `max_entries` slots, also bounded by `max_bytes`
 // (an estimate of the VDs' memory). Only directories managed elsewhere are
@@ -83,13 +80,11 @@ class DirTable {
   // A hit for one name: the whole copy if valid (as Find), else the entry of
   // `name` fetched since the copy went stale, if still valid. Counts a hit or
   // a miss.
-  // *stale (optional): the miss found the copy, or that name's entry,
-  // invalidated.
+  // *stale (optional): the miss found the copy invalidated.
   VdPtr FindName(const std::string& path, const std::string& name, uint64_t epoch,
                  bool* stale = nullptr);
-  // A miss for one name in a copy of `epoch` that went stale, or in a slot
-  // that holds names only: the slot's ticket, to fetch that name only. None:
-  // no such slot (Reserve one; the manager may send the VD whole).
+  // A miss for one name in a copy of `epoch` that went stale: the slot's
+  // ticket, to fetch that name only. None: no such copy (fetch it whole).
   std::optional<Ticket> ReserveName(const std::string& path, uint64_t epoch);
   // Keeps `part` (a partial VD: the entry of `name` or none) in the ticket's
   // slot, valid while the word holds the ticket's value.
@@ -107,9 +102,8 @@ class DirTable {
              const std::vector<std::string>& keys, std::vector<VdEntry> fresh,
              std::optional<std::vector<std::string>> holders, bool sharer = false);
 
-  // The copy of `path` here, valid or stale, if fetched in `epoch` (in a
-  // slot of names only, one name's part: the holders, and other names
-  // absent); for decisions that the manager checks again (VdService::Peek).
+  // The copy of `path` here, valid or stale, if fetched in `epoch`; for
+  // decisions that the manager checks again (VdService::Peek).
   VdPtr AnyCopy(const std::string& path, uint64_t epoch) const;
 
   // The holders of the copy of `path` here (stale or not); none without one.
@@ -183,11 +177,7 @@ class DirTable {
   void PutNameLocked(size_t s, const std::string& name, VdPtr part, uint64_t expected,
                      uint64_t epoch);
   size_t VictimLocked();
-  bool ValidLocked(const Slot& slot, size_t s) const;  // a whole copy, valid
-  bool LiveLocked(const Slot& slot, size_t s) const;   // or a valid name's entry
-  // The slot's whole copy, else one of its names' parts (holders, epoch and
-  // notify mode are the same in all); null if it has neither.
-  static const VirtualDirectory* LikeLocked(const Slot& slot);
+  bool ValidLocked(const Slot& slot, size_t s) const;
   static size_t SizeOf(const VirtualDirectory& vd);
 
   const DirTableOptions options_;

@@ -18,14 +18,8 @@ auto VdService::Impl::Core::OnGetName(m2m::IncomingCall call, m2m::Responder res
   const bool uncached = UnrecordUnknown(*req, *view);
   ServeGet(req->path, req->from, std::move(req->sharer), req->notify,
            [responder = std::move(responder), uncached, name = std::move(req->name),
-            holders_hash = req->holders_hash,
-            whole_below = req->whole_below](Result<VdPtr> vd) mutable {
+            holders_hash = req->holders_hash](Result<VdPtr> vd) mutable {
              if (!vd) return responder.Fail(vd.error());
-             // A requester with no copy gets a small VD whole: its next
-             // lookups there need no message.
-             if ((*vd)->entries.size() <= whole_below) {
-               return responder.Reply(EncodeVd(**vd, uncached || !(*vd)->cacheable, false));
-             }
              // The entry of `name` only, and what a lookup needs besides.
              const VdPtr part = PartialOf(*vd, name);
              const bool same = holders_hash != 0 && HoldersHash(part->holders) == holders_hash;

@@ -251,7 +251,6 @@ auto VdService::Impl::Core::Get(const std::string& path, const std::string* name
   // are not the ones of that copy.
   std::optional<std::string> one;
   std::optional<std::vector<std::string>> have_holders;
-  uint32_t whole_below = 0;  // no copy: the whole VD if it is this small
   if (dt_ && !manager.empty()) {  // managed elsewhere
     const uint64_t key = DtEpoch(view->epoch, notify);
     if (name != nullptr) {
@@ -263,13 +262,10 @@ auto VdService::Impl::Core::Get(const std::string& path, const std::string* name
         return GetUnrecorded(path, *name, coherent, dt_->CopyHolders(path), std::move(done));
       }
       ticket = dt_->ReserveName(path, key);
-      if (!ticket) {
-        // No copy of this epoch: the name, or the whole VD if small.
-        ticket = dt_->Reserve(path);
-        whole_below = options_.whole_below;
+      if (ticket) {
+        one = *name;
+        have_holders = dt_->CopyHolders(path);
       }
-      one = *name;
-      have_holders = dt_->CopyHolders(path);
     } else if (VdPtr vd = dt_->Find(path, key)) {
       return done(std::move(vd));
     }
@@ -282,10 +278,9 @@ auto VdService::Impl::Core::Get(const std::string& path, const std::string* name
   r->method = MethodId(one ? RpcMethod::kNsVdGetName : RpcMethod::kNsVdGet);
   r->timeout = ManagerTimeout();
   const uint64_t holders_hash = have_holders ? HoldersHash(*have_holders) : 0;
-  r->encode = [path, sharer = std::move(sharer), notify, one, holders_hash,
-               whole_below](const ClusterView& v) {
+  r->encode = [path, sharer = std::move(sharer), notify, one, holders_hash](const ClusterView& v) {
     return EncodePathRequest(path, v, sharer ? &*sharer : nullptr, notify, one.value_or(""),
-                             holders_hash, whole_below);
+                             holders_hash);
   };
   r->local = [self, path](const ClusterView& v, m2m::Callback<VdPtr> cb) {
     self->ServeGet(path, v.self, std::nullopt, false, std::move(cb));

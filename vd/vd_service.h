@@ -101,10 +101,6 @@ struct VdServiceOptions {
   // looked up unrecorded (no sharer record, so no bumps) for a while
   // (docs/namespace.md, "Names in a stale copy"); 0: never.
   std::chrono::milliseconds churn_gap{50};
-  // A lookup in a directory this node has no copy of asks for the one name,
-  // or for the whole VD when it has at most this many entries (the manager
-  // decides): a first lookup in a huge directory costs O(1) bytes.
-  uint32_t whole_below = 1024;
 };
 
 // A change to one entry of VD(P), made on `node`.

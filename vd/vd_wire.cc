@@ -152,7 +152,7 @@ Result<std::vector<VdEntry>> DecodeEntries(
 
 m2m::Bytes EncodePathRequest(const std::string& path, const ClusterView& view,
                              const SharerSlotData* sharer, bool notify, const std::string& name,
-                             uint64_t holders_hash, uint32_t whole_below) {
+                             uint64_t holders_hash) {
   flatbuffers::FlatBufferBuilder b(256 + path.size());
   auto p = b.CreateString(path);
   auto f = b.CreateString(view.self);
@@ -165,8 +165,7 @@ m2m::Bytes EncodePathRequest(const std::string& path, const ClusterView& view,
   flatbuffers::Offset<flatbuffers::String> n;
   if (!name.empty()) n = b.CreateString(name);
   return Finish(b, wire::Body::PathRequest,
-                wire::CreatePathRequest(b, p, f, view.epoch, sh, notify, 0, n, holders_hash,
-                                                whole_below));
+                wire::CreatePathRequest(b, p, f, view.epoch, sh, notify, 0, n, holders_hash));
 }
 
 // `changes` is never empty.
@@ -278,7 +277,6 @@ Result<PathRequestData> DecodePathRequest(const m2m::Bytes& payload) {
   out.lease = r->lease();
   if (r->name() != nullptr) out.name = r->name()->str();
   out.holders_hash = r->holders_hash();
-  out.whole_below = r->whole_below();
   if (const wire::SharerSlot* sh = r->sharer(); sh != nullptr) {
     if (sh->rkey() == nullptr || sh->rkey()->size() == 0 || sh->length() == 0 ||
         sh->length() % 8 != 0 || uint64_t{sh->slot()} * 8 + 8 > sh->length()) {

@@ -58,7 +58,6 @@ struct PathRequestData {
   uint64_t lease = 0;  // kNsVdRecall, kNsVdRenew: the lease
   std::string name;    // kNsVdGetName: the visible name asked for
   uint64_t holders_hash = 0;  // kNsVdGetName: the requester's holders (0: none)
-  uint32_t whole_below = 0;   // kNsVdGetName: the whole VD if at most this many entries
 };
 
 // A kNsVdUpdate request.
@@ -100,8 +99,7 @@ struct UpdateOutcome {
 // `from` and `epoch` are view.self and view.epoch.
 m2m::Bytes EncodePathRequest(const std::string& path, const ClusterView& view,
                              const SharerSlotData* sharer = nullptr, bool notify = false,
-                             const std::string& name = {}, uint64_t holders_hash = 0,
-                             uint32_t whole_below = 0);
+                             const std::string& name = {}, uint64_t holders_hash = 0);
 // `changes` is never empty.
 m2m::Bytes EncodeUpdateRequest(const std::string& path, const std::vector<VdChange>& changes,
                                const ClusterView& view, bool lease_ok = false,
