@@ -139,11 +139,8 @@ Result<VfsImpl::Child> VfsImpl::ChildFromEntry(const Cred& c, const std::string&
   if (!fs) return Err(fs.error());
   Result<struct stat> st = Err(EIO, "stat");
   // A remote file: its node is asked to tell of its changes, so that the
-  // kernel may keep these attributes from the lookup on (Remember), and a
-  // stat after a lookup costs no second request (as GetAttr's).
-  KernelCache* k = kernel_.load(std::memory_order_acquire);
-  if (e.type == DT_REG && k != nullptr && k->Coherent() &&
-      ch.node != deps_.cluster->Current()->self) {
+  // getattr after this lookup needs no second request (Remember, LookupAttr).
+  if (e.type == DT_REG && Watchable(ch.node)) {
     ch.taken = CallbacksTaken();
     ch.changes = local_changes_.load(std::memory_order_acquire);
     auto ws = (*fs)->StatWatched(c, path);
@@ -297,6 +294,11 @@ bool VfsImpl::ToldLocked(uint64_t ino) const {
     if (files_.at(i->second).told) return true;
   }
   return false;
+}
+
+bool VfsImpl::Watchable(const std::string& node) const {
+  KernelCache* k = kernel_.load(std::memory_order_acquire);
+  return k != nullptr && k->Coherent() && node != deps_.cluster->Current()->self;
 }
 
 bool VfsImpl::WatchLocked(uint64_t ino, const std::string& node, Handle watch, uint64_t taken) {

@@ -287,6 +287,9 @@ class VfsImpl final : public Vfs {
   // before the watch was known here) or the inode is gone. True if kept.
   bool WatchLocked(uint64_t ino, const std::string& node, Handle watch, uint64_t taken);
   uint64_t CallbacksTaken() const;
+  // A file on `node` may be watched for this node's kernel caches: they are
+  // coherent and the node is another.
+  bool Watchable(const std::string& node) const;
   class NameLocks;
   Status RmdirOnce(const Cred& c, uint64_t parent, const std::string& name);
 

@@ -94,9 +94,7 @@ Result<struct stat> VfsImpl::GetAttr(const Cred& c, uint64_t ino, std::optional<
   // so that the kernel may keep what this answers (AttrTimeout). A change
   // told before the watch is known here could not be applied to it: then
   // this answer is not kept.
-  KernelCache* k = kernel_.load(std::memory_order_acquire);
-  if (S_ISREG(r->type) && k != nullptr && k->Coherent() &&
-      r->node != deps_.cluster->Current()->self) {
+  if (S_ISREG(r->type) && Watchable(r->node)) {
     const uint64_t taken = CallbacksTaken();
     auto ws = (*fs)->StatWatched(c, r->path);
     if (ws) {
