@@ -219,6 +219,7 @@ Status Daemon::StartNamespace(const DaemonOptions& o) {
   no.vfs.node_tag = static_cast<uint16_t>(o.node_tag);
   no.placement = PlacementFrom(o.placement);
   no.remote_callbacks = o.fuse.kernel_cache;
+  no.release_delay = std::chrono::milliseconds(20);
   no.dir_ops_hooks = ns::PauseHooksFromEnv();
   // The watcher starts after the services it reports to; until then (and
   // after Stop) `watching` is null.

@@ -132,6 +132,11 @@ auto FileService::Impl::RunOp(const m2m::PeerInfo& peer, const fb::FsRequest* re
   const uint64_t session = req->session();
   auto view = Bound(peer, session);
   if (!view) return Err(view.error());
+  if (req->releases() != nullptr) {
+    for (uint64_t rh : *req->releases()) {
+      if (auto h = TakeHandle(session, rh); h) (void)local_->Release(*h);  // unknown: ignored
+    }
+  }
   const Cred asked = fswire::FromWire(req->cred());
   const Cred cred = SquashCred(opts_, asked);
   const std::string path = Str(req->path());

@@ -214,6 +214,7 @@ auto FileService::Impl::HelloReply() -> m2m::Bytes {
   fb::FsHelloReplyBuilder hb(b);
   hb.add_version(fswire::kVersion);
   hb.add_max_io(std::min(opts_.slot_size, opts_.max_inline));
+  hb.add_releases(true);
   b.Finish(hb.Finish());
   return fswire::Finish(b);
 }

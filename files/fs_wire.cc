@@ -50,6 +50,9 @@ Status CheckRequest(const fb::FsRequest* req) {
     if (auto st = ValidateGlobalPath(req->path2()->string_view()); !st) return st;
   }
   if (HasNul(req->target())) return Err(EINVAL, "NUL inside a symlink target or xattr name");
+  if (req->releases() != nullptr && req->releases()->size() > kMaxReleases) {
+    return Err(EPROTO, "more than " + std::to_string(kMaxReleases) + " releases in one request");
+  }
   return Ok();
 }
 

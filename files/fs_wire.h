@@ -23,6 +23,8 @@ namespace fedfs::ns::fswire {
 namespace fb = fedfs::ns::wire;
 
 inline constexpr uint32_t kVersion = 1;
+// Most handles one FsRequest may release (FsRequest.releases).
+inline constexpr size_t kMaxReleases = 256;
 // The server answers ENOTCONN when a request names a session that is unknown
 // or not bound to the connection it arrived on: the client says Hello again
 // (new connection, or the server restarted) and retries once.

@@ -68,8 +68,10 @@ struct RemoteNodeFs::Req {
 
 namespace {
 
-m2m::Bytes Encode(const RemoteNodeFs::Req& q, uint64_t session, uint64_t budget_us) {
-  flatbuffers::FlatBufferBuilder b(256 + q.data.size() + q.path.size() + q.path2.size());
+m2m::Bytes Encode(const RemoteNodeFs::Req& q, uint64_t session, uint64_t budget_us,
+                  const std::vector<uint64_t>& releases) {
+  flatbuffers::FlatBufferBuilder b(256 + q.data.size() + q.path.size() + q.path2.size() +
+                                   releases.size() * 8);
   auto str = [&](std::string_view s) {
     return s.empty() ? flatbuffers::Offset<flatbuffers::String>()
                      : b.CreateString(s.data(), s.size());
@@ -85,6 +87,8 @@ m2m::Bytes Encode(const RemoteNodeFs::Req& q, uint64_t session, uint64_t budget_
     for (const auto& d : *q.templates) t.emplace_back(d.mode, d.uid, d.gid);
     templates = b.CreateVectorOfStructs(t);
   }
+  auto rel = releases.empty() ? flatbuffers::Offset<flatbuffers::Vector<uint64_t>>()
+                              : b.CreateVector(releases);
   fb::FsRequestBuilder rb(b);
   rb.add_version(fswire::kVersion);
   rb.add_session(session);
@@ -95,6 +99,7 @@ m2m::Bytes Encode(const RemoteNodeFs::Req& q, uint64_t session, uint64_t budget_
   if (!target.IsNull()) rb.add_target(target);
   if (!data.IsNull()) rb.add_data(data);
   if (!templates.IsNull()) rb.add_templates(templates);
+  if (!rel.IsNull()) rb.add_releases(rel);
   rb.add_flags(q.flags);
   rb.add_mode(q.mode);
   rb.add_rdev(q.rdev);
@@ -282,6 +287,7 @@ Status RemoteNodeFs::Hello(Clock::time_point deadline) {
     return Err(EPROTO, "malformed FsHelloReply from " + node_id_);
   }
   max_io_.store(std::max<uint64_t>(h->max_io(), 4096));
+  server_releases_.store(h->releases());
   helloed_.store(true);
   return Ok();
 }
@@ -298,11 +304,26 @@ Result<m2m::Bytes> RemoteNodeFs::Call(const Req& req, Clock::time_point deadline
       if (auto st = Hello(deadline); !st) return Err(st.error());
     }
     const auto budget = Until(deadline);
+    std::vector<uint64_t> releases;
+    if (server_releases_.load(std::memory_order_relaxed)) {
+      std::lock_guard lock(releases_mu_);
+      const size_t n = std::min(releases_.size(), fswire::kMaxReleases);
+      releases.assign(releases_.end() - static_cast<ptrdiff_t>(n), releases_.end());
+      releases_.resize(releases_.size() - n);
+    }
     auto r = m2m::CallSync(
         *ep_, MethodOf(req.op),
         Encode(req, session_,
-               std::chrono::duration_cast<std::chrono::microseconds>(budget).count()),
+               std::chrono::duration_cast<std::chrono::microseconds>(budget).count(), releases),
         budget);
+    if (!r && !releases.empty()) {
+      // Maybe not released: sent again with the next request (a handle the
+      // server no longer knows is ignored; handles are never reused).
+      std::lock_guard lock(releases_mu_);
+      if (releases_.size() < 16 * fswire::kMaxReleases) {  // else the node is long gone
+        releases_.insert(releases_.end(), releases.begin(), releases.end());
+      }
+    }
     if (!r && r.error().code == fswire::kErrSessionUnknown && attempt == 0) {
       helloed_.store(false);  // new connection or restarted server: Hello again
       continue;
@@ -600,7 +621,8 @@ Result<size_t> RemoteNodeFs::SlotIo(Handle h, uint64_t offset, std::byte* buf, s
                 .length = lens[i],
                 .slot = slots[i],
                 .kill_setid = !read && by->kill_setid};
-          ep_->Call(MethodOf(q.op), Encode(q, session_, budget_us), budget, std::move(call_done));
+          ep_->Call(MethodOf(q.op), Encode(q, session_, budget_us, {}), budget,
+                    std::move(call_done));
         });
     bool stop = false;
     std::optional<Error> first_error;
@@ -658,6 +680,46 @@ Status RemoteNodeFs::Fallocate(Handle h, int mode, uint64_t offset, uint64_t len
 
 Status RemoteNodeFs::Release(Handle h) {
   return StatusOf(Call({.op = fb::Op::kRelease, .handle = h}, FEDFS_DEADLINE));
+}
+
+Status RemoteNodeFs::ReleaseLater(Handle h) {
+  std::weak_ptr<RemoteNodeFs> self = weak_from_this();
+  if (opts_.timers == nullptr || self.expired() || !server_releases_.load()) return Release(h);
+  bool arm = false, now = false;
+  {
+    std::lock_guard lock(releases_mu_);
+    releases_.push_back(h);
+    now = releases_.size() >= std::min(opts_.release_batch, fswire::kMaxReleases);
+    arm = !now && !releases_armed_;
+    if (arm) releases_armed_ = true;
+  }
+  if (now) {
+    SendReleases();
+  } else if (arm) {
+    opts_.timers->After(opts_.release_delay, [self] {
+      if (auto fs = self.lock()) {
+        {
+          std::lock_guard lock(fs->releases_mu_);
+          fs->releases_armed_ = false;
+        }
+        fs->SendReleases();
+      }
+    });
+  }
+  return Ok();
+}
+
+// A release of the first waiting handle, carrying the others: sent on the
+// releasing thread (a FUSE worker's, or the Timers'), bounded by rpc_timeout.
+void RemoteNodeFs::SendReleases() {
+  Handle first;
+  {
+    std::lock_guard lock(releases_mu_);
+    if (releases_.empty()) return;
+    first = releases_.back();
+    releases_.pop_back();
+  }
+  Release(first).IgnoreError();
 }
 
 Result<LockRange> RemoteNodeFs::GetLk(Handle h, uint64_t owner, const LockRange& want) {

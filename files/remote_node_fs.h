@@ -21,6 +21,13 @@
 // transfer past the request's deadline, so no late one-sided write can land
 // in a slot that was handed to another request.
 //
+// Releases. With `timers` set, ReleaseLater does not send a request of its
+// own: the handle travels in the next request to the node (FsRequest.
+// releases), or in a release of its own release_delay after the first one
+// waiting, or at once when release_batch are waiting. The server says in its
+// Hello reply that it takes them; an older one gets every release at once.
+// A create-write-close costs one round trip instead of two.
+//
 // Errors: the errno of the remote system call as is; transport errors as the
 // transport gives them (ETIMEDOUT at the deadline, ECONNREFUSED/EHOSTDOWN when
 // the node cannot be reached, ECONNRESET, ...; docs/errors.md). Every method
@@ -43,6 +50,7 @@
 #include <vector>
 
 #include "common/cooperative.h"
+#include "common/timers.h"
 #include "m2m/transport.h"
 #include "nodefs/node_fs.h"
 
@@ -72,6 +80,12 @@ struct RemoteNodeFsOptions {
   // local_address). Null (default): the session takes none, and Opened's
   // attr_callbacks is false. Must outlive the object.
   FsCallbacks* callbacks = nullptr;
+  // Where ReleaseLater's late releases are sent from (see "Releases" above).
+  // Null (default): ReleaseLater is Release. Must outlive the object, which
+  // must be owned by a shared_ptr for its releases to wait.
+  Timers* timers = nullptr;
+  std::chrono::milliseconds release_delay{20};
+  size_t release_batch = 64;
 };
 
 // The client side of kFsAttrChanged (files/file_service.h), one per
@@ -103,7 +117,7 @@ class FsCallbacks {
   std::shared_ptr<State> state_;
 };
 
-class RemoteNodeFs final : public NodeFs {
+class RemoteNodeFs final : public NodeFs, public std::enable_shared_from_this<RemoteNodeFs> {
  public:
   // `node_id`: the remote node's id; `endpoint`: to its transport address;
   // `transport`: this node's transport (the pool is registered on it; it
@@ -156,6 +170,7 @@ class RemoteNodeFs final : public NodeFs {
   Status Fsync(Handle h, bool datasync) override;
   Status Fallocate(Handle h, int mode, uint64_t offset, uint64_t len) override;
   Status Release(Handle h) override;
+  Status ReleaseLater(Handle h) override;
   Result<LockRange> GetLk(Handle h, uint64_t owner, const LockRange& want) override;
   Status SetLk(Handle h, uint64_t owner, const LockRange& want) override;
   Status Flock(Handle h, uint64_t owner, int op) override;
@@ -178,6 +193,8 @@ class RemoteNodeFs final : public NodeFs {
   Result<size_t> SlotIo(Handle h, uint64_t offset, std::byte* buf, size_t size,
                         const Writer* by, Clock::time_point deadline);
   size_t MaxIo() const;
+  // Sends the releases waiting (one request of their own), if any.
+  void SendReleases();
 
   const std::string node_id_;
   const std::shared_ptr<m2m::Endpoint> ep_;
@@ -192,6 +209,13 @@ class RemoteNodeFs final : public NodeFs {
   SuspendingMutex hello_mu_;
   std::atomic<bool> helloed_{false};
   std::atomic<uint64_t> max_io_{0};  // from the server's Hello reply
+  std::atomic<bool> server_releases_{false};  // the server takes FsRequest.releases
+
+  // Handles released by ReleaseLater and not yet sent; a timer is armed
+  // while the list is not empty (releases_armed_). Leaf lock.
+  std::mutex releases_mu_;
+  std::vector<uint64_t> releases_;
+  bool releases_armed_ = false;
 };
 
 }  // namespace fedfs::ns

@@ -95,11 +95,15 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
   deps.vds = d.vd_client.get();
   deps.tag_of = d.env.tag_of;
   // Without kernel caches nothing is cached that a callback could drop.
+  if (opt.release_delay.count() > 0) d.timers = std::make_unique<Timers>("releases");
   deps.make_remote = [tr, rpc = opt.rpc_timeout, self = opt.node_id, addr = opt.address,
-                      callbacks = opt.remote_callbacks ? d.fs_callbacks.get() : nullptr](
+                      callbacks = opt.remote_callbacks ? d.fs_callbacks.get() : nullptr,
+                      timers = d.timers.get(), delay = opt.release_delay](
                          const std::string& node, const std::string& peer_addr) {
     ns::RemoteNodeFsOptions ro;
     ro.rpc_timeout = rpc;
+    ro.timers = timers;
+    ro.release_delay = delay;
     ro.local_node = self;
     ro.local_address = addr;
     ro.callbacks = callbacks;
@@ -151,6 +155,9 @@ void Node::StopClients() {
   impl_->dir_ops.reset();
   impl_->hooks->SetVfs(nullptr);
   impl_->vfs.reset();
+  // Waits for a late release being sent; drops the others (the sessions'
+  // goodbyes release their handles).
+  impl_->timers.reset();
 }
 
 ns::VfsImpl& Node::vfs() { return *impl_->vfs; }

@@ -68,6 +68,10 @@ struct NodeOptions {
   // The holders of remote files this node has open tell it when their
   // attributes change (true when the kernel caches them).
   bool remote_callbacks = false;
+  // Closes of remote files without locks are sent this late at most, most
+  // with the next request to that node (RemoteNodeFs "Releases"); 0
+  // (default): each at once. A thread of the Node's sends them.
+  std::chrono::milliseconds release_delay{0};
   ns::DirOpsOptions dir_ops;
   ns::DirOpsHooks dir_ops_hooks;
   // The VD service listed local directory `path` (for a dirmerge): the

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/timers.h"
 #include "dirops/kv.h"
 #include "files/remote_node_fs.h"
 #include "node/node.h"
@@ -67,6 +68,7 @@ struct Node::Impl {
   std::unique_ptr<EpochView> cluster;
   std::unique_ptr<ns::FileService> file_service;
   std::unique_ptr<ns::FsCallbacks> fs_callbacks;
+  std::unique_ptr<Timers> timers;  // late releases; null without release_delay
   std::unique_ptr<ns::VdService> vd_service;
   std::unique_ptr<VdServiceClient> vd_client;
   std::unique_ptr<ns::VfsImpl> vfs;

@@ -259,6 +259,11 @@ class NodeFs {
   virtual Status Fallocate(Handle h, int mode, uint64_t offset, uint64_t len) = 0;
   // Closes the handle; its locks go with it.
   virtual Status Release(Handle h) = 0;
+  // Release, which the node may carry out later (RemoteNodeFs: with the next
+  // request to that node, or after release_delay): for a handle of a file
+  // that holds no lock taken through this NodeFs, whose closing no one
+  // waits for. Errors of the late release are not reported. Default: Release.
+  virtual Status ReleaseLater(Handle h) { return Release(h); }
 
   // POSIX byte-range locks held for `owner` (an id unique across the
   // federation, e.g. node tag << 48 ^ FUSE lock owner). The node that holds

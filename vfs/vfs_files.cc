@@ -194,7 +194,7 @@ Status VfsImpl::Fsync(uint64_t fh, bool datasync) {
 
 Status VfsImpl::Release(uint64_t fh) {
   OpenFile f;
-  bool untold = false;
+  bool untold = false, locked = false;
   {
     std::lock_guard lock(files_mu_);
     auto it = files_.find(fh);
@@ -208,6 +208,7 @@ Status VfsImpl::Release(uint64_t fh) {
         break;
       }
     }
+    locked = lock_inos_.contains(f.ino);
     if (!files_by_ino_.contains(f.ino)) lock_inos_.erase(f.ino);  // each close released its locks
     if (f.told) {
       told_.erase({f.fs->node_id(), f.handle});
@@ -221,7 +222,9 @@ Status VfsImpl::Release(uint64_t fh) {
   if (untold) {
     if (KernelCache* k = kernel_.load(std::memory_order_acquire)) k->InvalidateAttrs(f.ino);
   }
-  return f.fs->Release(f.handle);
+  // Without locks the holder's close changes nothing another node waits
+  // for: it may travel with a later request (NodeFs::ReleaseLater).
+  return locked ? f.fs->Release(f.handle) : f.fs->ReleaseLater(f.handle);
 }
 
 Status VfsImpl::Fallocate(uint64_t fh, int mode, uint64_t offset, uint64_t len) {
