@@ -77,12 +77,15 @@ auto FileService::Impl::CountReply(uint64_t n) -> m2m::Bytes {
 }
 
 auto FileService::Impl::OpenedReply(uint64_t rh, const struct stat& st, bool callbacks,
-                                    uint64_t watch) -> m2m::Bytes {
+                                    uint64_t watch, const struct stat* parent) -> m2m::Bytes {
   flatbuffers::FlatBufferBuilder b(256);
   auto w = fswire::ToWire(st);
+  fb::Stat pw;
+  if (parent != nullptr) pw = fswire::ToWire(*parent);
   fb::FsReplyBuilder rb(b);
   rb.add_version(fswire::kVersion);
   rb.add_stat(&w);
+  if (parent != nullptr) rb.add_parent(&pw);
   rb.add_handle(rh);
   rb.add_attr_callbacks(callbacks);
   if (watch != 0) rb.add_watch(watch);
@@ -265,7 +268,14 @@ auto FileService::Impl::RunOp(const m2m::PeerInfo& peer, const fb::FsRequest* re
         }
         if (!evicted.empty()) TellEnded(session, std::move(evicted));
       }
-      return OpenedReply(*rh, r->st, callbacks, watch.value_or(0));
+      // The directory as the create left it (the asker's kernel asks for it
+      // next, before its next change there).
+      std::optional<struct stat> parent;
+      if (req->op() == fb::Op::kCreate && req->parent_attr()) {
+        if (auto p = local_->Stat(cred, std::string(ParentPath(path))); p) parent = *p;
+      }
+      return OpenedReply(*rh, r->st, callbacks, watch.value_or(0),
+                         parent ? &*parent : nullptr);
     }
     case fb::Op::kRead:
       return DoRead(*view, req, deadline, session);

@@ -230,7 +230,7 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   static m2m::Bytes DataReply(std::span<const std::byte> data, uint64_t n);
   static m2m::Bytes CountReply(uint64_t n);
   static m2m::Bytes OpenedReply(uint64_t rh, const struct stat& st, bool callbacks,
-                                uint64_t watch = 0);
+                                uint64_t watch = 0, const struct stat* parent = nullptr);
 
   // The path opened as remote handle `rh` of `session` ("" if unknown).
   std::string HandlePath(uint64_t session, uint64_t rh);

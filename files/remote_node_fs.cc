@@ -64,6 +64,7 @@ struct RemoteNodeFs::Req {
   const std::vector<DirTemplate>* templates = nullptr;
   bool watch = false;
   bool kill_setid = false;
+  bool parent_attr = false;
 };
 
 namespace {
@@ -114,6 +115,7 @@ m2m::Bytes Encode(const RemoteNodeFs::Req& q, uint64_t session, uint64_t budget_
   rb.add_owner(q.owner);
   if (q.watch) rb.add_watch(true);
   if (q.kill_setid) rb.add_kill_setid(true);
+  if (q.parent_attr) rb.add_parent_attr(true);
   if (q.lock) {
     rb.add_lock_type(q.lock->type);
     rb.add_lock_start(q.lock->start);
@@ -510,7 +512,7 @@ Result<Opened> RemoteNodeFs::Create(const Cred& c, const std::string& path, int 
                                     mode_t mode) {
   const bool watch = opts_.callbacks != nullptr;
   auto r = Call({.op = fb::Op::kCreate, .cred = &c, .path = path, .flags = flags, .mode = mode,
-                 .watch = watch},
+                 .watch = watch, .parent_attr = true},
                 FEDFS_DEADLINE);
   if (!r) return Err(r.error());
   const auto* rep = Root(*r);
@@ -518,6 +520,7 @@ Result<Opened> RemoteNodeFs::Create(const Cred& c, const std::string& path, int 
   Opened out{rep->handle(), fswire::FromWire(*rep->stat()),
              rep->attr_callbacks() && opts_.callbacks != nullptr};
   if (watch && out.attr_callbacks && rep->watch() != 0) out.watch = rep->watch();
+  if (rep->parent() != nullptr) out.parent = fswire::FromWire(*rep->parent());
   return out;
 }
 

@@ -112,6 +112,9 @@ struct Opened {
   // Create only (RemoteNodeFs): the file is also watched as this (see
   // StatWatched), so its changes are told after the release as well.
   std::optional<Handle> watch;
+  // Create only (RemoteNodeFs): the attributes of the file's directory on
+  // its node right after the create.
+  std::optional<struct stat> parent;
 };
 
 // A Stat whose file's node tells of the file's changes (see StatWatched).

@@ -127,6 +127,8 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
   }
   std::shared_ptr<NodeFs> fs;  // the chosen node's, kept by the open file
   const uint64_t taken = CallbacksTaken();  // before the create (see WatchLocked)
+  const uint64_t dir_before = DirChanges();
+  std::optional<DirChange> dir_change(std::in_place, *this);  // KeptDirAttr
   FEDFS_TRY(made, MakeNew<Opened>(c, dir->path, *vd, name, false,
                                   [&](const std::shared_ptr<NodeFs>& f, const std::string& p) {
                                     fs = f;
@@ -134,8 +136,26 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
                                   }));
   const auto& [node, op] = *made;
   const bool kernel_ok = (*vd)->kernel_may_cache;
+  // The directory's attributes are its first holder's (DirAttr). A node
+  // that did not hold the directory got it now (EnsureDirOn), and may come
+  // first.
+  const auto& holders = (*vd)->holders;
+  const bool on_first = !holders.empty() && holders.front() == node;
+  const bool held = std::find(holders.begin(), holders.end(), node) != holders.end();
+  struct stat dir_st {};
+  if (on_first && op.parent) {
+    dir_st = *op.parent;
+    dir_st.st_nlink = 2 + (*vd)->subdirs;
+    dir_st.st_ino = DirIno(dir->path);
+  }
   vd->reset();  // unshared, the manager changes VD(P) in place (vd_service.cc)
   ReportAdd(dir->path, name, DT_REG, node);
+  dir_change.reset();
+  if (!on_first && held) {
+    CarryDirAttr(parent, dir_before);
+  } else if (on_first && op.parent) {
+    KeepDirAttr(parent, dir_st, dir_before + 2);
+  }
   Child ch{name, name, S_IFREG, node, op.st};
   ch.cacheable = kernel_ok;
   ch.st.st_ino = FileIno(node, op.st.st_ino);
@@ -510,6 +530,7 @@ Status VfsImpl::ChangeXattr(uint64_t ino, const std::string& name, Change change
 Status VfsImpl::SetXattr(const Cred& c, uint64_t ino, const std::string& name,
                          std::span<const std::byte> value, int flags) {
   Changing();  // its node does not tell this node's session (Inode::lookup_attr)
+  DirChange dir_change(*this);  // KeptDirAttr (a directory's ctime)
   return ChangeXattr(ino, name, [&](NodeFs& fs, const std::string& path) {
     return fs.SetXattr(c, path, name, value, flags);
   });
@@ -539,6 +560,7 @@ Result<std::string> VfsImpl::ListXattr(const Cred& c, uint64_t ino, size_t size,
 
 Status VfsImpl::RemoveXattr(const Cred& c, uint64_t ino, const std::string& name) {
   Changing();  // its node does not tell this node's session (Inode::lookup_attr)
+  DirChange dir_change(*this);  // KeptDirAttr (a directory's ctime)
   return ChangeXattr(ino, name, [&](NodeFs& fs, const std::string& path) {
     return fs.RemoveXattr(c, path, name);
   });

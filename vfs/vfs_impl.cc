@@ -118,6 +118,38 @@ Result<struct stat> VfsImpl::DirAttr(const Cred& c, const std::string& path, con
   return Err(std::move(last));
 }
 
+std::optional<struct stat> VfsImpl::KeptDirAttrOf(uint64_t ino) {
+  std::lock_guard lock(dir_attrs_mu_);
+  auto it = dir_attrs_.find(ino);
+  if (it == dir_attrs_.end()) return std::nullopt;
+  if (it->second.changes != DirChanges() ||
+      std::chrono::steady_clock::now() - it->second.at > kDirAttrReuse) {
+    dir_attrs_.erase(it);
+    return std::nullopt;
+  }
+  return it->second.st;
+}
+
+void VfsImpl::KeepDirAttr(uint64_t ino, const struct stat& st, uint64_t changes) {
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard lock(dir_attrs_mu_);
+  if (changes != DirChanges()) return;
+  if (dir_attrs_.size() >= 4096) {
+    std::erase_if(dir_attrs_, [&](const auto& e) { return now - e.second.at > kDirAttrReuse; });
+  }
+  dir_attrs_[ino] = KeptDirAttr{st, now, changes};
+}
+
+void VfsImpl::CarryDirAttr(uint64_t ino, uint64_t before) {
+  std::lock_guard lock(dir_attrs_mu_);
+  auto it = dir_attrs_.find(ino);
+  if (it == dir_attrs_.end()) return;
+  // Its own two bumps only.
+  if (it->second.changes == before && DirChanges() == before + 2) {
+    it->second.changes = before + 2;
+  }
+}
+
 Result<VfsImpl::Child> VfsImpl::ChildFromEntry(const Cred& c, const std::string& dir_path,
                                                const VdEntry& e) {
   Child ch;

@@ -472,6 +472,44 @@ class VfsImpl final : public Vfs {
   // attributes are no answer for a getattr after one (Inode::lookup_attr).
   std::atomic<uint64_t> local_changes_{0};
   void Changing() { local_changes_.fetch_add(1, std::memory_order_acq_rel); }
+
+  // Directory attributes answered a moment ago (GetAttr of a directory), or
+  // left by this node's create on the directory's first holder (the
+  // create's reply, Opened::parent): the getattr the kernel sends after each
+  // of its own changes in a directory (it drops its copy then) is answered
+  // again from them, within kDirAttrReuse, while this node changed no
+  // directory since (dir_changes_ as `changes`: every change of a name or
+  // of attributes bumps it when it begins and when it ends). Changes
+  // through other nodes show as late as the kernel's own 1 s copy would
+  // show them, plus kDirAttrReuse (docs/namespace.md, "Kernel caches").
+  static constexpr std::chrono::milliseconds kDirAttrReuse{100};
+  struct KeptDirAttr {
+    struct stat st {};
+    std::chrono::steady_clock::time_point at{};
+    uint64_t changes = 0;
+  };
+  std::mutex dir_attrs_mu_;  // leaf lock
+  std::unordered_map<uint64_t, KeptDirAttr> dir_attrs_;  // dir ino -> kept; guarded by dir_attrs_mu_
+  std::atomic<uint64_t> dir_changes_{0};
+  uint64_t DirChanges() const { return dir_changes_.load(std::memory_order_acquire); }
+  // Bumps dir_changes_ when made and when destroyed (a change's span).
+  class DirChange {
+   public:
+    explicit DirChange(VfsImpl& v) : v_(v) { v_.dir_changes_.fetch_add(1, std::memory_order_acq_rel); }
+    ~DirChange() { v_.dir_changes_.fetch_add(1, std::memory_order_acq_rel); }
+    DirChange(const DirChange&) = delete;
+    DirChange& operator=(const DirChange&) = delete;
+
+   private:
+    VfsImpl& v_;
+  };
+  std::optional<struct stat> KeptDirAttrOf(uint64_t ino);
+  // Keeps `st` for directory `ino` if dir_changes_ is still `changes`.
+  void KeepDirAttr(uint64_t ino, const struct stat& st, uint64_t changes);
+  // A create of this node that did not touch the directory's first holder
+  // (another node's export root): what was kept stays true across it, if
+  // nothing else changed meanwhile (`before`: dir_changes_ before it began).
+  void CarryDirAttr(uint64_t ino, uint64_t before);
   std::unordered_map<uint64_t, std::shared_ptr<DirHandle>> dirs_;  // guarded by files_mu_
   uint64_t next_fh_ = 1;  // guarded by files_mu_
 

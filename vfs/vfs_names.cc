@@ -82,9 +82,13 @@ Result<struct stat> VfsImpl::GetAttr(const Cred& c, uint64_t ino, std::optional<
     return st;
   }
   if (IsDir(r->type)) {
+    if (auto kept = KeptDirAttrOf(ino)) return *kept;
+    const uint64_t changes = DirChanges();
     auto vd = deps_.vds->GetSummary(r->path);
     if (!vd) return Err(vd.error());
-    return DirAttr(c, r->path, *vd);
+    auto st = DirAttr(c, r->path, *vd);
+    if (st) KeepDirAttr(ino, *st, changes);
+    return st;
   }
   if (auto kept = LookupAttr(ino)) return *kept;
   auto fs = FsOf(r->node);
@@ -171,6 +175,7 @@ struct stat VfsImpl::ReplacedAttr(const Inode& n) {
 Result<struct stat> VfsImpl::SetAttr(const Cred& c_in, uint64_t ino, std::optional<uint64_t> fh,
                                      const SetAttrRequest& req) {
   Changing();  // its node does not tell this node's session (Inode::lookup_attr)
+  DirChange dir_change(*this);  // KeptDirAttr
   Cred c = c_in;
   if (req.mode && !req.uid && !req.gid && !req.size && !req.atime && !req.mtime) {
     // The kernel clears set-id bits after a write by a non-owner with a
@@ -239,6 +244,7 @@ Result<std::string> VfsImpl::Readlink(const Cred& c, uint64_t ino) {
 template <class Make>
 Result<EntryOut> VfsImpl::MakeEntry(const Cred& c, uint64_t parent, const std::string& name,
                                     mode_t type, Make make) {
+  DirChange dir_change(*this);  // KeptDirAttr
   const uint64_t names_epoch = NamesEpoch();
   if (auto s = ValidateName(name); !s) return Err(s.error());
   FEDFS_TRY(dir, ResolveDir(parent));
@@ -296,6 +302,7 @@ Result<EntryOut> VfsImpl::Symlink(const Cred& c, const std::string& target, uint
 Result<EntryOut> VfsImpl::Link(const Cred& c, uint64_t ino, uint64_t new_parent,
                                const std::string& new_name) {
   Changing();  // its node does not tell this node's session (Inode::lookup_attr)
+  DirChange dir_change(*this);  // KeptDirAttr
   const uint64_t names_epoch = NamesEpoch();
   if (auto s = ValidateName(new_name); !s) return Err(s.error());
   FEDFS_TRY(src, Resolve(ino));
@@ -330,6 +337,7 @@ Result<EntryOut> VfsImpl::Link(const Cred& c, uint64_t ino, uint64_t new_parent,
 
 Status VfsImpl::Unlink(const Cred& c, uint64_t parent, const std::string& name) {
   Changing();  // its node does not tell this node's session (Inode::lookup_attr)
+  DirChange dir_change(*this);  // KeptDirAttr
   FEDFS_TRY(dir, ResolveDir(parent));
   NameLocks locks(deps_.vds);
   std::string locked;  // the real name held
@@ -362,6 +370,7 @@ Status VfsImpl::Unlink(const Cred& c, uint64_t parent, const std::string& name) 
 // Starts over (a few times) when the directory gained or lost a holder
 // between the first look and holding its name.
 Status VfsImpl::Rmdir(const Cred& c, uint64_t parent, const std::string& name) {
+  DirChange dir_change(*this);  // KeptDirAttr
   for (int attempt = 0;; ++attempt) {
     Status s = RmdirOnce(c, parent, name);
     if (s || s.error().context != "raced" || attempt == 4) return s;
@@ -424,6 +433,7 @@ void VfsImpl::ForgetSubtreeVds(const std::string& path) {
 Status VfsImpl::Rename(const Cred& c, uint64_t parent, const std::string& name,
                        uint64_t new_parent, const std::string& new_name, unsigned flags) {
   Changing();  // its node does not tell this node's session (Inode::lookup_attr)
+  DirChange dir_change(*this);  // KeptDirAttr
   for (int attempt = 0;; ++attempt) {
     Status s = RenameOnce(c, parent, name, new_parent, new_name, flags);
     const bool raced = !s && s.error().code == EEXIST && s.error().context == "raced";

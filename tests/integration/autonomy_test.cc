@@ -134,16 +134,9 @@ class Autonomy : public ::testing::Test {
   }
   // fedfsctl <cmd...> --json on node `id`, parsed (null on failure).
   nlohmann::json Ctl(const std::string& id, std::vector<std::string> args) const {
-    std::vector<std::string> argv = {FEDFS_FEDFSCTL_PATH, "--socket", c_.Socket(id)};
-    argv.insert(argv.end(), args.begin(), args.end());
-    argv.push_back("--json");
-    auto r = RunCommand(argv, kNoHang);
-    if (r.exit_code != 0) {
-      ADD_FAILURE() << "fedfsctl " << args.front() << " on " << id << ": " << r.err;
-      return nullptr;
-    }
-    auto j = nlohmann::json::parse(r.out, nullptr, false);
-    return j.is_discarded() ? nullptr : j;
+    auto j = c_.Ctl(id, args);
+    if (j.is_null()) ADD_FAILURE() << "fedfsctl " << args.front() << " on " << id << " failed";
+    return j;
   }
   // `holder` sent at least `n` attribute callbacks, none failed, and
   // `taker` received at least `n` (fedfsctl files).

@@ -33,8 +33,6 @@
 namespace fedfs::testing {
 namespace {
 
-std::string Loop() { return "127.0.0.1:" + std::to_string(FreePort()); }
-
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream ss;
@@ -45,23 +43,8 @@ std::string ReadAll(const std::string& path) {
 class SharedFile : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::vector<std::string> addrs;
-    for (int i = 0; i < 3; ++i) addrs.push_back(Loop());
-    for (int i = 0; i < 3; ++i) {
-      const std::string id = "n" + std::to_string(i + 1);
-      std::vector<std::string> peers;
-      for (int j = 0; j < 3; ++j) {
-        if (j != i) peers.push_back(addrs[j]);
-      }
-      c_.Start(id, c_.WriteConfig({.id = id, .listen = addrs[i], .peers = peers}));
-      ids_.push_back(id);
-    }
-    for (const auto& id : ids_) {
-      ASSERT_TRUE(WaitFor([&] { return c_.SeesAlive(id, ids_); }, kNoHang))
-          << id << " log:\n" << c_.Log(id);
-      ASSERT_TRUE(WaitFor([&] { return IsMounted(c_.Mountpoint(id)); }, kNoHang))
-          << id << " log:\n" << c_.Log(id);
-    }
+    const std::string e = c_.StartMounted(3, &ids_);
+    ASSERT_TRUE(e.empty()) << e;
   }
   std::string M(const std::string& id, const std::string& rel) const {
     return c_.Mountpoint(id) + rel;

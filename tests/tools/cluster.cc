@@ -371,8 +371,13 @@ std::optional<int> Cluster::ExitedOnItsOwn(const std::string& name) const {
   return std::nullopt;
 }
 
-nlohmann::json Cluster::Status(const std::string& id) const {
-  auto r = RunCommand({FEDFS_FEDFSCTL_PATH, "--socket", Socket(id), "status", "--json"}, kNoHang);
+nlohmann::json Cluster::Status(const std::string& id) const { return Ctl(id, {"status"}); }
+
+nlohmann::json Cluster::Ctl(const std::string& id, std::vector<std::string> args) const {
+  std::vector<std::string> argv = {FEDFS_FEDFSCTL_PATH, "--socket", Socket(id)};
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.push_back("--json");
+  auto r = RunCommand(argv, kNoHang);
   if (r.exit_code != 0) return nullptr;
   auto j = nlohmann::json::parse(r.out, nullptr, false);
   return j.is_discarded() ? nullptr : j;
@@ -393,6 +398,31 @@ int Cluster::AliveCount(const std::string& id) const {
   int n = 0;
   for (const auto& m : s["members"]) n += m["state"] == "alive";
   return n;
+}
+
+std::string Cluster::StartMounted(int count, std::vector<std::string>* ids,
+                                  const std::string& extra_yaml) {
+  std::vector<std::string> addrs;
+  for (int i = 0; i < count; ++i) addrs.push_back("127.0.0.1:" + std::to_string(FreePort()));
+  ids->clear();
+  for (int i = 0; i < count; ++i) {
+    const std::string id = "n" + std::to_string(i + 1);
+    std::vector<std::string> peers;
+    for (int j = 0; j < count; ++j) {
+      if (j != i) peers.push_back(addrs[j]);
+    }
+    Start(id, WriteConfig({.id = id, .listen = addrs[i], .peers = peers, .extra_yaml = extra_yaml}));
+    ids->push_back(id);
+  }
+  for (const auto& id : *ids) {
+    if (!WaitFor([&] { return SeesAlive(id, *ids); }, kNoHang)) {
+      return id + " does not see every node alive; log:\n" + Log(id);
+    }
+    if (!WaitFor([&] { return IsMounted(Mountpoint(id)); }, kNoHang)) {
+      return id + " did not mount; log:\n" + Log(id);
+    }
+  }
+  return "";
 }
 
 bool Cluster::SeesAlive(const std::string& id, const std::vector<std::string>& ids) const {

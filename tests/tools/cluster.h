@@ -150,12 +150,21 @@ class Cluster {
   // fedfsctl --socket <socket of id> status --json, parsed; a null json on
   // any failure.
   nlohmann::json Status(const std::string& id) const;
+  // fedfsctl --socket <socket of id> <args> --json, parsed; null on failure.
+  nlohmann::json Ctl(const std::string& id, std::vector<std::string> args) const;
   // The member `member` in `id`'s status (null if absent).
   nlohmann::json Member(const std::string& id, const std::string& member) const;
   // Number of alive members in `id`'s status (-1 if the status failed).
   int AliveCount(const std::string& id) const;
   // True when `id` sees exactly `ids` as alive.
   bool SeesAlive(const std::string& id, const std::vector<std::string>& ids) const;
+
+  // Starts nodes n1..n<count> on free loopback ports, each seeded with all
+  // the others and `extra_yaml` in its config, and waits until every one
+  // sees all of them alive and is mounted; their ids in *ids. "" on
+  // success, else what went wrong (with the node's log).
+  std::string StartMounted(int count, std::vector<std::string>* ids,
+                           const std::string& extra_yaml = "");
 
  private:
   std::string dir_;
