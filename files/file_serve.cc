@@ -197,8 +197,19 @@ auto FileService::Impl::RunOp(const m2m::PeerInfo& peer, const fb::FsRequest* re
       if (!r) return Err(r.error());
       return DataReply(std::as_bytes(std::span(*r)), r->size());
     }
-    case fb::Op::kUnlink:
-      return status_or(local_->Unlink(cred, path));
+    case fb::Op::kUnlink: {
+      if (auto s = local_->Unlink(cred, path); !s) return Err(s.error());
+      if (!req->parent_attr()) return EmptyReply();
+      auto p = local_->Stat(cred, std::string(ParentPath(path)));
+      flatbuffers::FlatBufferBuilder b(160);
+      fb::Stat pw;
+      if (p) pw = fswire::ToWire(*p);
+      fb::FsReplyBuilder rb(b);
+      rb.add_version(fswire::kVersion);
+      if (p) rb.add_parent(&pw);
+      b.Finish(rb.Finish());
+      return fswire::Finish(b);
+    }
     case fb::Op::kRename:
       return status_or(local_->Rename(cred, path, Str(req->path2()), req->flags()));
     case fb::Op::kLink:

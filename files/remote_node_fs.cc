@@ -429,6 +429,16 @@ Status RemoteNodeFs::Unlink(const Cred& c, const std::string& path) {
   return StatusOf(Call({.op = fb::Op::kUnlink, .cred = &c, .path = path}, FEDFS_DEADLINE));
 }
 
+Result<std::optional<struct stat>> RemoteNodeFs::UnlinkSeeingParent(const Cred& c,
+                                                                    const std::string& path) {
+  auto r = Call({.op = fb::Op::kUnlink, .cred = &c, .path = path, .parent_attr = true},
+                FEDFS_DEADLINE);
+  if (!r) return Err(r.error());
+  const auto* rep = Root(*r);
+  if (rep->parent() == nullptr) return std::optional<struct stat>();
+  return std::optional<struct stat>(fswire::FromWire(*rep->parent()));
+}
+
 Status RemoteNodeFs::Rename(const Cred& c, const std::string& from, const std::string& to,
                             unsigned flags) {
   return StatusOf(Call({.op = fb::Op::kRename,

@@ -146,6 +146,8 @@ class RemoteNodeFs final : public NodeFs, public std::enable_shared_from_this<Re
                               const std::string& path) override;
   Result<std::string> Readlink(const Cred& c, const std::string& path) override;
   Status Unlink(const Cred& c, const std::string& path) override;
+  Result<std::optional<struct stat>> UnlinkSeeingParent(const Cred& c,
+                                                        const std::string& path) override;
   Status Rename(const Cred& c, const std::string& from, const std::string& to,
                 unsigned flags) override;
   Result<struct stat> Link(const Cred& c, const std::string& existing,

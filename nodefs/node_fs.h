@@ -198,6 +198,14 @@ class NodeFs {
   virtual Result<std::string> Readlink(const Cred& c, const std::string& path) = 0;
   // unlink(2).
   virtual Status Unlink(const Cred& c, const std::string& path) = 0;
+  // Unlink, and the attributes of the directory the file was in right after
+  // it, where they come at no extra cost (RemoteNodeFs: in the reply);
+  // nullopt otherwise. Default: Unlink.
+  virtual Result<std::optional<struct stat>> UnlinkSeeingParent(const Cred& c,
+                                                                const std::string& path) {
+    if (auto s = Unlink(c, path); !s) return Err(s.error());
+    return std::optional<struct stat>();
+  }
   // renameat2(2) within this node (flags: RENAME_NOREPLACE, RENAME_EXCHANGE).
   // Creates no parents: the caller ensures the destination's parent exists.
   virtual Status Rename(const Cred& c, const std::string& from, const std::string& to,

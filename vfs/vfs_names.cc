@@ -337,7 +337,8 @@ Result<EntryOut> VfsImpl::Link(const Cred& c, uint64_t ino, uint64_t new_parent,
 
 Status VfsImpl::Unlink(const Cred& c, uint64_t parent, const std::string& name) {
   Changing();  // its node does not tell this node's session (Inode::lookup_attr)
-  DirChange dir_change(*this);  // KeptDirAttr
+  const uint64_t dir_before = DirChanges();
+  std::optional<DirChange> dir_change(std::in_place, *this);  // KeptDirAttr
   FEDFS_TRY(dir, ResolveDir(parent));
   NameLocks locks(deps_.vds);
   std::string locked;  // the real name held
@@ -357,13 +358,29 @@ Status VfsImpl::Unlink(const Cred& c, uint64_t parent, const std::string& name) 
   const std::string node = e->holders.empty() ? std::string() : e->holders.front();
   const std::string real = e->RealName();
   FEDFS_TRY(fs, FsOf(node));
-  if (auto s = (*fs)->Unlink(c, JoinPath(dir->path, real)); !s) {
-    if (s.error().code == ENOENT) AwaitVd(dir->path, name, Unlisted);  // removed meanwhile
-    return s;
+  auto gone = (*fs)->UnlinkSeeingParent(c, JoinPath(dir->path, real));
+  if (!gone) {
+    if (gone.error().code == ENOENT) AwaitVd(dir->path, name, Unlisted);  // removed meanwhile
+    return Err(gone.error());
+  }
+  // As a create (CreateOnce): the directory's attributes are its first
+  // holder's; an unlink elsewhere leaves them as they were.
+  const bool on_first = !(*vd)->holders.empty() && (*vd)->holders.front() == node;
+  struct stat dir_st {};
+  if (on_first && *gone) {
+    dir_st = **gone;
+    dir_st.st_nlink = 2 + (*vd)->subdirs;
+    dir_st.st_ino = DirIno(dir->path);
   }
   vd->reset();  // unshared, the manager changes VD(P) in place (vd_service.cc)
   if (ReportRemove(dir->path, real, node)) locks.Reported();
   DetachName(parent, name);
+  dir_change.reset();
+  if (!on_first) {
+    CarryDirAttr(parent, dir_before);
+  } else if (*gone) {
+    KeepDirAttr(parent, dir_st, dir_before + 2);
+  }
   return Ok();
 }
 

@@ -3,7 +3,8 @@
 // placement rule putting every new file and directory on n2, used through
 // n1's mount.
 //
-//  * A create and close costs the holder one request: the close's release
+//  * A create and close costs the holder one request, and so does an
+//    unlink: the close's release
 //    travels with the next request to it (files/remote_node_fs.h,
 //    "Releases"), and the directory's getattr the kernel sends before the
 //    next create is answered from the attributes the create's reply carried
@@ -70,6 +71,16 @@ TEST_F(RemoteCreate, ACreateAndCloseCostsTheHolderOneRequest) {
   // The last releases arrive on their own (20 ms after the first waiting).
   EXPECT_TRUE(WaitFor([&] { return Files("n2", "handles") == 0; }, std::chrono::seconds(10)))
       << Files("n2", "handles") << " handles still open at the holder";
+  // An unlink: one request too (its reply carries the directory's
+  // attributes for the getattr before the next one).
+  const int64_t before_unlinks = Files("n2", "served");
+  for (int i = 0; i < kFiles; ++i) {
+    ASSERT_EQ(::unlink(M("n1", "/d/f" + std::to_string(i)).c_str()), 0) << std::strerror(errno);
+  }
+  const int64_t after_unlinks = Files("n2", "served");
+  EXPECT_GE(after_unlinks - before_unlinks, kFiles);
+  EXPECT_LE(after_unlinks - before_unlinks, kFiles + kFiles / 10)
+      << "requests at the holder for " << kFiles << " unlinks";
 }
 
 TEST_F(RemoteCreate, DirectoryAttributesAreTheHoldersAfterEachCreate) {
@@ -83,6 +94,14 @@ TEST_F(RemoteCreate, DirectoryAttributesAreTheHoldersAfterEachCreate) {
     EXPECT_EQ(via.st_mtim.tv_sec, there.st_mtim.tv_sec) << i;
     EXPECT_EQ(via.st_mtim.tv_nsec, there.st_mtim.tv_nsec) << i;
     EXPECT_EQ(via.st_size, there.st_size) << i;
+  }
+  for (int i = 0; i < 20; i += 2) {
+    ASSERT_EQ(::unlink(M("n1", "/d/f" + std::to_string(i)).c_str()), 0) << std::strerror(errno);
+    struct stat via {}, there {};
+    ASSERT_EQ(::stat(M("n1", "/d").c_str(), &via), 0) << std::strerror(errno);
+    ASSERT_EQ(::stat(held.c_str(), &there), 0) << std::strerror(errno);
+    EXPECT_EQ(via.st_mtim.tv_sec, there.st_mtim.tv_sec) << "unlink " << i;
+    EXPECT_EQ(via.st_mtim.tv_nsec, there.st_mtim.tv_nsec) << "unlink " << i;
   }
   // A change through another node: seen through n1 within the kernel's
   // 1 s copy plus the node's 100 ms.
