@@ -136,26 +136,11 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
                                   }));
   const auto& [node, op] = *made;
   const bool kernel_ok = (*vd)->kernel_may_cache;
-  // The directory's attributes are its first holder's (DirAttr). A node
-  // that did not hold the directory got it now (EnsureDirOn), and may come
-  // first.
-  const auto& holders = (*vd)->holders;
-  const bool on_first = !holders.empty() && holders.front() == node;
-  const bool held = std::find(holders.begin(), holders.end(), node) != holders.end();
-  struct stat dir_st {};
-  if (on_first && op.parent) {
-    dir_st = *op.parent;
-    dir_st.st_nlink = 2 + (*vd)->subdirs;
-    dir_st.st_ino = DirIno(dir->path);
-  }
+  const DirAfter dir_after = DirAfterFileChange(dir->path, **vd, node, op.parent);
   vd->reset();  // unshared, the manager changes VD(P) in place (vd_service.cc)
   ReportAdd(dir->path, name, DT_REG, node);
   dir_change.reset();
-  if (!on_first && held) {
-    CarryDirAttr(parent, dir_before);
-  } else if (on_first && op.parent) {
-    KeepDirAttr(parent, dir_st, dir_before + 2);
-  }
+  KeepDirAfter(parent, dir_after, dir_before);
   Child ch{name, name, S_IFREG, node, op.st};
   ch.cacheable = kernel_ok;
   ch.st.st_ino = FileIno(node, op.st.st_ino);

@@ -140,7 +140,24 @@ void VfsImpl::KeepDirAttr(uint64_t ino, const struct stat& st, uint64_t changes)
   dir_attrs_[ino] = KeptDirAttr{st, now, changes};
 }
 
-void VfsImpl::CarryDirAttr(uint64_t ino, uint64_t before) {
+auto VfsImpl::DirAfterFileChange(const std::string& dir_path, const VirtualDirectory& vd,
+                                 const std::string& node,
+                                 const std::optional<struct stat>& parent) const -> DirAfter {
+  DirAfter a;
+  if (vd.holders.empty()) return a;
+  if (vd.holders.front() != node) {
+    a.carry = std::find(vd.holders.begin(), vd.holders.end(), node) != vd.holders.end();
+  } else if (parent) {
+    a.st = *parent;
+    a.st->st_nlink = 2 + vd.subdirs;
+    a.st->st_ino = DirIno(dir_path);
+  }
+  return a;
+}
+
+void VfsImpl::KeepDirAfter(uint64_t ino, const DirAfter& a, uint64_t before) {
+  if (a.st) return KeepDirAttr(ino, *a.st, before + 2);
+  if (!a.carry) return;
   std::lock_guard lock(dir_attrs_mu_);
   auto it = dir_attrs_.find(ino);
   if (it == dir_attrs_.end()) return;

@@ -506,10 +506,23 @@ class VfsImpl final : public Vfs {
   std::optional<struct stat> KeptDirAttrOf(uint64_t ino);
   // Keeps `st` for directory `ino` if dir_changes_ is still `changes`.
   void KeepDirAttr(uint64_t ino, const struct stat& st, uint64_t changes);
-  // A create of this node that did not touch the directory's first holder
-  // (another node's export root): what was kept stays true across it, if
+  // What a create or unlink of a regular file on `node` leaves for its
+  // directory: made elsewhere than on the directory's first holder (whose
+  // copy gives the directory its attributes; a node that did not hold the
+  // directory got it just now and may come first), what was kept stays
+  // true (`carry`); made there, `parent` (its reply's attributes of the
+  // directory, if any) is the directory now (`st`). Read from `vd` before
+  // it is given up.
+  struct DirAfter {
+    bool carry = false;
+    std::optional<struct stat> st;
+  };
+  DirAfter DirAfterFileChange(const std::string& dir_path, const VirtualDirectory& vd,
+                              const std::string& node,
+                              const std::optional<struct stat>& parent) const;
+  // Applies `a` to directory `ino` once the change's DirChange ended, if
   // nothing else changed meanwhile (`before`: dir_changes_ before it began).
-  void CarryDirAttr(uint64_t ino, uint64_t before);
+  void KeepDirAfter(uint64_t ino, const DirAfter& a, uint64_t before);
   std::unordered_map<uint64_t, std::shared_ptr<DirHandle>> dirs_;  // guarded by files_mu_
   uint64_t next_fh_ = 1;  // guarded by files_mu_
 

@@ -363,24 +363,12 @@ Status VfsImpl::Unlink(const Cred& c, uint64_t parent, const std::string& name) 
     if (gone.error().code == ENOENT) AwaitVd(dir->path, name, Unlisted);  // removed meanwhile
     return Err(gone.error());
   }
-  // As a create (CreateOnce): the directory's attributes are its first
-  // holder's; an unlink elsewhere leaves them as they were.
-  const bool on_first = !(*vd)->holders.empty() && (*vd)->holders.front() == node;
-  struct stat dir_st {};
-  if (on_first && *gone) {
-    dir_st = **gone;
-    dir_st.st_nlink = 2 + (*vd)->subdirs;
-    dir_st.st_ino = DirIno(dir->path);
-  }
+  const DirAfter dir_after = DirAfterFileChange(dir->path, **vd, node, *gone);
   vd->reset();  // unshared, the manager changes VD(P) in place (vd_service.cc)
   if (ReportRemove(dir->path, real, node)) locks.Reported();
   DetachName(parent, name);
   dir_change.reset();
-  if (!on_first) {
-    CarryDirAttr(parent, dir_before);
-  } else if (*gone) {
-    KeepDirAttr(parent, dir_st, dir_before + 2);
-  }
+  KeepDirAfter(parent, dir_after, dir_before);
   return Ok();
 }
 
