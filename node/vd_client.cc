@@ -65,6 +65,21 @@ Status VdServiceClient::LockAndClaim(const std::string& path, const std::string&
   return s;
 }
 
+Result<ns::VdClient::NameRead> VdServiceClient::LockRead(const std::string& path,
+                                                        const std::string& name) {
+  auto backoff = std::chrono::microseconds(100);
+  const auto deadline = SteadyNow() + std::chrono::seconds(10);  // as WaitOutBusy
+  for (;;) {
+    auto r = ns::LockReadVdSync(*s_, path, name);
+    if (r) return NameRead{std::move(r->part), r->held};
+    // A manager of an older version: asked, locked and asked again.
+    if (r.error().code == EPROTO) return VdClient::LockRead(path, name);
+    if (r.error().code != EAGAIN || SteadyNow() > deadline) return Err(r.error());
+    SleepFor(backoff);
+    backoff = std::min(backoff * 2, std::chrono::microseconds(20'000));
+  }
+}
+
 void VdServiceClient::Release(const std::string& path, const std::string& name) {
   if (auto s = ns::UpdateVdSync(*s_, path, VdChange{VdChange::Kind::kRelease, name, 0, self_});
       !s) {

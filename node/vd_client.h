@@ -33,6 +33,7 @@ class VdServiceClient final : public ns::VdClient {
   Status Lock(const std::string& path, const std::string& name) override;
   Status LockAndClaim(const std::string& path, const std::string& lock,
                       const std::string& claim) override;
+  Result<NameRead> LockRead(const std::string& path, const std::string& name) override;
   void Release(const std::string& path, const std::string& name) override;
   Status Apply(const std::string& path, const std::vector<ns::VdEdit>& edits) override;
 

@@ -125,6 +125,46 @@ auto VdService::Impl::Core::ServeClaimOf(const std::string& path, std::string na
       });
 }
 
+auto VdService::Impl::Core::ServeLockRead(const std::string& path, std::string name,
+                                          const std::string& from,
+                                          m2m::Callback<UpdateOutcome> done) -> void {
+  EnsureResident(path, [self = shared_from_this(), path, name = std::move(name), from,
+                        done = std::move(done)](Result<Snapshot> s) mutable {
+    if (!s) return done(Err(s.error()));
+    UpdateOutcome o;
+    {
+      std::lock_guard mu_lock(self->mu_);
+      // As a kLock (ServeClaim): not granted, nor the name read, while a
+      // round is in flight (rounds_): the answer must be what every copy
+      // shows once this node acts on it.
+      if (self->rounds_.contains(path)) {
+        self->QueueBehindRoundLocked(
+            path, [self, path, name = std::move(name), from, done = std::move(done)]() mutable {
+              self->ServeLockRead(path, std::move(name), from, std::move(done));
+            });
+        return;
+      }
+      if (Status r = self->ReturningLocked(path); !r) return done(Err(r.error()));
+      // The resident VD may be newer than the snapshot this waited for.
+      Snapshot cur = *s;
+      if (auto it = self->resident_.find(path); it != self->resident_.end()) {
+        cur = it->second.snap;
+      }
+      o.read = true;
+      o.prev_version = o.version = cur.vd->version;
+      if (const VdEntry* e = cur.vd->Find(name); e != nullptr && e->RealName() == name) {
+        if (Status busy = self->BusyLocked(path, name, from); !busy) {
+          return done(Err(busy.error()));
+        }
+        self->claims_[path][name] = self->HoldBy(from);
+        o.held = true;
+      }
+      o.read_vd = PartialOf(cur.vd, name);
+    }
+    done(std::move(o));
+  });
+}
+
 auto VdService::Impl::Core::RecordSharerLocked(const std::string& path, const std::string& node,
                                                const SharerSlotData* sharer, bool notify) -> void {
   if (broadcast_all_ || broadcast_paths_.count(path) != 0) return;

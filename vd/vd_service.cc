@@ -309,6 +309,16 @@ auto VdService::Impl::Core::Get(const std::string& path, const std::string* name
 
 auto VdService::Impl::Core::UpdateMany(const std::string& path, std::vector<VdChange> changes,
                                        std::move_only_function<void(Status)> done) -> void {
+  UpdateOutcomeOf(path, std::move(changes),
+                  [done = std::move(done)](Result<UpdateOutcome> o) mutable {
+                    if (!o) return done(Err(o.error()));
+                    done(Ok());
+                  });
+}
+
+auto VdService::Impl::Core::UpdateOutcomeOf(
+    const std::string& path, std::vector<VdChange> changes,
+    std::move_only_function<void(Result<UpdateOutcome>)> done) -> void {
   Status valid = ValidateGlobalPath(path);
   if (valid) valid = ValidateChanges(changes);
   if (!valid) return done(Err(valid.error()));
@@ -333,8 +343,7 @@ auto VdService::Impl::Core::UpdateMany(const std::string& path, std::vector<VdCh
   }
   auto finish = [self, path, own, done = std::move(done)](Result<UpdateOutcome> v) mutable {
     if (own) self->dt_->EndOwnChange(path);  // after the patch (inspect runs first)
-    if (!v) return done(Err(v.error()));
-    done(Ok());
+    done(std::move(v));
   };
   // Served at once, as Route would (no Routed to build).
   if (here) return ServeUpdate(path, std::move(changes), view->self, *view, std::move(finish));
@@ -491,6 +500,9 @@ auto VdService::Impl::Core::ServeUpdate(const std::string& path, std::vector<VdC
             });
       })) {
     return;
+  }
+  if (changes.size() == 1 && changes[0].kind == VdChange::Kind::kLockRead) {
+    return ServeLockRead(path, std::move(changes[0].name), from, std::move(done));
   }
   if (changes.size() == 1 &&
       (changes[0].kind == VdChange::Kind::kClaim || changes[0].kind == VdChange::Kind::kRelease ||
@@ -680,6 +692,20 @@ void VdService::ForgetCached(const std::string& path) { impl_->core->ForgetCache
 void VdService::UpdateMany(const std::string& path, std::vector<VdChange> changes,
                            std::move_only_function<void(Status)> done) {
   impl_->core->UpdateMany(path, std::move(changes), std::move(done));
+}
+
+void VdService::LockRead(const std::string& path, const std::string& name,
+                         std::move_only_function<void(Result<NameRead>)> done) {
+  impl_->core->UpdateOutcomeOf(
+      path, {VdChange{VdChange::Kind::kLockRead, name, 0, impl_->core->SelfId()}},
+      [done = std::move(done)](Result<UpdateOutcome> o) mutable {
+        if (!o) return done(Err(o.error()));
+        // A manager that answers a lock without a read does not know
+        // kLockRead: treated as not held (its lock, if any, expires).
+        if (!o->read) return done(Err(EPROTO, "the manager does not know kLockRead"));
+        if (!o->read_vd) return done(Err(EPROTO, "VD lock-read without its VD"));
+        done(NameRead{std::move(o->read_vd), o->held});
+      });
 }
 
 void VdService::Conflicts(const std::string& path,

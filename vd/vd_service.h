@@ -51,6 +51,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -124,8 +125,17 @@ struct VdServiceOptions {
 // concurrently never both succeed, and neither is told EEXIST of a name that
 // may never exist. The claim is invisible to readers, ends like a lock (the
 // kAdd, or kRelease when the create failed). Claims change no version.
+//
+// kLockRead is a kLock that reads too (VdService::LockRead): `name` is a
+// visible name; the manager answers its entry as it is once the lock is
+// decided (none: absent), and takes the lock only when the entry exists and
+// its real name is `name` (EAGAIN as kLock while another node holds it). An
+// operation that changes a name thus reads it under its lock in the same
+// round trip, instead of a lookup, a lock and a second lookup.
 struct VdChange {
-  enum class Kind : uint8_t { kAdd = 0, kRemove = 1, kClaim = 2, kRelease = 3, kLock = 4 };
+  enum class Kind : uint8_t {
+    kAdd = 0, kRemove = 1, kClaim = 2, kRelease = 3, kLock = 4, kLockRead = 5
+  };
   Kind kind = Kind::kAdd;
   std::string name;  // real name in the node's export root
   uint8_t type = 0;  // DT_* (kAdd)
@@ -176,6 +186,16 @@ class VdService {
   // the manager (a rename within one directory).
   void UpdateMany(const std::string& path, std::vector<VdChange> changes,
                   std::move_only_function<void(Status)> done);
+  // kLockRead of visible `name` in VD(P) (see VdChange): the partial VD of
+  // that name as GetName answers it (its entry or none) and whether this node now holds the name (then ended, like a
+  // kLock, by its kAdd/kRemove or a kRelease). EPROTO from a manager that
+  // does not know kLockRead (an older version): nothing was held.
+  struct NameRead {
+    VdPtr part;  // partial (as GetName answers): the entry of `name` or none
+    bool held = false;
+  };
+  void LockRead(const std::string& path, const std::string& name,
+                std::move_only_function<void(Result<NameRead>)> done);
   void Conflicts(const std::string& path,
                  std::move_only_function<void(Result<std::vector<Conflict>>)> done);
   // One parallel round of kNsVdDrop(path) to every live node (this one
@@ -237,6 +257,8 @@ Result<VdPtr> GetNameVdSync(VdService& s, const std::string& path, const std::st
 Result<VdPtr> PeekVdSync(VdService& s, const std::string& path, const std::string& name);
 Status UpdateVdSync(VdService& s, const std::string& path, VdChange change);
 Status UpdateManyVdSync(VdService& s, const std::string& path, std::vector<VdChange> changes);
+Result<VdService::NameRead> LockReadVdSync(VdService& s, const std::string& path,
+                                           const std::string& name);
 Status DropSubtreeSync(VdService& s, const std::string& path);
 
 }  // namespace fedfs::ns

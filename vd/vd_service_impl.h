@@ -105,7 +105,7 @@ inline Status ValidateChanges(const std::vector<VdChange>& changes) {
   for (const VdChange& c : changes) {
     if (auto s = ValidateChange(c); !s) return s;
     const bool claim = c.kind == VdChange::Kind::kClaim || c.kind == VdChange::Kind::kRelease ||
-                       c.kind == VdChange::Kind::kLock;
+                       c.kind == VdChange::Kind::kLock || c.kind == VdChange::Kind::kLockRead;
     if (claim && changes.size() > 1 && !IsLockAndClaim(changes)) {
       return Err(EINVAL, "a VD claim, lock or release goes alone (or a lock with one claim)");
     }
@@ -185,6 +185,10 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
 
   void UpdateMany(const std::string& path, std::vector<VdChange> changes,
                   std::move_only_function<void(Status)> done);
+  std::string SelfId() const { return cluster_->Current()->self; }
+  // As UpdateMany, with the manager's outcome (a kLockRead's answer).
+  void UpdateOutcomeOf(const std::string& path, std::vector<VdChange> changes,
+                       std::move_only_function<void(Result<UpdateOutcome>)> done);
 
   void Conflicts(const std::string& path,
                  std::move_only_function<void(Result<std::vector<Conflict>>)> done);
@@ -432,6 +436,9 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   // The kClaim of `name`, with a kLock of `lock` in the same step when given
   // (a rename within one directory: both or neither; the first one refused
   // decides the answer and nothing is held then).
+  // kLockRead (see VdChange): the lock decided and the name read in one step.
+  void ServeLockRead(const std::string& path, std::string name, const std::string& from,
+                     m2m::Callback<UpdateOutcome> done);
   void ServeClaimOf(const std::string& path, std::string name, std::optional<std::string> lock,
                     const std::string& from, m2m::Callback<UpdateOutcome> done);
 

@@ -74,6 +74,17 @@ Status UpdateManyVdSync(VdService& s, const std::string& path, std::vector<VdCha
   }
 }
 
+Result<VdService::NameRead> LockReadVdSync(VdService& s, const std::string& path,
+                                           const std::string& name) {
+  CatchupDeadline deadline(s);
+  for (;;) {
+    // ESTALE held nothing: asked again.
+    auto r = WaitFor<Result<VdService::NameRead>>(
+        [&](auto done) { s.LockRead(path, name, std::move(done)); });
+    if (r || r.error().code != ESTALE || !deadline.Retry()) return r;
+  }
+}
+
 Status UpdateVdSync(VdService& s, const std::string& path, VdChange change) {
   return UpdateManyVdSync(s, path, {std::move(change)});
 }

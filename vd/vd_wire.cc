@@ -97,6 +97,7 @@ Result<VdChange> DecodeChange(const wire::Change* c) {
     case wire::ChangeKind::Claim: out.kind = VdChange::Kind::kClaim; break;
     case wire::ChangeKind::Release: out.kind = VdChange::Kind::kRelease; break;
     case wire::ChangeKind::Lock: out.kind = VdChange::Kind::kLock; break;
+    case wire::ChangeKind::LockRead: out.kind = VdChange::Kind::kLockRead; break;
     default: return Err(EPROTO, "VD update with an unknown change kind");
   }
   auto name = Need(c->name(), "change.name");
@@ -258,9 +259,14 @@ m2m::Bytes EncodeUpdateReply(const UpdateOutcome& o) {
     }
     lease = wire::CreateLease(b, o.lease->id, o.lease->epoch, b.CreateVector(hv));
   }
+  flatbuffers::Offset<flatbuffers::Vector<uint8_t>> read;
+  if (o.read && o.read_vd) {
+    const m2m::Bytes part = EncodeVd(*o.read_vd, !o.read_vd->cacheable, false);
+    read = b.CreateVector(reinterpret_cast<const uint8_t*>(part.data()), part.size());
+  }
   return Finish(b, wire::Body::UpdateReply,
                 wire::CreateUpdateReply(b, o.version, o.prev_version, keys, entries, holders,
-                                        lease, o.sharer, o.same_holders));
+                                        lease, o.sharer, o.same_holders, o.read, read, o.held));
 }
 
 Result<PathRequestData> DecodePathRequest(const m2m::Bytes& payload) {
@@ -405,6 +411,17 @@ Result<UpdateOutcome> DecodeUpdateReply(const m2m::Bytes& payload) {
   o.holders = std::move(*holders);
   o.sharer = r->sharer();
   o.same_holders = r->same_holders();
+  o.read = r->read();
+  o.held = r->held();
+  if (o.read) {
+    const auto* part = r->read_vd();
+    if (part == nullptr) return Err(EPROTO, "VD lock-read without its VD");
+    const auto* p = reinterpret_cast<const std::byte*>(part->data());
+    auto vd = DecodeVd(m2m::Bytes(p, p + part->size()));
+    if (!vd) return Err(vd.error());
+    if (!(*vd)->partial) return Err(EPROTO, "VD lock-read answers a whole VD");
+    o.read_vd = std::move(*vd);
+  }
   if (const wire::Lease* l = r->lease(); l != nullptr) {
     LeaseData lease;
     lease.id = l->id();

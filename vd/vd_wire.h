@@ -94,6 +94,12 @@ struct UpdateOutcome {
   std::optional<LeaseData> lease;  // VD(P) lent to the reporter
   bool sharer = false;  // the reporter is recorded as a sharer of P
   bool same_holders = false;  // `holders` left out: the reporter's
+  // A kLockRead's answer (VdService::LockRead): the partial VD of the name
+  // asked for (its entry or none, the holders, the subdirectories) and
+  // whether the sender now holds the name.
+  bool read = false;
+  std::shared_ptr<const VirtualDirectory> read_vd;
+  bool held = false;
 };
 
 // `from` and `epoch` are view.self and view.epoch.

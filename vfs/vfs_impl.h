@@ -117,6 +117,33 @@ class VdClient {
     if (!c) Release(path, lock);
     return c;
   }
+  // Reads visible `name` of directory `path` (as GetName answers it) and
+  // holds it (as Lock) when it names an entry under its own real name, in
+  // one step: `held` says whether it is held. Waits while another node
+  // holds it. The default asks, locks, and asks again; node/'s client makes
+  // one call to the manager (VdChange::kLockRead).
+  struct NameRead {
+    VdPtr part;
+    bool held = false;
+  };
+  virtual Result<NameRead> LockRead(const std::string& path, const std::string& name) {
+    for (int attempt = 0;; ++attempt) {
+      auto first = GetName(path, name);
+      if (!first) return Err(first.error());
+      const VdEntry* e = (*first)->Find(name);
+      if (e == nullptr || e->RealName() != name) return NameRead{std::move(*first), false};
+      if (auto s = Lock(path, name); !s) return Err(s.error());
+      auto again = GetName(path, name);
+      if (!again) {
+        Release(path, name);
+        return Err(again.error());
+      }
+      const VdEntry* e2 = (*again)->Find(name);
+      if (e2 != nullptr && e2->RealName() == name) return NameRead{std::move(*again), true};
+      Release(path, name);
+      if (e2 == nullptr || attempt == 3) return NameRead{std::move(*again), false};
+    }
+  }
   // Ends a claim whose create failed, or a lock whose operation did not
   // report a change.
   virtual void Release(const std::string& path, const std::string& name) {

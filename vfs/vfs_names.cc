@@ -341,19 +341,23 @@ Status VfsImpl::Unlink(const Cred& c, uint64_t parent, const std::string& name) 
   std::optional<DirChange> dir_change(std::in_place, *this);  // KeptDirAttr
   FEDFS_TRY(dir, ResolveDir(parent));
   NameLocks locks(deps_.vds);
-  std::string locked;  // the real name held
-  Result<VdPtr> vd = Err(EIO, "unlink");
-  const VdEntry* e = nullptr;
+  // The name read under its lock, in one round trip to the manager; an
+  // alias (a conflict copy, whose real name differs) is read, then its real
+  // name locked and read again.
+  FEDFS_TRY(first, locks.TakeRead(dir->path, name));
+  Result<VdPtr> vd = std::move(first->part);
+  const VdEntry* e = (*vd)->Find(name);
+  std::string locked = first->held ? name : std::string();  // the real name held
   for (int attempt = 0;; ++attempt) {
-    vd = deps_.vds->GetName(dir->path, name);
-    if (!vd) return Err(vd.error());
-    e = (*vd)->Find(name);
     if (e == nullptr) return Err(ENOENT, JoinPath(dir->path, name));
     if (e->type == DT_DIR) return Err(EISDIR, JoinPath(dir->path, name));
     const std::string r = e->RealName();
     if (r == locked || attempt == 3) break;  // (read again under the lock)
     if (auto s = locks.Take({{dir->path, r}}); !s) return s;
     locked = r;
+    vd = deps_.vds->GetName(dir->path, name);
+    if (!vd) return Err(vd.error());
+    e = (*vd)->Find(name);
   }
   const std::string node = e->holders.empty() ? std::string() : e->holders.front();
   const std::string real = e->RealName();
@@ -398,9 +402,16 @@ Status VfsImpl::RmdirOnce(const Cred& c, uint64_t parent, const std::string& nam
   }
   NameLocks locks(deps_.vds);
   {
-    if (auto s = locks.Take({{dir->path, name}}); !s) return s;
-    FEDFS_TRY(vd2, deps_.vds->GetName(dir->path, name));
-    const VdEntry* e2 = (*vd2)->Find(name);
+    // Read again under the lock, in the same call when the name is its
+    // own real name (VdClient::LockRead).
+    FEDFS_TRY(read, locks.TakeRead(dir->path, name));
+    VdPtr vd2 = std::move(read->part);
+    if (!read->held && vd2->Find(name) != nullptr) {
+      if (auto s = locks.Take({{dir->path, name}}); !s) return s;
+      FEDFS_TRY(again, deps_.vds->GetName(dir->path, name));
+      vd2 = std::move(*again);
+    }
+    const VdEntry* e2 = vd2->Find(name);
     if (e2 == nullptr) return Err(ENOENT, path);
     if (e2->type != DT_DIR) return Err(ENOTDIR, path);
     if (e2->holders != holders) return Err(EAGAIN, "raced");

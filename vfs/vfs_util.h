@@ -86,6 +86,14 @@ class VfsImpl::NameLocks {
     held_.emplace_back(dir, name);
     return Ok();
   }
+  // Reads `name` of `dir` and holds it in one step (VdClient::LockRead);
+  // held (and released at the end) only when it names an entry under its
+  // own real name. No other lock held.
+  Result<VdClient::NameRead> TakeRead(const std::string& dir, const std::string& name) {
+    auto r = vds_->LockRead(dir, name);
+    if (r && r->held) held_.emplace_back(dir, name);
+    return r;
+  }
   // The operation reported its change: the manager ended the locks.
   void Reported() { held_.clear(); }
 

@@ -64,7 +64,20 @@ class MergeVds final : public VdClient {
     ++removes;
     return Ok();
   }
-  int gets = 0, adds = 0, removes = 0;
+  Status Lock(const std::string&, const std::string&) override {
+    ++locks;
+    return Ok();
+  }
+  // As a manager answers kLockRead: the name read and held in one call.
+  Result<NameRead> LockRead(const std::string& path, const std::string& name) override {
+    ++lock_reads;
+    auto vd = Get(path);
+    if (!vd) return Err(vd.error());
+    const VdEntry* e = (*vd)->Find(name);
+    const bool held = e != nullptr && e->RealName() == name;
+    return NameRead{PartialOf(*vd, name), held};
+  }
+  int gets = 0, adds = 0, removes = 0, locks = 0, lock_reads = 0;
   bool complete = true;              // false: as if a live node's listing were missing
   std::function<void()> on_get;      // runs inside every Get
 
@@ -430,6 +443,36 @@ TEST_F(VfsTest, ListingNeedsReadPermissionOnEveryMember) {
   vds_->on_get = [&] { fs::remove_all(dir_ + "/b/gone"); };
   EXPECT_EQ(names(nobody, gone).value_or(std::set<std::string>{}),
             (std::set<std::string>{".", "..", "from-a"}));
+}
+
+}  // namespace
+}  // namespace fedfs::ns
+
+namespace fedfs::ns {
+namespace {
+
+// An unlink reads its name under the name's lock in one call to the manager
+// (VdClient::LockRead), then reports the removal: no lookup before the lock
+// and none after it.
+TEST_F(VfsTest, UnlinkReadsItsNameUnderTheLockInOneCall) {
+  Put("b", "/d/x", "bx");
+  Put("a", "/d/y", "ay");
+  MakeVfs();
+  const uint64_t d = Look(kRootIno, "d");
+  vds_->gets = 0;
+  ASSERT_TRUE(vfs_->Unlink(cred_, d, "x"));
+  EXPECT_EQ(vds_->lock_reads, 1);
+  EXPECT_EQ(vds_->gets, 1);  // the lock-read's own
+  EXPECT_EQ(vds_->locks, 0);
+  EXPECT_EQ(vds_->removes, 1);
+  EXPECT_FALSE(fs::exists(dir_ + "/b/d/x"));
+  // An absent name: ENOENT from that one call, nothing removed.
+  auto gone = vfs_->Unlink(cred_, d, "x");
+  ASSERT_FALSE(gone);
+  EXPECT_EQ(gone.error().code, ENOENT);
+  EXPECT_EQ(vds_->lock_reads, 2);
+  EXPECT_EQ(vds_->removes, 1);
+  EXPECT_TRUE(fs::exists(dir_ + "/a/d/y"));
 }
 
 }  // namespace
