@@ -210,7 +210,8 @@ void DirTable::Install(const Ticket& t, VdPtr vd, uint64_t epoch) {
 
 void DirTable::Patch(const std::string& path, uint64_t prev_version, uint64_t vd_version,
                      const std::vector<std::string>& keys, std::vector<VdEntry> fresh,
-                     std::optional<std::vector<std::string>> holders, bool sharer) {
+                     std::optional<std::vector<std::string>> holders, bool sharer,
+                     bool names_only) {
   std::lock_guard lock(mu_);
   auto it = index_.find(path);
   if (it == index_.end()) return;
@@ -236,6 +237,7 @@ void DirTable::Patch(const std::string& path, uint64_t prev_version, uint64_t vd
       by_name[n].push_back(std::move(e));
     }
     for (auto& [name, entries] : by_name) {
+      if (names_only && entries.empty()) continue;  // an absence no bump would end
       auto part = std::make_shared<VirtualDirectory>();
       part->path = path;
       part->version = vd_version;

@@ -97,10 +97,13 @@ class DirTable {
   // A stale copy keeps the changed names' entries instead, when `sharer` (the
   // manager still records this node) and no other change reached the slot
   // since BeginOwnChange.
-  // `holders`: none when they did not change (kept).
+  // `holders`: none when they did not change (kept). `names_only`: the
+  // manager records this node for names that exist only (not bumped when a
+  // new name is created): a changed name that no longer exists is not kept.
   void Patch(const std::string& path, uint64_t prev_version, uint64_t vd_version,
              const std::vector<std::string>& keys, std::vector<VdEntry> fresh,
-             std::optional<std::vector<std::string>> holders, bool sharer = false);
+             std::optional<std::vector<std::string>> holders, bool sharer = false,
+             bool names_only = false);
 
   // The copy of `path` here, valid or stale, if fetched in `epoch`; for
   // decisions that the manager checks again (VdService::Peek).

@@ -166,8 +166,9 @@ auto VdService::Impl::Core::ServeLockRead(const std::string& path, std::string n
 }
 
 auto VdService::Impl::Core::RecordSharerLocked(const std::string& path, const std::string& node,
-                                               const SharerSlotData* sharer, bool notify) -> void {
-  if (broadcast_all_ || broadcast_paths_.count(path) != 0) return;
+                                               const SharerSlotData* sharer, bool notify,
+                                               bool names) -> bool {
+  if (broadcast_all_ || broadcast_paths_.count(path) != 0) return true;
   if (sharer != nullptr) {
     NodeRegion& nr = node_regions_[node];
     if (nr.desc.addr != sharer->region.addr || nr.desc.length != sharer->region.length ||
@@ -183,17 +184,22 @@ auto VdService::Impl::Core::RecordSharerLocked(const std::string& path, const st
         r.has_slot = true;
       }
       r.notify = r.notify || notify;
-      return;
+      r.names_only = r.names_only && names;  // whole if ever asked whole
+      return true;
     }
   }
+  // Names-only readers of a busy directory do not turn it to broadcasts:
+  // past the bound they are not recorded (asked again each time).
+  if (names && recs.size() >= options_.max_sharers_per_vd) return false;
   if (recs.size() >= options_.max_sharers_per_vd) {
     sharer_records_ -= recs.size();
     sharers_.erase(path);
     broadcast_paths_.insert(path);
     ++sharer_records_;  // the broadcast mark counts as one record
-    return;
+    return true;
   }
-  recs.push_back(SharerRec{node, sharer != nullptr ? sharer->slot : 0, sharer != nullptr, notify});
+  recs.push_back(
+      SharerRec{node, sharer != nullptr ? sharer->slot : 0, sharer != nullptr, notify, names});
   if (++sharer_records_ > options_.max_sharer_records) {
     Log()->warn("{} sharer records: every VD change is broadcast from now on", sharer_records_);
     broadcast_all_ = true;
@@ -201,15 +207,18 @@ auto VdService::Impl::Core::RecordSharerLocked(const std::string& path, const st
     broadcast_paths_.clear();
     sharer_records_ = 0;
   }
+  return true;
 }
 
-auto VdService::Impl::Core::TakeSharersLocked(const std::string& path, const std::string& from)
-    -> std::vector<SharerRec> {
+auto VdService::Impl::Core::TakeSharersLocked(const std::string& path, const std::string& from,
+                                              bool additive) -> std::vector<SharerRec> {
   auto it = sharers_.find(path);
   if (it == sharers_.end()) return {};
   std::vector<SharerRec> out;
   std::vector<SharerRec> keep;
-  for (SharerRec& r : it->second) (r.node == from ? keep : out).push_back(std::move(r));
+  for (SharerRec& r : it->second) {
+    (r.node == from || (additive && r.names_only) ? keep : out).push_back(std::move(r));
+  }
   sharer_records_ -= out.size();
   if (keep.empty()) {
     sharers_.erase(it);

@@ -16,15 +16,21 @@ auto VdService::Impl::Core::OnGetName(m2m::IncomingCall call, m2m::Responder res
   auto view = cluster_->Current();
   if (auto s = CheckManager(*view, req->path); !s) return responder.Fail(s.error());
   const bool uncached = UnrecordUnknown(*req, *view);
-  ServeGet(req->path, req->from, std::move(req->sharer), req->notify,
-           [responder = std::move(responder), uncached, name = std::move(req->name),
-            holders_hash = req->holders_hash](Result<VdPtr> vd) mutable {
-             if (!vd) return responder.Fail(vd.error());
-             // The entry of `name` only, and what a lookup needs besides.
-             const VdPtr part = PartialOf(*vd, name);
-             const bool same = holders_hash != 0 && HoldersHash(part->holders) == holders_hash;
-             responder.Reply(EncodeVd(*part, uncached || !part->cacheable, same));
-           });
+  // A names-only record may be refused (max_sharers_per_vd): then the
+  // answer is not to be kept.
+  const bool names = req->names && req->sharer.has_value();
+  auto recorded = std::make_shared<bool>(!req->names);
+  ServeGet(
+      req->path, req->from, std::move(req->sharer), req->notify,
+      [responder = std::move(responder), uncached, name = std::move(req->name),
+       holders_hash = req->holders_hash, recorded](Result<VdPtr> vd) mutable {
+        if (!vd) return responder.Fail(vd.error());
+        // The entry of `name` only, and what a lookup needs besides.
+        const VdPtr part = PartialOf(*vd, name);
+        const bool same = holders_hash != 0 && HoldersHash(part->holders) == holders_hash;
+        responder.Reply(EncodeVd(*part, uncached || !*recorded || !part->cacheable, same));
+      },
+      names, recorded);
 }
 
 auto VdService::Impl::Core::Peek(const std::string& path, const std::string& name,

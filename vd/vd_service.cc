@@ -245,23 +245,36 @@ auto VdService::Impl::Core::Get(const std::string& path, const std::string* name
   // cost its manager one-sided bumps only, and its names are not cached by
   // the kernel (VirtualDirectory::kernel_may_cache).
   const bool coherent = KernelCoherent();
-  const bool notify = coherent && !Busy(path);
+  bool notify = coherent && !Busy(path);
   // One name asked for, in a copy that went stale: that name only
   // (dir_table.h, "Names in a stale copy"), and the holders only if they
   // are not the ones of that copy.
   std::optional<std::string> one;
   std::optional<std::vector<std::string>> have_holders;
+  // Names only (a busy directory): recorded so that only changes of what
+  // it keeps bump its slot -- the entries of names that exist, the holders
+  // and subdirectories -- not the creation of new names; an answer that a
+  // name is absent is not kept (docs/namespace.md, "Names in a busy
+  // directory").
+  bool names_only = false;
+  uint64_t key = 0;
   if (dt_ && !manager.empty()) {  // managed elsewhere
-    const uint64_t key = DtEpoch(view->epoch, notify);
+    key = DtEpoch(view->epoch, notify);
     if (name != nullptr) {
       bool stale = false;
       if (VdPtr vd = dt_->FindName(path, *name, key, &stale)) return done(std::move(vd));
       if (Churning(path, stale)) {
-        // Changed again and again: asked for once, unrecorded (no bump
-        // for this node at the next changes), and not kept.
-        return GetUnrecorded(path, *name, coherent, dt_->CopyHolders(path), std::move(done));
+        // Changed again and again: asked for without a whole-VD record.
+        // With a stale copy here, names-only; else unrecorded (no bump for
+        // this node at the next changes), and not kept.
+        ticket = dt_->ReserveName(path, key);
+        if (!ticket) {
+          return GetUnrecorded(path, *name, coherent, dt_->CopyHolders(path), std::move(done));
+        }
+        names_only = true;
+      } else {
+        ticket = dt_->ReserveName(path, key);
       }
-      ticket = dt_->ReserveName(path, key);
       if (ticket) {
         one = *name;
         have_holders = dt_->CopyHolders(path);
@@ -272,15 +285,17 @@ auto VdService::Impl::Core::Get(const std::string& path, const std::string* name
     if (!ticket) ticket = dt_->Reserve(path);
     sharer = SharerSlotData{ticket->slot, dt_->region()};
   }
+  if (names_only) notify = false;  // its kernel does not cache what it reads
   auto self = shared_from_this();
   auto r = std::make_shared<Routed<VdPtr>>();
   r->path = path;
   r->method = MethodId(one ? RpcMethod::kNsVdGetName : RpcMethod::kNsVdGet);
   r->timeout = ManagerTimeout();
   const uint64_t holders_hash = have_holders ? HoldersHash(*have_holders) : 0;
-  r->encode = [path, sharer = std::move(sharer), notify, one, holders_hash](const ClusterView& v) {
+  r->encode = [path, sharer = std::move(sharer), notify, one, holders_hash,
+               names_only](const ClusterView& v) {
     return EncodePathRequest(path, v, sharer ? &*sharer : nullptr, notify, one.value_or(""),
-                             holders_hash);
+                             holders_hash, names_only);
   };
   r->local = [self, path](const ClusterView& v, m2m::Callback<VdPtr> cb) {
     self->ServeGet(path, v.self, std::nullopt, false, std::move(cb));
@@ -289,13 +304,22 @@ auto VdService::Impl::Core::Get(const std::string& path, const std::string* name
     return DecodeVdFor(b, quiet, have);
   };
   if (ticket) {
-    r->inspect = [self, ticket = std::move(*ticket), notify, one](const Result<VdPtr>& vd,
-                                                                  bool remote, uint64_t epoch) {
+    r->inspect = [self, ticket = std::move(*ticket), notify, one, names_only, key](
+                     const Result<VdPtr>& vd, bool remote, uint64_t epoch) {
       // Only a VD served by a manager that recorded the slot may be kept,
       // and only one built in the epoch it is kept under: a manager whose
       // view is behind this node's listed only the nodes it knows, and its
       // next epoch would not invalidate the copy here.
       if (!vd || !remote || !(*vd)->cacheable || (*vd)->epoch != epoch) return;
+      if (names_only) {
+        // What exists (or the directory's own summary), under the key
+        // lookups use: the answer itself says its kernel may not cache it.
+        if ((*vd)->partial && (one->empty() || !(*vd)->entries.empty()) &&
+            DtEpoch(epoch, true) == DtEpoch(key, true)) {
+          self->dt_->InstallName(ticket, *one, *vd, key);
+        }
+        return;
+      }
       if (one && (*vd)->partial) {
         self->dt_->InstallName(ticket, *one, *vd, DtEpoch(epoch, notify));
       } else if (!(*vd)->partial) {
@@ -368,7 +392,7 @@ auto VdService::Impl::Core::UpdateOutcomeOf(
         std::optional<std::vector<std::string>> holders;
         if (!o->same_holders) holders = o->holders;
         self->dt_->Patch(path, o->prev_version, o->version, o->keys, o->fresh, std::move(holders),
-                         o->sharer);
+                         o->sharer, o->names_sharer);
       }
       if (o && o->lease) self->InstallLease(path, *o, asked);
     };
@@ -419,13 +443,15 @@ auto VdService::Impl::Core::CheckManager(const ClusterView& view, const std::str
 
 auto VdService::Impl::Core::ServeGet(const std::string& path, const std::string& from,
                                      std::optional<SharerSlotData> sharer, bool notify,
-                                     m2m::Callback<VdPtr> done) -> void {
+                                     m2m::Callback<VdPtr> done, bool names,
+                                     std::shared_ptr<bool> recorded) -> void {
   // Lent to another node: served once it is back (vd_lease.cc).
   if (RecallFirst(path, [&] {
-        return std::move_only_function<void()>(
-            [self = shared_from_this(), path, from, sharer, notify, done = std::move(done)]() mutable {
-              self->ServeGet(path, from, std::move(sharer), notify, std::move(done));
-            });
+        return std::move_only_function<void()>([self = shared_from_this(), path, from, sharer,
+                                                notify, done = std::move(done), names,
+                                                recorded]() mutable {
+          self->ServeGet(path, from, std::move(sharer), notify, std::move(done), names, recorded);
+        });
       })) {
     return;
   }
@@ -437,7 +463,8 @@ auto VdService::Impl::Core::ServeGet(const std::string& path, const std::string&
     // Recorded before the VD is read: a change applied after this point
     // bumps the requester's slot; one applied before is in what it gets.
     if ((sharer || notify) && from != view->self) {
-      RecordSharerLocked(path, from, sharer ? &*sharer : nullptr, notify);
+      const bool r = RecordSharerLocked(path, from, sharer ? &*sharer : nullptr, notify, names);
+      if (recorded) *recorded = r;
     }
     // Resident, of this epoch, no round in flight (the common case): read
     // in this same critical section. A worker makes several gets per
@@ -517,6 +544,7 @@ auto VdService::Impl::Core::ServeUpdate(const std::string& path, std::vector<VdC
   std::vector<SharerRec> targets;
   bool broadcast = false;
   bool changed = true;  // unknown when not resident: invalidate
+  bool additive = false;  // only new names (IsAdditive): names-only sharers keep theirs
   {
     std::lock_guard lock(mu_);
     if (closed_) return done(Err(ESHUTDOWN, "VD service closed"));
@@ -551,6 +579,7 @@ auto VdService::Impl::Core::ServeUpdate(const std::string& path, std::vector<VdC
           it->second.snap.state.use_count() == 1
               ? std::const_pointer_cast<MergeState>(it->second.snap.state)
               : std::make_shared<MergeState>(*it->second.snap.state);
+      additive = IsAdditive(*state, changes);
       changed = false;
       for (const VdChange& c : changes) {
         changed |= c.kind == VdChange::Kind::kAdd
@@ -591,15 +620,22 @@ auto VdService::Impl::Core::ServeUpdate(const std::string& path, std::vector<VdC
       o.holders = st.holders;
       o.same_holders = holders_hash != 0 && HoldersHash(st.holders) == holders_hash;
       // Told of the next change: recorded (TakeSharersLocked keeps the
-      // reporter's record), or every change of P is broadcast.
+      // reporter's record), or every change of P is broadcast. A names-only
+      // record is not told of new names: the reporter keeps no absence.
       bool recorded = broadcast_all_;
+      bool names_only = false;
       if (auto sh = sharers_.find(path); sh != sharers_.end()) {
-        for (const SharerRec& rec : sh->second) recorded = recorded || rec.node == from;
+        for (const SharerRec& rec : sh->second) {
+          if (rec.node != from) continue;
+          recorded = true;
+          names_only = rec.names_only && !broadcast_all_;
+        }
       }
       o.sharer = recorded;
+      o.names_sharer = names_only;
     }
     if (changed) {
-      targets = TakeSharersLocked(path, from);
+      targets = TakeSharersLocked(path, from, additive);
       broadcast = broadcast_all_ || broadcast_paths_.erase(path) > 0;
       if (!targets.empty() || broadcast) {
         ++stats_.changes_invalidated;

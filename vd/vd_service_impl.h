@@ -14,6 +14,7 @@
 // InlineExecutor runs them at once in the simulator). One mutex, mu_, guards
 // the Core's tables; it is never held while calling out (transport, executor,
 // NodeFs, user callbacks), so callbacks may re-enter the service.
+#include <dirent.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -97,6 +98,22 @@ inline Status ValidateChange(const VdChange& c) {
 inline bool IsLockAndClaim(const std::vector<VdChange>& changes) {
   return changes.size() == 2 && changes[0].kind == VdChange::Kind::kLock &&
          changes[1].kind == VdChange::Kind::kClaim && changes[0].name != changes[1].name;
+}
+
+// Whether `changes`, applied to state `s`, only add names that had no copy
+// (nor do the names their aliases collide with), none of them a directory,
+// on nodes that already hold the directory: then every entry that existed
+// is unchanged, and so are the directory's holders and subdirectories --
+// all a names-only sharer keeps (SharerRec::names_only).
+inline bool IsAdditive(const vd_internal::MergeState& s, const std::vector<VdChange>& changes) {
+  for (const VdChange& c : changes) {
+    if (c.kind != VdChange::Kind::kAdd || c.type == DT_DIR || c.type == DT_UNKNOWN) return false;
+    if (std::find(s.holders.begin(), s.holders.end(), c.node) == s.holders.end()) return false;
+    for (const std::string& k : vd_internal::RefreshKeys(c.name)) {
+      if (s.copies.count(k) != 0) return false;
+    }
+  }
+  return true;
 }
 
 inline Status ValidateChanges(const std::vector<VdChange>& changes) {
@@ -317,8 +334,11 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
 
   // --- Manager side ---
 
+  // `names`: record `from` names-only (kNsVdGetName); `*recorded` (if
+  // given) says whether it was.
   void ServeGet(const std::string& path, const std::string& from,
-                std::optional<SharerSlotData> sharer, bool notify, m2m::Callback<VdPtr> done);
+                std::optional<SharerSlotData> sharer, bool notify, m2m::Callback<VdPtr> done,
+                bool names = false, std::shared_ptr<bool> recorded = nullptr);
 
   // Runs `retry` when the round of `path` in flight (rounds_) ends.
   void QueueBehindRoundLocked(const std::string& path, std::move_only_function<void()> retry) {
@@ -449,6 +469,10 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     uint32_t slot = 0;
     bool has_slot = false;  // bump the word of `slot` (one-sided)
     bool notify = false;    // send kNsDtInval and wait (its kernel caches names)
+    // Keeps only names that exist and the directory's holders and
+    // subdirectories (PathRequest.names): not bumped, and kept, at a change
+    // that only adds new names (TakeSharersLocked).
+    bool names_only = false;
   };
   // A sharer node's DT words, imported on its endpoint when first needed.
   struct NodeRegion {
@@ -458,13 +482,21 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     std::shared_ptr<m2m::RemoteRegion> remote;
   };
 
-  void RecordSharerLocked(const std::string& path, const std::string& node,
-                          const SharerSlotData* sharer, bool notify);
+  // `names`: a names-only record (SharerRec::names_only), never past
+  // max_sharers_per_vd (then not recorded: false); a node's record is
+  // whole if any of its requests asked for the whole VD. True when `node`
+  // will be told of the next change that concerns it (recorded, or
+  // broadcast).
+  bool RecordSharerLocked(const std::string& path, const std::string& node,
+                          const SharerSlotData* sharer, bool notify, bool names = false);
 
   // The sharers of `path` to invalidate for a change reported by `from`;
   // they are forgotten (they re-register when they refetch). `from` keeps
   // its record: it patches its copy from the reply.
-  std::vector<SharerRec> TakeSharersLocked(const std::string& path, const std::string& from);
+  // `additive`: the change only added names that did not exist, no
+  // directory, on nodes that already held P: names-only records stay.
+  std::vector<SharerRec> TakeSharersLocked(const std::string& path, const std::string& from,
+                                           bool additive = false);
 
   // The endpoint and imported DT words of `node`, or an error.
   Result<std::pair<std::shared_ptr<m2m::Endpoint>, std::shared_ptr<m2m::RemoteRegion>>> RegionOf(

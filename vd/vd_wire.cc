@@ -153,7 +153,7 @@ Result<std::vector<VdEntry>> DecodeEntries(
 
 m2m::Bytes EncodePathRequest(const std::string& path, const ClusterView& view,
                              const SharerSlotData* sharer, bool notify, const std::string& name,
-                             uint64_t holders_hash) {
+                             uint64_t holders_hash, bool names) {
   flatbuffers::FlatBufferBuilder b(256 + path.size());
   auto p = b.CreateString(path);
   auto f = b.CreateString(view.self);
@@ -166,7 +166,8 @@ m2m::Bytes EncodePathRequest(const std::string& path, const ClusterView& view,
   flatbuffers::Offset<flatbuffers::String> n;
   if (!name.empty()) n = b.CreateString(name);
   return Finish(b, wire::Body::PathRequest,
-                wire::CreatePathRequest(b, p, f, view.epoch, sh, notify, 0, n, holders_hash));
+                wire::CreatePathRequest(b, p, f, view.epoch, sh, notify, 0, n, holders_hash,
+                                                names));
 }
 
 // `changes` is never empty.
@@ -266,7 +267,8 @@ m2m::Bytes EncodeUpdateReply(const UpdateOutcome& o) {
   }
   return Finish(b, wire::Body::UpdateReply,
                 wire::CreateUpdateReply(b, o.version, o.prev_version, keys, entries, holders,
-                                        lease, o.sharer, o.same_holders, o.read, read, o.held));
+                                        lease, o.sharer, o.same_holders, o.read, read, o.held,
+                                        o.names_sharer));
 }
 
 Result<PathRequestData> DecodePathRequest(const m2m::Bytes& payload) {
@@ -283,6 +285,7 @@ Result<PathRequestData> DecodePathRequest(const m2m::Bytes& payload) {
   out.lease = r->lease();
   if (r->name() != nullptr) out.name = r->name()->str();
   out.holders_hash = r->holders_hash();
+  out.names = r->names();
   if (const wire::SharerSlot* sh = r->sharer(); sh != nullptr) {
     if (sh->rkey() == nullptr || sh->rkey()->size() == 0 || sh->length() == 0 ||
         sh->length() % 8 != 0 || uint64_t{sh->slot()} * 8 + 8 > sh->length()) {
@@ -413,6 +416,7 @@ Result<UpdateOutcome> DecodeUpdateReply(const m2m::Bytes& payload) {
   o.same_holders = r->same_holders();
   o.read = r->read();
   o.held = r->held();
+  o.names_sharer = r->names_sharer();
   if (o.read) {
     const auto* part = r->read_vd();
     if (part == nullptr) return Err(EPROTO, "VD lock-read without its VD");

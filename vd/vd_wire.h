@@ -58,6 +58,7 @@ struct PathRequestData {
   uint64_t lease = 0;  // kNsVdRecall, kNsVdRenew: the lease
   std::string name;    // kNsVdGetName: the visible name asked for
   uint64_t holders_hash = 0;  // kNsVdGetName: the requester's holders (0: none)
+  bool names = false;         // kNsVdGetName: a names-only sharer record
 };
 
 // A kNsVdUpdate request.
@@ -100,12 +101,14 @@ struct UpdateOutcome {
   bool read = false;
   std::shared_ptr<const VirtualDirectory> read_vd;
   bool held = false;
+  bool names_sharer = false;  // `sharer` is a names-only record
 };
 
 // `from` and `epoch` are view.self and view.epoch.
 m2m::Bytes EncodePathRequest(const std::string& path, const ClusterView& view,
                              const SharerSlotData* sharer = nullptr, bool notify = false,
-                             const std::string& name = {}, uint64_t holders_hash = 0);
+                             const std::string& name = {}, uint64_t holders_hash = 0,
+                             bool names = false);
 // `changes` is never empty.
 m2m::Bytes EncodeUpdateRequest(const std::string& path, const std::vector<VdChange>& changes,
                                const ClusterView& view, bool lease_ok = false,

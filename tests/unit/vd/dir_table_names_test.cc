@@ -3,6 +3,7 @@
 // over the fake network in simulated mode (vd_federation.h).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <random>
@@ -131,8 +132,11 @@ TEST(DirTableNames, ANodesOwnChangeKeepsItsNamesInAStaleCopy) {
 }
 
 // A copy that goes stale twice in a row (within churn_gap): the next lookups
-// there are asked for unrecorded, so the next changes bump nothing here.
-TEST(DirTableNames, ADirectoryThatKeepsChangingIsLookedUpUnrecorded) {
+// there are recorded for names only (vd_service.h, VdServiceOptions::
+// churn_gap; docs/namespace.md, "Names in a busy directory"): a name that
+// exists is kept, and the creation of new names bumps nothing here; an
+// absent name is asked for every time; a change of a kept name bumps.
+TEST(DirTableNames, ADirectoryThatKeepsChangingIsLookedUpForNamesOnly) {
   VdServiceOptions o;
   o.lend_after = 0;
   o.churn_gap = std::chrono::milliseconds(60000);  // every test step is "within" it
@@ -150,7 +154,7 @@ TEST(DirTableNames, ADirectoryThatKeepsChangingIsLookedUpUnrecorded) {
   ASSERT_TRUE(GetName(f, 1, p, "x"));  // stale once: recorded again
   ASSERT_TRUE(change());
   const auto before = f.svc(0).stats().invalidations_sent;
-  ASSERT_TRUE(GetName(f, 1, p, "y"));  // stale twice: unrecorded from now on
+  ASSERT_TRUE(GetName(f, 1, p, "y"));  // stale twice: names only from now on
   ASSERT_TRUE(change());
   EXPECT_EQ(f.svc(0).stats().invalidations_sent, before);  // n1 was not bumped
   f.net().ResetStats();
@@ -158,55 +162,167 @@ TEST(DirTableNames, ADirectoryThatKeepsChangingIsLookedUpUnrecorded) {
   ASSERT_TRUE(vd);
   EXPECT_NE((*vd)->Find("c2"), nullptr);  // a fresh answer
   EXPECT_EQ(f.Requests(kVdGetName), 1u);
+  EXPECT_EQ(f.svc(0).stats().sharer_records, 1u);  // names only
+  // New names come and go unbumped; c2 is answered here, with no request.
+  ASSERT_TRUE(change());
   ASSERT_TRUE(change());
   EXPECT_EQ(f.svc(0).stats().invalidations_sent, before);
-  EXPECT_EQ(f.svc(0).stats().sharer_records, 0u);
+  f.net().ResetStats();
+  auto again = GetName(f, 1, p, "c2");
+  ASSERT_TRUE(again);
+  EXPECT_NE((*again)->Find("c2"), nullptr);
+  EXPECT_EQ(f.Requests(kVdGetName), 0u);
+  // The directory's own summary (holders, subdirectories) is kept too.
+  ASSERT_TRUE(GetName(f, 1, p, ""));
+  f.net().ResetStats();
+  ASSERT_TRUE(GetName(f, 1, p, ""));
+  EXPECT_EQ(f.Requests(kVdGetName), 0u);
+  // An absent name is asked for every time: a create elsewhere bumps
+  // nothing here.
+  for (int i = 0; i < 2; ++i) {
+    auto none = GetName(f, 1, p, "c9");
+    ASSERT_TRUE(none);
+    EXPECT_EQ((*none)->Find("c9"), nullptr);
+  }
+  EXPECT_EQ(f.Requests(kVdGetName), 2u);
+  ASSERT_TRUE(change());  // c5
+  ASSERT_TRUE(change());  // c6
+  ASSERT_TRUE(change());  // c7
+  ASSERT_TRUE(change());  // c8
+  ASSERT_TRUE(change());  // c9
+  auto made = GetName(f, 1, p, "c9");
+  ASSERT_TRUE(made);
+  EXPECT_NE((*made)->Find("c9"), nullptr);
+  // A removal of a name: n1 is bumped, and sees it gone.
+  f.fs(2).Remove(p + "/c2");
+  ASSERT_TRUE(f.Update(2, p, Remove("n2", "c2")));
+  EXPECT_EQ(f.svc(0).stats().invalidations_sent, before + 1);
+  auto gone = GetName(f, 1, p, "c2");
+  ASSERT_TRUE(gone);
+  EXPECT_EQ((*gone)->Find("c2"), nullptr);
+  // So does a directory made in it (the summary's subdirectories).
+  ASSERT_TRUE(GetName(f, 1, p, ""));
+  f.fs(2).AddDir(p + "/newdir");
+  ASSERT_TRUE(f.Update(2, p, Add("n2", "newdir", DT_DIR)));
+  auto sum = GetName(f, 1, p, "");
+  ASSERT_TRUE(sum);
+  EXPECT_EQ((*sum)->subdirs, 2u);  // sub and newdir
 }
 
-// Random creates and removes by random nodes; after each, a random node
-// looks up a random name: the answer is always the model's.
-TEST(DirTableNames, EveryLookupSeesEveryChangeBeforeIt) {
-  uint64_t name_hits = 0;
+// Past max_sharers_per_vd, names-only readers are not recorded (asked for
+// every time), and the directory does not turn to broadcasts.
+TEST(DirTableNames, NamesOnlyReadersPastTheBoundAreNotRecorded) {
+  VdServiceOptions o;
+  o.lend_after = 0;
+  o.churn_gap = std::chrono::milliseconds(60000);
+  o.max_sharers_per_vd = 1;
+  Federation f(4, o);
+  const std::string p = PathManagedBy(f, "n0");
+  Populate(f, p);
+  int k = 0;
+  auto change = [&] {
+    const std::string n = "c" + std::to_string(k++);
+    f.fs(3).AddFile(p + "/" + n);
+    return f.Update(3, p, Add("n3", n));
+  };
+  for (int node : {1, 2}) ASSERT_TRUE(f.Get(node, p));
+  // (Two whole-VD sharers past a bound of 1: this change is broadcast,
+  // which ends the broadcast mark.)
+  ASSERT_TRUE(change());
+  for (int node : {1, 2}) ASSERT_TRUE(f.Get(node, p));
+  ASSERT_TRUE(change());
+  for (int round = 0; round < 2; ++round) {
+    for (int node : {1, 2}) ASSERT_TRUE(GetName(f, node, p, "f0"));
+    ASSERT_TRUE(change());
+  }
+  // Both churn now: one is recorded names-only, the other is not.
+  for (int node : {1, 2}) ASSERT_TRUE(GetName(f, node, p, "f0"));
+  const auto broadcasts = f.svc(0).stats().broadcasts_sent;
+  ASSERT_TRUE(change());
+  EXPECT_EQ(f.svc(0).stats().broadcasts_sent, broadcasts);
+  // The recorded one answers from its table, the other asks again.
+  std::vector<uint64_t> asked;
+  for (int node : {1, 2}) {
+    f.net().ResetStats();
+    auto vd = GetName(f, node, p, "f0");
+    ASSERT_TRUE(vd);
+    EXPECT_NE((*vd)->Find("f0"), nullptr);
+    asked.push_back(f.Requests(kVdGetName));
+  }
+  std::sort(asked.begin(), asked.end());
+  EXPECT_EQ(asked, (std::vector<uint64_t>{0, 1}));
+}
+
+// Random creates (files and directories) and removes by random nodes; after
+// each, random nodes look up random names and the directory's summary: the
+// answer is always the model's. `churn_gap` 0: lookups in stale copies are
+// recorded whole; 60 s: a copy that went stale twice is looked up for names
+// only (kept across new names) from then on.
+void RandomLookups(std::chrono::milliseconds churn_gap, uint64_t* name_hits) {
   for (uint64_t seed = 1; seed <= 20; ++seed) {
     SCOPED_TRACE(seed);
-    Federation f(4, NoLeases(), seed);
+    VdServiceOptions o = NoLeases();
+    o.churn_gap = churn_gap;
+    Federation f(4, o, seed);
     std::mt19937_64 rng(seed);
     const std::string p = PathManagedBy(f, "n0");
     for (int i = 0; i < 4; ++i) f.fs(i).AddDir(p);
     for (int i = 0; i < 4; ++i) ASSERT_TRUE(f.Get(i, p));
-    std::map<std::string, int> expect;  // name -> holder
+    std::map<std::string, std::pair<int, bool>> expect;  // name -> (holder, directory)
     for (int step = 0; step < 150; ++step) {
       const int actor = static_cast<int>(rng() % 4);
       const std::string name = "e" + std::to_string(rng() % 8);
       if (rng() % 3 != 0) {
         if (!expect.count(name)) {
-          f.fs(actor).AddFile(p + "/" + name);
-          ASSERT_TRUE(f.Update(actor, p, Add(Name(actor), name)));
-          expect[name] = actor;
+          const bool dir = rng() % 5 == 0;
+          if (dir) {
+            f.fs(actor).AddDir(p + "/" + name);
+          } else {
+            f.fs(actor).AddFile(p + "/" + name);
+          }
+          ASSERT_TRUE(f.Update(actor, p, Add(Name(actor), name, dir ? DT_DIR : DT_REG)));
+          expect[name] = {actor, dir};
         } else {
-          const int h = expect[name];
+          const auto [h, dir] = expect[name];
           f.fs(h).Remove(p + "/" + name);
           ASSERT_TRUE(f.Update(actor, p, Remove(Name(h), name)));
           expect.erase(name);
         }
       }
-      for (int k = 0; k < 2; ++k) {
+      for (int k = 0; k < 3; ++k) {
         const int reader = static_cast<int>(rng() % 4);
-        const std::string look = "e" + std::to_string(rng() % 8);
+        const std::string look = k == 2 ? "" : "e" + std::to_string(rng() % 8);
         auto vd = GetName(f, reader, p, look);
         ASSERT_TRUE(vd) << vd.error().ToString();
+        if (look.empty()) {
+          size_t dirs = 0;
+          for (const auto& [n, e] : expect) dirs += e.second ? 1 : 0;
+          EXPECT_EQ((*vd)->subdirs, dirs) << "step " << step << " n" << reader;
+          continue;
+        }
         const VdEntry* e = (*vd)->Find(look);
         if (expect.count(look)) {
           ASSERT_NE(e, nullptr) << "step " << step << " n" << reader << " " << look;
-          EXPECT_EQ(e->holders, (std::vector<std::string>{Name(expect[look])}));
+          EXPECT_EQ(e->holders, (std::vector<std::string>{Name(expect[look].first)}));
         } else {
           ASSERT_EQ(e, nullptr) << "step " << step << " n" << reader << " " << look;
         }
       }
     }
-    for (int i = 0; i < 4; ++i) name_hits += f.svc(i).stats().dt.name_hits;
+    for (int i = 0; i < 4; ++i) *name_hits += f.svc(i).stats().dt.name_hits;
   }
+}
+
+TEST(DirTableNames, EveryLookupSeesEveryChangeBeforeIt) {
+  uint64_t name_hits = 0;
+  RandomLookups(std::chrono::milliseconds(0), &name_hits);
   EXPECT_GT(name_hits, 50u);  // names in stale copies were used
+}
+
+TEST(DirTableNames, EveryNamesOnlyLookupSeesEveryChangeBeforeIt) {
+  uint64_t name_hits = 0;
+  RandomLookups(std::chrono::milliseconds(60000), &name_hits);
+  EXPECT_GT(name_hits, 50u);  // names kept for names-only lookups were used
 }
 
 }  // namespace
