@@ -99,8 +99,10 @@ struct VdServiceOptions {
   // After a recall, P is not lent again for this long.
   std::chrono::milliseconds lend_cooldown{1000};
   // A directory whose copy here went stale twice within `churn_gap` is
-  // looked up unrecorded (no sharer record, so no bumps) for a while
-  // (docs/namespace.md, "Names in a stale copy"); 0: never.
+  // looked up for names only for a while: recorded so that the creation of
+  // new names bumps nothing here, keeping only names that exist and the
+  // directory's summary (docs/namespace.md, "Names in a busy directory");
+  // without a copy here, or past max_sharers_per_vd, unrecorded. 0: never.
   std::chrono::milliseconds churn_gap{50};
 };
 
