@@ -188,10 +188,13 @@ auto VdService::Impl::Core::RecordSharerLocked(const std::string& path, const st
       return true;
     }
   }
-  // Names-only readers of a busy directory do not turn it to broadcasts:
-  // past the bound they are not recorded (asked again each time).
-  if (names && recs.size() >= options_.max_sharers_per_vd) return false;
-  if (recs.size() >= options_.max_sharers_per_vd) {
+  // Whole and names-only records are bounded apart: names-only readers of
+  // a busy directory neither turn it to broadcasts nor crowd out whole
+  // sharers; past their bound they are not recorded (asked again each time).
+  const size_t alike = static_cast<size_t>(std::ranges::count_if(
+      recs, [&](const SharerRec& r) { return r.names_only == names; }));
+  if (names && alike >= options_.max_sharers_per_vd) return false;
+  if (!names && alike >= options_.max_sharers_per_vd) {
     sharer_records_ -= recs.size();
     sharers_.erase(path);
     broadcast_paths_.insert(path);

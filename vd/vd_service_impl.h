@@ -483,7 +483,8 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   };
 
   // `names`: a names-only record (SharerRec::names_only), never past
-  // max_sharers_per_vd (then not recorded: false); a node's record is
+  // max_sharers_per_vd of them (then not recorded: false; whole records are
+  // bounded apart, past it the directory's changes are broadcast); a node's record is
   // whole if any of its requests asked for the whole VD. True when `node`
   // will be told of the next change that concerns it (recorded, or
   // broadcast).
