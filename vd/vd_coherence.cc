@@ -69,100 +69,91 @@ auto VdService::Impl::Core::ServeClaim(const std::string& path, VdChange change,
   ServeClaimOf(path, std::move(change.name), std::nullopt, from, std::move(done));
 }
 
+auto VdService::Impl::Core::DecideSettled(
+    const std::string& path, m2m::Callback<UpdateOutcome> done,
+    std::move_only_function<Result<UpdateOutcome>(const Snapshot&)> decide) -> void {
+  EnsureResident(path, [self = shared_from_this(), path, done = std::move(done),
+                        decide = std::move(decide)](Result<Snapshot> s) mutable {
+    if (!s) return done(Err(s.error()));
+    Result<UpdateOutcome> o = Err(EIO, "undecided");
+    {
+      std::lock_guard mu_lock(self->mu_);
+      // What it reads is what every copy shows once the requester acts on
+      // it (a lock's holder reads VD(P) next): not while a round is in
+      // flight (rounds_).
+      if (self->rounds_.contains(path)) {
+        self->QueueBehindRoundLocked(
+            path, [self, path, done = std::move(done), decide = std::move(decide)]() mutable {
+              self->DecideSettled(path, std::move(done), std::move(decide));
+            });
+        return;
+      }
+      if (Status r = self->ReturningLocked(path); !r) {
+        o = Err(r.error());
+      } else {
+        // The resident VD may be newer than the snapshot this waited for.
+        Snapshot cur = *s;
+        if (auto it = self->resident_.find(path); it != self->resident_.end()) {
+          cur = it->second.snap;
+        }
+        o = decide(cur);
+      }
+    }
+    done(std::move(o));
+  });
+}
+
 auto VdService::Impl::Core::ServeClaimOf(const std::string& path, std::string name,
                                          std::optional<std::string> lock, const std::string& from,
                                          m2m::Callback<UpdateOutcome> done) -> void {
-  EnsureResident(
-      path, [self = shared_from_this(), path, name = std::move(name), lock = std::move(lock), from,
-             done = std::move(done)](Result<Snapshot> s) mutable {
-        if (!s) return done(Err(s.error()));
-        UpdateOutcome o;
-        {
-          std::lock_guard mu_lock(self->mu_);
-          // EEXIST reads the state, and a lock must not be granted (see
-          // ServeClaim): not while a round is in flight (rounds_).
-          if (self->rounds_.contains(path)) {
-            self->QueueBehindRoundLocked(
-                path, [self, path, name = std::move(name), lock = std::move(lock), from,
-                       done = std::move(done)]() mutable {
-                  self->ServeClaimOf(path, std::move(name), std::move(lock), from, std::move(done));
-                });
-            return;
-          }
-          if (Status r = self->ReturningLocked(path); !r) return done(Err(r.error()));
-          if (lock) {
-            if (Status busy = self->BusyLocked(path, *lock, from); !busy) {
-              return done(Err(busy.error()));
-            }
-          }
-          // The resident VD may be newer than the snapshot this waited for.
-          Snapshot cur = *s;
-          if (auto it = self->resident_.find(path); it != self->resident_.end()) {
-            cur = it->second.snap;
-          }
-          const std::string full = JoinPath(path, name);
-          if (cur.state->copies.count(name) != 0 || cur.vd->Find(name) != nullptr) {
-            return done(Err(EEXIST, full + " exists"));
-          }
-          // A node that did not answer may hold the name: wait (the client
-          // retries) until it answers or is declared dead.
-          if (!cur.vd->cacheable)
-            return done(Err(EAGAIN, full + ": a live node's listing is missing"));
-          // A claim is waited out too: its create may still fail, so EEXIST
-          // now would report a name that never exists.
-          if (Status busy = self->BusyLocked(path, name, from); !busy) {
-            return done(Err(busy.error()));
-          }
-          const Claim held = self->HoldBy(from);
-          auto& claims = self->claims_[path];
-          claims[name] = held;
-          if (lock) claims[*lock] = held;
-          // No holders: a claim patches nothing (they were thousands of node
-          // ids per create at 1,024 nodes).
-          o.prev_version = o.version = cur.vd->version;
+  DecideSettled(
+      path, std::move(done),
+      [self = shared_from_this(), path, name = std::move(name), lock = std::move(lock),
+       from](const Snapshot& cur) -> Result<UpdateOutcome> {
+        if (lock) {
+          if (Status busy = self->BusyLocked(path, *lock, from); !busy) return Err(busy.error());
         }
-        done(std::move(o));
+        const std::string full = JoinPath(path, name);
+        if (cur.state->copies.count(name) != 0 || cur.vd->Find(name) != nullptr) {
+          return Err(EEXIST, full + " exists");
+        }
+        // A node that did not answer may hold the name: wait (the client
+        // retries) until it answers or is declared dead.
+        if (!cur.vd->cacheable) return Err(EAGAIN, full + ": a live node's listing is missing");
+        // A claim is waited out too: its create may still fail, so EEXIST
+        // now would report a name that never exists.
+        if (Status busy = self->BusyLocked(path, name, from); !busy) return Err(busy.error());
+        const Claim held = self->HoldBy(from);
+        auto& claims = self->claims_[path];
+        claims[name] = held;
+        if (lock) claims[*lock] = held;
+        // No holders: a claim patches nothing (they were thousands of node
+        // ids per create at 1,024 nodes).
+        UpdateOutcome o;
+        o.prev_version = o.version = cur.vd->version;
+        return o;
       });
 }
 
 auto VdService::Impl::Core::ServeLockRead(const std::string& path, std::string name,
                                           const std::string& from,
                                           m2m::Callback<UpdateOutcome> done) -> void {
-  EnsureResident(path, [self = shared_from_this(), path, name = std::move(name), from,
-                        done = std::move(done)](Result<Snapshot> s) mutable {
-    if (!s) return done(Err(s.error()));
-    UpdateOutcome o;
-    {
-      std::lock_guard mu_lock(self->mu_);
-      // As a kLock (ServeClaim): not granted, nor the name read, while a
-      // round is in flight (rounds_): the answer must be what every copy
-      // shows once this node acts on it.
-      if (self->rounds_.contains(path)) {
-        self->QueueBehindRoundLocked(
-            path, [self, path, name = std::move(name), from, done = std::move(done)]() mutable {
-              self->ServeLockRead(path, std::move(name), from, std::move(done));
-            });
-        return;
-      }
-      if (Status r = self->ReturningLocked(path); !r) return done(Err(r.error()));
-      // The resident VD may be newer than the snapshot this waited for.
-      Snapshot cur = *s;
-      if (auto it = self->resident_.find(path); it != self->resident_.end()) {
-        cur = it->second.snap;
-      }
-      o.read = true;
-      o.prev_version = o.version = cur.vd->version;
-      if (const VdEntry* e = cur.vd->Find(name); e != nullptr && e->RealName() == name) {
-        if (Status busy = self->BusyLocked(path, name, from); !busy) {
-          return done(Err(busy.error()));
-        }
-        self->claims_[path][name] = self->HoldBy(from);
-        o.held = true;
-      }
-      o.read_vd = PartialOf(cur.vd, name);
-    }
-    done(std::move(o));
-  });
+  DecideSettled(path, std::move(done),
+                [self = shared_from_this(), path, name = std::move(name),
+                 from](const Snapshot& cur) -> Result<UpdateOutcome> {
+                  UpdateOutcome o;
+                  o.read = true;
+                  o.prev_version = o.version = cur.vd->version;
+                  if (const VdEntry* e = cur.vd->Find(name); e != nullptr && e->RealName() == name) {
+                    if (Status busy = self->BusyLocked(path, name, from); !busy) {
+                      return Err(busy.error());
+                    }
+                    self->claims_[path][name] = self->HoldBy(from);
+                    o.held = true;
+                  }
+                  o.read_vd = PartialOf(cur.vd, name);
+                  return o;
+                });
 }
 
 auto VdService::Impl::Core::RecordSharerLocked(const std::string& path, const std::string& node,

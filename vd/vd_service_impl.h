@@ -456,6 +456,13 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   // The kClaim of `name`, with a kLock of `lock` in the same step when given
   // (a rename within one directory: both or neither; the first one refused
   // decides the answer and nothing is held then).
+  // The common start of claims and lock-reads: VD(P) resident, no
+  // invalidation round of P in flight (else queued behind it), P not being
+  // returned by its borrower; then `decide` runs under mu_ with the newest
+  // resident snapshot, and its answer (or the error before it) goes to
+  // `done` once mu_ is released.
+  void DecideSettled(const std::string& path, m2m::Callback<UpdateOutcome> done,
+                     std::move_only_function<Result<UpdateOutcome>(const Snapshot&)> decide);
   // kLockRead (see VdChange): the lock decided and the name read in one step.
   void ServeLockRead(const std::string& path, std::string name, const std::string& from,
                      m2m::Callback<UpdateOutcome> done);
