@@ -268,10 +268,18 @@ void Core::Teardown() {
     std::lock_guard lock(queue_mu_);
     closed_ = true;
   }
+  // Until the close requests finished and the worker has been idle for
+  // kIdleBeforeDestroy: UCX 1.13 aborts in ucp_worker_destroy (an assertion
+  // in ucp_request_send_state_ff, dropped upstream by openucx/ucx#8175) when
+  // it purges a wireup message still pending on an endpoint that was being
+  // connected as the transport closed (seen once: a peer's connection
+  // authenticated during a daemon's SIGTERM). Idle progress lets such
+  // messages go out first.
   const auto until = Clock::now() + kCloseGrace;
+  auto active = Clock::now();
   while (Clock::now() < until) {
     DrainQueue();  // tasks posted before closed_: ops fail with ESHUTDOWN
-    ucp_worker_progress(worker_);
+    if (ucp_worker_progress(worker_) != 0) active = Clock::now();
     while (!events_.empty()) {
       // Frames and errors after shutdown are dropped.
       if (auto* rv = std::get_if<RndvEvent>(&events_.front())) {
@@ -284,7 +292,7 @@ void Core::Teardown() {
       ucp_request_free(req);
       return true;
     });
-    if (closing_.empty() && ops_.empty()) break;
+    if (closing_.empty() && ops_.empty() && Clock::now() - active >= kIdleBeforeDestroy) break;
   }
   DrainQueue();
   if (!closing_.empty()) Log()->warn("{} endpoint close requests did not finish", closing_.size());

@@ -58,6 +58,8 @@ inline constexpr unsigned kAmId = 1;
 inline constexpr size_t kMaxContextChars = 200;
 // How long Shutdown waits for endpoint close requests before destroying the worker.
 inline constexpr auto kCloseGrace = std::chrono::seconds(2);
+// How long the worker must make no progress before it is destroyed (Teardown).
+inline constexpr auto kIdleBeforeDestroy = std::chrono::milliseconds(5);
 // Cap on one epoll sleep (the loop re-checks its state at least this often).
 inline constexpr int kMaxSleepMs = 1000;
 // How often the progress loop polls the bootstrap sockets while it is busy.
