@@ -307,6 +307,17 @@ inline void Populate(Federation& f, const std::string& path) {
 
 constexpr uint16_t kDtInval = MethodId(RpcMethod::kNsDtInval);
 
+// VD(p), managed by n0, cached by n1 and by `other`; n1 answers one-sided
+// operations 5 ms late each way.
+inline void ShareWithSlowN1(Federation& f, const std::string& p, int other) {
+  Populate(f, p);
+  ASSERT_TRUE(f.Get(1, p));
+  ASSERT_TRUE(f.Get(other, p));
+  m2m::LinkModel slow = m2m::LinkModel::Rdma();
+  slow.base_latency = std::chrono::milliseconds(5);
+  f.net().SetNodeModel("n1", slow);
+}
+
 inline VdChange Add(const std::string& node, const std::string& name, uint8_t type = DT_REG) {
   return VdChange{VdChange::Kind::kAdd, name, type, node};
 }

@@ -139,12 +139,7 @@ TEST(LockRead, AnAliasIsReadButNotHeld) {
 TEST(LockRead, ItWaitsForTheRoundOfTheChangeBeforeIt) {
   Federation f(4);
   const std::string p = PathManagedBy(f, "n0");
-  Populate(f, p);
-  ASSERT_TRUE(f.Get(1, p));
-  ASSERT_TRUE(f.Get(3, p));
-  m2m::LinkModel slow = m2m::LinkModel::Rdma();
-  slow.base_latency = std::chrono::milliseconds(5);
-  f.net().SetNodeModel("n1", slow);  // its bump takes 10 ms
+  ASSERT_NO_FATAL_FAILURE(ShareWithSlowN1(f, p, 3));  // n1's bump takes 10 ms
   const auto start = f.net().Now();
   std::optional<m2m::SimDuration> removed, read_at;
   f.fs(2).Remove(p + "/f2");

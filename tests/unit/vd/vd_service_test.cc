@@ -953,17 +953,6 @@ TEST(DirTable, EverySequenceOfChangesIsSeenByTheNextLookupElsewhere) {
   EXPECT_GT(hits, 20u);  // the table was used, not bypassed
 }
 
-// VD(p), managed by n0, cached by n1 and by `other`; n1 answers one-sided
-// operations 5 ms late each way.
-void ShareWithSlowN1(Federation& f, const std::string& p, int other) {
-  Populate(f, p);
-  ASSERT_TRUE(f.Get(1, p));
-  ASSERT_TRUE(f.Get(other, p));
-  m2m::LinkModel slow = m2m::LinkModel::Rdma();
-  slow.base_latency = std::chrono::milliseconds(5);
-  f.net().SetNodeModel("n1", slow);
-}
-
 TEST(DirTable, ASlowSharerDelaysTheAcknowledgement) {
   Federation f(3);
   const std::string p = PathManagedBy(f, "n0");
