@@ -414,6 +414,9 @@ Result<UpdateOutcome> DecodeUpdateReply(const m2m::Bytes& payload) {
   o.holders = std::move(*holders);
   o.sharer = r->sharer();
   o.same_holders = r->same_holders();
+  if (o.same_holders && !o.holders.empty()) {
+    return Err(EPROTO, "VD update reply with holders it says it left out");
+  }
   o.read = r->read();
   o.held = r->held();
   o.names_sharer = r->names_sharer();

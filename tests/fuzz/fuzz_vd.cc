@@ -69,10 +69,13 @@ void FuzzPath(const m2m::Bytes& payload) {
     FUZZ_CHECK(uint64_t{s.slot} * 8 + 8 <= s.region.length);
   }
   auto back = DecodePathRequest(EncodePathRequest(r->path, View(r->from, r->epoch),
-                                                  r->sharer ? &*r->sharer : nullptr, r->notify));
+                                                  r->sharer ? &*r->sharer : nullptr, r->notify,
+                                                  r->name, r->holders_hash, r->names));
   FUZZ_CHECK(back.has_value());
   FUZZ_CHECK(back->path == r->path && back->from == r->from && back->epoch == r->epoch &&
              back->notify == r->notify && back->sharer.has_value() == r->sharer.has_value());
+  FUZZ_CHECK(back->name == r->name && back->holders_hash == r->holders_hash &&
+             back->names == r->names);
   if (r->sharer) {
     FUZZ_CHECK(back->sharer->slot == r->sharer->slot &&
                back->sharer->region.addr == r->sharer->region.addr &&
@@ -86,7 +89,7 @@ void FuzzUpdate(const m2m::Bytes& payload) {
   if (!r) return;
   FUZZ_CHECK(!r->changes.empty() && r->changes.size() <= kMaxChangesPerUpdate);
   for (const VdChange& c : r->changes) {
-    FUZZ_CHECK(static_cast<uint8_t>(c.kind) <= static_cast<uint8_t>(VdChange::Kind::kLock));
+    FUZZ_CHECK(static_cast<uint8_t>(c.kind) <= static_cast<uint8_t>(VdChange::Kind::kLockRead));
   }
   auto back = DecodeUpdateRequest(EncodeUpdateRequest(r->path, r->changes, View(r->from, r->epoch)));
   FUZZ_CHECK(back.has_value());
@@ -144,6 +147,15 @@ void FuzzUpdateReply(const m2m::Bytes& payload) {
   FUZZ_CHECK(back->version == r->version && back->prev_version == r->prev_version &&
              back->keys == r->keys && back->holders == r->holders);
   FUZZ_CHECK(SameAll(back->fresh, r->fresh, SameEntry));
+  FUZZ_CHECK(back->sharer == r->sharer && back->names_sharer == r->names_sharer &&
+             back->same_holders == r->same_holders && back->read == r->read &&
+             back->held == r->held && (back->read_vd != nullptr) == (r->read_vd != nullptr));
+  if (r->read_vd) {
+    FUZZ_CHECK(back->read_vd->path == r->read_vd->path &&
+               back->read_vd->version == r->read_vd->version &&
+               back->read_vd->holders == r->read_vd->holders);
+    FUZZ_CHECK(SameAll(back->read_vd->entries, r->read_vd->entries, SameEntry));
+  }
 }
 
 void MakeSeeds(fuzz::Seeds& s) {
@@ -186,6 +198,22 @@ void MakeSeeds(fuzz::Seeds& s) {
   o.fresh = {{"f", "", DT_REG, {"n2"}, false}};
   o.holders = {"n1", "n2"};
   add("update_reply", kUpdateReply, EncodeUpdateReply(o));
+  add("path_get_name", kPath, EncodePathRequest("/a", view, nullptr, false, "f", 77, true));
+  add("update_lock_read", kUpdate,
+      EncodeUpdateRequest("/a", {{VdChange::Kind::kLockRead, "f", 0, "n1"}}, view));
+  UpdateOutcome lr;
+  lr.version = 6;
+  lr.read = true;
+  lr.held = true;
+  lr.sharer = true;
+  lr.names_sharer = true;
+  auto part = std::make_shared<VirtualDirectory>();
+  part->path = "/a";
+  part->version = 6;
+  part->holders = {"n1", "n2"};
+  part->entries = std::vector<VdEntry>{{"f", "", DT_REG, {"n2"}, false}};
+  lr.read_vd = part;
+  add("update_reply_lock_read", kUpdateReply, EncodeUpdateReply(lr));
 }
 
 }  // namespace
