@@ -184,13 +184,15 @@ struct DtTableRow {
   uint64_t bumps_received = 0, local_bumps = 0, patches = 0;
   // Names in stale copies (vd/dir_table.h): hits on them, and names kept.
   uint64_t name_hits = 0, name_installs = 0;
+  // Lookups without a copy answered for one name (a large directory).
+  uint64_t skeletons = 0;
   template <class S, class V>
   static void Fields(S& s, V&& v) {
     v("capacity", s.capacity); v("max_bytes", s.max_bytes); v("occupancy", s.occupancy);
     v("bytes", s.bytes); v("hits", s.hits); v("misses", s.misses); v("stale", s.stale);
     v("evictions", s.evictions); v("bumps_received", s.bumps_received);
     v("local_bumps", s.local_bumps); v("patches", s.patches); v("name_hits", s.name_hits);
-    v("name_installs", s.name_installs);
+    v("name_installs", s.name_installs); v("skeletons", s.skeletons);
   }
 };
 struct DtReply {

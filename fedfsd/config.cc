@@ -424,7 +424,8 @@ Result<DaemonOptions> ParseConfig(const std::string& text, const std::string& pa
     }
 
     if (const YAML::Node t = GetMap(c, root, "directory_table")) {
-      CheckKeys(c, t, "directory_table.", {"entries", "bytes", "lend_after", "lease_ms"});
+      CheckKeys(c, t, "directory_table.", {"entries", "bytes", "lend_after", "lease_ms",
+                                               "whole_max_entries"});
       uint64_t v = 0;
       if (GetUint(c, t, "entries", "directory_table.entries", 0, uint64_t{1} << 24, &v)) {
         o.directory_table.entries = static_cast<size_t>(v);
@@ -437,6 +438,10 @@ Result<DaemonOptions> ParseConfig(const std::string& text, const std::string& pa
       }
       if (GetUint(c, t, "lease_ms", "directory_table.lease_ms", 100, 600000, &v)) {
         o.directory_table.lease = std::chrono::milliseconds(v);
+      }
+      if (GetUint(c, t, "whole_max_entries", "directory_table.whole_max_entries", 0,
+                  uint64_t{1} << 32, &v)) {
+        o.directory_table.whole_max_entries = static_cast<size_t>(v);
       }
     }
 

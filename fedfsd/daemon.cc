@@ -203,6 +203,7 @@ Status Daemon::StartNamespace(const DaemonOptions& o) {
   no.dt_bytes = o.directory_table.bytes;
   no.lend_after = o.directory_table.lend_after;
   no.lease_term = o.directory_table.lease;
+  no.whole_max_entries = o.directory_table.whole_max_entries;
   no.files.root_squash = o.security.root_squash;
   no.files.squash_uid = o.security.squash_uid;
   no.files.squash_gid = o.security.squash_gid;

@@ -82,6 +82,10 @@ struct DirectoryTableConfig {
   // manager lends a VD to the node making them (0: never), and their term.
   uint32_t lend_after = 3;
   std::chrono::milliseconds lease{1000};
+  // A manager answers a lookup without a copy for its name only (and
+  // records the node for names only) in a VD with more entries than this
+  // (docs/namespace.md, "Large directories"); 0: always whole.
+  size_t whole_max_entries = 16384;
 };
 
 // Watching the export root for changes made behind FedFS' back

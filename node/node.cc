@@ -82,6 +82,7 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
   vdo.dt_bytes = opt.dt_bytes;
   vdo.lend_after = opt.lend_after;
   vdo.lease_term = opt.lease_term;
+  vdo.whole_max_entries = opt.whole_max_entries;
   vdo.on_local_listing = opt.on_local_listing;
   d.vd_service =
       std::make_unique<ns::VdService>(vdo, tr, d.cluster.get(), d.env.local, d.env.pool);

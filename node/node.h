@@ -61,6 +61,7 @@ struct NodeOptions {
   size_t dt_bytes = size_t{64} << 20;
   uint32_t lend_after = 3;  // VdServiceOptions (leases)
   std::chrono::milliseconds lease_term{1000};
+  size_t whole_max_entries = 16384;  // VdServiceOptions (large directories)
   // Root squash and the file service's limits (its on_change is the Node's).
   ns::FileServiceOptions files;
   ns::VfsOptions vfs;

@@ -108,6 +108,7 @@ void PrintDt(const control::DtReply& r) {
                 u(t.bumps_received), u(r.dt_invals_received), u(t.patches));
     std::printf("  names in stale copies: %llu kept, %llu hits\n", u(t.name_installs),
                 u(t.name_hits));
+    std::printf("  large directories looked up for names only: %llu\n", u(t.skeletons));
   }
   std::printf("  lookups %llu, requests to managers %llu, messages per lookup %.4f\n",
               u(r.lookups), u(r.gets_sent), r.messages_per_lookup);

@@ -67,7 +67,8 @@ size_t DirTable::SizeOf(const VirtualDirectory& vd) {
 }
 
 bool DirTable::ValidLocked(const Slot& slot, size_t s) const {
-  return slot.vd != nullptr && LoadWord(s) == slot.expected;
+  // A skeleton (partial) is never a valid whole copy.
+  return slot.vd != nullptr && !slot.vd->partial && LoadWord(s) == slot.expected;
 }
 
 void DirTable::DropLocked(size_t s) {
@@ -93,13 +94,13 @@ void DirTable::PutNameLocked(size_t s, const std::string& name, VdPtr part, uint
 }
 
 DirTable::VdPtr DirTable::FindName(const std::string& path, const std::string& name,
-                                   uint64_t epoch, bool* stale) {
+                                   uint64_t epoch, bool* stale, bool* names_only) {
   std::lock_guard lock(mu_);
-  return FindLocked(path, &name, epoch, stale);
+  return FindLocked(path, &name, epoch, stale, names_only);
 }
 
 DirTable::VdPtr DirTable::FindLocked(const std::string& path, const std::string* name,
-                                     uint64_t epoch, bool* stale) {
+                                     uint64_t epoch, bool* stale, bool* names_only) {
   auto it = index_.find(path);
   if (it == index_.end() || (!own_changes_.empty() && own_changes_.contains(path))) {
     ++stats_.misses;
@@ -107,7 +108,7 @@ DirTable::VdPtr DirTable::FindLocked(const std::string& path, const std::string*
   }
   Slot& slot = slots_[it->second];
   const uint64_t word = LoadWord(it->second);
-  if (slot.vd != nullptr && slot.epoch == epoch && word == slot.expected) {
+  if (slot.vd != nullptr && !slot.vd->partial && slot.epoch == epoch && word == slot.expected) {
     slot.referenced = true;
     ++stats_.hits;
     return slot.vd;
@@ -123,6 +124,7 @@ DirTable::VdPtr DirTable::FindLocked(const std::string& path, const std::string*
   if (slot.vd != nullptr) {
     ++stats_.stale;
     if (stale != nullptr) *stale = true;
+    if (names_only != nullptr && slot.vd->partial) *names_only = true;
   }
   return nullptr;
 }
@@ -144,6 +146,34 @@ void DirTable::InstallName(const Ticket& t, const std::string& name, VdPtr part,
   Slot& slot = slots_[t.slot];
   if (slot.path != t.path || slot.generation != t.generation) return;  // reused since
   PutNameLocked(t.slot, name, std::move(part), t.word, epoch);
+}
+
+void DirTable::InstallNamesOnly(const Ticket& t, const std::string& name, VdPtr part,
+                                uint64_t epoch) {
+  std::lock_guard lock(mu_);
+  if (t.slot >= slots_.size()) return;
+  Slot& slot = slots_[t.slot];
+  if (slot.path != t.path || slot.generation != t.generation) return;  // reused since
+  auto skeleton = std::make_shared<VirtualDirectory>();
+  skeleton->path = part->path;
+  skeleton->version = part->version;
+  skeleton->epoch = part->epoch;
+  skeleton->holders = part->holders;
+  skeleton->subdirs = part->subdirs;
+  skeleton->kernel_may_cache = false;
+  skeleton->partial = true;
+  bytes_ -= slot.bytes;
+  slot.bytes = SizeOf(*skeleton);
+  bytes_ += slot.bytes;
+  slot.vd = std::move(skeleton);
+  ++stats_.skeletons;
+  slot.expected = t.word;
+  slot.epoch = epoch;
+  slot.referenced = true;
+  // An absence is not kept: the creation of a name bumps nothing here.
+  if (name.empty() || !part->entries.empty()) {
+    PutNameLocked(t.slot, name, std::move(part), t.word, epoch);
+  }
 }
 
 DirTable::VdPtr DirTable::Find(const std::string& path, uint64_t epoch) {

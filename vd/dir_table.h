@@ -20,6 +20,12 @@
 // asked for. A shared directory that many nodes change thus costs each
 // lookup one small request, not a copy of the whole directory.
 //
+// Names only. A slot may hold, instead of a copy, a skeleton: the
+// directory's holders and summary with no entries (a directory too large to
+// copy whole, or a busy one, whose manager records this node for names
+// only). It answers no name by itself; the names fetched into it answer
+// them, valid while the word holds the value it had when each was asked for.
+//
 // Replacement: CLOCK over `max_entries` slots, also bounded by `max_bytes`
 // (an estimate of the VDs' memory). Only directories managed elsewhere are
 // kept here: a manager reads its own resident VDs directly.
@@ -80,15 +86,21 @@ class DirTable {
   // A hit for one name: the whole copy if valid (as Find), else the entry of
   // `name` fetched since the copy went stale, if still valid. Counts a hit or
   // a miss.
-  // *stale (optional): the miss found the copy invalidated.
+  // *stale (optional): the miss found the copy invalidated (or a skeleton).
+  // *names_only (optional): the miss found a skeleton (see "Names only").
   VdPtr FindName(const std::string& path, const std::string& name, uint64_t epoch,
-                 bool* stale = nullptr);
+                 bool* stale = nullptr, bool* names_only = nullptr);
   // A miss for one name in a copy of `epoch` that went stale: the slot's
   // ticket, to fetch that name only. None: no such copy (fetch it whole).
   std::optional<Ticket> ReserveName(const std::string& path, uint64_t epoch);
   // Keeps `part` (a partial VD: the entry of `name` or none) in the ticket's
   // slot, valid while the word holds the ticket's value.
   void InstallName(const Ticket& ticket, const std::string& name, VdPtr part, uint64_t epoch);
+  // A whole fetch (`ticket` from Reserve) answered for `name` only: the slot
+  // keeps a skeleton of `part` (see "Names only"), and `part` for `name` if
+  // the name exists or is the directory itself ("").
+  void InstallNamesOnly(const Ticket& ticket, const std::string& name, VdPtr part,
+                        uint64_t epoch);
 
   // After this node's own change of VD(path) at the manager moved it from
   // `prev_version` to `vd_version`: patches the cached copy (entries whose
@@ -105,8 +117,8 @@ class DirTable {
              std::optional<std::vector<std::string>> holders, bool sharer = false,
              bool names_only = false);
 
-  // The copy of `path` here, valid or stale, if fetched in `epoch`; for
-  // decisions that the manager checks again (VdService::Peek).
+  // The copy of `path` here, valid or stale (or a skeleton), if fetched in
+  // `epoch`; for decisions that the manager checks again (VdService::Peek).
   VdPtr AnyCopy(const std::string& path, uint64_t epoch) const;
 
   // The holders of the copy of `path` here (stale or not); none without one.
@@ -144,6 +156,7 @@ class DirTable {
     uint64_t patches = 0;
     uint64_t name_hits = 0;      // hits (counted in hits too) on one name of a stale copy
     uint64_t name_installs = 0;  // names fetched or patched into stale copies
+    uint64_t skeletons = 0;      // whole fetches answered for one name (see "Names only")
   };
   Stats stats() const;
 
@@ -175,7 +188,7 @@ class DirTable {
   void DropLocked(size_t s);
   // Find (name null) and FindName, under mu_.
   VdPtr FindLocked(const std::string& path, const std::string* name, uint64_t epoch,
-                   bool* stale);
+                   bool* stale, bool* names_only = nullptr);
   // Keeps `part` for `name` in slot `s` (bounded: stale names go first).
   void PutNameLocked(size_t s, const std::string& name, VdPtr part, uint64_t expected,
                      uint64_t epoch);

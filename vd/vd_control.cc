@@ -73,6 +73,7 @@ control::DtReply DtStatus(const VdService& vds, const std::string& self) {
     t.patches = s.dt.patches;
     t.name_hits = s.dt.name_hits;
     t.name_installs = s.dt.name_installs;
+    t.skeletons = s.dt.skeletons;
     r.table = t;
   }
   return r;

@@ -64,6 +64,9 @@ auto VdService::Impl::Core::OnGet(m2m::IncomingCall call, m2m::Responder respond
   auto view = cluster_->Current();
   if (auto s = CheckManager(*view, req->path); !s) return responder.Fail(s.error());
   const bool uncached = UnrecordUnknown(*req, *view);
+  if (req->names && options_.whole_max_entries > 0) {
+    return ServeLookupGet(std::move(*req), std::move(responder), uncached, false);
+  }
   ServeGet(req->path, req->from, std::move(req->sharer), req->notify,
            [responder = std::move(responder), uncached](Result<VdPtr> vd) mutable {
              if (!vd) return responder.Fail(vd.error());
@@ -206,129 +209,6 @@ auto VdService::Impl::Core::DropSubtree(const std::string& path,
   }
   DropLocal(path);
   finish();
-}
-
-auto VdService::Impl::Core::Get(const std::string& path, const std::string* name,
-                                std::move_only_function<void(Result<VdPtr>)> done) -> void {
-  if (auto s = ValidateGlobalPath(path); !s) return done(Err(s.error()));
-  if (name != nullptr) {
-    if (!name->empty()) {
-      if (auto s = ValidateName(*name); !s) return done(Err(s.error()));
-    }
-    // The caller gets a copy of that name's entry, never the shared VD: a
-    // manager changes a VD in place only while no one else holds it, and a
-    // reader holding it across its operation (a stat on another node) made
-    // every concurrent change copy the whole VD.
-    done = [name = *name, done = std::move(done)](Result<VdPtr> r) mutable {
-      if (r) r = PartialOf(*r, name);
-      done(std::move(r));
-    };
-  }
-  {
-    std::lock_guard lock(mu_);
-    ++stats_.lookups;
-  }
-  auto view = cluster_->Current();
-  const std::string& manager = view->Manager(path);
-  // Managed here, or lent here: served at once, as Route would (no Routed
-  // to build).
-  if (!manager.empty() && (manager == view->self || HeldHere(path, *view))) {
-    return ServeGet(path, view->self, std::nullopt, false, std::move(done));
-  }
-  std::optional<DirTable::Ticket> ticket;
-  std::optional<SharerSlotData> sharer;
-  // A copy fetched without `notify` must not feed a kernel that caches
-  // names (its manager would not tell this node's kernel of changes): DT
-  // entries are bound to the epoch and to the notify mode they came with.
-  // A directory whose changes were notified here within kBusyFor is busy
-  // (other nodes change it): asked for without `notify`, its changes
-  // cost its manager one-sided bumps only, and its names are not cached by
-  // the kernel (VirtualDirectory::kernel_may_cache).
-  const bool coherent = KernelCoherent();
-  bool notify = coherent && !Busy(path);
-  // One name asked for, in a copy that went stale: that name only
-  // (dir_table.h, "Names in a stale copy"), and the holders only if they
-  // are not the ones of that copy.
-  std::optional<std::string> one;
-  std::optional<std::vector<std::string>> have_holders;
-  // Names only (a busy directory): recorded so that only changes of what
-  // it keeps bump its slot -- the entries of names that exist, the holders
-  // and subdirectories -- not the creation of new names; an answer that a
-  // name is absent is not kept (docs/namespace.md, "Names in a busy
-  // directory").
-  bool names_only = false;
-  uint64_t key = 0;
-  if (dt_ && !manager.empty()) {  // managed elsewhere
-    key = DtEpoch(view->epoch, notify);
-    if (name != nullptr) {
-      bool stale = false;
-      if (VdPtr vd = dt_->FindName(path, *name, key, &stale)) return done(std::move(vd));
-      if (Churning(path, stale)) {
-        // Changed again and again: asked for without a whole-VD record.
-        // With a stale copy here, names-only; else unrecorded (no bump for
-        // this node at the next changes), and not kept.
-        ticket = dt_->ReserveName(path, key);
-        if (!ticket) {
-          return GetUnrecorded(path, *name, coherent, dt_->CopyHolders(path), std::move(done));
-        }
-        names_only = true;
-      } else {
-        ticket = dt_->ReserveName(path, key);
-      }
-      if (ticket) {
-        one = *name;
-        have_holders = dt_->CopyHolders(path);
-      }
-    } else if (VdPtr vd = dt_->Find(path, key)) {
-      return done(std::move(vd));
-    }
-    if (!ticket) ticket = dt_->Reserve(path);
-    sharer = SharerSlotData{ticket->slot, dt_->region()};
-  }
-  if (names_only) notify = false;  // its kernel does not cache what it reads
-  auto self = shared_from_this();
-  auto r = std::make_shared<Routed<VdPtr>>();
-  r->path = path;
-  r->method = MethodId(one ? RpcMethod::kNsVdGetName : RpcMethod::kNsVdGet);
-  r->timeout = ManagerTimeout();
-  const uint64_t holders_hash = have_holders ? HoldersHash(*have_holders) : 0;
-  r->encode = [path, sharer = std::move(sharer), notify, one, holders_hash,
-               names_only](const ClusterView& v) {
-    return EncodePathRequest(path, v, sharer ? &*sharer : nullptr, notify, one.value_or(""),
-                             holders_hash, names_only);
-  };
-  r->local = [self, path](const ClusterView& v, m2m::Callback<VdPtr> cb) {
-    self->ServeGet(path, v.self, std::nullopt, false, std::move(cb));
-  };
-  r->decode = [quiet = coherent && !notify, have = std::move(have_holders)](const m2m::Bytes& b) {
-    return DecodeVdFor(b, quiet, have);
-  };
-  if (ticket) {
-    r->inspect = [self, ticket = std::move(*ticket), notify, one, names_only, key](
-                     const Result<VdPtr>& vd, bool remote, uint64_t epoch) {
-      // Only a VD served by a manager that recorded the slot may be kept,
-      // and only one built in the epoch it is kept under: a manager whose
-      // view is behind this node's listed only the nodes it knows, and its
-      // next epoch would not invalidate the copy here.
-      if (!vd || !remote || !(*vd)->cacheable || (*vd)->epoch != epoch) return;
-      if (names_only) {
-        // What exists (or the directory's own summary), under the key
-        // lookups use: the answer itself says its kernel may not cache it.
-        if ((*vd)->partial && (one->empty() || !(*vd)->entries.empty()) &&
-            DtEpoch(epoch, true) == DtEpoch(key, true)) {
-          self->dt_->InstallName(ticket, *one, *vd, key);
-        }
-        return;
-      }
-      if (one && (*vd)->partial) {
-        self->dt_->InstallName(ticket, *one, *vd, DtEpoch(epoch, notify));
-      } else if (!(*vd)->partial) {
-        self->dt_->Install(ticket, *vd, DtEpoch(epoch, notify));
-      }
-    };
-  }
-  r->done = std::move(done);
-  Route(std::move(r));
 }
 
 auto VdService::Impl::Core::UpdateMany(const std::string& path, std::vector<VdChange> changes,
@@ -480,17 +360,17 @@ auto VdService::Impl::Core::ServeGet(const std::string& path, const std::string&
   }
   if (ready) return done(std::move(ready));
   EnsureResident(path, [self = shared_from_this(), path, from, sharer, notify,
-                        done = std::move(done)](Result<Snapshot> s) mutable {
+                        done = std::move(done), names, recorded](Result<Snapshot> s) mutable {
     if (!s) return done(Err(s.error()));
     {
       // The snapshot may hold a change whose round is still in flight: it
       // is served once no round is (see rounds_), read again then.
       std::lock_guard lock(self->mu_);
       if (self->rounds_.contains(path)) {
-        self->QueueBehindRoundLocked(
-            path, [self, path, from, sharer, notify, done = std::move(done)]() mutable {
-              self->ServeGet(path, from, std::move(sharer), notify, std::move(done));
-            });
+        self->QueueBehindRoundLocked(path, [self, path, from, sharer, notify,
+                                            done = std::move(done), names, recorded]() mutable {
+          self->ServeGet(path, from, std::move(sharer), notify, std::move(done), names, recorded);
+        });
         return;
       }
     }

@@ -104,6 +104,12 @@ struct VdServiceOptions {
   // directory's summary (docs/namespace.md, "Names in a busy directory");
   // without a copy here, or past max_sharers_per_vd, unrecorded. 0: never.
   std::chrono::milliseconds churn_gap{50};
+  // A lookup that finds no copy here asks for the whole VD, but a manager
+  // answers it for the name only (and records the node for names only) when
+  // the VD has more entries than this: a directory of a million names is
+  // not copied to every node that stats one of them (docs/namespace.md,
+  // "Large directories"). 0: always whole.
+  size_t whole_max_entries = 16384;
 };
 
 // A change to one entry of VD(P), made on `node`.

@@ -160,6 +160,12 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   // kNsVdGetName: as kNsVdGet, but the reply holds the entry of one name.
   void OnGetName(m2m::IncomingCall call, m2m::Responder responder);
 
+  // A kNsVdGet for a lookup of req.name (`names` set): answered whole, or,
+  // when VD(P) has more than whole_max_entries entries, for that name only
+  // with the requester recorded for names only. Decided once VD(P) is
+  // resident (`ready`: it was made so).
+  void ServeLookupGet(PathRequestData req, m2m::Responder responder, bool uncached, bool ready);
+
   void OnUpdate(m2m::IncomingCall call, m2m::Responder responder);
 
   void OnDtInval(m2m::IncomingCall call, m2m::Responder responder);

@@ -80,7 +80,8 @@ TEST(ControlSchema, DtAndFilesBytesAsBefore) {
   before["table"] = Json{{"capacity", 4096u}, {"max_bytes", 64u}, {"occupancy", 3u},
                          {"bytes", 100u}, {"hits", 10u}, {"misses", 2u}, {"stale", 1u},
                          {"evictions", 0u}, {"bumps_received", 5u}, {"local_bumps", 6u},
-                         {"patches", 7u}, {"name_hits", 0u}, {"name_installs", 0u}};
+                         {"patches", 7u}, {"name_hits", 0u}, {"name_installs", 0u},
+                         {"skeletons", 0u}};
   EXPECT_EQ(EncodeReply(d), before.dump());
   auto back = DecodeReply<DtReply>(before.dump());
   ASSERT_TRUE(back) << back.error().context;

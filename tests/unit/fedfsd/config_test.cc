@@ -272,15 +272,17 @@ TEST_F(ConfigTest, DirectoryTableAndAutonomySections) {
   EXPECT_EQ(def->directory_table.bytes, size_t{64} << 20);
   EXPECT_EQ(def->directory_table.lend_after, 3u);
   EXPECT_EQ(def->directory_table.lease, std::chrono::milliseconds(1000));
+  EXPECT_EQ(def->directory_table.whole_max_entries, 16384u);
   EXPECT_TRUE(def->autonomy.watch);
   EXPECT_EQ(def->autonomy.max_watches, 65536u);
 
   auto set = Parse(Good("+", "directory_table: {entries: 0, bytes: 1048576, lend_after: 0, "
-                             "lease_ms: 250}\n"
+                             "lease_ms: 250, whole_max_entries: 0}\n"
                              "autonomy: {watch: false, max_watches: 10}"));
   ASSERT_TRUE(set) << set.error().context;
   EXPECT_EQ(set->directory_table.lend_after, 0u);
   EXPECT_EQ(set->directory_table.lease, std::chrono::milliseconds(250));
+  EXPECT_EQ(set->directory_table.whole_max_entries, 0u);
   EXPECT_EQ(set->directory_table.entries, 0u);
   EXPECT_EQ(set->directory_table.bytes, 1048576u);
   EXPECT_FALSE(set->autonomy.watch);
@@ -295,6 +297,8 @@ TEST_F(ConfigTest, DirectoryTableAndAutonomySections) {
        {"field 'directory_table.bytes'", "out of range"}},
       {"lease too short", "+", "directory_table: {lease_ms: 10}",
        {"field 'directory_table.lease_ms'", "out of range"}},
+      {"whole bound negative", "+", "directory_table: {whole_max_entries: -1}",
+       {"field 'directory_table.whole_max_entries'"}},
       {"dt unknown key", "+", "directory_table: {slots: 4}", {"unknown key 'directory_table.slots'"}},
       {"dt not a map", "+", "directory_table: 4096", {"field 'directory_table'", "expected a map"}},
       {"watch not a bool", "+", "autonomy: {watch: sometimes}",

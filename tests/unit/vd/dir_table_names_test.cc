@@ -258,16 +258,23 @@ TEST(DirTableNames, NamesOnlyReadersPastTheBoundAreNotRecorded) {
 // answer is always the model's. `churn_gap` 0: lookups in stale copies are
 // recorded whole; 60 s: a copy that went stale twice is looked up for names
 // only (kept across new names) from then on.
-void RandomLookups(std::chrono::milliseconds churn_gap, uint64_t* name_hits) {
+// `whole_max` (VdServiceOptions::whole_max_entries) 1: no copy is fetched
+// first, and a lookup without one in a directory of 2 or more entries is
+// answered for its name only (a large directory).
+void RandomLookups(std::chrono::milliseconds churn_gap, uint64_t* name_hits,
+                   size_t whole_max = 16384) {
   for (uint64_t seed = 1; seed <= 20; ++seed) {
     SCOPED_TRACE(seed);
     VdServiceOptions o = NoLeases();
     o.churn_gap = churn_gap;
+    o.whole_max_entries = whole_max;
     Federation f(4, o, seed);
     std::mt19937_64 rng(seed);
     const std::string p = PathManagedBy(f, "n0");
     for (int i = 0; i < 4; ++i) f.fs(i).AddDir(p);
-    for (int i = 0; i < 4; ++i) ASSERT_TRUE(f.Get(i, p));
+    if (whole_max > 1) {
+      for (int i = 0; i < 4; ++i) ASSERT_TRUE(f.Get(i, p));
+    }
     std::map<std::string, std::pair<int, bool>> expect;  // name -> (holder, directory)
     for (int step = 0; step < 150; ++step) {
       const int actor = static_cast<int>(rng() % 4);
@@ -323,6 +330,82 @@ TEST(DirTableNames, EveryNamesOnlyLookupSeesEveryChangeBeforeIt) {
   uint64_t name_hits = 0;
   RandomLookups(std::chrono::milliseconds(60000), &name_hits);
   EXPECT_GT(name_hits, 50u);  // names kept for names-only lookups were used
+}
+
+TEST(DirTableNames, EveryLookupInALargeDirectorySeesEveryChangeBeforeIt) {
+  uint64_t name_hits = 0;
+  RandomLookups(std::chrono::milliseconds(0), &name_hits, 1);
+  EXPECT_GT(name_hits, 50u);  // names kept beside skeletons were used
+}
+
+// A lookup without a copy in a directory larger than whole_max_entries: the
+// manager answers that name only and records the node for names only, so
+// the node keeps a skeleton (dir_table.h, "Names only"); new names cost it
+// nothing, changes of what it keeps reach it, and a listing is still whole.
+TEST(DirTableNames, ALookupInALargeDirectoryFetchesThatNameOnly) {
+  VdServiceOptions o = NoLeases();
+  o.whole_max_entries = 50;
+  Federation f(3, o);
+  const std::string p = PathManagedBy(f, "n0");
+  Populate(f, p);
+  for (int i = 0; i < 200; ++i) f.fs(2).AddFile(p + "/big" + std::to_string(i));
+  f.net().ResetStats();
+  auto vd = GetName(f, 1, p, "big7");
+  ASSERT_TRUE(vd) << vd.error().ToString();
+  EXPECT_TRUE((*vd)->partial);
+  EXPECT_FALSE((*vd)->kernel_may_cache);  // recorded without notify
+  ASSERT_NE((*vd)->Find("big7"), nullptr);
+  EXPECT_EQ((*vd)->Find("big7")->holders, (std::vector<std::string>{"n2"}));
+  EXPECT_EQ((*vd)->subdirs, 1u);
+  EXPECT_EQ(f.Requests(kVdGet), 1u);  // a whole fetch, answered for one name
+  // Request and reply, past the dirmerge (whose listings carry 200 names).
+  const auto dirmerge = f.net().TotalStats().bytes_sent;
+  EXPECT_EQ(f.svc(0).stats().sharer_records, 1u);
+  // Again: from the table. Another name: one small request.
+  f.net().ResetStats();
+  ASSERT_TRUE(GetName(f, 1, p, "big7"));
+  EXPECT_EQ(f.net().TotalStats().messages_sent, 0u);
+  auto other = GetName(f, 1, p, "big8");
+  ASSERT_TRUE(other);
+  ASSERT_NE((*other)->Find("big8"), nullptr);
+  EXPECT_EQ(f.Requests(kVdGetName), 1u);
+  EXPECT_EQ(f.Requests(kVdGet), 0u);
+  EXPECT_LT(f.net().TotalStats().bytes_sent, 1000u);
+  EXPECT_LT(f.net().TotalStats().bytes_sent, dirmerge);
+  // A new name elsewhere bumps nothing here; the removal of a kept one does.
+  const auto before = f.svc(0).stats().invalidations_sent;
+  f.fs(2).AddFile(p + "/new");
+  ASSERT_TRUE(f.Update(2, p, Add("n2", "new")));
+  EXPECT_EQ(f.svc(0).stats().invalidations_sent, before);
+  f.net().ResetStats();
+  auto fresh = GetName(f, 1, p, "new");  // never kept absent: asked, seen
+  ASSERT_TRUE(fresh);
+  EXPECT_NE((*fresh)->Find("new"), nullptr);
+  EXPECT_EQ(f.Requests(kVdGetName), 1u);
+  f.fs(2).Remove(p + "/big7");
+  ASSERT_TRUE(f.Update(2, p, Remove("n2", "big7")));
+  EXPECT_GT(f.svc(0).stats().invalidations_sent, before);
+  auto gone = GetName(f, 1, p, "big7");
+  ASSERT_TRUE(gone);
+  EXPECT_EQ((*gone)->Find("big7"), nullptr);
+  // A listing fetches the whole VD, and then answers lookups itself.
+  auto whole = f.Get(1, p);
+  ASSERT_TRUE(whole);
+  EXPECT_FALSE((*whole)->partial);
+  EXPECT_EQ((*whole)->entries.size(), 200u + 4u);  // Populate's 4, new, not big7
+  f.net().ResetStats();
+  auto hit = GetName(f, 1, p, "big9");
+  ASSERT_TRUE(hit);
+  EXPECT_NE((*hit)->Find("big9"), nullptr);
+  EXPECT_EQ(f.net().TotalStats().messages_sent, 0u);
+  // Below the bound, a lookup without a copy still fetches it whole.
+  const std::string q = PathManagedBy(f, "n0", true, "/q");
+  Populate(f, q);
+  auto small = GetName(f, 2, q, "f0");
+  ASSERT_TRUE(small);
+  f.net().ResetStats();
+  ASSERT_TRUE(GetName(f, 2, q, "absent"));  // the whole copy answers absences
+  EXPECT_EQ(f.net().TotalStats().messages_sent, 0u);
 }
 
 }  // namespace
