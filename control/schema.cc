@@ -207,6 +207,8 @@ FEDFS_CONTROL_REPLY(WhereReply)
 FEDFS_CONTROL_REPLY(ConflictsReply)
 FEDFS_CONTROL_REPLY(DtReply)
 FEDFS_CONTROL_REPLY(FilesReply)
+FEDFS_CONTROL_REPLY(CacheReply)
+FEDFS_CONTROL_REPLY(CacheDropReply)
 #undef FEDFS_CONTROL_REPLY
 
 }  // namespace fedfs::control

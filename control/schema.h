@@ -63,7 +63,15 @@ inline constexpr Command kFiles{
     "files", Arg::kNone,
     "file service: other nodes' sessions and open handles, requests, change callbacks", ""};
 
-inline constexpr std::array<Command, 6> kCommands = {kStatus, kRing, kWhere, kConflicts, kDt, kFiles};
+inline constexpr Command kCache{
+    "cache", Arg::kNone,
+    "file-data cache: size, occupancy, hits, misses, reads from files' nodes, invalidations", ""};
+// fedfsctl cache drop: drops every cached block, then answers as "cache".
+inline constexpr Command kCacheDrop{"cache_drop", Arg::kNone,
+                                    "drop every block of the file-data cache", ""};
+
+inline constexpr std::array<Command, 8> kCommands = {kStatus, kRing, kWhere,  kConflicts,
+                                                     kDt,     kFiles, kCache, kCacheDrop};
 
 // The command named `name`, or nullptr.
 const Command* FindCommand(std::string_view name);
@@ -243,9 +251,39 @@ struct FilesReply {
   }
 };
 
+// "cache" and "cache_drop" (coopcache/cache_control.h): this node's cache of
+// other nodes' file data (docs/coopcache.md). `enabled` false: coopcache.size
+// is 0, and every other field is 0.
+struct CacheReply {
+  static constexpr const Command& kCommand = kCache;
+  std::string node;
+  bool enabled = false;
+  uint64_t size_bytes = 0, block_bytes = 0, blocks_used = 0, bytes_used = 0, files = 0;
+  uint64_t probation = 0, protected_blocks = 0;
+  uint64_t hits = 0, misses = 0, stale = 0, puts = 0, puts_refused = 0;
+  uint64_t evictions = 0, invalidations = 0, promotions = 0;
+  uint64_t fetches = 0, fetched_bytes = 0, clears = 0;
+  template <class S, class V>
+  static void Fields(S& s, V&& v) {
+    v("node", s.node); v("enabled", s.enabled); v("size_bytes", s.size_bytes);
+    v("block_bytes", s.block_bytes); v("blocks_used", s.blocks_used);
+    v("bytes_used", s.bytes_used); v("files", s.files); v("probation", s.probation);
+    v("protected", s.protected_blocks); v("hits", s.hits); v("misses", s.misses);
+    v("stale", s.stale); v("puts", s.puts); v("puts_refused", s.puts_refused);
+    v("evictions", s.evictions); v("invalidations", s.invalidations);
+    v("promotions", s.promotions); v("fetches", s.fetches);
+    v("fetched_bytes", s.fetched_bytes); v("clears", s.clears);
+  }
+};
+
+// "cache_drop": the "cache" reply after the drop.
+struct CacheDropReply : CacheReply {
+  static constexpr const Command& kCommand = kCacheDrop;
+};
+
 // One reply line (without its newline). Never throws: text that is not
 // valid UTF-8 (a file name on disk) is carried with U+FFFD in its place.
-// Instantiated for the six replies above.
+// Instantiated for the eight replies above.
 template <class R>
 std::string EncodeReply(const R& reply);
 

@@ -3,11 +3,13 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -155,6 +157,38 @@ bool GetUint(Checker& c, const YAML::Node& map, const std::string& key, const st
   return true;
 }
 
+// Reads a size in bytes: an integer, or one with a unit (K, M, G, T with or
+// without "iB": powers of 1024), e.g. 256MiB.
+bool GetSize(Checker& c, const YAML::Node& map, const std::string& key, const std::string& name,
+             uint64_t lo, uint64_t hi, uint64_t* out) {
+  const YAML::Node n = map[key];
+  if (!n || n.IsNull()) return false;
+  if (!n.IsScalar()) {
+    c.Fail(name, "expected a size, got " + Describe(n));
+    return false;
+  }
+  const std::string& s = n.Scalar();
+  size_t digits = 0;
+  while (digits < s.size() && ::isdigit(static_cast<unsigned char>(s[digits]))) ++digits;
+  std::string unit = s.substr(digits);
+  if (unit.ends_with("iB")) unit.resize(unit.size() - 2);
+  static const std::map<std::string, int> kShift = {{"", 0}, {"K", 10}, {"M", 20}, {"G", 30},
+                                                    {"T", 40}};
+  auto shift = kShift.find(unit);
+  if (digits == 0 || digits > 15 || shift == kShift.end()) {
+    c.Fail(name, "expected a size such as 268435456 or 256MiB, got " + Quote(s));
+    return false;
+  }
+  const uint64_t v = std::stoull(s.substr(0, digits)) << shift->second;
+  if (v < lo || v > hi) {
+    c.Fail(name, Quote(s) + " is out of range [" + std::to_string(lo) + ", " +
+                     std::to_string(hi) + "] bytes");
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
 // Reads a boolean field (true/false, yes/no, on/off).
 bool GetBool(Checker& c, const YAML::Node& map, const std::string& key, const std::string& name,
              bool* out) {
@@ -247,7 +281,8 @@ Result<DaemonOptions> ParseConfig(const std::string& text, const std::string& pa
     CheckKeys(c, root, "",
               {"node_id", "node_tag", "listen", "export_root", "mountpoint", "peers",
                "cluster_key_file", "control_socket", "state_dir", "log_level", "transport", "timeouts", "ring",
-               "fuse", "placement", "security", "directory_table", "autonomy"});
+               "fuse", "placement", "security", "directory_table", "autonomy",
+               "coopcache"});
 
     // Required scalars, in the order of the documentation.
     if (GetString(c, root, "node_id", "node_id", true, &o.node_id) && !IsValidNodeId(o.node_id)) {
@@ -442,6 +477,24 @@ Result<DaemonOptions> ParseConfig(const std::string& text, const std::string& pa
       if (GetUint(c, t, "whole_max_entries", "directory_table.whole_max_entries", 0,
                   uint64_t{1} << 32, &v)) {
         o.directory_table.whole_max_entries = static_cast<size_t>(v);
+      }
+    }
+
+    if (const YAML::Node k = GetMap(c, root, "coopcache")) {
+      CheckKeys(c, k, "coopcache.", {"size", "block"});
+      uint64_t v = 0;
+      if (GetSize(c, k, "size", "coopcache.size", 0, uint64_t{1} << 40, &v)) {
+        o.coopcache.size = static_cast<size_t>(v);
+      }
+      if (GetSize(c, k, "block", "coopcache.block", 4096, uint64_t{64} << 20, &v)) {
+        if (!std::has_single_bit(v)) {
+          c.Fail("coopcache.block", std::to_string(v) + " is not a power of two");
+        } else {
+          o.coopcache.block = static_cast<size_t>(v);
+        }
+      }
+      if (o.coopcache.size != 0 && o.coopcache.size < o.coopcache.block) {
+        c.Fail("coopcache.size", "below one block (coopcache.block)");
       }
     }
 

@@ -11,6 +11,7 @@
 #include "cluster/membership_control.h"
 #include "common/executor.h"
 #include "common/logging.h"
+#include "coopcache/cache_control.h"
 #include "dirops/dir_ops.h"
 #include "dirops/kv.h"
 #include "fedfsd/config.h"
@@ -204,6 +205,8 @@ Status Daemon::StartNamespace(const DaemonOptions& o) {
   no.lend_after = o.directory_table.lend_after;
   no.lease_term = o.directory_table.lease;
   no.whole_max_entries = o.directory_table.whole_max_entries;
+  no.cache.size_bytes = o.coopcache.size;
+  no.cache.block_bytes = o.coopcache.block;
   no.files.root_squash = o.security.root_squash;
   no.files.squash_uid = o.security.squash_uid;
   no.files.squash_gid = o.security.squash_gid;
@@ -268,6 +271,7 @@ Status Daemon::StartControl(const DaemonOptions& o) {
   ns::RegisterVfsControl(commands, &node_->vfs());
   ns::RegisterVdControl(commands, &node_->vd_service(), o.node_id);
   ns::RegisterFilesControl(commands, &node_->file_service(), &node_->fs_callbacks(), o.node_id);
+  coop::RegisterCacheControl(commands, node_->cache(), o.node_id);
   control_ = std::make_unique<control::ControlServer>(control::ControlOptions{o.control_socket},
                                                       std::move(commands));
   if (auto s = control_->Start(); !s) return Err(s.error().code, s.error().ToString());

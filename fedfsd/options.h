@@ -88,6 +88,13 @@ struct DirectoryTableConfig {
   size_t whole_max_entries = 16384;
 };
 
+// The node's cache of other nodes' file data (docs/coopcache.md): `size`
+// bytes in blocks of `block` (a power of two, 4 KiB .. 64 MiB); 0: off.
+struct CoopCacheConfig {
+  size_t size = 0;
+  size_t block = size_t{256} << 10;
+};
+
 // Watching the export root for changes made behind FedFS' back
 // (watch/local_watch.h; docs/namespace.md "Autonomy").
 struct AutonomyConfig {
@@ -120,6 +127,7 @@ struct DaemonOptions {
   DirectoryTableConfig directory_table;
   AutonomyConfig autonomy;
   SecurityConfig security;
+  CoopCacheConfig coopcache;
 };
 
 // The membership options implied by a daemon's options (advertise_addr is

@@ -290,6 +290,7 @@ Status RemoteNodeFs::Hello(Clock::time_point deadline) {
   }
   max_io_.store(std::max<uint64_t>(h->max_io(), 4096));
   server_releases_.store(h->releases());
+  hellos_.fetch_add(1, std::memory_order_acq_rel);
   helloed_.store(true);
   return Ok();
 }

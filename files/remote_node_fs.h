@@ -132,6 +132,7 @@ class RemoteNodeFs final : public NodeFs, public std::enable_shared_from_this<Re
   ~RemoteNodeFs() override;
 
   const std::string& node_id() const override { return node_id_; }
+  uint64_t SessionCount() const override { return hellos_.load(std::memory_order_acquire); }
 
   Result<struct stat> Stat(const Cred& c, const std::string& path) override;
   Result<WatchedStat> StatWatched(const Cred& c, const std::string& path) override;
@@ -210,6 +211,7 @@ class RemoteNodeFs final : public NodeFs, public std::enable_shared_from_this<Re
   // simulator suspends for it instead of blocking its thread.
   SuspendingMutex hello_mu_;
   std::atomic<bool> helloed_{false};
+  std::atomic<uint64_t> hellos_{0};  // successful Hellos (SessionCount)
   std::atomic<uint64_t> max_io_{0};  // from the server's Hello reply
   std::atomic<bool> server_releases_{false};  // the server takes FsRequest.releases
 

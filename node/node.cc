@@ -89,12 +89,20 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
   d.vd_service->RegisterHandlers();
   d.vd_client = std::make_unique<VdServiceClient>(d.vd_service.get(), opt.node_id);
 
+  // The file-data cache.
+  if (opt.cache.size_bytes > 0) {
+    auto cache = coop::BlockCache::Create(opt.cache);
+    if (!cache) return Err(cache.error().code, "coopcache: " + cache.error().context);
+    d.cache = std::move(*cache);
+  }
+
   // The facade.
   ns::VfsDeps deps;
   deps.cluster = d.cluster.get();
   deps.local = d.env.local;
   deps.vds = d.vd_client.get();
   deps.tag_of = d.env.tag_of;
+  deps.cache = d.cache.get();
   // Without kernel caches nothing is cached that a callback could drop.
   if (opt.release_delay.count() > 0) d.timers = std::make_unique<Timers>("releases");
   deps.make_remote = [tr, rpc = opt.rpc_timeout, self = opt.node_id, addr = opt.address,
@@ -166,6 +174,7 @@ ns::VdService& Node::vd_service() { return *impl_->vd_service; }
 ns::FileService& Node::file_service() { return *impl_->file_service; }
 ns::FsCallbacks& Node::fs_callbacks() { return *impl_->fs_callbacks; }
 ns::DirOps& Node::dir_ops() { return *impl_->dir_ops; }
+coop::BlockCache* Node::cache() { return impl_->cache.get(); }
 const ns::ClusterViewSource& Node::cluster() const { return *impl_->cluster; }
 
 void Node::SetKernelCache(ns::KernelCache* kernel) {

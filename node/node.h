@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "coopcache/block_cache.h"
 #include "dirops/dir_ops.h"
 #include "files/file_service.h"
 #include "vd/placement.h"
@@ -62,6 +63,9 @@ struct NodeOptions {
   uint32_t lend_after = 3;  // VdServiceOptions (leases)
   std::chrono::milliseconds lease_term{1000};
   size_t whole_max_entries = 16384;  // VdServiceOptions (large directories)
+  // The cache of other nodes' file data (docs/coopcache.md); size_bytes 0:
+  // none.
+  coop::BlockCacheOptions cache;
   // Root squash and the file service's limits (its on_change is the Node's).
   ns::FileServiceOptions files;
   ns::VfsOptions vfs;
@@ -115,6 +119,7 @@ class Node {
   ns::FileService& file_service();
   ns::FsCallbacks& fs_callbacks();
   ns::DirOps& dir_ops();
+  coop::BlockCache* cache();  // null: coopcache.size 0
   // The cluster view as the parts see it (a new epoch drops the kernel's
   // names before it is used).
   const ns::ClusterViewSource& cluster() const;

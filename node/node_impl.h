@@ -71,6 +71,7 @@ struct Node::Impl {
   std::unique_ptr<Timers> timers;  // late releases; null without release_delay
   std::unique_ptr<ns::VdService> vd_service;
   std::unique_ptr<VdServiceClient> vd_client;
+  std::unique_ptr<coop::BlockCache> cache;  // before vfs, which uses it
   std::unique_ptr<ns::VfsImpl> vfs;
   std::unique_ptr<ns::DirOps> dir_ops;
   std::unique_ptr<ns::DirOpsClient> dir_ops_client;

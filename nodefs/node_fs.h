@@ -154,6 +154,11 @@ class NodeFs {
   // The node this object operates on.
   virtual const std::string& node_id() const = 0;
 
+  // Which session with that node this object is in: changes when a new one
+  // starts (RemoteNodeFs: a Hello after the node restarted or the connection
+  // was lost; what that node told of before may not hold). 0 for a local one.
+  virtual uint64_t SessionCount() const { return 0; }
+
   // lstat(2).
   virtual Result<struct stat> Stat(const Cred& c, const std::string& path) = 0;
   // Stat, and when this object takes its node's change callbacks and `path`

@@ -145,6 +145,26 @@ void PrintConflicts(const control::ConflictsReply& r) {
   }
 }
 
+// The human form of the "cache" answer (docs/coopcache.md).
+void PrintCache(const control::CacheReply& r) {
+  auto u = [](uint64_t v) { return static_cast<unsigned long long>(v); };
+  std::printf("node %s\n", r.node.c_str());
+  if (!r.enabled) {
+    std::printf("  file-data cache off (coopcache.size: 0)\n");
+    return;
+  }
+  std::printf("  size          %llu bytes in blocks of %llu\n", u(r.size_bytes), u(r.block_bytes));
+  std::printf("  occupancy     %llu blocks, %llu bytes, %llu files (%llu probation, %llu protected)\n",
+              u(r.blocks_used), u(r.bytes_used), u(r.files), u(r.probation),
+              u(r.protected_blocks));
+  std::printf("  hits          %llu\n", u(r.hits));
+  std::printf("  misses        %llu (%llu of an older generation)\n", u(r.misses), u(r.stale));
+  std::printf("  reads from files' nodes %llu, %llu bytes\n", u(r.fetches), u(r.fetched_bytes));
+  std::printf("  stored %llu, refused %llu (changed meanwhile), evicted %llu, promoted %llu\n",
+              u(r.puts), u(r.puts_refused), u(r.evictions), u(r.promotions));
+  std::printf("  invalidations %llu, drops %llu\n", u(r.invalidations), u(r.clears));
+}
+
 // The human form of the reply to `cmd`.
 void Print(const control::Command& cmd, const std::string& reply) {
   if (cmd.name == control::kStatus.name) {
@@ -164,6 +184,8 @@ void Print(const control::Command& cmd, const std::string& reply) {
     PrintDt(Decode<control::DtReply>(reply));
   } else if (cmd.name == control::kFiles.name) {
     PrintFiles(Decode<control::FilesReply>(reply));
+  } else if (cmd.name == control::kCache.name || cmd.name == control::kCacheDrop.name) {
+    PrintCache(Decode<control::CacheReply>(reply));
   } else {
     std::printf("%s\n", control::Indented(reply).c_str());
   }
@@ -181,10 +203,16 @@ int main(int argc, char** argv) {
   bool json = false;
   std::string path;
   std::vector<std::pair<const control::Command*, CLI::App*>> commands;
+  std::string action;  // "cache drop"
   for (const control::Command& c : control::kCommands) {
+    if (c.name == control::kCacheDrop.name) continue;  // as "cache drop"
     auto* sub = app.add_subcommand(std::string(c.name), std::string(c.help));
     if (c.arg == control::Arg::kPath) {
       sub->add_option("path", path, std::string(c.arg_help))->required();
+    }
+    if (c.name == control::kCache.name) {
+      sub->add_option("action", action, "drop: drop every cached block first")
+          ->check(CLI::IsMember({"drop"}));
     }
     sub->add_flag("--json", json, "machine-readable output");
     commands.emplace_back(&c, sub);
@@ -206,6 +234,7 @@ int main(int argc, char** argv) {
       if (app.got_subcommand(sub)) cmd = c;
     }
     if (cmd == nullptr) return 2;  // (require_subcommand: not reached)
+    if (cmd->name == control::kCache.name && action == "drop") cmd = &control::kCacheDrop;
     const std::string sock = FindSocket(socket, config);
     auto reply = control::Ask(sock, control::Request{std::string(cmd->name), path});
     if (!reply) throw Failure{reply.error().context};

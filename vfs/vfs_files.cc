@@ -52,6 +52,8 @@ uint64_t VfsImpl::AddFile(OpenFile f) {
 
 Result<FileOut> VfsImpl::Open(const Cred& c, uint64_t ino, int flags) {
   if (flags & O_TRUNC) Changing();  // as a setattr of the size
+  std::optional<DataChange> data_change;
+  if (flags & O_TRUNC) data_change.emplace(*this, ino);
   FEDFS_TRY(r, Resolve(ino));
   if (IsDir(r->type)) return Err(EISDIR, r->path);
   FEDFS_TRY(fs, FsOf(r->node));
@@ -120,6 +122,7 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
     if (!op && op.error().code == ENOENT) return Err(ENOENT, "raced");
     if (!op) return Err(op.error());
     EntryOut entry = Remember(parent, *ch, names_epoch);
+    if (flags & O_TRUNC) DataChanged(entry.ino);
     FileOut out;
     out.fh = AddFile(OpenFile{*fs, op->handle, entry.ino, op->attr_callbacks});
     out.direct_io = AppendOnly(flags);
@@ -162,13 +165,21 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
 
 Result<size_t> VfsImpl::Read(uint64_t fh, uint64_t offset, std::span<std::byte> dst) {
   FEDFS_TRY(f, FileOf(fh));
+  if (deps_.cache != nullptr && f->told && OneLink(f->ino)) return CachedRead(*f, offset, dst);
   return f->fs->Read(f->handle, offset, dst);
+}
+
+bool VfsImpl::OneLink(uint64_t ino) const {
+  std::lock_guard lock(mu_);
+  const Inode* n = table_.Find(ino);
+  return n != nullptr && S_ISREG(n->type) && n->last.st_nlink == 1;
 }
 
 Result<size_t> VfsImpl::Write(uint64_t fh, uint64_t offset, std::span<const std::byte> src,
                               const Writer& by) {
   Changing();  // its node does not tell this node's session (Inode::lookup_attr)
   FEDFS_TRY(f, FileOf(fh));
+  DataChange data_change{*this, f->ino};
   auto n = f->fs->Write(f->handle, offset, src, by);
   if (n && !f->dirty) MarkDirty(fh);
   return n;
@@ -223,9 +234,11 @@ Status VfsImpl::Release(uint64_t fh) {
   }
   // The kernel may cache the attributes only while changes are told: drop
   // them before the node stops telling (a reply to a getattr racing with
-  // this is not cached: the kernel's attr_version moved).
+  // this is not cached: the kernel's attr_version moved). So do the cached
+  // blocks (vfs_cache.cc).
   if (untold) {
     if (KernelCache* k = kernel_.load(std::memory_order_acquire)) k->InvalidateAttrs(f.ino);
+    DataChanged(f.ino);
   }
   // Without locks the holder's close changes nothing another node waits
   // for: it may travel with a later request (NodeFs::ReleaseLater).
@@ -235,6 +248,7 @@ Status VfsImpl::Release(uint64_t fh) {
 Status VfsImpl::Fallocate(uint64_t fh, int mode, uint64_t offset, uint64_t len) {
   Changing();  // its node does not tell this node's session (Inode::lookup_attr)
   FEDFS_TRY(f, FileOf(fh));
+  DataChange data_change{*this, f->ino};
   Status s = f->fs->Fallocate(f->handle, mode, offset, len);
   if (s && !f->dirty) MarkDirty(fh);
   return s;

@@ -389,6 +389,7 @@ void VfsImpl::RemoteAttrsChanged(const std::string& node, const std::vector<Hand
       }
     }
   }
+  for (uint64_t ino : inos) DataChanged(ino);  // its cached blocks (vfs_cache.cc)
   KernelCache* k = kernel_.load(std::memory_order_acquire);
   if (k == nullptr) return;
   for (uint64_t ino : inos) k->InvalidateAttrs(ino);
@@ -419,8 +420,15 @@ void VfsImpl::DetachName(uint64_t parent, const std::string& name) {
 
 void VfsImpl::MaybeEraseLocked(uint64_t ino) {
   for (const uint64_t gone : table_.EraseUnused(ino)) {
-    std::lock_guard files_lock(files_mu_);
-    DropWatchLocked(gone);
+    {
+      std::lock_guard files_lock(files_mu_);
+      DropWatchLocked(gone);
+    }
+    if (deps_.cache != nullptr) {
+      DataChanged(gone);
+      std::lock_guard cache_lock(cache_mu_);
+      cached_in_.erase(gone);
+    }
   }
 }
 

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "cluster/cluster.h"
+#include "coopcache/block_cache.h"
 #include "nodefs/node_fs.h"
 #include "vd/vd.h"
 #include "vd/kernel_cache.h"
@@ -225,6 +226,9 @@ struct VfsDeps {
   // The tag of another node (st_ino high bits); optional: default is derived
   // from StableHash(node id) (docs/namespace.md, "Inode numbers").
   std::function<uint16_t(const std::string& node)> tag_of;
+  // This node's cache of other nodes' file data (docs/coopcache.md);
+  // optional (null: reads of remote files always ask their node).
+  coop::BlockCache* cache = nullptr;
 };
 
 class VfsImpl final : public Vfs {
@@ -453,6 +457,29 @@ class VfsImpl final : public Vfs {
   bool ReportRemove(const std::string& dir, const std::string& name, const std::string& node);
 
   Result<OpenFile> FileOf(uint64_t fh) const;
+  // The file-data cache (vfs_cache.cc; docs/coopcache.md, "What runs
+  // today"). A read through a told handle of a remote file with one link.
+  Result<size_t> CachedRead(const OpenFile& f, uint64_t offset, std::span<std::byte> dst);
+  bool OneLink(uint64_t ino) const;  // a regular file with one link (mu_)
+  // This node changed the data of `ino` (its node tells other sessions,
+  // not this one): its cached blocks go.
+  void DataChanged(uint64_t ino);
+  // DataChanged when it goes out of scope: after the change, so that a read
+  // that fetched the old bytes meanwhile cannot keep them.
+  struct DataChange {
+    VfsImpl& vfs;
+    uint64_t ino;
+    ~DataChange() { vfs.DataChanged(ino); }
+  };
+  // The session and membership epoch the blocks of each cached file were
+  // read in: blocks of an older one are dropped (a restarted node forgot
+  // whom it tells). Guarded by cache_mu_ (a leaf).
+  struct CachedIn {
+    uint64_t session = 0, epoch = 0;
+  };
+  std::mutex cache_mu_;
+  std::unordered_map<uint64_t, CachedIn> cached_in_;
+
   void MarkDirty(uint64_t fh);   // OpenFile::dirty, under files_mu_
   void NoteLocks(uint64_t ino);  // lock_inos_, under files_mu_
   // An open handle of inode `ino` (open-unlinked files), if any.

@@ -176,6 +176,8 @@ Result<struct stat> VfsImpl::SetAttr(const Cred& c_in, uint64_t ino, std::option
                                      const SetAttrRequest& req) {
   Changing();  // its node does not tell this node's session (Inode::lookup_attr)
   DirChange dir_change(*this);  // KeptDirAttr
+  std::optional<DataChange> data_change;
+  if (req.size) data_change.emplace(*this, ino);  // a truncate
   Cred c = c_in;
   if (req.mode && !req.uid && !req.gid && !req.size && !req.atime && !req.mtime) {
     // The kernel clears set-id bits after a write by a non-owner with a
@@ -303,6 +305,7 @@ Result<EntryOut> VfsImpl::Link(const Cred& c, uint64_t ino, uint64_t new_parent,
                                const std::string& new_name) {
   Changing();  // its node does not tell this node's session (Inode::lookup_attr)
   DirChange dir_change(*this);  // KeptDirAttr
+  DataChange data_change{*this, ino};  // a second name: no longer cached (vfs_cache.cc)
   const uint64_t names_epoch = NamesEpoch();
   if (auto s = ValidateName(new_name); !s) return Err(s.error());
   FEDFS_TRY(src, Resolve(ino));

@@ -273,6 +273,8 @@ TEST_F(ConfigTest, DirectoryTableAndAutonomySections) {
   EXPECT_EQ(def->directory_table.lend_after, 3u);
   EXPECT_EQ(def->directory_table.lease, std::chrono::milliseconds(1000));
   EXPECT_EQ(def->directory_table.whole_max_entries, 16384u);
+  EXPECT_EQ(def->coopcache.size, 0u);
+  EXPECT_EQ(def->coopcache.block, size_t{256} << 10);
   EXPECT_TRUE(def->autonomy.watch);
   EXPECT_EQ(def->autonomy.max_watches, 65536u);
 
@@ -283,6 +285,13 @@ TEST_F(ConfigTest, DirectoryTableAndAutonomySections) {
   EXPECT_EQ(set->directory_table.lend_after, 0u);
   EXPECT_EQ(set->directory_table.lease, std::chrono::milliseconds(250));
   EXPECT_EQ(set->directory_table.whole_max_entries, 0u);
+  auto cache = Parse(Good("+", "coopcache: {size: 256MiB, block: 64K}"));
+  ASSERT_TRUE(cache) << cache.error().context;
+  EXPECT_EQ(cache->coopcache.size, size_t{256} << 20);
+  EXPECT_EQ(cache->coopcache.block, size_t{64} << 10);
+  auto bytes = Parse(Good("+", "coopcache: {size: 1048576}"));
+  ASSERT_TRUE(bytes) << bytes.error().context;
+  EXPECT_EQ(bytes->coopcache.size, size_t{1} << 20);
   EXPECT_EQ(set->directory_table.entries, 0u);
   EXPECT_EQ(set->directory_table.bytes, 1048576u);
   EXPECT_FALSE(set->autonomy.watch);
@@ -297,6 +306,16 @@ TEST_F(ConfigTest, DirectoryTableAndAutonomySections) {
        {"field 'directory_table.bytes'", "out of range"}},
       {"lease too short", "+", "directory_table: {lease_ms: 10}",
        {"field 'directory_table.lease_ms'", "out of range"}},
+      {"cache size text", "+", "coopcache: {size: lots}",
+       {"field 'coopcache.size'", "expected a size"}},
+      {"cache size unit", "+", "coopcache: {size: 5PB}", {"field 'coopcache.size'", "expected a size"}},
+      {"cache block not a power of two", "+", "coopcache: {size: 1GiB, block: 5000}",
+       {"field 'coopcache.block'", "power of two"}},
+      {"cache block too small", "+", "coopcache: {block: 1K}",
+       {"field 'coopcache.block'", "out of range"}},
+      {"cache below a block", "+", "coopcache: {size: 64K, block: 1M}",
+       {"field 'coopcache.size'", "below one block"}},
+      {"cache unknown key", "+", "coopcache: {sise: 1G}", {"unknown key 'coopcache.sise'"}},
       {"whole bound negative", "+", "directory_table: {whole_max_entries: -1}",
        {"field 'directory_table.whole_max_entries'"}},
       {"dt unknown key", "+", "directory_table: {slots: 4}", {"unknown key 'directory_table.slots'"}},

@@ -1,0 +1,209 @@
+#include "coopcache/block_cache.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+namespace fedfs::coop {
+
+size_t BlockCache::KeyHash::operator()(const Key& k) const noexcept {
+  // splitmix64 of the two words: blocks of one file spread over the buckets.
+  uint64_t x = k.file * 0x9e3779b97f4a7c15ull + k.index;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return static_cast<size_t>(x ^ (x >> 31));
+}
+
+Result<std::unique_ptr<BlockCache>> BlockCache::Create(const BlockCacheOptions& o) {
+  if (!std::has_single_bit(o.block_bytes) || o.block_bytes < 4096 ||
+      o.block_bytes > (size_t{64} << 20)) {
+    return Err(EINVAL, "cache block size must be a power of two from 4 KiB to 64 MiB");
+  }
+  if (o.size_bytes < o.block_bytes) return Err(EINVAL, "cache size below one block");
+  if (o.size_bytes / o.block_bytes >= kNone) return Err(EINVAL, "cache of too many blocks");
+  if (o.probation_percent < 1 || o.probation_percent > 99) {
+    return Err(EINVAL, "cache probation share must be 1..99 percent");
+  }
+  const size_t bytes = o.size_bytes / o.block_bytes * o.block_bytes;
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+  if (p == MAP_FAILED) return Err(errno, "mapping the block cache");
+  return std::unique_ptr<BlockCache>(new BlockCache(o, static_cast<std::byte*>(p), bytes));
+}
+
+BlockCache::BlockCache(const BlockCacheOptions& o, std::byte* arena, size_t arena_bytes)
+    : block_(o.block_bytes),
+      probation_percent_(o.probation_percent),
+      arena_(arena),
+      arena_bytes_(arena_bytes),
+      frames_(arena_bytes / o.block_bytes) {
+  free_.reserve(frames_.size());
+  for (size_t f = frames_.size(); f-- > 0;) free_.push_back(static_cast<uint32_t>(f));
+  stats_.size_bytes = arena_bytes;
+  stats_.block_bytes = block_;
+}
+
+BlockCache::~BlockCache() { ::munmap(arena_, arena_bytes_); }
+
+void BlockCache::Unlink(uint32_t f) {
+  Frame& fr = frames_[f];
+  List& l = ListOf(fr.queue);
+  if (fr.prev != kNone) frames_[fr.prev].next = fr.next; else l.head = fr.next;
+  if (fr.next != kNone) frames_[fr.next].prev = fr.prev; else l.tail = fr.prev;
+  fr.prev = fr.next = kNone;
+  --l.size;
+}
+
+void BlockCache::PushHead(Queue q, uint32_t f) {
+  Frame& fr = frames_[f];
+  List& l = ListOf(q);
+  fr.queue = q;
+  fr.prev = kNone;
+  fr.next = l.head;
+  if (l.head != kNone) frames_[l.head].prev = f; else l.tail = f;
+  l.head = f;
+  ++l.size;
+}
+
+void BlockCache::FreeFrame(uint32_t f) {
+  Frame& fr = frames_[f];
+  Unlink(f);
+  index_.erase(Key{fr.file, fr.index});
+  if (auto it = files_.find(fr.file); it != files_.end() && it->second.blocks > 0) {
+    --it->second.blocks;
+  }
+  stats_.bytes_used -= fr.length;
+  fr.queue = Queue::kFree;
+  free_.push_back(f);
+}
+
+uint32_t BlockCache::TakeFrame() {
+  if (free_.empty()) {
+    const size_t probation_cap = std::max<size_t>(1, frames_.size() * probation_percent_ / 100);
+    const List& from =
+        probation_.size > probation_cap || protected_.size == 0 ? probation_ : protected_;
+    FreeFrame(from.tail);
+    ++stats_.evictions;
+  }
+  const uint32_t f = free_.back();
+  free_.pop_back();
+  return f;
+}
+
+uint64_t BlockCache::GenerationLocked(uint64_t file) const {
+  auto it = files_.find(file);
+  return it == files_.end() ? floor_ : it->second.generation;
+}
+
+uint64_t BlockCache::Generation(uint64_t file) const {
+  std::lock_guard lock(mu_);
+  return GenerationLocked(file);
+}
+
+std::optional<size_t> BlockCache::Get(uint64_t file, uint64_t index, std::span<std::byte> dst) {
+  std::lock_guard lock(mu_);
+  auto it = index_.find(Key{file, index});
+  if (it == index_.end()) {
+    ++stats_.misses;
+    return std::nullopt;
+  }
+  const uint32_t f = it->second;
+  Frame& fr = frames_[f];
+  if (fr.generation != GenerationLocked(file)) {
+    ++stats_.stale;
+    ++stats_.misses;
+    FreeFrame(f);
+    return std::nullopt;
+  }
+  std::memcpy(dst.data(), Data(f), std::min<size_t>(dst.size(), fr.length));
+  ++stats_.hits;
+  Unlink(f);
+  if (fr.queue == Queue::kProbation) ++stats_.promotions;
+  PushHead(Queue::kProtected, f);
+  return fr.length;
+}
+
+bool BlockCache::Put(uint64_t file, uint64_t index, uint64_t generation,
+                     std::span<const std::byte> data) {
+  if (data.size() > block_) return false;
+  std::lock_guard lock(mu_);
+  if (generation != GenerationLocked(file)) {
+    ++stats_.puts_refused;
+    return false;
+  }
+  uint32_t f;
+  Queue q = Queue::kProbation;
+  if (auto it = index_.find(Key{file, index}); it != index_.end()) {
+    f = it->second;  // replaced in place, in the queue it was in
+    q = frames_[f].queue;
+    stats_.bytes_used -= frames_[f].length;
+    Unlink(f);
+  } else {
+    f = TakeFrame();
+    index_.emplace(Key{file, index}, f);
+    auto [rec, added] = files_.try_emplace(file, FileRec{generation, 0});
+    ++rec->second.blocks;
+  }
+  Frame& fr = frames_[f];
+  fr.file = file;
+  fr.index = index;
+  fr.generation = generation;
+  fr.length = static_cast<uint32_t>(data.size());
+  std::memcpy(Data(f), data.data(), data.size());
+  stats_.bytes_used += fr.length;
+  PushHead(q, f);
+  ++stats_.puts;
+  // Records of files without blocks: dropped once they outnumber the
+  // blocks; floor_ then moves past every generation handed out, so that a
+  // fetch that took one of theirs is refused.
+  if (files_.size() > 1024 + 2 * index_.size()) {
+    std::erase_if(files_, [](const auto& kv) { return kv.second.blocks == 0; });
+    floor_ = next_generation_++;
+  }
+  return true;
+}
+
+void BlockCache::InvalidateFile(uint64_t file) {
+  std::lock_guard lock(mu_);
+  if (auto it = files_.find(file); it != files_.end()) {
+    it->second.generation = next_generation_++;
+  } else {
+    // No block of it here: only a fetch in flight could be spoiled. Moving
+    // the floor refuses every such fetch of a file without a record,
+    // without keeping one per file ever told of.
+    floor_ = next_generation_++;
+  }
+  ++stats_.invalidations;
+}
+
+void BlockCache::Clear() {
+  std::lock_guard lock(mu_);
+  for (uint32_t f = 0; f < frames_.size(); ++f) {
+    if (frames_[f].queue != Queue::kFree) FreeFrame(f);
+  }
+  // Every file's generation moves: fetches in flight are refused.
+  files_.clear();
+  floor_ = next_generation_++;
+  ++stats_.clears;
+  ::madvise(arena_, arena_bytes_, MADV_DONTNEED);
+}
+
+void BlockCache::NoteFetch(uint64_t bytes) {
+  std::lock_guard lock(mu_);
+  ++stats_.fetches;
+  stats_.fetched_bytes += bytes;
+}
+
+auto BlockCache::stats() const -> Stats {
+  std::lock_guard lock(mu_);
+  Stats s = stats_;
+  s.blocks_used = index_.size();
+  s.files = files_.size();
+  s.probation = probation_.size;
+  s.protected_blocks = protected_.size;
+  return s;
+}
+
+}  // namespace fedfs::coop

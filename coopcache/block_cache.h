@@ -1,0 +1,145 @@
+// BlockCache: one node's cache of file data in blocks (docs/coopcache.md,
+// "Blocks and generations"): `size_bytes` of memory in blocks of
+// `block_bytes`, for the data of files held on other nodes.
+//
+// Files and generations. A file is named by a 64-bit key chosen by the user
+// (the mount's inode number of the file). Every file has a generation;
+// InvalidateFile moves it, and a block is returned only while the file's
+// generation is the one the block was stored under. A reader takes the
+// generation (Generation) before it asks the file's node for the bytes, and
+// Puts them with it: bytes fetched before an invalidation that raced with
+// the fetch are refused, never returned later. Generations only grow, per
+// file, for the life of the object (a file's record may be dropped while it
+// has no block: it then answers `floor_`, which moved past every generation
+// handed out before).
+//
+// Replacement (scan-resistant, as 2Q): a new block enters the probation
+// queue (FIFO); a hit there promotes it to the protected queue (LRU). A
+// victim is taken from probation while it holds more than its share
+// (probation_percent of the blocks) or protected is empty, else from
+// protected. One sequential scan larger than the cache thus cycles through
+// probation and leaves the blocks read twice alone.
+//
+// Memory: one anonymous mapping of size_bytes (reserved, not touched: a
+// block's pages are backed when first stored into); Clear gives every page
+// back (MADV_DONTNEED). The bookkeeping is about 100 bytes per block in
+// use, plus 32 per file that has blocks.
+//
+// Threads: every method is thread-safe (one mutex; copies in and out are
+// made under it, a block at a time). Invalidate never blocks on I/O, so it
+// may be called from the transport's progress context.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "common/result.h"
+
+namespace fedfs::coop {
+
+struct BlockCacheOptions {
+  size_t size_bytes = 0;       // 0: no cache (Create refuses it; callers skip it)
+  size_t block_bytes = 256 << 10;  // a power of two, 4 KiB .. 64 MiB
+  unsigned probation_percent = 25;  // 1..99
+};
+
+class BlockCache {
+ public:
+  // EINVAL for a block size that is not a power of two in range, a size
+  // below one block or a probation share out of range; ENOMEM when the
+  // mapping fails.
+  static Result<std::unique_ptr<BlockCache>> Create(const BlockCacheOptions& options);
+  ~BlockCache();
+  BlockCache(const BlockCache&) = delete;
+  BlockCache& operator=(const BlockCache&) = delete;
+
+  size_t block_size() const { return block_; }
+  size_t capacity_blocks() const { return frames_.size(); }
+
+  // The generation of `file` now: take it before fetching its bytes.
+  uint64_t Generation(uint64_t file) const;
+  // Block `index` of `file` (bytes [index * block_size, +block_size)), if
+  // stored under the file's current generation: copies up to dst.size() of
+  // its bytes into dst and answers how many the block holds (fewer than a
+  // block: the file ended there when it was fetched). A hit counts, and in
+  // probation promotes the block.
+  std::optional<size_t> Get(uint64_t file, uint64_t index, std::span<std::byte> dst);
+  // Stores `data` (at most a block; fewer: the file ends within it) as block
+  // `index` of `file`, fetched while the file's generation was `generation`.
+  // False (nothing stored) if the generation moved since.
+  bool Put(uint64_t file, uint64_t index, uint64_t generation, std::span<const std::byte> data);
+  // Every block of `file` stops being returned (O(1); freed as found).
+  void InvalidateFile(uint64_t file);
+  // Drops every block and gives the memory back (fedfsctl cache drop).
+  void Clear();
+  // Accounting of the caller's misses: one read of `bytes` from the file's
+  // node (its page cache or disk).
+  void NoteFetch(uint64_t bytes);
+
+  struct Stats {
+    uint64_t size_bytes = 0, block_bytes = 0;
+    uint64_t blocks_used = 0, bytes_used = 0, files = 0;
+    uint64_t probation = 0, protected_blocks = 0;
+    uint64_t hits = 0, misses = 0, stale = 0;  // stale: found, of an older generation
+    uint64_t puts = 0, puts_refused = 0, evictions = 0, invalidations = 0, promotions = 0;
+    uint64_t fetches = 0, fetched_bytes = 0;  // NoteFetch
+    uint64_t clears = 0;
+  };
+  Stats stats() const;
+
+ private:
+  static constexpr uint32_t kNone = UINT32_MAX;
+  enum class Queue : uint8_t { kFree, kProbation, kProtected };
+  struct Frame {
+    uint64_t file = 0, index = 0, generation = 0;
+    uint32_t length = 0;
+    uint32_t prev = kNone, next = kNone;
+    Queue queue = Queue::kFree;
+  };
+  struct List {
+    uint32_t head = kNone, tail = kNone;  // head: newest
+    size_t size = 0;
+  };
+  struct Key {
+    uint64_t file, index;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const noexcept;
+  };
+  struct FileRec {
+    uint64_t generation = 0;
+    size_t blocks = 0;
+  };
+
+  BlockCache(const BlockCacheOptions& options, std::byte* arena, size_t arena_bytes);
+  List& ListOf(Queue q) { return q == Queue::kProbation ? probation_ : protected_; }
+  void Unlink(uint32_t f);
+  void PushHead(Queue q, uint32_t f);
+  void FreeFrame(uint32_t f);  // unlinks, unindexes, returns it to free_
+  uint32_t TakeFrame();        // a free frame, evicting one if none
+  uint64_t GenerationLocked(uint64_t file) const;
+  std::byte* Data(uint32_t f) { return arena_ + size_t{f} * block_; }
+
+  const size_t block_;
+  const unsigned probation_percent_;
+  std::byte* const arena_;
+  const size_t arena_bytes_;
+  mutable std::mutex mu_;
+  std::vector<Frame> frames_;
+  std::vector<uint32_t> free_;
+  List probation_, protected_;
+  std::unordered_map<Key, uint32_t, KeyHash> index_;
+  std::unordered_map<uint64_t, FileRec> files_;
+  uint64_t next_generation_ = 1;  // the next generation InvalidateFile hands out
+  uint64_t floor_ = 0;            // the generation of a file without a record
+  Stats stats_;
+};
+
+}  // namespace fedfs::coop

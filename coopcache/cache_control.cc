@@ -1,0 +1,47 @@
+#include "coopcache/cache_control.h"
+
+#include "coopcache/block_cache.h"
+
+namespace fedfs::coop {
+
+control::CacheReply CacheStatus(const BlockCache* cache, const std::string& self) {
+  control::CacheReply r;
+  r.node = self;
+  if (cache == nullptr) return r;
+  const BlockCache::Stats s = cache->stats();
+  r.enabled = true;
+  r.size_bytes = s.size_bytes;
+  r.block_bytes = s.block_bytes;
+  r.blocks_used = s.blocks_used;
+  r.bytes_used = s.bytes_used;
+  r.files = s.files;
+  r.probation = s.probation;
+  r.protected_blocks = s.protected_blocks;
+  r.hits = s.hits;
+  r.misses = s.misses;
+  r.stale = s.stale;
+  r.puts = s.puts;
+  r.puts_refused = s.puts_refused;
+  r.evictions = s.evictions;
+  r.invalidations = s.invalidations;
+  r.promotions = s.promotions;
+  r.fetches = s.fetches;
+  r.fetched_bytes = s.fetched_bytes;
+  r.clears = s.clears;
+  return r;
+}
+
+void RegisterCacheControl(control::Dispatcher& dispatcher, BlockCache* cache,
+                          const std::string& self) {
+  dispatcher.Register([cache, self](const control::Request&) -> Result<control::CacheReply> {
+    return CacheStatus(cache, self);
+  });
+  dispatcher.Register([cache, self](const control::Request&) -> Result<control::CacheDropReply> {
+    if (cache != nullptr) cache->Clear();
+    control::CacheDropReply r;
+    static_cast<control::CacheReply&>(r) = CacheStatus(cache, self);
+    return r;
+  });
+}
+
+}  // namespace fedfs::coop

@@ -1,0 +1,206 @@
+// BlockCache (coopcache/block_cache.h): hits, generations, the race of a
+// fetch with an invalidation, scan resistance, the memory bound, Clear.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "coopcache/block_cache.h"
+
+namespace fedfs::coop {
+namespace {
+
+constexpr size_t kBlock = 4096;
+
+std::unique_ptr<BlockCache> Make(size_t blocks, unsigned probation = 25) {
+  auto c = BlockCache::Create({blocks * kBlock, kBlock, probation});
+  EXPECT_TRUE(c) << c.error().ToString();
+  return c ? std::move(*c) : nullptr;
+}
+
+std::vector<std::byte> Bytes(size_t n, uint8_t fill) { return std::vector<std::byte>(n, std::byte{fill}); }
+
+// Put a block of `fill` for (file, index) under the file's generation now.
+bool PutNow(BlockCache& c, uint64_t file, uint64_t index, uint8_t fill, size_t n = kBlock) {
+  return c.Put(file, index, c.Generation(file), Bytes(n, fill));
+}
+
+// The fill of block (file, index), or -1 on a miss.
+int Fill(BlockCache& c, uint64_t file, uint64_t index) {
+  std::vector<std::byte> out(kBlock);
+  auto n = c.Get(file, index, out);
+  if (!n) return -1;
+  return static_cast<int>(out[0]);
+}
+
+TEST(BlockCache, OptionsAreChecked) {
+  EXPECT_EQ(BlockCache::Create({1 << 20, 3000, 25}).error().code, EINVAL);   // not a power of two
+  EXPECT_EQ(BlockCache::Create({1 << 20, 2048, 25}).error().code, EINVAL);   // below 4 KiB
+  EXPECT_EQ(BlockCache::Create({4096, 8192, 25}).error().code, EINVAL);      // below one block
+  EXPECT_EQ(BlockCache::Create({1 << 20, 4096, 0}).error().code, EINVAL);    // probation share
+  EXPECT_EQ(BlockCache::Create({1 << 20, 4096, 100}).error().code, EINVAL);
+  auto c = BlockCache::Create({(1 << 20) + 100, 4096, 25});
+  ASSERT_TRUE(c);
+  EXPECT_EQ((*c)->capacity_blocks(), 256u);  // the remainder is not used
+}
+
+TEST(BlockCache, AStoredBlockIsReturnedWithItsLength) {
+  auto c = Make(8);
+  EXPECT_EQ(Fill(*c, 1, 0), -1);
+  ASSERT_TRUE(PutNow(*c, 1, 0, 0xaa));
+  ASSERT_TRUE(PutNow(*c, 1, 1, 0xbb, 100));  // the file ends 100 bytes into block 1
+  EXPECT_EQ(Fill(*c, 1, 0), 0xaa);
+  std::vector<std::byte> out(kBlock, std::byte{0});
+  auto n = c->Get(1, 1, out);
+  ASSERT_TRUE(n);
+  EXPECT_EQ(*n, 100u);
+  EXPECT_EQ(out[99], std::byte{0xbb});
+  EXPECT_EQ(out[100], std::byte{0});  // nothing past the block's bytes
+  EXPECT_EQ(Fill(*c, 2, 0), -1);       // another file
+  const auto s = c->stats();
+  EXPECT_EQ(s.hits, 2u);
+  EXPECT_EQ(s.misses, 2u);
+  EXPECT_EQ(s.blocks_used, 2u);
+  EXPECT_EQ(s.bytes_used, kBlock + 100);
+  EXPECT_EQ(s.files, 1u);
+}
+
+TEST(BlockCache, AnInvalidatedFileReturnsNothingAndOthersKeepTheirs) {
+  auto c = Make(8);
+  ASSERT_TRUE(PutNow(*c, 1, 0, 1));
+  ASSERT_TRUE(PutNow(*c, 2, 0, 2));
+  c->InvalidateFile(1);
+  EXPECT_EQ(Fill(*c, 1, 0), -1);
+  EXPECT_EQ(Fill(*c, 2, 0), 2);
+  EXPECT_EQ(c->stats().stale, 1u);
+  EXPECT_EQ(c->stats().blocks_used, 1u);  // freed when found
+  ASSERT_TRUE(PutNow(*c, 1, 0, 3));       // fetched again
+  EXPECT_EQ(Fill(*c, 1, 0), 3);
+}
+
+// A fetch that raced with an invalidation (the file's node told of a write
+// after it read the bytes, before they arrived) is refused, for a file with
+// blocks here and for one without.
+TEST(BlockCache, AFetchThatRacedWithAnInvalidationIsRefused) {
+  auto c = Make(8);
+  ASSERT_TRUE(PutNow(*c, 1, 0, 1));
+  const uint64_t g1 = c->Generation(1);
+  const uint64_t g2 = c->Generation(2);  // no record
+  const uint64_t g3 = c->Generation(3);
+  c->InvalidateFile(1);
+  c->InvalidateFile(2);
+  EXPECT_FALSE(c->Put(1, 1, g1, Bytes(kBlock, 9)));
+  EXPECT_FALSE(c->Put(2, 0, g2, Bytes(kBlock, 9)));
+  EXPECT_EQ(Fill(*c, 1, 1), -1);
+  EXPECT_EQ(Fill(*c, 2, 0), -1);
+  EXPECT_EQ(c->stats().puts_refused, 2u);
+  // A file without a record shares the floor: its fetch is refused too
+  // (harmless: fetched again), never one of a later generation accepted.
+  EXPECT_FALSE(c->Put(3, 0, g3, Bytes(kBlock, 9)));
+  EXPECT_TRUE(PutNow(*c, 3, 0, 4));
+  EXPECT_EQ(Fill(*c, 3, 0), 4);
+}
+
+TEST(BlockCache, GenerationsNeverComeBackAfterRecordsAreDropped) {
+  auto c = Make(4);
+  const uint64_t old = c->Generation(7);
+  // Many files stored and evicted: records of files without blocks are
+  // dropped along the way.
+  for (uint64_t f = 100; f < 5000; ++f) ASSERT_TRUE(PutNow(*c, f, 0, 1));
+  EXPECT_LT(c->stats().files, 2000u);
+  c->InvalidateFile(7);
+  EXPECT_FALSE(c->Put(7, 0, old, Bytes(kBlock, 1)));
+  EXPECT_NE(c->Generation(7), old);
+}
+
+// One scan of twice the cache's size, block by block, after a hot set was
+// read twice: the hot set is still there.
+TEST(BlockCache, AScanDoesNotFlushTheHotSet) {
+  auto c = Make(64);
+  for (uint64_t i = 0; i < 32; ++i) ASSERT_TRUE(PutNow(*c, 1, i, 1));
+  for (uint64_t i = 0; i < 32; ++i) ASSERT_EQ(Fill(*c, 1, i), 1);  // promoted
+  for (uint64_t i = 0; i < 128; ++i) {
+    if (Fill(*c, 2, i) < 0) {
+      ASSERT_TRUE(PutNow(*c, 2, i, 2));
+    }
+  }
+  for (uint64_t i = 0; i < 32; ++i) EXPECT_EQ(Fill(*c, 1, i), 1) << i;
+  const auto s = c->stats();
+  EXPECT_EQ(s.promotions, 32u);
+  EXPECT_EQ(s.blocks_used, 64u);
+  EXPECT_GE(s.evictions, 128u - 32u);
+}
+
+// Against a plain LRU the same pattern would leave nothing of the hot set:
+// the test above fails with every block put straight into protected.
+TEST(BlockCache, ProtectedIsLruAndProbationFifo) {
+  auto c = Make(4, 50);  // 2 probation, 2 protected
+  ASSERT_TRUE(PutNow(*c, 1, 0, 1));
+  ASSERT_TRUE(PutNow(*c, 1, 1, 1));
+  ASSERT_EQ(Fill(*c, 1, 0), 1);  // protected: 0
+  ASSERT_EQ(Fill(*c, 1, 1), 1);  // protected: 1, 0
+  ASSERT_TRUE(PutNow(*c, 1, 2, 1));
+  ASSERT_TRUE(PutNow(*c, 1, 3, 1));  // full
+  ASSERT_EQ(Fill(*c, 1, 0), 1);      // protected: 0, 1
+  ASSERT_TRUE(PutNow(*c, 1, 4, 1));  // probation holds 2 = its share: protected's LRU (1) goes
+  EXPECT_EQ(Fill(*c, 1, 1), -1);
+  ASSERT_TRUE(PutNow(*c, 1, 5, 1));  // probation 3 > 2: its oldest (2) goes
+  EXPECT_EQ(Fill(*c, 1, 2), -1);
+  EXPECT_EQ(Fill(*c, 1, 0), 1);
+}
+
+TEST(BlockCache, ClearDropsEverythingAndRefusesFetchesInFlight) {
+  auto c = Make(16);
+  for (uint64_t i = 0; i < 16; ++i) ASSERT_TRUE(PutNow(*c, 1, i, 5));
+  const uint64_t g = c->Generation(1);
+  c->Clear();
+  EXPECT_EQ(c->stats().blocks_used, 0u);
+  EXPECT_EQ(c->stats().bytes_used, 0u);
+  EXPECT_EQ(Fill(*c, 1, 0), -1);
+  EXPECT_FALSE(c->Put(1, 0, g, Bytes(kBlock, 1)));
+  ASSERT_TRUE(PutNow(*c, 1, 0, 6));
+  EXPECT_EQ(Fill(*c, 1, 0), 6);
+}
+
+// Random puts, gets and invalidations of a few files against a model: a
+// get returns the last bytes put under the current generation, or misses.
+TEST(BlockCache, RandomOperationsAgreeWithAModel) {
+  std::mt19937_64 rng(42);
+  auto c = Make(16);
+  std::map<std::pair<uint64_t, uint64_t>, int> model;  // what a hit may return
+  for (int step = 0; step < 20000; ++step) {
+    const uint64_t file = rng() % 4, index = rng() % 12;
+    switch (rng() % 4) {
+      case 0: {
+        const uint64_t g = c->Generation(file);
+        if (rng() % 8 == 0) {
+          c->InvalidateFile(file);
+          std::erase_if(model, [&](const auto& kv) { return kv.first.first == file; });
+        }
+        const int fill = static_cast<int>(rng() % 250) + 1;
+        if (c->Put(file, index, g, Bytes(kBlock, static_cast<uint8_t>(fill)))) {
+          model[{file, index}] = fill;
+        }
+        break;
+      }
+      case 1:
+        c->InvalidateFile(file);
+        std::erase_if(model, [&](const auto& kv) { return kv.first.first == file; });
+        break;
+      default: {
+        const int got = Fill(*c, file, index);
+        if (got >= 0) {
+          auto it = model.find({file, index});
+          ASSERT_NE(it, model.end()) << "step " << step;
+          ASSERT_EQ(got, it->second) << "step " << step;
+        }
+      }
+    }
+  }
+  EXPECT_GT(c->stats().hits, 300u);
+}
+
+}  // namespace
+}  // namespace fedfs::coop
