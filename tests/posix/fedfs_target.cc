@@ -27,8 +27,13 @@ class FedfsTarget : public MountTarget {
     // Non-root test children must reach the mounts (the harness makes its
     // directory 0700).
     ::chmod(cluster_.dir().c_str(), 0755);
+    // The file-data cache is on (docs/coopcache.md): every read of a file
+    // held on another node goes through it.
     const std::string extra =
-        placement_ == FedfsPlacement::kRemote ? "placement: {policy: local, rules: [{prefix: /, node: n1}]}\n" : "";
+        std::string(placement_ == FedfsPlacement::kRemote
+                        ? "placement: {policy: local, rules: [{prefix: /, node: n1}]}\n"
+                        : "") +
+        "coopcache: {size: 64MiB, block: 64KiB}\n";
     std::vector<std::string> addrs;
     for (int i = 0; i < kNodes; ++i) addrs.push_back("127.0.0.1:" + std::to_string(FreePort()));
     for (int i = 0; i < kNodes; ++i) {
@@ -82,7 +87,7 @@ class FedfsTarget : public MountTarget {
   std::string describe() const override {
     return name() + " (3 fedfsd, " +
            (placement_ == FedfsPlacement::kLocal ? "files on the creating node" : "files forced onto n1") +
-           ") at " + view(0);
+           ", file-data cache on) at " + view(0);
   }
 
  private:

@@ -5,7 +5,8 @@
 //
 // Names: "native", "native-ref" (the reference side of parity tests),
 // "passthrough_ll", "fedfs-local" (files on the node that creates them) and "fedfs-remote"
-// (3 nodes; a placement rule forces every file onto another node).
+// (3 nodes; a placement rule forces every file onto another node); both
+// FedFS targets run with the file-data cache on.
 // Main thread only.
 #pragma once
 
