@@ -20,6 +20,8 @@
 #               io_uring (the run turns the fuse module's switch on, see URING)
 #   fedfs3-loc  FedFS, 3 nodes, files created on the mounting node
 #   fedfs3-rem  FedFS, 3 nodes, a placement rule puts every file on another node
+#   fedfs3-remc the same with each node's file-data cache on (coopcache 256 MiB,
+#               blocks of 256 KiB; docs/coopcache.md); the cold rows drop it too
 #   glusterfs   GlusterFS: a distributed volume over 3 bricks on this machine
 #               (the run's file system), one FUSE mount, its default options
 #               (bench/lib.sh, start_glusterfs: installs glusterfs-server and
@@ -33,7 +35,8 @@
 # then one pass reading each block once in random order:
 # echo 3 > /proc/sys/vm/drop_caches, which affects the whole machine) and
 # 4 KiB random write. Prints a table with each value and its ratio to ptll, then the
-# sequential rows of fedfs3-rem as a ratio to fedfs3-loc.
+# sequential and random-read rows of fedfs3-rem and fedfs3-remc as a ratio
+# to fedfs3-loc.
 # Then, for every FUSE target, the FUSE requests its kernel sent per operation
 # of each row (LOOKUP, GETATTR, ...), from one more, untimed, round with the
 # kernel's fuse_request_send tracepoint on (in a tracing instance of the run's
@@ -52,7 +55,7 @@
 #      REPEAT=3 (rounds; each round runs every target once, in order, so a
 #      slow spell of the machine hits all targets alike; the median of the
 #      rounds is shown: on a small shared machine single runs vary by up to 2x),
-#      TARGETS="native ptll ptll-dp mergerfs fedfs1 fedfs1-dev fedfs3-loc fedfs3-rem glusterfs",
+#      TARGETS="native ptll ptll-dp mergerfs fedfs1 fedfs1-dev fedfs3-loc fedfs3-rem fedfs3-remc glusterfs",
 #      COUNT=1 (default; 0: off) counts requests per operation in one untimed
 #      round per FUSE target (COUNT_FILES=2000 files, 64 MiB sequential
 #      files, 1 s random jobs); mounts tracefs on /sys/kernel/tracing for
@@ -86,7 +89,7 @@ RAND_SIZE=${RAND_SIZE:-64M}
 RUNTIME=${RUNTIME:-5}
 REPEAT=${REPEAT:-3}
 FIO=${FIO:-1}
-TARGETS=${TARGETS:-"native ptll ptll-dp mergerfs fedfs1 fedfs1-dev fedfs3-loc fedfs3-rem glusterfs"}
+TARGETS=${TARGETS:-"native ptll ptll-dp mergerfs fedfs1 fedfs1-dev fedfs3-loc fedfs3-rem fedfs3-remc glusterfs"}
 URING=${URING:-Y}
 COUNT=${COUNT:-1}
 COUNT_FILES=${COUNT_FILES:-2000}
@@ -128,6 +131,10 @@ setup_fedfs1() { start_fedfs fedfs1 1 ""; }
 setup_fedfs1-dev() { start_fedfs fedfs1dev 1 "fuse: {io_uring: false}"; }
 setup_fedfs3-loc() { start_fedfs fedfs3loc 3 ""; }
 setup_fedfs3-rem() { start_fedfs fedfs3rem 3 "placement: {policy: local, rules: [{prefix: /, node: n1}]}"; }
+setup_fedfs3-remc() {
+  start_fedfs fedfs3remc 3 "placement: {policy: local, rules: [{prefix: /, node: n1}]}
+coopcache: {size: 256MiB, block: 256KiB}"
+}
 
 # start_glusterfs (bench/lib.sh): <tag> <bricks> <mounts>
 setup_glusterfs() { start_glusterfs glusterfs 3 1; }
@@ -394,12 +401,16 @@ print_table() {
       done
     done
   fi
-  # Remote files through the mount against local files through the mount.
-  for r in seq_write_mib_s seq_read_mib_s; do
-    local l=${R[fedfs3-loc,$r]:-} m=${R[fedfs3-rem,$r]:-}
-    if [ -n "$l" ] && [ -n "$m" ] && [ "$l" != 0 ]; then
-      echo "$r fedfs3-rem / fedfs3-loc: $(awk -v a="$m" -v b="$l" 'BEGIN { printf "%.2f", a / b }')"
-    fi
+  # Remote files through the mount (without and with the file-data cache)
+  # against local files through the mount.
+  for r in seq_write_mib_s seq_read_mib_s randread_warm_iops randread_cold_iops; do
+    local l=${R[fedfs3-loc,$r]:-} m t
+    for t in fedfs3-rem fedfs3-remc; do
+      m=${R[$t,$r]:-}
+      if [ -n "$l" ] && [ -n "$m" ] && [ "$l" != 0 ]; then
+        echo "$r $t / fedfs3-loc: $(awk -v a="$m" -v b="$l" 'BEGIN { printf "%.2f", a / b }')"
+      fi
+    done
   done
   if [ ${#FAILED[@]} -gt 0 ]; then
     echo "failed measurements (${#FAILED[@]}; their cells are incomplete or failed):"
