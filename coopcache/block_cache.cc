@@ -125,6 +125,12 @@ std::optional<size_t> BlockCache::Get(uint64_t file, uint64_t index, std::span<s
   return fr.length;
 }
 
+bool BlockCache::Has(uint64_t file, uint64_t index) const {
+  std::lock_guard lock(mu_);
+  auto it = index_.find(Key{file, index});
+  return it != index_.end() && frames_[it->second].generation == GenerationLocked(file);
+}
+
 bool BlockCache::Put(uint64_t file, uint64_t index, uint64_t generation,
                      std::span<const std::byte> data) {
   if (data.size() > block_) return false;

@@ -74,6 +74,8 @@ class BlockCache {
   // `index` of `file`, fetched while the file's generation was `generation`.
   // False (nothing stored) if the generation moved since.
   bool Put(uint64_t file, uint64_t index, uint64_t generation, std::span<const std::byte> data);
+  // Whether Get would hit, without counting it or moving the block.
+  bool Has(uint64_t file, uint64_t index) const;
   // Every block of `file` stops being returned (O(1); freed as found).
   void InvalidateFile(uint64_t file);
   // Drops every block and gives the memory back (fedfsctl cache drop).

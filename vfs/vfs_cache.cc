@@ -63,8 +63,7 @@ Result<size_t> VfsImpl::CachedRead(const OpenFile& f, uint64_t offset, std::span
     // read in one call, then each block stored.
     uint64_t last = (offset + dst.size() - 1) / block;
     for (uint64_t i = index + 1; i <= last; ++i) {
-      std::byte probe[1];
-      if (cache.Get(f.ino, i, std::span<std::byte>(probe, 0))) {
+      if (cache.Has(f.ino, i)) {
         last = i - 1;
         break;
       }

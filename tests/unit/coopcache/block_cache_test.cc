@@ -51,6 +51,8 @@ TEST(BlockCache, AStoredBlockIsReturnedWithItsLength) {
   EXPECT_EQ(Fill(*c, 1, 0), -1);
   ASSERT_TRUE(PutNow(*c, 1, 0, 0xaa));
   ASSERT_TRUE(PutNow(*c, 1, 1, 0xbb, 100));  // the file ends 100 bytes into block 1
+  EXPECT_TRUE(c->Has(1, 0));
+  EXPECT_FALSE(c->Has(1, 2));
   EXPECT_EQ(Fill(*c, 1, 0), 0xaa);
   std::vector<std::byte> out(kBlock, std::byte{0});
   auto n = c->Get(1, 1, out);
@@ -72,6 +74,7 @@ TEST(BlockCache, AnInvalidatedFileReturnsNothingAndOthersKeepTheirs) {
   ASSERT_TRUE(PutNow(*c, 1, 0, 1));
   ASSERT_TRUE(PutNow(*c, 2, 0, 2));
   c->InvalidateFile(1);
+  EXPECT_FALSE(c->Has(1, 0));
   EXPECT_EQ(Fill(*c, 1, 0), -1);
   EXPECT_EQ(Fill(*c, 2, 0), 2);
   EXPECT_EQ(c->stats().stale, 1u);
