@@ -30,6 +30,11 @@ Result<std::unique_ptr<BlockCache>> BlockCache::Create(const BlockCacheOptions& 
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                    -1, 0);
   if (p == MAP_FAILED) return Err(errno, "mapping the block cache");
+  // Transparent huge pages where the kernel has them for madvise: a block
+  // stored into fresh memory then faults once per 2 MiB, not once per 4 KiB
+  // (measured: the faults of a first fill cost more than the copies on a
+  // small VM). Best effort.
+  ::madvise(p, bytes, MADV_HUGEPAGE);
   return std::unique_ptr<BlockCache>(new BlockCache(o, static_cast<std::byte*>(p), bytes));
 }
 

@@ -36,7 +36,9 @@ Result<size_t> VfsImpl::CachedRead(const OpenFile& f, uint64_t offset, std::span
     }
   }
   size_t done = 0;
-  std::vector<std::byte> buf;
+  // Parts of blocks and runs that do not land in dst whole go through this
+  // thread's buffer (kept: a fresh one per read faulted in every page).
+  thread_local std::vector<std::byte> buf;
   while (done < dst.size()) {
     const uint64_t pos = offset + done;
     const uint64_t index = pos / block;
@@ -50,8 +52,8 @@ Result<size_t> VfsImpl::CachedRead(const OpenFile& f, uint64_t offset, std::span
         continue;
       }
     } else {
-      buf.resize(block);
-      if (auto n = cache.Get(f.ino, index, buf)) {
+      if (buf.size() < block) buf.resize(block);
+      if (auto n = cache.Get(f.ino, index, std::span<std::byte>(buf.data(), block))) {
         const size_t got = *n > in_block ? std::min(want, *n - in_block) : 0;
         std::memcpy(dst.data() + done, buf.data() + in_block, got);
         done += got;
@@ -70,8 +72,15 @@ Result<size_t> VfsImpl::CachedRead(const OpenFile& f, uint64_t offset, std::span
     }
     const uint64_t generation = cache.Generation(f.ino);
     const size_t span = static_cast<size_t>((last - index + 1) * block);
-    buf.resize(std::max(buf.size(), span));
-    auto n = f.fs->Read(f.handle, index * block, std::span<std::byte>(buf.data(), span));
+    // The run straight into dst when it starts at a block and fits there
+    // (a sequential read: no copy but the one into the cache).
+    const bool direct = in_block == 0 && span <= dst.size() - done;
+    std::byte* into = direct ? dst.data() + done : nullptr;
+    if (!direct) {
+      if (buf.size() < span) buf.resize(span);
+      into = buf.data();
+    }
+    auto n = f.fs->Read(f.handle, index * block, std::span<std::byte>(into, span));
     if (!n) {
       if (done > 0) return done;  // what was read so far
       return Err(n.error());
@@ -81,12 +90,12 @@ Result<size_t> VfsImpl::CachedRead(const OpenFile& f, uint64_t offset, std::span
       const size_t from = static_cast<size_t>((i - index) * block);
       if (from > *n || (from == *n && i != index)) break;
       const size_t len = std::min(block, *n - from);
-      cache.Put(f.ino, i, generation, std::span<const std::byte>(buf.data() + from, len));
+      cache.Put(f.ino, i, generation, std::span<const std::byte>(into + from, len));
       if (len < block) break;
     }
     const size_t avail = *n > in_block ? *n - in_block : 0;
     const size_t got = std::min(dst.size() - done, avail);
-    std::memcpy(dst.data() + done, buf.data() + in_block, got);
+    if (!direct) std::memcpy(dst.data() + done, into + in_block, got);
     done += got;
     if (*n < span) break;  // the file ended within the run
   }
