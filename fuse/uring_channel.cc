@@ -412,7 +412,10 @@ class UringChannel::Impl {
   io_uring_sqe* PrepCmd(Entry& e, uint32_t op) {
     io_uring_sqe* sqe = io_uring_get_sqe(&e.ring);
     // Four slots, at most two filled between submissions.
-    if (sqe == nullptr) std::abort();
+    if (sqe == nullptr) {
+      Log()->critical("FUSE over io_uring: queue {}: no free submission entry (op {})", e.qid, op);
+      std::abort();
+    }
     std::memset(static_cast<void*>(sqe), 0, 2 * sizeof *sqe);  // SQE128: the command area too
     sqe->opcode = IORING_OP_URING_CMD;
     sqe->fd = fd_;
@@ -486,7 +489,10 @@ class UringChannel::Impl {
     (void)::pthread_setaffinity_np(::pthread_self(), sizeof set, &set);
     PrepCmd(e, kCmdRegister);
     io_uring_sqe* sqe = io_uring_get_sqe(&e.ring);
-    if (sqe == nullptr) std::abort();
+    if (sqe == nullptr) {
+      Log()->critical("FUSE over io_uring: queue {}: no free submission entry (stop poll)", e.qid);
+      std::abort();
+    }
     io_uring_prep_poll_add(sqe, stop_fd_, POLLIN);
     sqe->user_data = kTagStop;
     bool stop = false;
