@@ -154,14 +154,10 @@ void DirTable::InstallNamesOnly(const Ticket& t, const std::string& name, VdPtr 
   if (t.slot >= slots_.size()) return;
   Slot& slot = slots_[t.slot];
   if (slot.path != t.path || slot.generation != t.generation) return;  // reused since
-  auto skeleton = std::make_shared<VirtualDirectory>();
-  skeleton->path = part->path;
-  skeleton->version = part->version;
-  skeleton->epoch = part->epoch;
-  skeleton->holders = part->holders;
-  skeleton->subdirs = part->subdirs;
+  // The answer without its entry (it holds at most the one asked for).
+  auto skeleton = std::make_shared<VirtualDirectory>(*part);
+  skeleton->entries = {};
   skeleton->kernel_may_cache = false;
-  skeleton->partial = true;
   bytes_ -= slot.bytes;
   slot.bytes = SizeOf(*skeleton);
   bytes_ += slot.bytes;
