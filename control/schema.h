@@ -263,8 +263,18 @@ struct CacheReply {
   uint64_t hits = 0, misses = 0, stale = 0, puts = 0, puts_refused = 0;
   uint64_t evictions = 0, invalidations = 0, promotions = 0;
   uint64_t fetches = 0, fetched_bytes = 0, clears = 0;
+  // Cooperation: blocks read from other nodes' caches (one-sided), copies
+  // found moved on (tag misses) or unreachable; as a file's node, reads
+  // answered with copies at other nodes, and the copies it knows of.
+  bool shared = false;
+  uint64_t remote_hits = 0, remote_bytes = 0, tag_misses = 0, remote_errors = 0;
+  uint64_t redirects = 0, directory_files = 0, directory_copies = 0;
   template <class S, class V>
   static void Fields(S& s, V&& v) {
+    v("shared", s.shared); v("remote_hits", s.remote_hits); v("remote_bytes", s.remote_bytes);
+    v("tag_misses", s.tag_misses); v("remote_errors", s.remote_errors);
+    v("redirects", s.redirects); v("directory_files", s.directory_files);
+    v("directory_copies", s.directory_copies);
     v("node", s.node); v("enabled", s.enabled); v("size_bytes", s.size_bytes);
     v("block_bytes", s.block_bytes); v("blocks_used", s.blocks_used);
     v("bytes_used", s.bytes_used); v("files", s.files); v("probation", s.probation);

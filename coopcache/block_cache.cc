@@ -3,8 +3,10 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstring>
+#include <random>
 
 namespace fedfs::coop {
 
@@ -35,22 +37,53 @@ Result<std::unique_ptr<BlockCache>> BlockCache::Create(const BlockCacheOptions& 
   // (measured: the faults of a first fill cost more than the copies on a
   // small VM). Best effort.
   ::madvise(p, bytes, MADV_HUGEPAGE);
-  return std::unique_ptr<BlockCache>(new BlockCache(o, static_cast<std::byte*>(p), bytes));
+  const size_t tag_bytes = bytes / o.block_bytes * sizeof(uint64_t);
+  void* t = ::mmap(nullptr, tag_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (t == MAP_FAILED) {
+    const int e = errno;
+    ::munmap(p, bytes);
+    return Err(e, "mapping the block cache's tags");
+  }
+  return std::unique_ptr<BlockCache>(
+      new BlockCache(o, static_cast<std::byte*>(p), bytes, static_cast<uint64_t*>(t)));
 }
 
-BlockCache::BlockCache(const BlockCacheOptions& o, std::byte* arena, size_t arena_bytes)
+BlockCache::BlockCache(const BlockCacheOptions& o, std::byte* arena, size_t arena_bytes,
+                       uint64_t* tags)
     : block_(o.block_bytes),
       probation_percent_(o.probation_percent),
       arena_(arena),
       arena_bytes_(arena_bytes),
+      tags_(tags),
       frames_(arena_bytes / o.block_bytes) {
+  // Tags start at a random point: a restarted node's frames never carry a
+  // tag its earlier run published (2^-40 odds over a trillion fills).
+  std::random_device rd;
+  next_tag_ = (uint64_t{rd()} << 32 | rd()) | 1;
   free_.reserve(frames_.size());
   for (size_t f = frames_.size(); f-- > 0;) free_.push_back(static_cast<uint32_t>(f));
   stats_.size_bytes = arena_bytes;
   stats_.block_bytes = block_;
 }
 
-BlockCache::~BlockCache() { ::munmap(arena_, arena_bytes_); }
+BlockCache::~BlockCache() {
+  ::munmap(arena_, arena_bytes_);
+  ::munmap(tags_, frames_.size() * sizeof(uint64_t));
+}
+
+// A frame's tag goes to 0 before its bytes change and to its new value after
+// they are stored (release): a peer that read the bytes and then the tag it
+// expected read no byte of a rewrite. The fence keeps the stores of a
+// rewrite after the store of 0.
+void BlockCache::SetTag(uint32_t f, uint64_t tag) {
+  std::atomic_ref<uint64_t>(tags_[f]).store(tag, std::memory_order_release);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+uint64_t BlockCache::NextTagLocked() {
+  if (++next_tag_ == 0) ++next_tag_;
+  return next_tag_;
+}
 
 void BlockCache::Unlink(uint32_t f) {
   Frame& fr = frames_[f];
@@ -81,6 +114,7 @@ void BlockCache::FreeFrame(uint32_t f) {
   }
   stats_.bytes_used -= fr.length;
   fr.queue = Queue::kFree;
+  SetTag(f, 0);
   free_.push_back(f);
 }
 
@@ -89,6 +123,7 @@ uint32_t BlockCache::TakeFrame() {
     const size_t probation_cap = std::max<size_t>(1, frames_.size() * probation_percent_ / 100);
     const List& from =
         probation_.size > probation_cap || protected_.size == 0 ? probation_ : protected_;
+    if (from.tail == kNone) return kNone;  // every frame reserved
     FreeFrame(from.tail);
     ++stats_.evictions;
   }
@@ -151,20 +186,37 @@ bool BlockCache::Put(uint64_t file, uint64_t index, uint64_t generation,
     q = frames_[f].queue;
     stats_.bytes_used -= frames_[f].length;
     Unlink(f);
+    index_.erase(it);
+    --files_[file].blocks;
+    SetTag(f, 0);
   } else {
     f = TakeFrame();
-    index_.emplace(Key{file, index}, f);
-    auto [rec, added] = files_.try_emplace(file, FileRec{generation, 0});
-    ++rec->second.blocks;
+    if (f == kNone) {
+      ++stats_.puts_refused;
+      return false;
+    }
   }
+  std::memcpy(Data(f), data.data(), data.size());
+  IndexLocked(f, file, index, generation, data.size(), q);
+  return true;
+}
+
+void BlockCache::IndexLocked(uint32_t f, uint64_t file, uint64_t index, uint64_t generation,
+                             size_t length, Queue q) {
+  if (auto it = index_.find(Key{file, index}); it != index_.end()) {
+    FreeFrame(it->second);  // a concurrent fill of the same block: the newer stays
+  }
+  index_.emplace(Key{file, index}, f);
+  auto [rec, added] = files_.try_emplace(file, FileRec{generation, 0});
+  ++rec->second.blocks;
   Frame& fr = frames_[f];
   fr.file = file;
   fr.index = index;
   fr.generation = generation;
-  fr.length = static_cast<uint32_t>(data.size());
-  std::memcpy(Data(f), data.data(), data.size());
+  fr.length = static_cast<uint32_t>(length);
   stats_.bytes_used += fr.length;
   PushHead(q, f);
+  SetTag(f, NextTagLocked());
   ++stats_.puts;
   // Records of files without blocks: dropped once they outnumber the
   // blocks; floor_ then moves past every generation handed out, so that a
@@ -173,7 +225,50 @@ bool BlockCache::Put(uint64_t file, uint64_t index, uint64_t generation,
     std::erase_if(files_, [](const auto& kv) { return kv.second.blocks == 0; });
     floor_ = next_generation_++;
   }
+}
+
+auto BlockCache::Reserve(uint64_t file, uint64_t index, uint64_t generation)
+    -> std::optional<Slot> {
+  (void)index;
+  std::lock_guard lock(mu_);
+  if (generation != GenerationLocked(file)) return std::nullopt;
+  const uint32_t f = TakeFrame();
+  if (f == kNone) return std::nullopt;
+  frames_[f].queue = Queue::kReserved;
+  ++stats_.reserved;
+  // The tag it will carry: taken now so that a holder may name it before
+  // the bytes are there (a peer told early finds 0 and asks the holder).
+  return Slot{f, NextTagLocked(), Data(f)};
+}
+
+bool BlockCache::Publish(const Slot& slot, uint64_t file, uint64_t index, uint64_t generation,
+                         std::span<const std::byte> data, size_t length) {
+  if (!data.empty()) length = data.size();
+  std::lock_guard lock(mu_);
+  Frame& fr = frames_[slot.frame];
+  if (fr.queue != Queue::kReserved) return false;
+  --stats_.reserved;
+  if (length > block_ || generation != GenerationLocked(file)) {
+    ++stats_.puts_refused;
+    fr.queue = Queue::kFree;
+    free_.push_back(slot.frame);
+    return false;
+  }
+  if (!data.empty()) std::memcpy(Data(slot.frame), data.data(), data.size());
+  fr.queue = Queue::kFree;  // IndexLocked links it
+  IndexLocked(slot.frame, file, index, generation, length, Queue::kProbation);
+  // The tag the holder was told, not the one IndexLocked took.
+  SetTag(slot.frame, slot.tag);
   return true;
+}
+
+void BlockCache::Abandon(const Slot& slot) {
+  std::lock_guard lock(mu_);
+  Frame& fr = frames_[slot.frame];
+  if (fr.queue != Queue::kReserved) return;
+  --stats_.reserved;
+  fr.queue = Queue::kFree;
+  free_.push_back(slot.frame);
 }
 
 void BlockCache::InvalidateFile(uint64_t file) {
@@ -192,7 +287,7 @@ void BlockCache::InvalidateFile(uint64_t file) {
 void BlockCache::Clear() {
   std::lock_guard lock(mu_);
   for (uint32_t f = 0; f < frames_.size(); ++f) {
-    if (frames_[f].queue != Queue::kFree) FreeFrame(f);
+    if (frames_[f].queue != Queue::kFree && frames_[f].queue != Queue::kReserved) FreeFrame(f);
   }
   // Every file's generation moves: fetches in flight are refused.
   files_.clear();

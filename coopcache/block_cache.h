@@ -25,6 +25,16 @@
 // back (MADV_DONTNEED). The bookkeeping is about 100 bytes per block in
 // use, plus 32 per file that has blocks.
 //
+// Cooperation (docs/coopcache.md, "Blocks fetched from peers' memory"): the
+// blocks live in one arena, and every frame (a block's place in it) has a
+// 64-bit tag in a second array; both may be registered with the transport
+// so that peers read a block one-sidedly. A frame's tag is 0 while it is
+// free, reserved or being rewritten, and a value never used before by this
+// object (from a random start) while it holds one block's bytes: a peer that
+// reads a frame's bytes and then its tag, and finds the tag it was told,
+// read those bytes whole. A fill for peers to find goes Reserve (a frame
+// and the tag it will have) -> Publish (bytes stored, tag set) or Abandon.
+//
 // Threads: every method is thread-safe (one mutex; copies in and out are
 // made under it, a block at a time). Invalidate never blocks on I/O, so it
 // may be called from the transport's progress context.
@@ -74,6 +84,27 @@ class BlockCache {
   // `index` of `file`, fetched while the file's generation was `generation`.
   // False (nothing stored) if the generation moved since.
   bool Put(uint64_t file, uint64_t index, uint64_t generation, std::span<const std::byte> data);
+  // A frame for block `index` of `file`, to be filled by a fetch made under
+  // `generation`, and the tag it will carry once published; its tag stays 0
+  // until then. nullopt if the generation moved or every frame is reserved.
+  struct Slot {
+    uint32_t frame = 0;
+    uint64_t tag = 0;
+    std::byte* data = nullptr;  // the frame's bytes (block_size of them)
+  };
+  std::optional<Slot> Reserve(uint64_t file, uint64_t index, uint64_t generation);
+  // Stores `data` (at most a block) in the slot's frame, or, with no data,
+  // takes the first `length` bytes already there; then indexes it as block
+  // `index` of `file` and sets its tag. False (the frame freed) if the
+  // file's generation moved since `generation`.
+  bool Publish(const Slot& slot, uint64_t file, uint64_t index, uint64_t generation,
+               std::span<const std::byte> data, size_t length);
+  void Abandon(const Slot& slot);
+  // The arena and the tag array (one uint64 per frame), for registration.
+  std::span<std::byte> arena() { return {arena_, arena_bytes_}; }
+  std::span<std::byte> tags() {
+    return {reinterpret_cast<std::byte*>(tags_), frames_.size() * sizeof(uint64_t)};
+  }
   // Whether Get would hit, without counting it or moving the block.
   bool Has(uint64_t file, uint64_t index) const;
   // Every block of `file` stops being returned (O(1); freed as found).
@@ -92,12 +123,13 @@ class BlockCache {
     uint64_t puts = 0, puts_refused = 0, evictions = 0, invalidations = 0, promotions = 0;
     uint64_t fetches = 0, fetched_bytes = 0;  // NoteFetch
     uint64_t clears = 0;
+    uint64_t reserved = 0;  // frames reserved now
   };
   Stats stats() const;
 
  private:
   static constexpr uint32_t kNone = UINT32_MAX;
-  enum class Queue : uint8_t { kFree, kProbation, kProtected };
+  enum class Queue : uint8_t { kFree, kProbation, kProtected, kReserved };
   struct Frame {
     uint64_t file = 0, index = 0, generation = 0;
     uint32_t length = 0;
@@ -120,7 +152,13 @@ class BlockCache {
     size_t blocks = 0;
   };
 
-  BlockCache(const BlockCacheOptions& options, std::byte* arena, size_t arena_bytes);
+  BlockCache(const BlockCacheOptions& options, std::byte* arena, size_t arena_bytes,
+             uint64_t* tags);
+  void SetTag(uint32_t f, uint64_t tag);  // see "Cooperation" above
+  uint64_t NextTagLocked();
+  // Indexes frame f (filled, tag 0) as block `index` of `file`.
+  void IndexLocked(uint32_t f, uint64_t file, uint64_t index, uint64_t generation, size_t length,
+                   Queue q);
   List& ListOf(Queue q) { return q == Queue::kProbation ? probation_ : protected_; }
   void Unlink(uint32_t f);
   void PushHead(Queue q, uint32_t f);
@@ -133,6 +171,7 @@ class BlockCache {
   const unsigned probation_percent_;
   std::byte* const arena_;
   const size_t arena_bytes_;
+  uint64_t* const tags_;  // one per frame, accessed as atomics
   mutable std::mutex mu_;
   std::vector<Frame> frames_;
   std::vector<uint32_t> free_;
@@ -141,6 +180,7 @@ class BlockCache {
   std::unordered_map<uint64_t, FileRec> files_;
   uint64_t next_generation_ = 1;  // the next generation InvalidateFile hands out
   uint64_t floor_ = 0;            // the generation of a file without a record
+  uint64_t next_tag_ = 0;         // random start, never 0
   Stats stats_;
 };
 

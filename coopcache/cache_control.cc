@@ -1,12 +1,28 @@
 #include "coopcache/cache_control.h"
 
 #include "coopcache/block_cache.h"
+#include "coopcache/peer_fetch.h"
 
 namespace fedfs::coop {
 
-control::CacheReply CacheStatus(const BlockCache* cache, const std::string& self) {
+control::CacheReply CacheStatus(const BlockCache* cache, const PeerFetch* peers,
+                                const HolderCountsFn& holder, const std::string& self) {
   control::CacheReply r;
   r.node = self;
+  if (holder) {
+    const HolderCounts h = holder();
+    r.redirects = h.redirects;
+    r.directory_files = h.directory_files;
+    r.directory_copies = h.directory_copies;
+  }
+  if (peers != nullptr) {
+    const PeerFetch::Stats p = peers->stats();
+    r.shared = true;
+    r.remote_hits = p.remote_hits;
+    r.remote_bytes = p.remote_bytes;
+    r.tag_misses = p.tag_misses;
+    r.remote_errors = p.remote_errors;
+  }
   if (cache == nullptr) return r;
   const BlockCache::Stats s = cache->stats();
   r.enabled = true;
@@ -31,15 +47,17 @@ control::CacheReply CacheStatus(const BlockCache* cache, const std::string& self
   return r;
 }
 
-void RegisterCacheControl(control::Dispatcher& dispatcher, BlockCache* cache,
-                          const std::string& self) {
-  dispatcher.Register([cache, self](const control::Request&) -> Result<control::CacheReply> {
-    return CacheStatus(cache, self);
-  });
-  dispatcher.Register([cache, self](const control::Request&) -> Result<control::CacheDropReply> {
+void RegisterCacheControl(control::Dispatcher& dispatcher, BlockCache* cache, PeerFetch* peers,
+                          HolderCountsFn holder, const std::string& self) {
+  dispatcher.Register(
+      [cache, peers, holder, self](const control::Request&) -> Result<control::CacheReply> {
+        return CacheStatus(cache, peers, holder, self);
+      });
+  dispatcher.Register([cache, peers, holder,
+                       self](const control::Request&) -> Result<control::CacheDropReply> {
     if (cache != nullptr) cache->Clear();
     control::CacheDropReply r;
-    static_cast<control::CacheReply&>(r) = CacheStatus(cache, self);
+    static_cast<control::CacheReply&>(r) = CacheStatus(cache, peers, holder, self);
     return r;
   });
 }

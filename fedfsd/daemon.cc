@@ -271,7 +271,13 @@ Status Daemon::StartControl(const DaemonOptions& o) {
   ns::RegisterVfsControl(commands, &node_->vfs());
   ns::RegisterVdControl(commands, &node_->vd_service(), o.node_id);
   ns::RegisterFilesControl(commands, &node_->file_service(), &node_->fs_callbacks(), o.node_id);
-  coop::RegisterCacheControl(commands, node_->cache(), o.node_id);
+  coop::RegisterCacheControl(commands, node_->cache(), node_->peers(),
+                             [fs = &node_->file_service()] {
+                               const auto s = fs->stats();
+                               return coop::HolderCounts{s.coop_redirects, s.coop_files,
+                                                         s.coop_copies};
+                             },
+                             o.node_id);
   control_ = std::make_unique<control::ControlServer>(control::ControlOptions{o.control_socket},
                                                       std::move(commands));
   if (auto s = control_->Start(); !s) return Err(s.error().code, s.error().ToString());

@@ -353,6 +353,16 @@ auto FileService::Impl::CheckSlot(const SessionView& v, const fb::FsRequest* req
 
 auto FileService::Impl::DoRead(const SessionView& v, const fb::FsRequest* req,
                                Clock::time_point deadline, uint64_t session) -> Result<m2m::Bytes> {
+  if (req->coop_frames() != nullptr && v.cache_block > 0) {
+    return DoCoopRead(v, req, deadline, session);
+  }
+  uint64_t n = 0;
+  return ReadInto(v, req, deadline, session, &n);
+}
+
+auto FileService::Impl::ReadInto(const SessionView& v, const fb::FsRequest* req,
+                                 Clock::time_point deadline, uint64_t session, uint64_t* read)
+    -> Result<m2m::Bytes> {
   auto h = Local(session, req->handle());
   if (!h) return Err(h.error());
   if (req->slot() < 0) {
@@ -361,6 +371,7 @@ auto FileService::Impl::DoRead(const SessionView& v, const fb::FsRequest* req,
     auto n = local_->Read(*h, req->offset(), buf);
     if (!n) return Err(n.error());
     inline_bytes_.fetch_add(*n, std::memory_order_relaxed);
+    *read = *n;
     return DataReply(std::span(buf.data(), *n), *n);
   }
   if (auto st = CheckSlot(v, req); !st) return Err(st.error());
@@ -376,7 +387,98 @@ auto FileService::Impl::DoRead(const SessionView& v, const fb::FsRequest* req,
     if (!st) return Err(st.error());
     one_sided_bytes_.fetch_add(*n, std::memory_order_relaxed);
   }
+  *read = *n;
   return CountReply(*n);
+}
+
+// The holder's half of a cooperative read (docs/coopcache.md): the leading
+// blocks that other clients keep are answered with where they keep them;
+// otherwise the bytes are read here and the reader recorded as keeping
+// them, under the file's version from before the read.
+auto FileService::Impl::DoCoopRead(const SessionView& v, const fb::FsRequest* req,
+                                   Clock::time_point deadline, uint64_t session)
+    -> Result<m2m::Bytes> {
+  const uint64_t block = req->coop_block();
+  const auto* fr = req->coop_frames();
+  if (block != v.cache_block || fr->size() == 0 || fr->size() > 256 ||
+      req->offset() % block != 0 || req->length() != fr->size() * block) {
+    return Err(EINVAL, "cooperative read not of whole cache blocks");
+  }
+  std::optional<coop::FileId> id;
+  {
+    MutexLock lock(mu_);
+    if (auto s = sessions_.find(session); s != sessions_.end()) {
+      if (auto k = s->second.keys.find(req->handle()); k != s->second.keys.end()) {
+        id = coop::FileId{static_cast<uint64_t>(k->second.first),
+                          static_cast<uint64_t>(k->second.second)};
+      }
+    }
+  }
+  uint64_t n = 0;
+  if (!id) return ReadInto(v, req, deadline, session, &n);  // not told of changes: not shared
+  std::vector<coop::Frame> frames;
+  frames.reserve(fr->size());
+  for (const auto* f : *fr) frames.push_back(coop::Frame{f->frame(), f->tag()});
+  const uint64_t first = req->offset() / block;
+  const uint64_t version = dir_.Version(*id);
+  if (!req->coop_replace()) {
+    auto copies = dir_.Find(*id, block, first, frames.size(), session);
+    if (!copies.empty()) {
+      flatbuffers::FlatBufferBuilder b(512);
+      std::vector<flatbuffers::Offset<fb::CoopCopy>> out;
+      std::vector<uint32_t> lengths;
+      {
+        MutexLock lock(mu_);
+        for (const auto& [index, c] : copies) {
+          auto s = sessions_.find(c.session);
+          if (s == sessions_.end() || s->second.cache_block != block) break;
+          const Session& at = s->second;
+          auto u8 = [&](const m2m::Bytes& k) {
+            return b.CreateVector(reinterpret_cast<const uint8_t*>(k.data()), k.size());
+          };
+          auto addr = b.CreateString(at.addr);
+          auto dk = u8(at.cache_data.rkey);
+          auto tk = u8(at.cache_tags.rkey);
+          fb::CoopCopyBuilder cb(b);
+          cb.add_index(index);
+          cb.add_length(c.length);
+          cb.add_addr(addr);
+          cb.add_data_addr(at.cache_data.addr);
+          cb.add_data_length(at.cache_data.length);
+          cb.add_data_rkey(dk);
+          cb.add_tags_addr(at.cache_tags.addr);
+          cb.add_tags_length(at.cache_tags.length);
+          cb.add_tags_rkey(tk);
+          cb.add_frame(c.frame);
+          cb.add_tag(c.tag);
+          out.push_back(cb.Finish());
+          lengths.push_back(c.length);
+        }
+      }
+      if (!out.empty()) {
+        // The reader keeps these blocks too once it has read them.
+        dir_.Record(*id, version, session, block, first,
+                    std::span(frames.data(), lengths.size()), lengths, false);
+        coop_redirects_.fetch_add(1, std::memory_order_relaxed);
+        auto vec = b.CreateVector(out);
+        fb::FsReplyBuilder rb(b);
+        rb.add_version(fswire::kVersion);
+        rb.add_copies(vec);
+        b.Finish(rb.Finish());
+        return fswire::Finish(b);
+      }
+    }
+  }
+  auto r = ReadInto(v, req, deadline, session, &n);
+  if (!r) return r;
+  std::vector<uint32_t> lengths(frames.size(), 0);
+  for (size_t i = 0; i < frames.size(); ++i) {
+    const uint64_t from = i * block;
+    if (from >= n) break;
+    lengths[i] = static_cast<uint32_t>(std::min<uint64_t>(block, n - from));
+  }
+  dir_.Record(*id, version, session, block, first, frames, lengths, req->coop_replace());
+  return r;
 }
 
 auto FileService::Impl::DoWrite(const SessionView& v, const fb::FsRequest* req,

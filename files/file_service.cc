@@ -101,6 +101,10 @@ auto FileService::Impl::stats() const -> FileService::Stats {
   s.callbacks_failed = callbacks_failed_.load();
   s.inline_bytes = inline_bytes_.load();
   s.one_sided_bytes = one_sided_bytes_.load();
+  s.coop_redirects = coop_redirects_.load();
+  const coop::HolderDirectory::Stats d = dir_.stats();
+  s.coop_files = d.files;
+  s.coop_copies = d.copies;
   return s;
 }
 
@@ -162,6 +166,25 @@ void FileService::Impl::DoHello(m2m::IncomingCall call, m2m::Responder& r) {
   } else if (!addr.empty() && h->attr_callbacks()) {
     ep = transport_->GetEndpoint(addr);
   }
+  // The client's cache, for other clients to read one-sidedly.
+  uint64_t cache_block = 0;
+  m2m::RegionDesc cache_data, cache_tags;
+  if (ep != nullptr && h->cache_block() > 0 && h->cache_rkey() != nullptr &&
+      h->tags_rkey() != nullptr) {
+    if ((h->cache_block() & (h->cache_block() - 1)) != 0 || h->cache_block() > (1u << 26) ||
+        h->cache_rkey()->size() > 4096 || h->tags_rkey()->size() > 4096) {
+      return Refuse(call, r, Error{EINVAL, "bad cache region in FsHello"});
+    }
+    cache_block = h->cache_block();
+    cache_data.addr = h->cache_addr();
+    cache_data.length = h->cache_length();
+    const auto* k = reinterpret_cast<const std::byte*>(h->cache_rkey()->data());
+    cache_data.rkey.assign(k, k + h->cache_rkey()->size());
+    cache_tags.addr = h->tags_addr();
+    cache_tags.length = h->tags_length();
+    const auto* t = reinterpret_cast<const std::byte*>(h->tags_rkey()->data());
+    cache_tags.rkey.assign(t, t + h->tags_rkey()->size());
+  }
   std::vector<Handle> release;
   {
     MutexLock lock(mu_);
@@ -198,6 +221,12 @@ void FileService::Impl::DoHello(m2m::IncomingCall call, m2m::Responder& r) {
     s.pool = std::move(pool);
     s.slot_size = s.pool ? h->slot_size() : 0;
     s.slot_count = s.pool ? h->slot_count() : 0;
+    if (s.cache_block != cache_block || s.cache_data.rkey != cache_data.rkey) {
+      dir_.DropSession(s.id);  // copies named in the regions it had before
+    }
+    s.cache_block = cache_block;
+    s.cache_data = std::move(cache_data);
+    s.cache_tags = std::move(cache_tags);
   }
   if (!release.empty()) {
     log_->info("client {} restarted: released {} handles of its old sessions", node,
@@ -225,7 +254,8 @@ auto FileService::Impl::Bound(const m2m::PeerInfo& peer, uint64_t session) -> Re
   if (it == sessions_.end() || it->second.conns.count(peer.conn_id) == 0) {
     return Err(fswire::kErrSessionUnknown, "unknown file service session");
   }
-  return SessionView{it->second.ep, it->second.pool, it->second.slot_size, it->second.slot_count};
+  return SessionView{it->second.cache_block, it->second.ep, it->second.pool, it->second.slot_size,
+                     it->second.slot_count};
 }
 
 auto FileService::Impl::Local(uint64_t session, uint64_t rh) -> Result<Handle> {
@@ -285,6 +315,7 @@ void FileService::Impl::ForgetOpenerLocked(const FileKey& key, uint64_t session,
 }
 
 void FileService::Impl::ForgetKeysLocked(Session& s) {
+  dir_.DropSession(s.id);  // called wherever a session ends
   for (const auto& [rh, key] : s.keys) ForgetOpenerLocked(key, s.id, rh);
   s.keys.clear();
   s.watches.clear();
@@ -376,6 +407,8 @@ void FileService::Impl::TellEnded(uint64_t session, std::vector<uint64_t> ids) {
 }
 
 void FileService::Impl::AttrsChanged(dev_t dev, ino_t ino) {
+  // No reader is sent to a copy of the file's blocks from before the change.
+  dir_.DropFile(coop::FileId{static_cast<uint64_t>(dev), static_cast<uint64_t>(ino)});
   std::vector<Target> targets;
   {
     MutexLock lock(mu_);

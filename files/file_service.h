@@ -171,6 +171,11 @@ class FileService final : public AttrObserver {
     // Got from one).
     uint64_t inline_bytes = 0;
     uint64_t one_sided_bytes = 0;
+    // Cooperative caching (docs/coopcache.md): reads answered with copies at
+    // other clients, and the holder directory's files and copies now.
+    uint64_t coop_redirects = 0;
+    uint64_t coop_files = 0;
+    uint64_t coop_copies = 0;
   };
   Stats stats() const;
 

@@ -20,6 +20,7 @@
 #include "common/mutex.h"
 #include "common/rpc_methods.h"
 #include "common/wait.h"
+#include "coopcache/holder_directory.h"
 #include "files/file_service.h"
 #include "files/fs_wire.h"
 #include "common/path.h"
@@ -109,6 +110,9 @@ struct Session {
   std::unordered_map<uint64_t, Handle> handles;     // remote handle -> local
   std::unordered_map<uint64_t, std::string> paths;  // remote handle -> path opened
   bool callbacks = false;  // takes FsAttrChanged (said so in Hello, reachable at addr)
+  // Its file-data cache, readable by other clients (cache_block 0: none).
+  uint64_t cache_block = 0;
+  m2m::RegionDesc cache_data, cache_tags;
   // Remote handle or watch -> file, for what is told of changes.
   std::unordered_map<uint64_t, FileKey> keys;
   // Files watched for this session (Stat with `watch`): file -> its watch id
@@ -154,6 +158,7 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
 
   // What a data request needs from its session, copied under the lock.
   struct SessionView {
+    uint64_t cache_block = 0;  // the session's cache blocks (0: none)
     std::shared_ptr<m2m::Endpoint> ep;
     std::shared_ptr<m2m::RemoteRegion> pool;
     uint64_t slot_size = 0;
@@ -195,7 +200,11 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   void TellEnded(uint64_t session, std::vector<uint64_t> ids);
 
  public:
-  bool Interested() const { return open_watched_.load(std::memory_order_relaxed) > 0; }
+  // Whether a change must be told: someone is told of changes, or other
+  // clients may be sent to copies of a file's blocks.
+  bool Interested() const {
+    return open_watched_.load(std::memory_order_relaxed) > 0 || !dir_.Empty();
+  }
 
   // Tells every other session that has file (dev, ino) open and takes
   // callbacks (one FsAttrChanged per session, in parallel), and waits for
@@ -252,6 +261,13 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
 
   Result<m2m::Bytes> DoRead(const SessionView& v, const fb::FsRequest* req,
                             Clock::time_point deadline, uint64_t session);
+  // The plain read (inline or through the client's slot); *read: bytes.
+  Result<m2m::Bytes> ReadInto(const SessionView& v, const fb::FsRequest* req,
+                              Clock::time_point deadline, uint64_t session, uint64_t* read);
+  // A read of whole cache blocks (FsRequest.coop_frames): copies at other
+  // clients, or the bytes with the reader recorded as keeping them.
+  Result<m2m::Bytes> DoCoopRead(const SessionView& v, const fb::FsRequest* req,
+                                Clock::time_point deadline, uint64_t session);
 
   Result<m2m::Bytes> DoWrite(const SessionView& v, const fb::FsRequest* req,
                              Clock::time_point deadline, uint64_t session, const Writer& by);
@@ -269,6 +285,8 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   std::atomic<uint64_t> callbacks_failed_{0};
   std::atomic<uint64_t> inline_bytes_{0};
   std::atomic<uint64_t> one_sided_bytes_{0};
+  std::atomic<uint64_t> coop_redirects_{0};  // reads answered with copies at other clients
+  coop::HolderDirectory dir_;                // who caches which blocks (leaf lock)
 
   mutable Mutex mu_;  // leaf lock: never held across a call into local_ or the transport
   std::unordered_map<uint64_t, Session> sessions_ FEDFS_GUARDED_BY(mu_);

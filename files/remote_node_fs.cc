@@ -65,6 +65,7 @@ struct RemoteNodeFs::Req {
   bool watch = false;
   bool kill_setid = false;
   bool parent_attr = false;
+  const NodeFs::CoopAsk* coop = nullptr;
 };
 
 namespace {
@@ -90,6 +91,13 @@ m2m::Bytes Encode(const RemoteNodeFs::Req& q, uint64_t session, uint64_t budget_
   }
   auto rel = releases.empty() ? flatbuffers::Offset<flatbuffers::Vector<uint64_t>>()
                               : b.CreateVector(releases);
+  flatbuffers::Offset<flatbuffers::Vector<const fb::CoopFrame*>> coop_frames;
+  if (q.coop) {
+    std::vector<fb::CoopFrame> f;
+    f.reserve(q.coop->frames.size());
+    for (const auto& [frame, tag] : q.coop->frames) f.emplace_back(frame, tag);
+    coop_frames = b.CreateVectorOfStructs(f);
+  }
   fb::FsRequestBuilder rb(b);
   rb.add_version(fswire::kVersion);
   rb.add_session(session);
@@ -116,6 +124,11 @@ m2m::Bytes Encode(const RemoteNodeFs::Req& q, uint64_t session, uint64_t budget_
   if (q.watch) rb.add_watch(true);
   if (q.kill_setid) rb.add_kill_setid(true);
   if (q.parent_attr) rb.add_parent_attr(true);
+  if (q.coop) {
+    rb.add_coop_block(q.coop->block);
+    rb.add_coop_frames(coop_frames);
+    if (q.coop->replace) rb.add_coop_replace(true);
+  }
   if (q.lock) {
     rb.add_lock_type(q.lock->type);
     rb.add_lock_start(q.lock->start);
@@ -267,7 +280,25 @@ Status RemoteNodeFs::Hello(Clock::time_point deadline) {
     d = slots_->region->Export();
     rkey = b.CreateVector(reinterpret_cast<const uint8_t*>(d.rkey.data()), d.rkey.size());
   }
+  const auto& coop = opts_.coop;
+  const bool with_cache = coop.block > 0 && !opts_.local_address.empty();
+  flatbuffers::Offset<flatbuffers::Vector<uint8_t>> cache_rkey, tags_rkey;
+  if (with_cache) {
+    cache_rkey = b.CreateVector(reinterpret_cast<const uint8_t*>(coop.data.rkey.data()),
+                                coop.data.rkey.size());
+    tags_rkey = b.CreateVector(reinterpret_cast<const uint8_t*>(coop.tags.rkey.data()),
+                               coop.tags.rkey.size());
+  }
   fb::FsHelloBuilder hb(b);
+  if (with_cache) {
+    hb.add_cache_block(coop.block);
+    hb.add_cache_addr(coop.data.addr);
+    hb.add_cache_length(coop.data.length);
+    hb.add_cache_rkey(cache_rkey);
+    hb.add_tags_addr(coop.tags.addr);
+    hb.add_tags_length(coop.tags.length);
+    hb.add_tags_rkey(tags_rkey);
+  }
   hb.add_version(fswire::kVersion);
   hb.add_session(session_);
   hb.add_incarnation(ProcessIncarnation());
@@ -590,6 +621,88 @@ Result<size_t> RemoteNodeFs::Read(Handle h, uint64_t offset, std::span<std::byte
   const auto deadline = FEDFS_DEADLINE;
   if (!slots_ || dst.size() <= opts_.inline_max) return ReadInline(h, offset, dst, deadline);
   return SlotIo(h, offset, dst.data(), dst.size(), nullptr, deadline);
+}
+
+// One request for the whole run of blocks (at most one slot's worth; a
+// longer one is read plainly).
+Result<NodeFs::CoopRead> RemoteNodeFs::ReadCoop(Handle h, uint64_t offset,
+                                                std::span<std::byte> dst, const CoopAsk& ask) {
+  const auto deadline = FEDFS_DEADLINE;
+  if (opts_.coop.block == 0 || ask.block != opts_.coop.block || ask.frames.empty() ||
+      dst.size() != ask.frames.size() * ask.block || dst.size() > MaxIo() ||
+      (!slots_ && dst.size() > opts_.inline_max)) {
+    auto n = Read(h, offset, dst);
+    if (!n) return Err(n.error());
+    return CoopRead{*n, {}};
+  }
+  Req q{.op = fb::Op::kRead, .handle = h, .offset = offset, .length = dst.size(), .coop = &ask};
+  int slot = -1;
+  const bool inline_read = !slots_ || dst.size() <= opts_.inline_max;
+  if (!inline_read) {
+    if (!helloed_.load()) {
+      if (auto st = Hello(deadline); !st) return Err(st.error());
+    }
+    auto got = slots_->Acquire(1, deadline);
+    if (got.empty()) return Err(ETIMEDOUT, "no free buffer slot before the deadline");
+    slot = got[0];
+    q.slot = slot;
+  }
+  auto r = Call(q, deadline);
+  const Clock::duration quarantine = 2 * opts_.rpc_timeout + std::chrono::seconds(1);
+  auto release = [&](bool touched) {
+    if (slot >= 0) slots_->Release(slot, touched, quarantine);
+  };
+  if (!r) {
+    release(MaySlotBeTouched(r.error().code));
+    return Err(r.error());
+  }
+  const auto* rep = Root(*r);
+  CoopRead out;
+  if (const auto* cs = rep->copies(); cs != nullptr && cs->size() > 0) {
+    release(false);
+    if (cs->size() > ask.frames.size()) return Err(EPROTO, "more copies than blocks asked");
+    auto bytes = [](const flatbuffers::Vector<uint8_t>* v) {
+      std::vector<std::byte> o;
+      if (v != nullptr) {
+        const auto* p = reinterpret_cast<const std::byte*>(v->data());
+        o.assign(p, p + v->size());
+      }
+      return o;
+    };
+    for (const auto* c : *cs) {
+      CoopCopyAt a;
+      a.index = c->index();
+      a.length = c->length();
+      a.addr = c->addr() != nullptr ? c->addr()->str() : std::string();
+      a.data_addr = c->data_addr();
+      a.data_length = c->data_length();
+      a.data_rkey = bytes(c->data_rkey());
+      a.tags_addr = c->tags_addr();
+      a.tags_length = c->tags_length();
+      a.tags_rkey = bytes(c->tags_rkey());
+      a.frame = c->frame();
+      a.tag = c->tag();
+      if (a.addr.empty() || a.length > ask.block) return Err(EPROTO, "malformed copy in reply");
+      out.copies.push_back(std::move(a));
+    }
+    return out;
+  }
+  if (inline_read) {
+    const size_t n = rep->data() ? rep->data()->size() : 0;
+    if (n > dst.size()) return Err(EPROTO, "read reply longer than asked");
+    if (n > 0) std::memcpy(dst.data(), rep->data()->data(), n);
+    out.n = n;
+    return out;
+  }
+  const size_t n = rep->n();
+  if (n > dst.size()) {
+    release(true);
+    return Err(EPROTO, "data reply larger than asked");
+  }
+  std::memcpy(dst.data(), slots_->slot(slot), n);
+  release(false);
+  out.n = n;
+  return out;
 }
 
 Result<size_t> RemoteNodeFs::Write(Handle h, uint64_t offset, std::span<const std::byte> src,

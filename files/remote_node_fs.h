@@ -86,6 +86,14 @@ struct RemoteNodeFsOptions {
   Timers* timers = nullptr;
   std::chrono::milliseconds release_delay{20};
   size_t release_batch = 64;
+  // This node's file-data cache, readable by other nodes (docs/coopcache.md):
+  // announced in Hello, so that servers may send other readers to it, and
+  // ReadCoop asks with it. block 0 (default): none.
+  struct CoopRegions {
+    uint64_t block = 0;
+    m2m::RegionDesc data, tags;
+  };
+  CoopRegions coop;
 };
 
 // The client side of kFsAttrChanged (files/file_service.h), one per
@@ -166,6 +174,8 @@ class RemoteNodeFs final : public NodeFs, public std::enable_shared_from_this<Re
   Result<Opened> Open(const Cred& c, const std::string& path, int flags) override;
   Result<Opened> Create(const Cred& c, const std::string& path, int flags, mode_t mode) override;
   Result<size_t> Read(Handle h, uint64_t offset, std::span<std::byte> dst) override;
+  Result<CoopRead> ReadCoop(Handle h, uint64_t offset, std::span<std::byte> dst,
+                            const CoopAsk& ask) override;
   using NodeFs::Write;
   Result<size_t> Write(Handle h, uint64_t offset, std::span<const std::byte> src,
                        const Writer& by) override;

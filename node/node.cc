@@ -1,3 +1,4 @@
+#include "common/logging.h"
 #include "node/node.h"
 
 #include <map>
@@ -94,6 +95,17 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
     auto cache = coop::BlockCache::Create(opt.cache);
     if (!cache) return Err(cache.error().code, "coopcache: " + cache.error().context);
     d.cache = std::move(*cache);
+    // Its memory, readable by the other nodes (docs/coopcache.md): without a
+    // listen address no peer could reach it.
+    if (!opt.address.empty()) {
+      auto peers = coop::PeerFetch::Create(d.cache.get(), tr, opt.rpc_timeout);
+      if (!peers) {
+        Logger("node")->warn("coopcache: blocks are not shared with other nodes: {}",
+                             peers.error().ToString());
+      } else {
+        d.peers = std::move(*peers);
+      }
+    }
   }
 
   // The facade.
@@ -103,11 +115,18 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
   deps.vds = d.vd_client.get();
   deps.tag_of = d.env.tag_of;
   deps.cache = d.cache.get();
+  deps.peers = d.peers.get();
+  ns::RemoteNodeFsOptions::CoopRegions coop;
+  if (d.peers != nullptr) {
+    coop.block = d.cache->block_size();
+    coop.data = d.peers->data_region();
+    coop.tags = d.peers->tags_region();
+  }
   // Without kernel caches nothing is cached that a callback could drop.
   if (opt.release_delay.count() > 0) d.timers = std::make_unique<Timers>("releases");
   deps.make_remote = [tr, rpc = opt.rpc_timeout, self = opt.node_id, addr = opt.address,
                       callbacks = opt.remote_callbacks ? d.fs_callbacks.get() : nullptr,
-                      timers = d.timers.get(), delay = opt.release_delay](
+                      timers = d.timers.get(), delay = opt.release_delay, coop](
                          const std::string& node, const std::string& peer_addr) {
     ns::RemoteNodeFsOptions ro;
     ro.rpc_timeout = rpc;
@@ -116,6 +135,7 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
     ro.local_node = self;
     ro.local_address = addr;
     ro.callbacks = callbacks;
+    ro.coop = coop;
     return std::static_pointer_cast<ns::NodeFs>(
         std::make_shared<ns::RemoteNodeFs>(node, tr->GetEndpoint(peer_addr), tr, ro));
   };
@@ -175,6 +195,7 @@ ns::FileService& Node::file_service() { return *impl_->file_service; }
 ns::FsCallbacks& Node::fs_callbacks() { return *impl_->fs_callbacks; }
 ns::DirOps& Node::dir_ops() { return *impl_->dir_ops; }
 coop::BlockCache* Node::cache() { return impl_->cache.get(); }
+coop::PeerFetch* Node::peers() { return impl_->peers.get(); }
 const ns::ClusterViewSource& Node::cluster() const { return *impl_->cluster; }
 
 void Node::SetKernelCache(ns::KernelCache* kernel) {

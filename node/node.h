@@ -32,6 +32,7 @@
 
 #include "common/result.h"
 #include "coopcache/block_cache.h"
+#include "coopcache/peer_fetch.h"
 #include "dirops/dir_ops.h"
 #include "files/file_service.h"
 #include "vd/placement.h"
@@ -120,6 +121,7 @@ class Node {
   ns::FsCallbacks& fs_callbacks();
   ns::DirOps& dir_ops();
   coop::BlockCache* cache();  // null: coopcache.size 0
+  coop::PeerFetch* peers();   // null: the cache is off or not shared
   // The cluster view as the parts see it (a new epoch drops the kernel's
   // names before it is used).
   const ns::ClusterViewSource& cluster() const;

@@ -10,6 +10,7 @@
 
 #include "common/timers.h"
 #include "dirops/kv.h"
+#include "coopcache/peer_fetch.h"
 #include "files/remote_node_fs.h"
 #include "node/node.h"
 #include "node/vd_client.h"
@@ -72,6 +73,7 @@ struct Node::Impl {
   std::unique_ptr<ns::VdService> vd_service;
   std::unique_ptr<VdServiceClient> vd_client;
   std::unique_ptr<coop::BlockCache> cache;  // before vfs, which uses it
+  std::unique_ptr<coop::PeerFetch> peers;   // its memory shared (null: not)
   std::unique_ptr<ns::VfsImpl> vfs;
   std::unique_ptr<ns::DirOps> dir_ops;
   std::unique_ptr<ns::DirOpsClient> dir_ops_client;

@@ -262,6 +262,40 @@ class NodeFs {
   virtual Result<size_t> Read(Handle h, uint64_t offset, std::span<std::byte> dst) = 0;
   virtual Result<size_t> Write(Handle h, uint64_t offset, std::span<const std::byte> src,
                                const Writer& by) = 0;
+  // Cooperative reads (docs/coopcache.md, "Blocks fetched from peers'
+  // memory"): a read of whole blocks of the reader's cache (`ask.block`
+  // bytes each, from `offset`), which the reader will keep in its cache at
+  // ask.frames[i] (frame, tag) for block i. The file's node may answer with
+  // copies of the leading blocks kept by other nodes instead of bytes
+  // (CoopRead.copies, n 0), unless ask.replace (a copy it named was wrong).
+  // Implementations without cooperation read (the default).
+  struct CoopAsk {
+    uint64_t block = 0;
+    std::vector<std::pair<uint32_t, uint64_t>> frames;
+    bool replace = false;
+  };
+  struct CoopCopyAt {
+    uint64_t index = 0;  // block of the file
+    uint32_t length = 0;
+    std::string addr;
+    uint64_t data_addr = 0, data_length = 0;
+    std::vector<std::byte> data_rkey;
+    uint64_t tags_addr = 0, tags_length = 0;
+    std::vector<std::byte> tags_rkey;
+    uint32_t frame = 0;
+    uint64_t tag = 0;
+  };
+  struct CoopRead {
+    size_t n = 0;
+    std::vector<CoopCopyAt> copies;
+  };
+  virtual Result<CoopRead> ReadCoop(Handle h, uint64_t offset, std::span<std::byte> dst,
+                                    const CoopAsk& ask) {
+    (void)ask;
+    auto n = Read(h, offset, dst);
+    if (!n) return Err(n.error());
+    return CoopRead{*n, {}};
+  }
   // A write by a writer with CAP_FSETID (implementations say
   // `using NodeFs::Write`).
   Result<size_t> Write(Handle h, uint64_t offset, std::span<const std::byte> src) {

@@ -163,6 +163,14 @@ void PrintCache(const control::CacheReply& r) {
   std::printf("  stored %llu, refused %llu (changed meanwhile), evicted %llu, promoted %llu\n",
               u(r.puts), u(r.puts_refused), u(r.evictions), u(r.promotions));
   std::printf("  invalidations %llu, drops %llu\n", u(r.invalidations), u(r.clears));
+  if (r.shared) {
+    std::printf("  from other nodes' caches %llu blocks, %llu bytes; moved on %llu, unreachable %llu\n",
+                u(r.remote_hits), u(r.remote_bytes), u(r.tag_misses), u(r.remote_errors));
+  } else {
+    std::printf("  not shared with other nodes\n");
+  }
+  std::printf("  as files' node: %llu reads sent to copies; %llu copies of %llu files known\n",
+              u(r.redirects), u(r.directory_copies), u(r.directory_files));
 }
 
 // The human form of the reply to `cmd`.

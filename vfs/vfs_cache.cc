@@ -80,26 +80,137 @@ Result<size_t> VfsImpl::CachedRead(const OpenFile& f, uint64_t offset, std::span
       if (buf.size() < span) buf.resize(span);
       into = buf.data();
     }
-    auto n = f.fs->Read(f.handle, index * block, std::span<std::byte>(into, span));
-    if (!n) {
-      if (done > 0) return done;  // what was read so far
-      return Err(n.error());
+    Filled filled;
+    if (deps_.peers != nullptr) {
+      auto r = CoopMiss(f, index, last, generation, into);
+      if (!r) {
+        if (done > 0) return done;  // what was read so far
+        return Err(r.error());
+      }
+      filled = *r;
+    } else {
+      auto n = f.fs->Read(f.handle, index * block, std::span<std::byte>(into, span));
+      if (!n) {
+        if (done > 0) return done;
+        return Err(n.error());
+      }
+      cache.NoteFetch(*n);
+      for (uint64_t i = index; i <= last; ++i) {
+        const size_t from = static_cast<size_t>((i - index) * block);
+        if (from > *n || (from == *n && i != index)) break;
+        const size_t len = std::min(block, *n - from);
+        cache.Put(f.ino, i, generation, std::span<const std::byte>(into + from, len));
+        if (len < block) break;
+      }
+      filled = Filled{*n, *n < span};
     }
-    cache.NoteFetch(*n);
-    for (uint64_t i = index; i <= last; ++i) {
-      const size_t from = static_cast<size_t>((i - index) * block);
-      if (from > *n || (from == *n && i != index)) break;
-      const size_t len = std::min(block, *n - from);
-      cache.Put(f.ino, i, generation, std::span<const std::byte>(into + from, len));
-      if (len < block) break;
-    }
-    const size_t avail = *n > in_block ? *n - in_block : 0;
+    const size_t avail = filled.n > in_block ? filled.n - in_block : 0;
     const size_t got = std::min(dst.size() - done, avail);
     if (!direct) std::memcpy(dst.data() + done, into + in_block, got);
     done += got;
-    if (*n < span) break;  // the file ended within the run
+    if (filled.eof || got == 0) break;  // the file ended within the run
   }
   return done;
+}
+
+// The copies the file's node names are read one-sidedly into this node's
+// reserved frames and checked (coopcache/peer_fetch.h); one that fails
+// (moved on, its node unreachable) makes the file's node read the bytes
+// itself and forget the other copies (CoopAsk.replace).
+auto VfsImpl::CoopMiss(const OpenFile& f, uint64_t first, uint64_t last, uint64_t generation,
+                       std::byte* into) -> Result<Filled> {
+  coop::BlockCache& cache = *deps_.cache;
+  const size_t block = cache.block_size();
+  const size_t count = static_cast<size_t>(last - first + 1);
+  std::vector<coop::BlockCache::Slot> slots;
+  slots.reserve(count);
+  for (uint64_t i = first; i <= last; ++i) {
+    auto s = cache.Reserve(f.ino, i, generation);
+    if (!s) break;
+    slots.push_back(*s);
+  }
+  auto abandon = [&](size_t from) {
+    for (size_t k = from; k < slots.size(); ++k) cache.Abandon(slots[k]);
+  };
+  if (slots.size() < count) {  // the generation moved, or no frame is free
+    abandon(0);
+    auto n = f.fs->Read(f.handle, first * block, std::span<std::byte>(into, count * block));
+    if (!n) return Err(n.error());
+    cache.NoteFetch(*n);
+    return Filled{*n, *n < count * block};
+  }
+  NodeFs::CoopAsk ask;
+  ask.block = block;
+  for (const auto& s : slots) ask.frames.emplace_back(s.frame, s.tag);
+  for (int attempt = 0;; ++attempt) {
+    auto r = f.fs->ReadCoop(f.handle, first * block, std::span<std::byte>(into, count * block), ask);
+    if (!r) {
+      abandon(0);
+      return Err(r.error());
+    }
+    if (r->copies.empty()) {
+      const size_t n = r->n;
+      cache.NoteFetch(n);
+      size_t k = 0;
+      for (; k < count; ++k) {
+        const size_t from = k * block;
+        if (from >= n) break;
+        const size_t len = std::min(block, n - from);
+        cache.Publish(slots[k], f.ino, first + k, generation,
+                      std::span<const std::byte>(into + from, len), len);
+        if (len < block) {
+          ++k;
+          break;
+        }
+      }
+      abandon(k);
+      return Filled{n, n < count * block};
+    }
+    // Copies of the leading blocks at other nodes.
+    size_t k = 0, n = 0;
+    bool ok = true, eof = false;
+    for (const auto& c : r->copies) {
+      if (k >= count || c.index != first + k || c.length > block) {
+        ok = false;
+        break;
+      }
+      coop::PeerCopy pc{c.addr,
+                        m2m::RegionDesc{c.data_addr, c.data_length, c.data_rkey},
+                        m2m::RegionDesc{c.tags_addr, c.tags_length, c.tags_rkey},
+                        block,
+                        c.frame,
+                        c.tag,
+                        c.length};
+      if (auto st = deps_.peers->Fetch(pc, slots[k].data); !st) {
+        ok = false;
+        break;
+      }
+      std::memcpy(into + n, slots[k].data, c.length);
+      n += c.length;
+      ++k;
+      if (c.length < block) {
+        eof = true;
+        break;
+      }
+    }
+    if (!ok) {
+      if (attempt > 0) {  // copies again after replace: read plainly
+        abandon(0);
+        auto p = f.fs->Read(f.handle, first * block, std::span<std::byte>(into, count * block));
+        if (!p) return Err(p.error());
+        cache.NoteFetch(*p);
+        return Filled{*p, *p < count * block};
+      }
+      ask.replace = true;  // read by the file's node, the other copies forgotten
+      continue;
+    }
+    for (size_t j = 0; j < k; ++j) {
+      const size_t len = std::min(block, n - j * block);
+      cache.Publish(slots[j], f.ino, first + j, generation, {}, len);
+    }
+    abandon(k);
+    return Filled{n, eof};
+  }
 }
 
 }  // namespace fedfs::ns

@@ -43,6 +43,7 @@
 
 #include "cluster/cluster.h"
 #include "coopcache/block_cache.h"
+#include "coopcache/peer_fetch.h"
 #include "nodefs/node_fs.h"
 #include "vd/vd.h"
 #include "vd/kernel_cache.h"
@@ -229,6 +230,8 @@ struct VfsDeps {
   // This node's cache of other nodes' file data (docs/coopcache.md);
   // optional (null: reads of remote files always ask their node).
   coop::BlockCache* cache = nullptr;
+  // Reads of blocks from other nodes' caches (null: none; needs cache).
+  coop::PeerFetch* peers = nullptr;
 };
 
 class VfsImpl final : public Vfs {
@@ -460,6 +463,17 @@ class VfsImpl final : public Vfs {
   // The file-data cache (vfs_cache.cc; docs/coopcache.md, "What runs
   // today"). A read through a told handle of a remote file with one link.
   Result<size_t> CachedRead(const OpenFile& f, uint64_t offset, std::span<std::byte> dst);
+  // A miss of blocks first..last of f (fetched under `generation`) with
+  // cooperation: from other nodes' caches where the file's node says they
+  // are, else from the file's node; the bytes of [first * block, + n) land
+  // in `into`, and the blocks in this node's cache. eof: the file ends
+  // within them.
+  struct Filled {
+    size_t n = 0;
+    bool eof = false;
+  };
+  Result<Filled> CoopMiss(const OpenFile& f, uint64_t first, uint64_t last, uint64_t generation,
+                          std::byte* into);
   bool OneLink(uint64_t ino) const;  // a regular file with one link (mu_)
   // This node changed the data of `ino` (its node tells other sessions,
   // not this one): its cached blocks go.

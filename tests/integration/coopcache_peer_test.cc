@@ -1,0 +1,154 @@
+// Blocks read from other nodes' caches on real daemons (label
+// "integration"; needs root and /dev/fuse): three fedfsd processes with
+// `coopcache` on, a file held on n1 (docs/coopcache.md, "Blocks fetched
+// from peers' memory").
+//
+//  * n2 reads the file (from n1, which records that n2 keeps its blocks);
+//    n3 then reads every block from n2's memory one-sidedly: no read of the
+//    bytes from n1, and no request to n2's file service at all.
+//  * A write on n1 is seen by n3's next read: n1 forgot n2's copies before
+//    the write returned, and n3 is not sent to them.
+//  * A copy that moved on (n2's cache dropped after n1 named it) is found
+//    out by its tag: n3 asks n1 again, which reads the bytes itself.
+//
+// Each test owns a Cluster, which stops the daemons by pid, unmounts and
+// removes its temporary directory whatever happens.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tests/tools/cluster.h"
+
+namespace fedfs::testing {
+namespace {
+
+constexpr size_t kBlock = 64 << 10;
+
+std::string Random(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string s(n, '\0');
+  for (char& ch : s) ch = static_cast<char>('a' + rng() % 26);
+  return s;
+}
+
+std::string ReadFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "<open: " + std::string(std::strerror(errno)) + ">";
+  std::string out;
+  char buf[100000];  // not a multiple of the block: reads straddle blocks
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      out = "<read: " + std::string(std::strerror(errno)) + ">";
+      break;
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+bool WriteAt(const std::string& path, off_t off, const std::string& data) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  const bool ok = ::pwrite(fd, data.data(), data.size(), off) == static_cast<ssize_t>(data.size());
+  return ::close(fd) == 0 && ok;
+}
+
+class CoopPeers : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string e = c_.StartMounted(3, &ids_, "coopcache: {size: 64MiB, block: 64KiB}\n");
+    ASSERT_TRUE(e.empty()) << e;
+  }
+  std::string M(const std::string& id, const std::string& rel) const {
+    return c_.Mountpoint(id) + rel;
+  }
+  uint64_t Stat(const std::string& id, const char* field) const {
+    auto j = c_.Ctl(id, {"cache"});
+    EXPECT_TRUE(j.is_object()) << "fedfsctl cache failed on " << id;
+    return j.is_object() ? j.value(field, uint64_t{0}) : 0;
+  }
+  uint64_t Served(const std::string& id) const {
+    auto j = c_.Ctl(id, {"files"});
+    EXPECT_TRUE(j.is_object()) << "fedfsctl files failed on " << id;
+    return j.is_object() ? j.value("served", uint64_t{0}) : 0;
+  }
+  void Drop(const std::string& id) {
+    auto j = c_.Ctl(id, {"cache", "drop"});
+    ASSERT_TRUE(j.is_object());
+    ASSERT_EQ(j.value("blocks_used", uint64_t{1}), 0u);
+  }
+
+  Cluster c_;
+  std::vector<std::string> ids_;
+};
+
+TEST_F(CoopPeers, AThirdNodeReadsTheBlocksFromTheSecondNodesMemory) {
+  const std::string data = Random(1 << 20, 7);
+  ASSERT_TRUE(WriteAt(M("n1", "/f"), 0, data));
+  ASSERT_EQ(ReadFile(M("n2", "/f")), data);
+  EXPECT_EQ(Stat("n2", "fetched_bytes"), data.size());
+  EXPECT_EQ(Stat("n1", "directory_copies"), data.size() / kBlock);
+  ASSERT_TRUE(c_.Ctl("n2", {"cache"}).value("shared", false));
+
+  const uint64_t served_n2 = Served("n2");
+  ASSERT_EQ(ReadFile(M("n3", "/f")), data);
+  EXPECT_EQ(Stat("n3", "fetches"), 0u);  // no byte of it read from n1
+  EXPECT_EQ(Stat("n3", "remote_hits"), data.size() / kBlock);
+  EXPECT_EQ(Stat("n3", "remote_bytes"), data.size());
+  EXPECT_EQ(Stat("n3", "tag_misses"), 0u);
+  EXPECT_GT(Stat("n1", "redirects"), 0u);
+  EXPECT_EQ(Served("n2"), served_n2);  // n2's CPU served no request for it
+  // n3 keeps them too now, and a second read through it asks no one.
+  const uint64_t hits = Stat("n3", "hits");
+  const uint64_t redirects = Stat("n1", "redirects");
+  ASSERT_EQ(ReadFile(M("n3", "/f")), data);
+  EXPECT_GE(Stat("n3", "hits"), hits + data.size() / kBlock);
+  EXPECT_EQ(Stat("n1", "redirects"), redirects);
+  EXPECT_EQ(Stat("n3", "remote_hits"), data.size() / kBlock);
+}
+
+TEST_F(CoopPeers, AWriteOnTheFilesNodeIsSeenThroughTheOtherNodes) {
+  std::string data = Random(300000, 8);  // ends within a block
+  ASSERT_TRUE(WriteAt(M("n1", "/f"), 0, data));
+  ASSERT_EQ(ReadFile(M("n2", "/f")), data);
+  ASSERT_GT(Stat("n1", "directory_copies"), 0u);
+  ASSERT_TRUE(WriteAt(M("n1", "/f"), 70000, "X"));
+  data[70000] = 'X';
+  EXPECT_EQ(Stat("n1", "directory_copies"), 0u);  // forgotten before the write returned
+  ASSERT_EQ(ReadFile(M("n3", "/f")), data);
+  ASSERT_EQ(ReadFile(M("n2", "/f")), data);
+  // Through n2's mount (a write by a node that keeps copies itself).
+  ASSERT_EQ(ReadFile(M("n3", "/f")), data);
+  ASSERT_TRUE(WriteAt(M("n2", "/f"), 200000, "YY"));
+  data[200000] = data[200001] = 'Y';
+  ASSERT_EQ(ReadFile(M("n3", "/f")), data);
+  ASSERT_EQ(ReadFile(M("n1", "/f")), data);
+  ASSERT_EQ(ReadFile(M("n2", "/f")), data);
+}
+
+TEST_F(CoopPeers, ACopyThatMovedOnIsFoundOutByItsTag) {
+  const std::string data = Random(512 << 10, 9);
+  ASSERT_TRUE(WriteAt(M("n1", "/f"), 0, data));
+  ASSERT_EQ(ReadFile(M("n2", "/f")), data);
+  ASSERT_EQ(ReadFile(M("n3", "/f")), data);  // from n2
+  ASSERT_EQ(Stat("n3", "remote_hits"), data.size() / kBlock);
+  // n1 still names n2's and n3's frames; both let them go.
+  Drop("n2");
+  Drop("n3");
+  ASSERT_EQ(ReadFile(M("n3", "/f")), data);
+  EXPECT_GT(Stat("n3", "tag_misses"), 0u);
+  EXPECT_EQ(Stat("n3", "remote_hits"), data.size() / kBlock);  // none counted wrongly
+  EXPECT_GT(Stat("n3", "fetches"), 0u);  // read by n1 instead
+}
+
+}  // namespace
+}  // namespace fedfs::testing
