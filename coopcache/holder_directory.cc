@@ -96,6 +96,13 @@ void HolderDirectory::DropFile(const FileId& f) {
   floor_ = next_version_++;
 }
 
+void HolderDirectory::DropAll() {
+  std::lock_guard lock(mu_);
+  files_.clear();
+  blocks_ = copies_ = 0;
+  floor_ = next_version_++;
+}
+
 void HolderDirectory::DropSession(uint64_t session) {
   std::lock_guard lock(mu_);
   for (auto it = files_.begin(); it != files_.end();) {

@@ -72,6 +72,8 @@ class HolderDirectory {
                                               size_t count, uint64_t reader) const;
   // The file's data changed: no copy of it is named again.
   void DropFile(const FileId& f);
+  // Every copy is forgotten (the membership changed).
+  void DropAll();
   // The session ended: its copies are forgotten.
   void DropSession(uint64_t session);
   bool Empty() const;

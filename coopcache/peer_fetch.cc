@@ -62,6 +62,7 @@ Status PeerFetch::Fetch(const PeerCopy& c, std::byte* dst) {
   // The bytes, then the tag: the tag read after the bytes vouches for them.
   Status st = m2m::GetSync(*im->ep, dst, c.length, *im->data, off, timeout_);
   uint64_t tag = 0;
+  if (st && after_bytes_) after_bytes_();
   if (st) st = m2m::GetSync(*im->ep, &tag, sizeof tag, *im->tags, uint64_t{c.frame} * 8, timeout_);
   if (!st) {
     remote_errors_.fetch_add(1, std::memory_order_relaxed);

@@ -18,6 +18,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -57,6 +58,10 @@ class PeerFetch {
   // ESTALE: the tag moved; other errors: the peer could not be read.
   Status Fetch(const PeerCopy& c, std::byte* dst);
 
+  // Tests: runs between the read of a copy's bytes and that of its tag (to
+  // force the race of a fetch with the peer's reuse of the frame).
+  void SetAfterBytesHookForTest(std::function<void()> hook) { after_bytes_ = std::move(hook); }
+
   struct Stats {
     uint64_t remote_hits = 0, remote_bytes = 0, tag_misses = 0, remote_errors = 0;
   };
@@ -76,6 +81,7 @@ class PeerFetch {
   m2m::Transport* const transport_;
   const std::chrono::nanoseconds timeout_;
   std::unique_ptr<m2m::LocalRegion> data_, tags_;
+  std::function<void()> after_bytes_;
   std::mutex mu_;
   std::map<std::string, Imported> peers_;  // by address, guarded by mu_
   std::atomic<uint64_t> remote_hits_{0}, remote_bytes_{0}, tag_misses_{0}, remote_errors_{0};

@@ -416,6 +416,10 @@ auto FileService::Impl::DoCoopRead(const SessionView& v, const fb::FsRequest* re
   }
   uint64_t n = 0;
   if (!id) return ReadInto(v, req, deadline, session, &n);  // not told of changes: not shared
+  if (opts_.membership_epoch) {
+    const uint64_t e = opts_.membership_epoch();
+    if (coop_epoch_.exchange(e) != e) dir_.DropAll();  // copies of another membership
+  }
   std::vector<coop::Frame> frames;
   frames.reserve(fr->size());
   for (const auto* f : *fr) frames.push_back(coop::Frame{f->frame(), f->tag()});

@@ -117,6 +117,11 @@ struct FileServiceOptions {
   // xattrs, link, truncating open, write, fallocate): this node's kernel may
   // cache them. Optional; must not block.
   std::function<void(const std::string& path)> on_change;
+  // The membership epoch now (optional). Cooperative caching: every copy of
+  // a file's blocks that other nodes keep is forgotten when it moves (a
+  // node restarted or left: its cache's memory is no longer what was
+  // named), before the next read is sent to one.
+  std::function<uint64_t()> membership_epoch;
   // Longest wait for a client's answer to an FsAttrChanged. Default 1 s.
   std::chrono::milliseconds callback_timeout{1000};
 };

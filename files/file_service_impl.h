@@ -287,6 +287,7 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   std::atomic<uint64_t> one_sided_bytes_{0};
   std::atomic<uint64_t> coop_redirects_{0};  // reads answered with copies at other clients
   coop::HolderDirectory dir_;                // who caches which blocks (leaf lock)
+  std::atomic<uint64_t> coop_epoch_{0};      // membership epoch dir_ was last checked in
 
   mutable Mutex mu_;  // leaf lock: never held across a call into local_ or the transport
   std::unordered_map<uint64_t, Session> sessions_ FEDFS_GUARDED_BY(mu_);

@@ -10,65 +10,14 @@
 #include "common/rpc_methods.h"
 #include "common/wait.h"
 #include "files/fs_wire.h"
+#include "files/remote_node_fs_internal.h"
 
 namespace fedfs::ns {
 
 namespace fb = fswire::fb;
+using namespace remote_detail;
 
-namespace {
-
-uint64_t Random64() {
-  std::random_device rd;
-  return (uint64_t{rd()} << 32) ^ rd();
-}
-
-// Random per process: a server that sees a new incarnation of a client node
-// knows the old process is gone and releases its sessions.
-uint64_t ProcessIncarnation() {
-  static const uint64_t v = Random64();
-  return v;
-}
-
-// Errors after which the server may still touch the request's slot.
-bool MaySlotBeTouched(int code) {
-  switch (code) {
-    case ETIMEDOUT:
-    case ECONNRESET:
-    case EIO:
-    case ESHUTDOWN:
-    case EHOSTDOWN:
-    case ECONNREFUSED:
-    case EPROTO:
-      return true;
-    default:
-      return false;
-  }
-}
-
-}  // namespace
-
-struct RemoteNodeFs::Req {
-  fb::Op op = fb::Op::kInvalid;
-  const Cred* cred = nullptr;
-  std::string_view path, path2, target;
-  std::span<const std::byte> data;
-  int32_t flags = 0;
-  uint32_t mode = 0;
-  uint64_t rdev = 0;
-  std::optional<uint64_t> handle;
-  uint64_t offset = 0, length = 0;
-  int32_t slot = -1;
-  uint64_t owner = 0;
-  const LockRange* lock = nullptr;
-  const SetAttrRequest* sa = nullptr;
-  const std::vector<DirTemplate>* templates = nullptr;
-  bool watch = false;
-  bool kill_setid = false;
-  bool parent_attr = false;
-  const NodeFs::CoopAsk* coop = nullptr;
-};
-
-namespace {
+namespace remote_detail {
 
 m2m::Bytes Encode(const RemoteNodeFs::Req& q, uint64_t session, uint64_t budget_us,
                   const std::vector<uint64_t>& releases) {
@@ -157,65 +106,26 @@ m2m::Bytes Encode(const RemoteNodeFs::Req& q, uint64_t session, uint64_t budget_
   return fswire::Finish(b);
 }
 
-uint16_t MethodOf(fb::Op op) {
-  return MethodId(op == fb::Op::kRead || op == fb::Op::kWrite ? RpcMethod::kFsData
-                                                              : RpcMethod::kFsMeta);
+}  // namespace remote_detail
+
+namespace {
+
+uint64_t Random64() {
+  std::random_device rd;
+  return (uint64_t{rd()} << 32) ^ rd();
 }
 
-Result<const fb::FsReply*> Parse(const m2m::Bytes& bytes) {
-  const auto* r = fswire::Verify<fb::FsReply>(bytes);
-  if (r == nullptr) return Err(EPROTO, "malformed FsReply");
-  if (r->version() != fswire::kVersion) return Err(EPROTO, "unsupported fs wire version");
-  return r;
-}
-
-std::chrono::nanoseconds Until(std::chrono::steady_clock::time_point deadline) {
-  return std::max<std::chrono::nanoseconds>(deadline - SteadyNow(),
-                                            std::chrono::nanoseconds(0));
+// Random per process: a server that sees a new incarnation of a client node
+// knows the old process is gone and releases its sessions.
+uint64_t ProcessIncarnation() {
+  static const uint64_t v = Random64();
+  return v;
 }
 
 }  // namespace
 
-// The client's registered slots, with per-slot quarantine after failures.
-struct RemoteNodeFs::Slots {
-  std::unique_ptr<m2m::LocalRegion> region;
-  size_t slot_size = 0;
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<bool> busy;                      // guarded by mu
-  std::vector<Clock::time_point> usable_after;  // guarded by mu
 
-  // Up to `want` slots (at least one, waiting until `deadline`); empty at the
-  // deadline.
-  std::vector<int> Acquire(size_t want, Clock::time_point deadline) {
-    std::unique_lock lock(mu);
-    std::vector<int> got;
-    while (true) {
-      const auto now = Clock::now();
-      Clock::time_point wake = deadline;
-      for (size_t i = 0; i < busy.size() && got.size() < want; ++i) {
-        if (busy[i]) continue;
-        if (usable_after[i] > now) {
-          wake = std::min(wake, usable_after[i]);
-          continue;
-        }
-        busy[i] = true;
-        got.push_back(static_cast<int>(i));
-      }
-      if (!got.empty() || now >= deadline) return got;
-      cv.wait_until(lock, wake);
-    }
-  }
-  void Release(int s, bool quarantine, Clock::duration q) {
-    {
-      std::lock_guard lock(mu);
-      busy[s] = false;
-      if (quarantine) usable_after[s] = Clock::now() + q;
-    }
-    cv.notify_all();
-  }
-  std::byte* slot(int s) { return region->data() + static_cast<size_t>(s) * slot_size; }
-};
+
 
 RemoteNodeFs::RemoteNodeFs(std::string node_id, std::shared_ptr<m2m::Endpoint> endpoint,
                            m2m::Transport* transport, RemoteNodeFsOptions options)
@@ -369,9 +279,6 @@ Result<m2m::Bytes> RemoteNodeFs::Call(const Req& req, Clock::time_point deadline
 }
 
 namespace {
-const fb::FsReply* Root(const m2m::Bytes& b) {
-  return flatbuffers::GetRoot<fb::FsReply>(b.data());
-}
 Result<struct stat> StatOf(Result<m2m::Bytes> r) {
   if (!r) return Err(r.error());
   const auto* s = Root(*r)->stat();
@@ -387,8 +294,6 @@ std::string DataOf(const fb::FsReply* r) {
   return std::string(reinterpret_cast<const char*>(r->data()->data()), r->data()->size());
 }
 }  // namespace
-
-#define FEDFS_DEADLINE (Clock::now() + opts_.rpc_timeout)
 
 Result<struct stat> RemoteNodeFs::Stat(const Cred& c, const std::string& path) {
   return StatOf(Call({.op = fb::Op::kStat, .cred = &c, .path = path}, FEDFS_DEADLINE));
@@ -564,230 +469,6 @@ Result<Opened> RemoteNodeFs::Create(const Cred& c, const std::string& path, int 
   if (watch && out.attr_callbacks && rep->watch() != 0) out.watch = rep->watch();
   if (rep->parent() != nullptr) out.parent = fswire::FromWire(*rep->parent());
   return out;
-}
-
-Result<size_t> RemoteNodeFs::ReadInline(Handle h, uint64_t offset, std::span<std::byte> dst,
-                                        Clock::time_point deadline) {
-  size_t done = 0;
-  do {
-    const size_t len = std::min(dst.size() - done, MaxIo());
-    auto r = Call({.op = fb::Op::kRead, .handle = h, .offset = offset + done, .length = len},
-                  deadline);
-    if (!r) {
-      if (done > 0) break;
-      return Err(r.error());
-    }
-    const auto* rep = Root(*r);
-    const size_t n = rep->data() ? rep->data()->size() : 0;
-    if (n > len) return Err(EPROTO, "read reply longer than asked");
-    if (n > 0) std::memcpy(dst.data() + done, rep->data()->data(), n);
-    done += n;
-    if (n < len) break;
-  } while (done < dst.size());
-  return done;
-}
-
-Result<size_t> RemoteNodeFs::WriteInline(Handle h, uint64_t offset,
-                                         std::span<const std::byte> src, const Writer& by,
-                                         Clock::time_point deadline) {
-  size_t done = 0;
-  do {
-    const size_t len = std::min(src.size() - done, MaxIo());
-    auto r = Call({.op = fb::Op::kWrite,
-                   .cred = &by.cred,
-                   .data = src.subspan(done, len),
-                   .handle = h,
-                   .offset = offset + done,
-                   .length = len,
-                   .kill_setid = by.kill_setid},
-                  deadline);
-    if (!r) {
-      if (done > 0) break;
-      return Err(r.error());
-    }
-    const size_t n = Root(*r)->n();
-    if (n > len) return Err(EPROTO, "write reply larger than asked");
-    done += n;
-    if (n < len) break;
-  } while (done < src.size());
-  return done;
-}
-
-
-// Reads and writes through the pool: chunks of one slot each, up to
-// max_parallel at once; each wave's results are taken in order and the first
-// short or failed chunk ends the request (POSIX short-count semantics).
-Result<size_t> RemoteNodeFs::Read(Handle h, uint64_t offset, std::span<std::byte> dst) {
-  const auto deadline = FEDFS_DEADLINE;
-  if (!slots_ || dst.size() <= opts_.inline_max) return ReadInline(h, offset, dst, deadline);
-  return SlotIo(h, offset, dst.data(), dst.size(), nullptr, deadline);
-}
-
-// One request for the whole run of blocks (at most one slot's worth; a
-// longer one is read plainly).
-Result<NodeFs::CoopRead> RemoteNodeFs::ReadCoop(Handle h, uint64_t offset,
-                                                std::span<std::byte> dst, const CoopAsk& ask) {
-  const auto deadline = FEDFS_DEADLINE;
-  if (opts_.coop.block == 0 || ask.block != opts_.coop.block || ask.frames.empty() ||
-      dst.size() != ask.frames.size() * ask.block || dst.size() > MaxIo() ||
-      (!slots_ && dst.size() > opts_.inline_max)) {
-    auto n = Read(h, offset, dst);
-    if (!n) return Err(n.error());
-    return CoopRead{*n, {}};
-  }
-  Req q{.op = fb::Op::kRead, .handle = h, .offset = offset, .length = dst.size(), .coop = &ask};
-  int slot = -1;
-  const bool inline_read = !slots_ || dst.size() <= opts_.inline_max;
-  if (!inline_read) {
-    if (!helloed_.load()) {
-      if (auto st = Hello(deadline); !st) return Err(st.error());
-    }
-    auto got = slots_->Acquire(1, deadline);
-    if (got.empty()) return Err(ETIMEDOUT, "no free buffer slot before the deadline");
-    slot = got[0];
-    q.slot = slot;
-  }
-  auto r = Call(q, deadline);
-  const Clock::duration quarantine = 2 * opts_.rpc_timeout + std::chrono::seconds(1);
-  auto release = [&](bool touched) {
-    if (slot >= 0) slots_->Release(slot, touched, quarantine);
-  };
-  if (!r) {
-    release(MaySlotBeTouched(r.error().code));
-    return Err(r.error());
-  }
-  const auto* rep = Root(*r);
-  CoopRead out;
-  if (const auto* cs = rep->copies(); cs != nullptr && cs->size() > 0) {
-    release(false);
-    if (cs->size() > ask.frames.size()) return Err(EPROTO, "more copies than blocks asked");
-    auto bytes = [](const flatbuffers::Vector<uint8_t>* v) {
-      std::vector<std::byte> o;
-      if (v != nullptr) {
-        const auto* p = reinterpret_cast<const std::byte*>(v->data());
-        o.assign(p, p + v->size());
-      }
-      return o;
-    };
-    for (const auto* c : *cs) {
-      CoopCopyAt a;
-      a.index = c->index();
-      a.length = c->length();
-      a.addr = c->addr() != nullptr ? c->addr()->str() : std::string();
-      a.data_addr = c->data_addr();
-      a.data_length = c->data_length();
-      a.data_rkey = bytes(c->data_rkey());
-      a.tags_addr = c->tags_addr();
-      a.tags_length = c->tags_length();
-      a.tags_rkey = bytes(c->tags_rkey());
-      a.frame = c->frame();
-      a.tag = c->tag();
-      if (a.addr.empty() || a.length > ask.block) return Err(EPROTO, "malformed copy in reply");
-      out.copies.push_back(std::move(a));
-    }
-    return out;
-  }
-  if (inline_read) {
-    const size_t n = rep->data() ? rep->data()->size() : 0;
-    if (n > dst.size()) return Err(EPROTO, "read reply longer than asked");
-    if (n > 0) std::memcpy(dst.data(), rep->data()->data(), n);
-    out.n = n;
-    return out;
-  }
-  const size_t n = rep->n();
-  if (n > dst.size()) {
-    release(true);
-    return Err(EPROTO, "data reply larger than asked");
-  }
-  std::memcpy(dst.data(), slots_->slot(slot), n);
-  release(false);
-  out.n = n;
-  return out;
-}
-
-Result<size_t> RemoteNodeFs::Write(Handle h, uint64_t offset, std::span<const std::byte> src,
-                                   const Writer& by) {
-  const auto deadline = FEDFS_DEADLINE;
-  if (!slots_ || src.size() <= opts_.inline_max) return WriteInline(h, offset, src, by, deadline);
-  return SlotIo(h, offset, const_cast<std::byte*>(src.data()), src.size(), &by, deadline);
-}
-
-Result<size_t> RemoteNodeFs::SlotIo(Handle h, uint64_t offset, std::byte* buf, size_t size,
-                                    const Writer* by, Clock::time_point deadline) {
-  const bool read = by == nullptr;
-  if (!helloed_.load()) {
-    if (auto st = Hello(deadline); !st) return Err(st.error());
-  }
-  const size_t chunk = MaxIo();
-  const Clock::duration quarantine = 2 * opts_.rpc_timeout + std::chrono::seconds(1);
-  size_t done = 0;
-  bool rehello = false;
-  while (done < size) {
-    const size_t chunks = (size - done + chunk - 1) / chunk;
-    std::vector<int> slots =
-        slots_->Acquire(std::min(chunks, std::max<size_t>(opts_.max_parallel, 1)), deadline);
-    if (slots.empty()) {
-      if (done > 0) break;
-      return Err(ETIMEDOUT, "no free buffer slot before the deadline");
-    }
-    std::vector<size_t> lens(slots.size());
-    const auto budget = Until(deadline);
-    const uint64_t budget_us =
-        std::chrono::duration_cast<std::chrono::microseconds>(budget).count();
-    auto results = WaitForAll<Result<m2m::Bytes>>(
-        slots.size(), [&](size_t i, m2m::Callback<m2m::Bytes> call_done) {
-          const size_t off = done + i * chunk;
-          lens[i] = std::min(chunk, size - off);
-          if (!read) std::memcpy(slots_->slot(slots[i]), buf + off, lens[i]);
-          // Every chunk of a write says so: the server clears before the
-          // first chunk it writes (any of them, in parallel).
-          Req q{.op = read ? fb::Op::kRead : fb::Op::kWrite,
-                .cred = read ? nullptr : &by->cred,
-                .handle = h,
-                .offset = offset + off,
-                .length = lens[i],
-                .slot = slots[i],
-                .kill_setid = !read && by->kill_setid};
-          ep_->Call(MethodOf(q.op), Encode(q, session_, budget_us, {}), budget,
-                    std::move(call_done));
-        });
-    bool stop = false;
-    std::optional<Error> first_error;
-    for (size_t i = 0; i < slots.size(); ++i) {
-      auto& r = results[i];
-      Result<const fb::FsReply*> rep = r ? Parse(*r) : Err(r.error());
-      const bool touched = !rep && MaySlotBeTouched(rep.error().code);
-      if (!stop) {
-        if (!rep) {
-          first_error = rep.error();
-          stop = true;
-        } else {
-          const size_t n = (*rep)->n();
-          if (n > lens[i]) {
-            first_error = Error{EPROTO, "data reply larger than asked"};
-            stop = true;
-          } else {
-            if (read) std::memcpy(buf + done, slots_->slot(slots[i]), n);
-            done += n;
-            if (n < lens[i]) stop = true;
-          }
-        }
-      }
-      slots_->Release(slots[i], touched, quarantine);
-    }
-    if (first_error) {
-      if (first_error->code == fswire::kErrSessionUnknown && !rehello && done == 0) {
-        rehello = true;  // new connection or restarted server: Hello again, once
-        helloed_.store(false);
-        if (auto st = Hello(deadline); !st) return Err(st.error());
-        continue;
-      }
-      if (done > 0) break;
-      return Err(*first_error);
-    }
-    if (stop) break;
-  }
-  return done;
 }
 
 Status RemoteNodeFs::Flush(Handle h, uint64_t lock_owner) {

@@ -66,6 +66,7 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
   // The file operations other nodes make here.
   ns::FileServiceOptions fso = opt.files;
   fso.on_change = [hooks = d.hooks](const std::string& path) { hooks->DropAttrs(path); };
+  fso.membership_epoch = [view = d.cluster.get()] { return view->Current()->epoch; };
   d.file_service = std::make_unique<ns::FileService>(fso, tr, d.env.local, d.env.pool);
   if (auto s = d.file_service->RegisterHandlers(); !s) {
     return Err(s.error().code, "file service: " + s.error().ToString());

@@ -10,10 +10,16 @@
 //    the write returned, and n3 is not sent to them.
 //  * A copy that moved on (n2's cache dropped after n1 named it) is found
 //    out by its tag: n3 asks n1 again, which reads the bytes itself.
+//  * n2 dies: n3 reads the file from n1, without an error.
+//  * A randomized run: overlapping writes and truncates through any of the
+//    three mounts, each followed by reads on all three (whole, and pieces
+//    that straddle blocks), every read compared with a model of the file:
+//    every read sees the last acknowledged change.
 //
 // Each test owns a Cluster, which stops the daemons by pid, unmounts and
 // removes its temporary directory whatever happens.
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -148,6 +154,57 @@ TEST_F(CoopPeers, ACopyThatMovedOnIsFoundOutByItsTag) {
   EXPECT_GT(Stat("n3", "tag_misses"), 0u);
   EXPECT_EQ(Stat("n3", "remote_hits"), data.size() / kBlock);  // none counted wrongly
   EXPECT_GT(Stat("n3", "fetches"), 0u);  // read by n1 instead
+}
+
+// n2, which keeps the blocks n1 would name, dies: n3's read still returns
+// the file, from n1 (a copy at a dead node is read from the file's node).
+TEST_F(CoopPeers, ACopyAtADeadNodeIsReadFromTheFilesNode) {
+  const std::string data = Random(512 << 10, 11);
+  ASSERT_TRUE(WriteAt(M("n1", "/f"), 0, data));
+  ASSERT_EQ(ReadFile(M("n2", "/f")), data);
+  ASSERT_EQ(Stat("n1", "directory_copies"), data.size() / kBlock);
+  ASSERT_EQ(c_.Stop("n2", SIGKILL), 128 + SIGKILL);
+  ASSERT_EQ(ReadFile(M("n3", "/f")), data);
+  EXPECT_EQ(Stat("n3", "remote_hits"), 0u);
+  EXPECT_EQ(Stat("n3", "fetched_bytes"), data.size());
+}
+
+TEST_F(CoopPeers, RandomWritesAndTruncatesOnThreeNodesAreAlwaysReadBack) {
+  std::mt19937_64 rng(20261202);
+  std::string model = Random(400000, 10);
+  ASSERT_TRUE(WriteAt(M("n1", "/f"), 0, model));
+  const std::vector<std::string> nodes{"n1", "n2", "n3"};
+  for (const auto& n : nodes) ASSERT_EQ(ReadFile(M(n, "/f")), model) << n;
+  for (int step = 0; step < 40; ++step) {
+    const std::string& who = nodes[rng() % 3];
+    if (rng() % 4 == 0) {
+      const size_t size = rng() % 500000;
+      ASSERT_EQ(::truncate(M(who, "/f").c_str(), static_cast<off_t>(size)), 0) << who;
+      model.resize(size, '\0');
+    } else {
+      const size_t off = rng() % (model.size() + kBlock);
+      const std::string data = Random(1 + rng() % (3 * kBlock), rng());
+      ASSERT_TRUE(WriteAt(M(who, "/f"), static_cast<off_t>(off), data)) << who;
+      if (model.size() < off + data.size()) model.resize(off + data.size(), '\0');
+      model.replace(off, data.size(), data);
+    }
+    for (const auto& n : nodes) {
+      ASSERT_EQ(ReadFile(M(n, "/f")), model) << "step " << step << " read on " << n;
+      // A piece that straddles a block, through a new open.
+      if (model.size() > kBlock) {
+        const size_t off = rng() % (model.size() - kBlock);
+        const int fd = ::open(M(n, "/f").c_str(), O_RDONLY | O_CLOEXEC);
+        ASSERT_GE(fd, 0);
+        std::string piece(kBlock, '\0');
+        const ssize_t got = ::pread(fd, piece.data(), piece.size(), static_cast<off_t>(off));
+        ::close(fd);
+        ASSERT_EQ(got, static_cast<ssize_t>(kBlock));
+        ASSERT_EQ(piece, model.substr(off, kBlock)) << "step " << step << " piece on " << n;
+      }
+    }
+  }
+  // The run went through other nodes' caches, not only through n1.
+  EXPECT_GT(Stat("n2", "remote_hits") + Stat("n3", "remote_hits"), 0u);
 }
 
 }  // namespace

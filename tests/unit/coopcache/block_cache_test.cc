@@ -205,5 +205,75 @@ TEST(BlockCache, RandomOperationsAgreeWithAModel) {
   EXPECT_GT(c->stats().hits, 300u);
 }
 
+// The tag of frame f as a peer would read it.
+uint64_t TagOf(BlockCache& c, uint32_t f) {
+  uint64_t t;
+  std::memcpy(&t, c.tags().data() + size_t{f} * 8, 8);
+  return t;
+}
+
+TEST(BlockCache, AReservedFrameCarriesItsTagOnlyOncePublished) {
+  auto c = Make(2);
+  auto s = c->Reserve(1, 0, c->Generation(1));
+  ASSERT_TRUE(s);
+  EXPECT_NE(s->tag, 0u);
+  EXPECT_EQ(TagOf(*c, s->frame), 0u);  // a peer sent here early finds 0
+  EXPECT_EQ(s->data, c->arena().data() + size_t{s->frame} * kBlock);
+  EXPECT_EQ(c->stats().reserved, 1u);
+  ASSERT_TRUE(c->Publish(*s, 1, 0, c->Generation(1), Bytes(kBlock, 0x11), 0));
+  EXPECT_EQ(TagOf(*c, s->frame), s->tag);
+  EXPECT_EQ(Fill(*c, 1, 0), 0x11);
+  EXPECT_EQ(c->stats().reserved, 0u);
+  // Filled in place (by a peer's bytes): Publish with a length only.
+  auto t = c->Reserve(1, 1, c->Generation(1));
+  ASSERT_TRUE(t);
+  std::memset(t->data, 0x22, 100);
+  ASSERT_TRUE(c->Publish(*t, 1, 1, c->Generation(1), {}, 100));
+  std::vector<std::byte> out(kBlock);
+  EXPECT_EQ(c->Get(1, 1, out), std::optional<size_t>(100));
+  EXPECT_EQ(out[99], std::byte{0x22});
+  // Evicted: the frame's tag goes to 0 before it is reused, and the reuse
+  // carries a tag never seen before.
+  const uint32_t f = s->frame;
+  const uint64_t old = s->tag;
+  ASSERT_TRUE(PutNow(*c, 2, 0, 0x33));
+  ASSERT_TRUE(PutNow(*c, 2, 1, 0x44));
+  EXPECT_EQ(Fill(*c, 1, 0), -1);
+  EXPECT_NE(TagOf(*c, f), old);
+  EXPECT_NE(TagOf(*c, f), 0u);
+}
+
+TEST(BlockCache, APublishAfterAnInvalidationIsRefusedAndFreesTheFrame) {
+  auto c = Make(1);
+  const uint64_t g = c->Generation(1);
+  auto s = c->Reserve(1, 0, g);
+  ASSERT_TRUE(s);
+  EXPECT_FALSE(c->Reserve(1, 1, g));  // the only frame is reserved
+  c->InvalidateFile(1);
+  EXPECT_FALSE(c->Publish(*s, 1, 0, g, Bytes(kBlock, 1), 0));
+  EXPECT_EQ(TagOf(*c, s->frame), 0u);
+  EXPECT_EQ(Fill(*c, 1, 0), -1);
+  EXPECT_EQ(c->stats().reserved, 0u);
+  ASSERT_TRUE(PutNow(*c, 1, 0, 5));  // the frame is free again
+  // Abandoned: free again too, tag 0.
+  c->Clear();
+  auto t = c->Reserve(3, 0, c->Generation(3));
+  ASSERT_TRUE(t);
+  c->Abandon(*t);
+  EXPECT_EQ(TagOf(*c, t->frame), 0u);
+  EXPECT_TRUE(PutNow(*c, 3, 0, 6));
+}
+
+TEST(BlockCache, AReservationSurvivesAClearButItsPublishIsRefused) {
+  auto c = Make(4);
+  auto s = c->Reserve(1, 0, c->Generation(1));
+  ASSERT_TRUE(s);
+  const uint64_t g = c->Generation(1);
+  c->Clear();
+  EXPECT_EQ(c->stats().reserved, 1u);
+  EXPECT_FALSE(c->Publish(*s, 1, 0, g, Bytes(kBlock, 1), 0));
+  EXPECT_EQ(c->stats().reserved, 0u);
+}
+
 }  // namespace
 }  // namespace fedfs::coop
