@@ -58,8 +58,17 @@ m2m::Bytes Rebuild(const fb::FsRequest* r) {
     for (const fb::DirTemplate* d : *r->templates()) t.push_back(*d);
     templates = b.CreateVectorOfStructs(t);
   }
+  flatbuffers::Offset<flatbuffers::Vector<const fb::CoopFrame*>> frames;
+  if (r->coop_frames()) {
+    std::vector<fb::CoopFrame> f;
+    for (const fb::CoopFrame* x : *r->coop_frames()) f.push_back(*x);
+    frames = b.CreateVectorOfStructs(f);
+  }
   fb::FsRequestBuilder rb(b);
   rb.add_version(r->version());
+  if (!frames.IsNull()) rb.add_coop_frames(frames);
+  rb.add_coop_block(r->coop_block());
+  rb.add_coop_replace(r->coop_replace());
   rb.add_session(r->session());
   rb.add_op(r->op());
   if (!cred.IsNull()) rb.add_cred(cred);
@@ -114,6 +123,10 @@ void FuzzRequest(const m2m::Bytes& bytes) {
   if (r->templates()) {
     for (const fb::DirTemplate* t : *r->templates()) g_sink = g_sink + t->mode() + t->uid() + t->gid();
   }
+  if (r->coop_frames()) {
+    for (const fb::CoopFrame* f : *r->coop_frames()) g_sink = g_sink + f->frame() + f->tag();
+  }
+  g_sink = g_sink + r->coop_block() + r->coop_replace();
   const Status st = fswire::CheckRequest(r);
   if (st) {
     FUZZ_CHECK(r->version() == fswire::kVersion);
@@ -148,6 +161,15 @@ void FuzzRequest(const m2m::Bytes& bytes) {
   FUZZ_CHECK(SameCred(r, b));
   FUZZ_CHECK(b->offset() == r->offset() && b->length() == r->length() && b->slot() == r->slot() &&
              b->flags() == r->flags() && b->handle() == r->handle());
+  FUZZ_CHECK(b->coop_block() == r->coop_block() && b->coop_replace() == r->coop_replace());
+  FUZZ_CHECK((b->coop_frames() == nullptr) == (r->coop_frames() == nullptr));
+  if (r->coop_frames()) {
+    FUZZ_CHECK(b->coop_frames()->size() == r->coop_frames()->size());
+    for (size_t i = 0; i < r->coop_frames()->size(); ++i) {
+      FUZZ_CHECK(b->coop_frames()->Get(i)->frame() == r->coop_frames()->Get(i)->frame() &&
+                 b->coop_frames()->Get(i)->tag() == r->coop_frames()->Get(i)->tag());
+    }
+  }
   const Status st2 = fswire::CheckRequest(b);
   FUZZ_CHECK(st.has_value() == st2.has_value());
   if (!st) FUZZ_CHECK(st.error().code == st2.error().code);
@@ -160,6 +182,10 @@ void FuzzHello(const m2m::Bytes& bytes) {
   Touch(h->client_node());
   Touch(h->client_addr());
   Touch(h->pool_rkey());
+  Touch(h->cache_rkey());
+  Touch(h->tags_rkey());
+  g_sink = g_sink + h->cache_block() + h->cache_addr() + h->cache_length() + h->tags_addr() +
+           h->tags_length();
   g_sink = g_sink + h->version() + h->session() + h->incarnation() + h->pool_addr() +
            h->pool_length() + h->slot_size() + h->slot_count() + h->bye() + h->attr_callbacks();
 }
@@ -193,6 +219,15 @@ void FuzzReply(const m2m::Bytes& bytes) {
     }
   }
   Touch(r->data());
+  if (r->copies()) {
+    for (const fb::CoopCopy* c : *r->copies()) {
+      Touch(c->addr());
+      Touch(c->data_rkey());
+      Touch(c->tags_rkey());
+      g_sink = g_sink + c->index() + c->length() + c->data_addr() + c->data_length() +
+               c->tags_addr() + c->tags_length() + c->frame() + c->tag();
+    }
+  }
   g_sink = g_sink + r->version() + r->handle() + r->n() + r->lock_type() + r->lock_start() +
            r->lock_len() + r->lock_pid() + r->attr_callbacks();
 }
