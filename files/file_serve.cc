@@ -422,7 +422,7 @@ auto FileService::Impl::DoCoopRead(const SessionView& v, const fb::FsRequest* re
   }
   std::vector<coop::Frame> frames;
   frames.reserve(fr->size());
-  for (const auto* f : *fr) frames.push_back(coop::Frame{f->frame(), f->tag()});
+  for (const auto& [frame, tag] : fswire::CoopFramesOf(*req)) frames.push_back({frame, tag});
   const uint64_t first = req->offset() / block;
   const uint64_t version = dir_.Version(*id);
   if (!req->coop_replace()) {

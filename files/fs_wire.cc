@@ -133,4 +133,17 @@ std::vector<Handle> HandlesOf(const fb::FsAttrChanged& a) {
   return out;
 }
 
+std::vector<std::pair<uint32_t, uint64_t>> CoopFramesOf(const fb::FsRequest& r) {
+  std::vector<std::pair<uint32_t, uint64_t>> out;
+  if (r.coop_frames() == nullptr) return out;
+  out.reserve(r.coop_frames()->size());
+  const auto* p = reinterpret_cast<const uint8_t*>(r.coop_frames()->Data());
+  for (size_t i = 0; i < r.coop_frames()->size(); ++i) {
+    fb::CoopFrame f;
+    std::memcpy(&f, p + i * sizeof(fb::CoopFrame), sizeof f);
+    out.emplace_back(f.frame(), f.tag());
+  }
+  return out;
+}
+
 }  // namespace fedfs::ns::fswire

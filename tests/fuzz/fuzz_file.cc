@@ -61,7 +61,7 @@ m2m::Bytes Rebuild(const fb::FsRequest* r) {
   flatbuffers::Offset<flatbuffers::Vector<const fb::CoopFrame*>> frames;
   if (r->coop_frames()) {
     std::vector<fb::CoopFrame> f;
-    for (const fb::CoopFrame* x : *r->coop_frames()) f.push_back(*x);
+    for (const auto& [frame, tag] : fswire::CoopFramesOf(*r)) f.emplace_back(frame, tag);
     frames = b.CreateVectorOfStructs(f);
   }
   fb::FsRequestBuilder rb(b);
@@ -123,9 +123,9 @@ void FuzzRequest(const m2m::Bytes& bytes) {
   if (r->templates()) {
     for (const fb::DirTemplate* t : *r->templates()) g_sink = g_sink + t->mode() + t->uid() + t->gid();
   }
-  if (r->coop_frames()) {
-    for (const fb::CoopFrame* f : *r->coop_frames()) g_sink = g_sink + f->frame() + f->tag();
-  }
+  const auto coop_frames = fswire::CoopFramesOf(*r);
+  FUZZ_CHECK(coop_frames.size() == (r->coop_frames() ? r->coop_frames()->size() : 0));
+  for (const auto& [frame, tag] : coop_frames) g_sink = g_sink + frame + tag;
   g_sink = g_sink + r->coop_block() + r->coop_replace();
   const Status st = fswire::CheckRequest(r);
   if (st) {
@@ -163,13 +163,7 @@ void FuzzRequest(const m2m::Bytes& bytes) {
              b->flags() == r->flags() && b->handle() == r->handle());
   FUZZ_CHECK(b->coop_block() == r->coop_block() && b->coop_replace() == r->coop_replace());
   FUZZ_CHECK((b->coop_frames() == nullptr) == (r->coop_frames() == nullptr));
-  if (r->coop_frames()) {
-    FUZZ_CHECK(b->coop_frames()->size() == r->coop_frames()->size());
-    for (size_t i = 0; i < r->coop_frames()->size(); ++i) {
-      FUZZ_CHECK(b->coop_frames()->Get(i)->frame() == r->coop_frames()->Get(i)->frame() &&
-                 b->coop_frames()->Get(i)->tag() == r->coop_frames()->Get(i)->tag());
-    }
-  }
+  FUZZ_CHECK(fswire::CoopFramesOf(*b) == fswire::CoopFramesOf(*r));
   const Status st2 = fswire::CheckRequest(b);
   FUZZ_CHECK(st.has_value() == st2.has_value());
   if (!st) FUZZ_CHECK(st.error().code == st2.error().code);
