@@ -481,7 +481,8 @@ Result<DaemonOptions> ParseConfig(const std::string& text, const std::string& pa
     }
 
     if (const YAML::Node k = GetMap(c, root, "coopcache")) {
-      CheckKeys(c, k, "coopcache.", {"size", "block"});
+      CheckKeys(c, k, "coopcache.", {"size", "block", "share"});
+      GetBool(c, k, "share", "coopcache.share", &o.coopcache.share);
       uint64_t v = 0;
       if (GetSize(c, k, "size", "coopcache.size", 0, uint64_t{1} << 40, &v)) {
         o.coopcache.size = static_cast<size_t>(v);

@@ -207,6 +207,7 @@ Status Daemon::StartNamespace(const DaemonOptions& o) {
   no.whole_max_entries = o.directory_table.whole_max_entries;
   no.cache.size_bytes = o.coopcache.size;
   no.cache.block_bytes = o.coopcache.block;
+  no.share_cache = o.coopcache.share;
   no.files.root_squash = o.security.root_squash;
   no.files.squash_uid = o.security.squash_uid;
   no.files.squash_gid = o.security.squash_gid;

@@ -90,9 +90,12 @@ struct DirectoryTableConfig {
 
 // The node's cache of other nodes' file data (docs/coopcache.md): `size`
 // bytes in blocks of `block` (a power of two, 4 KiB .. 64 MiB); 0: off.
+// `share`: its blocks are readable by other nodes, and this node reads other
+// nodes' (cooperation); false keeps the cache to this node.
 struct CoopCacheConfig {
   size_t size = 0;
   size_t block = size_t{256} << 10;
+  bool share = true;
 };
 
 // Watching the export root for changes made behind FedFS' back

@@ -98,7 +98,7 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
     d.cache = std::move(*cache);
     // Its memory, readable by the other nodes (docs/coopcache.md): without a
     // listen address no peer could reach it.
-    if (!opt.address.empty()) {
+    if (!opt.address.empty() && opt.share_cache) {
       auto peers = coop::PeerFetch::Create(d.cache.get(), tr, opt.rpc_timeout);
       if (!peers) {
         Logger("node")->warn("coopcache: blocks are not shared with other nodes: {}",

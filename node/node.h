@@ -67,6 +67,9 @@ struct NodeOptions {
   // The cache of other nodes' file data (docs/coopcache.md); size_bytes 0:
   // none.
   coop::BlockCacheOptions cache;
+  // Whether the cache cooperates: its blocks readable by other nodes, and
+  // theirs read here (docs/coopcache.md). Needs `address`.
+  bool share_cache = true;
   // Root squash and the file service's limits (its on_change is the Node's).
   ns::FileServiceOptions files;
   ns::VfsOptions vfs;

@@ -11,6 +11,7 @@
 //  * A copy that moved on (n2's cache dropped after n1 named it) is found
 //    out by its tag: n3 asks n1 again, which reads the bytes itself.
 //  * n2 dies: n3 reads the file from n1, without an error.
+//  * With `coopcache.share: false` every node's cache is its own.
 //  * A randomized run: overlapping writes and truncates through any of the
 //    three mounts, each followed by reads on all three (whole, and pieces
 //    that straddle blocks), every read compared with a model of the file:
@@ -205,6 +206,26 @@ TEST_F(CoopPeers, RandomWritesAndTruncatesOnThreeNodesAreAlwaysReadBack) {
   }
   // The run went through other nodes' caches, not only through n1.
   EXPECT_GT(Stat("n2", "remote_hits") + Stat("n3", "remote_hits"), 0u);
+}
+
+// `coopcache.share: false`: each node's cache is its own; n3 reads
+// everything from n1, and n1 keeps no record of copies.
+TEST(CoopPeersOff, WithoutSharingEveryMissReadsTheFilesNode) {
+  Cluster c;
+  std::vector<std::string> ids;
+  const std::string e =
+      c.StartMounted(3, &ids, "coopcache: {size: 64MiB, block: 64KiB, share: false}\n");
+  ASSERT_TRUE(e.empty()) << e;
+  const std::string data = Random(512 << 10, 12);
+  ASSERT_TRUE(WriteAt(c.Mountpoint("n1") + "/f", 0, data));
+  ASSERT_EQ(ReadFile(c.Mountpoint("n2") + "/f"), data);
+  ASSERT_EQ(ReadFile(c.Mountpoint("n3") + "/f"), data);
+  auto n3 = c.Ctl("n3", {"cache"});
+  ASSERT_TRUE(n3.is_object());
+  EXPECT_FALSE(n3.value("shared", true));
+  EXPECT_EQ(n3.value("remote_hits", uint64_t{1}), 0u);
+  EXPECT_EQ(n3.value("fetched_bytes", uint64_t{0}), data.size());
+  EXPECT_EQ(c.Ctl("n1", {"cache"}).value("directory_copies", uint64_t{1}), 0u);
 }
 
 }  // namespace

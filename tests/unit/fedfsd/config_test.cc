@@ -289,6 +289,10 @@ TEST_F(ConfigTest, DirectoryTableAndAutonomySections) {
   ASSERT_TRUE(cache) << cache.error().context;
   EXPECT_EQ(cache->coopcache.size, size_t{256} << 20);
   EXPECT_EQ(cache->coopcache.block, size_t{64} << 10);
+  EXPECT_TRUE(cache->coopcache.share);
+  auto own = Parse(Good("+", "coopcache: {size: 1GiB, share: false}"));
+  ASSERT_TRUE(own) << own.error().context;
+  EXPECT_FALSE(own->coopcache.share);
   auto bytes = Parse(Good("+", "coopcache: {size: 1048576}"));
   ASSERT_TRUE(bytes) << bytes.error().context;
   EXPECT_EQ(bytes->coopcache.size, size_t{1} << 20);
@@ -316,6 +320,7 @@ TEST_F(ConfigTest, DirectoryTableAndAutonomySections) {
       {"cache below a block", "+", "coopcache: {size: 64K, block: 1M}",
        {"field 'coopcache.size'", "below one block"}},
       {"cache unknown key", "+", "coopcache: {sise: 1G}", {"unknown key 'coopcache.sise'"}},
+      {"cache share not a bool", "+", "coopcache: {share: maybe}", {"field 'coopcache.share'"}},
       {"whole bound negative", "+", "directory_table: {whole_max_entries: -1}",
        {"field 'directory_table.whole_max_entries'"}},
       {"dt unknown key", "+", "directory_table: {slots: 4}", {"unknown key 'directory_table.slots'"}},

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Cooperative caching on three nodes (docs/coopcache.md), cooperation on
+# against off, in one run:
+#   n0 holds a working set of WS_MIB MiB (one file written through its mount);
+#   n2 reads the last CACHE_MIB MiB of it once (its cache now keeps them);
+#   the machine's page caches are dropped (the daemons' caches are not);
+#   n1 reads the file randomly for RUNTIME s with fio (4 KiB, then 256 KiB).
+# Each node's cache is CACHE_MIB MiB in 256 KiB blocks. "off" is the same
+# with `coopcache.share: false` (each node's cache its own). Printed per
+# block size: n1's IOPS and p50/p99 completion latency, the bytes n0 read
+# from its disk (/proc/<pid>/io read_bytes of its fedfsd) and where n1's
+# reads were served (own cache hits, blocks from n2's memory, reads from n0).
+#
+#   bench/coop_bench.sh        BUILD=build-bench WS_MIB=600 CACHE_MIB=256 RUNTIME=10
+#                              REBUILD=1 (0: use fedfsd and fedfsctl in BUILD as built)
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${BUILD:-$ROOT/build-bench}
+WS_MIB=${WS_MIB:-600}
+CACHE_MIB=${CACHE_MIB:-256}
+RUNTIME=${RUNTIME:-10}
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+require_root_and_tools coop_bench fio cmake ninja python3
+bench_begin coop_bench coop
+if [ "${REBUILD:-1}" = 1 ]; then
+  build_bench_tools fedfsd fedfsctl
+else
+  FEDFSD=$BUILD/fedfsd/fedfsd
+  FEDFSCTL=$BUILD/tools/fedfsctl
+  [ -x "$FEDFSD" ] && [ -x "$FEDFSCTL" ] || { echo "coop_bench: no fedfsd/fedfsctl in $BUILD" >&2; exit 1; }
+  HAVE_FEDFS=1
+fi
+
+ctl_json() { "$FEDFSCTL" --socket "$1" cache --json; }
+field() { python3 -c "import json,sys; print(json.load(sys.stdin).get('$1', 0))"; }
+
+declare -A R
+for mode in on off; do
+  share=true
+  [ "$mode" = off ] && share=false
+  start_fedfs "coop-$mode" 3 "coopcache: {size: ${CACHE_MIB}MiB, block: 256KiB, share: $share}" ||
+    { echo "coop_bench: the federation did not start" >&2; exit 1; }
+  d=$FEDFS_DIR
+  n0_pid=${PIDS[-3]}
+  log "$mode: writing $WS_MIB MiB through n0"
+  dd if=/dev/urandom of="$d/mnt0/ws" bs=1M count="$WS_MIB" status=none
+  for bs in 4k 256k; do
+    "$FEDFSCTL" --socket "$d/n1.sock" cache drop >/dev/null
+    "$FEDFSCTL" --socket "$d/n2.sock" cache drop >/dev/null
+    dd if="$d/mnt2/ws" of=/dev/null bs=1M skip=$((WS_MIB - CACHE_MIB)) count="$CACHE_MIB" status=none
+    sync
+    echo 3 >/proc/sys/vm/drop_caches
+    before=$(awk '/^read_bytes/ {print $2}' "/proc/$n0_pid/io")
+    out=$(fio --name=rr --filename="$d/mnt1/ws" --rw=randread --bs="$bs" --ioengine=psync \
+      --time_based --runtime="$RUNTIME" --invalidate=1 --fadvise_hint=random \
+      --output-format=json 2>/dev/null)
+    after=$(awk '/^read_bytes/ {print $2}' "/proc/$n0_pid/io")
+    j=$(ctl_json "$d/n1.sock")
+    R[$mode,$bs]=$(echo "$out" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)["jobs"][0]["read"]
+p = r["clat_ns"]["percentile"]
+print("%.0f %.1f %.1f" % (r["iops"], p["50.000000"] / 1e3, p["99.000000"] / 1e3))')
+    R[$mode,$bs]+=" $(( (after - before) >> 20 )) $(echo "$j" | field hits) $(echo "$j" | field remote_hits) $(echo "$j" | field fetches)"
+    log "$mode $bs: ${R[$mode,$bs]}"
+  done
+  stop_started
+done
+
+echo "coop_bench: ${WS_MIB} MiB on n0, ${CACHE_MIB} MiB cache per node (256 KiB blocks), n2 warmed with the last ${CACHE_MIB} MiB, n1 reads randomly for ${RUNTIME} s"
+printf '%-6s %-4s %10s %10s %10s %12s %10s %12s %12s\n' block coop IOPS "p50 us" "p99 us" "n0 disk MiB" "own hits" "from n2" "from n0"
+for bs in 4k 256k; do
+  for mode in on off; do
+    read -r iops p50 p99 disk hits remote fetches <<<"${R[$mode,$bs]}"
+    printf '%-6s %-4s %10s %10s %10s %12s %10s %12s %12s\n' "$bs" "$mode" "$iops" "$p50" "$p99" "$disk" "$hits" "$remote" "$fetches"
+  done
+  read -r on_iops _ _ on_disk _ <<<"${R[on,$bs]}"
+  read -r off_iops _ _ off_disk _ <<<"${R[off,$bs]}"
+  python3 -c "print('%-6s on/off: IOPS %.2fx, n0 disk reads %s' % ('$bs', $on_iops / max($off_iops, 1), ('%.2fx' % ($on_disk / $off_disk)) if $off_disk else 'n/a'))"
+done
