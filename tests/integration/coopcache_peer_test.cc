@@ -30,44 +30,13 @@
 #include <string>
 #include <vector>
 
+#include "tests/integration/coopcache_util.h"
 #include "tests/tools/cluster.h"
 
 namespace fedfs::testing {
 namespace {
 
 constexpr size_t kBlock = 64 << 10;
-
-std::string Random(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::string s(n, '\0');
-  for (char& ch : s) ch = static_cast<char>('a' + rng() % 26);
-  return s;
-}
-
-std::string ReadFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return "<open: " + std::string(std::strerror(errno)) + ">";
-  std::string out;
-  char buf[100000];  // not a multiple of the block: reads straddle blocks
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0) {
-      out = "<read: " + std::string(std::strerror(errno)) + ">";
-      break;
-    }
-    if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return out;
-}
-
-bool WriteAt(const std::string& path, off_t off, const std::string& data) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return false;
-  const bool ok = ::pwrite(fd, data.data(), data.size(), off) == static_cast<ssize_t>(data.size());
-  return ::close(fd) == 0 && ok;
-}
 
 class CoopPeers : public ::testing::Test {
  protected:
