@@ -32,12 +32,12 @@
 #include <vector>
 
 #include "common/executor.h"
+#include "bench/loopback_ucx.h"
 #include "common/logging.h"
 #include "coopcache/block_cache.h"
 #include "coopcache/peer_fetch.h"
 #include "files/file_service.h"
 #include "files/remote_node_fs.h"
-#include "m2m/ucx_transport.h"
 #include "nodefs/local_node_fs.h"
 
 using namespace fedfs;
@@ -48,18 +48,8 @@ namespace {
 constexpr size_t kBlocks = 64;
 const size_t kSizes[] = {4096, 256 << 10};
 
-m2m::TransportOptions TOpts() {
-  m2m::TransportOptions t;
-  t.cluster_key = m2m::Bytes(32, std::byte{5});
-  return t;
-}
-
-m2m::UcxOptions Ucx() {
-  m2m::UcxOptions u;
-  u.tls = "tcp";
-  u.net_devices = "lo";
-  return u;
-}
+using bench::TOpts;
+using bench::Ucx;
 
 [[noreturn]] void Die(const std::string& what) {
   std::fprintf(stderr, "fedfs-coop-bench: %s\n", what.c_str());

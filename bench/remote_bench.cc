@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "common/executor.h"
+#include "bench/loopback_ucx.h"
 #include "common/logging.h"
-#include "m2m/ucx_transport.h"
 #include "files/file_service.h"
 #include "nodefs/local_node_fs.h"
 #include "files/remote_node_fs.h"
@@ -35,18 +35,8 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-m2m::TransportOptions TOpts() {
-  m2m::TransportOptions t;
-  t.cluster_key = m2m::Bytes(32, std::byte{5});
-  return t;
-}
-
-m2m::UcxOptions Ucx() {
-  m2m::UcxOptions u;
-  u.tls = "tcp";
-  u.net_devices = "lo";
-  return u;
-}
+using bench::TOpts;
+using bench::Ucx;
 
 [[noreturn]] void Die(const std::string& what) {
   std::fprintf(stderr, "fedfs-remote-bench: %s\n", what.c_str());
