@@ -269,8 +269,18 @@ struct CacheReply {
   bool shared = false;
   uint64_t remote_hits = 0, remote_bytes = 0, tag_misses = 0, remote_errors = 0;
   uint64_t redirects = 0, directory_files = 0, directory_copies = 0;
+  // N-chance forwarding: evicted blocks told to their files' nodes, stored
+  // at a peer, declined (not the last copy), dropped (staging full or
+  // recirculated enough), failed; as a file's node, evictions answered with
+  // a peer; as a peer, blocks other nodes forwarded here.
+  uint64_t forward_evictions = 0, forwards = 0, forward_declined = 0, forward_dropped = 0;
+  uint64_t forward_errors = 0, forward_asked = 0, forwarded_in = 0;
   template <class S, class V>
   static void Fields(S& s, V&& v) {
+    v("forward_evictions", s.forward_evictions); v("forwards", s.forwards);
+    v("forward_declined", s.forward_declined); v("forward_dropped", s.forward_dropped);
+    v("forward_errors", s.forward_errors); v("forward_asked", s.forward_asked);
+    v("forwarded_in", s.forwarded_in);
     v("shared", s.shared); v("remote_hits", s.remote_hits); v("remote_bytes", s.remote_bytes);
     v("tag_misses", s.tag_misses); v("remote_errors", s.remote_errors);
     v("redirects", s.redirects); v("directory_files", s.directory_files);

@@ -124,7 +124,15 @@ uint32_t BlockCache::TakeFrame() {
     const List& from =
         probation_.size > probation_cap || protected_.size == 0 ? probation_ : protected_;
     if (from.tail == kNone) return kNone;  // every frame reserved
-    FreeFrame(from.tail);
+    const uint32_t victim = from.tail;
+    const Frame& v = frames_[victim];
+    if (sink_ && !v.origin.holder.empty() && v.generation == GenerationLocked(v.file)) {
+      ++stats_.evicted_to_sink;
+      sink_(Evicted{v.origin, v.index, victim,
+                    std::atomic_ref<uint64_t>(tags_[victim]).load(std::memory_order_relaxed),
+                    std::span<const std::byte>(Data(victim), v.length)});
+    }
+    FreeFrame(victim);
     ++stats_.evictions;
   }
   const uint32_t f = free_.back();
@@ -214,6 +222,7 @@ void BlockCache::IndexLocked(uint32_t f, uint64_t file, uint64_t index, uint64_t
   fr.index = index;
   fr.generation = generation;
   fr.length = static_cast<uint32_t>(length);
+  fr.origin = {};
   stats_.bytes_used += fr.length;
   PushHead(q, f);
   SetTag(f, NextTagLocked());
@@ -242,7 +251,8 @@ auto BlockCache::Reserve(uint64_t file, uint64_t index, uint64_t generation)
 }
 
 bool BlockCache::Publish(const Slot& slot, uint64_t file, uint64_t index, uint64_t generation,
-                         std::span<const std::byte> data, size_t length) {
+                         std::span<const std::byte> data, size_t length,
+                         const Origin* origin) {
   if (!data.empty()) length = data.size();
   std::lock_guard lock(mu_);
   Frame& fr = frames_[slot.frame];
@@ -257,6 +267,7 @@ bool BlockCache::Publish(const Slot& slot, uint64_t file, uint64_t index, uint64
   if (!data.empty()) std::memcpy(Data(slot.frame), data.data(), data.size());
   fr.queue = Queue::kFree;  // IndexLocked links it
   IndexLocked(slot.frame, file, index, generation, length, Queue::kProbation);
+  if (origin != nullptr) fr.origin = *origin;
   // The tag the holder was told, not the one IndexLocked took.
   SetTag(slot.frame, slot.tag);
   return true;

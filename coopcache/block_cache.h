@@ -35,6 +35,13 @@
 // read those bytes whole. A fill for peers to find goes Reserve (a frame
 // and the tag it will have) -> Publish (bytes stored, tag set) or Abandon.
 //
+// Forwarding (docs/coopcache.md, "N-chance forwarding"): a block published
+// with an Origin (the file's node, the file's id there, how often it was
+// forwarded) is handed to the evict sink when replacement evicts it while
+// it is current (not when it is invalidated, cleared or replaced in place).
+// The sink runs under the cache's mutex: it must copy what it keeps, return
+// quickly and never call back into the cache.
+//
 // Threads: every method is thread-safe (one mutex; copies in and out are
 // made under it, a block at a time). Invalidate never blocks on I/O, so it
 // may be called from the transport's progress context.
@@ -42,10 +49,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -57,6 +66,22 @@ struct BlockCacheOptions {
   size_t size_bytes = 0;       // 0: no cache (Create refuses it; callers skip it)
   size_t block_bytes = 256 << 10;  // a power of two, 4 KiB .. 64 MiB
   unsigned probation_percent = 25;  // 1..99
+};
+
+// Where a block came from (see "Forwarding" above).
+struct Origin {
+  std::string holder;  // the file's node; empty: none (never forwarded)
+  uint64_t dev = 0, ino = 0;  // the file there
+  uint32_t recirc = 0;        // times forwarded so far
+};
+
+// A block replacement evicted (see "Forwarding" above).
+struct Evicted {
+  const Origin& origin;
+  uint64_t index = 0;  // block of the file
+  uint32_t frame = 0;  // where it was
+  uint64_t tag = 0;    // the tag it had there
+  std::span<const std::byte> bytes;
 };
 
 class BlockCache {
@@ -97,8 +122,14 @@ class BlockCache {
   // takes the first `length` bytes already there; then indexes it as block
   // `index` of `file` and sets its tag. False (the frame freed) if the
   // file's generation moved since `generation`.
+  // With `origin`, the block is handed to the evict sink when evicted.
   bool Publish(const Slot& slot, uint64_t file, uint64_t index, uint64_t generation,
-               std::span<const std::byte> data, size_t length);
+               std::span<const std::byte> data, size_t length, const Origin* origin = nullptr);
+  // The evict sink (null: none).
+  void SetEvictSink(std::function<void(const Evicted&)> sink) {
+    std::lock_guard lock(mu_);
+    sink_ = std::move(sink);
+  }
   void Abandon(const Slot& slot);
   // The arena and the tag array (one uint64 per frame), for registration.
   std::span<std::byte> arena() { return {arena_, arena_bytes_}; }
@@ -124,6 +155,7 @@ class BlockCache {
     uint64_t fetches = 0, fetched_bytes = 0;  // NoteFetch
     uint64_t clears = 0;
     uint64_t reserved = 0;  // frames reserved now
+    uint64_t evicted_to_sink = 0;  // evictions handed to the evict sink
   };
   Stats stats() const;
 
@@ -135,6 +167,7 @@ class BlockCache {
     uint32_t length = 0;
     uint32_t prev = kNone, next = kNone;
     Queue queue = Queue::kFree;
+    Origin origin;
   };
   struct List {
     uint32_t head = kNone, tail = kNone;  // head: newest
@@ -181,6 +214,7 @@ class BlockCache {
   uint64_t next_generation_ = 1;  // the next generation InvalidateFile hands out
   uint64_t floor_ = 0;            // the generation of a file without a record
   uint64_t next_tag_ = 0;         // random start, never 0
+  std::function<void(const Evicted&)> sink_;
   Stats stats_;
 };
 

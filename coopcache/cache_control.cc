@@ -1,12 +1,15 @@
 #include "coopcache/cache_control.h"
 
 #include "coopcache/block_cache.h"
+#include "coopcache/forwarder.h"
 #include "coopcache/peer_fetch.h"
 
 namespace fedfs::coop {
 
-control::CacheReply CacheStatus(const BlockCache* cache, const PeerFetch* peers,
-                                const HolderCountsFn& holder, const std::string& self) {
+control::CacheReply CacheStatus(const CacheParts& parts, const HolderCountsFn& holder,
+                                const std::string& self) {
+  const BlockCache* cache = parts.cache;
+  const PeerFetch* peers = parts.peers;
   control::CacheReply r;
   r.node = self;
   if (holder) {
@@ -14,6 +17,16 @@ control::CacheReply CacheStatus(const BlockCache* cache, const PeerFetch* peers,
     r.redirects = h.redirects;
     r.directory_files = h.directory_files;
     r.directory_copies = h.directory_copies;
+    r.forward_asked = h.forward_asked;
+    r.forwarded_in = h.forwarded_in;
+  }
+  if (parts.forwarder != nullptr) {
+    const Forwarder::Stats f = parts.forwarder->stats();
+    r.forward_evictions = f.evictions;
+    r.forwards = f.forwarded;
+    r.forward_declined = f.declined;
+    r.forward_dropped = f.dropped;
+    r.forward_errors = f.errors;
   }
   if (peers != nullptr) {
     const PeerFetch::Stats p = peers->stats();
@@ -47,17 +60,17 @@ control::CacheReply CacheStatus(const BlockCache* cache, const PeerFetch* peers,
   return r;
 }
 
-void RegisterCacheControl(control::Dispatcher& dispatcher, BlockCache* cache, PeerFetch* peers,
+void RegisterCacheControl(control::Dispatcher& dispatcher, CacheParts parts,
                           HolderCountsFn holder, const std::string& self) {
   dispatcher.Register(
-      [cache, peers, holder, self](const control::Request&) -> Result<control::CacheReply> {
-        return CacheStatus(cache, peers, holder, self);
+      [parts, holder, self](const control::Request&) -> Result<control::CacheReply> {
+        return CacheStatus(parts, holder, self);
       });
-  dispatcher.Register([cache, peers, holder,
-                       self](const control::Request&) -> Result<control::CacheDropReply> {
-    if (cache != nullptr) cache->Clear();
+  dispatcher.Register(
+      [parts, holder, self](const control::Request&) -> Result<control::CacheDropReply> {
+    if (parts.cache != nullptr) parts.cache->Clear();
     control::CacheDropReply r;
-    static_cast<control::CacheReply&>(r) = CacheStatus(cache, peers, holder, self);
+    static_cast<control::CacheReply&>(r) = CacheStatus(parts, holder, self);
     return r;
   });
 }

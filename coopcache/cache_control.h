@@ -13,22 +13,30 @@
 namespace fedfs::coop {
 
 class BlockCache;
+class Forwarder;
 class PeerFetch;
 
 // What this node, as the node of files others cache, knows of their copies.
 struct HolderCounts {
   uint64_t redirects = 0, directory_files = 0, directory_copies = 0;
+  uint64_t forward_asked = 0, forwarded_in = 0;  // N-chance forwarding
 };
 using HolderCountsFn = std::function<HolderCounts()>;
 
-// The "cache" reply of `cache` (null: the cache is off) and `peers` (null:
-// not shared), this node being `self`.
-control::CacheReply CacheStatus(const BlockCache* cache, const PeerFetch* peers,
-                                const HolderCountsFn& holder, const std::string& self);
+// The parts of the cache a "cache" reply tells of (null: off).
+struct CacheParts {
+  BlockCache* cache = nullptr;
+  const PeerFetch* peers = nullptr;       // null: not shared
+  const Forwarder* forwarder = nullptr;  // null: blocks not forwarded
+};
 
-// Registers "cache" and "cache_drop" (`cache` and `peers` must outlive the
-// dispatcher's serving; null: they answer that the cache is off / not shared).
-void RegisterCacheControl(control::Dispatcher& dispatcher, BlockCache* cache, PeerFetch* peers,
+// The "cache" reply of `parts`, this node being `self`.
+control::CacheReply CacheStatus(const CacheParts& parts, const HolderCountsFn& holder,
+                                const std::string& self);
+
+// Registers "cache" and "cache_drop" (`parts` must outlive the
+// dispatcher's serving).
+void RegisterCacheControl(control::Dispatcher& dispatcher, CacheParts parts,
                           HolderCountsFn holder, const std::string& self);
 
 }  // namespace fedfs::coop

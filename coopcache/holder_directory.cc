@@ -84,6 +84,38 @@ std::vector<std::pair<uint64_t, Copy>> HolderDirectory::Find(const FileId& f,
   return out;
 }
 
+auto HolderDirectory::Evict(const FileId& f, uint64_t session, uint64_t block_size,
+                            uint64_t index, uint32_t frame, uint64_t tag) -> Evicted {
+  std::lock_guard lock(mu_);
+  ++stats_.evicted;
+  Evicted out;
+  auto it = files_.find(f);
+  if (it == files_.end() || it->second.block_size != block_size) {
+    out.version = VersionLocked(f);
+    return out;
+  }
+  auto b = it->second.blocks.find(index);
+  if (b != it->second.blocks.end()) {
+    const size_t gone = std::erase_if(b->second, [&](const Copy& c) {
+      return c.session == session && c.frame == frame && c.tag == tag;
+    });
+    copies_ -= gone;
+    out.last = gone > 0 && b->second.empty();
+    if (b->second.empty()) {
+      it->second.blocks.erase(b);
+      --blocks_;
+    }
+  }
+  // A record left without blocks goes; the file's version is then floor_,
+  // which equals the record's only if nothing was dropped since it was
+  // made (so the file did not change): a forward's Record is refused
+  // otherwise, never wrongly accepted.
+  if (it->second.blocks.empty()) files_.erase(it);
+  out.version = VersionLocked(f);
+  if (out.last) ++stats_.evicted_last;
+  return out;
+}
+
 void HolderDirectory::DropFile(const FileId& f) {
   std::lock_guard lock(mu_);
   if (auto it = files_.find(f); it != files_.end()) {

@@ -70,6 +70,17 @@ class HolderDirectory {
   // (the newest copy of each); empty if block `first` has none.
   std::vector<std::pair<uint64_t, Copy>> Find(const FileId& f, uint64_t block_size, uint64_t first,
                                               size_t count, uint64_t reader) const;
+  // N-chance forwarding (docs/coopcache.md): session `session` evicted its
+  // copy of block `index` (at frame/tag). The copy is forgotten; `last` is
+  // true when it was recorded (so current: no change since it was fetched)
+  // and no other copy of the block is left, and `version` is the file's
+  // version now, for the Record of the copy a forward makes.
+  struct Evicted {
+    bool last = false;
+    uint64_t version = 0;
+  };
+  Evicted Evict(const FileId& f, uint64_t session, uint64_t block_size, uint64_t index,
+                uint32_t frame, uint64_t tag);
   // The file's data changed: no copy of it is named again.
   void DropFile(const FileId& f);
   // Every copy is forgotten (the membership changed).
@@ -81,6 +92,7 @@ class HolderDirectory {
   struct Stats {
     uint64_t files = 0, blocks = 0, copies = 0;
     uint64_t recorded = 0, refused = 0, dropped_files = 0, found = 0;
+    uint64_t evicted = 0, evicted_last = 0;
   };
   Stats stats() const;
 

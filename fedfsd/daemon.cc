@@ -208,6 +208,7 @@ Status Daemon::StartNamespace(const DaemonOptions& o) {
   no.cache.size_bytes = o.coopcache.size;
   no.cache.block_bytes = o.coopcache.block;
   no.share_cache = o.coopcache.share;
+  no.cache_forward = o.coopcache.forward;
   no.files.root_squash = o.security.root_squash;
   no.files.squash_uid = o.security.squash_uid;
   no.files.squash_gid = o.security.squash_gid;
@@ -272,11 +273,12 @@ Status Daemon::StartControl(const DaemonOptions& o) {
   ns::RegisterVfsControl(commands, &node_->vfs());
   ns::RegisterVdControl(commands, &node_->vd_service(), o.node_id);
   ns::RegisterFilesControl(commands, &node_->file_service(), &node_->fs_callbacks(), o.node_id);
-  coop::RegisterCacheControl(commands, node_->cache(), node_->peers(),
+  coop::RegisterCacheControl(commands, {node_->cache(), node_->peers(), node_->forwarder()},
                              [fs = &node_->file_service()] {
                                const auto s = fs->stats();
                                return coop::HolderCounts{s.coop_redirects, s.coop_files,
-                                                         s.coop_copies};
+                                                         s.coop_copies, s.coop_forward_asked,
+                                                         s.coop_stored};
                              },
                              o.node_id);
   control_ = std::make_unique<control::ControlServer>(control::ControlOptions{o.control_socket},

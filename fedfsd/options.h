@@ -96,6 +96,8 @@ struct CoopCacheConfig {
   size_t size = 0;
   size_t block = size_t{256} << 10;
   bool share = true;
+  // N-chance forwarding: times an evicted last copy is forwarded (0: never).
+  uint32_t forward = 2;
 };
 
 // Watching the export root for changes made behind FedFS' back

@@ -56,22 +56,31 @@ auto FileService::Impl::EmptyReply() -> m2m::Bytes {
   return fswire::Finish(b);
 }
 
-auto FileService::Impl::DataReply(std::span<const std::byte> data, uint64_t n) -> m2m::Bytes {
+auto FileService::Impl::DataReply(std::span<const std::byte> data, uint64_t n,
+                                  const coop::FileId* id) -> m2m::Bytes {
   flatbuffers::FlatBufferBuilder b(64 + data.size());
   auto d = b.CreateVector(reinterpret_cast<const uint8_t*>(data.data()), data.size());
   fb::FsReplyBuilder rb(b);
   rb.add_version(fswire::kVersion);
   rb.add_data(d);
   rb.add_n(n);
+  if (id != nullptr) {
+    rb.add_coop_dev(id->dev);
+    rb.add_coop_ino(id->ino);
+  }
   b.Finish(rb.Finish());
   return fswire::Finish(b);
 }
 
-auto FileService::Impl::CountReply(uint64_t n) -> m2m::Bytes {
-  flatbuffers::FlatBufferBuilder b(32);
+auto FileService::Impl::CountReply(uint64_t n, const coop::FileId* id) -> m2m::Bytes {
+  flatbuffers::FlatBufferBuilder b(48);
   fb::FsReplyBuilder rb(b);
   rb.add_version(fswire::kVersion);
   rb.add_n(n);
+  if (id != nullptr) {
+    rb.add_coop_dev(id->dev);
+    rb.add_coop_ino(id->ino);
+  }
   b.Finish(rb.Finish());
   return fswire::Finish(b);
 }
@@ -290,6 +299,12 @@ auto FileService::Impl::RunOp(const m2m::PeerInfo& peer, const fb::FsRequest* re
     }
     case fb::Op::kRead:
       return DoRead(*view, req, deadline, session);
+    case fb::Op::kCoopEvict:
+      return DoCoopEvict(req, session);
+    case fb::Op::kCoopStore:
+      return DoCoopStore(*view, req, deadline);
+    case fb::Op::kCoopMoved:
+      return DoCoopMoved(req);
     case fb::Op::kWrite:
       // A squashed root has no CAP_FSETID here (the squash uid's rights).
       return DoWrite(*view, req, deadline, session,
@@ -361,8 +376,8 @@ auto FileService::Impl::DoRead(const SessionView& v, const fb::FsRequest* req,
 }
 
 auto FileService::Impl::ReadInto(const SessionView& v, const fb::FsRequest* req,
-                                 Clock::time_point deadline, uint64_t session, uint64_t* read)
-    -> Result<m2m::Bytes> {
+                                 Clock::time_point deadline, uint64_t session, uint64_t* read,
+                                 const coop::FileId* id) -> Result<m2m::Bytes> {
   auto h = Local(session, req->handle());
   if (!h) return Err(h.error());
   if (req->slot() < 0) {
@@ -372,7 +387,7 @@ auto FileService::Impl::ReadInto(const SessionView& v, const fb::FsRequest* req,
     if (!n) return Err(n.error());
     inline_bytes_.fetch_add(*n, std::memory_order_relaxed);
     *read = *n;
-    return DataReply(std::span(buf.data(), *n), *n);
+    return DataReply(std::span(buf.data(), *n), *n, id);
   }
   if (auto st = CheckSlot(v, req); !st) return Err(st.error());
   SlotRef mine{&slots_, slots_.Acquire(deadline)};
@@ -388,7 +403,7 @@ auto FileService::Impl::ReadInto(const SessionView& v, const fb::FsRequest* req,
     one_sided_bytes_.fetch_add(*n, std::memory_order_relaxed);
   }
   *read = *n;
-  return CountReply(*n);
+  return CountReply(*n, id);
 }
 
 // The holder's half of a cooperative read (docs/coopcache.md): the leading
@@ -416,10 +431,7 @@ auto FileService::Impl::DoCoopRead(const SessionView& v, const fb::FsRequest* re
   }
   uint64_t n = 0;
   if (!id) return ReadInto(v, req, deadline, session, &n);  // not told of changes: not shared
-  if (opts_.membership_epoch) {
-    const uint64_t e = opts_.membership_epoch();
-    if (coop_epoch_.exchange(e) != e) dir_.DropAll();  // copies of another membership
-  }
+  CheckCoopEpoch();
   std::vector<coop::Frame> frames;
   frames.reserve(fr->size());
   for (const auto& [frame, tag] : fswire::CoopFramesOf(*req)) frames.push_back({frame, tag});
@@ -468,12 +480,14 @@ auto FileService::Impl::DoCoopRead(const SessionView& v, const fb::FsRequest* re
         fb::FsReplyBuilder rb(b);
         rb.add_version(fswire::kVersion);
         rb.add_copies(vec);
+        rb.add_coop_dev(id->dev);
+        rb.add_coop_ino(id->ino);
         b.Finish(rb.Finish());
         return fswire::Finish(b);
       }
     }
   }
-  auto r = ReadInto(v, req, deadline, session, &n);
+  auto r = ReadInto(v, req, deadline, session, &n, &*id);
   if (!r) return r;
   std::vector<uint32_t> lengths(frames.size(), 0);
   for (size_t i = 0; i < frames.size(); ++i) {

@@ -105,6 +105,8 @@ auto FileService::Impl::stats() const -> FileService::Stats {
   const coop::HolderDirectory::Stats d = dir_.stats();
   s.coop_files = d.files;
   s.coop_copies = d.copies;
+  s.coop_forward_asked = coop_forward_asked_.load();
+  s.coop_stored = coop_stored_.load();
   return s;
 }
 

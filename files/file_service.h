@@ -82,6 +82,10 @@
 #include "m2m/transport.h"
 #include "nodefs/node_fs.h"
 
+namespace fedfs::coop {
+class BlockCache;
+}
+
 namespace fedfs::ns {
 
 struct FileServiceOptions {
@@ -122,6 +126,9 @@ struct FileServiceOptions {
   // node restarted or left: its cache's memory is no longer what was
   // named), before the next read is sent to one.
   std::function<uint64_t()> membership_epoch;
+  // This node's file-data cache, where other nodes forward blocks
+  // (docs/coopcache.md, "N-chance forwarding"). Null: none taken.
+  coop::BlockCache* cache = nullptr;
   // Longest wait for a client's answer to an FsAttrChanged. Default 1 s.
   std::chrono::milliseconds callback_timeout{1000};
 };
@@ -181,6 +188,10 @@ class FileService final : public AttrObserver {
     uint64_t coop_redirects = 0;
     uint64_t coop_files = 0;
     uint64_t coop_copies = 0;
+    // N-chance forwarding: evictions answered with a peer to take the
+    // block, and blocks other nodes forwarded here.
+    uint64_t coop_forward_asked = 0;
+    uint64_t coop_stored = 0;
   };
   Stats stats() const;
 

@@ -236,8 +236,10 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   }
   static m2m::Bytes StatReply(const struct stat& st);
   static m2m::Bytes EmptyReply();
-  static m2m::Bytes DataReply(std::span<const std::byte> data, uint64_t n);
-  static m2m::Bytes CountReply(uint64_t n);
+  // With `id`: a cooperative read's, naming the file (FsReply.coop_dev/ino).
+  static m2m::Bytes DataReply(std::span<const std::byte> data, uint64_t n,
+                              const coop::FileId* id = nullptr);
+  static m2m::Bytes CountReply(uint64_t n, const coop::FileId* id = nullptr);
   static m2m::Bytes OpenedReply(uint64_t rh, const struct stat& st, bool callbacks,
                                 uint64_t watch = 0, const struct stat* parent = nullptr);
 
@@ -263,7 +265,8 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
                             Clock::time_point deadline, uint64_t session);
   // The plain read (inline or through the client's slot); *read: bytes.
   Result<m2m::Bytes> ReadInto(const SessionView& v, const fb::FsRequest* req,
-                              Clock::time_point deadline, uint64_t session, uint64_t* read);
+                              Clock::time_point deadline, uint64_t session, uint64_t* read,
+                              const coop::FileId* id = nullptr);
   // A read of whole cache blocks (FsRequest.coop_frames): copies at other
   // clients, or the bytes with the reader recorded as keeping them.
   Result<m2m::Bytes> DoCoopRead(const SessionView& v, const fb::FsRequest* req,
@@ -271,6 +274,14 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
 
   Result<m2m::Bytes> DoWrite(const SessionView& v, const fb::FsRequest* req,
                              Clock::time_point deadline, uint64_t session, const Writer& by);
+
+  // N-chance forwarding (files/coop_serve.cc; fs.fbs, Op kCoopEvict..).
+  Result<m2m::Bytes> DoCoopEvict(const fb::FsRequest* req, uint64_t session);
+  Result<m2m::Bytes> DoCoopStore(const SessionView& v, const fb::FsRequest* req,
+                                 Clock::time_point deadline);
+  Result<m2m::Bytes> DoCoopMoved(const fb::FsRequest* req);
+  // Drops every copy when the membership epoch moved since the last look.
+  void CheckCoopEpoch();
 
   const FileServiceOptions opts_;
   m2m::Transport* const transport_;
@@ -288,6 +299,7 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   std::atomic<uint64_t> coop_redirects_{0};  // reads answered with copies at other clients
   coop::HolderDirectory dir_;                // who caches which blocks (leaf lock)
   std::atomic<uint64_t> coop_epoch_{0};      // membership epoch dir_ was last checked in
+  std::atomic<uint64_t> coop_forward_asked_{0}, coop_stored_{0};
 
   mutable Mutex mu_;  // leaf lock: never held across a call into local_ or the transport
   std::unordered_map<uint64_t, Session> sessions_ FEDFS_GUARDED_BY(mu_);

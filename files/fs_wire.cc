@@ -21,6 +21,9 @@ bool IsPathOp(fb::Op op) {
     case fb::Op::kGetLk:
     case fb::Op::kSetLk:
     case fb::Op::kFlock:
+    case fb::Op::kCoopEvict:
+    case fb::Op::kCoopStore:
+    case fb::Op::kCoopMoved:
       return false;
     default:
       return true;
@@ -40,7 +43,7 @@ Status CheckRequest(const fb::FsRequest* req) {
     return Err(EPROTO, "unsupported fs wire version " + std::to_string(req->version()));
   }
   const fb::Op op = req->op();
-  if (op == fb::Op::kInvalid || op > fb::Op::kAccess) return Err(EPROTO, "unknown op");
+  if (op == fb::Op::kInvalid || op > fb::Op::kCoopMoved) return Err(EPROTO, "unknown op");
   if (IsPathOp(op)) {
     if (req->path() == nullptr) return Err(EINVAL, "missing path");
     if (auto st = ValidateGlobalPath(req->path()->string_view()); !st) return st;

@@ -103,6 +103,8 @@ Result<NodeFs::CoopRead> RemoteNodeFs::ReadCoop(Handle h, uint64_t offset,
   }
   const auto* rep = Root(*r);
   CoopRead out;
+  out.dev = rep->coop_dev();
+  out.ino = rep->coop_ino();
   if (const auto* cs = rep->copies(); cs != nullptr && cs->size() > 0) {
     release(false);
     if (cs->size() > ask.frames.size()) return Err(EPROTO, "more copies than blocks asked");

@@ -47,6 +47,12 @@ m2m::Bytes Encode(const RemoteNodeFs::Req& q, uint64_t session, uint64_t budget_
     for (const auto& [frame, tag] : q.coop->frames) f.emplace_back(frame, tag);
     coop_frames = b.CreateVectorOfStructs(f);
   }
+  flatbuffers::Offset<flatbuffers::String> coop_node;
+  if (q.fwd) {
+    const fb::CoopFrame f(q.fwd->frame, q.fwd->tag);
+    coop_frames = b.CreateVectorOfStructs(&f, 1);
+    if (!q.fwd->node.empty()) coop_node = b.CreateString(q.fwd->node);
+  }
   fb::FsRequestBuilder rb(b);
   rb.add_version(fswire::kVersion);
   rb.add_session(session);
@@ -77,6 +83,16 @@ m2m::Bytes Encode(const RemoteNodeFs::Req& q, uint64_t session, uint64_t budget_
     rb.add_coop_block(q.coop->block);
     rb.add_coop_frames(coop_frames);
     if (q.coop->replace) rb.add_coop_replace(true);
+  }
+  if (q.fwd) {
+    rb.add_coop_block(q.fwd->block);
+    rb.add_coop_frames(coop_frames);
+    rb.add_coop_dev(q.fwd->dev);
+    rb.add_coop_ino(q.fwd->ino);
+    rb.add_coop_index(q.fwd->index);
+    rb.add_coop_recirc(q.fwd->recirc);
+    rb.add_coop_version(q.fwd->version);
+    if (!coop_node.IsNull()) rb.add_coop_node(coop_node);
   }
   if (q.lock) {
     rb.add_lock_type(q.lock->type);

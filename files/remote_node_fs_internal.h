@@ -41,6 +41,7 @@ struct RemoteNodeFs::Req {
   bool kill_setid = false;
   bool parent_attr = false;
   const NodeFs::CoopAsk* coop = nullptr;
+  const NodeFs::CoopBlock* fwd = nullptr;  // kCoopEvict, kCoopStore, kCoopMoved
 };
 
 // The client's registered slots, with per-slot quarantine after failures.
@@ -112,8 +113,9 @@ m2m::Bytes Encode(const RemoteNodeFs::Req& q, uint64_t session, uint64_t budget_
                   const std::vector<uint64_t>& releases);
 
 inline uint16_t MethodOf(fb::Op op) {
-  return MethodId(op == fb::Op::kRead || op == fb::Op::kWrite ? RpcMethod::kFsData
-                                                              : RpcMethod::kFsMeta);
+  return MethodId(op == fb::Op::kRead || op == fb::Op::kWrite || op == fb::Op::kCoopStore
+                      ? RpcMethod::kFsData
+                      : RpcMethod::kFsMeta);
 }
 
 inline Result<const fb::FsReply*> Parse(const m2m::Bytes& bytes) {

@@ -34,6 +34,58 @@ class DirOpsAdapter final : public ns::DirOpsClient {
   ns::DirOps* d_;
 };
 
+// N-chance forwarding's messages (coopcache/forwarder.h), through the
+// facade's NodeFs of each node.
+class NodeForwardPort final : public coop::ForwardPort {
+ public:
+  explicit NodeForwardPort(ns::VfsImpl* vfs) : vfs_(vfs) {}
+
+  Result<std::optional<Target>> Evict(const coop::Forward& f) override {
+    ns::NodeFs* fs = vfs_->NodeFsFor(f.origin.holder);
+    if (fs == nullptr) return Err(EHOSTDOWN, "node " + f.origin.holder + " unknown");
+    auto r = fs->CoopEvict(Block(f));
+    if (!r) return Err(r.error());
+    if (!*r) return std::nullopt;
+    return Target{(*r)->node, (*r)->version};
+  }
+  Result<Stored> Store(const std::string& target, const coop::Forward& f) override {
+    ns::NodeFs* fs = vfs_->NodeFsFor(target);
+    if (fs == nullptr) return Err(EHOSTDOWN, "node " + target + " unknown");
+    ns::NodeFs::CoopBlock b = Block(f);
+    b.node = f.origin.holder;
+    b.recirc = f.origin.recirc + 1;
+    b.bytes = f.bytes;
+    auto r = fs->CoopStore(b);
+    if (!r) return Err(r.error());
+    return Stored{r->first, r->second};
+  }
+  Status Moved(const coop::Forward& f, const Target& t, const Stored& at) override {
+    ns::NodeFs* fs = vfs_->NodeFsFor(f.origin.holder);
+    if (fs == nullptr) return Err(EHOSTDOWN, "node " + f.origin.holder + " unknown");
+    ns::NodeFs::CoopBlock b = Block(f);
+    b.frame = at.frame;
+    b.tag = at.tag;
+    b.node = t.node;
+    b.version = t.version;
+    return fs->CoopMoved(b);
+  }
+
+ private:
+  static ns::NodeFs::CoopBlock Block(const coop::Forward& f) {
+    ns::NodeFs::CoopBlock b;
+    b.block = f.block;
+    b.dev = f.origin.dev;
+    b.ino = f.origin.ino;
+    b.index = f.index;
+    b.frame = f.frame;
+    b.tag = f.tag;
+    b.length = static_cast<uint32_t>(f.bytes.size());
+    b.recirc = f.origin.recirc;
+    return b;
+  }
+  ns::VfsImpl* const vfs_;
+};
+
 }  // namespace
 
 std::shared_ptr<const ns::ClusterView> EpochView::Current() const {
@@ -63,8 +115,27 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
   m2m::Transport* tr = d.env.transport;
   d.cluster = std::make_unique<EpochView>(d.env.cluster, d.hooks);
 
-  // The file operations other nodes make here.
+  // The file-data cache.
+  if (opt.cache.size_bytes > 0) {
+    auto cache = coop::BlockCache::Create(opt.cache);
+    if (!cache) return Err(cache.error().code, "coopcache: " + cache.error().context);
+    d.cache = std::move(*cache);
+    // Its memory, readable by the other nodes (docs/coopcache.md): without a
+    // listen address no peer could reach it.
+    if (!opt.address.empty() && opt.share_cache) {
+      auto peers = coop::PeerFetch::Create(d.cache.get(), tr, opt.rpc_timeout);
+      if (!peers) {
+        Logger("node")->warn("coopcache: blocks are not shared with other nodes: {}",
+                             peers.error().ToString());
+      } else {
+        d.peers = std::move(*peers);
+      }
+    }
+  }
+
+  // The file operations other nodes make here (and their forwarded blocks).
   ns::FileServiceOptions fso = opt.files;
+  if (d.peers != nullptr && opt.cache_forward > 0) fso.cache = d.cache.get();
   fso.on_change = [hooks = d.hooks](const std::string& path) { hooks->DropAttrs(path); };
   fso.membership_epoch = [view = d.cluster.get()] { return view->Current()->epoch; };
   d.file_service = std::make_unique<ns::FileService>(fso, tr, d.env.local, d.env.pool);
@@ -90,24 +161,6 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
       std::make_unique<ns::VdService>(vdo, tr, d.cluster.get(), d.env.local, d.env.pool);
   d.vd_service->RegisterHandlers();
   d.vd_client = std::make_unique<VdServiceClient>(d.vd_service.get(), opt.node_id);
-
-  // The file-data cache.
-  if (opt.cache.size_bytes > 0) {
-    auto cache = coop::BlockCache::Create(opt.cache);
-    if (!cache) return Err(cache.error().code, "coopcache: " + cache.error().context);
-    d.cache = std::move(*cache);
-    // Its memory, readable by the other nodes (docs/coopcache.md): without a
-    // listen address no peer could reach it.
-    if (!opt.address.empty() && opt.share_cache) {
-      auto peers = coop::PeerFetch::Create(d.cache.get(), tr, opt.rpc_timeout);
-      if (!peers) {
-        Logger("node")->warn("coopcache: blocks are not shared with other nodes: {}",
-                             peers.error().ToString());
-      } else {
-        d.peers = std::move(*peers);
-      }
-    }
-  }
 
   // The facade.
   ns::VfsDeps deps;
@@ -149,6 +202,13 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
     return ns::ChoosePlacement(placement, view, path, free_bytes);  // EHOSTDOWN fails the create
   };
   d.vfs = std::make_unique<ns::VfsImpl>(opt.vfs, std::move(deps));
+  if (d.peers != nullptr && opt.cache_forward > 0) {
+    d.forward_port = std::make_unique<NodeForwardPort>(d.vfs.get());
+    d.forwarder = std::make_unique<coop::Forwarder>(
+        coop::ForwarderOptions{.max_recirc = opt.cache_forward}, d.cache->block_size(),
+        d.forward_port.get());
+    d.cache->SetEvictSink([fw = d.forwarder.get()](const coop::Evicted& e) { fw->OnEvict(e); });
+  }
 
   // The journaled multi-node directory operations.
   {
@@ -184,6 +244,10 @@ void Node::StopClients() {
   impl_->dir_ops_client.reset();
   impl_->dir_ops.reset();
   impl_->hooks->SetVfs(nullptr);
+  if (impl_->forwarder) {
+    impl_->cache->SetEvictSink(nullptr);
+    impl_->forwarder->Stop();
+  }
   impl_->vfs.reset();
   // Waits for a late release being sent; drops the others (the sessions'
   // goodbyes release their handles).
@@ -197,6 +261,7 @@ ns::FsCallbacks& Node::fs_callbacks() { return *impl_->fs_callbacks; }
 ns::DirOps& Node::dir_ops() { return *impl_->dir_ops; }
 coop::BlockCache* Node::cache() { return impl_->cache.get(); }
 coop::PeerFetch* Node::peers() { return impl_->peers.get(); }
+coop::Forwarder* Node::forwarder() { return impl_->forwarder.get(); }
 const ns::ClusterViewSource& Node::cluster() const { return *impl_->cluster; }
 
 void Node::SetKernelCache(ns::KernelCache* kernel) {

@@ -32,6 +32,7 @@
 
 #include "common/result.h"
 #include "coopcache/block_cache.h"
+#include "coopcache/forwarder.h"
 #include "coopcache/peer_fetch.h"
 #include "dirops/dir_ops.h"
 #include "files/file_service.h"
@@ -70,6 +71,10 @@ struct NodeOptions {
   // Whether the cache cooperates: its blocks readable by other nodes, and
   // theirs read here (docs/coopcache.md). Needs `address`.
   bool share_cache = true;
+  // N-chance forwarding (docs/coopcache.md): how often an evicted block that
+  // is the last copy in the federation's memory is forwarded to a peer's
+  // cache (0: never). Needs share_cache.
+  uint32_t cache_forward = 2;
   // Root squash and the file service's limits (its on_change is the Node's).
   ns::FileServiceOptions files;
   ns::VfsOptions vfs;
@@ -125,6 +130,7 @@ class Node {
   ns::DirOps& dir_ops();
   coop::BlockCache* cache();  // null: coopcache.size 0
   coop::PeerFetch* peers();   // null: the cache is off or not shared
+  coop::Forwarder* forwarder();  // null: blocks are not forwarded
   // The cluster view as the parts see it (a new epoch drops the kernel's
   // names before it is used).
   const ns::ClusterViewSource& cluster() const;

@@ -75,6 +75,9 @@ struct Node::Impl {
   std::unique_ptr<coop::BlockCache> cache;  // before vfs, which uses it
   std::unique_ptr<coop::PeerFetch> peers;   // its memory shared (null: not)
   std::unique_ptr<ns::VfsImpl> vfs;
+  // N-chance forwarding (null: off); stopped before vfs goes.
+  std::unique_ptr<coop::ForwardPort> forward_port;
+  std::unique_ptr<coop::Forwarder> forwarder;
   std::unique_ptr<ns::DirOps> dir_ops;
   std::unique_ptr<ns::DirOpsClient> dir_ops_client;
 };

@@ -288,6 +288,7 @@ class NodeFs {
   struct CoopRead {
     size_t n = 0;
     std::vector<CoopCopyAt> copies;
+    uint64_t dev = 0, ino = 0;  // the file at its node (0, 0: not said)
   };
   virtual Result<CoopRead> ReadCoop(Handle h, uint64_t offset, std::span<std::byte> dst,
                                     const CoopAsk& ask) {
@@ -295,6 +296,40 @@ class NodeFs {
     auto n = Read(h, offset, dst);
     if (!n) return Err(n.error());
     return CoopRead{*n, {}};
+  }
+  // N-chance forwarding (docs/coopcache.md, "N-chance forwarding"): the
+  // client's half of fs.fbs's kCoopEvict (to the file's node: this node
+  // evicted its copy; a peer to forward it to, or nullopt), kCoopStore (to
+  // that peer: keep these bytes; where it keeps them) and kCoopMoved (to the
+  // file's node: `node` keeps it at frame/tag, as of `version`).
+  // Implementations without cooperation answer ENOTSUP (the default).
+  struct CoopBlock {
+    uint64_t block = 0;         // cache block size
+    uint64_t dev = 0, ino = 0;  // the file at its node
+    uint64_t index = 0;         // block of the file
+    uint32_t frame = 0;
+    uint64_t tag = 0;
+    uint32_t length = 0;
+    uint32_t recirc = 0;
+    std::string node;     // Store: the file's node; Moved: the node keeping it
+    uint64_t version = 0;  // Moved
+    std::span<const std::byte> bytes;  // Store (length of them)
+  };
+  struct CoopTarget {
+    std::string node;
+    uint64_t version = 0;
+  };
+  virtual Result<std::optional<CoopTarget>> CoopEvict(const CoopBlock& b) {
+    (void)b;
+    return Err(ENOTSUP, "no cooperative caching");
+  }
+  virtual Result<std::pair<uint32_t, uint64_t>> CoopStore(const CoopBlock& b) {
+    (void)b;
+    return Err(ENOTSUP, "no cooperative caching");
+  }
+  virtual Status CoopMoved(const CoopBlock& b) {
+    (void)b;
+    return Err(ENOTSUP, "no cooperative caching");
   }
   // A write by a writer with CAP_FSETID (implementations say
   // `using NodeFs::Write`).

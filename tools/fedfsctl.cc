@@ -171,6 +171,10 @@ void PrintCache(const control::CacheReply& r) {
   }
   std::printf("  as files' node: %llu reads sent to copies; %llu copies of %llu files known\n",
               u(r.redirects), u(r.directory_copies), u(r.directory_files));
+  std::printf("  forwarding: %llu evictions told, %llu forwarded, %llu not the last copy, "
+              "%llu dropped, %llu failed; %llu peers named, %llu blocks taken in\n",
+              u(r.forward_evictions), u(r.forwards), u(r.forward_declined), u(r.forward_dropped),
+              u(r.forward_errors), u(r.forward_asked), u(r.forwarded_in));
 }
 
 // The human form of the reply to `cmd`.

@@ -148,16 +148,21 @@ auto VfsImpl::CoopMiss(const OpenFile& f, uint64_t first, uint64_t last, uint64_
       abandon(0);
       return Err(r.error());
     }
+    // Where the blocks come from, for N-chance forwarding when they are
+    // evicted (coopcache/forwarder.h): the file's node and its id there.
+    coop::Origin origin;
+    if (r->dev != 0 || r->ino != 0) origin = {f.fs->node_id(), r->dev, r->ino, 0};
+    const coop::Origin* from = origin.holder.empty() ? nullptr : &origin;
     if (r->copies.empty()) {
       const size_t n = r->n;
       cache.NoteFetch(n);
       size_t k = 0;
       for (; k < count; ++k) {
-        const size_t from = k * block;
-        if (from >= n) break;
-        const size_t len = std::min(block, n - from);
+        const size_t at = k * block;
+        if (at >= n) break;
+        const size_t len = std::min(block, n - at);
         cache.Publish(slots[k], f.ino, first + k, generation,
-                      std::span<const std::byte>(into + from, len), len);
+                      std::span<const std::byte>(into + at, len), len, from);
         if (len < block) {
           ++k;
           break;
@@ -206,7 +211,7 @@ auto VfsImpl::CoopMiss(const OpenFile& f, uint64_t first, uint64_t last, uint64_
     }
     for (size_t j = 0; j < k; ++j) {
       const size_t len = std::min(block, n - j * block);
-      cache.Publish(slots[j], f.ino, first + j, generation, {}, len);
+      cache.Publish(slots[j], f.ino, first + j, generation, {}, len, from);
     }
     abandon(k);
     return Filled{n, eof};

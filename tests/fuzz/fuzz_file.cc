@@ -130,7 +130,7 @@ void FuzzRequest(const m2m::Bytes& bytes) {
   const Status st = fswire::CheckRequest(r);
   if (st) {
     FUZZ_CHECK(r->version() == fswire::kVersion);
-    FUZZ_CHECK(r->op() != fb::Op::kInvalid && r->op() <= fb::Op::kAccess);
+    FUZZ_CHECK(r->op() != fb::Op::kInvalid && r->op() <= fb::Op::kCoopMoved);
     // Every op before kRead but kStatFs, and kAccess, names a path (fs.fbs).
     if ((r->op() < fb::Op::kRead && r->op() != fb::Op::kStatFs) || r->op() == fb::Op::kAccess) {
       FUZZ_CHECK(r->path() != nullptr && ValidateGlobalPath(r->path()->string_view()));

@@ -275,5 +275,47 @@ TEST(BlockCache, AReservationSurvivesAClearButItsPublishIsRefused) {
   EXPECT_EQ(c->stats().reserved, 0u);
 }
 
+// N-chance forwarding: replacement hands a block published with an origin
+// to the evict sink (bytes, frame, tag); a block without one, an
+// invalidated one and a Clear hand nothing.
+TEST(BlockCache, ReplacementHandsBlocksWithAnOriginToTheEvictSink) {
+  auto c = Make(2);
+  std::vector<std::pair<uint64_t, int>> seen;  // (index, first byte)
+  std::vector<uint64_t> tags;
+  c->SetEvictSink([&](const Evicted& e) {
+    EXPECT_EQ(e.origin.holder, "h");
+    EXPECT_EQ(e.origin.ino, 42u);
+    EXPECT_EQ(e.bytes.size(), kBlock);
+    seen.emplace_back(e.index, static_cast<int>(e.bytes[0]));
+    tags.push_back(e.tag);
+  });
+  const Origin o{"h", 1, 42, 0};
+  auto fill = [&](uint64_t file, uint64_t index, uint8_t v, const Origin* origin) {
+    auto s = c->Reserve(file, index, c->Generation(file));
+    ASSERT_TRUE(s);
+    ASSERT_TRUE(c->Publish(*s, file, index, c->Generation(file), Bytes(kBlock, v), kBlock, origin));
+  };
+  auto first = c->Reserve(1, 0, c->Generation(1));
+  ASSERT_TRUE(first);
+  const uint64_t t0 = first->tag;
+  ASSERT_TRUE(c->Publish(*first, 1, 0, c->Generation(1), Bytes(kBlock, 0x10), kBlock, &o));
+  fill(2, 0, 0x20, nullptr);  // no origin: never handed over
+  fill(1, 1, 0x11, &o);       // evicts block (1, 0)
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0], std::make_pair(uint64_t{0}, 0x10));
+  EXPECT_EQ(tags[0], t0);  // the tag peers were told
+  fill(1, 2, 0x12, &o);    // evicts (2, 0): no origin
+  EXPECT_EQ(seen.size(), 1u);
+  // An invalidated block is stale: evicted without being handed over.
+  c->InvalidateFile(1);
+  fill(3, 0, 0x30, &o);
+  fill(3, 1, 0x31, &o);
+  EXPECT_EQ(seen.size(), 1u);
+  // Clear hands nothing over either.
+  c->Clear();
+  EXPECT_EQ(seen.size(), 1u);
+  EXPECT_EQ(c->stats().evicted_to_sink, 1u);
+}
+
 }  // namespace
 }  // namespace fedfs::coop

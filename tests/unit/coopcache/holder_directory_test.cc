@@ -95,5 +95,46 @@ TEST(HolderDirectory, NothingIsRecordedPastItsBound) {
   EXPECT_EQ(d.Find(kF, kBlock, 0, 3, 8).size(), 2u);
 }
 
+// N-chance forwarding: an eviction forgets the copy; only the last current
+// copy is worth forwarding, and the version it hands out records the
+// forwarded copy only while the file did not change.
+TEST(HolderDirectory, AnEvictionOfTheLastCopySaysSoAndItsVersionRecordsTheForward) {
+  HolderDirectory d;
+  std::vector<uint32_t> len{kBlock};
+  ASSERT_TRUE(d.Record(kF, d.Version(kF), 7, kBlock, 3, Frames(5, 1, 100), len, false));
+  ASSERT_TRUE(d.Record(kF, d.Version(kF), 8, kBlock, 3, Frames(9, 1, 200), len, false));
+  // A copy with a tag the directory never had is not forgotten, not last.
+  EXPECT_FALSE(d.Evict(kF, 7, kBlock, 3, 5, 999).last);
+  EXPECT_EQ(d.stats().copies, 2u);
+  // Session 7's goes; 8's is left: not the last.
+  EXPECT_FALSE(d.Evict(kF, 7, kBlock, 3, 5, 100).last);
+  EXPECT_EQ(d.stats().copies, 1u);
+  auto ev = d.Evict(kF, 8, kBlock, 3, 9, 200);
+  EXPECT_TRUE(ev.last);
+  EXPECT_EQ(d.stats().copies, 0u);
+  // The forward lands at session 9 under that version, and is named.
+  ASSERT_TRUE(d.Record(kF, ev.version, 9, kBlock, 3, Frames(1, 1, 300), len, false));
+  auto got = d.Find(kF, kBlock, 3, 1, 7);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].second.session, 9u);
+  EXPECT_EQ(got[0].second.tag, 300u);
+}
+
+TEST(HolderDirectory, AForwardOvertakenByAChangeIsNotRecorded) {
+  HolderDirectory d;
+  std::vector<uint32_t> len{kBlock};
+  ASSERT_TRUE(d.Record(kF, d.Version(kF), 7, kBlock, 0, Frames(5, 1, 100), len, false));
+  auto ev = d.Evict(kF, 7, kBlock, 0, 5, 100);
+  ASSERT_TRUE(ev.last);
+  d.DropFile(kF);  // the file changed while the block was on its way
+  EXPECT_FALSE(d.Record(kF, ev.version, 9, kBlock, 0, Frames(1, 1, 300), len, false));
+  EXPECT_TRUE(d.Find(kF, kBlock, 0, 1, 7).empty());
+  // A copy evicted after a change (the holder forgot it) is not last: its
+  // bytes may be older than the change.
+  ASSERT_TRUE(d.Record(kF, d.Version(kF), 7, kBlock, 0, Frames(5, 1, 101), len, false));
+  d.DropFile(kF);
+  EXPECT_FALSE(d.Evict(kF, 7, kBlock, 0, 5, 101).last);
+}
+
 }  // namespace
 }  // namespace fedfs::coop

@@ -1,0 +1,98 @@
+#include "coopcache/forwarder.h"
+
+#include "common/logging.h"
+
+namespace fedfs::coop {
+
+Forwarder::Forwarder(ForwarderOptions options, uint64_t block_size, ForwardPort* port)
+    : opts_(options), block_(block_size), port_(port) {
+  for (size_t i = 0; i < opts_.max_pending; ++i) spare_.emplace_back();
+  worker_ = std::thread([this] { Run(); });
+}
+
+Forwarder::~Forwarder() { Stop(); }
+
+void Forwarder::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+    queue_.clear();
+  }
+  cv_.notify_all();
+  idle_cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+void Forwarder::OnEvict(const Evicted& e) {
+  std::lock_guard lock(mu_);
+  if (stop_ || e.origin.recirc >= opts_.max_recirc || spare_.empty()) {
+    ++stats_.dropped;
+    return;
+  }
+  Forward f;
+  f.origin = e.origin;
+  f.block = block_;
+  f.index = e.index;
+  f.frame = e.frame;
+  f.tag = e.tag;
+  f.bytes = std::move(spare_.back());
+  spare_.pop_back();
+  f.bytes.assign(e.bytes.begin(), e.bytes.end());  // capacity kept across uses
+  queue_.push_back(std::move(f));
+  cv_.notify_one();
+}
+
+void Forwarder::Drain() {
+  std::unique_lock lock(mu_);
+  idle_cv_.wait(lock, [&] { return stop_ || (queue_.empty() && !busy_); });
+}
+
+void Forwarder::Run() {
+  std::unique_lock lock(mu_);
+  while (true) {
+    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    if (stop_) return;
+    Forward f = std::move(queue_.front());
+    queue_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    ForwardOne(f);
+    lock.lock();
+    busy_ = false;
+    spare_.push_back(std::move(f.bytes));
+    if (queue_.empty()) idle_cv_.notify_all();
+  }
+}
+
+void Forwarder::ForwardOne(Forward& f) {
+  auto fail = [&](const Error& e, const char* step) {
+    static auto log = Logger("coopcache");
+    log->debug("forwarding block {} of {}:{}:{}: {}: {}", f.index, f.origin.holder,
+               f.origin.dev, f.origin.ino, step, e.ToString());
+    std::lock_guard lock(mu_);
+    ++stats_.errors;
+  };
+  {
+    std::lock_guard lock(mu_);
+    ++stats_.evictions;
+  }
+  auto target = port_->Evict(f);
+  if (!target) return fail(target.error(), "telling its node");
+  if (!*target) {
+    std::lock_guard lock(mu_);
+    ++stats_.declined;
+    return;
+  }
+  auto at = port_->Store((*target)->node, f);
+  if (!at) return fail(at.error(), "storing it");
+  if (auto st = port_->Moved(f, **target, *at); !st) return fail(st.error(), "recording it");
+  std::lock_guard lock(mu_);
+  ++stats_.forwarded;
+}
+
+auto Forwarder::stats() const -> Stats {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+}  // namespace fedfs::coop
