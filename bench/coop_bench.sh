@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
-# Cooperative caching on three nodes (docs/coopcache.md), cooperation on
-# against off, in one run:
+# Cooperative caching on three nodes (docs/coopcache.md), in one run, three
+# ways: cooperation with N-chance forwarding ("fwd", the default config),
+# cooperation without forwarding ("coop", `forward: 0`) and none ("off",
+# `share: false`, each node's cache its own):
 #   n0 holds a working set of WS_MIB MiB (one file written through its mount);
 #   n2 reads the last CACHE_MIB MiB of it once (its cache now keeps them);
 #   the machine's page caches are dropped (the daemons' caches are not);
-#   n1 reads the file randomly for RUNTIME s with fio (4 KiB, then 256 KiB).
-# Each node's cache is CACHE_MIB MiB in 256 KiB blocks. "off" is the same
-# with `coopcache.share: false` (each node's cache its own). Printed per
-# block size: n1's IOPS and p50/p99 completion latency, the bytes n0 read
-# from its disk (/proc/<pid>/io read_bytes of its fedfsd) and where n1's
-# reads were served (own cache hits, blocks from n2's memory, reads from n0).
+#   n1 reads the file randomly for RUNTIME s with fio (4 KiB, then 256 KiB),
+#   while the page caches are dropped every DROP_EVERY s (0: never), so
+#   that n0's memory does not hold the working set (a file's node with less
+#   memory than its files; the three block caches together could).
+# Each node's cache is CACHE_MIB MiB in 256 KiB blocks. Printed per block
+# size and way: n1's IOPS and p50/p99 completion latency, the bytes n0 read
+# from its disk (/proc/<pid>/io read_bytes of its fedfsd), where n1's reads
+# were served (own cache hits, blocks from n2's memory, reads from n0) and
+# the blocks n1 forwarded; then each way's ratios to "off".
 #
 #   bench/coop_bench.sh        BUILD=build-bench WS_MIB=600 CACHE_MIB=256 RUNTIME=10
+#                              DROP_EVERY=1 MODES="fwd coop off"
 #                              REBUILD=1 (0: use fedfsd and fedfsctl in BUILD as built)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,6 +25,8 @@ BUILD=${BUILD:-$ROOT/build-bench}
 WS_MIB=${WS_MIB:-600}
 CACHE_MIB=${CACHE_MIB:-256}
 RUNTIME=${RUNTIME:-10}
+DROP_EVERY=${DROP_EVERY:-1}
+MODES=${MODES:-fwd coop off}
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
 require_root_and_tools coop_bench fio cmake ninja python3
@@ -35,11 +43,23 @@ fi
 ctl_json() { "$FEDFSCTL" --socket "$1" cache --json; }
 field() { python3 -c "import json,sys; print(json.load(sys.stdin).get('$1', 0))"; }
 
+# Drops the page caches every DROP_EVERY s until killed (by pid; the exit
+# trap kills one left running).
+dropper() {
+  while sleep "$DROP_EVERY"; do echo 1 >/proc/sys/vm/drop_caches; done
+}
+DROPPER=
+trap '[ -n "$DROPPER" ] && kill "$DROPPER" 2>/dev/null; bench_cleanup' EXIT
+
 declare -A R
-for mode in on off; do
-  share=true
-  [ "$mode" = off ] && share=false
-  start_fedfs "coop-$mode" 3 "coopcache: {size: ${CACHE_MIB}MiB, block: 256KiB, share: $share}" ||
+for mode in $MODES; do
+  case $mode in
+    fwd) extra="share: true" ;;
+    coop) extra="share: true, forward: 0" ;;
+    off) extra="share: false" ;;
+    *) echo "coop_bench: unknown mode $mode" >&2; exit 1 ;;
+  esac
+  start_fedfs "coop-$mode" 3 "coopcache: {size: ${CACHE_MIB}MiB, block: 256KiB, $extra}" ||
     { echo "coop_bench: the federation did not start" >&2; exit 1; }
   d=$FEDFS_DIR
   n0_pid=${PIDS[-3]}
@@ -52,9 +72,20 @@ for mode in on off; do
     sync
     echo 3 >/proc/sys/vm/drop_caches
     before=$(awk '/^read_bytes/ {print $2}' "/proc/$n0_pid/io")
+    drop_pid=
+    if [ "$DROP_EVERY" != 0 ]; then
+      dropper &
+      drop_pid=$!
+      DROPPER=$drop_pid
+    fi
     out=$(fio --name=rr --filename="$d/mnt1/ws" --rw=randread --bs="$bs" --ioengine=psync \
       --time_based --runtime="$RUNTIME" --invalidate=1 --fadvise_hint=random \
       --output-format=json 2>/dev/null)
+    if [ -n "$drop_pid" ]; then
+      kill "$drop_pid"
+      wait "$drop_pid" 2>/dev/null || true
+      DROPPER=
+    fi
     after=$(awk '/^read_bytes/ {print $2}' "/proc/$n0_pid/io")
     j=$(ctl_json "$d/n1.sock")
     R[$mode,$bs]=$(echo "$out" | python3 -c '
@@ -62,20 +93,24 @@ import json, sys
 r = json.load(sys.stdin)["jobs"][0]["read"]
 p = r["clat_ns"]["percentile"]
 print("%.0f %.1f %.1f" % (r["iops"], p["50.000000"] / 1e3, p["99.000000"] / 1e3))')
-    R[$mode,$bs]+=" $(( (after - before) >> 20 )) $(echo "$j" | field hits) $(echo "$j" | field remote_hits) $(echo "$j" | field fetches)"
+    R[$mode,$bs]+=" $(( (after - before) >> 20 )) $(echo "$j" | field hits) $(echo "$j" | field remote_hits) $(echo "$j" | field fetches) $(echo "$j" | field forwards)"
     log "$mode $bs: ${R[$mode,$bs]}"
   done
   stop_started
 done
 
-echo "coop_bench: ${WS_MIB} MiB on n0, ${CACHE_MIB} MiB cache per node (256 KiB blocks), n2 warmed with the last ${CACHE_MIB} MiB, n1 reads randomly for ${RUNTIME} s"
-printf '%-6s %-4s %10s %10s %10s %12s %10s %12s %12s\n' block coop IOPS "p50 us" "p99 us" "n0 disk MiB" "own hits" "from n2" "from n0"
+echo "coop_bench: ${WS_MIB} MiB on n0, ${CACHE_MIB} MiB cache per node (256 KiB blocks), n2 warmed with the last ${CACHE_MIB} MiB, n1 reads randomly for ${RUNTIME} s, page caches dropped every ${DROP_EVERY} s"
+printf '%-6s %-5s %10s %10s %10s %12s %10s %10s %10s %10s\n' block way IOPS "p50 us" "p99 us" "n0 disk MiB" "own hits" "from n2" "from n0" forwarded
 for bs in 4k 256k; do
-  for mode in on off; do
-    read -r iops p50 p99 disk hits remote fetches <<<"${R[$mode,$bs]}"
-    printf '%-6s %-4s %10s %10s %10s %12s %10s %12s %12s\n' "$bs" "$mode" "$iops" "$p50" "$p99" "$disk" "$hits" "$remote" "$fetches"
+  for mode in $MODES; do
+    read -r iops p50 p99 disk hits remote fetches fwd <<<"${R[$mode,$bs]}"
+    printf '%-6s %-5s %10s %10s %10s %12s %10s %10s %10s %10s\n' "$bs" "$mode" "$iops" "$p50" "$p99" "$disk" "$hits" "$remote" "$fetches" "$fwd"
   done
-  read -r on_iops _ _ on_disk _ <<<"${R[on,$bs]}"
+  [ -n "${R[off,$bs]:-}" ] || continue
   read -r off_iops _ _ off_disk _ <<<"${R[off,$bs]}"
-  python3 -c "print('%-6s on/off: IOPS %.2fx, n0 disk reads %s' % ('$bs', $on_iops / max($off_iops, 1), ('%.2fx' % ($on_disk / $off_disk)) if $off_disk else 'n/a'))"
+  for mode in $MODES; do
+    [ "$mode" = off ] && continue
+    read -r m_iops _ _ m_disk _ <<<"${R[$mode,$bs]}"
+    python3 -c "print('%-6s %s/off: IOPS %.2fx, n0 disk reads %s' % ('$bs', '$mode', $m_iops / max($off_iops, 1), ('%.2fx' % ($m_disk / $off_disk)) if $off_disk else 'n/a'))"
+  done
 done

@@ -35,6 +35,11 @@ Status CheckForward(const fb::FsRequest* req) {
 
 }  // namespace
 
+void FileService::ForgetOwnCopy(uint64_t dev, uint64_t ino, uint64_t block, uint64_t index,
+                                uint32_t frame, uint64_t tag) {
+  impl_->ForgetOwnCopy(coop::FileId{dev, ino}, block, index, frame, tag);
+}
+
 void FileService::Impl::CheckCoopEpoch() {
   if (!opts_.membership_epoch) return;
   const uint64_t e = opts_.membership_epoch();
@@ -62,6 +67,13 @@ auto FileService::Impl::DoCoopEvict(const fb::FsRequest* req, uint64_t session)
       if (s.node != from && s.cache_block == req->coop_block() && !s.addr.empty()) {
         nodes.push_back(&s.node);
       }
+    }
+    // This node's own cache too (its own file's block, named to readers
+    // like any other copy).
+    const FileServiceOptions::SelfCache& me = opts_.self_cache;
+    if (!me.node.empty() && me.node != from && opts_.cache != nullptr &&
+        opts_.cache->block_size() == req->coop_block()) {
+      nodes.push_back(&me.node);
     }
     if (!nodes.empty()) {
       thread_local std::minstd_rand rng{std::random_device{}()};
@@ -140,7 +152,9 @@ auto FileService::Impl::DoCoopMoved(const fb::FsRequest* req) -> Result<m2m::Byt
   const size_t len = req->length();
   if (len == 0 || len > block) return Err(EINVAL, "moved block of a bad length");
   std::optional<uint64_t> at;
-  {
+  if (!opts_.self_cache.node.empty() && node->string_view() == opts_.self_cache.node) {
+    at = kSelfSession;  // kept in this node's own cache
+  } else {
     MutexLock lock(mu_);
     for (const auto& [sid, s] : sessions_) {
       if (s.node == node->string_view() && s.cache_block == block && !s.addr.empty()) {

@@ -1,6 +1,8 @@
 // FileService: serving one request (files/file_service_impl.h).
 #include "files/file_service_impl.h"
 
+#include "coopcache/block_cache.h"
+
 namespace fedfs::ns {
 
 using namespace files_detail;
@@ -445,25 +447,37 @@ auto FileService::Impl::DoCoopRead(const SessionView& v, const fb::FsRequest* re
       std::vector<uint32_t> lengths;
       {
         MutexLock lock(mu_);
+        const FileServiceOptions::SelfCache& me = opts_.self_cache;
         for (const auto& [index, c] : copies) {
-          auto s = sessions_.find(c.session);
-          if (s == sessions_.end() || s->second.cache_block != block) break;
-          const Session& at = s->second;
+          // At another client, or in this node's own cache (a forward).
+          const std::string* at_addr = &me.addr;
+          const m2m::RegionDesc* data = &me.data;
+          const m2m::RegionDesc* tags = &me.tags;
+          if (c.session != kSelfSession) {
+            auto s = sessions_.find(c.session);
+            if (s == sessions_.end() || s->second.cache_block != block) break;
+            at_addr = &s->second.addr;
+            data = &s->second.cache_data;
+            tags = &s->second.cache_tags;
+          } else if (me.node.empty() || opts_.cache == nullptr ||
+                     opts_.cache->block_size() != block) {
+            break;
+          }
           auto u8 = [&](const m2m::Bytes& k) {
             return b.CreateVector(reinterpret_cast<const uint8_t*>(k.data()), k.size());
           };
-          auto addr = b.CreateString(at.addr);
-          auto dk = u8(at.cache_data.rkey);
-          auto tk = u8(at.cache_tags.rkey);
+          auto addr = b.CreateString(*at_addr);
+          auto dk = u8(data->rkey);
+          auto tk = u8(tags->rkey);
           fb::CoopCopyBuilder cb(b);
           cb.add_index(index);
           cb.add_length(c.length);
           cb.add_addr(addr);
-          cb.add_data_addr(at.cache_data.addr);
-          cb.add_data_length(at.cache_data.length);
+          cb.add_data_addr(data->addr);
+          cb.add_data_length(data->length);
           cb.add_data_rkey(dk);
-          cb.add_tags_addr(at.cache_tags.addr);
-          cb.add_tags_length(at.cache_tags.length);
+          cb.add_tags_addr(tags->addr);
+          cb.add_tags_length(tags->length);
           cb.add_tags_rkey(tk);
           cb.add_frame(c.frame);
           cb.add_tag(c.tag);

@@ -143,6 +143,9 @@ void FileService::Impl::DoHello(m2m::IncomingCall call, m2m::Responder& r) {
   if (node.size() > 1024 || addr.size() > 1024) {
     return Refuse(call, r, Error{EINVAL, "oversized node id or address in FsHello"});
   }
+  if (h->session() == kSelfSession) {
+    return Refuse(call, r, Error{EINVAL, "session 0 is this node's own (FsHello)"});
+  }
   std::shared_ptr<m2m::Endpoint> ep;
   std::shared_ptr<m2m::RemoteRegion> pool;
   if (!addr.empty() && h->slot_count() > 0) {

@@ -129,6 +129,15 @@ struct FileServiceOptions {
   // This node's file-data cache, where other nodes forward blocks
   // (docs/coopcache.md, "N-chance forwarding"). Null: none taken.
   coop::BlockCache* cache = nullptr;
+  // The same cache as other nodes reach it (this node's id, listen address
+  // and the cache's registered regions): the blocks of this node's own files
+  // forwarded to it are named to readers like any other copy. node empty:
+  // this node takes no forwards of its own files.
+  struct SelfCache {
+    std::string node, addr;
+    m2m::RegionDesc data, tags;
+  };
+  SelfCache self_cache;
   // Longest wait for a client's answer to an FsAttrChanged. Default 1 s.
   std::chrono::milliseconds callback_timeout{1000};
 };
@@ -159,6 +168,12 @@ class FileService final : public AttrObserver {
   // their handles are released. For the daemon, when membership declares the
   // node dead. Any thread except the progress context.
   void DropPeer(const std::string& client_node);
+
+  // N-chance forwarding: this node's own cache evicted a forwarded block of
+  // one of this node's files (at frame/tag): no reader is sent to it any
+  // more. It is not forwarded again (this node's disk has it).
+  void ForgetOwnCopy(uint64_t dev, uint64_t ino, uint64_t block, uint64_t index, uint32_t frame,
+                     uint64_t tag);
 
   // AttrObserver: true while some session is told of some file's changes;
   // AttrsChanged tells the sessions that have file (dev, ino) open (see the

@@ -97,6 +97,10 @@ using FileKey = std::pair<dev_t, ino_t>;
 
 using namespace files_detail;
 
+// The holder directory's session for this node's own cache (forwards of
+// its own files' blocks, docs/coopcache.md); no client may take it.
+inline constexpr uint64_t kSelfSession = 0;
+
 struct Session {
   uint64_t id = 0;
   uint64_t incarnation = 0;
@@ -146,6 +150,10 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   void OnCall(m2m::IncomingCall call, m2m::Responder r);
 
   void DropPeer(const std::string& node);
+  void ForgetOwnCopy(const coop::FileId& f, uint64_t block, uint64_t index, uint32_t frame,
+                     uint64_t tag) {
+    (void)dir_.Evict(f, kSelfSession, block, index, frame, tag);
+  }
 
   FileService::Stats stats() const;
 

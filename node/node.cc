@@ -38,9 +38,14 @@ class DirOpsAdapter final : public ns::DirOpsClient {
 // facade's NodeFs of each node.
 class NodeForwardPort final : public coop::ForwardPort {
  public:
-  explicit NodeForwardPort(ns::VfsImpl* vfs) : vfs_(vfs) {}
+  NodeForwardPort(ns::VfsImpl* vfs, ns::FileService* files, std::string self)
+      : vfs_(vfs), files_(files), self_(std::move(self)) {}
 
   Result<std::optional<Target>> Evict(const coop::Forward& f) override {
+    if (f.origin.holder == self_) {  // a block of this node's own file: dropped
+      files_->ForgetOwnCopy(f.origin.dev, f.origin.ino, f.block, f.index, f.frame, f.tag);
+      return std::nullopt;
+    }
     ns::NodeFs* fs = vfs_->NodeFsFor(f.origin.holder);
     if (fs == nullptr) return Err(EHOSTDOWN, "node " + f.origin.holder + " unknown");
     auto r = fs->CoopEvict(Block(f));
@@ -84,6 +89,8 @@ class NodeForwardPort final : public coop::ForwardPort {
     return b;
   }
   ns::VfsImpl* const vfs_;
+  ns::FileService* const files_;
+  const std::string self_;
 };
 
 }  // namespace
@@ -135,7 +142,10 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
 
   // The file operations other nodes make here (and their forwarded blocks).
   ns::FileServiceOptions fso = opt.files;
-  if (d.peers != nullptr && opt.cache_forward > 0) fso.cache = d.cache.get();
+  if (d.peers != nullptr && opt.cache_forward > 0) {
+    fso.cache = d.cache.get();
+    fso.self_cache = {opt.node_id, opt.address, d.peers->data_region(), d.peers->tags_region()};
+  }
   fso.on_change = [hooks = d.hooks](const std::string& path) { hooks->DropAttrs(path); };
   fso.membership_epoch = [view = d.cluster.get()] { return view->Current()->epoch; };
   d.file_service = std::make_unique<ns::FileService>(fso, tr, d.env.local, d.env.pool);
@@ -203,7 +213,8 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
   };
   d.vfs = std::make_unique<ns::VfsImpl>(opt.vfs, std::move(deps));
   if (d.peers != nullptr && opt.cache_forward > 0) {
-    d.forward_port = std::make_unique<NodeForwardPort>(d.vfs.get());
+    d.forward_port =
+        std::make_unique<NodeForwardPort>(d.vfs.get(), d.file_service.get(), opt.node_id);
     d.forwarder = std::make_unique<coop::Forwarder>(
         coop::ForwarderOptions{.max_recirc = opt.cache_forward}, d.cache->block_size(),
         d.forward_port.get());

@@ -4,8 +4,9 @@
 // has a session with n1 (it read a small file there), so n1 may name it.
 //
 //  * n3 reads a file four times its cache: the blocks it evicts as the last
-//    copy in the federation go, through n1, to n2's cache; n3's next read
-//    of the file reads some of them from n2's memory, all bytes right.
+//    copy in the federation go, through n1, to n2's cache or n1's own; n3's
+//    next read of the file reads some of them from there one-sidedly, all
+//    bytes right.
 //  * A write on n1 leaves no copy named, the forwarded ones included, and
 //    every mount reads the new bytes.
 //  * With `coopcache.forward: 0` nothing is forwarded.
@@ -83,10 +84,11 @@ TEST_F(CoopForward, AnEvictedLastCopyLivesOnInAnotherNodesCache) {
   EXPECT_GT(Stat("n3", "forward_evictions"), 0u);
   EXPECT_GT(Stat("n3", "forwards"), 0u);
   EXPECT_GT(Stat("n1", "forward_asked"), 0u);
-  EXPECT_GT(Stat("n2", "forwarded_in"), 0u);
+  // Taken in by n2 or by n1's own cache (the file's node is a target too).
+  EXPECT_GT(Stat("n2", "forwarded_in") + Stat("n1", "forwarded_in"), 0u);
   EXPECT_GT(Stat("n1", "directory_copies"), 0u);
 
-  // The next read through n3 finds blocks in n2's memory.
+  // The next read through n3 finds blocks in the other nodes' memory.
   const uint64_t remote = Stat("n3", "remote_hits");
   ASSERT_EQ(ReadFile(M("n3", "/f")), data);
   EXPECT_GT(Stat("n3", "remote_hits"), remote);

@@ -416,6 +416,40 @@ TEST_P(RemoteFsTest, HostileRequestsAreRefusedAndLogged) {
   ExpectSameStat(*st, Lstat(root_));
 }
 
+// N-chance forwarding's requests (fs.fbs, kCoopStore, kCoopMoved) that
+// cannot be right are refused with a clear errno, and the service goes on:
+// a store where no cache takes blocks, a block of no bytes or more than a
+// block, a copy said to be kept by a node without a session.
+TEST_P(RemoteFsTest, ForwardingRequestsThatCannotBeRightAreRefused) {
+  std::vector<std::byte> bytes(4096, std::byte{7});
+  NodeFs::CoopBlock b;
+  b.block = 64 << 10;
+  b.dev = 1;
+  b.ino = 2;
+  b.node = "n9";
+  b.length = 4096;
+  b.bytes = bytes;
+  auto st = remote_->CoopStore(b);
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.error().code, ENOTSUP);  // this service has no cache
+  b.bytes = {};
+  EXPECT_EQ(remote_->CoopStore(b).error().code, EINVAL);
+  EXPECT_EQ(remote_->CoopMoved(b).error().code, ENOENT);  // n9 has no session here
+  b.length = 0;
+  EXPECT_EQ(remote_->CoopMoved(b).error().code, EINVAL);
+  b.length = (64 << 10) + 1;
+  EXPECT_EQ(remote_->CoopMoved(b).error().code, EINVAL);
+  b.length = 4096;
+  b.node.clear();
+  EXPECT_EQ(remote_->CoopMoved(b).error().code, EINVAL);
+  b.node = std::string(300, 'n');
+  EXPECT_EQ(remote_->CoopMoved(b).error().code, EINVAL);
+  // This session has no cache: its evictions are not sent.
+  EXPECT_EQ(remote_->CoopEvict(b).error().code, ENOTSUP);
+  auto ok = remote_->Stat(me_, "/");
+  ASSERT_TRUE(ok) << ok.error().ToString();
+}
+
 TEST_P(RemoteFsTest, HandlesOfAnotherSessionOrConnectionAreRefused) {
   auto f = remote_->Create(me_, "/mine", O_RDWR, 0644);
   ASSERT_TRUE(f);
