@@ -13,8 +13,9 @@
 # Each node's cache is CACHE_MIB MiB in 256 KiB blocks. Printed per block
 # size and way: n1's IOPS and p50/p99 completion latency, the bytes n0 read
 # from its disk (/proc/<pid>/io read_bytes of its fedfsd), where n1's reads
-# were served (own cache hits, blocks from n2's memory, reads from n0) and
-# the blocks n1 forwarded; then each way's ratios to "off".
+# were served (own cache hits, blocks read one-sidedly from n2's or n0's
+# cache, reads from n0), the blocks n1 forwarded and n1's fedfsd's RSS
+# after the run; then each way's ratios to "off".
 #
 #   bench/coop_bench.sh        BUILD=build-bench WS_MIB=600 CACHE_MIB=256 RUNTIME=10
 #                              DROP_EVERY=1 MODES="fwd coop off"
@@ -63,6 +64,7 @@ for mode in $MODES; do
     { echo "coop_bench: the federation did not start" >&2; exit 1; }
   d=$FEDFS_DIR
   n0_pid=${PIDS[-3]}
+  n1_pid=${PIDS[-2]}
   log "$mode: writing $WS_MIB MiB through n0"
   dd if=/dev/urandom of="$d/mnt0/ws" bs=1M count="$WS_MIB" status=none
   for bs in 4k 256k; do
@@ -94,17 +96,18 @@ r = json.load(sys.stdin)["jobs"][0]["read"]
 p = r["clat_ns"]["percentile"]
 print("%.0f %.1f %.1f" % (r["iops"], p["50.000000"] / 1e3, p["99.000000"] / 1e3))')
     R[$mode,$bs]+=" $(( (after - before) >> 20 )) $(echo "$j" | field hits) $(echo "$j" | field remote_hits) $(echo "$j" | field fetches) $(echo "$j" | field forwards)"
+    R[$mode,$bs]+=" $(awk '/^VmRSS/ {print int($2 / 1024)}' "/proc/$n1_pid/status")"
     log "$mode $bs: ${R[$mode,$bs]}"
   done
   stop_started
 done
 
 echo "coop_bench: ${WS_MIB} MiB on n0, ${CACHE_MIB} MiB cache per node (256 KiB blocks), n2 warmed with the last ${CACHE_MIB} MiB, n1 reads randomly for ${RUNTIME} s, page caches dropped every ${DROP_EVERY} s"
-printf '%-6s %-5s %10s %10s %10s %12s %10s %10s %10s %10s\n' block way IOPS "p50 us" "p99 us" "n0 disk MiB" "own hits" "from n2" "from n0" forwarded
+printf '%-6s %-5s %10s %10s %10s %12s %10s %10s %10s %10s %11s\n' block way IOPS "p50 us" "p99 us" "n0 disk MiB" "own hits" "peers mem" "from n0" forwarded "n1 RSS MiB"
 for bs in 4k 256k; do
   for mode in $MODES; do
-    read -r iops p50 p99 disk hits remote fetches fwd <<<"${R[$mode,$bs]}"
-    printf '%-6s %-5s %10s %10s %10s %12s %10s %10s %10s %10s\n' "$bs" "$mode" "$iops" "$p50" "$p99" "$disk" "$hits" "$remote" "$fetches" "$fwd"
+    read -r iops p50 p99 disk hits remote fetches fwd rss <<<"${R[$mode,$bs]}"
+    printf '%-6s %-5s %10s %10s %10s %12s %10s %10s %10s %10s %11s\n' "$bs" "$mode" "$iops" "$p50" "$p99" "$disk" "$hits" "$remote" "$fetches" "$fwd" "$rss"
   done
   [ -n "${R[off,$bs]:-}" ] || continue
   read -r off_iops _ _ off_disk _ <<<"${R[off,$bs]}"

@@ -275,8 +275,12 @@ struct CacheReply {
   // a peer; as a peer, blocks other nodes forwarded here.
   uint64_t forward_evictions = 0, forwards = 0, forward_declined = 0, forward_dropped = 0;
   uint64_t forward_errors = 0, forward_asked = 0, forwarded_in = 0;
+  // Hints: where forwarded blocks went (kept now), and the misses read from
+  // there without asking the file's node (hits) or found moved on (misses).
+  uint64_t hints = 0, hint_hits = 0, hint_misses = 0;
   template <class S, class V>
   static void Fields(S& s, V&& v) {
+    v("hints", s.hints); v("hint_hits", s.hint_hits); v("hint_misses", s.hint_misses);
     v("forward_evictions", s.forward_evictions); v("forwards", s.forwards);
     v("forward_declined", s.forward_declined); v("forward_dropped", s.forward_dropped);
     v("forward_errors", s.forward_errors); v("forward_asked", s.forward_asked);

@@ -128,7 +128,7 @@ uint32_t BlockCache::TakeFrame() {
     const Frame& v = frames_[victim];
     if (sink_ && !v.origin.holder.empty() && v.generation == GenerationLocked(v.file)) {
       ++stats_.evicted_to_sink;
-      sink_(Evicted{v.origin, v.index, victim,
+      sink_(Evicted{v.origin, v.file, v.generation, v.index, victim,
                     std::atomic_ref<uint64_t>(tags_[victim]).load(std::memory_order_relaxed),
                     std::span<const std::byte>(Data(victim), v.length)});
     }

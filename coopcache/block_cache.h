@@ -78,7 +78,9 @@ struct Origin {
 // A block replacement evicted (see "Forwarding" above).
 struct Evicted {
   const Origin& origin;
-  uint64_t index = 0;  // block of the file
+  uint64_t file = 0;        // the cache's key of the file
+  uint64_t generation = 0;  // the file's generation (the block is current under it)
+  uint64_t index = 0;       // block of the file
   uint32_t frame = 0;  // where it was
   uint64_t tag = 0;    // the tag it had there
   std::span<const std::byte> bytes;

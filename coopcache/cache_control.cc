@@ -2,6 +2,7 @@
 
 #include "coopcache/block_cache.h"
 #include "coopcache/forwarder.h"
+#include "coopcache/hints.h"
 #include "coopcache/peer_fetch.h"
 
 namespace fedfs::coop {
@@ -27,6 +28,12 @@ control::CacheReply CacheStatus(const CacheParts& parts, const HolderCountsFn& h
     r.forward_declined = f.declined;
     r.forward_dropped = f.dropped;
     r.forward_errors = f.errors;
+  }
+  if (parts.hints != nullptr) {
+    const Hints::Stats h = parts.hints->stats();
+    r.hints = h.entries;
+    r.hint_hits = h.hits;
+    r.hint_misses = h.misses;
   }
   if (peers != nullptr) {
     const PeerFetch::Stats p = peers->stats();

@@ -14,6 +14,7 @@ namespace fedfs::coop {
 
 class BlockCache;
 class Forwarder;
+class Hints;
 class PeerFetch;
 
 // What this node, as the node of files others cache, knows of their copies.
@@ -28,6 +29,7 @@ struct CacheParts {
   BlockCache* cache = nullptr;
   const PeerFetch* peers = nullptr;       // null: not shared
   const Forwarder* forwarder = nullptr;  // null: blocks not forwarded
+  const Hints* hints = nullptr;          // null: likewise
 };
 
 // The "cache" reply of `parts`, this node being `self`.

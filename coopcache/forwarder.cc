@@ -31,6 +31,8 @@ void Forwarder::OnEvict(const Evicted& e) {
   }
   Forward f;
   f.origin = e.origin;
+  f.file = e.file;
+  f.generation = e.generation;
   f.block = block_;
   f.index = e.index;
   f.frame = e.frame;
@@ -86,6 +88,7 @@ void Forwarder::ForwardOne(Forward& f) {
   auto at = port_->Store((*target)->node, f);
   if (!at) return fail(at.error(), "storing it");
   if (auto st = port_->Moved(f, **target, *at); !st) return fail(st.error(), "recording it");
+  if (opts_.hints != nullptr) opts_.hints->Put(f.file, f.index, f.generation, *at);
   std::lock_guard lock(mu_);
   ++stats_.forwarded;
 }

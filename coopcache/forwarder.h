@@ -10,7 +10,9 @@
 //   2. stores the bytes in that peer's cache (Store), with the
 //      recirculation count one higher;
 //   3. tells the holder the peer keeps it (Moved), under that version: the
-//      holder records the copy only if the file did not change meanwhile.
+//      holder records the copy only if the file did not change meanwhile;
+//      and records where it went as a hint (hints.h), for this node's next
+//      miss of the block.
 // A block forwarded `max_recirc` times is dropped at its next eviction
 // (duplicates are never forwarded: the holder says so in step 1).
 //
@@ -35,12 +37,15 @@
 
 #include "common/result.h"
 #include "coopcache/block_cache.h"
+#include "coopcache/hints.h"
+#include "coopcache/peer_fetch.h"
 
 namespace fedfs::coop {
 
 // A block on its way to another node's cache.
 struct Forward {
   Origin origin;       // the file's node and id there; recirc as stored here
+  uint64_t file = 0, generation = 0;  // this node's cache key and generation
   uint64_t block = 0;  // block size
   uint64_t index = 0;
   uint32_t frame = 0;  // where this node kept it
@@ -57,11 +62,8 @@ class ForwardPort {
   };
   // Step 1: nullopt when the holder does not want it forwarded.
   virtual Result<std::optional<Target>> Evict(const Forward& f) = 0;
-  // Step 2: where the target keeps it (frame, tag).
-  struct Stored {
-    uint32_t frame = 0;
-    uint64_t tag = 0;
-  };
+  // Step 2: where the target keeps it (its address and regions, frame, tag).
+  using Stored = PeerCopy;
   virtual Result<Stored> Store(const std::string& target, const Forward& f) = 0;
   // Step 3.
   virtual Status Moved(const Forward& f, const Target& t, const Stored& at) = 0;
@@ -70,6 +72,7 @@ class ForwardPort {
 struct ForwarderOptions {
   uint32_t max_recirc = 2;  // 0: never forward
   size_t max_pending = 8;   // staging buffers
+  Hints* hints = nullptr;   // where forwarded blocks went are recorded (null: not)
 };
 
 class Forwarder {

@@ -273,7 +273,7 @@ Status Daemon::StartControl(const DaemonOptions& o) {
   ns::RegisterVfsControl(commands, &node_->vfs());
   ns::RegisterVdControl(commands, &node_->vd_service(), o.node_id);
   ns::RegisterFilesControl(commands, &node_->file_service(), &node_->fs_callbacks(), o.node_id);
-  coop::RegisterCacheControl(commands, {node_->cache(), node_->peers(), node_->forwarder()},
+  coop::RegisterCacheControl(commands, {node_->cache(), node_->peers(), node_->forwarder(), node_->hints()},
                              [fs = &node_->file_service()] {
                                const auto s = fs->stats();
                                return coop::HolderCounts{s.coop_redirects, s.coop_files,

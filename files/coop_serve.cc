@@ -133,11 +133,31 @@ auto FileService::Impl::DoCoopStore(const SessionView& v, const fb::FsRequest* r
     return Err(EAGAIN, "forwarded block not kept");
   }
   coop_stored_.fetch_add(1, std::memory_order_relaxed);
-  flatbuffers::FlatBufferBuilder b(48);
-  const fb::CoopFrame at(slot->frame, slot->tag);
+  // Where it is, as other nodes read it (the forwarder's hint).
+  const FileServiceOptions::SelfCache& me = opts_.self_cache;
+  flatbuffers::FlatBufferBuilder b(256);
+  auto u8 = [&](const m2m::Bytes& k) {
+    return b.CreateVector(reinterpret_cast<const uint8_t*>(k.data()), k.size());
+  };
+  auto addr = b.CreateString(me.addr);
+  auto dk = u8(me.data.rkey);
+  auto tk = u8(me.tags.rkey);
+  fb::CoopCopyBuilder cb(b);
+  cb.add_index(req->coop_index());
+  cb.add_length(static_cast<uint32_t>(len));
+  cb.add_addr(addr);
+  cb.add_data_addr(me.data.addr);
+  cb.add_data_length(me.data.length);
+  cb.add_data_rkey(dk);
+  cb.add_tags_addr(me.tags.addr);
+  cb.add_tags_length(me.tags.length);
+  cb.add_tags_rkey(tk);
+  cb.add_frame(slot->frame);
+  cb.add_tag(slot->tag);
+  auto at = cb.Finish();
   fb::FsReplyBuilder rb(b);
   rb.add_version(fswire::kVersion);
-  rb.add_stored(&at);
+  rb.add_stored(at);
   b.Finish(rb.Finish());
   return fswire::Finish(b);
 }

@@ -23,7 +23,7 @@ Result<std::optional<NodeFs::CoopTarget>> RemoteNodeFs::CoopEvict(const CoopBloc
 
 // The bytes go through a slot of the pool (the peer reads them one-sidedly
 // straight into its cache's frame), inline without a pool.
-Result<std::pair<uint32_t, uint64_t>> RemoteNodeFs::CoopStore(const CoopBlock& blk) {
+Result<NodeFs::CoopCopyAt> RemoteNodeFs::CoopStore(const CoopBlock& blk) {
   const auto deadline = FEDFS_DEADLINE;
   if (!helloed_.load()) {  // it says the largest transfer it takes
     if (auto st = Hello(deadline); !st) return Err(st.error());
@@ -50,7 +50,7 @@ Result<std::pair<uint32_t, uint64_t>> RemoteNodeFs::CoopStore(const CoopBlock& b
   if (!r) return Err(r.error());
   const auto* at = Root(*r)->stored();
   if (at == nullptr) return Err(EPROTO, "store reply without where");
-  return std::make_pair(at->frame(), at->tag());
+  return CopyAtOf(*at);
 }
 
 Status RemoteNodeFs::CoopMoved(const CoopBlock& blk) {

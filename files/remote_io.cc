@@ -108,27 +108,8 @@ Result<NodeFs::CoopRead> RemoteNodeFs::ReadCoop(Handle h, uint64_t offset,
   if (const auto* cs = rep->copies(); cs != nullptr && cs->size() > 0) {
     release(false);
     if (cs->size() > ask.frames.size()) return Err(EPROTO, "more copies than blocks asked");
-    auto bytes = [](const flatbuffers::Vector<uint8_t>* v) {
-      std::vector<std::byte> o;
-      if (v != nullptr) {
-        const auto* p = reinterpret_cast<const std::byte*>(v->data());
-        o.assign(p, p + v->size());
-      }
-      return o;
-    };
     for (const auto* c : *cs) {
-      CoopCopyAt a;
-      a.index = c->index();
-      a.length = c->length();
-      a.addr = c->addr() != nullptr ? c->addr()->str() : std::string();
-      a.data_addr = c->data_addr();
-      a.data_length = c->data_length();
-      a.data_rkey = bytes(c->data_rkey());
-      a.tags_addr = c->tags_addr();
-      a.tags_length = c->tags_length();
-      a.tags_rkey = bytes(c->tags_rkey());
-      a.frame = c->frame();
-      a.tag = c->tag();
+      CoopCopyAt a = CopyAtOf(*c);
       if (a.addr.empty() || a.length > ask.block) return Err(EPROTO, "malformed copy in reply");
       out.copies.push_back(std::move(a));
     }

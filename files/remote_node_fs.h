@@ -177,7 +177,7 @@ class RemoteNodeFs final : public NodeFs, public std::enable_shared_from_this<Re
   Result<CoopRead> ReadCoop(Handle h, uint64_t offset, std::span<std::byte> dst,
                             const CoopAsk& ask) override;
   Result<std::optional<CoopTarget>> CoopEvict(const CoopBlock& b) override;
-  Result<std::pair<uint32_t, uint64_t>> CoopStore(const CoopBlock& b) override;
+  Result<CoopCopyAt> CoopStore(const CoopBlock& b) override;
   Status CoopMoved(const CoopBlock& b) override;
   using NodeFs::Write;
   Result<size_t> Write(Handle h, uint64_t offset, std::span<const std::byte> src,

@@ -62,7 +62,13 @@ class NodeForwardPort final : public coop::ForwardPort {
     b.bytes = f.bytes;
     auto r = fs->CoopStore(b);
     if (!r) return Err(r.error());
-    return Stored{r->first, r->second};
+    return Stored{r->addr,
+                  m2m::RegionDesc{r->data_addr, r->data_length, r->data_rkey},
+                  m2m::RegionDesc{r->tags_addr, r->tags_length, r->tags_rkey},
+                  f.block,
+                  r->frame,
+                  r->tag,
+                  r->length};
   }
   Status Moved(const coop::Forward& f, const Target& t, const Stored& at) override {
     ns::NodeFs* fs = vfs_->NodeFsFor(f.origin.holder);
@@ -180,6 +186,8 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
   deps.tag_of = d.env.tag_of;
   deps.cache = d.cache.get();
   deps.peers = d.peers.get();
+  if (d.peers != nullptr && opt.cache_forward > 0) d.hints = std::make_unique<coop::Hints>();
+  deps.hints = d.hints.get();
   ns::RemoteNodeFsOptions::CoopRegions coop;
   if (d.peers != nullptr) {
     coop.block = d.cache->block_size();
@@ -216,7 +224,8 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
     d.forward_port =
         std::make_unique<NodeForwardPort>(d.vfs.get(), d.file_service.get(), opt.node_id);
     d.forwarder = std::make_unique<coop::Forwarder>(
-        coop::ForwarderOptions{.max_recirc = opt.cache_forward}, d.cache->block_size(),
+        coop::ForwarderOptions{.max_recirc = opt.cache_forward, .hints = d.hints.get()},
+        d.cache->block_size(),
         d.forward_port.get());
     d.cache->SetEvictSink([fw = d.forwarder.get()](const coop::Evicted& e) { fw->OnEvict(e); });
   }
@@ -273,6 +282,7 @@ ns::DirOps& Node::dir_ops() { return *impl_->dir_ops; }
 coop::BlockCache* Node::cache() { return impl_->cache.get(); }
 coop::PeerFetch* Node::peers() { return impl_->peers.get(); }
 coop::Forwarder* Node::forwarder() { return impl_->forwarder.get(); }
+coop::Hints* Node::hints() { return impl_->hints.get(); }
 const ns::ClusterViewSource& Node::cluster() const { return *impl_->cluster; }
 
 void Node::SetKernelCache(ns::KernelCache* kernel) {

@@ -131,6 +131,7 @@ class Node {
   coop::BlockCache* cache();  // null: coopcache.size 0
   coop::PeerFetch* peers();   // null: the cache is off or not shared
   coop::Forwarder* forwarder();  // null: blocks are not forwarded
+  coop::Hints* hints();          // null: likewise
   // The cluster view as the parts see it (a new epoch drops the kernel's
   // names before it is used).
   const ns::ClusterViewSource& cluster() const;

@@ -300,7 +300,8 @@ class NodeFs {
   // N-chance forwarding (docs/coopcache.md, "N-chance forwarding"): the
   // client's half of fs.fbs's kCoopEvict (to the file's node: this node
   // evicted its copy; a peer to forward it to, or nullopt), kCoopStore (to
-  // that peer: keep these bytes; where it keeps them) and kCoopMoved (to the
+  // that peer: keep these bytes; where it keeps them, as a copy others read)
+  // and kCoopMoved (to the
   // file's node: `node` keeps it at frame/tag, as of `version`).
   // Implementations without cooperation answer ENOTSUP (the default).
   struct CoopBlock {
@@ -323,7 +324,7 @@ class NodeFs {
     (void)b;
     return Err(ENOTSUP, "no cooperative caching");
   }
-  virtual Result<std::pair<uint32_t, uint64_t>> CoopStore(const CoopBlock& b) {
+  virtual Result<CoopCopyAt> CoopStore(const CoopBlock& b) {
     (void)b;
     return Err(ENOTSUP, "no cooperative caching");
   }

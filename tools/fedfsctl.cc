@@ -175,6 +175,8 @@ void PrintCache(const control::CacheReply& r) {
               "%llu dropped, %llu failed; %llu peers named, %llu blocks taken in\n",
               u(r.forward_evictions), u(r.forwards), u(r.forward_declined), u(r.forward_dropped),
               u(r.forward_errors), u(r.forward_asked), u(r.forwarded_in));
+  std::printf("  hints: %llu kept; %llu misses read from where a block went, %llu moved on\n",
+              u(r.hints), u(r.hint_hits), u(r.hint_misses));
 }
 
 // The human form of the reply to `cmd`.

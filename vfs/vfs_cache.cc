@@ -61,6 +61,9 @@ Result<size_t> VfsImpl::CachedRead(const OpenFile& f, uint64_t offset, std::span
         continue;
       }
     }
+    // A block this node forwarded: read from where it went, without asking
+    // the file's node (then found by Get).
+    if (deps_.hints != nullptr && HintedFill(f, index)) continue;
     // A miss: the run of missing blocks up to the end of the request is
     // read in one call, then each block stored.
     uint64_t last = (offset + dst.size() - 1) / block;
@@ -111,6 +114,30 @@ Result<size_t> VfsImpl::CachedRead(const OpenFile& f, uint64_t offset, std::span
     if (filled.eof || got == 0) break;  // the file ended within the run
   }
   return done;
+}
+
+// A hint is as safe as a cached block (coopcache/hints.h): taken only under
+// the generation the block had here when it was forwarded, and its copy
+// checked by its tag. The file's node does not learn of this copy (a later
+// eviction of it is not forwarded).
+bool VfsImpl::HintedFill(const OpenFile& f, uint64_t index) {
+  coop::BlockCache& cache = *deps_.cache;
+  const uint64_t generation = cache.Generation(f.ino);
+  auto hint = deps_.hints->Take(f.ino, index, generation);
+  if (!hint) return false;
+  if (hint->block_size != cache.block_size() || hint->length == 0 ||
+      hint->length > cache.block_size()) {
+    return false;
+  }
+  auto slot = cache.Reserve(f.ino, index, generation);
+  if (!slot) return false;
+  if (auto st = deps_.peers->Fetch(*hint, slot->data); !st) {
+    cache.Abandon(*slot);
+    deps_.hints->NoteRead(false);
+    return false;
+  }
+  deps_.hints->NoteRead(true);
+  return cache.Publish(*slot, f.ino, index, generation, {}, hint->length);
 }
 
 // The copies the file's node names are read one-sidedly into this node's

@@ -43,6 +43,7 @@
 
 #include "cluster/cluster.h"
 #include "coopcache/block_cache.h"
+#include "coopcache/hints.h"
 #include "coopcache/peer_fetch.h"
 #include "nodefs/node_fs.h"
 #include "vd/vd.h"
@@ -232,6 +233,8 @@ struct VfsDeps {
   coop::BlockCache* cache = nullptr;
   // Reads of blocks from other nodes' caches (null: none; needs cache).
   coop::PeerFetch* peers = nullptr;
+  // Where this node's forwarded blocks went (null: none; needs peers).
+  coop::Hints* hints = nullptr;
 };
 
 class VfsImpl final : public Vfs {
@@ -474,6 +477,9 @@ class VfsImpl final : public Vfs {
   };
   Result<Filled> CoopMiss(const OpenFile& f, uint64_t first, uint64_t last, uint64_t generation,
                           std::byte* into);
+  // Block `index` of f, which this node forwarded, read from where it went
+  // (coop::Hints) into this node's cache; false: no usable hint.
+  bool HintedFill(const OpenFile& f, uint64_t index);
   bool OneLink(uint64_t ino) const;  // a regular file with one link (mu_)
   // This node changed the data of `ino` (its node tells other sessions,
   // not this one): its cached blocks go.

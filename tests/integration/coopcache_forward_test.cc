@@ -5,8 +5,8 @@
 //
 //  * n3 reads a file four times its cache: the blocks it evicts as the last
 //    copy in the federation go, through n1, to n2's cache or n1's own; n3's
-//    next read of the file reads some of them from there one-sidedly, all
-//    bytes right.
+//    next read of the file reads some of them from there one-sidedly (some
+//    without asking n1: where n3 forwarded them is a hint), all bytes right.
 //  * A write on n1 leaves no copy named, the forwarded ones included, and
 //    every mount reads the new bytes.
 //  * With `coopcache.forward: 0` nothing is forwarded.
@@ -93,6 +93,8 @@ TEST_F(CoopForward, AnEvictedLastCopyLivesOnInAnotherNodesCache) {
   ASSERT_EQ(ReadFile(M("n3", "/f")), data);
   EXPECT_GT(Stat("n3", "remote_hits"), remote);
   EXPECT_EQ(Stat("n3", "remote_errors"), 0u);
+  // Some of them without asking n1: n3 knew where it had forwarded them.
+  EXPECT_GT(Stat("n3", "hint_hits"), 0u);
 
   // A write on n1: no copy is named any more, forwarded ones included.
   SettleForwards();

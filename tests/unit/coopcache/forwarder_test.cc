@@ -32,7 +32,12 @@ class FakePort : public ForwardPort {
     std::lock_guard lock(mu);
     stored.push_back({target, f.index, f.origin.recirc, f.bytes.size(),
                       f.bytes.empty() ? 0 : static_cast<int>(f.bytes[0])});
-    return Stored{5, 500 + f.index};
+    Stored s;
+    s.addr = "peer-addr";
+    s.frame = 5;
+    s.tag = 500 + f.index;
+    s.length = static_cast<uint32_t>(f.bytes.size());
+    return s;
   }
   Status Moved(const Forward& f, const Target& t, const Stored& at) override {
     std::lock_guard lock(mu);
@@ -66,10 +71,10 @@ class FakePort : public ForwardPort {
   std::vector<MovedCall> moved;
 };
 
-void Evict(Forwarder& fw, uint64_t index, uint32_t recirc, uint8_t fill) {
+void Evict(Forwarder& fw, uint64_t index, uint32_t recirc, uint8_t fill, uint64_t gen = 9) {
   const Origin o{"holder", 1, 2, recirc};
   std::vector<std::byte> bytes(kBlock, std::byte{fill});
-  fw.OnEvict(Evicted{o, index, 3, 30, bytes});
+  fw.OnEvict(Evicted{o, /*file=*/44, gen, index, 3, 30, bytes});
 }
 
 TEST(Forwarder, AnEvictedLastCopyIsStoredAtThePeerTheHolderNamesAndRecorded) {
@@ -87,6 +92,28 @@ TEST(Forwarder, AnEvictedLastCopyIsStoredAtThePeerTheHolderNamesAndRecorded) {
   EXPECT_EQ(port.moved[0].tag, 507u);     // with where the peer keeps it
   EXPECT_EQ(port.moved[0].holder, "holder");
   EXPECT_EQ(fw.stats().forwarded, 1u);
+}
+
+// Where a forwarded block went is a hint for this node's next miss, under
+// the generation it had here: used once, void under another generation.
+TEST(Forwarder, AForwardLeavesAHintUnderTheBlocksGeneration) {
+  FakePort port;
+  Hints hints;
+  Forwarder fw({.max_recirc = 2, .max_pending = 4, .hints = &hints}, kBlock, &port);
+  Evict(fw, 7, 0, 1, /*gen=*/9);
+  Evict(fw, 8, 0, 1, /*gen=*/9);
+  fw.Drain();
+  auto h = hints.Take(44, 7, 9);
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->addr, "peer-addr");
+  EXPECT_EQ(h->tag, 507u);
+  EXPECT_FALSE(hints.Take(44, 7, 9));   // used once
+  EXPECT_FALSE(hints.Take(44, 8, 10));  // the file changed here since: void
+  EXPECT_FALSE(hints.Take(44, 8, 9));   // and gone
+  const auto s = hints.stats();
+  EXPECT_EQ(s.recorded, 2u);
+  EXPECT_EQ(s.taken, 1u);
+  EXPECT_EQ(s.stale, 1u);
 }
 
 TEST(Forwarder, ADuplicateOrAFailureEndsTheForward) {
@@ -146,6 +173,20 @@ TEST(Forwarder, StopDropsWhatIsPending) {
   EXPECT_LE(port.evicted.size(), 1u);
   Evict(fw, 3, 0, 1);  // after Stop: dropped
   EXPECT_GE(fw.stats().dropped, 1u);
+}
+
+TEST(Hints, AreBoundedTheOldestGoFirst) {
+  Hints hints(2);
+  hints.Put(1, 0, 5, PeerCopy{.addr = "a"});
+  hints.Put(1, 1, 5, PeerCopy{.addr = "b"});
+  hints.Put(1, 2, 5, PeerCopy{.addr = "c"});  // (1, 0) goes
+  EXPECT_FALSE(hints.Take(1, 0, 5));
+  ASSERT_TRUE(hints.Take(1, 2, 5));
+  hints.Put(1, 1, 6, PeerCopy{.addr = "d"});  // replaces (1, 1)
+  auto h = hints.Take(1, 1, 6);
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->addr, "d");
+  EXPECT_EQ(hints.stats().entries, 0u);
 }
 
 }  // namespace
