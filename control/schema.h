@@ -278,8 +278,13 @@ struct CacheReply {
   // Hints: where forwarded blocks went (kept now), and the misses read from
   // there without asking the file's node (hits) or found moved on (misses).
   uint64_t hints = 0, hint_hits = 0, hint_misses = 0;
+  // Memory pressure: the bytes the cache may hold now (below size_bytes
+  // after shrinking), the available memory it keeps, its shrinks and grows.
+  uint64_t limit_bytes = 0, min_free_bytes = 0, pressure_shrinks = 0, pressure_grows = 0;
   template <class S, class V>
   static void Fields(S& s, V&& v) {
+    v("limit_bytes", s.limit_bytes); v("min_free_bytes", s.min_free_bytes);
+    v("pressure_shrinks", s.pressure_shrinks); v("pressure_grows", s.pressure_grows);
     v("hints", s.hints); v("hint_hits", s.hint_hits); v("hint_misses", s.hint_misses);
     v("forward_evictions", s.forward_evictions); v("forwards", s.forwards);
     v("forward_declined", s.forward_declined); v("forward_dropped", s.forward_dropped);

@@ -55,7 +55,8 @@ BlockCache::BlockCache(const BlockCacheOptions& o, std::byte* arena, size_t aren
       arena_(arena),
       arena_bytes_(arena_bytes),
       tags_(tags),
-      frames_(arena_bytes / o.block_bytes) {
+      frames_(arena_bytes / o.block_bytes),
+      limit_(frames_.size()) {
   // Tags start at a random point: a restarted node's frames never carry a
   // tag its earlier run published (2^-40 odds over a trillion fills).
   std::random_device rd;
@@ -118,23 +119,29 @@ void BlockCache::FreeFrame(uint32_t f) {
   free_.push_back(f);
 }
 
-uint32_t BlockCache::TakeFrame() {
-  if (free_.empty()) {
-    const size_t probation_cap = std::max<size_t>(1, frames_.size() * probation_percent_ / 100);
-    const List& from =
-        probation_.size > probation_cap || protected_.size == 0 ? probation_ : protected_;
-    if (from.tail == kNone) return kNone;  // every frame reserved
-    const uint32_t victim = from.tail;
-    const Frame& v = frames_[victim];
-    if (sink_ && !v.origin.holder.empty() && v.generation == GenerationLocked(v.file)) {
-      ++stats_.evicted_to_sink;
-      sink_(Evicted{v.origin, v.file, v.generation, v.index, victim,
-                    std::atomic_ref<uint64_t>(tags_[victim]).load(std::memory_order_relaxed),
-                    std::span<const std::byte>(Data(victim), v.length)});
-    }
-    FreeFrame(victim);
-    ++stats_.evictions;
+bool BlockCache::EvictOneLocked() {
+  const size_t probation_cap = std::max<size_t>(1, limit_ * probation_percent_ / 100);
+  const List& from =
+      probation_.size > probation_cap || protected_.size == 0 ? probation_ : protected_;
+  if (from.tail == kNone) return false;  // every frame reserved
+  const uint32_t victim = from.tail;
+  const Frame& v = frames_[victim];
+  if (sink_ && !v.origin.holder.empty() && v.generation == GenerationLocked(v.file)) {
+    ++stats_.evicted_to_sink;
+    sink_(Evicted{v.origin, v.file, v.generation, v.index, victim,
+                  std::atomic_ref<uint64_t>(tags_[victim]).load(std::memory_order_relaxed),
+                  std::span<const std::byte>(Data(victim), v.length)});
   }
+  FreeFrame(victim);
+  ++stats_.evictions;
+  return true;
+}
+
+uint32_t BlockCache::TakeFrame() {
+  if (free_.empty() || frames_.size() - free_.size() >= limit_) {
+    if (!EvictOneLocked()) return kNone;
+  }
+  if (free_.empty()) return kNone;
   const uint32_t f = free_.back();
   free_.pop_back();
   return f;
@@ -307,6 +314,22 @@ void BlockCache::Clear() {
   ::madvise(arena_, arena_bytes_, MADV_DONTNEED);
 }
 
+void BlockCache::SetLimit(size_t blocks) {
+  std::lock_guard lock(mu_);
+  limit_ = std::min(blocks, frames_.size());
+  while (frames_.size() - free_.size() > limit_ && EvictOneLocked()) {
+  }
+  // Every free frame's pages go back (under the lock: a frame taken
+  // meanwhile would lose what is stored into it). A peer reading one finds
+  // its tag 0.
+  for (uint32_t f : free_) ::madvise(Data(f), block_, MADV_DONTNEED);
+}
+
+size_t BlockCache::limit_blocks() const {
+  std::lock_guard lock(mu_);
+  return limit_;
+}
+
 void BlockCache::NoteFetch(uint64_t bytes) {
   std::lock_guard lock(mu_);
   ++stats_.fetches;
@@ -320,6 +343,7 @@ auto BlockCache::stats() const -> Stats {
   s.files = files_.size();
   s.probation = probation_.size;
   s.protected_blocks = protected_.size;
+  s.limit_blocks = limit_;
   return s;
 }
 

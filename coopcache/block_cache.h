@@ -144,6 +144,11 @@ class BlockCache {
   void InvalidateFile(uint64_t file);
   // Drops every block and gives the memory back (fedfsctl cache drop).
   void Clear();
+  // Memory pressure (memory_guard.h): at most `blocks` frames hold blocks
+  // from now on (at most capacity_blocks()); blocks past it are evicted
+  // (as replacement would) and every free frame's memory is given back.
+  void SetLimit(size_t blocks);
+  size_t limit_blocks() const;
   // Accounting of the caller's misses: one read of `bytes` from the file's
   // node (its page cache or disk).
   void NoteFetch(uint64_t bytes);
@@ -158,6 +163,7 @@ class BlockCache {
     uint64_t clears = 0;
     uint64_t reserved = 0;  // frames reserved now
     uint64_t evicted_to_sink = 0;  // evictions handed to the evict sink
+    uint64_t limit_blocks = 0;     // SetLimit (capacity when never set)
   };
   Stats stats() const;
 
@@ -198,7 +204,8 @@ class BlockCache {
   void Unlink(uint32_t f);
   void PushHead(Queue q, uint32_t f);
   void FreeFrame(uint32_t f);  // unlinks, unindexes, returns it to free_
-  uint32_t TakeFrame();        // a free frame, evicting one if none
+  uint32_t TakeFrame();        // a free frame, evicting one if none (or at the limit)
+  bool EvictOneLocked();       // the replacement victim goes; false: none
   uint64_t GenerationLocked(uint64_t file) const;
   std::byte* Data(uint32_t f) { return arena_ + size_t{f} * block_; }
 
@@ -216,6 +223,7 @@ class BlockCache {
   uint64_t next_generation_ = 1;  // the next generation InvalidateFile hands out
   uint64_t floor_ = 0;            // the generation of a file without a record
   uint64_t next_tag_ = 0;         // random start, never 0
+  size_t limit_ = 0;              // frames that may hold blocks (SetLimit)
   std::function<void(const Evicted&)> sink_;
   Stats stats_;
 };

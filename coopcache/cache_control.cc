@@ -3,6 +3,7 @@
 #include "coopcache/block_cache.h"
 #include "coopcache/forwarder.h"
 #include "coopcache/hints.h"
+#include "coopcache/memory_guard.h"
 #include "coopcache/peer_fetch.h"
 
 namespace fedfs::coop {
@@ -35,6 +36,12 @@ control::CacheReply CacheStatus(const CacheParts& parts, const HolderCountsFn& h
     r.hint_hits = h.hits;
     r.hint_misses = h.misses;
   }
+  if (parts.guard != nullptr) {
+    const MemoryGuard::Stats g = parts.guard->stats();
+    r.min_free_bytes = parts.guard->min_free_bytes();
+    r.pressure_shrinks = g.shrinks;
+    r.pressure_grows = g.grows;
+  }
   if (peers != nullptr) {
     const PeerFetch::Stats p = peers->stats();
     r.shared = true;
@@ -64,6 +71,7 @@ control::CacheReply CacheStatus(const CacheParts& parts, const HolderCountsFn& h
   r.fetches = s.fetches;
   r.fetched_bytes = s.fetched_bytes;
   r.clears = s.clears;
+  r.limit_bytes = s.limit_blocks * s.block_bytes;
   return r;
 }
 

@@ -15,6 +15,7 @@ namespace fedfs::coop {
 class BlockCache;
 class Forwarder;
 class Hints;
+class MemoryGuard;
 class PeerFetch;
 
 // What this node, as the node of files others cache, knows of their copies.
@@ -30,6 +31,7 @@ struct CacheParts {
   const PeerFetch* peers = nullptr;       // null: not shared
   const Forwarder* forwarder = nullptr;  // null: blocks not forwarded
   const Hints* hints = nullptr;          // null: likewise
+  const MemoryGuard* guard = nullptr;    // null: the cache does not shrink
 };
 
 // The "cache" reply of `parts`, this node being `self`.

@@ -481,11 +481,14 @@ Result<DaemonOptions> ParseConfig(const std::string& text, const std::string& pa
     }
 
     if (const YAML::Node k = GetMap(c, root, "coopcache")) {
-      CheckKeys(c, k, "coopcache.", {"size", "block", "share", "forward"});
+      CheckKeys(c, k, "coopcache.", {"size", "block", "share", "forward", "min_free"});
       GetBool(c, k, "share", "coopcache.share", &o.coopcache.share);
       uint64_t v = 0;
       if (GetUint(c, k, "forward", "coopcache.forward", 0, 16, &v)) {
         o.coopcache.forward = static_cast<uint32_t>(v);
+      }
+      if (GetSize(c, k, "min_free", "coopcache.min_free", 0, uint64_t{1} << 50, &v)) {
+        o.coopcache.min_free = v;
       }
       if (GetSize(c, k, "size", "coopcache.size", 0, uint64_t{1} << 40, &v)) {
         o.coopcache.size = static_cast<size_t>(v);

@@ -209,6 +209,7 @@ Status Daemon::StartNamespace(const DaemonOptions& o) {
   no.cache.block_bytes = o.coopcache.block;
   no.share_cache = o.coopcache.share;
   no.cache_forward = o.coopcache.forward;
+  no.cache_min_free = o.coopcache.min_free;
   no.files.root_squash = o.security.root_squash;
   no.files.squash_uid = o.security.squash_uid;
   no.files.squash_gid = o.security.squash_gid;
@@ -273,7 +274,8 @@ Status Daemon::StartControl(const DaemonOptions& o) {
   ns::RegisterVfsControl(commands, &node_->vfs());
   ns::RegisterVdControl(commands, &node_->vd_service(), o.node_id);
   ns::RegisterFilesControl(commands, &node_->file_service(), &node_->fs_callbacks(), o.node_id);
-  coop::RegisterCacheControl(commands, {node_->cache(), node_->peers(), node_->forwarder(), node_->hints()},
+  coop::RegisterCacheControl(commands, {node_->cache(), node_->peers(), node_->forwarder(), node_->hints(),
+                              node_->memory_guard()},
                              [fs = &node_->file_service()] {
                                const auto s = fs->stats();
                                return coop::HolderCounts{s.coop_redirects, s.coop_files,

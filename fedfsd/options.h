@@ -98,6 +98,8 @@ struct CoopCacheConfig {
   bool share = true;
   // N-chance forwarding: times an evicted last copy is forwarded (0: never).
   uint32_t forward = 2;
+  // The cache shrinks below this much available memory (0: 5% of it).
+  uint64_t min_free = 0;
 };
 
 // Watching the export root for changes made behind FedFS' back

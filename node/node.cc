@@ -133,6 +133,8 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
     auto cache = coop::BlockCache::Create(opt.cache);
     if (!cache) return Err(cache.error().code, "coopcache: " + cache.error().context);
     d.cache = std::move(*cache);
+    d.memory_guard = std::make_unique<coop::MemoryGuard>(
+        d.cache.get(), coop::MemoryGuardOptions{.min_free_bytes = opt.cache_min_free});
     // Its memory, readable by the other nodes (docs/coopcache.md): without a
     // listen address no peer could reach it.
     if (!opt.address.empty() && opt.share_cache) {
@@ -283,6 +285,7 @@ coop::BlockCache* Node::cache() { return impl_->cache.get(); }
 coop::PeerFetch* Node::peers() { return impl_->peers.get(); }
 coop::Forwarder* Node::forwarder() { return impl_->forwarder.get(); }
 coop::Hints* Node::hints() { return impl_->hints.get(); }
+coop::MemoryGuard* Node::memory_guard() { return impl_->memory_guard.get(); }
 const ns::ClusterViewSource& Node::cluster() const { return *impl_->cluster; }
 
 void Node::SetKernelCache(ns::KernelCache* kernel) {

@@ -33,6 +33,7 @@
 #include "common/result.h"
 #include "coopcache/block_cache.h"
 #include "coopcache/forwarder.h"
+#include "coopcache/memory_guard.h"
 #include "coopcache/peer_fetch.h"
 #include "dirops/dir_ops.h"
 #include "files/file_service.h"
@@ -75,6 +76,9 @@ struct NodeOptions {
   // is the last copy in the federation's memory is forwarded to a peer's
   // cache (0: never). Needs share_cache.
   uint32_t cache_forward = 2;
+  // The cache shrinks while the machine has less memory available than
+  // this (coopcache/memory_guard.h); 0: 5% of its memory.
+  uint64_t cache_min_free = 0;
   // Root squash and the file service's limits (its on_change is the Node's).
   ns::FileServiceOptions files;
   ns::VfsOptions vfs;
@@ -132,6 +136,7 @@ class Node {
   coop::PeerFetch* peers();   // null: the cache is off or not shared
   coop::Forwarder* forwarder();  // null: blocks are not forwarded
   coop::Hints* hints();          // null: likewise
+  coop::MemoryGuard* memory_guard();  // null: the cache is off
   // The cluster view as the parts see it (a new epoch drops the kernel's
   // names before it is used).
   const ns::ClusterViewSource& cluster() const;

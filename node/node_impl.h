@@ -75,6 +75,7 @@ struct Node::Impl {
   std::unique_ptr<coop::BlockCache> cache;  // before vfs, which uses it
   std::unique_ptr<coop::PeerFetch> peers;   // its memory shared (null: not)
   std::unique_ptr<coop::Hints> hints;       // where forwarded blocks went (null: off)
+  std::unique_ptr<coop::MemoryGuard> memory_guard;  // the cache under pressure
   std::unique_ptr<ns::VfsImpl> vfs;
   // N-chance forwarding (null: off); stopped before vfs goes.
   std::unique_ptr<coop::ForwardPort> forward_port;

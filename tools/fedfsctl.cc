@@ -154,6 +154,9 @@ void PrintCache(const control::CacheReply& r) {
     return;
   }
   std::printf("  size          %llu bytes in blocks of %llu\n", u(r.size_bytes), u(r.block_bytes));
+  std::printf("  limit         %llu bytes now (keeps %llu bytes of memory available; "
+              "shrunk %llu times, grown %llu)\n",
+              u(r.limit_bytes), u(r.min_free_bytes), u(r.pressure_shrinks), u(r.pressure_grows));
   std::printf("  occupancy     %llu blocks, %llu bytes, %llu files (%llu probation, %llu protected)\n",
               u(r.blocks_used), u(r.bytes_used), u(r.files), u(r.probation),
               u(r.protected_blocks));

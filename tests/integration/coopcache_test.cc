@@ -36,8 +36,9 @@ constexpr size_t kBlock = 64 << 10;
 
 class CoopCache : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const std::string e = c_.StartMounted(2, &ids_, "coopcache: {size: 64MiB, block: 64KiB}\n");
+  void SetUp() override { Start("coopcache: {size: 64MiB, block: 64KiB}\n"); }
+  void Start(const std::string& config) {
+    const std::string e = c_.StartMounted(2, &ids_, config);
     ASSERT_TRUE(e.empty()) << e;
   }
   std::string M(const std::string& id, const std::string& rel) const {
@@ -138,6 +139,27 @@ TEST_F(CoopCache, RandomWritesOnBothNodesAreAlwaysReadBack) {
     }
   }
   EXPECT_GT(Stat("n1", "hits"), 0u);
+}
+
+// Memory pressure (coopcache/memory_guard.h): told to keep more memory
+// available than the machine has, the cache gives all of its memory back
+// within a few checks, and reads of remote files go on, right, uncached.
+class CoopCachePressure : public CoopCache {
+ protected:
+  void SetUp() override { Start("coopcache: {size: 64MiB, block: 64KiB, min_free: 1024TiB}\n"); }
+};
+
+TEST_F(CoopCachePressure, TheCacheGivesItsMemoryBackAndReadsGoOn) {
+  ASSERT_TRUE(WaitFor([&] { return Stat("n1", "limit_bytes") == 0; }, std::chrono::seconds(10)));
+  EXPECT_GT(Stat("n1", "pressure_shrinks"), 0u);
+  EXPECT_EQ(Stat("n1", "min_free_bytes"), uint64_t{1} << 50);
+  const std::string data = Random(1 << 20, 5);
+  ASSERT_TRUE(WriteAt(M("n2", "/f"), 0, data));
+  ASSERT_EQ(ReadFile(M("n1", "/f")), data);
+  ASSERT_EQ(ReadFile(M("n1", "/f")), data);
+  EXPECT_EQ(Stat("n1", "blocks_used"), 0u);
+  EXPECT_EQ(Stat("n1", "hits"), 0u);
+  EXPECT_GT(Stat("n1", "fetches"), 0u);
 }
 
 }  // namespace

@@ -317,5 +317,27 @@ TEST(BlockCache, ReplacementHandsBlocksWithAnOriginToTheEvictSink) {
   EXPECT_EQ(c->stats().evicted_to_sink, 1u);
 }
 
+// Memory pressure: a lower limit evicts down to it and keeps the cache
+// there; raising it lets the cache fill again.
+TEST(BlockCache, ALimitEvictsDownToItAndHoldsTheCacheThere) {
+  auto c = Make(8);
+  for (uint64_t i = 0; i < 8; ++i) ASSERT_TRUE(PutNow(*c, 1, i, uint8_t(i)));
+  EXPECT_EQ(c->stats().blocks_used, 8u);
+  c->SetLimit(3);
+  EXPECT_EQ(c->limit_blocks(), 3u);
+  EXPECT_EQ(c->stats().blocks_used, 3u);
+  for (uint64_t i = 8; i < 16; ++i) ASSERT_TRUE(PutNow(*c, 1, i, uint8_t(i)));
+  EXPECT_EQ(c->stats().blocks_used, 3u);
+  EXPECT_EQ(Fill(*c, 1, 15), 15);  // the newest are kept, whole
+  c->SetLimit(0);                  // nothing is kept
+  EXPECT_EQ(c->stats().blocks_used, 0u);
+  EXPECT_FALSE(PutNow(*c, 1, 20, 1));
+  EXPECT_FALSE(c->Reserve(1, 21, c->Generation(1)));
+  c->SetLimit(100);  // at most the capacity
+  EXPECT_EQ(c->limit_blocks(), 8u);
+  for (uint64_t i = 0; i < 8; ++i) ASSERT_TRUE(PutNow(*c, 2, i, uint8_t(i)));
+  EXPECT_EQ(c->stats().blocks_used, 8u);
+}
+
 }  // namespace
 }  // namespace fedfs::coop

@@ -290,9 +290,13 @@ TEST_F(ConfigTest, DirectoryTableAndAutonomySections) {
   EXPECT_EQ(cache->coopcache.size, size_t{256} << 20);
   EXPECT_EQ(cache->coopcache.block, size_t{64} << 10);
   EXPECT_TRUE(cache->coopcache.share);
-  auto own = Parse(Good("+", "coopcache: {size: 1GiB, share: false}"));
+  EXPECT_EQ(cache->coopcache.forward, 2u);
+  EXPECT_EQ(cache->coopcache.min_free, 0u);
+  auto own = Parse(Good("+", "coopcache: {size: 1GiB, share: false, forward: 0, min_free: 2GiB}"));
   ASSERT_TRUE(own) << own.error().context;
   EXPECT_FALSE(own->coopcache.share);
+  EXPECT_EQ(own->coopcache.forward, 0u);
+  EXPECT_EQ(own->coopcache.min_free, uint64_t{2} << 30);
   auto bytes = Parse(Good("+", "coopcache: {size: 1048576}"));
   ASSERT_TRUE(bytes) << bytes.error().context;
   EXPECT_EQ(bytes->coopcache.size, size_t{1} << 20);
@@ -302,6 +306,10 @@ TEST_F(ConfigTest, DirectoryTableAndAutonomySections) {
   EXPECT_EQ(set->autonomy.max_watches, 10u);
 
   const std::vector<BadCase> cases = {
+      {"cache forward too big", "+", "coopcache: {forward: 17}",
+       {"field 'coopcache.forward'", "out of range"}},
+      {"cache min_free text", "+", "coopcache: {min_free: lots}",
+       {"field 'coopcache.min_free'"}},
       {"dt entries text", "+", "directory_table: {entries: many}",
        {"field 'directory_table.entries'", "expected an integer"}},
       {"dt entries too big", "+", "directory_table: {entries: 16777217}",
