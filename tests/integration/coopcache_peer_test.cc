@@ -11,6 +11,9 @@
 //  * A copy that moved on (n2's cache dropped after n1 named it) is found
 //    out by its tag: n3 asks n1 again, which reads the bytes itself.
 //  * n2 dies: n3 reads the file from n1, without an error.
+//  * n1 (the file's node) dies: a read of an uncached block fails clearly.
+//  * n2 restarts: its cache is empty and no reader is sent to its earlier
+//    copies.
 //  * With `coopcache.share: false` every node's cache is its own.
 //  * A randomized run: overlapping writes and truncates through any of the
 //    three mounts, each followed by reads on all three (whole, and pieces
@@ -137,6 +140,50 @@ TEST_F(CoopPeers, ACopyAtADeadNodeIsReadFromTheFilesNode) {
   ASSERT_EQ(ReadFile(M("n3", "/f")), data);
   EXPECT_EQ(Stat("n3", "remote_hits"), 0u);
   EXPECT_EQ(Stat("n3", "fetched_bytes"), data.size());
+}
+
+// The file's node dies: a read of a block no node's cache keeps fails with
+// a clear error (no hang, no wrong bytes), through a handle opened before.
+TEST_F(CoopPeers, TheFilesNodeDiesAReadOfAnUncachedBlockFailsClearly) {
+  const std::string data = Random(512 << 10, 13);
+  ASSERT_TRUE(WriteAt(M("n1", "/f"), 0, data));
+  const int fd = ::open(M("n3", "/f").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  std::string head(kBlock, '\0');
+  ASSERT_EQ(::pread(fd, head.data(), kBlock, 0), static_cast<ssize_t>(kBlock));
+  ASSERT_EQ(head, data.substr(0, kBlock));
+  ASSERT_EQ(c_.Stop("n1", SIGKILL), 128 + SIGKILL);
+  std::string tail(kBlock, '\0');
+  errno = 0;
+  const ssize_t got = ::pread(fd, tail.data(), kBlock, 6 * kBlock);
+  const int err = errno;
+  ::close(fd);
+  ASSERT_EQ(got, -1) << "read " << got << " bytes of a file whose node is dead";
+  EXPECT_TRUE(err == EIO || err == EHOSTDOWN || err == ENOTCONN || err == ETIMEDOUT ||
+              err == ECONNRESET || err == ECONNREFUSED || err == ESTALE)
+      << std::strerror(err);
+}
+
+// A node that restarts comes back with an empty cache, and no reader is
+// sent to what its earlier run kept: n3 reads the file right, none of it
+// from n2's memory.
+TEST_F(CoopPeers, ARestartedNodeStartsEmptyAndIsNeverReadForItsEarlierCopies) {
+  const std::string data = Random(512 << 10, 14);
+  ASSERT_TRUE(WriteAt(M("n1", "/f"), 0, data));
+  ASSERT_EQ(ReadFile(M("n2", "/f")), data);
+  ASSERT_EQ(Stat("n1", "directory_copies"), data.size() / kBlock);
+  ASSERT_EQ(c_.Stop("n2", SIGKILL), 128 + SIGKILL);
+  c_.Start("n2", c_.dir() + "/n2.yaml");
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return c_.SeesAlive("n2", ids_) && c_.SeesAlive("n1", ids_) && c_.SeesAlive("n3", ids_);
+      },
+      std::chrono::seconds(30)));
+  EXPECT_EQ(Stat("n2", "blocks_used"), 0u);
+  EXPECT_TRUE(ReadFile(M("n3", "/f")) == data);
+  EXPECT_EQ(Stat("n3", "remote_hits"), 0u);
+  EXPECT_EQ(Stat("n3", "fetched_bytes"), data.size());
+  EXPECT_TRUE(ReadFile(M("n2", "/f")) == data);  // and n2 reads it anew
 }
 
 TEST_F(CoopPeers, RandomWritesAndTruncatesOnThreeNodesAreAlwaysReadBack) {
