@@ -88,7 +88,11 @@ void Forwarder::ForwardOne(Forward& f) {
   auto at = port_->Store((*target)->node, f);
   if (!at) return fail(at.error(), "storing it");
   if (auto st = port_->Moved(f, **target, *at); !st) return fail(st.error(), "recording it");
-  if (opts_.hints != nullptr) opts_.hints->Put(f.file, f.index, f.generation, *at);
+  // A hint for this node's own reads only: a block it fetched itself (not
+  // one forwarded to it, kept under a key no read of this node looks up).
+  if (opts_.hints != nullptr && f.origin.recirc == 0) {
+    opts_.hints->Put(f.file, f.index, f.generation, *at);
+  }
   std::lock_guard lock(mu_);
   ++stats_.forwarded;
 }

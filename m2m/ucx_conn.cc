@@ -117,6 +117,7 @@ void Core::OnConnected(uint64_t link, Bytes address, Bytes token) {
     return;
   }
   c->ep = ep;
+  c->peer_instance = InstanceOf(address);
   ep_client_[ep] = c->id;
   FrameHeader bind;
   bind.kind = FrameKind::kBind;
@@ -594,8 +595,11 @@ Result<std::unique_ptr<LocalRegion>> Core::MapMemory(void* addr, size_t len, boo
   RegionDesc desc;
   desc.addr = reinterpret_cast<uint64_t>(base);
   desc.length = len;
+  // This instance first (kInstanceBytes, little-endian), then UCX's key.
+  desc.rkey.resize(kInstanceBytes);
+  for (size_t i = 0; i < kInstanceBytes; ++i) desc.rkey[i] = std::byte(instance_ >> (8 * i));
   const auto* kb = static_cast<const std::byte*>(rkey_buf);
-  desc.rkey.assign(kb, kb + rkey_len);
+  desc.rkey.insert(desc.rkey.end(), kb, kb + rkey_len);
   ucp_rkey_buffer_release(rkey_buf);
   return std::make_unique<LocalRegionImpl>(ctx_, memh, static_cast<std::byte*>(base), len,
                                            std::move(desc));

@@ -85,6 +85,7 @@ Status Core::Start() {
   bo.cluster_key = opts_.cluster_key;
   const auto* wa_bytes = reinterpret_cast<const std::byte*>(wa_addr);
   bo.local_address.assign(wa_bytes, wa_bytes + wa_len);
+  instance_ = InstanceOf(bo.local_address);
   ucp_worker_release_address(worker_, wa_addr);
   bo.handshake_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(opts_.connect_timeout);
   BootstrapCallbacks bc;
@@ -403,7 +404,19 @@ ucp_rkey_h Core::RkeyFor(RemoteRegionImpl& r, Conn& c, Error* err) {
   if (r.rkey_ != nullptr && r.rkey_conn_ == c.id) return r.rkey_;
   if (r.rkey_ != nullptr) ucp_rkey_destroy(r.rkey_);
   r.rkey_ = nullptr;
-  const ucs_status_t s = ucp_ep_rkey_unpack(c.ep, r.desc().rkey.data(), &r.rkey_);
+  // The region must be the connected process's: a descriptor of an earlier
+  // process at this address names memory the new one never registered (and
+  // over a software RMA path nothing else would refuse it).
+  const Bytes& k = r.desc().rkey;
+  uint64_t instance = 0;
+  for (size_t i = 0; i < kInstanceBytes && i < k.size(); ++i) {
+    instance |= uint64_t(std::to_integer<uint8_t>(k[i])) << (8 * i);
+  }
+  if (k.size() <= kInstanceBytes || (c.peer_instance != 0 && instance != c.peer_instance)) {
+    *err = Error{ESTALE, "region of another instance of " + c.remote_addr};
+    return nullptr;
+  }
+  const ucs_status_t s = ucp_ep_rkey_unpack(c.ep, k.data() + kInstanceBytes, &r.rkey_);
   if (s != UCS_OK) {
     r.rkey_ = nullptr;
     *err = Error{EINVAL, std::string("cannot unpack remote key: ") + ucs_status_string(s)};

@@ -36,11 +36,13 @@
 #include <mutex>
 #include <optional>
 #include <queue>
+#include <span>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <variant>
 
+#include "common/hash.h"
 #include "common/logging.h"
 #include "common/thread_name.h"
 #include "m2m/auth.h"
@@ -99,6 +101,9 @@ struct Conn {
   bool server = false;
   ConnState state = ConnState::kAuthenticating;
   std::string remote_addr;
+  // Client side: the instance of the peer's transport (InstanceOf its worker
+  // address), which a region descriptor must name to be used here.
+  uint64_t peer_instance = 0;
   EndpointImpl* owner = nullptr;  // client side: the Endpoint (outlives the Conn)
   std::vector<uint64_t> waiting;          // ops waiting for kReady
   std::unordered_set<uint64_t> inflight;  // ops started on this connection
@@ -218,6 +223,18 @@ class RemoteRegionImpl final : public RemoteRegion,
 
 // ---------------------------------------------------------------------------
 
+// The identity of one transport instance (one process's UCX worker): a hash
+// of its worker address, which the bootstrap hands to every client. A
+// region's descriptor starts with its exporter's instance (kInstanceBytes),
+// so that a descriptor of an earlier process at the same address is refused
+// (ESTALE) instead of reaching memory the new process never registered.
+inline constexpr size_t kInstanceBytes = 8;
+inline uint64_t InstanceOf(std::span<const std::byte> worker_address) {
+  return StableHash(std::string_view(reinterpret_cast<const char*>(worker_address.data()),
+                                     worker_address.size())) |
+         1;  // never 0 (0: not known)
+}
+
 class Core : public std::enable_shared_from_this<Core> {
  public:
   Core(const UcxOptions& ucx, const TransportOptions& opts) : ucx_(ucx), opts_(opts) {}
@@ -307,6 +324,7 @@ class Core : public std::enable_shared_from_this<Core> {
   const TransportOptions opts_;
   std::shared_ptr<Context> ctx_;
   ucp_worker_h worker_ = nullptr;
+  uint64_t instance_ = 0;  // InstanceOf(this worker's address), set in Start
   int epfd_ = -1;
   int evfd_ = -1;
   int worker_efd_ = -1;

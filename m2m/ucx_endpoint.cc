@@ -48,7 +48,8 @@ void EndpointImpl::Call(uint16_t method, Bytes payload, Timeout timeout, Callbac
 }
 
 Result<std::shared_ptr<RemoteRegion>> EndpointImpl::Import(const RegionDesc& desc) {
-  if (desc.rkey.empty() || desc.length == 0 || desc.addr + desc.length < desc.addr) {
+  if (desc.rkey.size() <= kInstanceBytes || desc.length == 0 ||
+      desc.addr + desc.length < desc.addr) {
     return Err(EINVAL, "malformed region descriptor");
   }
   auto r = std::make_shared<RemoteRegionImpl>(core_, this, desc);

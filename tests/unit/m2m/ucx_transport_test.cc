@@ -457,6 +457,19 @@ TEST(UcxTransport, PeerDiesThenNewServerOnSameAddress) {
   ASSERT_TRUE(a2) << a2.error().ToString();
   auto ok = CallSync(*ep, 1, Pattern(8, 14), kT);
   ASSERT_TRUE(ok) << ok.error().ToString();
+  // The dead server's region, named by its old descriptor, is refused on the
+  // new one (ESTALE), never read or written there: over TCP the software
+  // RMA path would touch whatever the new process has at that address.
+  auto stale = testing::Bounded<uint64_t>(
+      [&](Callback<uint64_t> cb) { ep->FetchAdd(**remote1, 0, 1, kT, std::move(cb)); });
+  ASSERT_FALSE(stale);
+  EXPECT_EQ(stale.error().code, ESTALE) << stale.error().ToString();
+  auto reimported = ep->Import(region1->Export());
+  ASSERT_TRUE(reimported);
+  std::vector<std::byte> got(64);
+  auto get = GetSync(*ep, got.data(), got.size(), **reimported, 0, kT);
+  ASSERT_FALSE(get);
+  EXPECT_EQ(get.error().code, ESTALE) << get.error().ToString();
   auto region2 = s2->Allocate(4096).value_or(nullptr);
   ASSERT_TRUE(region2);
   auto remote2 = ep->Import(region2->Export());
