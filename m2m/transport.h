@@ -65,7 +65,10 @@ using Callback = std::move_only_function<void(Result<T>)>;
 struct RegionDesc {
   uint64_t addr = 0;    // remote virtual address of the first byte
   uint64_t length = 0;  // bytes
-  Bytes rkey;           // packed remote key (opaque, implementation-specific)
+  // Packed remote key (opaque, implementation-specific). It names the
+  // exporting process (UCX): an operation through a connection to another process
+  // at the same address (the peer restarted) fails with ESTALE.
+  Bytes rkey;
 };
 
 // Memory registered with the transport on this node. Owned by its creator;
