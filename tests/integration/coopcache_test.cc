@@ -141,6 +141,19 @@ TEST_F(CoopCache, RandomWritesOnBothNodesAreAlwaysReadBack) {
   EXPECT_GT(Stat("n1", "hits"), 0u);
 }
 
+// A sequential read of a remote file: the kernel's read-ahead sends large
+// reads (about a megabyte each here), each fetched from the file's node in
+// one request, and no block is fetched twice.
+TEST_F(CoopCache, ASequentialReadFetchesLargeRunsAndNoBlockTwice) {
+  const std::string data = Random(8 << 20, 6);
+  ASSERT_TRUE(WriteAt(M("n2", "/f"), 0, data));
+  EXPECT_TRUE(ReadFile(M("n1", "/f")) == data);
+  EXPECT_EQ(Stat("n1", "fetched_bytes"), data.size());  // no block twice
+  EXPECT_LE(Stat("n1", "fetches"), 16u);  // 64 KiB blocks: 128 if each fetched alone
+  EXPECT_TRUE(ReadFile(M("n1", "/f")) == data);
+  EXPECT_EQ(Stat("n1", "fetched_bytes"), data.size());
+}
+
 // Memory pressure (coopcache/memory_guard.h): told to keep more memory
 // available than the machine has, the cache gives all of its memory back
 // within a few checks, and reads of remote files go on, right, uncached.
