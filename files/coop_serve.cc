@@ -50,10 +50,9 @@ auto FileService::Impl::DoCoopEvict(const fb::FsRequest* req, uint64_t session)
     -> Result<m2m::Bytes> {
   if (auto st = CheckForward(req); !st) return Err(st.error());
   CheckCoopEpoch();
-  const auto* fr = req->coop_frames()->Get(0);
+  const auto [frame, tag] = fswire::CoopFramesOf(*req)[0];  // copied: maybe misaligned
   const coop::FileId id{req->coop_dev(), req->coop_ino()};
-  const auto ev = dir_.Evict(id, session, req->coop_block(), req->coop_index(), fr->frame(),
-                             fr->tag());
+  const auto ev = dir_.Evict(id, session, req->coop_block(), req->coop_index(), frame, tag);
   if (!ev.last) return EmptyReply();
   // A peer, at random among the other nodes whose caches take blocks of
   // this size (sessions of this node's clients: it can name their copies).
@@ -136,25 +135,8 @@ auto FileService::Impl::DoCoopStore(const SessionView& v, const fb::FsRequest* r
   // Where it is, as other nodes read it (the forwarder's hint).
   const FileServiceOptions::SelfCache& me = opts_.self_cache;
   flatbuffers::FlatBufferBuilder b(256);
-  auto u8 = [&](const m2m::Bytes& k) {
-    return b.CreateVector(reinterpret_cast<const uint8_t*>(k.data()), k.size());
-  };
-  auto addr = b.CreateString(me.addr);
-  auto dk = u8(me.data.rkey);
-  auto tk = u8(me.tags.rkey);
-  fb::CoopCopyBuilder cb(b);
-  cb.add_index(req->coop_index());
-  cb.add_length(static_cast<uint32_t>(len));
-  cb.add_addr(addr);
-  cb.add_data_addr(me.data.addr);
-  cb.add_data_length(me.data.length);
-  cb.add_data_rkey(dk);
-  cb.add_tags_addr(me.tags.addr);
-  cb.add_tags_length(me.tags.length);
-  cb.add_tags_rkey(tk);
-  cb.add_frame(slot->frame);
-  cb.add_tag(slot->tag);
-  auto at = cb.Finish();
+  auto at = fswire::CoopCopyToWire(b, req->coop_index(), static_cast<uint32_t>(len), me.addr,
+                                   me.data, me.tags, slot->frame, slot->tag);
   fb::FsReplyBuilder rb(b);
   rb.add_version(fswire::kVersion);
   rb.add_stored(at);
@@ -184,8 +166,8 @@ auto FileService::Impl::DoCoopMoved(const fb::FsRequest* req) -> Result<m2m::Byt
     }
   }
   if (!at) return Err(ENOENT, "no session of node " + node->str() + " with a cache");
-  const auto* fr = req->coop_frames()->Get(0);
-  const coop::Frame frame{fr->frame(), fr->tag()};
+  const auto [at_frame, at_tag] = fswire::CoopFramesOf(*req)[0];  // copied: maybe misaligned
+  const coop::Frame frame{at_frame, at_tag};
   const auto length = static_cast<uint32_t>(len);
   if (!dir_.Record(coop::FileId{req->coop_dev(), req->coop_ino()}, req->coop_version(), *at,
                    block, req->coop_index(), std::span(&frame, 1), std::span(&length, 1),

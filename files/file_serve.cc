@@ -463,25 +463,8 @@ auto FileService::Impl::DoCoopRead(const SessionView& v, const fb::FsRequest* re
                      opts_.cache->block_size() != block) {
             break;
           }
-          auto u8 = [&](const m2m::Bytes& k) {
-            return b.CreateVector(reinterpret_cast<const uint8_t*>(k.data()), k.size());
-          };
-          auto addr = b.CreateString(*at_addr);
-          auto dk = u8(data->rkey);
-          auto tk = u8(tags->rkey);
-          fb::CoopCopyBuilder cb(b);
-          cb.add_index(index);
-          cb.add_length(c.length);
-          cb.add_addr(addr);
-          cb.add_data_addr(data->addr);
-          cb.add_data_length(data->length);
-          cb.add_data_rkey(dk);
-          cb.add_tags_addr(tags->addr);
-          cb.add_tags_length(tags->length);
-          cb.add_tags_rkey(tk);
-          cb.add_frame(c.frame);
-          cb.add_tag(c.tag);
-          out.push_back(cb.Finish());
+          out.push_back(fswire::CoopCopyToWire(b, index, c.length, *at_addr, *data, *tags,
+                                               c.frame, c.tag));
           lengths.push_back(c.length);
         }
       }

@@ -136,6 +136,57 @@ std::vector<Handle> HandlesOf(const fb::FsAttrChanged& a) {
   return out;
 }
 
+flatbuffers::Offset<fb::CoopCopy> CoopCopyToWire(flatbuffers::FlatBufferBuilder& b,
+                                                 uint64_t index, uint32_t length,
+                                                 const std::string& addr,
+                                                 const m2m::RegionDesc& data,
+                                                 const m2m::RegionDesc& tags, uint32_t frame,
+                                                 uint64_t tag) {
+  auto u8 = [&](const m2m::Bytes& k) {
+    return b.CreateVector(reinterpret_cast<const uint8_t*>(k.data()), k.size());
+  };
+  auto a = b.CreateString(addr);
+  auto dk = u8(data.rkey);
+  auto tk = u8(tags.rkey);
+  fb::CoopCopyBuilder cb(b);
+  cb.add_index(index);
+  cb.add_length(length);
+  cb.add_addr(a);
+  cb.add_data_addr(data.addr);
+  cb.add_data_length(data.length);
+  cb.add_data_rkey(dk);
+  cb.add_tags_addr(tags.addr);
+  cb.add_tags_length(tags.length);
+  cb.add_tags_rkey(tk);
+  cb.add_frame(frame);
+  cb.add_tag(tag);
+  return cb.Finish();
+}
+
+NodeFs::CoopCopyAt CoopCopyFromWire(const fb::CoopCopy& c) {
+  auto bytes = [](const flatbuffers::Vector<uint8_t>* v) {
+    std::vector<std::byte> o;
+    if (v != nullptr) {
+      const auto* p = reinterpret_cast<const std::byte*>(v->data());
+      o.assign(p, p + v->size());
+    }
+    return o;
+  };
+  NodeFs::CoopCopyAt a;
+  a.index = c.index();
+  a.length = c.length();
+  a.addr = c.addr() != nullptr ? c.addr()->str() : std::string();
+  a.data_addr = c.data_addr();
+  a.data_length = c.data_length();
+  a.data_rkey = bytes(c.data_rkey());
+  a.tags_addr = c.tags_addr();
+  a.tags_length = c.tags_length();
+  a.tags_rkey = bytes(c.tags_rkey());
+  a.frame = c.frame();
+  a.tag = c.tag();
+  return a;
+}
+
 std::vector<std::pair<uint32_t, uint64_t>> CoopFramesOf(const fb::FsRequest& r) {
   std::vector<std::pair<uint32_t, uint64_t>> out;
   if (r.coop_frames() == nullptr) return out;

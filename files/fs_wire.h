@@ -58,6 +58,15 @@ std::vector<Handle> HandlesOf(const fb::FsAttrChanged& a);
 // FsRequest.coop_frames as (frame, tag), copied out bytewise (the verifier
 // does not check the 8-byte alignment of a struct vector's elements).
 std::vector<std::pair<uint32_t, uint64_t>> CoopFramesOf(const fb::FsRequest& r);
+// A copy of block `index` (`length` bytes) kept at frame/tag of the cache
+// at `addr` whose arena and tag array are `data` and `tags`, and back.
+flatbuffers::Offset<fb::CoopCopy> CoopCopyToWire(flatbuffers::FlatBufferBuilder& b,
+                                                 uint64_t index, uint32_t length,
+                                                 const std::string& addr,
+                                                 const m2m::RegionDesc& data,
+                                                 const m2m::RegionDesc& tags, uint32_t frame,
+                                                 uint64_t tag);
+NodeFs::CoopCopyAt CoopCopyFromWire(const fb::CoopCopy& c);
 
 // A verifier sized for these messages (bounded depth and table count).
 // Untrusted bytes: nullptr unless the FlatBuffers verifier accepts them as a

@@ -50,7 +50,7 @@ Result<NodeFs::CoopCopyAt> RemoteNodeFs::CoopStore(const CoopBlock& blk) {
   if (!r) return Err(r.error());
   const auto* at = Root(*r)->stored();
   if (at == nullptr) return Err(EPROTO, "store reply without where");
-  return CopyAtOf(*at);
+  return fswire::CoopCopyFromWire(*at);
 }
 
 Status RemoteNodeFs::CoopMoved(const CoopBlock& blk) {

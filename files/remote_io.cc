@@ -109,7 +109,7 @@ Result<NodeFs::CoopRead> RemoteNodeFs::ReadCoop(Handle h, uint64_t offset,
     release(false);
     if (cs->size() > ask.frames.size()) return Err(EPROTO, "more copies than blocks asked");
     for (const auto* c : *cs) {
-      CoopCopyAt a = CopyAtOf(*c);
+      CoopCopyAt a = fswire::CoopCopyFromWire(*c);
       if (a.addr.empty() || a.length > ask.block) return Err(EPROTO, "malformed copy in reply");
       out.copies.push_back(std::move(a));
     }

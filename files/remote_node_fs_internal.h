@@ -131,31 +131,6 @@ inline std::chrono::nanoseconds Until(std::chrono::steady_clock::time_point dead
 }
 
 
-// A copy named on the wire (fs.fbs, CoopCopy).
-inline NodeFs::CoopCopyAt CopyAtOf(const fb::CoopCopy& c) {
-  auto bytes = [](const flatbuffers::Vector<uint8_t>* v) {
-    std::vector<std::byte> o;
-    if (v != nullptr) {
-      const auto* p = reinterpret_cast<const std::byte*>(v->data());
-      o.assign(p, p + v->size());
-    }
-    return o;
-  };
-  NodeFs::CoopCopyAt a;
-  a.index = c.index();
-  a.length = c.length();
-  a.addr = c.addr() != nullptr ? c.addr()->str() : std::string();
-  a.data_addr = c.data_addr();
-  a.data_length = c.data_length();
-  a.data_rkey = bytes(c.data_rkey());
-  a.tags_addr = c.tags_addr();
-  a.tags_length = c.tags_length();
-  a.tags_rkey = bytes(c.tags_rkey());
-  a.frame = c.frame();
-  a.tag = c.tag();
-  return a;
-}
-
 inline const fb::FsReply* Root(const m2m::Bytes& b) {
   return flatbuffers::GetRoot<fb::FsReply>(b.data());
 }

@@ -62,13 +62,7 @@ class NodeForwardPort final : public coop::ForwardPort {
     b.bytes = f.bytes;
     auto r = fs->CoopStore(b);
     if (!r) return Err(r.error());
-    return Stored{r->addr,
-                  m2m::RegionDesc{r->data_addr, r->data_length, r->data_rkey},
-                  m2m::RegionDesc{r->tags_addr, r->tags_length, r->tags_rkey},
-                  f.block,
-                  r->frame,
-                  r->tag,
-                  r->length};
+    return ns::PeerCopyOf(*r, f.block);
   }
   Status Moved(const coop::Forward& f, const Target& t, const Stored& at) override {
     ns::NodeFs* fs = vfs_->NodeFsFor(f.origin.holder);

@@ -206,13 +206,7 @@ auto VfsImpl::CoopMiss(const OpenFile& f, uint64_t first, uint64_t last, uint64_
         ok = false;
         break;
       }
-      coop::PeerCopy pc{c.addr,
-                        m2m::RegionDesc{c.data_addr, c.data_length, c.data_rkey},
-                        m2m::RegionDesc{c.tags_addr, c.tags_length, c.tags_rkey},
-                        block,
-                        c.frame,
-                        c.tag,
-                        c.length};
+      const coop::PeerCopy pc = PeerCopyOf(c, block);
       if (auto st = deps_.peers->Fetch(pc, slots[k].data); !st) {
         ok = false;
         break;

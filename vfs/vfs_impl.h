@@ -237,6 +237,18 @@ struct VfsDeps {
   coop::Hints* hints = nullptr;
 };
 
+// A copy a file's node named (NodeFs::CoopCopyAt), as this node's cache
+// reads it (blocks of `block` bytes).
+inline coop::PeerCopy PeerCopyOf(const NodeFs::CoopCopyAt& c, uint64_t block) {
+  return coop::PeerCopy{c.addr,
+                        m2m::RegionDesc{c.data_addr, c.data_length, c.data_rkey},
+                        m2m::RegionDesc{c.tags_addr, c.tags_length, c.tags_rkey},
+                        block,
+                        c.frame,
+                        c.tag,
+                        c.length};
+}
+
 class VfsImpl final : public Vfs {
  public:
   VfsImpl(VfsOptions options, VfsDeps deps);

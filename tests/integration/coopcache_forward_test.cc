@@ -27,20 +27,8 @@ namespace {
 
 constexpr size_t kBlock = 64 << 10;
 
-class CoopForwardBase : public ::testing::Test {
+class CoopForwardBase : public CoopClusterTest {
  protected:
-  void Start(const std::string& config) {
-    const std::string e = c_.StartMounted(3, &ids_, config);
-    ASSERT_TRUE(e.empty()) << e;
-  }
-  std::string M(const std::string& id, const std::string& rel) const {
-    return c_.Mountpoint(id) + rel;
-  }
-  uint64_t Stat(const std::string& id, const char* field) const {
-    auto j = c_.Ctl(id, {"cache"});
-    EXPECT_TRUE(j.is_object()) << "fedfsctl cache failed on " << id;
-    return j.is_object() ? j.value(field, uint64_t{0}) : 0;
-  }
   // The forwards n3 started have all ended (each told, then forwarded,
   // declined, failed; none left in flight), stable for 300 ms.
   void SettleForwards() {
@@ -63,14 +51,11 @@ class CoopForwardBase : public ::testing::Test {
     ASSERT_TRUE(WriteAt(M("n1", "/g"), 0, g));
     ASSERT_EQ(ReadFile(M("n2", "/g")), g);
   }
-
-  Cluster c_;
-  std::vector<std::string> ids_;
 };
 
 class CoopForward : public CoopForwardBase {
  protected:
-  void SetUp() override { Start("coopcache: {size: 1MiB, block: 64KiB}\n"); }
+  void SetUp() override { Start(3, "coopcache: {size: 1MiB, block: 64KiB}\n"); }
 };
 
 TEST_F(CoopForward, AnEvictedLastCopyLivesOnInAnotherNodesCache) {
@@ -110,7 +95,7 @@ TEST_F(CoopForward, AnEvictedLastCopyLivesOnInAnotherNodesCache) {
 
 class CoopForwardOff : public CoopForwardBase {
  protected:
-  void SetUp() override { Start("coopcache: {size: 1MiB, block: 64KiB, forward: 0}\n"); }
+  void SetUp() override { Start(3, "coopcache: {size: 1MiB, block: 64KiB, forward: 0}\n"); }
 };
 
 TEST_F(CoopForwardOff, NothingIsForwarded) {

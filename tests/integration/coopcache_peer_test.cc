@@ -41,20 +41,9 @@ namespace {
 
 constexpr size_t kBlock = 64 << 10;
 
-class CoopPeers : public ::testing::Test {
+class CoopPeers : public CoopClusterTest {
  protected:
-  void SetUp() override {
-    const std::string e = c_.StartMounted(3, &ids_, "coopcache: {size: 64MiB, block: 64KiB}\n");
-    ASSERT_TRUE(e.empty()) << e;
-  }
-  std::string M(const std::string& id, const std::string& rel) const {
-    return c_.Mountpoint(id) + rel;
-  }
-  uint64_t Stat(const std::string& id, const char* field) const {
-    auto j = c_.Ctl(id, {"cache"});
-    EXPECT_TRUE(j.is_object()) << "fedfsctl cache failed on " << id;
-    return j.is_object() ? j.value(field, uint64_t{0}) : 0;
-  }
+  void SetUp() override { Start(3, "coopcache: {size: 64MiB, block: 64KiB}\n"); }
   uint64_t Served(const std::string& id) const {
     auto j = c_.Ctl(id, {"files"});
     EXPECT_TRUE(j.is_object()) << "fedfsctl files failed on " << id;
@@ -65,9 +54,6 @@ class CoopPeers : public ::testing::Test {
     ASSERT_TRUE(j.is_object());
     ASSERT_EQ(j.value("blocks_used", uint64_t{1}), 0u);
   }
-
-  Cluster c_;
-  std::vector<std::string> ids_;
 };
 
 TEST_F(CoopPeers, AThirdNodeReadsTheBlocksFromTheSecondNodesMemory) {

@@ -34,24 +34,9 @@ namespace {
 
 constexpr size_t kBlock = 64 << 10;
 
-class CoopCache : public ::testing::Test {
+class CoopCache : public CoopClusterTest {
  protected:
-  void SetUp() override { Start("coopcache: {size: 64MiB, block: 64KiB}\n"); }
-  void Start(const std::string& config) {
-    const std::string e = c_.StartMounted(2, &ids_, config);
-    ASSERT_TRUE(e.empty()) << e;
-  }
-  std::string M(const std::string& id, const std::string& rel) const {
-    return c_.Mountpoint(id) + rel;
-  }
-  uint64_t Stat(const std::string& id, const char* field) const {
-    auto j = c_.Ctl(id, {"cache"});
-    EXPECT_TRUE(j.is_object()) << "fedfsctl cache failed on " << id;
-    return j.is_object() ? j.value(field, uint64_t{0}) : 0;
-  }
-
-  Cluster c_;
-  std::vector<std::string> ids_;
+  void SetUp() override { Start(2, "coopcache: {size: 64MiB, block: 64KiB}\n"); }
 };
 
 TEST_F(CoopCache, ASecondReadOfARemoteFileReadsNothingFromItsNode) {
@@ -159,7 +144,9 @@ TEST_F(CoopCache, ASequentialReadFetchesLargeRunsAndNoBlockTwice) {
 // within a few checks, and reads of remote files go on, right, uncached.
 class CoopCachePressure : public CoopCache {
  protected:
-  void SetUp() override { Start("coopcache: {size: 64MiB, block: 64KiB, min_free: 1024TiB}\n"); }
+  void SetUp() override {
+    Start(2, "coopcache: {size: 64MiB, block: 64KiB, min_free: 1024TiB}\n");
+  }
 };
 
 TEST_F(CoopCachePressure, TheCacheGivesItsMemoryBackAndReadsGoOn) {

@@ -1,15 +1,21 @@
 // What the file-data cache's integration tests (coopcache_test.cc,
-// coopcache_peer_test.cc) share: random file contents, a whole-file read
-// through a new open, a write at an offset.
+// coopcache_peer_test.cc, coopcache_forward_test.cc) share: random file
+// contents, a whole-file read through a new open, a write at an offset, and
+// a fixture of mounted daemons with their `fedfsctl cache` counters.
 #pragma once
 
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
+
 #include <cerrno>
 #include <cstring>
 #include <random>
 #include <string>
+#include <vector>
+
+#include "tests/tools/cluster.h"
 
 namespace fedfs::testing {
 
@@ -47,5 +53,28 @@ inline bool WriteAt(const std::string& path, off_t off, const std::string& data,
   const bool ok = ::pwrite(fd, data.data(), data.size(), off) == static_cast<ssize_t>(data.size());
   return ::close(fd) == 0 && ok;
 }
+
+// `count` mounted daemons of `config` (Start), owned by the test: the
+// Cluster stops them by pid and unmounts whatever happens.
+class CoopClusterTest : public ::testing::Test {
+ protected:
+  void Start(int count, const std::string& config) {
+    const std::string e = c_.StartMounted(count, &ids_, config);
+    ASSERT_TRUE(e.empty()) << e;
+  }
+  std::string M(const std::string& id, const std::string& rel) const {
+    return c_.Mountpoint(id) + rel;
+  }
+  // Field `field` of `fedfsctl cache` on `id` (0, and a failure, if it
+  // does not answer).
+  uint64_t Stat(const std::string& id, const char* field) const {
+    auto j = c_.Ctl(id, {"cache"});
+    EXPECT_TRUE(j.is_object()) << "fedfsctl cache failed on " << id;
+    return j.is_object() ? j.value(field, uint64_t{0}) : 0;
+  }
+
+  Cluster c_;
+  std::vector<std::string> ids_;
+};
 
 }  // namespace fedfs::testing
