@@ -242,12 +242,14 @@ struct FilesReply {
   uint64_t sessions = 0, handles = 0, watches = 0, served = 0, refused = 0;
   uint64_t callbacks_sent = 0, callbacks_failed = 0;
   uint64_t callbacks_received = 0, callbacks_refused = 0;
+  uint64_t data_bytes = 0;  // read and written for other nodes (inline and one-sided)
   template <class S, class V>
   static void Fields(S& s, V&& v) {
     v("node", s.node); v("sessions", s.sessions); v("handles", s.handles);
     v("watches", s.watches); v("served", s.served); v("refused", s.refused);
     v("callbacks_sent", s.callbacks_sent); v("callbacks_failed", s.callbacks_failed);
     v("callbacks_received", s.callbacks_received); v("callbacks_refused", s.callbacks_refused);
+    v("data_bytes", s.data_bytes);
   }
 };
 

@@ -424,8 +424,10 @@ Result<DaemonOptions> ParseConfig(const std::string& text, const std::string& pa
     if (const YAML::Node f = GetMap(c, root, "fuse")) {
       CheckKeys(c, f, "fuse.",
                 {"mount", "entry_timeout_s", "attr_timeout_s", "max_threads", "allow_other",
-                 "default_permissions", "kernel_cache", "read_ahead_kb", "spin_us", "io_uring"});
+                 "default_permissions", "kernel_cache", "keep_cache", "read_ahead_kb", "spin_us",
+                 "io_uring"});
       GetBool(c, f, "io_uring", "fuse.io_uring", &o.fuse.io_uring);
+      GetBool(c, f, "keep_cache", "fuse.keep_cache", &o.fuse.keep_cache);
       GetBool(c, f, "kernel_cache", "fuse.kernel_cache", &o.fuse.kernel_cache);
       GetBool(c, f, "mount", "fuse.mount", &o.fuse.mount);
       GetBool(c, f, "allow_other", "fuse.allow_other", &o.fuse.allow_other);

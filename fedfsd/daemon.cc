@@ -196,6 +196,7 @@ Status Daemon::OpenExportRoot(const DaemonOptions& o) {
 
 Status Daemon::StartNamespace(const DaemonOptions& o) {
   pool_ = std::make_unique<ThreadPool>(8, "blocking");
+  callbacks_pool_ = std::make_unique<ThreadPool>(2, "callbacks");
   node::NodeOptions no;
   no.node_id = o.node_id;
   no.address = o.listen;
@@ -226,6 +227,7 @@ Status Daemon::StartNamespace(const DaemonOptions& o) {
   no.vfs.node_tag = static_cast<uint16_t>(o.node_tag);
   no.placement = PlacementFrom(o.placement);
   no.remote_callbacks = o.fuse.kernel_cache;
+  no.vfs.keep_remote_pages = o.fuse.kernel_cache && o.fuse.keep_cache;
   no.release_delay = std::chrono::milliseconds(20);
   no.dir_ops_hooks = ns::PauseHooksFromEnv();
   // The watcher starts after the services it reports to; until then (and
@@ -243,6 +245,7 @@ Status Daemon::StartNamespace(const DaemonOptions& o) {
   env.local = local_fs_.get();
   env.kv = kv_.get();
   env.pool = pool_.get();
+  env.callbacks = callbacks_pool_.get();
   env.tag_of = [m = membership_.get()](const std::string& node) { return m->TagOf(node); };
   auto n = node::Node::Create(std::move(no), std::move(env));
   if (!n) return Err(n.error().code, n.error().context);
@@ -322,6 +325,7 @@ Status Daemon::Mount(const DaemonOptions& o) {
   fo.read_ahead_kb = o.fuse.read_ahead_kb;
   fo.spin_us = o.fuse.spin_us;
   fo.io_uring = o.fuse.io_uring;
+  fo.explicit_inval_data = o.fuse.kernel_cache;  // the node tells of every change
   auto mount = fuse::FuseMount::Mount(fo, &node_->vfs());
   if (!mount) return Err(mount.error().code, mount.error().context);
   mount_ = std::move(*mount);
@@ -392,7 +396,8 @@ void Daemon::Stop() {
   kv_.reset();
   if (membership_) membership_->Stop();
   if (transport_) transport_->Shutdown();
-  // No handler runs after Shutdown: drain the pool, then the services.
+  // No handler runs after Shutdown: drain the pools, then the services.
+  callbacks_pool_.reset();
   pool_.reset();
   if (local_fs_) local_fs_->SetAttrObserver(nullptr);
   node_.reset();

@@ -88,6 +88,7 @@ class Daemon {
   std::unique_ptr<Membership> membership_;
   std::unique_ptr<ns::ClusterViewSource> cluster_;
   std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<ThreadPool> callbacks_pool_;  // the holders' change callbacks
   std::unique_ptr<ns::LocalNodeFs> local_fs_;
   std::unique_ptr<ns::Kv> kv_;
   std::unique_ptr<node::Node> node_;

@@ -46,6 +46,10 @@ struct FuseConfig {
   // Names and attributes cached by the kernel, kept coherent by invalidation
   // (needs FUSE 7.44, Linux 6.16; docs/namespace.md "Kernel caches").
   bool kernel_cache = true;
+  // With kernel_cache: the kernel keeps the pages of files held on other
+  // nodes across opens while their node tells this one of every change
+  // (docs/coopcache.md, "Kernel page cache").
+  bool keep_cache = true;
   uint32_t max_threads = 16;        // FUSE worker threads at most
   uint32_t read_ahead_kb = 1024;    // the mount's read-ahead window (0: the kernel's)
   uint32_t spin_us = 50;            // a worker reads /dev/fuse this long before sleeping

@@ -28,14 +28,16 @@ void FileService::Impl::Tell(std::vector<Target> targets) {
   }
 }
 
-auto FileService::Impl::AttrChangedMessage(uint64_t session, const std::vector<uint64_t>& rhs)
-    -> m2m::Bytes {
-  flatbuffers::FlatBufferBuilder b(64 + 8 * rhs.size());
+auto FileService::Impl::AttrChangedMessage(uint64_t session, const std::vector<uint64_t>& rhs,
+                                           DataRange data) -> m2m::Bytes {
+  flatbuffers::FlatBufferBuilder b(80 + 8 * rhs.size());
   auto v = b.CreateVector(rhs);
   fb::FsAttrChangedBuilder ab(b);
   ab.add_version(fswire::kVersion);
   ab.add_session(session);
   ab.add_handles(v);
+  ab.add_data_offset(data.offset);  // defaults (every byte) are left out
+  ab.add_data_length(data.length);
   b.Finish(ab.Finish());
   return fswire::Finish(b);
 }

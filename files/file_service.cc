@@ -411,9 +411,11 @@ void FileService::Impl::TellEnded(uint64_t session, std::vector<uint64_t> ids) {
   Tell(std::move(targets));
 }
 
-void FileService::Impl::AttrsChanged(dev_t dev, ino_t ino) {
+void FileService::Impl::AttrsChanged(dev_t dev, ino_t ino, DataRange data) {
   // No reader is sent to a copy of the file's blocks from before the change.
-  dir_.DropFile(coop::FileId{static_cast<uint64_t>(dev), static_cast<uint64_t>(ino)});
+  if (!data.empty()) {
+    dir_.DropFile(coop::FileId{static_cast<uint64_t>(dev), static_cast<uint64_t>(ino)});
+  }
   std::vector<Target> targets;
   {
     MutexLock lock(mu_);
@@ -426,7 +428,8 @@ void FileService::Impl::AttrsChanged(dev_t dev, ino_t ino) {
     for (const auto& [session, rhs] : by_session) {
       auto s = sessions_.find(session);
       if (s == sessions_.end() || s->second.ep == nullptr) continue;
-      targets.push_back({session, s->second.ep, AttrChangedMessage(session, rhs), s->second.node});
+      targets.push_back(
+          {session, s->second.ep, AttrChangedMessage(session, rhs, data), s->second.node});
     }
   }
   Tell(std::move(targets));
@@ -461,12 +464,14 @@ void FileService::DropPeer(const std::string& client_node) { impl_->DropPeer(cli
 
 bool FileService::Interested() const { return impl_->Interested(); }
 
-void FileService::AttrsChanged(dev_t dev, ino_t ino) { impl_->AttrsChanged(dev, ino); }
+void FileService::AttrsChanged(dev_t dev, ino_t ino, DataRange data) {
+  impl_->AttrsChanged(dev, ino, data);
+}
 
 void FileService::PathChanged(const std::string& path) {
   if (!impl_->Interested()) return;
   if (auto st = impl_->local()->Stat(Cred{}, path); st && S_ISREG(st->st_mode)) {
-    impl_->AttrsChanged(st->st_dev, st->st_ino);
+    impl_->AttrsChanged(st->st_dev, st->st_ino, DataRange{});
   }
 }
 

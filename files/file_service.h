@@ -177,10 +177,10 @@ class FileService final : public AttrObserver {
 
   // AttrObserver: true while some session is told of some file's changes;
   // AttrsChanged tells the sessions that have file (dev, ino) open (see the
-  // protocol above). Any thread except the progress context; blocks up to
-  // callback_timeout.
+  // protocol above), naming the bytes the change may have altered. Any
+  // thread except the progress context; blocks up to callback_timeout.
   bool Interested() const override;
-  void AttrsChanged(dev_t dev, ino_t ino) override;
+  void AttrsChanged(dev_t dev, ino_t ino, DataRange data) override;
   // The same for a change made behind FedFS' back to `path` (global), which
   // is located first (the autonomy watcher's IN_ATTRIB / IN_MODIFY).
   void PathChanged(const std::string& path);

@@ -220,7 +220,7 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   // not answer in time is logged and told nothing more (its later opens say
   // so): its node caches what it has for at most the client's bound
   // (docs/namespace.md), and a writer waits for it once, not per change.
-  void AttrsChanged(dev_t dev, ino_t ino);
+  void AttrsChanged(dev_t dev, ino_t ino, DataRange data);
 
  private:
   struct Target {
@@ -236,7 +236,8 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   void Tell(std::vector<Target> targets);
 
  private:
-  static m2m::Bytes AttrChangedMessage(uint64_t session, const std::vector<uint64_t>& rhs);
+  static m2m::Bytes AttrChangedMessage(uint64_t session, const std::vector<uint64_t>& rhs,
+                                       DataRange data = {});
 
   static Result<m2m::Bytes> StatOrErr(const Result<struct stat>& r) {
     if (!r) return Err(r.error());

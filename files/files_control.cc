@@ -19,6 +19,7 @@ control::FilesReply FilesStatus(const FileService& files, const FsCallbacks& cal
   r.callbacks_failed = s.callbacks_failed;
   r.callbacks_received = callbacks.received();
   r.callbacks_refused = callbacks.refused();
+  r.data_bytes = s.inline_bytes + s.one_sided_bytes;
   return r;
 }
 

@@ -4,6 +4,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "common/executor.h"
 #include "common/logging.h"
 #include "common/rpc_methods.h"
 #include "files/fs_wire.h"
@@ -13,14 +14,23 @@ namespace fedfs::ns {
 
 namespace fb = fswire::fb;
 
-struct FsCallbacks::State {
+struct FsCallbacks::State : std::enable_shared_from_this<State> {
   OnChanged on_changed;
+  Executor* runner = nullptr;
   std::mutex mu;
   std::unordered_map<uint64_t, std::string> nodes;  // session -> node, guarded by mu
   std::atomic<uint64_t> received{0};
   std::atomic<uint64_t> refused{0};
 
-  void OnCall(const m2m::IncomingCall& call, m2m::Responder& r) {
+  static m2m::Bytes EmptyReply() {
+    flatbuffers::FlatBufferBuilder b(32);
+    fb::FsReplyBuilder rb(b);
+    rb.add_version(fswire::kVersion);
+    b.Finish(rb.Finish());
+    return fswire::Finish(b);
+  }
+
+  void OnCall(const m2m::IncomingCall& call, m2m::Responder r) {
     const auto* a = fswire::Verify<fb::FsAttrChanged>(call.payload);
     const char* bad = nullptr;
     if (a == nullptr) {
@@ -37,34 +47,48 @@ struct FsCallbacks::State {
       r.Fail(Error{EPROTO, bad});
       return;
     }
+    std::unique_lock lock(mu);  // held while posting: the runner outlives nodes
     std::string node;
-    {
-      std::lock_guard lock(mu);
-      if (auto it = nodes.find(a->session()); it != nodes.end()) node = it->second;
+    if (auto it = nodes.find(a->session()); it != nodes.end()) node = it->second;
+    if (node.empty() || a->handles() == nullptr) {
+      lock.unlock();
+      r.Reply(EmptyReply());
+      return;
     }
-    if (!node.empty() && a->handles() != nullptr) {
-      received.fetch_add(1, std::memory_order_relaxed);
-      on_changed(node, fswire::HandlesOf(*a));
+    received.fetch_add(1, std::memory_order_relaxed);
+    const DataRange data{a->data_offset(), a->data_length()};
+    if (runner == nullptr) {
+      lock.unlock();
+      on_changed(node, fswire::HandlesOf(*a), data);
+      r.Reply(EmptyReply());
+      return;
     }
-    flatbuffers::FlatBufferBuilder b(32);
-    fb::FsReplyBuilder rb(b);
-    rb.add_version(fswire::kVersion);
-    b.Finish(rb.Finish());
-    r.Reply(fswire::Finish(b));
+    // Answered after on_changed: a task dropped at shutdown destroys the
+    // responder, which fails the call (the file's node then tells this
+    // node nothing more, as for a callback that timed out).
+    runner->Post([self = shared_from_this(), node = std::move(node),
+                  handles = fswire::HandlesOf(*a), data, r = std::move(r)]() mutable {
+      self->on_changed(node, handles, data);
+      r.Reply(EmptyReply());
+    });
   }
 };
 
-FsCallbacks::FsCallbacks(m2m::Transport* transport, OnChanged on_changed)
+FsCallbacks::FsCallbacks(m2m::Transport* transport, OnChanged on_changed, Executor* runner)
     : state_(std::make_shared<State>()) {
   state_->on_changed = std::move(on_changed);
+  state_->runner = runner;
   // The handler holds the state alive for as long as the transport keeps it.
   transport->Handle(MethodId(RpcMethod::kFsAttrChanged),
-                    [state = state_](m2m::IncomingCall c, m2m::Responder r) { state->OnCall(c, r); });
+                    [state = state_](m2m::IncomingCall c, m2m::Responder r) {
+                      state->OnCall(c, std::move(r));
+                    });
 }
 
 FsCallbacks::~FsCallbacks() {
   std::lock_guard lock(state_->mu);
   state_->nodes.clear();
+  state_->runner = nullptr;  // nothing is posted to it any more
 }
 
 void FsCallbacks::Add(uint64_t session, const std::string& node) {

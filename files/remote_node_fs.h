@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "common/cooperative.h"
+#include "common/executor.h"
 #include "common/timers.h"
 #include "m2m/transport.h"
 #include "nodefs/node_fs.h"
@@ -99,16 +100,20 @@ struct RemoteNodeFsOptions {
 // The client side of kFsAttrChanged (files/file_service.h), one per
 // transport: installs the handler, knows the node of each RemoteNodeFs
 // session that takes callbacks, and hands each callback to `on_changed`
-// (that node's id, the handles named). A malformed callback is refused
-// (EPROTO, logged); one for an unknown session is answered and dropped.
-// The handler runs on the transport's progress context: on_changed must not
-// block. Thread-safe.
+// (that node's id, the handles named, the bytes the change may have
+// altered); the callback is answered when on_changed returns, so the file's
+// node acknowledges the change only after it. A malformed callback is
+// refused (EPROTO, logged); one for an unknown session is answered and
+// dropped. on_changed runs on `runner` when one is given (it may then
+// block, e.g. on the kernel's page locks), else on the transport's progress
+// context, where it must not block. Thread-safe.
 class FsCallbacks {
  public:
-  using OnChanged =
-      std::function<void(const std::string& node, const std::vector<Handle>& handles)>;
-  // Installs the handler: before the transport's Listen.
-  FsCallbacks(m2m::Transport* transport, OnChanged on_changed);
+  using OnChanged = std::function<void(const std::string& node,
+                                       const std::vector<Handle>& handles, DataRange data)>;
+  // Installs the handler: before the transport's Listen. `runner` must
+  // outlive the transport's handlers (null: the progress context).
+  FsCallbacks(m2m::Transport* transport, OnChanged on_changed, Executor* runner = nullptr);
   ~FsCallbacks();
   FsCallbacks(const FsCallbacks&) = delete;
   FsCallbacks& operator=(const FsCallbacks&) = delete;

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <new>
 #include <optional>
 #include <shared_mutex>
@@ -119,6 +120,21 @@ void KernelNotifier::InvalidateAttrs(uint64_t ino) {
   }
 }
 
+void KernelNotifier::InvalidateData(uint64_t ino, uint64_t offset, uint64_t length) {
+  std::shared_lock lock(mu_);
+  fuse_session* se = session_;
+  if (se == nullptr) return;
+  // len 0 is "to the end" for the kernel; a range that ends past what off_t
+  // holds is too.
+  const uint64_t max_off = static_cast<uint64_t>(std::numeric_limits<off_t>::max());
+  if (offset > max_off) return InvalidateAttrs(ino);  // no page is there
+  const off_t len = length > max_off - offset ? 0 : static_cast<off_t>(length);
+  const int rc = fuse_lowlevel_notify_inval_inode(se, ino, static_cast<off_t>(offset), len);
+  if (rc != 0 && rc != -ENOENT && rc != -ENODEV) {
+    Log()->warn("invalidating the pages of inode {}: {}", ino, std::strerror(-rc));
+  }
+}
+
 // FUSE_DIRECT_IO_ALLOW_MMAP (1ULL << 36, protocol 7.39) in flags2; this
 // system's <linux/fuse.h> predates it.
 constexpr uint32_t kDirectIoAllowMmap2 = 1u << (36 - 32);
@@ -214,6 +230,7 @@ Result<std::unique_ptr<FuseMount>> FuseMount::Mount(const FuseOptions& options, 
   m->ctx_ = std::make_unique<Ctx>();
   m->ctx_->vfs = vfs;
   m->ctx_->notifier = m->notifier_.get();
+  m->ctx_->explicit_inval_data = options.explicit_inval_data;
   m->session_ = fuse_session_new(&args, &kOps, sizeof kOps, m->ctx_.get());
   fuse_opt_free_args(&args);  // the session keeps its own copies
   if (m->session_ == nullptr) {

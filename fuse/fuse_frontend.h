@@ -38,6 +38,7 @@ class KernelNotifier final : public ns::KernelCache {
   bool Coherent() const override { return coherent_.load(std::memory_order_acquire); }
   void InvalidateNames() override;
   void InvalidateAttrs(uint64_t ino) override;
+  void InvalidateData(uint64_t ino, uint64_t offset, uint64_t length) override;
   uint64_t NamesEpoch() const override { return names_epoch_.load(std::memory_order_acquire); }
 
   void Enable(bool epoch_supported);   // from the INIT handshake
@@ -67,6 +68,11 @@ struct FuseOptions {
   // Take requests over io_uring when the kernel offers it
   // (fuse/uring_channel.h); false: /dev/fuse only.
   bool io_uring = true;
+  // The kernel drops cached file pages only when told to
+  // (KernelCache::InvalidateData; FUSE_CAP_EXPLICIT_INVAL_DATA), not on
+  // every change of a file's size or mtime (FUSE_CAP_AUTO_INVAL_DATA,
+  // libfuse's default): for a daemon that tells it of every change.
+  bool explicit_inval_data = false;
   std::string fsname = "fedfs";      // -o fsname= (shown by mount/df)
 };
 

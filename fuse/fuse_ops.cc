@@ -154,7 +154,8 @@ Status RetryUntilGranted(fuse_req_t req, F&& attempt) {
 void OpInit(void* userdata, fuse_conn_info* conn) {
   // FUSE_NOTIFY_INC_EPOCH came with protocol 7.44 (Linux 6.16).
   const bool epoch = conn->proto_major > 7 || (conn->proto_major == 7 && conn->proto_minor >= 44);
-  static_cast<FuseMount::Ctx*>(userdata)->notifier->Enable(epoch);
+  auto* ctx = static_cast<FuseMount::Ctx*>(userdata);
+  ctx->notifier->Enable(epoch);
   // The umask reaches us in the request and is applied by the node that
   // creates the file (nodefs/cred.h).
   if (conn->capable & FUSE_CAP_DONT_MASK) conn->want |= FUSE_CAP_DONT_MASK;
@@ -163,6 +164,13 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
   if (conn->capable & FUSE_CAP_FLOCK_LOCKS) conn->want |= FUSE_CAP_FLOCK_LOCKS;
   // Data may change on another node: no writeback caching.
   conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+  // Pages are dropped by the daemon's invalidations, range by range
+  // (docs/coopcache.md, "Kernel page cache"), not whole on every change of
+  // a file's size or mtime.
+  if (ctx->explicit_inval_data && (conn->capable & FUSE_CAP_EXPLICIT_INVAL_DATA)) {
+    conn->want |= FUSE_CAP_EXPLICIT_INVAL_DATA;
+    conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
+  }
   // No readdirplus: the kernel stamps the names a READDIRPLUS reply carries
   // with its epoch when the reply arrives, not when the request was sent
   // (unlike LOOKUP's), so a name dropped by an invalidation that came in

@@ -156,9 +156,10 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
   }
   // This node's side of the holders' callbacks: the kernel drops what it caches.
   d.fs_callbacks = std::make_unique<ns::FsCallbacks>(
-      tr, [hooks = d.hooks](const std::string& node, const std::vector<ns::Handle>& handles) {
-        hooks->RemoteAttrsChanged(node, handles);
-      });
+      tr,
+      [hooks = d.hooks](const std::string& node, const std::vector<ns::Handle>& handles,
+                        ns::DataRange data) { hooks->RemoteAttrsChanged(node, handles, data); },
+      d.env.callbacks);
 
   // VDs, their managers and the directory table.
   ns::VdServiceOptions vdo;

@@ -103,6 +103,10 @@ struct NodeEnv {
   ns::NodeFs* local = nullptr;                   // required: this node's export root
   ns::Kv* kv = nullptr;                          // required: the journal's store
   Executor* pool = nullptr;                      // required: the services' blocking work
+  // Where the holders' change callbacks run: they drop the kernel's pages,
+  // which may wait for its page locks. Optional (null: on the transport's
+  // progress context, for a node without a FUSE mount).
+  Executor* callbacks = nullptr;
   // The tag (st_ino high bits) of another node; optional (VfsDeps::tag_of).
   std::function<uint16_t(const std::string& node)> tag_of;
 };

@@ -34,9 +34,10 @@ struct KernelHooks {
     if (vfs != nullptr) vfs->InvalidateAttrsOf(path);
   }
   // Node `node` told of changes of the files it holds open for us.
-  void RemoteAttrsChanged(const std::string& node, const std::vector<ns::Handle>& handles) {
+  void RemoteAttrsChanged(const std::string& node, const std::vector<ns::Handle>& handles,
+                          ns::DataRange data) {
     std::shared_lock lock(vfs_mu);
-    if (vfs != nullptr) vfs->RemoteAttrsChanged(node, handles);
+    if (vfs != nullptr) vfs->RemoteAttrsChanged(node, handles, data);
   }
   // The facade, or nullptr: waits for the callbacks using the one before.
   void SetVfs(ns::VfsImpl* v) {

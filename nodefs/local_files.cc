@@ -45,7 +45,7 @@ Result<Opened> LocalNodeFs::OpenCommon(const Cred& c, const std::string& path, i
     handles_.emplace(out.handle, std::move(f));
     ++inodes_[InodeKey{out.st.st_dev, out.st.st_ino}].handles;
   }
-  if (flags & O_TRUNC) Tell(Observer(), out.st);
+  if (flags & O_TRUNC) Tell(Observer(), out.st, DataRange{});
   return out;
 }
 
@@ -120,7 +120,15 @@ Result<size_t> LocalNodeFs::Write(Handle h, uint64_t offset, std::span<const std
       }
     }
   }
-  // O_APPEND fds: Linux pwrite appends at the current end, ignoring offset.
+  // O_APPEND fds: Linux pwrite appends at the current end, ignoring offset;
+  // the bytes changed start at or after the end seen before the write.
+  AttrObserver* const o = Observer();
+  DataRange changed{offset, src.size()};
+  if ((file.flags & O_APPEND) && o != nullptr) {
+    struct stat before {};
+    const bool known = fstat(file.fd, &before) == 0;
+    changed = DataRange::From(known ? static_cast<uint64_t>(before.st_size) : 0);
+  }
   auto io = [&] { return pwrite(file.fd, src.data(), src.size(), static_cast<off_t>(offset)); };
   ssize_t n;
   do {
@@ -128,7 +136,7 @@ Result<size_t> LocalNodeFs::Write(Handle h, uint64_t offset, std::span<const std
   } while (n < 0 && errno == EINTR);
   if (n < 0 && errno == EINVAL && file.direct) n = WithoutDirect(file.fd, file.direct_mu, io);
   if (n < 0) return Err(errno, "write");
-  if (AttrObserver* o = Observer()) o->AttrsChanged(file.dev, file.ino);
+  if (o != nullptr) o->AttrsChanged(file.dev, file.ino, changed);
   return static_cast<size_t>(n);
 }
 
@@ -149,7 +157,11 @@ Status LocalNodeFs::Fallocate(Handle h, int mode, uint64_t offset, uint64_t len)
   if (fallocate((*f)->fd, mode, static_cast<off_t>(offset), static_cast<off_t>(len)) != 0) {
     return Err(errno, "fallocate");
   }
-  if (AttrObserver* o = Observer()) o->AttrsChanged((*f)->dev, (*f)->ino);
+  // Plain allocation and zeroing change [offset, offset + len); collapsing
+  // and inserting ranges move every byte after offset.
+  const bool shifts = (mode & (FALLOC_FL_COLLAPSE_RANGE | FALLOC_FL_INSERT_RANGE)) != 0;
+  const DataRange changed = shifts ? DataRange::From(offset) : DataRange{offset, len};
+  if (AttrObserver* o = Observer()) o->AttrsChanged((*f)->dev, (*f)->ino, changed);
   return Ok();
 }
 

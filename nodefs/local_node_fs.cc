@@ -303,7 +303,7 @@ Status LocalNodeFs::Unlink(const Cred& c, const std::string& path) {
   struct stat was {};
   if (o != nullptr && fstatat(p.dir, p.name.c_str(), &was, AT_SYMLINK_NOFOLLOW) != 0) o = nullptr;
   if (unlinkat(p.dir, p.name.c_str(), 0) != 0) return SysErr("unlink", path);
-  Tell(o, was);
+  Tell(o, was, DataRange::None());
   return Ok();
 }
 
@@ -325,8 +325,8 @@ Status LocalNodeFs::Rename(const Cred& c, const std::string& from, const std::st
   if (renameat2(a.dir, a.name.c_str(), b->dir, b->name.c_str(), flags) != 0) {
     return SysErr("rename", from + " -> " + to);
   }
-  Tell(o, src);
-  Tell(o, dst);
+  Tell(o, src, DataRange::None());
+  Tell(o, dst, DataRange::None());
   return Ok();
 }
 
@@ -345,8 +345,13 @@ Result<struct stat> LocalNodeFs::Link(const Cred& c, const std::string& existing
   if (fstatat(b.dir, b.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
     return SysErr("link: stat", newpath);
   }
-  Tell(Observer(), st);
+  Tell(Observer(), st, DataRange::None());
   return st;
+}
+
+// The bytes a setattr may alter: from the new size on (a truncate), else none.
+static DataRange SizeChange(const SetAttrRequest& r) {
+  return r.size ? DataRange::From(static_cast<uint64_t>(*r.size)) : DataRange::None();
 }
 
 Result<struct stat> LocalNodeFs::SetAttr(const Cred& c, const std::string& path,
@@ -374,7 +379,9 @@ Result<struct stat> LocalNodeFs::SetAttr(const Cred& c, const std::string& path,
     if (times && futimens(fd, ts) != 0) return SysErr("futimens", path);
     struct stat st {};
     if (fstat(fd, &st) != 0) return SysErr("fstat", path);
-    if (req.mode || chown || req.size || times) Tell(Observer(), st);
+    if (req.mode || chown || req.size || times) {
+      Tell(Observer(), st, SizeChange(req));
+    }
     return st;
   }
 
@@ -406,7 +413,9 @@ Result<struct stat> LocalNodeFs::SetAttr(const Cred& c, const std::string& path,
   if (times && utimensat(pfd, name, ts, AT_SYMLINK_NOFOLLOW) != 0) return SysErr("utimens", path);
   struct stat st {};
   if (fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return SysErr("setattr: stat", path);
-  if (req.mode || chown || req.size || times) Tell(Observer(), st);
+  if (req.mode || chown || req.size || times) {
+      Tell(Observer(), st, SizeChange(req));
+    }
   return st;
 }
 

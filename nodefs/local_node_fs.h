@@ -179,13 +179,15 @@ class LocalNodeFs final : public NodeFs {
     AttrObserver* o = attr_observer_.load(std::memory_order_acquire);
     return o != nullptr && o->Interested() ? o : nullptr;
   }
-  static void Tell(AttrObserver* o, const struct stat& st) {
-    if (o != nullptr && S_ISREG(st.st_mode)) o->AttrsChanged(st.st_dev, st.st_ino);
+  static void Tell(AttrObserver* o, const struct stat& st, DataRange data) {
+    if (o != nullptr && S_ISREG(st.st_mode)) o->AttrsChanged(st.st_dev, st.st_ino, data);
   }
-  // Tell of the file open as `fd`.
+  // Tell of the file open as `fd` (its attributes only).
   void TellFd(int fd) const {
     struct stat st {};
-    if (AttrObserver* o = Observer(); o != nullptr && fstat(fd, &st) == 0) Tell(o, st);
+    if (AttrObserver* o = Observer(); o != nullptr && fstat(fd, &st) == 0) {
+      Tell(o, st, DataRange::None());
+    }
   }
   std::atomic<AttrObserver*> attr_observer_{nullptr};
   struct Parent;

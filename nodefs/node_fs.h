@@ -125,17 +125,30 @@ struct WatchedStat {
   std::optional<Handle> watch;
 };
 
+// The bytes of a file a change may have altered: [offset, offset + length).
+// The default is every byte (the file's end included); None() is a change
+// of attributes only (mode, owner, times, links, xattrs).
+struct DataRange {
+  static constexpr uint64_t kToEnd = ~uint64_t{0};
+  uint64_t offset = 0;
+  uint64_t length = kToEnd;
+  static DataRange None() { return {0, 0}; }
+  static DataRange From(uint64_t offset) { return {offset, kToEnd}; }
+  bool empty() const { return length == 0; }
+};
+
 // Told of changes a NodeFs makes to the attributes of regular files (size,
 // times, mode, owner, link count, xattrs), on the calling thread, after each
-// change succeeded.
+// change succeeded, with the bytes the change may have altered.
 class AttrObserver {
  public:
   virtual ~AttrObserver() = default;
   // False while no change needs telling: the NodeFs then does not even
   // locate the file a change touched.
   virtual bool Interested() const = 0;
-  // The file (st_dev, st_ino) changed. May block (bounded).
-  virtual void AttrsChanged(dev_t dev, ino_t ino) = 0;
+  // The file (st_dev, st_ino) changed, its data within `data`. May block
+  // (bounded).
+  virtual void AttrsChanged(dev_t dev, ino_t ino, DataRange data) = 0;
 };
 
 // Byte-range lock request/answer (fcntl F_GETLK/F_SETLK semantics; l_pid is

@@ -126,7 +126,8 @@ void PrintFiles(const control::FilesReply& r) {
   std::printf("file service of %s\n", NodeName(r.node));
   std::printf("  sessions %llu, open handles %llu, watched files %llu\n", u(r.sessions),
               u(r.handles), u(r.watches));
-  std::printf("  requests served %llu, refused %llu\n", u(r.served), u(r.refused));
+  std::printf("  requests served %llu, refused %llu; data read and written %llu bytes\n",
+              u(r.served), u(r.refused), u(r.data_bytes));
   std::printf("  change callbacks sent %llu (failed %llu)\n", u(r.callbacks_sent),
               u(r.callbacks_failed));
   std::printf("files open elsewhere: change callbacks received %llu (refused %llu)\n",

@@ -34,6 +34,17 @@ class KernelCache {
   virtual uint64_t NamesEpoch() const = 0;
   // The kernel's cached attributes of FUSE inode `ino` are stale.
   virtual void InvalidateAttrs(uint64_t ino) = 0;
+  // Its attributes and the pages it caches of bytes [offset, offset +
+  // length) are stale (length DataRange::kToEnd: to the end). Unlike the
+  // calls above this may block: it waits for the pages being read in (whose
+  // reads this node's daemon serves) and writes back pages dirtied through
+  // a shared mapping. Never from the transport's progress context or from
+  // a request of the same inode.
+  virtual void InvalidateData(uint64_t ino, uint64_t offset, uint64_t length) {
+    (void)offset;
+    (void)length;
+    InvalidateAttrs(ino);
+  }
 };
 
 }  // namespace fedfs::ns

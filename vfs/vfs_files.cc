@@ -41,11 +41,31 @@ Result<VfsImpl::OpenFile> VfsImpl::AnyFileOf(uint64_t ino) const {
   return FileOf(*fh);
 }
 
-uint64_t VfsImpl::AddFile(OpenFile f) {
+// The kernel's pages of a file held elsewhere stay valid while its node
+// tells this one of every change, each change's range dropped before the
+// change is acknowledged (RemoteAttrsChanged): from an open whose handle is
+// told (the kernel dropped its pages at that open, or kept pages valid
+// before it) until no handle is told and no watch is left (Release,
+// RemoteAttrsChanged), the inode is forgotten, or the session with the node
+// or the membership epoch changed (the node may have forgotten whom it
+// tells). An open outside that keeps nothing: the kernel drops the file's
+// pages then.
+uint64_t VfsImpl::AddFile(OpenFile f, bool* keep_pages) {
+  const bool pages = options_.keep_remote_pages && f.told;
+  CachedIn now;
+  if (pages) now = CachedIn{f.fs->SessionCount(), deps_.cluster->Current()->epoch};
   std::lock_guard lock(files_mu_);
   const uint64_t fh = next_fh_++;
   files_by_ino_.emplace(f.ino, fh);
   if (f.told) told_.emplace(std::make_pair(f.fs->node_id(), f.handle), f.ino);
+  if (pages) {
+    auto [it, added] = pages_.try_emplace(f.ino, now);
+    const bool valid = !added && it->second.session == now.session && it->second.epoch == now.epoch;
+    if (keep_pages != nullptr) *keep_pages = valid;
+    it->second = now;
+  } else {
+    pages_.erase(f.ino);
+  }
   files_.emplace(fh, std::move(f));
   return fh;
 }
@@ -65,8 +85,9 @@ Result<FileOut> VfsImpl::Open(const Cred& c, uint64_t ino, int flags) {
   }
   if (!op) return Err(op.error());
   FileOut out;
-  out.fh = AddFile(OpenFile{*fs, op->handle, ino, op->attr_callbacks});
   out.direct_io = AppendOnly(flags);
+  out.fh = AddFile(OpenFile{*fs, op->handle, ino, op->attr_callbacks, false, out.direct_io},
+                   &out.keep_cache);
   return out;
 }
 
@@ -124,8 +145,10 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
     EntryOut entry = Remember(parent, *ch, names_epoch);
     if (flags & O_TRUNC) DataChanged(entry.ino);
     FileOut out;
-    out.fh = AddFile(OpenFile{*fs, op->handle, entry.ino, op->attr_callbacks});
     out.direct_io = AppendOnly(flags);
+    out.fh = AddFile(
+        OpenFile{*fs, op->handle, entry.ino, op->attr_callbacks, false, out.direct_io},
+        &out.keep_cache);
     return std::make_pair(entry, out);
   }
   std::shared_ptr<NodeFs> fs;  // the chosen node's, kept by the open file
@@ -149,8 +172,9 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
   ch.st.st_ino = FileIno(node, op.st.st_ino);
   EntryOut entry = Remember(parent, ch, names_epoch);
   FileOut out;
-  out.fh = AddFile(OpenFile{fs, op.handle, entry.ino, op.attr_callbacks});
   out.direct_io = AppendOnly(flags);
+  out.fh = AddFile(OpenFile{fs, op.handle, entry.ino, op.attr_callbacks, false, out.direct_io},
+                   &out.keep_cache);
   if (op.watch) {
     // Watched by its node from the create on: the kernel may keep these
     // attributes after the close too (as after a getattr, GetAttr).
@@ -180,6 +204,12 @@ Result<size_t> VfsImpl::Write(uint64_t fh, uint64_t offset, std::span<const std:
   Changing();  // its node does not tell this node's session (Inode::lookup_attr)
   FEDFS_TRY(f, FileOf(fh));
   DataChange data_change{*this, f->ino};
+  if (f->direct) {
+    // Written past the kernel's pages (an O_APPEND handle): the page holding
+    // the old end may be cached with zeros past it. The next open drops them.
+    std::lock_guard lock(files_mu_);
+    pages_.erase(f->ino);
+  }
   auto n = f->fs->Write(f->handle, offset, src, by);
   if (n && !f->dirty) MarkDirty(fh);
   return n;
@@ -230,6 +260,7 @@ Status VfsImpl::Release(uint64_t fh) {
       told_.erase({f.fs->node_id(), f.handle});
       // Still told through another handle, or as a watch (a create's).
       untold = !ToldLocked(f.ino) && !watch_of_.contains(f.ino);
+      if (untold) pages_.erase(f.ino);  // before the node stops telling
     }
   }
   // The kernel may cache the attributes only while changes are told: drop

@@ -373,7 +373,8 @@ void VfsImpl::DropWatchLocked(uint64_t ino) {
   watch_of_.erase(w);
 }
 
-void VfsImpl::RemoteAttrsChanged(const std::string& node, const std::vector<Handle>& handles) {
+void VfsImpl::RemoteAttrsChanged(const std::string& node, const std::vector<Handle>& handles,
+                                 DataRange data) {
   std::vector<uint64_t> inos;
   {
     std::lock_guard lock(files_mu_);
@@ -388,17 +389,32 @@ void VfsImpl::RemoteAttrsChanged(const std::string& node, const std::vector<Hand
         watched_.erase(it);
       }
     }
+    // No longer told of the file: the kernel's pages of it go at its next
+    // open (AddFile). Before this callback is answered, so that an open
+    // racing with a change that is not told sees it.
+    for (uint64_t ino : inos) {
+      if (!ToldLocked(ino) && !watch_of_.contains(ino)) pages_.erase(ino);
+    }
   }
-  for (uint64_t ino : inos) DataChanged(ino);  // its cached blocks (vfs_cache.cc)
+  if (!data.empty()) {
+    for (uint64_t ino : inos) DataChanged(ino);  // its cached blocks (vfs_cache.cc)
+  }
   KernelCache* k = kernel_.load(std::memory_order_acquire);
   if (k == nullptr) return;
-  for (uint64_t ino : inos) k->InvalidateAttrs(ino);
+  for (uint64_t ino : inos) {
+    if (data.empty()) {
+      k->InvalidateAttrs(ino);
+    } else {
+      k->InvalidateData(ino, data.offset, data.length);
+    }
+  }
 }
 
 void VfsImpl::InvalidateAttrsOf(const std::string& path) {
   KernelCache* k = kernel_.load(std::memory_order_acquire);
   if (k == nullptr || path.empty() || path[0] != '/') return;
   uint64_t ino = kRootIno;
+  bool file = false;
   {
     std::lock_guard lock(mu_);
     size_t pos = 1;
@@ -409,8 +425,16 @@ void VfsImpl::InvalidateAttrsOf(const std::string& path) {
       ino = *child;
       pos = end + 1;
     }
+    const Inode* n = table_.Find(ino);
+    file = n != nullptr && S_ISREG(n->type);
   }
-  k->InvalidateAttrs(ino);
+  // A file held here, changed by another node or a local program: its pages
+  // too (the kernel drops them only when told, fuse/fuse_ops.cc).
+  if (file) {
+    k->InvalidateData(ino, 0, DataRange::kToEnd);
+  } else {
+    k->InvalidateAttrs(ino);
+  }
 }
 
 void VfsImpl::DetachName(uint64_t parent, const std::string& name) {
@@ -423,6 +447,7 @@ void VfsImpl::MaybeEraseLocked(uint64_t ino) {
     {
       std::lock_guard files_lock(files_mu_);
       DropWatchLocked(gone);
+      pages_.erase(gone);
     }
     if (deps_.cache != nullptr) {
       DataChanged(gone);

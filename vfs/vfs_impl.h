@@ -209,6 +209,12 @@ struct VfsOptions {
   uint16_t node_tag = 1;
   // Entries returned by one ReadDir call at most.
   size_t max_readdir_batch = 1024;
+  // The kernel keeps the pages of a file held on another node across opens
+  // (FileOut::keep_cache) while that node has told this one of every change
+  // since they were read; the changes' ranges are dropped as they are told
+  // (RemoteAttrsChanged). Needs a KernelCache whose InvalidateData drops
+  // pages. docs/coopcache.md, "Kernel page cache".
+  bool keep_remote_pages = false;
 };
 
 struct VfsDeps {
@@ -318,13 +324,17 @@ class VfsImpl final : public Vfs {
   // attributes are handed out cacheable only while it is Coherent().
   void SetKernelCache(KernelCache* k) { kernel_.store(k, std::memory_order_release); }
   // Another node changed the file or directory at global path `path` (real
-  // names) held here, through this node's file service: the kernel's cached
-  // attributes of it are dropped.
+  // names) held here, through this node's file service, or a local program
+  // did: the kernel's cached attributes of it, and a file's pages, are
+  // dropped (may block: KernelCache::InvalidateData).
   void InvalidateAttrsOf(const std::string& path);
   // Node `node` told that the files this node has open there as `handles`
-  // changed (FsAttrChanged): the kernel's cached attributes of them are
-  // dropped. Does not block (the transport's progress context calls it).
-  void RemoteAttrsChanged(const std::string& node, const std::vector<Handle>& handles);
+  // changed (FsAttrChanged), their data within `data`: the kernel's cached
+  // attributes and pages of that range, and this node's cached blocks of
+  // them, are dropped. May block on the kernel's page locks
+  // (KernelCache::InvalidateData): not from the transport's progress context.
+  void RemoteAttrsChanged(const std::string& node, const std::vector<Handle>& handles,
+                          DataRange data = {});
 
  private:
   double CoherentAttrTimeout(mode_t type, const std::string& node, nlink_t nlink) const;
@@ -362,6 +372,7 @@ class VfsImpl final : public Vfs {
     uint64_t ino = 0;
     bool told = false;  // its node tells of its changes (Opened::attr_callbacks)
     bool dirty = false;  // written through (Flush has something to do)
+    bool direct = false;  // FileOut::direct_io: written past the kernel's pages
   };
   struct DirHandle {
     uint64_t ino = 0;
@@ -517,7 +528,13 @@ class VfsImpl final : public Vfs {
   // An open handle of inode `ino` (open-unlinked files), if any.
   std::optional<uint64_t> AnyFileHandleOf(uint64_t ino) const;
   Result<OpenFile> AnyFileOf(uint64_t ino) const;
-  uint64_t AddFile(OpenFile f);
+  // Adds an open file; returns its fh. `keep_pages`, when given: whether
+  // the kernel may keep the pages it has of the file (Open's keep_cache).
+  uint64_t AddFile(OpenFile f, bool* keep_pages = nullptr);
+  // Files held elsewhere whose pages the kernel may keep across opens: told
+  // of every change since, in this session with their node and membership
+  // epoch (VfsOptions::keep_remote_pages). Guarded by files_mu_.
+  std::unordered_map<uint64_t, CachedIn> pages_;
   uint64_t GlobalOwner(uint64_t owner) const;
   // The listing of `vd`: ".", "..", then its entries but those held only by
   // nodes in `left_out`.

@@ -146,6 +146,11 @@ class RemoteFsTest : public ::testing::TestWithParam<Net> {
   struct Told {
     std::mutex mu;
     std::vector<std::pair<std::string, std::vector<Handle>>> calls;
+    std::vector<DataRange> ranges;  // of each call
+    DataRange range_at(size_t i) {
+      std::lock_guard lock(mu);
+      return ranges.at(i);
+    }
     size_t count() {
       std::lock_guard lock(mu);
       return calls.size();
@@ -169,9 +174,10 @@ class RemoteFsTest : public ::testing::TestWithParam<Net> {
     Told* told = c.told.get();
     c.client = NewClient([&](m2m::Transport* t) {
       c.callbacks = std::make_unique<FsCallbacks>(
-          t, [told](const std::string& node, const std::vector<Handle>& handles) {
+          t, [told](const std::string& node, const std::vector<Handle>& handles, DataRange data) {
             std::lock_guard lock(told->mu);
             told->calls.emplace_back(node, handles);
+            told->ranges.push_back(data);
           });
     });
     if (!c.client.transport || c.client.addr.empty()) {

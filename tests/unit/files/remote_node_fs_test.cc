@@ -568,6 +568,12 @@ TEST_P(RemoteFsTest, ChangesOfAnOpenFileAreToldToTheOtherSessions) {
   EXPECT_EQ(first.first, "server");
   EXPECT_EQ(std::set<Handle>(first.second.begin(), first.second.end()),
             (std::set<Handle>{f->handle, f2->handle}));
+  // Each callback names the bytes the change may have altered.
+  auto range = [&](size_t i) {
+    const DataRange r = cc.told->range_at(i);
+    return std::make_pair(r.offset, r.length);
+  };
+  EXPECT_EQ(range(0), std::make_pair(uint64_t{0}, uint64_t{100}));
   // Its own write: not told.
   ASSERT_TRUE(fs->Write(f->handle, 0, data));
   EXPECT_EQ(count(), 1u);
@@ -577,17 +583,21 @@ TEST_P(RemoteFsTest, ChangesOfAnOpenFileAreToldToTheOtherSessions) {
   ASSERT_TRUE(mine);
   ASSERT_TRUE(local_->Write(mine->handle, 0, data));
   EXPECT_EQ(count(), 2u);
+  EXPECT_EQ(range(1), std::make_pair(uint64_t{0}, uint64_t{100}));
   SetAttrRequest chmod;
   chmod.mode = 0600;
   ASSERT_TRUE(remote_->SetAttr(me_, "/told", std::nullopt, chmod));
   EXPECT_EQ(count(), 3u);
+  EXPECT_EQ(range(2).second, 0u);  // attributes only
   SetAttrRequest trunc;
   trunc.size = 10;
   ASSERT_TRUE(local_->SetAttr(me_, "/told", std::nullopt, trunc));
   EXPECT_EQ(count(), 4u);
+  EXPECT_EQ(range(3), std::make_pair(uint64_t{10}, DataRange::kToEnd));
   const std::string v = "v";
   ASSERT_TRUE(remote_->SetXattr(me_, "/told", "user.t", std::as_bytes(std::span(v)), 0));
   EXPECT_EQ(count(), 5u);
+  EXPECT_EQ(range(4).second, 0u);
   ASSERT_TRUE(remote_->Link(me_, "/told", "/told2"));
   EXPECT_EQ(count(), 6u);
   ASSERT_TRUE(remote_->Unlink(me_, "/told2"));

@@ -1,0 +1,191 @@
+// The kernel's page cache of files held on other nodes, kept across opens
+// and dropped range by range (label "integration"; needs root and
+// /dev/fuse): three fedfsd processes, a file held on n2 read through n1's
+// mount, changed through n3's and n2's (docs/coopcache.md, "Kernel page
+// cache").
+//
+//  * A second read through a new open reads nothing from the file's node:
+//    the kernel kept its pages (`fuse.keep_cache`, on by default). With it
+//    off, the same read moves the whole file again (so the counter used
+//    here can see the difference).
+//  * A write through another node is read back by n1's next read, through
+//    a new open or an open handle, and through a shared mapping.
+//  * A change drops only its range from n1's pages: mincore(2) on a mapping
+//    shows every other page still cached, and reading the file again moves
+//    only that range (with n2's autonomy watcher off, see below).
+//
+// Each test owns a Cluster, which stops the daemons by pid, unmounts and
+// removes its temporary directory whatever happens.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/integration/coopcache_util.h"
+#include "tests/tools/cluster.h"
+
+namespace fedfs::testing {
+namespace {
+
+constexpr size_t kPage = 4096;
+
+// Bytes the file service of `id` read and wrote for other nodes.
+uint64_t Moved(const Cluster& c, const std::string& id) {
+  auto j = c.Ctl(id, {"files"});
+  EXPECT_TRUE(j.is_object()) << "fedfsctl files failed on " << id;
+  return j.is_object() ? j.value("data_bytes", uint64_t{0}) : 0;
+}
+
+// Which pages of the file open as `fd` (`size` bytes) the kernel caches.
+std::vector<bool> Resident(int fd, size_t size) {
+  void* m = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  if (m == MAP_FAILED) {
+    ADD_FAILURE() << "mmap: " << std::strerror(errno);
+    return {};
+  }
+  std::vector<unsigned char> vec((size + kPage - 1) / kPage);
+  const int rc = ::mincore(m, size, vec.data());
+  const int e = errno;
+  ::munmap(m, size);
+  if (rc != 0) {
+    ADD_FAILURE() << "mincore: " << std::strerror(e);
+    return {};
+  }
+  std::vector<bool> out;
+  for (unsigned char v : vec) out.push_back((v & 1) != 0);
+  return out;
+}
+
+std::string PreadAll(int fd, size_t size) {
+  std::string out(size, '\0');
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::pread(fd, out.data() + done, size - done, static_cast<off_t>(done));
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  out.resize(done);
+  return out;
+}
+
+class KernelPages : public CoopClusterTest {
+ protected:
+  void SetUp() override { Start(3, ""); }
+};
+
+TEST_F(KernelPages, ASecondOpenReadsNothingFromTheFilesNode) {
+  std::string data = Random(1 << 20, 1);
+  ASSERT_TRUE(WriteAt(M("n2", "/f"), 0, data));
+  const uint64_t m0 = Moved(c_, "n2");
+  ASSERT_TRUE(ReadFile(M("n1", "/f")) == data);
+  const uint64_t m1 = Moved(c_, "n2");
+  EXPECT_GE(m1 - m0, data.size());
+  ASSERT_TRUE(ReadFile(M("n1", "/f")) == data);
+  EXPECT_EQ(Moved(c_, "n2"), m1) << "the second open read the file from its node again";
+
+  // Changed through n3: n1's next open reads the change, and only about it.
+  ASSERT_TRUE(WriteAt(M("n3", "/f"), 300000, "written on n3"));
+  data.replace(300000, 13, "written on n3");
+  const uint64_t m2 = Moved(c_, "n2");
+  EXPECT_TRUE(ReadFile(M("n1", "/f")) == data) << "n1 read the file as it was before n3's write";
+  // Through the holder's own mount, and grown.
+  ASSERT_TRUE(WriteAt(M("n2", "/f"), static_cast<off_t>(data.size()), "tail"));
+  data += "tail";
+  EXPECT_TRUE(ReadFile(M("n1", "/f")) == data) << "n1 missed a write on the file's node";
+  EXPECT_GT(Moved(c_, "n2"), m2);
+  // Truncated through n3.
+  ASSERT_EQ(::truncate(M("n3", "/f").c_str(), 200000), 0) << std::strerror(errno);
+  data.resize(200000);
+  EXPECT_TRUE(ReadFile(M("n1", "/f")) == data) << "n1 missed a truncate";
+  // By a local program on n2 (autonomy): seen once the watcher reports it.
+  ASSERT_TRUE(WriteAt(c_.ExportRoot("n2") + "/f", 1000, "local"));
+  data.replace(1000, 5, "local");
+  bool seen = false;
+  for (int i = 0; i < 100 && !seen; ++i) {
+    seen = ReadFile(M("n1", "/f")) == data;
+    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(seen) << "n1 kept the pages from before a local program's write";
+}
+
+// The range alone: n2's autonomy watcher off. With it on, inotify reports
+// n2's own write of the file too (it cannot tell who wrote), and that report
+// drops the file's pages whole a little later (docs/coopcache.md).
+class KernelPagesUnwatched : public CoopClusterTest {
+ protected:
+  void SetUp() override { Start(3, "autonomy: {watch: false}\n"); }
+};
+
+// n1 holds the file open: a write through n3 drops those pages only, before
+// n3's write returns.
+TEST_F(KernelPagesUnwatched, AChangeDropsOnlyItsRangeFromTheKernelsPages) {
+  constexpr size_t kSize = 1 << 20;
+  std::string data = Random(kSize, 2);
+  ASSERT_TRUE(WriteAt(M("n2", "/g"), 0, data));
+  const int fd = ::open(M("n1", "/g").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_TRUE(PreadAll(fd, kSize) == data);
+  auto before = Resident(fd, kSize);
+  ASSERT_EQ(before.size(), kSize / kPage);
+  size_t cached = 0;
+  for (bool b : before) cached += b ? 1 : 0;
+  EXPECT_EQ(cached, kSize / kPage) << "the read did not leave the file in the page cache";
+
+  // Two pages' worth at 512 KiB + 100: three pages touched.
+  const size_t off = (512 << 10) + 100;
+  const std::string piece = Random(2 * kPage, 3);
+  ASSERT_TRUE(WriteAt(M("n3", "/g"), static_cast<off_t>(off), piece));
+  data.replace(off, piece.size(), piece);
+  auto after = Resident(fd, kSize);
+  ASSERT_EQ(after.size(), kSize / kPage);
+  const size_t first = off / kPage, last = (off + piece.size() - 1) / kPage;
+  for (size_t p = 0; p < after.size(); ++p) {
+    if (p >= first && p <= last) {
+      EXPECT_FALSE(after[p]) << "page " << p << " was written on n3 and is still cached on n1";
+    } else {
+      EXPECT_TRUE(after[p]) << "page " << p << " was not written and was dropped";
+    }
+  }
+  // Read again: the change, and only the dropped pages moved.
+  const uint64_t m0 = Moved(c_, "n2");
+  EXPECT_TRUE(PreadAll(fd, kSize) == data) << "the open handle read stale data";
+  const uint64_t moved = Moved(c_, "n2") - m0;
+  EXPECT_GE(moved, piece.size());
+  EXPECT_LE(moved, (last - first + 1) * kPage);
+
+  // A shared mapping sees the next write once it returned.
+  void* m = ::mmap(nullptr, kSize, PROT_READ, MAP_SHARED, fd, 0);
+  ASSERT_NE(m, MAP_FAILED) << std::strerror(errno);
+  const char* map = static_cast<const char*>(m);
+  EXPECT_EQ(std::string(map + 4096, 5), data.substr(4096, 5));
+  ASSERT_TRUE(WriteAt(M("n3", "/g"), 4096, "MAPPD"));
+  data.replace(4096, 5, "MAPPD");
+  EXPECT_EQ(std::string(map + 4096, 5), "MAPPD") << "the mapping kept the page from before";
+  ::munmap(m, kSize);
+  ::close(fd);
+  EXPECT_TRUE(ReadFile(M("n1", "/g")) == data);
+}
+
+class KernelPagesOff : public CoopClusterTest {
+ protected:
+  void SetUp() override { Start(2, "fuse: {keep_cache: false}\n"); }
+};
+
+TEST_F(KernelPagesOff, EveryOpenReadsTheFileAgain) {
+  const std::string data = Random(1 << 20, 4);
+  ASSERT_TRUE(WriteAt(M("n2", "/f"), 0, data));
+  ASSERT_TRUE(ReadFile(M("n1", "/f")) == data);
+  const uint64_t m0 = Moved(c_, "n2");
+  ASSERT_TRUE(ReadFile(M("n1", "/f")) == data);
+  EXPECT_GE(Moved(c_, "n2") - m0, data.size());
+}
+
+}  // namespace
+}  // namespace fedfs::testing
