@@ -29,7 +29,7 @@ void FileService::Impl::Tell(std::vector<Target> targets) {
 }
 
 auto FileService::Impl::AttrChangedMessage(uint64_t session, const std::vector<uint64_t>& rhs,
-                                           DataRange data) -> m2m::Bytes {
+                                           DataRange data, bool ended) -> m2m::Bytes {
   flatbuffers::FlatBufferBuilder b(80 + 8 * rhs.size());
   auto v = b.CreateVector(rhs);
   fb::FsAttrChangedBuilder ab(b);
@@ -38,6 +38,7 @@ auto FileService::Impl::AttrChangedMessage(uint64_t session, const std::vector<u
   ab.add_handles(v);
   ab.add_data_offset(data.offset);  // defaults (every byte) are left out
   ab.add_data_length(data.length);
+  ab.add_ended(ended);
   b.Finish(ab.Finish());
   return fswire::Finish(b);
 }

@@ -406,7 +406,8 @@ void FileService::Impl::TellEnded(uint64_t session, std::vector<uint64_t> ids) {
     MutexLock lock(mu_);
     auto s = sessions_.find(session);
     if (s == sessions_.end() || s->second.ep == nullptr) return;
-    targets.push_back({session, s->second.ep, AttrChangedMessage(session, ids), s->second.node});
+    targets.push_back(
+        {session, s->second.ep, AttrChangedMessage(session, ids, DataRange{}, true), s->second.node});
   }
   Tell(std::move(targets));
 }

@@ -237,7 +237,7 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
 
  private:
   static m2m::Bytes AttrChangedMessage(uint64_t session, const std::vector<uint64_t>& rhs,
-                                       DataRange data = {});
+                                       DataRange data, bool ended = false);
 
   static Result<m2m::Bytes> StatOrErr(const Result<struct stat>& r) {
     if (!r) return Err(r.error());

@@ -57,9 +57,10 @@ struct FsCallbacks::State : std::enable_shared_from_this<State> {
     }
     received.fetch_add(1, std::memory_order_relaxed);
     const DataRange data{a->data_offset(), a->data_length()};
+    const bool ended = a->ended();
     if (runner == nullptr) {
       lock.unlock();
-      on_changed(node, fswire::HandlesOf(*a), data);
+      on_changed(node, fswire::HandlesOf(*a), data, ended);
       r.Reply(EmptyReply());
       return;
     }
@@ -67,8 +68,8 @@ struct FsCallbacks::State : std::enable_shared_from_this<State> {
     // responder, which fails the call (the file's node then tells this
     // node nothing more, as for a callback that timed out).
     runner->Post([self = shared_from_this(), node = std::move(node),
-                  handles = fswire::HandlesOf(*a), data, r = std::move(r)]() mutable {
-      self->on_changed(node, handles, data);
+                  handles = fswire::HandlesOf(*a), data, ended, r = std::move(r)]() mutable {
+      self->on_changed(node, handles, data, ended);
       r.Reply(EmptyReply());
     });
   }

@@ -101,7 +101,7 @@ struct RemoteNodeFsOptions {
 // transport: installs the handler, knows the node of each RemoteNodeFs
 // session that takes callbacks, and hands each callback to `on_changed`
 // (that node's id, the handles named, the bytes the change may have
-// altered); the callback is answered when on_changed returns, so the file's
+// altered, whether the watches named ended); the callback is answered when on_changed returns, so the file's
 // node acknowledges the change only after it. A malformed callback is
 // refused (EPROTO, logged); one for an unknown session is answered and
 // dropped. on_changed runs on `runner` when one is given (it may then
@@ -109,8 +109,8 @@ struct RemoteNodeFsOptions {
 // context, where it must not block. Thread-safe.
 class FsCallbacks {
  public:
-  using OnChanged = std::function<void(const std::string& node,
-                                       const std::vector<Handle>& handles, DataRange data)>;
+  using OnChanged = std::function<void(const std::string& node, const std::vector<Handle>& handles,
+                                       DataRange data, bool ended)>;
   // Installs the handler: before the transport's Listen. `runner` must
   // outlive the transport's handlers (null: the progress context).
   FsCallbacks(m2m::Transport* transport, OnChanged on_changed, Executor* runner = nullptr);

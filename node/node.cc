@@ -158,7 +158,9 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
   d.fs_callbacks = std::make_unique<ns::FsCallbacks>(
       tr,
       [hooks = d.hooks](const std::string& node, const std::vector<ns::Handle>& handles,
-                        ns::DataRange data) { hooks->RemoteAttrsChanged(node, handles, data); },
+                        ns::DataRange data, bool ended) {
+        hooks->RemoteAttrsChanged(node, handles, data, ended);
+      },
       d.env.callbacks);
 
   // VDs, their managers and the directory table.

@@ -35,9 +35,9 @@ struct KernelHooks {
   }
   // Node `node` told of changes of the files it holds open for us.
   void RemoteAttrsChanged(const std::string& node, const std::vector<ns::Handle>& handles,
-                          ns::DataRange data) {
+                          ns::DataRange data, bool ended) {
     std::shared_lock lock(vfs_mu);
-    if (vfs != nullptr) vfs->RemoteAttrsChanged(node, handles, data);
+    if (vfs != nullptr) vfs->RemoteAttrsChanged(node, handles, data, ended);
   }
   // The facade, or nullptr: waits for the callbacks using the one before.
   void SetVfs(ns::VfsImpl* v) {

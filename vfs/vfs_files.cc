@@ -260,7 +260,7 @@ Status VfsImpl::Release(uint64_t fh) {
       told_.erase({f.fs->node_id(), f.handle});
       // Still told through another handle, or as a watch (a create's).
       untold = !ToldLocked(f.ino) && !watch_of_.contains(f.ino);
-      if (untold) pages_.erase(f.ino);  // before the node stops telling
+      if (!PagesToldLocked(f.ino)) pages_.erase(f.ino);  // before the node stops telling
     }
   }
   // The kernel may cache the attributes only while changes are told: drop

@@ -373,27 +373,53 @@ void VfsImpl::DropWatchLocked(uint64_t ino) {
   watch_of_.erase(w);
 }
 
+void VfsImpl::DropPageWatchesLocked(uint64_t ino) {
+  auto [b, e] = page_watch_of_.equal_range(ino);
+  for (auto i = b; i != e; ++i) page_watches_.erase(i->second);
+  page_watch_of_.erase(ino);
+}
+
 void VfsImpl::RemoteAttrsChanged(const std::string& node, const std::vector<Handle>& handles,
-                                 DataRange data) {
+                                 DataRange data, bool ended) {
   std::vector<uint64_t> inos;
   {
     std::lock_guard lock(files_mu_);
     ++callbacks_taken_;
     for (Handle h : handles) {
-      if (auto it = told_.find({node, h}); it != told_.end()) inos.push_back(it->second);
-      // A watch is used once: the next GetAttr watches again (the node keeps
-      // it, or ended it and this was the word).
-      if (auto it = watched_.find({node, h}); it != watched_.end()) {
-        inos.push_back(it->second);
+      const std::pair<std::string, Handle> key{node, h};
+      if (auto it = told_.find(key); it != told_.end()) inos.push_back(it->second);
+      // A watch is used once for attributes: the next GetAttr watches again
+      // (the node keeps it, or ended it and this was the word). For the
+      // kernel's pages it lives on until the word that it ended.
+      uint64_t watched = 0;
+      if (auto it = watched_.find(key); it != watched_.end()) {
+        watched = it->second;
         watch_of_.erase(it->second);
         watched_.erase(it);
       }
+      if (auto it = page_watches_.find(key); it != page_watches_.end()) {
+        watched = it->second;
+        if (ended) {
+          auto [b, e] = page_watch_of_.equal_range(it->second);
+          for (auto i = b; i != e; ++i) {
+            if (i->second == key) {
+              page_watch_of_.erase(i);
+              break;
+            }
+          }
+          page_watches_.erase(it);
+        }
+      } else if (watched != 0 && !ended && options_.keep_remote_pages) {
+        page_watches_.emplace(key, watched);
+        page_watch_of_.emplace(watched, key);
+      }
+      if (watched != 0) inos.push_back(watched);
     }
     // No longer told of the file: the kernel's pages of it go at its next
     // open (AddFile). Before this callback is answered, so that an open
     // racing with a change that is not told sees it.
     for (uint64_t ino : inos) {
-      if (!ToldLocked(ino) && !watch_of_.contains(ino)) pages_.erase(ino);
+      if (!PagesToldLocked(ino)) pages_.erase(ino);
     }
   }
   if (!data.empty()) {
@@ -447,6 +473,7 @@ void VfsImpl::MaybeEraseLocked(uint64_t ino) {
     {
       std::lock_guard files_lock(files_mu_);
       DropWatchLocked(gone);
+      DropPageWatchesLocked(gone);
       pages_.erase(gone);
     }
     if (deps_.cache != nullptr) {

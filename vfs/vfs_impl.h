@@ -334,7 +334,7 @@ class VfsImpl final : public Vfs {
   // them, are dropped. May block on the kernel's page locks
   // (KernelCache::InvalidateData): not from the transport's progress context.
   void RemoteAttrsChanged(const std::string& node, const std::vector<Handle>& handles,
-                          DataRange data = {});
+                          DataRange data = {}, bool ended = false);
 
  private:
   double CoherentAttrTimeout(mode_t type, const std::string& node, nlink_t nlink) const;
@@ -535,6 +535,18 @@ class VfsImpl final : public Vfs {
   // of every change since, in this session with their node and membership
   // epoch (VfsOptions::keep_remote_pages). Guarded by files_mu_.
   std::unordered_map<uint64_t, CachedIn> pages_;
+  // Watches told of once (no longer in watched_) that their node still
+  // keeps (the callback did not say `ended`): the changes it tells of them
+  // still reach the kernel's pages. (node, watch) -> ino and back. Guarded
+  // by files_mu_.
+  std::map<std::pair<std::string, Handle>, uint64_t> page_watches_;
+  std::unordered_multimap<uint64_t, std::pair<std::string, Handle>> page_watch_of_;
+  void DropPageWatchesLocked(uint64_t ino);
+  // The node of remote file `ino` tells this one of its changes: a told
+  // handle, a watch, or a watch told of once and still kept.
+  bool PagesToldLocked(uint64_t ino) const {
+    return ToldLocked(ino) || watch_of_.contains(ino) || page_watch_of_.contains(ino);
+  }
   uint64_t GlobalOwner(uint64_t owner) const;
   // The listing of `vd`: ".", "..", then its entries but those held only by
   // nodes in `left_out`.

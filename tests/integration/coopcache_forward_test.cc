@@ -55,7 +55,7 @@ class CoopForwardBase : public CoopClusterTest {
 
 class CoopForward : public CoopForwardBase {
  protected:
-  void SetUp() override { Start(3, "coopcache: {size: 1MiB, block: 64KiB}\n"); }
+  void SetUp() override { Start(3, kDaemonReads + "coopcache: {size: 1MiB, block: 64KiB}\n"); }
 };
 
 TEST_F(CoopForward, AnEvictedLastCopyLivesOnInAnotherNodesCache) {
@@ -95,7 +95,9 @@ TEST_F(CoopForward, AnEvictedLastCopyLivesOnInAnotherNodesCache) {
 
 class CoopForwardOff : public CoopForwardBase {
  protected:
-  void SetUp() override { Start(3, "coopcache: {size: 1MiB, block: 64KiB, forward: 0}\n"); }
+  void SetUp() override {
+    Start(3, kDaemonReads + "coopcache: {size: 1MiB, block: 64KiB, forward: 0}\n");
+  }
 };
 
 TEST_F(CoopForwardOff, NothingIsForwarded) {

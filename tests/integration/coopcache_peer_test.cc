@@ -43,7 +43,7 @@ constexpr size_t kBlock = 64 << 10;
 
 class CoopPeers : public CoopClusterTest {
  protected:
-  void SetUp() override { Start(3, "coopcache: {size: 64MiB, block: 64KiB}\n"); }
+  void SetUp() override { Start(3, kDaemonReads + "coopcache: {size: 64MiB, block: 64KiB}\n"); }
   uint64_t Served(const std::string& id) const {
     auto j = c_.Ctl(id, {"files"});
     EXPECT_TRUE(j.is_object()) << "fedfsctl files failed on " << id;
@@ -216,7 +216,8 @@ TEST(CoopPeersOff, WithoutSharingEveryMissReadsTheFilesNode) {
   Cluster c;
   std::vector<std::string> ids;
   const std::string e =
-      c.StartMounted(3, &ids, "coopcache: {size: 64MiB, block: 64KiB, share: false}\n");
+      c.StartMounted(3, &ids,
+                     kDaemonReads + "coopcache: {size: 64MiB, block: 64KiB, share: false}\n");
   ASSERT_TRUE(e.empty()) << e;
   const std::string data = Random(512 << 10, 12);
   ASSERT_TRUE(WriteAt(c.Mountpoint("n1") + "/f", 0, data));

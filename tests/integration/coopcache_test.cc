@@ -36,7 +36,7 @@ constexpr size_t kBlock = 64 << 10;
 
 class CoopCache : public CoopClusterTest {
  protected:
-  void SetUp() override { Start(2, "coopcache: {size: 64MiB, block: 64KiB}\n"); }
+  void SetUp() override { Start(2, kDaemonReads + "coopcache: {size: 64MiB, block: 64KiB}\n"); }
 };
 
 TEST_F(CoopCache, ASecondReadOfARemoteFileReadsNothingFromItsNode) {
@@ -145,7 +145,7 @@ TEST_F(CoopCache, ASequentialReadFetchesLargeRunsAndNoBlockTwice) {
 class CoopCachePressure : public CoopCache {
  protected:
   void SetUp() override {
-    Start(2, "coopcache: {size: 64MiB, block: 64KiB, min_free: 1024TiB}\n");
+    Start(2, kDaemonReads + "coopcache: {size: 64MiB, block: 64KiB, min_free: 1024TiB}\n");
   }
 };
 

@@ -26,7 +26,12 @@ inline std::string Random(size_t n, uint64_t seed) {
   return s;
 }
 
-// The whole file through a new open (the kernel drops its pages at open).
+// The block cache's tests see every read in the daemon: the kernel drops
+// its pages at each open (it keeps them by default: kernel_pages_test.cc).
+inline const std::string kDaemonReads = "fuse: {keep_cache: false}\n";
+
+// The whole file through a new open (with kDaemonReads, the kernel drops
+// its pages at open).
 inline std::string ReadFile(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return "<open: " + std::string(std::strerror(errno)) + ">";

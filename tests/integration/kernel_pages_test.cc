@@ -173,9 +173,38 @@ TEST_F(KernelPagesUnwatched, AChangeDropsOnlyItsRangeFromTheKernelsPages) {
   EXPECT_TRUE(ReadFile(M("n1", "/g")) == data);
 }
 
+// n1 read the file and closed it: its node keeps telling n1 of changes (the
+// lookup's watch), each change dropping its range only, so the next open
+// keeps the other pages; two changes in a row, with nothing done on n1 in
+// between, are both seen.
+TEST_F(KernelPagesUnwatched, AClosedFilesPagesKeepWhatNoChangeTouched) {
+  constexpr size_t kSize = 1 << 20;
+  std::string data = Random(kSize, 5);
+  ASSERT_TRUE(WriteAt(M("n2", "/h"), 0, data));
+  ASSERT_TRUE(ReadFile(M("n1", "/h")) == data);
+  const std::string one = Random(kPage, 6), two = Random(kPage, 7);
+  ASSERT_TRUE(WriteAt(M("n3", "/h"), 100 * kPage, one));
+  ASSERT_TRUE(WriteAt(M("n3", "/h"), 200 * kPage, two));
+  data.replace(100 * kPage, kPage, one);
+  data.replace(200 * kPage, kPage, two);
+  const uint64_t m0 = Moved(c_, "n2");
+  const int fd = ::open(M("n1", "/h").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  auto resident = Resident(fd, kSize);
+  ASSERT_EQ(resident.size(), kSize / kPage);
+  for (size_t p = 0; p < resident.size(); ++p) {
+    EXPECT_EQ(resident[p], p != 100 && p != 200) << "page " << p;
+  }
+  EXPECT_TRUE(PreadAll(fd, kSize) == data) << "a change of the closed file was missed";
+  ::close(fd);
+  const uint64_t moved = Moved(c_, "n2") - m0;
+  EXPECT_GE(moved, 2 * kPage);
+  EXPECT_LE(moved, 2 * kPage);
+}
+
 class KernelPagesOff : public CoopClusterTest {
  protected:
-  void SetUp() override { Start(2, "fuse: {keep_cache: false}\n"); }
+  void SetUp() override { Start(2, kDaemonReads); }
 };
 
 TEST_F(KernelPagesOff, EveryOpenReadsTheFileAgain) {

@@ -174,7 +174,8 @@ class RemoteFsTest : public ::testing::TestWithParam<Net> {
     Told* told = c.told.get();
     c.client = NewClient([&](m2m::Transport* t) {
       c.callbacks = std::make_unique<FsCallbacks>(
-          t, [told](const std::string& node, const std::vector<Handle>& handles, DataRange data) {
+          t, [told](const std::string& node, const std::vector<Handle>& handles, DataRange data,
+                    bool) {
             std::lock_guard lock(told->mu);
             told->calls.emplace_back(node, handles);
             told->ranges.push_back(data);
