@@ -10,7 +10,8 @@
 //    the write returned, and n3 is not sent to them.
 //  * A copy that moved on (n2's cache dropped after n1 named it) is found
 //    out by its tag: n3 asks n1 again, which reads the bytes itself.
-//  * n2 dies: n3 reads the file from n1, without an error.
+//  * n2 dies, before n3's read or while n3 reads from its memory: n3 reads
+//    the file from n1, without an error.
 //  * n1 (the file's node) dies: a read of an uncached block fails clearly.
 //  * n2 restarts: its cache is empty and no reader is sent to its earlier
 //    copies.
@@ -31,6 +32,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/integration/coopcache_util.h"
@@ -126,6 +128,27 @@ TEST_F(CoopPeers, ACopyAtADeadNodeIsReadFromTheFilesNode) {
   ASSERT_EQ(ReadFile(M("n3", "/f")), data);
   EXPECT_EQ(Stat("n3", "remote_hits"), 0u);
   EXPECT_EQ(Stat("n3", "fetched_bytes"), data.size());
+}
+
+// The node keeping the copies dies while n3 reads from it: n2 is stopped
+// first, so that n3's one-sided reads of its memory are in flight and
+// unanswered when it is killed. n3's read falls back to the file's node and
+// returns the file, no error.
+TEST_F(CoopPeers, ACopyAtANodeThatDiesMidFetchIsReadFromTheFilesNode) {
+  const std::string data = Random(512 << 10, 12);
+  ASSERT_TRUE(WriteAt(M("n1", "/f"), 0, data));
+  ASSERT_EQ(ReadFile(M("n2", "/f")), data);
+  ASSERT_EQ(Stat("n1", "directory_copies"), data.size() / kBlock);
+  const uint64_t errors = Stat("n3", "remote_errors");
+  ASSERT_EQ(::kill(c_.pid("n2"), SIGSTOP), 0) << std::strerror(errno);
+  std::string got;
+  std::thread reader([&] { got = ReadFile(M("n3", "/f")); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(c_.Stop("n2", SIGKILL), 128 + SIGKILL);
+  reader.join();
+  EXPECT_TRUE(got == data) << "read " << got.size() << " bytes: " << got.substr(0, 40);
+  EXPECT_EQ(Stat("n3", "remote_hits"), 0u);
+  EXPECT_GT(Stat("n3", "remote_errors"), errors) << "n3 never tried n2's memory";
 }
 
 // The file's node dies: a read of a block no node's cache keeps fails with
