@@ -18,13 +18,15 @@
 //    this node (by another session, by this node's own mount, through
 //    LocalNodeFs's AttrObserver; by a local program, through PathChanged
 //    from the autonomy watcher) is told to it before the change is
-//    acknowledged: {session, the handles and watches it has the file as}.
+//    acknowledged: {session, the handles and watches it has the file as,
+//    the bytes the change may have altered (none for attributes only)}.
 //    Not told to the session whose request made the change (its kernel saw
 //    it). A watch comes from a Stat with `watch` of a regular file with one
 //    link: the file is recorded before the stat whose answer is sent, and
-//    the reply names the watch in `handle`; one watch per file and session,
-//    at most max_watches_per_session, past which those stat'ed longest ago
-//    end and are told like a change. Open/Create and watched Stat replies
+//    the reply names the watch in `handle`; it lasts across the changes it
+//    tells of; one watch per file and session, at most
+//    max_watches_per_session, past which those stat'ed longest ago end and
+//    are told like a change of every byte, marked `ended`. Open/Create and watched Stat replies
 //    say whether the file is told (FsReply.attr_callbacks). Each callback
 //    waits at most callback_timeout; after one fails (logged) the session
 //    is told nothing more (its watches end), and its later opens and stats
