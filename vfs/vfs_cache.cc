@@ -30,7 +30,7 @@ Result<size_t> VfsImpl::CachedRead(const OpenFile& f, uint64_t offset, std::span
   {
     std::lock_guard lock(cache_mu_);
     auto [it, added] = cached_in_.try_emplace(f.ino, now);
-    if (!added && (it->second.session != now.session || it->second.epoch != now.epoch)) {
+    if (!added && it->second != now) {
       cache.InvalidateFile(f.ino);
       it->second = now;
     }

@@ -60,8 +60,7 @@ uint64_t VfsImpl::AddFile(OpenFile f, bool* keep_pages) {
   if (f.told) told_.emplace(std::make_pair(f.fs->node_id(), f.handle), f.ino);
   if (pages) {
     auto [it, added] = pages_.try_emplace(f.ino, now);
-    const bool valid = !added && it->second.session == now.session && it->second.epoch == now.epoch;
-    if (keep_pages != nullptr) *keep_pages = valid;
+    if (keep_pages != nullptr) *keep_pages = !added && it->second == now;
     it->second = now;
   } else {
     pages_.erase(f.ino);

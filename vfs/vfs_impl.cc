@@ -379,6 +379,19 @@ void VfsImpl::DropPageWatchesLocked(uint64_t ino) {
   page_watch_of_.erase(ino);
 }
 
+void VfsImpl::ErasePageWatchLocked(const std::pair<std::string, Handle>& key) {
+  auto it = page_watches_.find(key);
+  if (it == page_watches_.end()) return;
+  auto [b, e] = page_watch_of_.equal_range(it->second);
+  for (auto i = b; i != e; ++i) {
+    if (i->second == key) {
+      page_watch_of_.erase(i);
+      break;
+    }
+  }
+  page_watches_.erase(it);
+}
+
 void VfsImpl::RemoteAttrsChanged(const std::string& node, const std::vector<Handle>& handles,
                                  DataRange data, bool ended) {
   std::vector<uint64_t> inos;
@@ -399,16 +412,7 @@ void VfsImpl::RemoteAttrsChanged(const std::string& node, const std::vector<Hand
       }
       if (auto it = page_watches_.find(key); it != page_watches_.end()) {
         watched = it->second;
-        if (ended) {
-          auto [b, e] = page_watch_of_.equal_range(it->second);
-          for (auto i = b; i != e; ++i) {
-            if (i->second == key) {
-              page_watch_of_.erase(i);
-              break;
-            }
-          }
-          page_watches_.erase(it);
-        }
+        if (ended) ErasePageWatchLocked(key);
       } else if (watched != 0 && !ended && options_.keep_remote_pages) {
         page_watches_.emplace(key, watched);
         page_watch_of_.emplace(watched, key);

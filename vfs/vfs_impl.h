@@ -519,6 +519,7 @@ class VfsImpl final : public Vfs {
   // whom it tells). Guarded by cache_mu_ (a leaf).
   struct CachedIn {
     uint64_t session = 0, epoch = 0;
+    bool operator==(const CachedIn&) const = default;
   };
   std::mutex cache_mu_;
   std::unordered_map<uint64_t, CachedIn> cached_in_;
@@ -542,6 +543,7 @@ class VfsImpl final : public Vfs {
   std::map<std::pair<std::string, Handle>, uint64_t> page_watches_;
   std::unordered_multimap<uint64_t, std::pair<std::string, Handle>> page_watch_of_;
   void DropPageWatchesLocked(uint64_t ino);
+  void ErasePageWatchLocked(const std::pair<std::string, Handle>& key);
   // The node of remote file `ino` tells this one of its changes: a told
   // handle, a watch, or a watch told of once and still kept.
   bool PagesToldLocked(uint64_t ino) const {
