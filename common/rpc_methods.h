@@ -50,6 +50,12 @@ enum class RpcMethod : uint16_t {
   kFsAttrChanged = 67,  // holder -> client: attributes of files it has open changed
   kCoopCacheFirst = 96,
   kMigrationFirst = 128,
+  kMigStart = 128,    // J -> L: move a file held there (migration/migration.h)
+  kMigPrepare = 129,  // L -> T: journal, copy into an unnamed file
+  kMigPlace = 130,    // L -> T: link the copy at its name (hidden: incoming)
+  kMigCommit = 131,   // L -> T: the move is committed; the name is T's
+  kMigAbort = 132,    // L -> T: undo what T did
+  kMigOutcome = 133,  // T -> L (recovery): was the move committed?
   kToolsFirst = 160,  // tools and benchmarks (160 was fedfs-bench's own file
                       // message before the simulator ran the file service)
 };

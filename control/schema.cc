@@ -1,5 +1,8 @@
 #include "control/schema.h"
 
+#include <algorithm>
+#include <cctype>
+
 #include <nlohmann/json.hpp>
 
 namespace fedfs::control {
@@ -145,7 +148,9 @@ std::string NormalizeControlPath(const std::string& p) {
 Result<std::string> EncodeRequest(const Request& request) {
   Json j{{"cmd", request.cmd}};
   const Command* c = FindCommand(request.cmd);
-  if (c != nullptr ? c->arg == Arg::kPath : !request.path.empty()) j["path"] = request.path;
+  const bool has_path = c != nullptr ? c->arg != Arg::kNone : !request.path.empty();
+  if (has_path) j["path"] = request.path;
+  if (c != nullptr && c->arg == Arg::kPathNode) j["node"] = request.node;
   try {
     return j.dump();
   } catch (const Json::exception&) {
@@ -166,12 +171,23 @@ Result<Request> ParseRequest(std::string_view line) {
     for (const Command& k : kCommands) names += (names.empty() ? "" : ", ") + std::string(k.name);
     return Err(EINVAL, "unknown cmd \"" + out.cmd + "\" (" + names + ")");
   }
-  if (c->arg == Arg::kPath) {
+  if (c->arg == Arg::kPath || c->arg == Arg::kPathNode) {
     auto path = req.find("path");
     if (path == req.end() || !path->is_string()) return Err(EINVAL, "missing \"path\"");
     const std::string p = path->get<std::string>();
     if (p.empty() || p[0] != '/') return Err(EINVAL, "path must be absolute (start with /)");
     out.path = NormalizeControlPath(p);
+  }
+  if (c->arg == Arg::kPathNode) {
+    auto node = req.find("node");
+    if (node == req.end() || !node->is_string()) return Err(EINVAL, "missing \"node\"");
+    out.node = node->get<std::string>();
+    const bool ok = !out.node.empty() && out.node.size() <= 255 &&
+                    std::all_of(out.node.begin(), out.node.end(), [](char ch) {
+                      return std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' ||
+                             ch == '_' || ch == '-';
+                    });
+    if (!ok) return Err(EINVAL, "node must be a node id ([A-Za-z0-9._-], 1-255 bytes)");
   }
   return out;
 }
@@ -209,6 +225,8 @@ FEDFS_CONTROL_REPLY(DtReply)
 FEDFS_CONTROL_REPLY(FilesReply)
 FEDFS_CONTROL_REPLY(CacheReply)
 FEDFS_CONTROL_REPLY(CacheDropReply)
+FEDFS_CONTROL_REPLY(MigrateReply)
+FEDFS_CONTROL_REPLY(MigrationsReply)
 #undef FEDFS_CONTROL_REPLY
 
 }  // namespace fedfs::control

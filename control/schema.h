@@ -38,6 +38,9 @@ std::string DefaultSocketPath(std::string_view node_id);
 enum class Arg : uint8_t {
   kNone,  // {"cmd":NAME}
   kPath,  // {"cmd":NAME,"path":P}: P required, a string starting with '/'
+  // {"cmd":NAME,"path":P,"node":N}: as kPath, and N a node id (1-255 bytes
+  // of [A-Za-z0-9._-])
+  kPathNode,
 };
 
 struct Command {
@@ -70,8 +73,16 @@ inline constexpr Command kCache{
 inline constexpr Command kCacheDrop{"cache_drop", Arg::kNone,
                                     "drop every block of the file-data cache", ""};
 
-inline constexpr std::array<Command, 8> kCommands = {kStatus, kRing, kWhere,  kConflicts,
-                                                     kDt,     kFiles, kCache, kCacheDrop};
+// "migrate" (migration/migration_control.h): moves file PATH to node NODE
+// and answers when the move is done (or failed: the error says why).
+inline constexpr Command kMigrate{"migrate", Arg::kPathNode,
+                                  "move the file PATH to node NODE (path unchanged)",
+                                  "a global path of a regular file, e.g. /a/b"};
+inline constexpr Command kMigrations{"migrations", Arg::kNone,
+                                     "file moves: started, done, undone, failed, pending", ""};
+
+inline constexpr std::array<Command, 10> kCommands = {
+    kStatus, kRing, kWhere, kConflicts, kDt, kFiles, kCache, kCacheDrop, kMigrate, kMigrations};
 
 // The command named `name`, or nullptr.
 const Command* FindCommand(std::string_view name);
@@ -81,7 +92,8 @@ const Command* FindCommand(std::string_view name);
 
 struct Request {
   std::string cmd;
-  std::string path;  // commands with Arg::kPath; "" otherwise
+  std::string path;  // commands with Arg::kPath or kPathNode; "" otherwise
+  std::string node;  // commands with Arg::kPathNode; "" otherwise
 };
 
 // The path of a request as every command uses it: each run of '/' made one,
@@ -142,6 +154,34 @@ struct RingReply {
   template <class S, class V>
   static void Fields(S& s, V&& v) {
     v("path", s.path); v("manager", s.manager); v("epoch", s.epoch);
+  }
+};
+
+// "migrate": the move that was made.
+struct MigrateReply {
+  static constexpr const Command& kCommand = kMigrate;
+  std::string path;
+  std::string from;
+  std::string to;
+  uint64_t bytes = 0;  // data copied
+  template <class S, class V>
+  static void Fields(S& s, V&& v) {
+    v("path", s.path); v("from", s.from); v("to", s.to); v("bytes", s.bytes);
+  }
+};
+
+// "migrations": this node's moves, as source (started ... bytes) and as
+// target (received), and the records not yet resolved (pending).
+struct MigrationsReply {
+  static constexpr const Command& kCommand = kMigrations;
+  std::string node;
+  bool enabled = false;
+  uint64_t started = 0, done = 0, undone = 0, failed = 0, bytes = 0, received = 0, pending = 0;
+  template <class S, class V>
+  static void Fields(S& s, V&& v) {
+    v("node", s.node); v("enabled", s.enabled); v("started", s.started); v("done", s.done);
+    v("undone", s.undone); v("failed", s.failed); v("bytes", s.bytes);
+    v("received", s.received); v("pending", s.pending);
   }
 };
 

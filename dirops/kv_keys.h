@@ -11,7 +11,10 @@
 //   dirops/j/<op id: 16 hex>   one journal record of a multi-node directory
 //                              operation (value: a size-prefixed FlatBuffers
 //                              DirOpRecord, dirops/dir_ops.fbs)
-//   migration/...              reserved for the migration journal (issue 5+)
+//   migration/out/<id: 16 hex>            a move of a file from this node
+//   migration/in/<source node>/<id: 16 hex> a move of a file to this node
+//                              (values: size-prefixed MoveRecord,
+//                              migration/migration.fbs)
 //
 // Pure functions; any thread.
 #pragma once
@@ -47,6 +50,17 @@ inline std::optional<uint64_t> ParseDirOpsJournalKey(std::string_view key) {
     v = (v << 4) | static_cast<uint64_t>(d);
   }
   return v;
+}
+
+inline constexpr std::string_view kMigrationPrefix = "migration/";
+
+// "migration/out/<id>" (this node is the source) or
+// "migration/in/<source>/<id>" (the target).
+inline std::string MigrationKey(bool out, std::string_view source, uint64_t id) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(id));
+  if (out) return std::string(kMigrationPrefix) + "out/" + buf;
+  return std::string(kMigrationPrefix) + "in/" + std::string(source) + "/" + buf;
 }
 
 }  // namespace fedfs::ns::kvkeys

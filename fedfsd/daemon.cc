@@ -23,6 +23,7 @@
 #include "nodefs/local_node_fs.h"
 #include "vd/vd_control.h"
 #include "vfs/vfs_control.h"
+#include "migration/migration_control.h"
 #include "watch/local_watch.h"
 #ifdef FEDFS_HAVE_UCX
 #include "m2m/ucx_transport.h"
@@ -244,6 +245,7 @@ Status Daemon::StartNamespace(const DaemonOptions& o) {
   env.cluster = cluster_.get();
   env.local = local_fs_.get();
   env.kv = kv_.get();
+  env.move = local_fs_.get();
   env.pool = pool_.get();
   env.callbacks = callbacks_pool_.get();
   env.tag_of = [m = membership_.get()](const std::string& node) { return m->TagOf(node); };
@@ -275,6 +277,9 @@ Status Daemon::StartControl(const DaemonOptions& o) {
   control::Dispatcher commands;
   RegisterMembershipControl(commands, [m = membership_.get()] { return m->Snapshot(); });
   ns::RegisterVfsControl(commands, &node_->vfs());
+  ns::RegisterMigrationControl(
+      commands, node_->migration(),
+      [vfs = &node_->vfs()](const std::string& path) { return vfs->Where(path); }, o.node_id);
   ns::RegisterVdControl(commands, &node_->vd_service(), o.node_id);
   ns::RegisterFilesControl(commands, &node_->file_service(), &node_->fs_callbacks(), o.node_id);
   coop::RegisterCacheControl(commands, {node_->cache(), node_->peers(), node_->forwarder(), node_->hints(),

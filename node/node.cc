@@ -172,6 +172,12 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
   vdo.lease_term = opt.lease_term;
   vdo.whole_max_entries = opt.whole_max_entries;
   vdo.on_local_listing = opt.on_local_listing;
+  vdo.annotate_listing = [self = impl.get()](const std::string& path,
+                                             std::vector<ns::DirEntry>* entries) {
+    if (ns::Migration* m = self->annotate.load(std::memory_order_acquire)) {
+      m->Annotate(path, entries);
+    }
+  };
   d.vd_service =
       std::make_unique<ns::VdService>(vdo, tr, d.cluster.get(), d.env.local, d.env.pool);
   d.vd_service->RegisterHandlers();
@@ -243,6 +249,28 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
         opt.dir_ops, opt.dir_ops_hooks);
     d.dir_ops_client = std::make_unique<DirOpsAdapter>(d.dir_ops.get());
     d.vfs->SetDirOps(d.dir_ops_client.get());
+    // File moves.
+    if (d.env.move != nullptr) {
+      d.migration = std::make_unique<ns::Migration>(
+          opt.node_id, d.env.kv, tr, d.env.local, d.env.move,
+          [vfs](const std::string& n) { return vfs->NodeFsFor(n); },
+          [cluster] { return cluster->Current(); },
+          [vds](const std::string& dir, std::vector<ns::VdChange> changes) {
+            return ns::UpdateManyVdSync(*vds, dir, std::move(changes));
+          },
+          [fs = d.file_service.get(), hooks = d.hooks](dev_t dev, ino_t ino,
+                                                       const std::string& path, bool switched) {
+            if (switched) {
+              hooks->DropNames();
+              return;
+            }
+            fs->AttrsChanged(dev, ino, ns::DataRange{});
+            hooks->DropAttrs(path);
+          },
+          d.env.pool, opt.migration, opt.dir_ops_hooks);
+      d.migration->RegisterHandlers();
+      d.annotate.store(d.migration.get(), std::memory_order_release);
+    }
   }
   return std::unique_ptr<Node>(new Node(std::move(impl)));
 }
@@ -256,9 +284,14 @@ Node::~Node() {
   impl_->fs_callbacks.reset();
 }
 
-Status Node::Recover() { return impl_->dir_ops->Recover(); }
+Status Node::Recover() {
+  if (auto s = impl_->dir_ops->Recover(); !s) return s;
+  if (impl_->migration) return impl_->migration->Recover();
+  return Ok();
+}
 
 void Node::StopClients() {
+  if (impl_->migration) impl_->migration->Stop();  // waits for its moves in progress
   if (impl_->vfs) impl_->vfs->SetDirOps(nullptr);
   impl_->dir_ops_client.reset();
   impl_->dir_ops.reset();
@@ -278,6 +311,7 @@ ns::VdService& Node::vd_service() { return *impl_->vd_service; }
 ns::FileService& Node::file_service() { return *impl_->file_service; }
 ns::FsCallbacks& Node::fs_callbacks() { return *impl_->fs_callbacks; }
 ns::DirOps& Node::dir_ops() { return *impl_->dir_ops; }
+ns::Migration* Node::migration() { return impl_->migration.get(); }  // stopped after StopClients
 coop::BlockCache* Node::cache() { return impl_->cache.get(); }
 coop::PeerFetch* Node::peers() { return impl_->peers.get(); }
 coop::Forwarder* Node::forwarder() { return impl_->forwarder.get(); }

@@ -36,6 +36,7 @@
 #include "coopcache/memory_guard.h"
 #include "coopcache/peer_fetch.h"
 #include "dirops/dir_ops.h"
+#include "migration/migration.h"
 #include "files/file_service.h"
 #include "vd/placement.h"
 #include "vd/vd_service.h"
@@ -91,7 +92,10 @@ struct NodeOptions {
   // (default): each at once. A thread of the Node's sends them.
   std::chrono::milliseconds release_delay{0};
   ns::DirOpsOptions dir_ops;
+  // Test hooks of directory operations and of file moves (both
+  // FEDFS_TEST_PAUSE_AT in the daemon).
   ns::DirOpsHooks dir_ops_hooks;
+  ns::MigrationOptions migration;
   // The VD service listed local directory `path` (for a dirmerge): the
   // autonomy watcher watches it from then on. Optional.
   std::function<void(const std::string& path)> on_local_listing;
@@ -102,6 +106,9 @@ struct NodeEnv {
   const ns::ClusterViewSource* cluster = nullptr;  // required; outlives the Node
   ns::NodeFs* local = nullptr;                   // required: this node's export root
   ns::Kv* kv = nullptr;                          // required: the journal's store
+  // `local`'s side of file moves (migration/); null: this node neither
+  // sends nor receives files.
+  ns::MoveSupport* move = nullptr;
   Executor* pool = nullptr;                      // required: the services' blocking work
   // Where the holders' change callbacks run: they drop the kernel's pages,
   // which may wait for its page locks. Optional (null: on the transport's
@@ -136,6 +143,8 @@ class Node {
   ns::FileService& file_service();
   ns::FsCallbacks& fs_callbacks();
   ns::DirOps& dir_ops();
+  // File moves; null without NodeEnv::move (valid until StopClients).
+  ns::Migration* migration();
   coop::BlockCache* cache();  // null: coopcache.size 0
   coop::PeerFetch* peers();   // null: the cache is off or not shared
   coop::Forwarder* forwarder();  // null: blocks are not forwarded

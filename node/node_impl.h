@@ -83,6 +83,9 @@ struct Node::Impl {
   std::unique_ptr<coop::Forwarder> forwarder;
   std::unique_ptr<ns::DirOps> dir_ops;
   std::unique_ptr<ns::DirOpsClient> dir_ops_client;
+  std::unique_ptr<ns::Migration> migration;
+  // What the VD service's listings consult (set once the object exists).
+  std::atomic<ns::Migration*> annotate{nullptr};
 };
 
 }  // namespace fedfs::node

@@ -12,6 +12,12 @@ Result<Opened> LocalNodeFs::OpenCommon(const Cred& c, const std::string& path, i
                                        mode_t mode, const char* op) {
   flags |= O_CLOEXEC | O_NOCTTY;
   const bool creat = (flags & O_CREAT) != 0;
+  // Opens that may change the file wait while it is frozen for a move.
+  const bool changes = (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC) != 0;
+  const int asked_flags = flags;
+  for (;;) {
+  flags = asked_flags;
+  MoveGate::Pass pass = gate_.Enter();
   int fd = -1;
   bool direct = (flags & O_DIRECT) != 0;
   {
@@ -38,6 +44,15 @@ Result<Opened> LocalNodeFs::OpenCommon(const Cred& c, const std::string& path, i
     ::close(fd);
     return SysErr(op, path, e);
   }
+  if (gate_.Any() && S_ISREG(out.st.st_mode)) {
+    const MoveGate::Key key{out.st.st_dev, out.st.st_ino};
+    Status s = gate_.Check(key, pass, changes);
+    if (!s) {
+      ::close(fd);
+      if (s.error().code == EAGAIN) continue;  // the move was undone: again
+      return Err(s.error());
+    }
+  }
   auto f = std::make_shared<OpenFile>(fd, flags, direct, out.st.st_dev, out.st.st_ino);
   {
     std::lock_guard lock(mu_);
@@ -47,6 +62,7 @@ Result<Opened> LocalNodeFs::OpenCommon(const Cred& c, const std::string& path, i
   }
   if (flags & O_TRUNC) Tell(Observer(), out.st, DataRange{});
   return out;
+  }
 }
 
 Result<Opened> LocalNodeFs::Open(const Cred& c, const std::string& path, int flags) {
@@ -93,6 +109,7 @@ Result<size_t> LocalNodeFs::Read(Handle h, uint64_t offset, std::span<std::byte>
   if (!f) return Err(f.error());
   if (offset > static_cast<uint64_t>(INT64_MAX)) return Err(EINVAL, "read: offset");
   OpenFile& file = **f;
+  if (auto s = MovedCheck(file); !s) return Err(s.error());
   auto io = [&] { return pread(file.fd, dst.data(), dst.size(), static_cast<off_t>(offset)); };
   ssize_t n;
   do {
@@ -109,6 +126,8 @@ Result<size_t> LocalNodeFs::Write(Handle h, uint64_t offset, std::span<const std
   if (!f) return Err(f.error());
   if (offset > static_cast<uint64_t>(INT64_MAX)) return Err(EINVAL, "write: offset");
   OpenFile& file = **f;
+  auto pass = PassFor([&] { return MoveGate::Key{file.dev, file.ino}; });
+  if (!pass) return Err(pass.error());
   // Before the data, as a native write does (file_remove_privs).
   struct stat st {};
   if (by.kill_setid && fstat(file.fd, &st) == 0) {
@@ -151,6 +170,8 @@ Status LocalNodeFs::Fsync(Handle h, bool datasync) {
 Status LocalNodeFs::Fallocate(Handle h, int mode, uint64_t offset, uint64_t len) {
   auto f = Lookup(h);
   if (!f) return Err(f.error());
+  auto pass = PassFor([&] { return MoveGate::Key{(*f)->dev, (*f)->ino}; });
+  if (!pass) return Err(pass.error());
   if (offset > static_cast<uint64_t>(INT64_MAX) || len > static_cast<uint64_t>(INT64_MAX)) {
     return Err(EINVAL, "fallocate: range");
   }

@@ -368,6 +368,8 @@ Result<struct stat> LocalNodeFs::SetAttr(const Cred& c, const std::string& path,
   if (handle) {
     auto f = Lookup(*handle);
     if (!f) return Err(f.error());
+    auto pass = PassFor([&] { return MoveGate::Key{(*f)->dev, (*f)->ino}; });
+    if (!pass) return Err(pass.error());
     FEDFS_AS(c);  // fchmod/fchown/futimens check ownership against the caller
     int fd = (*f)->fd;
     if (req.mode && fchmod(fd, *req.mode & 07777) != 0) return SysErr("fchmod", path);
@@ -385,6 +387,8 @@ Result<struct stat> LocalNodeFs::SetAttr(const Cred& c, const std::string& path,
     return st;
   }
 
+  auto pass = PassFor([&] { return KeyOfPath(path); });
+  if (!pass) return Err(pass.error());
   FEDFS_AS(c);
   FEDFS_PARENT(p, path, "setattr");
   const int pfd = p.dir;
@@ -501,6 +505,8 @@ Result<std::string> LocalNodeFs::GetXattrOf(const Cred& c, Handle h, const std::
 
 Status LocalNodeFs::SetXattr(const Cred& c, const std::string& path, const std::string& name,
                              std::span<const std::byte> value, int flags) {
+  auto pass = PassFor([&] { return KeyOfPath(path); });
+  if (!pass) return Err(pass.error());
   int raw = -1;
   if (auto st = XattrTarget(c, path, "setxattr", &raw); !st) return Err(st.error());
   UniqueFd fd(raw);
@@ -556,6 +562,8 @@ Result<std::string> LocalNodeFs::ListXattr(const Cred& c, const std::string& pat
 }
 
 Status LocalNodeFs::RemoveXattr(const Cred& c, const std::string& path, const std::string& name) {
+  auto pass = PassFor([&] { return KeyOfPath(path); });
+  if (!pass) return Err(pass.error());
   int raw = -1;
   if (auto st = XattrTarget(c, path, "removexattr", &raw); !st) return Err(st.error());
   UniqueFd fd(raw);

@@ -91,11 +91,13 @@
 #include <functional>
 
 #include "common/result.h"
+#include "nodefs/move_gate.h"
+#include "nodefs/move_support.h"
 #include "nodefs/node_fs.h"
 
 namespace fedfs::ns {
 
-class LocalNodeFs final : public NodeFs {
+class LocalNodeFs final : public NodeFs, public MoveSupport {
  public:
   // Opens `export_root` (an existing directory; O_PATH|O_DIRECTORY, kept for
   // the object's lifetime). ENOENT/ENOTDIR/EACCES as open(2) gives them.
@@ -167,6 +169,14 @@ class LocalNodeFs final : public NodeFs {
   // Number of open handles (tests, `fedfsctl` statistics).
   size_t OpenHandleCount() const;
 
+  // MoveSupport (local_move.cc).
+  Result<size_t> Freeze(dev_t dev, ino_t ino) override;
+  void Hold(dev_t dev, ino_t ino) override;
+  void MarkMoved(dev_t dev, ino_t ino) override;
+  void Thaw(dev_t dev, ino_t ino) override;
+  Result<int> CreateUnnamed(const std::string& dir) override;
+  Result<struct stat> LinkUnnamed(int fd, const std::string& path) override;
+
   struct OpenFile;  // defined in local_node_fs.cc
 
  private:
@@ -190,6 +200,14 @@ class LocalNodeFs final : public NodeFs {
     }
   }
   std::atomic<AttrObserver*> attr_observer_{nullptr};
+  // The move gate (move_support.h): a changing operation holds the pass its
+  // file's gate lets through (waits while the file is frozen; ESTALE once
+  // it moved). `key_of` names the file; it is asked only while some file is
+  // gated (nullopt: no such file, the operation fails by itself).
+  Result<MoveGate::Pass> PassFor(const std::function<std::optional<MoveGate::Key>()>& key_of);
+  std::optional<MoveGate::Key> KeyOfPath(const std::string& path);
+  Status MovedCheck(const OpenFile& f) const;
+  MoveGate gate_;
   struct Parent;
   static Result<std::string> FGetXattr(const Cred& c, int fd, const std::string& what,
                                        const std::string& name, size_t size, size_t* needed);

@@ -86,6 +86,12 @@ struct DirEntry {
   std::string name;
   uint8_t type = 0;  // DT_REG, DT_DIR, DT_LNK, DT_FIFO, ... (DT_UNKNOWN never)
   uint64_t ino = 0;  // local st_ino
+  // A file being moved to another node (migration/, docs/migration.md,
+  // "Visibility"): 0 for every ordinary entry. Set only by the VD service's
+  // `annotate_listing` hook, never by a NodeFs.
+  uint64_t move_id = 0;
+  enum MoveRole : uint8_t { kNotMoving = 0, kIncoming = 1, kOutgoing = 2 };
+  uint8_t move_role = kNotMoving;
 };
 
 // What SetAttr changes; unset fields stay as they are.

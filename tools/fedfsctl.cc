@@ -202,6 +202,10 @@ void Print(const control::Command& cmd, const std::string& reply) {
     PrintDt(Decode<control::DtReply>(reply));
   } else if (cmd.name == control::kFiles.name) {
     PrintFiles(Decode<control::FilesReply>(reply));
+  } else if (cmd.name == control::kMigrate.name) {
+    const auto r = Decode<control::MigrateReply>(reply);
+    std::printf("moved %s from %s to %s (%llu bytes)\n", r.path.c_str(), r.from.c_str(),
+                r.to.c_str(), static_cast<unsigned long long>(r.bytes));
   } else if (cmd.name == control::kCache.name || cmd.name == control::kCacheDrop.name) {
     PrintCache(Decode<control::CacheReply>(reply));
   } else {
@@ -220,13 +224,17 @@ int main(int argc, char** argv) {
       ->excludes(sock_opt);
   bool json = false;
   std::string path;
+  std::string node;
   std::vector<std::pair<const control::Command*, CLI::App*>> commands;
   std::string action;  // "cache drop"
   for (const control::Command& c : control::kCommands) {
     if (c.name == control::kCacheDrop.name) continue;  // as "cache drop"
     auto* sub = app.add_subcommand(std::string(c.name), std::string(c.help));
-    if (c.arg == control::Arg::kPath) {
+    if (c.arg == control::Arg::kPath || c.arg == control::Arg::kPathNode) {
       sub->add_option("path", path, std::string(c.arg_help))->required();
+    }
+    if (c.arg == control::Arg::kPathNode) {
+      sub->add_option("--to", node, "the node id to move it to")->required();
     }
     if (c.name == control::kCache.name) {
       sub->add_option("action", action, "drop: drop every cached block first")
@@ -254,7 +262,7 @@ int main(int argc, char** argv) {
     if (cmd == nullptr) return 2;  // (require_subcommand: not reached)
     if (cmd->name == control::kCache.name && action == "drop") cmd = &control::kCacheDrop;
     const std::string sock = FindSocket(socket, config);
-    auto reply = control::Ask(sock, control::Request{std::string(cmd->name), path});
+    auto reply = control::Ask(sock, control::Request{std::string(cmd->name), path, node});
     if (!reply) throw Failure{reply.error().context};
     if (json) {
       std::printf("%s\n", control::Indented(*reply).c_str());

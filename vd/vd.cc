@@ -33,6 +33,16 @@ Result<MergeState> Collect(const std::vector<NodeListing>& listings) {
   MergeState s;
   std::set<std::string> seen_nodes;
   bool not_dir = false;
+  // A file in a move: the target's incoming copy is shown only when the
+  // source's tombstone of the same move is in this merge (the source has
+  // committed), and a tombstone is never shown (docs/migration.md).
+  std::set<uint64_t> committed;
+  for (const NodeListing& l : listings) {
+    if (!l.listing) continue;
+    for (const DirEntry& e : *l.listing) {
+      if (e.move_role == DirEntry::kOutgoing) committed.insert(e.move_id);
+    }
+  }
   for (const NodeListing& l : listings) {
     if (!seen_nodes.insert(l.node).second) continue;
     if (!l.listing) {
@@ -42,6 +52,8 @@ Result<MergeState> Collect(const std::vector<NodeListing>& listings) {
     s.holders.push_back(l.node);
     for (const DirEntry& e : *l.listing) {
       if (!ValidateName(e.name)) continue;
+      if (e.move_role == DirEntry::kOutgoing) continue;
+      if (e.move_role == DirEntry::kIncoming && committed.count(e.move_id) == 0) continue;
       auto& copies = s.copies[e.name];
       const bool dup = std::any_of(copies.begin(), copies.end(),
                                    [&](const auto& c) { return c.first == l.node; });

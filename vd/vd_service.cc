@@ -51,6 +51,7 @@ auto VdService::Impl::Core::OnListLocal(m2m::IncomingCall call, m2m::Responder r
     if (self->options_.on_local_listing) self->options_.on_local_listing(path);
     auto listing = self->local_->ListDir(Cred{}, path);
     if (!listing) return responder.Fail(listing.error());
+    if (self->options_.annotate_listing) self->options_.annotate_listing(path, &*listing);
     responder.Reply(EncodeListing(*listing));
   });
 }

@@ -86,6 +86,10 @@ struct VdServiceOptions {
   // directory `path` for a dirmerge: from then on a VD covers it, so the
   // daemon watches it for changes made behind FedFS' back. Optional.
   std::function<void(const std::string& path)> on_local_listing;
+  // Called (on the blocking executor) with every local listing of `path`
+  // before it is merged or sent to a manager: marks the entries of files in a
+  // move (DirEntry::move_id/move_role; migration/). Optional.
+  std::function<void(const std::string& path, std::vector<DirEntry>* entries)> annotate_listing;
   // How long GetVdSync waits for a manager whose membership view is behind
   // this node's (see GetVdSync).
   std::chrono::milliseconds view_catchup{2000};

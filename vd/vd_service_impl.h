@@ -557,6 +557,9 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
       Result<std::vector<DirEntry>> r = core_->IsClosed()
                                             ? Err(ESHUTDOWN, "VD service closed")
                                             : core_->local_->ListDir(Cred{}, build_->path);
+      if (r && core_->options_.annotate_listing) {
+        core_->options_.annotate_listing(build_->path, &*r);
+      }
       core_->LeafDone(build_, i_, std::move(r));
     }
 

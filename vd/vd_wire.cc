@@ -206,7 +206,8 @@ m2m::Bytes EncodeListing(const std::vector<DirEntry>& entries) {
   std::vector<flatbuffers::Offset<wire::LocalEntry>> v;
   v.reserve(entries.size());
   for (const DirEntry& e : entries) {
-    v.push_back(wire::CreateLocalEntry(b, b.CreateString(e.name), e.type, e.ino));
+    v.push_back(wire::CreateLocalEntry(b, b.CreateString(e.name), e.type, e.ino, e.move_id,
+                                       e.move_role));
   }
   return Finish(b, wire::Body::Listing, wire::CreateListing(b, b.CreateVector(v)));
 }
@@ -341,7 +342,9 @@ Result<std::vector<DirEntry>> DecodeListing(const m2m::Bytes& payload) {
   for (const wire::LocalEntry* e : *v) {
     auto name = Need(e->name(), "entry.name");
     if (!name) return Err(name.error());
-    out.push_back(DirEntry{std::move(*name), e->type(), e->ino()});
+    if (e->move_role() > DirEntry::kOutgoing) return Err(EPROTO, "entry.move_role out of range");
+    out.push_back(DirEntry{std::move(*name), e->type(), e->ino(), e->move_id(),
+                           static_cast<uint8_t>(e->move_role())});
   }
   return out;
 }

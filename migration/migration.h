@@ -1,0 +1,222 @@
+// Migration: online, crash-safe moves of a file between nodes, with its
+// global path unchanged (docs/migration.md).
+//
+// One move of regular file `path` from its node L (the source, which
+// coordinates) to node T (the target):
+//   0. checks at L: a regular file with one link, T alive and not L;
+//   1. L journals {id, path, T, inode} Copying (synced)      "mig:journaled"
+//   2. kMigPrepare -> T: T journals Receiving, makes the missing parents
+//      with L's modes and owners, creates an unnamed file (O_TMPFILE) there,
+//      reads the file from L through the file service (holes stay holes),
+//      sets owner, mode, xattrs and times, fsyncs               "mig:copied"
+//   3. L locks the name at the directory's manager (kLock), freezes the file
+//      (nodefs/move_support.h: changes through FedFS wait), and checks that
+//      nothing has it open and that it did not change since step 2 (size,
+//      mtime, ctime); else undo (EBUSY, EAGAIN)                  "mig:frozen"
+//   4. kMigPlace -> T: T journals Placed (synced), links the copy at the
+//      name (hidden in T's listings: incoming)               "mig:t-placed"
+//   5. L journals Committed (synced): THE COMMIT POINT        "mig:committed"
+//   6. L holds the file (opens and reads at L wait), tells the sessions that
+//      watch it (they drop what they cache of it)              "mig:held"
+//   7. kMigCommit -> T: T drops its record (the name is T's)  "mig:target-told"
+//   8. the switch at the manager: {add name at T, remove name at L}, which
+//      also ends the lock; the gate turns Moved (ESTALE: the kernel looks the
+//      name up again and finds T's copy)                        "mig:switched"
+//   9. L unlinks its copy (if still that inode), deletes its record, thaws
+//                                                                "mig:deleted"
+// A failure before 5 undoes: kMigAbort -> T (unlinks what it linked, drops
+// its record), thaw, release the name, delete the record; the caller gets
+// the reason. After 5 the move rolls forward.
+//
+// Visibility (why the manager keeps no journal): while L's record is
+// Committed, L's listings mark the name as a tombstone of the move; while
+// T's record is Placed, T's listings mark it incoming. DirMerge (vd/vd.h)
+// shows an incoming copy only next to the tombstone of the same move and
+// never a tombstone, so a VD built at any instant shows exactly one copy:
+// L's before the commit, T's after it.
+//
+// Recovery (Recover, before serving), decided by L's record:
+//   * at L: Copying -> kMigAbort to T, then drop; Committed -> hold the file
+//     and roll forward from 6;
+//   * at T: Receiving -> drop (the unnamed file died with the process);
+//     Placed -> kMigOutcome to L: committed -> drop the record; otherwise
+//     unlink the copy (if still that inode) and drop.
+// A step that needs an unreachable node keeps the record; a background
+// thread retries with backoff. While a record is pending its path is busy:
+// another move of it answers EBUSY.
+//
+// Not built yet (docs/migration.md): moves of open files (refused with
+// EBUSY) and the redirect of their handles and locks, identity of st_ino
+// across the move (T's inode number is shown afterwards), hard links
+// (refused), symlinks, subtrees, one-sided pulls of the data, throttling,
+// progress, the access, full-disk and rebalance triggers.
+//
+// Threads: Move blocks (remote calls, synced journal writes) and may run on
+// any thread but the transport's; handlers post their work to `pool`.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "cluster/cluster.h"
+#include "common/executor.h"
+#include "common/result.h"
+#include "dirops/dir_ops.h"
+#include "dirops/kv.h"
+#include "m2m/transport.h"
+#include "nodefs/move_support.h"
+#include "nodefs/node_fs.h"
+#include "vd/vd_service.h"
+
+namespace fedfs::ns {
+
+struct MigrationOptions {
+  std::chrono::milliseconds rpc_timeout{10000};     // every call but the copy
+  std::chrono::milliseconds copy_timeout{3600000};  // kMigPrepare (the copy)
+  size_t chunk = size_t{1} << 20;                   // bytes per read from L
+  std::chrono::milliseconds retry_initial{200};
+  std::chrono::milliseconds retry_max{10000};
+};
+
+struct MoveOutcome {
+  std::string from;
+  std::string to;
+  uint64_t bytes = 0;  // bytes of data copied
+};
+
+class Migration {
+ public:
+  using FsForFn = std::function<NodeFs*(const std::string& node)>;
+  using ViewFn = std::function<std::shared_ptr<const ClusterView>()>;
+  // Changes of VD(dir) at its manager, at once (UpdateManyVdSync).
+  using UpdateFn = std::function<Status(const std::string& dir, std::vector<VdChange> changes)>;
+  // The file (dev, ino) at `path` here is moving away. Called twice: at the
+  // commit (`switched` false: whoever caches the file drops it: the file
+  // service's watchers, this node's kernel's attributes and pages), and once
+  // the directory's manager switched the name (`switched`: this node's
+  // kernel drops the names it caches, which it would not be told of: the
+  // change came from this node).
+  using MovedFn =
+      std::function<void(dev_t dev, ino_t ino, const std::string& path, bool switched)>;
+
+  // None of the pointers is owned; all outlive this object. `local` and
+  // `move` are this node's export root (LocalNodeFs).
+  Migration(std::string node_id, Kv* kv, m2m::Transport* transport, NodeFs* local,
+            MoveSupport* move, FsForFn fs_for, ViewFn view, UpdateFn update, MovedFn moved,
+            Executor* pool, MigrationOptions options = {}, DirOpsHooks hooks = {});
+  // Stop() (records stay for the next start).
+  ~Migration();
+  // Refuses further requests, waits for the moves in progress, stops the
+  // retry thread. Annotate keeps working. Idempotent.
+  void Stop();
+  Migration(const Migration&) = delete;
+  Migration& operator=(const Migration&) = delete;
+
+  void RegisterHandlers();  // before the transport's Listen
+
+  // Resolves the records found in the Kv (see above), starts the retry
+  // thread. Call once, before serving.
+  [[nodiscard]] Status Recover();
+
+  // Moves `path` (held here) to node `to`. Errors: EINVAL (bad path, `to` is
+  // this node), ENOENT, EISDIR/EINVAL (not a regular file), EMLINK (hard
+  // links), EHOSTDOWN (`to` not alive), EBUSY (open, or a move of it is in
+  // progress or pending), EAGAIN (changed during the copy: try again), the
+  // target's errno (ENOSPC, EEXIST: a file of that name at T...). On any
+  // error nothing changed (or, if an undo could not reach T, the undo is
+  // pending and T's copy stays hidden).
+  [[nodiscard]] Result<MoveOutcome> Move(const std::string& path, const std::string& to);
+
+  // Moves `path`, held by node `holder`, to `to`: here when `holder` is this
+  // node, else through kMigStart to it.
+  [[nodiscard]] Result<MoveOutcome> MoveAt(const std::string& holder, const std::string& path,
+                                           const std::string& to);
+
+  // VdServiceOptions::annotate_listing: marks the names of `dir` that are in
+  // a move (tombstones here as L after the commit, incoming as T).
+  void Annotate(const std::string& dir, std::vector<DirEntry>* entries) const;
+
+  // Records not yet resolved (as L or T).
+  size_t PendingCount() const;
+  // Tries every pending record now; returns how many stay pending.
+  size_t RetryPendingNow();
+
+  struct Stats {
+    uint64_t started = 0, done = 0, undone = 0, failed = 0, bytes = 0;
+    uint64_t received = 0;  // moves here as T, committed
+  };
+  Stats stats() const;
+
+  struct Rec;    // a journal record (migration.cc)
+  struct Staged; // T's unnamed copy in progress
+
+ private:
+  void Step(std::string_view step) const;
+  Status Save(const Rec& r);
+  Status Erase(const Rec& r);
+  Status Undo(Rec& r);
+  // From step 6 on (also in recovery): Ok, or a transient error (pending).
+  Status Finish(Rec& r);
+  Status ResolveOut(Rec& r);
+  Status ResolveIn(Rec& r);
+  Result<m2m::Bytes> Call(const std::string& node, uint16_t method, m2m::Bytes payload,
+                          std::chrono::milliseconds timeout);
+  void KeepPending(const Rec& r);
+  // Runs `fn` on a thread of its own (joined by the destructor).
+  void Spawn(std::function<void()> fn);
+  void RetryLoop();
+
+  // Handlers (target side, and kMigStart/kMigOutcome at the source).
+  void OnStart(m2m::IncomingCall call, m2m::Responder r);
+  void OnPrepare(m2m::IncomingCall call, m2m::Responder r);
+  void OnPlace(m2m::IncomingCall call, m2m::Responder r);
+  void OnCommit(m2m::IncomingCall call, m2m::Responder r);
+  void OnAbort(m2m::IncomingCall call, m2m::Responder r);
+  void OnOutcome(m2m::IncomingCall call, m2m::Responder r);
+  struct Prep;  // a decoded kMigPrepare
+  Result<uint64_t> Receive(const std::string& key, const Prep& p);
+
+  const std::string node_id_;
+  Kv* const kv_;
+  m2m::Transport* const transport_;
+  NodeFs* const local_;
+  MoveSupport* const move_;
+  const FsForFn fs_for_;
+  const ViewFn view_;
+  const UpdateFn update_;
+  const MovedFn moved_;
+  Executor* const pool_;
+  const MigrationOptions options_;
+  const DirOpsHooks hooks_;
+
+  // Lock order: mu_ is a leaf; never held across a call, a Kv write or a hook.
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::mutex resolve_mu_;  // one resolution at a time (retry thread, Recover)
+  uint64_t last_id_ = 0;
+  std::set<std::string> busy_;                    // paths in a move
+  std::map<std::string, std::shared_ptr<Rec>> records_;  // Kv key -> record
+  std::map<std::string, std::shared_ptr<Staged>> staged_;  // Kv key -> T's file
+  size_t workers_ = 0;                            // Spawned threads running
+  struct Alive;                                   // what handlers reach
+  std::shared_ptr<Alive> alive_;
+  std::set<std::string> pending_;                 // Kv keys to retry
+  Stats stats_;
+  bool stopping_ = false;
+  std::thread retry_thread_;
+};
+
+}  // namespace fedfs::ns

@@ -1,0 +1,47 @@
+#include "migration/migration_control.h"
+
+#include "control/schema.h"
+
+namespace fedfs::ns {
+
+void RegisterMigrationControl(
+    control::Dispatcher& dispatcher, Migration* migration,
+    std::function<Result<std::vector<std::string>>(const std::string& path)> where,
+    std::string node_id) {
+  dispatcher.Register([migration, where = std::move(where)](
+                          const control::Request& q) -> Result<control::MigrateReply> {
+    if (migration == nullptr) return Err(ENOTSUP, "file moves are off on this node");
+    auto holders = where(q.path);
+    if (!holders) return Err(holders.error().code, q.path + ": " + holders.error().ToString());
+    if (holders->size() != 1) {
+      return Err(EISDIR, q.path + ": a directory (held by " + std::to_string(holders->size()) +
+                             " nodes); only files are moved");
+    }
+    auto o = migration->MoveAt(holders->front(), q.path, q.node);
+    if (!o) return Err(o.error().code, q.path + ": " + o.error().ToString());
+    control::MigrateReply r;
+    r.path = q.path;
+    r.from = o->from;
+    r.to = o->to;
+    r.bytes = o->bytes;
+    return r;
+  });
+  dispatcher.Register([migration, node_id = std::move(node_id)](
+                          const control::Request&) -> Result<control::MigrationsReply> {
+    control::MigrationsReply r;
+    r.node = node_id;
+    if (migration == nullptr) return r;
+    r.enabled = true;
+    const Migration::Stats s = migration->stats();
+    r.started = s.started;
+    r.done = s.done;
+    r.undone = s.undone;
+    r.failed = s.failed;
+    r.bytes = s.bytes;
+    r.received = s.received;
+    r.pending = migration->PendingCount();
+    return r;
+  });
+}
+
+}  // namespace fedfs::ns

@@ -1,0 +1,73 @@
+// Internal to fedfs_migration: the journal record, the messages' encoding,
+// and the state of a move in memory. Not a contract: include migration.h.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "m2m/transport.h"
+#include "migration/migration.h"
+#include "nodefs/node_fs.h"
+
+namespace fedfs::ns {
+
+inline constexpr uint32_t kMigrationWireVersion = 1;
+
+struct Migration::Rec {
+  enum State : uint8_t { kCopying = 0, kCommitted = 1, kReceiving = 2, kPlaced = 3 };
+  uint64_t id = 0;
+  State state = kCopying;
+  std::string path;
+  std::string peer;  // T at the source, L at the target
+  uint64_t dev = 0;
+  uint64_t ino = 0;
+  uint8_t type = 0;
+  bool out() const { return state == kCopying || state == kCommitted; }
+  std::string Key() const;
+};
+
+// One message (migration.fbs MoveMessage), decoded.
+struct MoveMsg {
+  uint64_t id = 0;
+  std::string path;
+  std::string from;
+  std::string to;
+  uint64_t size = 0;
+  uint32_t mode = 0, uid = 0, gid = 0;
+  int64_t atime_ns = 0, mtime_ns = 0;
+  std::vector<NodeFs::DirTemplate> parents;
+  uint8_t state = 0;
+  uint64_t bytes = 0;
+};
+
+struct Migration::Alive {
+  std::shared_mutex mu;
+  Migration* m = nullptr;  // null once the object is going
+};
+
+struct Migration::Prep {
+  MoveMsg m;
+};
+
+// A copy being received at T: its unnamed file.
+struct Migration::Staged {
+  explicit Staged(int f) : fd(f) {}
+  ~Staged();
+  Staged(const Staged&) = delete;
+  Staged& operator=(const Staged&) = delete;
+  int fd;
+};
+
+m2m::Bytes EncodeMoveRecord(const Migration::Rec& r);
+// EPROTO for anything the verifier refuses or of another version.
+Result<Migration::Rec> DecodeMoveRecord(std::string_view bytes);
+m2m::Bytes EncodeMsg(const MoveMsg& m);
+// Untrusted bytes: EPROTO unless verified, of this version, with a valid
+// global path (when one is given) and at most 256 parents.
+Result<MoveMsg> DecodeMsg(const m2m::Bytes& payload);
+
+}  // namespace fedfs::ns

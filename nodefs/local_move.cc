@@ -1,0 +1,86 @@
+// LocalNodeFs's side of file moves (nodefs/move_support.h): the gate and the
+// unnamed staging file.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "nodefs/local_node_fs.h"
+#include "nodefs/local_util.h"
+
+namespace fedfs::ns {
+
+using local_detail::OpenAt2;
+using local_detail::SysErr;
+
+Result<MoveGate::Pass> LocalNodeFs::PassFor(
+    const std::function<std::optional<MoveGate::Key>()>& key_of) {
+  for (;;) {
+    MoveGate::Pass pass = gate_.Enter();
+    if (!gate_.Any()) return pass;
+    std::optional<MoveGate::Key> key = key_of();
+    if (!key) return pass;  // the operation fails by itself
+    Status s = gate_.Check(*key, pass);
+    if (s) return pass;
+    if (s.error().code != EAGAIN) return Err(s.error());
+  }
+}
+
+std::optional<MoveGate::Key> LocalNodeFs::KeyOfPath(const std::string& path) {
+  auto p = ResolveWhole(path, "stat");
+  if (!p) return std::nullopt;
+  struct stat st {};
+  if (fstatat(p->dir, p->name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return std::nullopt;
+  return MoveGate::Key{st.st_dev, st.st_ino};
+}
+
+Status LocalNodeFs::MovedCheck(const OpenFile& f) const {
+  if (!gate_.Any()) return Ok();
+  const MoveGate::State st = gate_.StateOf({f.dev, f.ino});
+  if (st == MoveGate::State::kMoved || st == MoveGate::State::kHeld) {
+    return Err(ESTALE, "file moved to another node");
+  }
+  return Ok();
+}
+
+Result<size_t> LocalNodeFs::Freeze(dev_t dev, ino_t ino) {
+  const InodeKey key{dev, ino};
+  size_t handles = 0;
+  if (auto s = gate_.Freeze(key, [&] {
+        std::lock_guard lock(mu_);
+        auto it = inodes_.find(key);
+        handles = it == inodes_.end() ? 0 : it->second.handles;
+      });
+      !s) {
+    return Err(s.error());
+  }
+  return handles;
+}
+
+void LocalNodeFs::Hold(dev_t dev, ino_t ino) { gate_.MarkHeld({dev, ino}); }
+
+void LocalNodeFs::MarkMoved(dev_t dev, ino_t ino) { gate_.MarkMoved({dev, ino}); }
+
+void LocalNodeFs::Thaw(dev_t dev, ino_t ino) { gate_.Thaw({dev, ino}); }
+
+Result<int> LocalNodeFs::CreateUnnamed(const std::string& dir) {
+  auto p = ResolveWhole(dir, "create-unnamed");
+  if (!p) return Err(p.error());
+  int fd = OpenAt2(p->dir, p->name.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) return SysErr("create-unnamed", dir);
+  return fd;
+}
+
+Result<struct stat> LocalNodeFs::LinkUnnamed(int fd, const std::string& path) {
+  Changing(path);
+  auto p = ResolveParent(path, "link-unnamed");
+  if (!p) return Err(p.error());
+  if (linkat(fd, "", p->dir, p->name.c_str(), AT_EMPTY_PATH) != 0) {
+    return SysErr("link-unnamed", path);
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return SysErr("link-unnamed", path);
+  UniqueFd d(openat(p->dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (d.get() < 0 || fsync(d.get()) != 0) return SysErr("link-unnamed: fsync dir", path);
+  return st;
+}
+
+}  // namespace fedfs::ns

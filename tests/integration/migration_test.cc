@@ -1,0 +1,205 @@
+// File moves between nodes (migration/migration.h, docs/migration.md) on
+// three real daemons with FUSE mounts (label "integration"; needs root and
+// /dev/fuse):
+//  * `fedfsctl migrate` through a third node moves a file from its node to
+//    another: afterwards it is in the target's export root only, with the
+//    same bytes (holes kept), mode, owner, times and xattrs; every mount
+//    lists it once and reads the same bytes; a write after the move lands at
+//    the target and is read through the other mounts;
+//  * a file open through a mount is refused (EBUSY: moves of open files are
+//    not built), and moves once it is closed;
+//  * bad requests (a directory, an unknown node, the node it is on) are
+//    refused with their reason and change nothing.
+//
+// Each test owns a Cluster, which stops the daemons by pid, unmounts and
+// removes its temporary directory whatever happens.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tests/tools/cluster.h"
+
+namespace fedfs::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+CommandResult Migrate(const Cluster& c, const std::string& via, const std::string& path,
+                      const std::string& to) {
+  return RunCommand({FEDFS_FEDFSCTL_PATH, "--socket", c.Socket(via), "migrate", path, "--to", to},
+                    kNoHang);
+}
+
+std::string Holder(const Cluster& c, const std::string& via, const std::string& path) {
+  auto j = c.Ctl(via, {"where", path});
+  if (!j.is_object() || !j["holders"].is_array() || j["holders"].size() != 1) return "";
+  return j["holders"][0].get<std::string>();
+}
+
+// Content with a hole: 1 MiB of random bytes, 2 MiB unwritten, 300 KiB more.
+std::string MakeContent() {
+  std::mt19937_64 rng(42);
+  std::string s((3u << 20) + 300 * 1024, '\0');
+  for (size_t i = 0; i < (1u << 20); ++i) s[i] = static_cast<char>(rng());
+  for (size_t i = 3u << 20; i < s.size(); ++i) s[i] = static_cast<char>(rng());
+  return s;
+}
+
+void WriteSparse(const std::string& path, const std::string& content) {
+  const int fd = ::open(path.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0) << path;
+  ASSERT_EQ(::pwrite(fd, content.data(), 1u << 20, 0), 1 << 20);
+  const size_t tail = content.size() - (3u << 20);
+  ASSERT_EQ(::pwrite(fd, content.data() + (3u << 20), tail, 3 << 20),
+            static_cast<ssize_t>(tail));
+  ::close(fd);
+}
+
+// What a failure prints of file contents: size and a hash, not the bytes.
+std::string Digest(const std::string& s) {
+  return std::to_string(s.size()) + " bytes, hash " + std::to_string(std::hash<std::string>{}(s));
+}
+
+class Migration : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root for FUSE mounts";
+    const std::string e = c_.StartMounted(3, &ids_);
+    ASSERT_EQ(e, "");
+  }
+  std::string Root(const std::string& id) const { return c_.ExportRoot(id); }
+  std::string Mnt(const std::string& id) const { return c_.Mountpoint(id); }
+
+  Cluster c_;
+  std::vector<std::string> ids_;
+};
+
+TEST_F(Migration, MovesAFileKeepingPathBytesAndAttributes) {
+  // The file lives on n1 (written into its export root, as a local program
+  // would); n3 asks for the move to n2.
+  fs::create_directories(Root("n1") + "/data");
+  const std::string content = MakeContent();
+  const std::string local = Root("n1") + "/data/f";
+  WriteSparse(local, content);
+  ASSERT_EQ(::chmod(local.c_str(), 0640), 0);
+  ASSERT_EQ(::chown(local.c_str(), 1234, 2345), 0);
+  ASSERT_EQ(::setxattr(local.c_str(), "user.color", "blue", 4, 0), 0);
+  const struct timespec times[2] = {{1000000000, 5}, {1200000000, 7}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, local.c_str(), times, 0), 0);
+  ASSERT_EQ(Digest(ReadFileText(Mnt("n3") + "/data/f")), Digest(content));  // seen before the move
+  ASSERT_EQ(Holder(c_, "n3", "/data/f"), "n1");
+  struct stat before {};  // the read above may have set the access time
+  ASSERT_EQ(::stat(local.c_str(), &before), 0);
+
+  const CommandResult r = Migrate(c_, "n3", "/data/f", "n2");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err << c_.Log("n1") << c_.Log("n2");
+  EXPECT_NE(r.out.find("moved /data/f from n1 to n2"), std::string::npos) << r.out;
+
+  EXPECT_FALSE(fs::exists(local));
+  const std::string moved = Root("n2") + "/data/f";
+  ASSERT_TRUE(fs::exists(moved));
+  struct stat st {};  // before any read sets the access time
+  ASSERT_EQ(::stat(moved.c_str(), &st), 0);
+  EXPECT_EQ(Digest(ReadFileText(moved)), Digest(content));
+  EXPECT_EQ(st.st_mode & 07777, 0640u);
+  EXPECT_EQ(st.st_uid, 1234u);
+  EXPECT_EQ(st.st_gid, 2345u);
+  EXPECT_EQ(st.st_mtim.tv_sec, 1200000000);
+  EXPECT_EQ(st.st_mtim.tv_nsec, 7);
+  EXPECT_EQ(st.st_atim.tv_sec, before.st_atim.tv_sec);
+  EXPECT_EQ(st.st_atim.tv_nsec, before.st_atim.tv_nsec);
+  EXPECT_LT(static_cast<uint64_t>(st.st_blocks) * 512, content.size() - (1u << 20))
+      << "the hole was filled";
+  char xv[16] = {};
+  ASSERT_EQ(::getxattr(moved.c_str(), "user.color", xv, sizeof xv), 4);
+  EXPECT_EQ(std::string(xv, 4), "blue");
+
+  for (const std::string& id : ids_) {
+    SCOPED_TRACE(id);
+    EXPECT_EQ(ListNames(Mnt(id) + "/data"), std::set<std::string>{"f"});
+    EXPECT_EQ(Digest(ReadFileText(Mnt(id) + "/data/f")), Digest(content));
+    EXPECT_EQ(Holder(c_, id, "/data/f"), "n2");
+  }
+  auto stats = c_.Ctl("n1", {"migrations"});
+  ASSERT_TRUE(stats.is_object());
+  EXPECT_EQ(stats["done"], 1);
+  EXPECT_EQ(stats["pending"], 0);
+  EXPECT_EQ(c_.Ctl("n2", {"migrations"})["received"], 1);
+
+  // A write through n1's mount lands at n2 and is read through n3's.
+  {
+    const int fd = ::open((Mnt("n1") + "/data/f").c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    ASSERT_EQ(::pwrite(fd, "HELLO", 5, 10), 5);
+    ::close(fd);
+  }
+  std::string changed = content;
+  changed.replace(10, 5, "HELLO");
+  EXPECT_EQ(Digest(ReadFileText(moved)), Digest(changed));
+  EXPECT_EQ(Digest(ReadFileText(Mnt("n3") + "/data/f")), Digest(changed));
+  EXPECT_FALSE(fs::exists(local));
+
+  // And back, through the file's new node itself.
+  const CommandResult back = Migrate(c_, "n2", "/data/f", "n1");
+  ASSERT_EQ(back.exit_code, 0) << back.out << back.err;
+  EXPECT_EQ(Digest(ReadFileText(local)), Digest(changed));
+  EXPECT_FALSE(fs::exists(moved));
+  for (const std::string& id : ids_) {
+    EXPECT_EQ(Digest(ReadFileText(Mnt(id) + "/data/f")), Digest(changed)) << id;
+  }
+}
+
+TEST_F(Migration, AnOpenFileIsRefusedUntilClosed) {
+  fs::create_directories(Root("n1") + "/d");
+  const std::string local = Root("n1") + "/d/open";
+  { std::ofstream(local) << "contents"; }
+  const int fd = ::open((Mnt("n2") + "/d/open").c_str(), O_RDWR);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  const CommandResult r = Migrate(c_, "n3", "/d/open", "n2");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE((r.out + r.err).find("open"), std::string::npos) << r.out << r.err;
+  EXPECT_TRUE(fs::exists(local));
+  EXPECT_FALSE(fs::exists(Root("n2") + "/d/open"));
+  ASSERT_EQ(::pwrite(fd, "C", 1, 0), 1);  // the handle still works at n1
+  ::close(fd);
+  EXPECT_EQ(ReadFileText(local), "Contents");
+
+  // Closed (the close reaches n1 by then: a release is sent at once by default).
+  ASSERT_TRUE(WaitFor([&] { return Migrate(c_, "n3", "/d/open", "n2").exit_code == 0; },
+                      kNoHang));
+  EXPECT_FALSE(fs::exists(local));
+  EXPECT_EQ(ReadFileText(Root("n2") + "/d/open"), "Contents");
+  EXPECT_EQ(ListNames(Mnt("n1") + "/d"), std::set<std::string>{"open"});
+}
+
+TEST_F(Migration, BadRequestsAreRefusedWithTheirReason) {
+  fs::create_directories(Root("n1") + "/d");
+  { std::ofstream(Root("n1") + "/d/f") << "x"; }
+  ASSERT_EQ(ReadFileText(Mnt("n2") + "/d/f"), "x");
+  struct Case {
+    std::string path, to, says;
+  };
+  for (const Case& k : {Case{"/d", "n2", "directory"}, Case{"/d/f", "n9", "not alive"},
+                        Case{"/d/f", "n1", "already"}, Case{"/d/none", "n2", "No such"}}) {
+    SCOPED_TRACE(k.path + " -> " + k.to);
+    const CommandResult r = Migrate(c_, "n3", k.path, k.to);
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE((r.out + r.err).find(k.says), std::string::npos) << r.out << r.err;
+  }
+  EXPECT_EQ(ReadFileText(Root("n1") + "/d/f"), "x");
+  EXPECT_EQ(ListNames(Root("n2")), std::set<std::string>{});
+  EXPECT_EQ(c_.Ctl("n1", {"migrations"})["pending"], 0);
+}
+
+}  // namespace
+}  // namespace fedfs::testing
