@@ -25,13 +25,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-ALL_TARGETS=(fuzz_frame fuzz_membership fuzz_vd fuzz_file fuzz_dirops fuzz_control fuzz_config)
+ALL_TARGETS=(fuzz_frame fuzz_membership fuzz_vd fuzz_file fuzz_dirops fuzz_migration fuzz_control fuzz_config)
 # -max_len per target: enough for the largest input its decoder accepts
 # that is still worth mutating (a frame header is at most 4096 bytes, plus
 # the 8 bytes of payload size; a view of ~100 members is 16 KiB).
 declare -A MAX_LEN=(
   [fuzz_frame]=4200 [fuzz_membership]=16384 [fuzz_vd]=16384 [fuzz_file]=8192
-  [fuzz_dirops]=4096 [fuzz_control]=4096 [fuzz_config]=4096
+  [fuzz_dirops]=4096 [fuzz_migration]=4096 [fuzz_control]=4096 [fuzz_config]=4096
 )
 
 mode=run

@@ -295,3 +295,51 @@ TEST(DirMerge, ApplyChanges) {
 
 }  // namespace
 }  // namespace fedfs::ns
+
+namespace fedfs::ns {
+namespace {
+
+// A file in a move (migration/, docs/migration.md "Visibility"): the
+// target's incoming copy shows only next to the source's tombstone of the
+// same move; a tombstone never shows; so a merge at any instant shows one
+// copy.
+TEST(DirMerge, AFileInAMoveShowsOnce) {
+  auto entry = [](const std::string& name, uint64_t id, uint8_t role) {
+    DirEntry e{name, DT_REG, 7};
+    e.move_id = id;
+    e.move_role = role;
+    return e;
+  };
+  auto holders_of = [](const std::vector<NodeListing>& ls) {
+    auto vd = DirMerge("/d", 1, 1, ls);
+    EXPECT_TRUE(vd.has_value());
+    std::vector<std::string> out;
+    if (!vd) return out;
+    for (const auto& e : vd->entries) out.push_back(e.name + "@" + e.holders.front());
+    return out;
+  };
+  const DirEntry plain{"f", DT_REG, 5};
+  // Before the commit: L's copy; T's linked copy hidden.
+  EXPECT_EQ(holders_of({NodeListing{"L", std::vector<DirEntry>{plain}},
+                        NodeListing{"T", std::vector<DirEntry>{entry("f", 9, DirEntry::kIncoming)}}}),
+            std::vector<std::string>{"f@L"});
+  // After it: T's copy, L's tombstone hidden.
+  EXPECT_EQ(holders_of({NodeListing{"L", std::vector<DirEntry>{entry("f", 9, DirEntry::kOutgoing)}},
+                        NodeListing{"T", std::vector<DirEntry>{entry("f", 9, DirEntry::kIncoming)}}}),
+            std::vector<std::string>{"f@T"});
+  // T told of the commit (plain), L not yet deleted (tombstone).
+  EXPECT_EQ(holders_of({NodeListing{"L", std::vector<DirEntry>{entry("f", 9, DirEntry::kOutgoing)}},
+                        NodeListing{"T", std::vector<DirEntry>{plain}}}),
+            std::vector<std::string>{"f@T"});
+  // A tombstone of another move does not reveal an incoming copy.
+  EXPECT_EQ(holders_of({NodeListing{"L", std::vector<DirEntry>{plain, entry("g", 8, DirEntry::kOutgoing)}},
+                        NodeListing{"T", std::vector<DirEntry>{entry("f", 9, DirEntry::kIncoming)}}}),
+            std::vector<std::string>{"f@L"});
+  // L down after the commit: T's copy is hidden until L's listing returns.
+  EXPECT_EQ(holders_of({NodeListing{"L", Err(EHOSTDOWN, "down")},
+                        NodeListing{"T", std::vector<DirEntry>{entry("f", 9, DirEntry::kIncoming)}}}),
+            std::vector<std::string>{});
+}
+
+}  // namespace
+}  // namespace fedfs::ns
