@@ -156,6 +156,16 @@ Result<MoveOutcome> Migration::MoveAt(const std::string& holder, const std::stri
 }
 
 Result<MoveOutcome> Migration::Move(const std::string& path, const std::string& to) {
+  bool changed = false;
+  auto o = Attempt(path, to, false, &changed);
+  // Written during the copy: copied again with changes held from the start.
+  if (!o && changed) o = Attempt(path, to, true, &changed);
+  return o;
+}
+
+Result<MoveOutcome> Migration::Attempt(const std::string& path, const std::string& to,
+                                       bool frozen_copy, bool* changed) {
+  *changed = false;
   if (auto s = ValidateGlobalPath(path); !s || path == "/") return Err(EINVAL, "bad path");
   if (to == node_id_) return Err(EINVAL, "the file is on " + to + " already");
   if (!view_()->IsAlive(to)) return Err(EHOSTDOWN, "node " + to + " is not alive");
@@ -183,7 +193,17 @@ Result<MoveOutcome> Migration::Move(const std::string& path, const std::string& 
   r.dev = st0->st_dev;
   r.ino = st0->st_ino;
   r.type = DT_REG;
-  auto fail = [this, &r](Error e) -> Result<MoveOutcome> {
+  const dev_t dev = st0->st_dev;
+  const ino_t ino = st0->st_ino;
+  bool frozen = false, locked = false;
+  const std::string dir(ParentPath(path));
+  const std::string name(BaseName(path));
+  // Undoes what was done (the gate, the name's lock, T's copy, the record)
+  // and answers `e`.
+  auto fail = [&](Error e) -> Result<MoveOutcome> {
+    if (frozen) move_->Thaw(dev, ino);
+    if (locked) (void)update_(dir, {VdChange{VdChange::Kind::kRelease, name, 0, node_id_}});
+    (void)Undo(r);
     {
       std::lock_guard lock(mu_);
       stats_.failed++;
@@ -191,12 +211,30 @@ Result<MoveOutcome> Migration::Move(const std::string& path, const std::string& 
     Log()->info("move {} of {} to {}: {}", r.id, r.path, r.peer, e.ToString());
     return Err(std::move(e));
   };
+  // Freezes the file: locks refuse the move (moving them is not built).
+  auto freeze = [&]() -> Status {
+    auto f = move_->Freeze(dev, ino);
+    if (!f) return Err(f.error());
+    frozen = true;
+    if (f->lock_owners != 0) {
+      return Err(EBUSY, "the file is locked (" + std::to_string(f->lock_owners) +
+                            " owners): moves of locked files are not built");
+    }
+    return Ok();
+  };
   if (auto s = Save(r); !s) {
     std::lock_guard lock(mu_);
     busy_.erase(path);
     return Err(s.error());
   }
   Step("mig:journaled");
+  if (frozen_copy) {
+    if (auto s = freeze(); !s) return fail(s.error());
+    auto again = local_->Stat(Cred{}, path);
+    if (!again) return fail(again.error());
+    if (again->st_dev != dev || again->st_ino != ino) return fail(Error{EAGAIN, "renamed"});
+    st0 = again;
+  }
 
   // 2. The copy, pulled by T.
   MoveMsg p;
@@ -216,25 +254,14 @@ Result<MoveOutcome> Migration::Move(const std::string& path, const std::string& 
                      NodeFs::DirTemplate{ds->st_mode & 07777, ds->st_uid, ds->st_gid});
   }
   auto copied = Call(to, MethodId(RpcMethod::kMigPrepare), EncodeMsg(p), options_.copy_timeout);
-  Error why{0, {}};
-  uint64_t bytes = 0;
-  if (!copied) {
-    why = copied.error();
-  } else if (auto a = DecodeMsg(*copied); !a) {
-    why = a.error();
-  } else {
-    bytes = a->bytes;
-  }
-  if (why.code != 0) {
-    (void)Undo(r);
-    return fail(std::move(why));
-  }
+  if (!copied) return fail(copied.error());
+  auto answer = DecodeMsg(*copied);
+  if (!answer) return fail(answer.error());
+  const uint64_t bytes = answer->bytes;
   Step("mig:copied");
 
   // 3. Lock the name, freeze, check.
-  const std::string dir(ParentPath(path));
-  const std::string name(BaseName(path));
-  bool locked = false;
+  Error why{0, {}};
   for (int i = 0; i < 50 && !locked; ++i) {
     Status s = update_(dir, {VdChange{VdChange::Kind::kLock, name, 0, node_id_}});
     if (s) {
@@ -248,30 +275,16 @@ Result<MoveOutcome> Migration::Move(const std::string& path, const std::string& 
   }
   if (!locked) {
     if (why.code == 0) why = Error{EBUSY, "the name is locked by another operation"};
-    (void)Undo(r);
     return fail(std::move(why));
   }
-  auto release = [&] {
-    (void)update_(dir, {VdChange{VdChange::Kind::kRelease, name, 0, node_id_}});
-  };
-  auto handles = move_->Freeze(st0->st_dev, st0->st_ino);
-  if (!handles) {
-    release();
-    (void)Undo(r);
-    return fail(handles.error());
+  if (!frozen) {
+    if (auto s = freeze(); !s) return fail(s.error());
   }
   auto st1 = local_->Stat(Cred{}, path);
-  if (*handles != 0 || !st1 || !SameVersion(*st0, *st1)) {
-    if (*handles != 0) {
-      why = Error{EBUSY, "the file is open (" + std::to_string(*handles) +
-                             " handles): moves of open files are not built"};
-    } else {
-      why = Error{EAGAIN, "the file changed during the copy"};
-    }
-    move_->Thaw(st0->st_dev, st0->st_ino);
-    release();
-    (void)Undo(r);
-    return fail(std::move(why));
+  if (!st1) return fail(st1.error());
+  if (!SameVersion(*st0, *st1)) {
+    *changed = !frozen_copy;
+    return fail(Error{EAGAIN, "the file changed during the copy"});
   }
   Step("mig:frozen");
 
@@ -280,10 +293,8 @@ Result<MoveOutcome> Migration::Move(const std::string& path, const std::string& 
   place.id = r.id;
   place.path = path;
   place.from = node_id_;
-  if (auto s = Call(to, MethodId(RpcMethod::kMigPlace), EncodeMsg(place), options_.rpc_timeout); !s) {
-    move_->Thaw(st0->st_dev, st0->st_ino);
-    release();
-    (void)Undo(r);
+  if (auto s = Call(to, MethodId(RpcMethod::kMigPlace), EncodeMsg(place), options_.rpc_timeout);
+      !s) {
     return fail(s.error());
   }
   Step("mig:placed");
@@ -291,10 +302,7 @@ Result<MoveOutcome> Migration::Move(const std::string& path, const std::string& 
   // 5. The commit point.
   r.state = Rec::kCommitted;
   if (auto s = Save(r); !s) {
-    move_->Thaw(st0->st_dev, st0->st_ino);
-    release();
     r.state = Rec::kCopying;
-    (void)Undo(r);
     return fail(s.error());
   }
   Step("mig:committed");

@@ -165,6 +165,9 @@ class Migration {
 
  private:
   void Step(std::string_view step) const;
+  // One try of Move; *changed: the file changed during an unfrozen copy.
+  Result<MoveOutcome> Attempt(const std::string& path, const std::string& to, bool frozen_copy,
+                              bool* changed);
   Status Save(const Rec& r);
   Status Erase(const Rec& r);
   Status Undo(Rec& r);

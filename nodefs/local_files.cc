@@ -187,6 +187,7 @@ Status LocalNodeFs::Fallocate(Handle h, int mode, uint64_t offset, uint64_t len)
 }
 
 Status LocalNodeFs::Release(Handle h) {
+  bool last = false;
   std::shared_ptr<OpenFile> f;
   std::map<uint64_t, std::shared_ptr<LockDesc>> dropped;
   {
@@ -199,7 +200,12 @@ Status LocalNodeFs::Release(Handle h) {
     if (in != inodes_.end() && --in->second.handles == 0) {
       dropped.swap(in->second.owners);
       inodes_.erase(in);
+      last = true;
     }
+  }
+  // The last handle of a file that moved away: its gate goes (move_support.h).
+  if (last && gate_.Any() && gate_.StateOf({f->dev, f->ino}) == MoveGate::State::kMoved) {
+    gate_.Thaw({f->dev, f->ino});
   }
   return Ok();  // f and the dropped lock descriptions close here, unlocked
 }
@@ -314,6 +320,8 @@ Result<LockRange> LocalNodeFs::GetLk(Handle h, uint64_t owner, const LockRange& 
 Status LocalNodeFs::SetLk(Handle h, uint64_t owner, const LockRange& want) {
   auto f = Lookup(h);
   if (!f) return Err(f.error());
+  auto pass = PassFor([&] { return MoveGate::Key{(*f)->dev, (*f)->ino}; });
+  if (!pass) return Err(pass.error());
   auto fl = ToFlock(want);
   if (!fl) return Err(fl.error());
   const int acc = (*f)->flags & O_ACCMODE;
@@ -330,6 +338,8 @@ Status LocalNodeFs::SetLk(Handle h, uint64_t owner, const LockRange& want) {
 Status LocalNodeFs::Flock(Handle h, uint64_t owner, int op) {
   auto f = Lookup(h);
   if (!f) return Err(f.error());
+  auto pass = PassFor([&] { return MoveGate::Key{(*f)->dev, (*f)->ino}; });
+  if (!pass) return Err(pass.error());
   const int base = op & ~LOCK_NB;
   if (base != LOCK_SH && base != LOCK_EX && base != LOCK_UN) return Err(EINVAL, "flock: op");
   auto d = LockFd(**f, owner, base != LOCK_UN);

@@ -3,10 +3,27 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <string>
+#include <vector>
+
 #include "nodefs/local_node_fs.h"
 #include "nodefs/local_util.h"
 
 namespace fedfs::ns {
+
+namespace {
+
+std::string ReadSmallFile(const std::string& path) {
+  std::string out;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return out;
+}
+
+}  // namespace
 
 using local_detail::OpenAt2;
 using local_detail::SysErr;
@@ -41,25 +58,47 @@ Status LocalNodeFs::MovedCheck(const OpenFile& f) const {
   return Ok();
 }
 
-Result<size_t> LocalNodeFs::Freeze(dev_t dev, ino_t ino) {
+Result<MoveSupport::Frozen> LocalNodeFs::Freeze(dev_t dev, ino_t ino) {
   const InodeKey key{dev, ino};
-  size_t handles = 0;
+  Frozen out;
+  std::vector<std::shared_ptr<LockDesc>> descs;
   if (auto s = gate_.Freeze(key, [&] {
         std::lock_guard lock(mu_);
         auto it = inodes_.find(key);
-        handles = it == inodes_.end() ? 0 : it->second.handles;
+        if (it != inodes_.end()) {
+          out.handles = it->second.handles;
+          for (const auto& [owner, d] : it->second.owners) descs.push_back(d);
+        }
       });
       !s) {
     return Err(s.error());
   }
-  return handles;
+  // An owner's description stays after its locks went (until the file's last
+  // handle here): count those that hold a lock now, as the kernel lists them
+  // (lock changes wait at the gate meanwhile).
+  for (const auto& d : descs) {
+    const std::string info = ReadSmallFile("/proc/self/fdinfo/" + std::to_string(d->fd));
+    if (info.find("\nlock:") != std::string::npos || info.starts_with("lock:")) {
+      out.lock_owners++;
+    }
+  }
+  return out;
 }
 
 void LocalNodeFs::Hold(dev_t dev, ino_t ino) { gate_.MarkHeld({dev, ino}); }
 
 void LocalNodeFs::MarkMoved(dev_t dev, ino_t ino) { gate_.MarkMoved({dev, ino}); }
 
-void LocalNodeFs::Thaw(dev_t dev, ino_t ino) { gate_.Thaw({dev, ino}); }
+void LocalNodeFs::Thaw(dev_t dev, ino_t ino) {
+  const InodeKey key{dev, ino};
+  if (gate_.StateOf(key) == MoveGate::State::kMoved) {
+    std::lock_guard lock(mu_);
+    if (auto it = inodes_.find(key); it != inodes_.end() && it->second.handles > 0) {
+      return;  // Release drops it with the last handle
+    }
+  }
+  gate_.Thaw(key);
+}
 
 Result<int> LocalNodeFs::CreateUnnamed(const std::string& dir) {
   auto p = ResolveWhole(dir, "create-unnamed");

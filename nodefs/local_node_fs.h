@@ -170,7 +170,7 @@ class LocalNodeFs final : public NodeFs, public MoveSupport {
   size_t OpenHandleCount() const;
 
   // MoveSupport (local_move.cc).
-  Result<size_t> Freeze(dev_t dev, ino_t ino) override;
+  Result<Frozen> Freeze(dev_t dev, ino_t ino) override;
   void Hold(dev_t dev, ino_t ino) override;
   void MarkMoved(dev_t dev, ino_t ino) override;
   void Thaw(dev_t dev, ino_t ino) override;

@@ -8,7 +8,7 @@
 //    of the gate is one shared lock per changing operation;
 //  * Frozen (Freeze): operations that would change the file's bytes or
 //    attributes wait: opens for writing or with O_TRUNC, writes, fallocate,
-//    SetAttr and xattr changes. Opens for reading and reads pass. Freeze
+//    SetAttr, xattr changes, and lock changes. Opens for reading and reads pass. Freeze
 //    waits for such operations already running to finish first, so after it
 //    returns the file changes only through a local program (not FedFS);
 //  * Held (Hold): the move is committed and the directory's manager not yet
@@ -36,15 +36,22 @@ class MoveSupport {
  public:
   virtual ~MoveSupport() = default;
 
-  // Freezes (dev, ino) (see above) and returns how many handles are open on
-  // it now (the caller refuses to move an open file). EBUSY if it is gated.
-  [[nodiscard]] virtual Result<size_t> Freeze(dev_t dev, ino_t ino) = 0;
+  struct Frozen {
+    size_t handles = 0;      // open handles of the file here
+    size_t lock_owners = 0;  // owners holding locks on it here
+  };
+  // Freezes (dev, ino) (see above; lock changes wait too) and says who has
+  // it open or locked now. EBUSY if it is gated.
+  [[nodiscard]] virtual Result<Frozen> Freeze(dev_t dev, ino_t ino) = 0;
   // The move is committed: opens and reads wait too (see above).
   virtual void Hold(dev_t dev, ino_t ino) = 0;
   // The file moved: ESTALE from now on (also without a Freeze first: a
   // restarted source re-arms the gate of a committed move).
   virtual void MarkMoved(dev_t dev, ino_t ino) = 0;
-  // Drops the gate of (dev, ino) (nothing if there is none).
+  // Drops the gate of (dev, ino) (nothing if there is none). A moved file
+  // that still has handles open here keeps answering ESTALE through them:
+  // its gate goes with the last of them (its inode number cannot be reused
+  // before).
   virtual void Thaw(dev_t dev, ino_t ino) = 0;
 
   // An unnamed regular file (O_TMPFILE, mode 0600, owned by the daemon) in

@@ -85,7 +85,7 @@ Result<FileOut> VfsImpl::Open(const Cred& c, uint64_t ino, int flags) {
   if (!op) return Err(op.error());
   FileOut out;
   out.direct_io = AppendOnly(flags);
-  out.fh = AddFile(OpenFile{*fs, op->handle, ino, op->attr_callbacks, false, out.direct_io},
+  out.fh = AddFile(OpenFile{*fs, op->handle, ino, op->attr_callbacks, false, out.direct_io, flags},
                    &out.keep_cache);
   return out;
 }
@@ -146,7 +146,7 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
     FileOut out;
     out.direct_io = AppendOnly(flags);
     out.fh = AddFile(
-        OpenFile{*fs, op->handle, entry.ino, op->attr_callbacks, false, out.direct_io},
+        OpenFile{*fs, op->handle, entry.ino, op->attr_callbacks, false, out.direct_io, flags},
         &out.keep_cache);
     return std::make_pair(entry, out);
   }
@@ -172,7 +172,7 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
   EntryOut entry = Remember(parent, ch, names_epoch);
   FileOut out;
   out.direct_io = AppendOnly(flags);
-  out.fh = AddFile(OpenFile{fs, op.handle, entry.ino, op.attr_callbacks, false, out.direct_io},
+  out.fh = AddFile(OpenFile{fs, op.handle, entry.ino, op.attr_callbacks, false, out.direct_io, flags},
                    &out.keep_cache);
   if (op.watch) {
     // Watched by its node from the create on: the kernel may keep these
@@ -187,9 +187,10 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
 }
 
 Result<size_t> VfsImpl::Read(uint64_t fh, uint64_t offset, std::span<std::byte> dst) {
-  FEDFS_TRY(f, FileOf(fh));
-  if (deps_.cache != nullptr && f->told && OneLink(f->ino)) return CachedRead(*f, offset, dst);
-  return f->fs->Read(f->handle, offset, dst);
+  return WithFile(fh, [&](const OpenFile& f) -> Result<size_t> {
+    if (deps_.cache != nullptr && f.told && OneLink(f.ino)) return CachedRead(f, offset, dst);
+    return f.fs->Read(f.handle, offset, dst);
+  });
 }
 
 bool VfsImpl::OneLink(uint64_t ino) const {
@@ -209,7 +210,7 @@ Result<size_t> VfsImpl::Write(uint64_t fh, uint64_t offset, std::span<const std:
     std::lock_guard lock(files_mu_);
     pages_.erase(f->ino);
   }
-  auto n = f->fs->Write(f->handle, offset, src, by);
+  auto n = WithFile(fh, [&](const OpenFile& g) { return g.fs->Write(g.handle, offset, src, by); });
   if (n && !f->dirty) MarkDirty(fh);
   return n;
 }
@@ -233,8 +234,7 @@ Status VfsImpl::Flush(uint64_t fh, uint64_t lock_owner) {
 }
 
 Status VfsImpl::Fsync(uint64_t fh, bool datasync) {
-  FEDFS_TRY(f, FileOf(fh));
-  return f->fs->Fsync(f->handle, datasync);
+  return WithFile(fh, [&](const OpenFile& f) { return f.fs->Fsync(f.handle, datasync); });
 }
 
 Status VfsImpl::Release(uint64_t fh) {
@@ -279,7 +279,8 @@ Status VfsImpl::Fallocate(uint64_t fh, int mode, uint64_t offset, uint64_t len) 
   Changing();  // its node does not tell this node's session (Inode::lookup_attr)
   FEDFS_TRY(f, FileOf(fh));
   DataChange data_change{*this, f->ino};
-  Status s = f->fs->Fallocate(f->handle, mode, offset, len);
+  Status s = WithFile(
+      fh, [&](const OpenFile& g) { return g.fs->Fallocate(g.handle, mode, offset, len); });
   if (s && !f->dirty) MarkDirty(fh);
   return s;
 }
@@ -290,8 +291,9 @@ void VfsImpl::NoteLocks(uint64_t ino) {
 }
 
 Result<LockRange> VfsImpl::GetLk(uint64_t fh, uint64_t owner, const LockRange& want) {
-  FEDFS_TRY(f, FileOf(fh));
-  return f->fs->GetLk(f->handle, GlobalOwner(owner), want);
+  return WithFile(fh, [&](const OpenFile& f) {
+    return f.fs->GetLk(f.handle, GlobalOwner(owner), want);
+  });
 }
 
 Status VfsImpl::SetLk(uint64_t fh, uint64_t owner, const LockRange& want, bool wait) {
@@ -300,13 +302,17 @@ Status VfsImpl::SetLk(uint64_t fh, uint64_t owner, const LockRange& want, bool w
   // and stops when its request is interrupted.
   (void)wait;
   NoteLocks(f->ino);
-  return f->fs->SetLk(f->handle, GlobalOwner(owner), want);
+  return WithFile(fh, [&](const OpenFile& g) {
+    return g.fs->SetLk(g.handle, GlobalOwner(owner), want);
+  });
 }
 
 Status VfsImpl::Flock(uint64_t fh, uint64_t owner, int op) {
   FEDFS_TRY(f, FileOf(fh));
   NoteLocks(f->ino);
-  return f->fs->Flock(f->handle, GlobalOwner(owner), op);
+  return WithFile(fh, [&](const OpenFile& g) {
+    return g.fs->Flock(g.handle, GlobalOwner(owner), op);
+  });
 }
 
 // ---------------------------------------------------------------- directories
@@ -529,10 +535,12 @@ Result<std::string> VfsImpl::GetXattr(const Cred& c, uint64_t ino, const std::st
     FEDFS_TRY(vd, deps_.vds->GetSummary(r->path));
     if ((*vd)->holders.empty()) return Err(ENOENT, r->path);
     node = (*vd)->holders.front();
-  } else if (auto f = AnyFileOf(ino); f) {
+  } else if (auto any = AnyFileHandleOf(ino); any) {
     // Open here: ask through the handle (the same permission checks, run as
     // the caller; the file the kernel means even if its name has moved).
-    auto v = f->fs->GetXattrOf(c, f->handle, name, size, needed);
+    auto v = WithFile(*any, [&](const OpenFile& f) {
+      return f.fs->GetXattrOf(c, f.handle, name, size, needed);
+    });
     if (v || v.error().code != ENOSYS) return v;
   }
   FEDFS_TRY(fs, FsOf(node));

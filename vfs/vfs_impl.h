@@ -373,6 +373,7 @@ class VfsImpl final : public Vfs {
     bool told = false;  // its node tells of its changes (Opened::attr_callbacks)
     bool dirty = false;  // written through (Flush has something to do)
     bool direct = false;  // FileOut::direct_io: written past the kernel's pages
+    int flags = 0;        // as opened (a handle opened again elsewhere: Reopened)
   };
   struct DirHandle {
     uint64_t ino = 0;
@@ -486,6 +487,26 @@ class VfsImpl final : public Vfs {
   bool ReportRemove(const std::string& dir, const std::string& name, const std::string& node);
 
   Result<OpenFile> FileOf(uint64_t fh) const;
+  // The file of handle `fh` moved to another node (migration/): its node
+  // answered ESTALE to an operation through `stale`. Opens it again where
+  // its path is now (VD from the manager), as the daemon (permission was
+  // checked at the open), with the handle's flags less O_CREAT, O_EXCL and
+  // O_TRUNC; the handle uses the new one from now on, the old one is
+  // released. ESTALE (the original answer) when the path is not held
+  // elsewhere now (vfs_moved.cc).
+  Result<OpenFile> Reopened(uint64_t fh, const OpenFile& stale);
+  // `op(const OpenFile&)` on handle `fh`; once more on the handle opened
+  // again (Reopened) when its node answered ESTALE: the file moved.
+  template <class Op>
+  auto WithFile(uint64_t fh, Op op) -> decltype(op(std::declval<const OpenFile&>())) {
+    auto f = FileOf(fh);
+    if (!f) return Err(f.error());
+    auto r = op(*f);
+    if (r || r.error().code != ESTALE) return r;
+    auto g = Reopened(fh, *f);
+    if (!g) return r;
+    return op(*g);
+  }
   // The file-data cache (vfs_cache.cc; docs/coopcache.md, "What runs
   // today"). A read through a told handle of a remote file with one link.
   Result<size_t> CachedRead(const OpenFile& f, uint64_t offset, std::span<std::byte> dst);

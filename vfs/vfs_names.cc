@@ -65,7 +65,8 @@ Result<struct stat> VfsImpl::GetAttr(const Cred& c, uint64_t ino, std::optional<
     // with nothing to change returns the open file's attributes). The kernel
     // sends fstat without a handle, so any open handle of the inode will do.
     if (r.error().code != ENOENT) return Err(r.error());
-    auto f = fh ? FileOf(*fh) : AnyFileOf(ino);
+    const std::optional<uint64_t> open_fh = fh ? fh : AnyFileHandleOf(ino);
+    auto f = open_fh ? FileOf(*open_fh) : AnyFileOf(ino);
     if (!f) {
       // Its name now names another file (a rename over it, seen by a
       // lookup here): what it was, unlinked.
@@ -75,7 +76,9 @@ Result<struct stat> VfsImpl::GetAttr(const Cred& c, uint64_t ino, std::optional<
       }
       return Err(f.error());
     }
-    auto st = f->fs->SetAttr(c, "/", f->handle, SetAttrRequest{});
+    auto st = WithFile(*open_fh, [&](const OpenFile& f) {
+      return f.fs->SetAttr(c, "/", f.handle, SetAttrRequest{});
+    });
     if (!st) return st;
     std::lock_guard lock(mu_);
     if (const Inode* n = table_.Find(ino)) st->st_ino = n->st_ino;
@@ -116,8 +119,10 @@ Result<struct stat> VfsImpl::GetAttr(const Cred& c, uint64_t ino, std::optional<
   if (!st && st.error().code == ENOENT) {
     // Removed or renamed on its node since the kernel looked it up: through
     // an open handle, fstat semantics; else ENOENT once the manager agrees.
-    if (auto f = fh ? FileOf(*fh) : AnyFileOf(ino); f) {
-      st = f->fs->SetAttr(c, "/", f->handle, SetAttrRequest{});
+    if (auto open_fh = fh ? fh : AnyFileHandleOf(ino); open_fh && FileOf(*open_fh)) {
+      st = WithFile(*open_fh, [&](const OpenFile& f) {
+        return f.fs->SetAttr(c, "/", f.handle, SetAttrRequest{});
+      });
     } else {
       // Gone, or its name now names another file (a rename over it from
       // another node): then what it was, unlinked.
@@ -196,9 +201,11 @@ Result<struct stat> VfsImpl::SetAttr(const Cred& c_in, uint64_t ino, std::option
   }
   fh = open_fh;
   if (fh) {
-    if (auto f = FileOf(*fh)) {
+    if (FileOf(*fh)) {
       auto r = Resolve(ino);
-      auto st = f->fs->SetAttr(c, r ? r->path : std::string("/"), f->handle, req);
+      auto st = WithFile(*fh, [&](const OpenFile& f) {
+        return f.fs->SetAttr(c, r ? r->path : std::string("/"), f.handle, req);
+      });
       if (!st) return st;
       std::lock_guard lock(mu_);
       if (const Inode* n = table_.Find(ino)) st->st_ino = n->st_ino;

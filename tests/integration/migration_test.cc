@@ -6,14 +6,16 @@
 //    same bytes (holes kept), mode, owner, times and xattrs; every mount
 //    lists it once and reads the same bytes; a write after the move lands at
 //    the target and is read through the other mounts;
-//  * a file open through a mount is refused (EBUSY: moves of open files are
-//    not built), and moves once it is closed;
+//  * a file open through every mount moves, and each handle reads and
+//    writes the moved file (opened again at the target); a locked file is
+//    refused (moving locks is not built);
 //  * bad requests (a directory, an unknown node, the node it is on) are
 //    refused with their reason and change nothing.
 //
 // Each test owns a Cluster, which stops the daemons by pid, unmounts and
 // removes its temporary directory whatever happens.
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -22,6 +24,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <random>
 #include <string>
@@ -159,27 +162,59 @@ TEST_F(Migration, MovesAFileKeepingPathBytesAndAttributes) {
   }
 }
 
-TEST_F(Migration, AnOpenFileIsRefusedUntilClosed) {
+TEST_F(Migration, OpenHandlesFollowTheFileAndLockedFilesAreRefused) {
   fs::create_directories(Root("n1") + "/d");
   const std::string local = Root("n1") + "/d/open";
-  { std::ofstream(local) << "contents"; }
-  const int fd = ::open((Mnt("n2") + "/d/open").c_str(), O_RDWR);
-  ASSERT_GE(fd, 0) << std::strerror(errno);
-  const CommandResult r = Migrate(c_, "n3", "/d/open", "n2");
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE((r.out + r.err).find("open"), std::string::npos) << r.out << r.err;
+  { std::ofstream(local) << std::string(100, '.'); }
+  // A handle through each node's mount: n1 holds the file (its own handle
+  // is local), n2 and n3 reach it through n1's file service.
+  std::map<std::string, int> fds;
+  for (const std::string& id : ids_) {
+    fds[id] = ::open((Mnt(id) + "/d/open").c_str(), O_RDWR);
+    ASSERT_GE(fds[id], 0) << id << ": " << std::strerror(errno);
+  }
+  // A lock refuses the move (moving locks is not built); nothing changes.
+  ASSERT_EQ(::flock(fds["n2"], LOCK_EX | LOCK_NB), 0) << std::strerror(errno);
+  const CommandResult locked = Migrate(c_, "n2", "/d/open", "n3");
+  EXPECT_NE(locked.exit_code, 0);
+  EXPECT_NE((locked.out + locked.err).find("locked"), std::string::npos)
+      << locked.out << locked.err;
   EXPECT_TRUE(fs::exists(local));
-  EXPECT_FALSE(fs::exists(Root("n2") + "/d/open"));
-  ASSERT_EQ(::pwrite(fd, "C", 1, 0), 1);  // the handle still works at n1
-  ::close(fd);
-  EXPECT_EQ(ReadFileText(local), "Contents");
+  ASSERT_EQ(::flock(fds["n2"], LOCK_UN), 0);
 
-  // Closed (the close reaches n1 by then: a release is sent at once by default).
-  ASSERT_TRUE(WaitFor([&] { return Migrate(c_, "n3", "/d/open", "n2").exit_code == 0; },
-                      kNoHang));
+  const CommandResult r = Migrate(c_, "n2", "/d/open", "n3");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err << c_.Log("n1") << c_.Log("n3");
   EXPECT_FALSE(fs::exists(local));
-  EXPECT_EQ(ReadFileText(Root("n2") + "/d/open"), "Contents");
-  EXPECT_EQ(ListNames(Mnt("n1") + "/d"), std::set<std::string>{"open"});
+  const std::string moved = Root("n3") + "/d/open";
+  ASSERT_TRUE(fs::exists(moved));
+  // Every handle still reads and writes the one file, now at n3.
+  size_t at = 0;
+  for (const std::string& id : ids_) {
+    SCOPED_TRACE(id);
+    const std::string mark = "<" + id + ">";
+    ASSERT_EQ(::pwrite(fds[id], mark.data(), mark.size(), static_cast<off_t>(at)),
+              static_cast<ssize_t>(mark.size()))
+        << std::strerror(errno);
+    ASSERT_EQ(::fsync(fds[id]), 0) << std::strerror(errno);
+    at += 10;
+  }
+  std::string want(100, '.');
+  want.replace(0, 4, "<n1>");
+  want.replace(10, 4, "<n2>");
+  want.replace(20, 4, "<n3>");
+  EXPECT_EQ(ReadFileText(moved), want);
+  for (const std::string& id : ids_) {
+    SCOPED_TRACE(id);
+    char buf[100];
+    ASSERT_EQ(::pread(fds[id], buf, sizeof buf, 0), 100) << std::strerror(errno);
+    EXPECT_EQ(std::string(buf, 100), want);
+    struct stat st {};
+    ASSERT_EQ(::fstat(fds[id], &st), 0) << std::strerror(errno);
+    EXPECT_EQ(st.st_size, 100);
+    ::close(fds[id]);
+    EXPECT_EQ(ReadFileText(Mnt(id) + "/d/open"), want);
+  }
+  EXPECT_FALSE(fs::exists(local));
 }
 
 TEST_F(Migration, BadRequestsAreRefusedWithTheirReason) {

@@ -1,0 +1,65 @@
+// VfsImpl: handles of a file that moved to another node (migration/): its
+// old node answers ESTALE to every operation through them, and they are
+// opened again where the file is now (vfs/vfs_impl.h, Reopened).
+#include <dirent.h>
+#include <fcntl.h>
+
+#include "common/logging.h"
+#include "common/path.h"
+#include "vfs/vfs_impl.h"
+
+namespace fedfs::ns {
+
+Result<VfsImpl::OpenFile> VfsImpl::Reopened(uint64_t fh, const OpenFile& stale) {
+  const Error moved{ESTALE, "the file moved"};
+  auto path = PathOf(stale.ino);
+  if (!path) return Err(moved);
+  const std::string dir(ParentPath(*path)), name(BaseName(*path));
+  auto vd = deps_.vds->GetFresh(dir);
+  if (!vd) return Err(moved);
+  const VdEntry* e = (*vd)->Find(name);
+  if (e == nullptr || e->type == DT_DIR || e->holders.empty() ||
+      e->holders.front() == stale.fs->node_id()) {
+    return Err(moved);  // not held elsewhere: ESTALE stands
+  }
+  const std::string node = e->holders.front();
+  auto fs = FsOf(node);
+  if (!fs) return Err(fs.error());
+  auto op = (*fs)->Open(Cred{}, *path, stale.flags & ~(O_CREAT | O_EXCL | O_TRUNC));
+  if (!op) return Err(op.error());
+  OpenFile now = stale;
+  now.fs = *fs;
+  now.handle = op->handle;
+  now.told = op->attr_callbacks;
+  {
+    std::lock_guard lock(files_mu_);
+    auto it = files_.find(fh);
+    if (it == files_.end() || it->second.fs != stale.fs || it->second.handle != stale.handle) {
+      // Released meanwhile, or opened again by another thread first.
+      const bool gone = it == files_.end();
+      OpenFile current = gone ? OpenFile{} : it->second;
+      (void)now.fs->Release(now.handle);  // best effort: a handle nobody uses
+      if (gone) return Err(EBADF, "file handle released");
+      return current;
+    }
+    if (stale.told) told_.erase({stale.fs->node_id(), stale.handle});
+    if (now.told) told_.emplace(std::make_pair(node, now.handle), stale.ino);
+    pages_.erase(stale.ino);  // the next open keeps no page
+    it->second.fs = now.fs;
+    it->second.handle = now.handle;
+    it->second.told = now.told;
+    now = it->second;
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (Inode* n = table_.Find(stale.ino)) {
+      n->node = node;
+      n->st_ino = FileIno(node, op->st.st_ino);
+    }
+  }
+  (void)stale.fs->Release(stale.handle);  // best effort: the old copy is gone
+  Logger("vfs")->info("a handle of {} follows it from {} to {}", *path, stale.fs->node_id(), node);
+  return now;
+}
+
+}  // namespace fedfs::ns
