@@ -171,17 +171,25 @@ struct MigrateReply {
 };
 
 // "migrations": this node's moves, as source (started ... bytes) and as
-// target (received), and the records not yet resolved (pending).
+// target (received), and the records not yet resolved (pending). Moves for
+// room (docs/migration.md, "On a full disk"): asked of this node as the
+// file's node (full_asked), committed (full_done), refused or undone
+// (full_failed); this node's writes that found no room and were written
+// where the file moved (full_writes), its creates made on another node than
+// the chosen one for lack of room there (full_creates).
 struct MigrationsReply {
   static constexpr const Command& kCommand = kMigrations;
   std::string node;
   bool enabled = false;
   uint64_t started = 0, done = 0, undone = 0, failed = 0, bytes = 0, received = 0, pending = 0;
+  uint64_t full_asked = 0, full_done = 0, full_failed = 0, full_writes = 0, full_creates = 0;
   template <class S, class V>
   static void Fields(S& s, V&& v) {
     v("node", s.node); v("enabled", s.enabled); v("started", s.started); v("done", s.done);
     v("undone", s.undone); v("failed", s.failed); v("bytes", s.bytes);
-    v("received", s.received); v("pending", s.pending);
+    v("received", s.received); v("pending", s.pending); v("full_asked", s.full_asked);
+    v("full_done", s.full_done); v("full_failed", s.full_failed);
+    v("full_writes", s.full_writes); v("full_creates", s.full_creates);
   }
 };
 

@@ -282,7 +282,7 @@ Result<DaemonOptions> ParseConfig(const std::string& text, const std::string& pa
               {"node_id", "node_tag", "listen", "export_root", "mountpoint", "peers",
                "cluster_key_file", "control_socket", "state_dir", "log_level", "transport", "timeouts", "ring",
                "fuse", "placement", "security", "directory_table", "autonomy",
-               "coopcache"});
+               "coopcache", "migration"});
 
     // Required scalars, in the order of the documentation.
     if (GetString(c, root, "node_id", "node_id", true, &o.node_id) && !IsValidNodeId(o.node_id)) {
@@ -504,6 +504,25 @@ Result<DaemonOptions> ParseConfig(const std::string& text, const std::string& pa
       }
       if (o.coopcache.size != 0 && o.coopcache.size < o.coopcache.block) {
         c.Fail("coopcache.size", "below one block (coopcache.block)");
+      }
+    }
+
+    if (const YAML::Node m = GetMap(c, root, "migration")) {
+      CheckKeys(c, m, "migration.", {"on_full"});
+      if (const YAML::Node f = GetMap(c, m, "on_full")) {
+        CheckKeys(c, f, "migration.on_full.", {"enabled", "max_size", "max_wait_ms", "min_free"});
+        MigrationConfig::OnFull& of = o.migration.on_full;
+        GetBool(c, f, "enabled", "migration.on_full.enabled", &of.enabled);
+        uint64_t v = 0;
+        if (GetSize(c, f, "max_size", "migration.on_full.max_size", 0, uint64_t{1} << 50, &v)) {
+          of.max_size = v;
+        }
+        if (GetUint(c, f, "max_wait_ms", "migration.on_full.max_wait_ms", 0, 3600000, &v)) {
+          of.max_wait = std::chrono::milliseconds(v);
+        }
+        if (GetSize(c, f, "min_free", "migration.on_full.min_free", 0, uint64_t{1} << 50, &v)) {
+          of.min_free = v;
+        }
       }
     }
 

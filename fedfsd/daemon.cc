@@ -226,6 +226,10 @@ Status Daemon::StartNamespace(const DaemonOptions& o) {
     no.vfs.coherent_remote_open_attr_timeout = 10;
   }
   no.vfs.node_tag = static_cast<uint16_t>(o.node_tag);
+  no.vfs.on_full.enabled = o.migration.on_full.enabled;
+  no.vfs.on_full.max_size = o.migration.on_full.max_size;
+  no.vfs.on_full.max_wait = o.migration.on_full.max_wait;
+  no.vfs.on_full.min_free = o.migration.on_full.min_free;
   no.placement = PlacementFrom(o.placement);
   no.remote_callbacks = o.fuse.kernel_cache;
   no.vfs.keep_remote_pages = o.fuse.kernel_cache && o.fuse.keep_cache;
@@ -279,7 +283,12 @@ Status Daemon::StartControl(const DaemonOptions& o) {
   ns::RegisterVfsControl(commands, &node_->vfs());
   ns::RegisterMigrationControl(
       commands, node_->migration(),
-      [vfs = &node_->vfs()](const std::string& path) { return vfs->Where(path); }, o.node_id);
+      [vfs = &node_->vfs()](const std::string& path) { return vfs->Where(path); },
+      [vfs = &node_->vfs()] {
+        const auto s = vfs->RoomStats();
+        return ns::RoomCounts{s.writes, s.creates};
+      },
+      o.node_id);
   ns::RegisterVdControl(commands, &node_->vd_service(), o.node_id);
   ns::RegisterFilesControl(commands, &node_->file_service(), &node_->fs_callbacks(), o.node_id);
   coop::RegisterCacheControl(commands, {node_->cache(), node_->peers(), node_->forwarder(), node_->hints(),

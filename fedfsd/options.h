@@ -106,6 +106,18 @@ struct CoopCacheConfig {
   uint64_t min_free = 0;
 };
 
+// File moves (docs/migration.md). on_full: a write or a create that finds
+// no room at its node (docs/migration.md, "On a full disk"; the meaning of
+// each field is VfsOptions::Room's).
+struct MigrationConfig {
+  struct OnFull {
+    bool enabled = true;
+    uint64_t max_size = uint64_t{1} << 30;
+    std::chrono::milliseconds max_wait{30000};
+    uint64_t min_free = uint64_t{16} << 20;
+  } on_full;
+};
+
 // Watching the export root for changes made behind FedFS' back
 // (watch/local_watch.h; docs/namespace.md "Autonomy").
 struct AutonomyConfig {
@@ -139,6 +151,7 @@ struct DaemonOptions {
   AutonomyConfig autonomy;
   SecurityConfig security;
   CoopCacheConfig coopcache;
+  MigrationConfig migration;
 };
 
 // The membership options implied by a daemon's options (advertise_addr is

@@ -142,12 +142,13 @@ void Migration::Annotate(const std::string& dir, std::vector<DirEntry>* entries)
 }
 
 Result<MoveOutcome> Migration::MoveAt(const std::string& holder, const std::string& path,
-                                      const std::string& to) {
-  if (holder == node_id_) return Move(path, to);
+                                      const std::string& to, MoveTrigger why) {
+  if (holder == node_id_) return Move(path, to, why);
   MoveMsg m;
   m.path = path;
   m.from = node_id_;
   m.to = to;
+  m.trigger = static_cast<uint8_t>(why);
   auto r = Call(holder, MethodId(RpcMethod::kMigStart), EncodeMsg(m), options_.copy_timeout);
   if (!r) return Err(r.error());
   auto a = DecodeMsg(*r);
@@ -155,11 +156,19 @@ Result<MoveOutcome> Migration::MoveAt(const std::string& holder, const std::stri
   return MoveOutcome{holder, to, a->bytes};
 }
 
-Result<MoveOutcome> Migration::Move(const std::string& path, const std::string& to) {
+Result<MoveOutcome> Migration::Move(const std::string& path, const std::string& to,
+                                    MoveTrigger why) {
+  const auto t = static_cast<size_t>(why);
+  {
+    std::lock_guard lock(mu_);
+    stats_.by_trigger[t].asked++;
+  }
   bool changed = false;
   auto o = Attempt(path, to, false, &changed);
   // Written during the copy: copied again with changes held from the start.
   if (!o && changed) o = Attempt(path, to, true, &changed);
+  std::lock_guard lock(mu_);
+  (o ? stats_.by_trigger[t].done : stats_.by_trigger[t].failed)++;
   return o;
 }
 

@@ -91,6 +91,11 @@ struct MigrationOptions {
   std::chrono::milliseconds retry_max{10000};
 };
 
+// Why a file moves: by hand (fedfsctl migrate), or because a write or a
+// create at its node found no room (docs/migration.md, "On a full disk").
+enum class MoveTrigger : uint8_t { kManual = 0, kFull = 1 };
+inline constexpr uint8_t kMoveTriggers = 2;
+
 struct MoveOutcome {
   std::string from;
   std::string to;
@@ -138,12 +143,15 @@ class Migration {
   // target's errno (ENOSPC, EEXIST: a file of that name at T...). On any
   // error nothing changed (or, if an undo could not reach T, the undo is
   // pending and T's copy stays hidden).
-  [[nodiscard]] Result<MoveOutcome> Move(const std::string& path, const std::string& to);
+  // `why` is counted (Stats::by_trigger).
+  [[nodiscard]] Result<MoveOutcome> Move(const std::string& path, const std::string& to,
+                                         MoveTrigger why = MoveTrigger::kManual);
 
   // Moves `path`, held by node `holder`, to `to`: here when `holder` is this
   // node, else through kMigStart to it.
   [[nodiscard]] Result<MoveOutcome> MoveAt(const std::string& holder, const std::string& path,
-                                           const std::string& to);
+                                           const std::string& to,
+                                           MoveTrigger why = MoveTrigger::kManual);
 
   // VdServiceOptions::annotate_listing: marks the names of `dir` that are in
   // a move (tombstones here as L after the commit, incoming as T).
@@ -157,6 +165,12 @@ class Migration {
   struct Stats {
     uint64_t started = 0, done = 0, undone = 0, failed = 0, bytes = 0;
     uint64_t received = 0;  // moves here as T, committed
+    // Moves asked of this node as L, by trigger (MoveTrigger): asked, done
+    // (committed), failed (refused or undone).
+    struct Counts {
+      uint64_t asked = 0, done = 0, failed = 0;
+    };
+    Counts by_trigger[kMoveTriggers];
   };
   Stats stats() const;
 

@@ -7,7 +7,7 @@ namespace fedfs::ns {
 void RegisterMigrationControl(
     control::Dispatcher& dispatcher, Migration* migration,
     std::function<Result<std::vector<std::string>>(const std::string& path)> where,
-    std::string node_id) {
+    std::function<RoomCounts()> room, std::string node_id) {
   dispatcher.Register([migration, where = std::move(where)](
                           const control::Request& q) -> Result<control::MigrateReply> {
     if (migration == nullptr) return Err(ENOTSUP, "file moves are off on this node");
@@ -26,10 +26,15 @@ void RegisterMigrationControl(
     r.bytes = o->bytes;
     return r;
   });
-  dispatcher.Register([migration, node_id = std::move(node_id)](
+  dispatcher.Register([migration, room = std::move(room), node_id = std::move(node_id)](
                           const control::Request&) -> Result<control::MigrationsReply> {
     control::MigrationsReply r;
     r.node = node_id;
+    if (room) {
+      const RoomCounts c = room();
+      r.full_writes = c.writes;
+      r.full_creates = c.creates;
+    }
     if (migration == nullptr) return r;
     r.enabled = true;
     const Migration::Stats s = migration->stats();
@@ -40,6 +45,10 @@ void RegisterMigrationControl(
     r.bytes = s.bytes;
     r.received = s.received;
     r.pending = migration->PendingCount();
+    const auto& full = s.by_trigger[static_cast<size_t>(MoveTrigger::kFull)];
+    r.full_asked = full.asked;
+    r.full_done = full.done;
+    r.full_failed = full.failed;
     return r;
   });
 }

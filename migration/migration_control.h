@@ -13,11 +13,17 @@
 
 namespace fedfs::ns {
 
+// This node's writes and creates that went elsewhere for room (the mount's
+// counts, VfsImpl::RoomStats).
+struct RoomCounts {
+  uint64_t writes = 0, creates = 0;
+};
+
 // `where` answers the node(s) holding a global path (VfsImpl::Where);
 // `migration` may be null (moves off: "migrate" fails, "migrations" says so).
 void RegisterMigrationControl(
     control::Dispatcher& dispatcher, Migration* migration,
     std::function<Result<std::vector<std::string>>(const std::string& path)> where,
-    std::string node_id);
+    std::function<RoomCounts()> room, std::string node_id);
 
 }  // namespace fedfs::ns

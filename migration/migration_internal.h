@@ -42,6 +42,7 @@ struct MoveMsg {
   std::vector<NodeFs::DirTemplate> parents;
   uint8_t state = 0;
   uint64_t bytes = 0;
+  uint8_t trigger = 0;  // kMigStart: MoveTrigger
 };
 
 struct Migration::Alive {

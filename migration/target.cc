@@ -74,7 +74,7 @@ void Migration::OnStart(m2m::IncomingCall call, m2m::Responder r) {
   if (!m) return;
   auto shared = std::make_shared<m2m::Responder>(std::move(r));
   Spawn([this, m = std::move(*m), shared] {
-    auto o = Move(m.path, m.to);
+    auto o = Move(m.path, m.to, static_cast<MoveTrigger>(m.trigger));
     if (!o) return shared->Fail(o.error());
     MoveMsg a;
     a.from = node_id_;

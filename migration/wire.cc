@@ -95,6 +95,7 @@ m2m::Bytes EncodeMsg(const MoveMsg& m) {
   mb.add_parents(parents);
   mb.add_state(m.state);
   mb.add_bytes(m.bytes);
+  mb.add_trigger(m.trigger);
   b.Finish(mb.Finish());
   return Bytes(b);
 }
@@ -116,6 +117,8 @@ Result<MoveMsg> DecodeMsg(const m2m::Bytes& payload) {
   m.mtime_ns = r->mtime_ns();
   m.state = r->state();
   m.bytes = r->bytes();
+  m.trigger = r->trigger();
+  if (m.trigger >= kMoveTriggers) return Err(EPROTO, "migration message: unknown trigger");
   if (r->parents() != nullptr) {
     if (r->parents()->size() > 256) return Err(EPROTO, "migration message: too many parents");
     for (const fb::Template* t : *r->parents()) {

@@ -269,6 +269,12 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
           },
           d.env.pool, opt.migration, opt.dir_ops_hooks);
       d.migration->RegisterHandlers();
+      d.vfs->SetMover([m = d.migration.get()](const std::string& holder, const std::string& path,
+                                              const std::string& to) -> Status {
+        auto o = m->MoveAt(holder, path, to, ns::MoveTrigger::kFull);
+        if (!o) return Err(o.error());
+        return Ok();
+      });
       d.annotate.store(d.migration.get(), std::memory_order_release);
     }
   }
@@ -291,6 +297,7 @@ Status Node::Recover() {
 }
 
 void Node::StopClients() {
+  if (impl_->vfs) impl_->vfs->SetMover(nullptr);
   if (impl_->migration) impl_->migration->Stop();  // waits for its moves in progress
   if (impl_->vfs) impl_->vfs->SetDirOps(nullptr);
   impl_->dir_ops_client.reset();

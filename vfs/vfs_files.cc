@@ -211,6 +211,9 @@ Result<size_t> VfsImpl::Write(uint64_t fh, uint64_t offset, std::span<const std:
     pages_.erase(f->ino);
   }
   auto n = WithFile(fh, [&](const OpenFile& g) { return g.fs->Write(g.handle, offset, src, by); });
+  if (!n && (n.error().code == ENOSPC || n.error().code == EDQUOT)) {
+    return WriteForRoom(fh, offset, src, by, n.error());  // vfs_room.cc
+  }
   if (n && !f->dirty) MarkDirty(fh);
   return n;
 }
@@ -481,11 +484,11 @@ Result<std::string> VfsImpl::PathOf(uint64_t ino) const {
   return r->path;
 }
 
-std::map<std::string, uint64_t> VfsImpl::FreeBytes() {
+std::map<std::string, uint64_t> VfsImpl::FreeBytes(bool fresh) {
   const auto now = std::chrono::steady_clock::now();
   {
     std::lock_guard lock(free_mu_);
-    if (free_at_ != std::chrono::steady_clock::time_point{} &&
+    if (!fresh && free_at_ != std::chrono::steady_clock::time_point{} &&
         now - free_at_ < std::chrono::seconds(1)) {
       return free_bytes_;
     }

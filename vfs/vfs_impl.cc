@@ -544,6 +544,13 @@ Result<std::string> VfsImpl::PlaceNew(const Cred& c, const std::string& dir_path
   if (node != view->self && !view->IsAlive(node)) {
     return Err(EHOSTDOWN, "placement chose node " + node + ", which is down");
   }
+  if (node == view->self && LowOnRoom()) {  // vfs_room.cc
+    const std::string other = RoomyNode(node, options_.on_full.min_free);
+    if (!other.empty()) {
+      node = other;
+      room_creates_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
   if (auto s = EnsureDirOn(c, node, dir_path, dir_vd); !s) return Err(s.error());
   const std::string name(BaseName(path));
   // EEXIST only once the manager lists the name (a claim in flight is

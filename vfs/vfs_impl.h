@@ -215,6 +215,19 @@ struct VfsOptions {
   // (RemoteAttrsChanged). Needs a KernelCache whose InvalidateData drops
   // pages. docs/coopcache.md, "Kernel page cache".
   bool keep_remote_pages = false;
+  // Room (docs/migration.md, "On a full disk"), with a mover (SetMover): a
+  // write that its file's node answers ENOSPC or EDQUOT moves the file, if
+  // it has one link and at most `max_size` bytes, to the live node with the
+  // most free bytes, and is written there (retried for up to `max_wait`
+  // while another writer's move of it runs); a create that its node answers
+  // so, or on this node while it has less than `min_free` bytes free, is
+  // made on the node with the most free bytes instead.
+  struct Room {
+    bool enabled = true;
+    uint64_t max_size = uint64_t{1} << 30;
+    std::chrono::milliseconds max_wait{30000};
+    uint64_t min_free = uint64_t{16} << 20;
+  } on_full;
 };
 
 struct VfsDeps {
@@ -320,6 +333,16 @@ class VfsImpl final : public Vfs {
   NodeFs* NodeFsFor(const std::string& node);
   // Wires the multi-node directory operations (before serving).
   void SetDirOps(DirOpsClient* d) { deps_.dir_ops = d; }
+  // Moves file `path` from `holder` to node `to` (migration/); the mover of
+  // files for room (VfsOptions::on_full). Set before serving, or null.
+  using MoveFn = std::function<Status(const std::string& holder, const std::string& path,
+                                      const std::string& to)>;
+  void SetMover(MoveFn move) { mover_ = std::move(move); }
+  struct Room {
+    uint64_t writes = 0;   // writes written where their file moved for room
+    uint64_t creates = 0;  // creates made elsewhere than chosen, for room
+  };
+  Room RoomStats() const;
   // Wires the kernel's caches (after mounting; nullptr: none). Names and
   // attributes are handed out cacheable only while it is Coherent().
   void SetKernelCache(KernelCache* k) { kernel_.store(k, std::memory_order_release); }
@@ -358,8 +381,9 @@ class VfsImpl final : public Vfs {
   // Inodes in the table (root included).
   size_t InodeCount() const;
   // Free bytes (f_bavail * f_frsize) of every live node that answered,
-  // refreshed at most once a second (for the most-free placement policy).
-  std::map<std::string, uint64_t> FreeBytes();
+  // refreshed at most once a second (for the most-free placement policy),
+  // or now (`fresh`).
+  std::map<std::string, uint64_t> FreeBytes(bool fresh = false);
 
   // The xattr that names a file's holder node(s) (comma-separated).
   static constexpr const char* kLocationXattr = "user.fedfs.location";
@@ -449,6 +473,14 @@ class VfsImpl final : public Vfs {
   Result<std::string> PlaceNew(const Cred& c, const std::string& dir_path, const VdPtr& dir_vd,
                                const std::string& path, bool is_dir);
   void ReleaseNew(const std::string& dir_path, const std::string& name);
+  // Room (vfs_room.cc): the live node other than `except` with the most free
+  // bytes, at least `need` ("" if none); whether this node has less than
+  // on_full.min_free free; a write that `full` (ENOSPC/EDQUOT) refused,
+  // written where the mover put its file, or `full`.
+  std::string RoomyNode(const std::string& except, uint64_t need);
+  bool LowOnRoom();
+  Result<size_t> WriteForRoom(uint64_t fh, uint64_t offset, std::span<const std::byte> src,
+                              const Writer& by, Error full);
   // PlaceNew, then make(shared_ptr<NodeFs>, path) on the chosen node; a failed make
   // releases the claim. The node and what make returned.
   template <class T, class Make>
@@ -664,6 +696,8 @@ class VfsImpl final : public Vfs {
   std::unordered_map<uint64_t, std::shared_ptr<DirHandle>> dirs_;  // guarded by files_mu_
   uint64_t next_fh_ = 1;  // guarded by files_mu_
 
+  MoveFn mover_;  // set before serving (SetMover)
+  std::atomic<uint64_t> room_writes_{0}, room_creates_{0};
   std::mutex free_mu_;  // leaf lock; not held across calls
   std::map<std::string, uint64_t> free_bytes_;  // guarded by free_mu_
   std::chrono::steady_clock::time_point free_at_{};  // guarded by free_mu_

@@ -110,6 +110,21 @@ Result<std::pair<std::string, T>> VfsImpl::MakeNew(const Cred& c, const std::str
   FEDFS_TRY(node, PlaceNew(c, dir_path, dir_vd, path, is_dir));
   auto fs = FsOf(*node);
   Result<T> made = fs ? make(*fs, path) : Result<T>(Err(fs.error()));
+  if (!made && options_.on_full.enabled &&
+      (made.error().code == ENOSPC || made.error().code == EDQUOT)) {
+    // No room at the chosen node: made on the node with the most free bytes
+    // (vfs_room.cc), under the same claim of the name.
+    const std::string other = RoomyNode(*node, 0);
+    auto other_fs = other.empty() ? Result<std::shared_ptr<NodeFs>>(Err(made.error()))
+                                  : FsOf(other);
+    if (other_fs && EnsureDirOn(c, other, dir_path, dir_vd)) {
+      Result<T> again = make(*other_fs, path);
+      if (again) {
+        room_creates_.fetch_add(1, std::memory_order_relaxed);
+        return std::make_pair(other, std::move(*again));
+      }
+    }
+  }
   if (!made) {
     ReleaseNew(dir_path, name);
     return Err(made.error());

@@ -4,7 +4,8 @@
 //
 // Input: 1 byte choosing the decoder (even: message, odd: record), then the
 // bytes. Invariants: an accepted message has a valid global path or none,
-// node ids of at most 255 bytes, at most 256 parents with mode bits only;
+// node ids of at most 255 bytes, at most 256 parents with mode bits only,
+// a known trigger;
 // an accepted record a known state and a valid path; each re-encoded
 // decodes back to equal fields.
 #include <string>
@@ -32,6 +33,12 @@ void MakeSeeds(fuzz::Seeds& s) {
   m.mtime_ns = 2;
   m.parents = {{0755, 0, 0}};
   s.Add("prepare", std::string_view("\0", 1), EncodeMsg(m));
+  MoveMsg start;
+  start.path = "/data/f";
+  start.from = "n3";
+  start.to = "n2";
+  start.trigger = static_cast<uint8_t>(MoveTrigger::kFull);
+  s.Add("start_full", std::string_view("\0", 1), EncodeMsg(start));
   MoveMsg a;
   a.from = "n2";
   a.state = 1;
@@ -87,12 +94,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(m->from.size() <= 255 && m->to.size() <= 255);
   FUZZ_CHECK(m->parents.size() <= 256);
   for (const auto& t : m->parents) FUZZ_CHECK((t.mode & ~07777u) == 0);
+  FUZZ_CHECK(m->trigger < kMoveTriggers);
   auto back = DecodeMsg(EncodeMsg(*m));
   FUZZ_CHECK(back.has_value());
   FUZZ_CHECK(back->id == m->id && back->path == m->path && back->from == m->from &&
              back->to == m->to && back->size == m->size && back->mode == m->mode &&
              back->uid == m->uid && back->gid == m->gid && back->atime_ns == m->atime_ns &&
              back->mtime_ns == m->mtime_ns && back->parents.size() == m->parents.size() &&
-             back->state == m->state && back->bytes == m->bytes);
+             back->state == m->state && back->bytes == m->bytes &&
+             back->trigger == m->trigger);
   return 0;
 }
