@@ -56,6 +56,7 @@ enum class RpcMethod : uint16_t {
   kMigCommit = 131,   // L -> T: the move is committed; the name is T's
   kMigAbort = 132,    // L -> T: undo what T did
   kMigOutcome = 133,  // T -> L (recovery): was the move committed?
+  kMigLargest = 134,  // J -> each node: its largest files (rebalance)
   kToolsFirst = 160,  // tools and benchmarks (160 was fedfs-bench's own file
                       // message before the simulator ran the file service)
 };

@@ -81,8 +81,20 @@ inline constexpr Command kMigrate{"migrate", Arg::kPathNode,
 inline constexpr Command kMigrations{"migrations", Arg::kNone,
                                      "file moves: started, done, undone, failed, pending", ""};
 
-inline constexpr std::array<Command, 10> kCommands = {
-    kStatus, kRing, kWhere, kConflicts, kDt, kFiles, kCache, kCacheDrop, kMigrate, kMigrations};
+// "rebalance" (migration/migration_control.h): moves files until every
+// node's share of its space in use is within migration.rebalance.threshold
+// of the federation's, biggest files first; answers when done.
+// fedfsctl rebalance --dry-run sends "rebalance_plan": the plan, nothing moved.
+inline constexpr Command kRebalance{
+    "rebalance", Arg::kNone,
+    "move files until every node's used share of its space is near the mean (--dry-run: plan only)",
+    ""};
+inline constexpr Command kRebalancePlan{"rebalance_plan", Arg::kNone,
+                                        "the plan of rebalance; nothing moves", ""};
+
+inline constexpr std::array<Command, 12> kCommands = {
+    kStatus, kRing, kWhere,      kConflicts, kDt,        kFiles,
+    kCache,  kCacheDrop, kMigrate, kMigrations, kRebalance, kRebalancePlan};
 
 // The command named `name`, or nullptr.
 const Command* FindCommand(std::string_view name);
@@ -191,6 +203,47 @@ struct MigrationsReply {
     v("full_done", s.full_done); v("full_failed", s.full_failed);
     v("full_writes", s.full_writes); v("full_creates", s.full_creates);
   }
+};
+
+// "rebalance" and "rebalance_plan": each node's usage before and as planned
+// after (shares of the space of its export file system), the moves in
+// order; for "rebalance", whether each was made (error "" when it was).
+struct UsageRow {
+  std::string node;
+  uint64_t used = 0, total = 0;
+  double share = 0, after = 0;  // used / total now, and once the plan is made
+  template <class S, class V>
+  static void Fields(S& s, V&& v) {
+    v("node", s.node); v("used", s.used); v("total", s.total); v("share", s.share);
+    v("after", s.after);
+  }
+};
+struct RebalanceMove {
+  std::string path, from, to;
+  uint64_t bytes = 0;
+  bool done = false;
+  std::string error;
+  template <class S, class V>
+  static void Fields(S& s, V&& v) {
+    v("path", s.path); v("from", s.from); v("to", s.to); v("bytes", s.bytes);
+    v("done", s.done); v("error", s.error);
+  }
+};
+struct RebalanceReply {
+  static constexpr const Command& kCommand = kRebalance;
+  bool dry_run = false;
+  double threshold = 0, mean = 0;
+  std::vector<UsageRow> nodes;
+  std::vector<RebalanceMove> moves;
+  uint64_t moved = 0, failed = 0;
+  template <class S, class V>
+  static void Fields(S& s, V&& v) {
+    v("dry_run", s.dry_run); v("threshold", s.threshold); v("mean", s.mean);
+    v("nodes", s.nodes); v("moves", s.moves); v("moved", s.moved); v("failed", s.failed);
+  }
+};
+struct RebalancePlanReply : RebalanceReply {
+  static constexpr const Command& kCommand = kRebalancePlan;
 };
 
 // "where" (vfs/vfs_control.h): the holder(s) of a path.

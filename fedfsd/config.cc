@@ -228,6 +228,26 @@ bool GetSeconds(Checker& c, const YAML::Node& map, const std::string& key,
   return true;
 }
 
+// A number in [0, 1) (a share, e.g. 0.05).
+bool GetFraction(Checker& c, const YAML::Node& map, const std::string& key,
+                 const std::string& name, double* out) {
+  const YAML::Node n = map[key];
+  if (!n || n.IsNull()) return false;
+  double v = -1;
+  if (n.IsScalar()) {
+    const std::string& s = n.Scalar();
+    char* end = nullptr;
+    v = std::strtod(s.c_str(), &end);
+    if (s.empty() || end != s.c_str() + s.size()) v = -1;
+  }
+  if (!(v >= 0 && v < 1)) {
+    c.Fail(name, "expected a share in [0, 1) such as 0.05, got " + Describe(n));
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
 const YAML::Node GetMap(Checker& c, const YAML::Node& map, const std::string& key) {
   const YAML::Node n = map[key];
   if (!n || n.IsNull()) return YAML::Node();
@@ -508,7 +528,16 @@ Result<DaemonOptions> ParseConfig(const std::string& text, const std::string& pa
     }
 
     if (const YAML::Node m = GetMap(c, root, "migration")) {
-      CheckKeys(c, m, "migration.", {"on_full"});
+      CheckKeys(c, m, "migration.", {"on_full", "rebalance"});
+      if (const YAML::Node b = GetMap(c, m, "rebalance")) {
+        CheckKeys(c, b, "migration.rebalance.", {"threshold", "min_size"});
+        uint64_t v = 0;
+        GetFraction(c, b, "threshold", "migration.rebalance.threshold",
+                    &o.migration.rebalance.threshold);
+        if (GetSize(c, b, "min_size", "migration.rebalance.min_size", 0, uint64_t{1} << 50, &v)) {
+          o.migration.rebalance.min_size = v;
+        }
+      }
       if (const YAML::Node f = GetMap(c, m, "on_full")) {
         CheckKeys(c, f, "migration.on_full.", {"enabled", "max_size", "max_wait_ms", "min_free"});
         MigrationConfig::OnFull& of = o.migration.on_full;

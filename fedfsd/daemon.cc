@@ -288,6 +288,8 @@ Status Daemon::StartControl(const DaemonOptions& o) {
         const auto s = vfs->RoomStats();
         return ns::RoomCounts{s.writes, s.creates};
       },
+      ns::Migration::RebalanceOptions{.threshold = o.migration.rebalance.threshold,
+                                      .min_size = o.migration.rebalance.min_size},
       o.node_id);
   ns::RegisterVdControl(commands, &node_->vd_service(), o.node_id);
   ns::RegisterFilesControl(commands, &node_->file_service(), &node_->fs_callbacks(), o.node_id);

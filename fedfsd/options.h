@@ -116,6 +116,12 @@ struct MigrationConfig {
     std::chrono::milliseconds max_wait{30000};
     uint64_t min_free = uint64_t{16} << 20;
   } on_full;
+  // fedfsctl rebalance: how near the mean each node's share of its space
+  // in use must come (0.05: 5 points), and the smallest file it moves.
+  struct Rebalance {
+    double threshold = 0.05;
+    uint64_t min_size = uint64_t{1} << 20;
+  } rebalance;
 };
 
 // Watching the export root for changes made behind FedFS' back

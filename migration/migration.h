@@ -78,6 +78,7 @@
 #include "dirops/kv.h"
 #include "m2m/transport.h"
 #include "nodefs/move_support.h"
+#include "migration/rebalance.h"
 #include "nodefs/node_fs.h"
 #include "vd/vd_service.h"
 
@@ -93,8 +94,9 @@ struct MigrationOptions {
 
 // Why a file moves: by hand (fedfsctl migrate), or because a write or a
 // create at its node found no room (docs/migration.md, "On a full disk").
-enum class MoveTrigger : uint8_t { kManual = 0, kFull = 1 };
-inline constexpr uint8_t kMoveTriggers = 2;
+// Rebalance: fedfsctl rebalance (docs/migration.md, "Rebalance").
+enum class MoveTrigger : uint8_t { kManual = 0, kFull = 1, kRebalance = 2 };
+inline constexpr uint8_t kMoveTriggers = 3;
 
 struct MoveOutcome {
   std::string from;
@@ -157,6 +159,30 @@ class Migration {
   // a move (tombstones here as L after the commit, incoming as T).
   void Annotate(const std::string& dir, std::vector<DirEntry>* entries) const;
 
+  // Rebalance (balance.cc; docs/migration.md, "Rebalance"), run here as J:
+  // every live node's usage (its NodeFs's StatFs), the `per_node` largest
+  // files of at least `min_size` bytes with one link of each node above the
+  // mean plus `threshold` (kMigLargest), the plan (PlanRebalance); unless
+  // `dry_run`, its moves one at a time (MoveAt, trigger kRebalance), each
+  // move's error in `errors` (same index; "" done). Plans from the usage
+  // now, so a rebalance cut short by a crash resumes by running it again.
+  struct RebalanceOptions {
+    double threshold = 0.05;
+    uint64_t min_size = uint64_t{1} << 20;
+    size_t per_node = 256;
+    bool dry_run = false;
+  };
+  struct RebalanceReport {
+    std::vector<NodeUsage> before;
+    RebalancePlan plan;
+    std::vector<std::string> errors;
+  };
+  [[nodiscard]] Result<RebalanceReport> Rebalance(const RebalanceOptions& o);
+  // This node's largest regular files with one link, of at least
+  // `min_size` bytes, biggest first, at most `count` (a walk of the export
+  // root; files in a move are left out).
+  std::vector<std::pair<std::string, uint64_t>> Largest(size_t count, uint64_t min_size);
+
   // Records not yet resolved (as L or T).
   size_t PendingCount() const;
   // Tries every pending record now; returns how many stay pending.
@@ -203,6 +229,7 @@ class Migration {
   void OnCommit(m2m::IncomingCall call, m2m::Responder r);
   void OnAbort(m2m::IncomingCall call, m2m::Responder r);
   void OnOutcome(m2m::IncomingCall call, m2m::Responder r);
+  void OnLargest(m2m::IncomingCall call, m2m::Responder r);
   struct Prep;  // a decoded kMigPrepare
   Result<uint64_t> Receive(const std::string& key, const Prep& p);
 

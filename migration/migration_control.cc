@@ -7,7 +7,8 @@ namespace fedfs::ns {
 void RegisterMigrationControl(
     control::Dispatcher& dispatcher, Migration* migration,
     std::function<Result<std::vector<std::string>>(const std::string& path)> where,
-    std::function<RoomCounts()> room, std::string node_id) {
+    std::function<RoomCounts()> room, Migration::RebalanceOptions rebalance,
+    std::string node_id) {
   dispatcher.Register([migration, where = std::move(where)](
                           const control::Request& q) -> Result<control::MigrateReply> {
     if (migration == nullptr) return Err(ENOTSUP, "file moves are off on this node");
@@ -50,6 +51,43 @@ void RegisterMigrationControl(
     r.full_done = full.done;
     r.full_failed = full.failed;
     return r;
+  });
+  auto run = [migration, rebalance](bool dry_run) -> Result<control::RebalanceReply> {
+    if (migration == nullptr) return Err(ENOTSUP, "file moves are off on this node");
+    Migration::RebalanceOptions o = rebalance;
+    o.dry_run = dry_run;
+    auto rep = migration->Rebalance(o);
+    if (!rep) return Err(rep.error());
+    control::RebalanceReply r;
+    r.dry_run = dry_run;
+    r.threshold = o.threshold;
+    r.mean = rep->plan.mean;
+    for (const NodeUsage& u : rep->before) {
+      control::UsageRow row{u.node, u.used, u.total, u.share(), u.share()};
+      for (const NodeUsage& a : rep->plan.after) {
+        if (a.node == u.node) row.after = a.share();
+      }
+      r.nodes.push_back(std::move(row));
+    }
+    for (size_t i = 0; i < rep->plan.moves.size(); ++i) {
+      const PlannedMove& m = rep->plan.moves[i];
+      control::RebalanceMove mv{m.path, m.from, m.to, m.bytes, false, ""};
+      if (i < rep->errors.size()) {
+        mv.error = rep->errors[i];
+        mv.done = mv.error.empty();
+        (mv.done ? r.moved : r.failed)++;
+      }
+      r.moves.push_back(std::move(mv));
+    }
+    return r;
+  };
+  dispatcher.Register([run](const control::Request&) { return run(false); });
+  dispatcher.Register([run](const control::Request&) -> Result<control::RebalancePlanReply> {
+    auto r = run(true);
+    if (!r) return Err(r.error());
+    control::RebalancePlanReply p;
+    static_cast<control::RebalanceReply&>(p) = std::move(*r);
+    return p;
   });
 }
 

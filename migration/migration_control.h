@@ -1,6 +1,8 @@
 // The control commands of file moves (control/schema.h): "migrate" moves a
 // file and answers when the move is done (the control socket serves one
-// request at a time meanwhile); "migrations" shows this node's counters.
+// request at a time meanwhile); "migrations" shows this node's counters;
+// "rebalance" and "rebalance_plan" run Migration::Rebalance with
+// `rebalance` (dry_run for the plan) and answer when it is done.
 #pragma once
 
 #include <functional>
@@ -24,6 +26,7 @@ struct RoomCounts {
 void RegisterMigrationControl(
     control::Dispatcher& dispatcher, Migration* migration,
     std::function<Result<std::vector<std::string>>(const std::string& path)> where,
-    std::function<RoomCounts()> room, std::string node_id);
+    std::function<RoomCounts()> room, Migration::RebalanceOptions rebalance,
+    std::string node_id);
 
 }  // namespace fedfs::ns

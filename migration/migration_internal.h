@@ -16,6 +16,7 @@
 namespace fedfs::ns {
 
 inline constexpr uint32_t kMigrationWireVersion = 1;
+inline constexpr size_t kMaxLargest = 4096;  // files in one kMigLargest answer
 
 struct Migration::Rec {
   enum State : uint8_t { kCopying = 0, kCommitted = 1, kReceiving = 2, kPlaced = 3 };
@@ -43,6 +44,7 @@ struct MoveMsg {
   uint8_t state = 0;
   uint64_t bytes = 0;
   uint8_t trigger = 0;  // kMigStart: MoveTrigger
+  std::vector<std::pair<std::string, uint64_t>> files;  // kMigLargest's answer: path, size
 };
 
 struct Migration::Alive {
@@ -68,7 +70,8 @@ m2m::Bytes EncodeMoveRecord(const Migration::Rec& r);
 Result<Migration::Rec> DecodeMoveRecord(std::string_view bytes);
 m2m::Bytes EncodeMsg(const MoveMsg& m);
 // Untrusted bytes: EPROTO unless verified, of this version, with a valid
-// global path (when one is given) and at most 256 parents.
+// global path (when one is given), at most 256 parents and at most
+// kMaxLargest files, each with a valid global path.
 Result<MoveMsg> DecodeMsg(const m2m::Bytes& payload);
 
 }  // namespace fedfs::ns

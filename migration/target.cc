@@ -49,6 +49,7 @@ void Migration::RegisterHandlers() {
   on(RpcMethod::kMigCommit, &Migration::OnCommit);
   on(RpcMethod::kMigAbort, &Migration::OnAbort);
   on(RpcMethod::kMigOutcome, &Migration::OnOutcome);
+  on(RpcMethod::kMigLargest, &Migration::OnLargest);
 }
 
 namespace {

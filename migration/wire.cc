@@ -80,6 +80,9 @@ m2m::Bytes EncodeMsg(const MoveMsg& m) {
   std::vector<flatbuffers::Offset<fb::Template>> ps;
   for (const auto& t : m.parents) ps.push_back(fb::CreateTemplate(b, t.mode, t.uid, t.gid));
   auto parents = b.CreateVector(ps);
+  std::vector<flatbuffers::Offset<fb::FileSize>> fs;
+  for (const auto& [p, size] : m.files) fs.push_back(fb::CreateFileSize(b, b.CreateString(p), size));
+  auto files = b.CreateVector(fs);
   fb::MoveMessageBuilder mb(b);
   mb.add_version(kMigrationWireVersion);
   mb.add_id(m.id);
@@ -96,6 +99,7 @@ m2m::Bytes EncodeMsg(const MoveMsg& m) {
   mb.add_state(m.state);
   mb.add_bytes(m.bytes);
   mb.add_trigger(m.trigger);
+  mb.add_files(files);
   b.Finish(mb.Finish());
   return Bytes(b);
 }
@@ -125,6 +129,16 @@ Result<MoveMsg> DecodeMsg(const m2m::Bytes& payload) {
       m.parents.push_back(NodeFs::DirTemplate{static_cast<mode_t>(t->mode() & 07777),
                                               static_cast<uid_t>(t->uid()),
                                               static_cast<gid_t>(t->gid())});
+    }
+  }
+  if (r->files() != nullptr) {
+    if (r->files()->size() > kMaxLargest) return Err(EPROTO, "migration message: too many files");
+    for (const fb::FileSize* f : *r->files()) {
+      std::string p = Str(f->path());
+      if (auto s = ValidateGlobalPath(p); !s || p == "/") {
+        return Err(EPROTO, "migration message: bad path of a file");
+      }
+      m.files.emplace_back(std::move(p), f->size());
     }
   }
   if (!m.path.empty()) {

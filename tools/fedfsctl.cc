@@ -146,6 +146,24 @@ void PrintConflicts(const control::ConflictsReply& r) {
   }
 }
 
+// The human form of the "rebalance" answers (docs/migration.md, "Rebalance").
+void PrintRebalance(const control::RebalanceReply& r) {
+  auto u = [](uint64_t v) { return static_cast<unsigned long long>(v); };
+  std::printf("mean share in use %.1f%%, threshold %.1f points\n", 100 * r.mean,
+              100 * r.threshold);
+  for (const auto& n : r.nodes) {
+    std::printf("  %-12s %5.1f%% -> %5.1f%%  (%llu of %llu bytes)\n", n.node.c_str(),
+                100 * n.share, 100 * n.after, u(n.used), u(n.total));
+  }
+  if (r.moves.empty()) std::printf("nothing to move\n");
+  for (const auto& m : r.moves) {
+    const char* what = r.dry_run ? "would move" : m.done ? "moved" : "failed";
+    std::printf("%s %s from %s to %s (%llu bytes)%s%s\n", what, m.path.c_str(), m.from.c_str(),
+                m.to.c_str(), u(m.bytes), m.error.empty() ? "" : ": ", m.error.c_str());
+  }
+  if (!r.dry_run) std::printf("%llu moved, %llu failed\n", u(r.moved), u(r.failed));
+}
+
 // The human form of the "cache" answer (docs/coopcache.md).
 void PrintCache(const control::CacheReply& r) {
   auto u = [](uint64_t v) { return static_cast<unsigned long long>(v); };
@@ -206,6 +224,8 @@ void Print(const control::Command& cmd, const std::string& reply) {
     const auto r = Decode<control::MigrateReply>(reply);
     std::printf("moved %s from %s to %s (%llu bytes)\n", r.path.c_str(), r.from.c_str(),
                 r.to.c_str(), static_cast<unsigned long long>(r.bytes));
+  } else if (cmd.name == control::kRebalance.name || cmd.name == control::kRebalancePlan.name) {
+    PrintRebalance(Decode<control::RebalanceReply>(reply));
   } else if (cmd.name == control::kCache.name || cmd.name == control::kCacheDrop.name) {
     PrintCache(Decode<control::CacheReply>(reply));
   } else {
@@ -227,8 +247,10 @@ int main(int argc, char** argv) {
   std::string node;
   std::vector<std::pair<const control::Command*, CLI::App*>> commands;
   std::string action;  // "cache drop"
+  bool dry_run = false;  // "rebalance --dry-run"
   for (const control::Command& c : control::kCommands) {
     if (c.name == control::kCacheDrop.name) continue;  // as "cache drop"
+    if (c.name == control::kRebalancePlan.name) continue;  // as "rebalance --dry-run"
     auto* sub = app.add_subcommand(std::string(c.name), std::string(c.help));
     if (c.arg == control::Arg::kPath || c.arg == control::Arg::kPathNode) {
       sub->add_option("path", path, std::string(c.arg_help))->required();
@@ -239,6 +261,9 @@ int main(int argc, char** argv) {
     if (c.name == control::kCache.name) {
       sub->add_option("action", action, "drop: drop every cached block first")
           ->check(CLI::IsMember({"drop"}));
+    }
+    if (c.name == control::kRebalance.name) {
+      sub->add_flag("--dry-run", dry_run, "print the plan and the usage it leads to; move nothing");
     }
     sub->add_flag("--json", json, "machine-readable output");
     commands.emplace_back(&c, sub);
@@ -261,6 +286,7 @@ int main(int argc, char** argv) {
     }
     if (cmd == nullptr) return 2;  // (require_subcommand: not reached)
     if (cmd->name == control::kCache.name && action == "drop") cmd = &control::kCacheDrop;
+    if (cmd->name == control::kRebalance.name && dry_run) cmd = &control::kRebalancePlan;
     const std::string sock = FindSocket(socket, config);
     auto reply = control::Ask(sock, control::Request{std::string(cmd->name), path, node});
     if (!reply) throw Failure{reply.error().context};
@@ -268,6 +294,11 @@ int main(int argc, char** argv) {
       std::printf("%s\n", control::Indented(*reply).c_str());
     } else {
       Print(*cmd, *reply);
+    }
+    // Exit 1 when some move of a rebalance failed (its reason is printed).
+    if (cmd->name == control::kRebalance.name &&
+        Decode<control::RebalanceReply>(*reply).failed != 0) {
+      return 1;
     }
   } catch (const Failure& f) {
     std::fprintf(stderr, "fedfsctl: %s\n", f.message.c_str());

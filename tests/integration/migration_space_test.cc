@@ -1,6 +1,8 @@
-// Room (docs/migration.md, "On a full disk") on three real daemons with FUSE
-// mounts (label "integration"; needs root and /dev/fuse). n1's export root
-// is a 24 MiB tmpfs; n2's and n3's have room:
+// Moves for space (docs/migration.md, "On a full disk" and "Rebalance") on
+// three real daemons with FUSE mounts (label "integration"; needs root and
+// /dev/fuse).
+//
+// MigrationFull: n1's export root is a 24 MiB tmpfs; n2's and n3's have room:
 //  * a file written through n1's mount past what n1 can store moves to
 //    another node and the writer sees no error: every byte is there, through
 //    every mount, and n1 holds nothing of it;
@@ -9,7 +11,13 @@
 //  * a write through n3's mount to a file on the full n1 moves that file and
 //    lands whole;
 //  * the counters of `fedfsctl migrations` say so.
-// The tmpfs is detached whatever happens (before the Cluster stops the
+// MigrationRebalance: each export root is a 64 MiB tmpfs, n1's with 24 MiB
+// of files written by a local program, the others empty:
+//  * `fedfsctl rebalance --dry-run` plans moves and moves nothing;
+//  * `fedfsctl rebalance` makes them: every node's share in use is then
+//    within the threshold of the mean, a dry run plans nothing more, and
+//    every file reads the same through every mount.
+// The tmpfs are detached whatever happens (before the Cluster stops the
 // daemons, unmounts and removes its directory).
 #include <fcntl.h>
 #include <sys/mount.h>
@@ -20,7 +28,11 @@
 
 #include <cerrno>
 #include <cstring>
+#include <cmath>
 #include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
 #include <random>
 #include <string>
 #include <vector>
@@ -194,6 +206,93 @@ TEST_F(MigrationFull, WritesAndCreatesWithoutRoomLandOnAnotherNode) {
   // Every name once in every mount.
   for (const std::string& id : ids_) {
     EXPECT_EQ(ListNames(Mnt(id)), (std::set<std::string>{"big", "filler", "grow", "new"})) << id;
+  }
+}
+
+class MigrationRebalance : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root for FUSE mounts and tmpfs";
+    for (const char* id : {"n1", "n2", "n3"}) {
+      tmpfs_.push_back(std::make_unique<Tmpfs>(c_.ExportRoot(id), "64m"));
+      ASSERT_TRUE(tmpfs_.back()->mounted()) << "tmpfs: " << tmpfs_.back()->error();
+    }
+    ASSERT_EQ(c_.StartMounted(3, &ids_, "migration:\n  rebalance:\n    threshold: 0.05\n"), "");
+  }
+  CommandResult Rebalance(bool dry_run) const {
+    std::vector<std::string> argv{FEDFS_FEDFSCTL_PATH, "--socket", c_.Socket("n2"), "rebalance",
+                                  "--json"};
+    if (dry_run) argv.push_back("--dry-run");
+    return RunCommand(argv, kNoHang);
+  }
+
+  Cluster c_;
+  std::vector<std::unique_ptr<Tmpfs>> tmpfs_;  // destroyed before c_
+  std::vector<std::string> ids_;
+};
+
+TEST_F(MigrationRebalance, ASkewedFederationEndsWithinTheThreshold) {
+  std::map<std::string, std::string> files;  // name -> content
+  fs::create_directories(c_.ExportRoot("n1") + "/data");
+  uint64_t seed = 10;
+  for (size_t mib : {8, 6, 4, 3, 2, 1}) {
+    const std::string name = "f" + std::to_string(mib);
+    files[name] = Pattern(mib << 20, seed++);
+    const int fd = ::open((c_.ExportRoot("n1") + "/data/" + name).c_str(),
+                          O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    ASSERT_EQ(WriteAll(fd, files[name], 0), "");
+    ::close(fd);
+  }
+  auto in_n1 = [&] { return ListNames(c_.ExportRoot("n1") + "/data").size(); };
+  ASSERT_EQ(in_n1(), files.size());
+
+  // The dry run: a plan, nothing moved.
+  const CommandResult plan = Rebalance(true);
+  ASSERT_EQ(plan.exit_code, 0) << plan.out << plan.err;
+  const auto p = nlohmann::json::parse(plan.out, nullptr, false);
+  ASSERT_TRUE(p.is_object()) << plan.out;
+  EXPECT_EQ(p["dry_run"], true);
+  ASSERT_TRUE(p["moves"].is_array());
+  EXPECT_GE(p["moves"].size(), 1u) << plan.out;
+  for (const auto& m : p["moves"]) {
+    EXPECT_EQ(m["from"], "n1") << plan.out;
+    EXPECT_EQ(m["done"], false);
+  }
+  EXPECT_EQ(in_n1(), files.size()) << "the dry run moved something";
+  EXPECT_EQ(c_.Ctl("n1", {"migrations"})["started"], 0);
+
+  // The rebalance.
+  const CommandResult run = Rebalance(false);
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err << c_.Log("n1");
+  const auto r = nlohmann::json::parse(run.out, nullptr, false);
+  ASSERT_TRUE(r.is_object()) << run.out;
+  EXPECT_EQ(r["failed"], 0) << run.out;
+  EXPECT_EQ(r["moved"], p["moves"].size()) << run.out;
+  EXPECT_LT(in_n1(), files.size());
+
+  // Within the threshold now: measured again by a dry run, which plans nothing.
+  const CommandResult again = Rebalance(true);
+  ASSERT_EQ(again.exit_code, 0) << again.out << again.err;
+  const auto a = nlohmann::json::parse(again.out, nullptr, false);
+  ASSERT_TRUE(a.is_object()) << again.out;
+  EXPECT_EQ(a["moves"].size(), 0u) << again.out;
+  const double mean = a["mean"].get<double>(), threshold = a["threshold"].get<double>();
+  for (const auto& n : a["nodes"]) {
+    EXPECT_LE(std::abs(n["share"].get<double>() - mean), threshold) << again.out;
+  }
+  EXPECT_EQ(c_.Ctl("n1", {"migrations"})["done"], r["moved"]);
+
+  // Every file once, whole, through every mount.
+  for (const std::string& id : ids_) {
+    SCOPED_TRACE(id);
+    std::set<std::string> names;
+    for (const auto& [name, content] : files) {
+      names.insert(name);
+      EXPECT_EQ(Digest(ReadFileText(c_.Mountpoint(id) + "/data/" + name)), Digest(content))
+          << name;
+    }
+    EXPECT_EQ(ListNames(c_.Mountpoint(id) + "/data"), names);
   }
 }
 
