@@ -11,8 +11,8 @@
 //      sets owner, mode, xattrs and times, fsyncs               "mig:copied"
 //   3. L locks the name at the directory's manager (kLock), freezes the file
 //      (nodefs/move_support.h: changes through FedFS wait), and checks that
-//      nothing has it open and that it did not change since step 2 (size,
-//      mtime, ctime); else undo (EBUSY, EAGAIN)                  "mig:frozen"
+//      nobody holds a lock on it and that it did not change since step 2
+//      (size, mtime, ctime); else undo (EBUSY, EAGAIN)            "mig:frozen"
 //   4. kMigPlace -> T: T journals Placed (synced), links the copy at the
 //      name (hidden in T's listings: incoming)               "mig:t-placed"
 //   5. L journals Committed (synced): THE COMMIT POINT        "mig:committed"
@@ -45,11 +45,16 @@
 // thread retries with backoff. While a record is pending its path is busy:
 // another move of it answers EBUSY.
 //
-// Not built yet (docs/migration.md): moves of open files (refused with
-// EBUSY) and the redirect of their handles and locks, identity of st_ino
-// across the move (T's inode number is shown afterwards), hard links
-// (refused), symlinks, subtrees, one-sided pulls of the data, throttling,
-// progress, the access, full-disk and rebalance triggers.
+// Open files move: their handles at L answer ESTALE once the gate is Moved,
+// and each node's Vfs opens them again at T (vfs/vfs_moved.cc). Triggers:
+// by hand (fedfsctl migrate), a full disk (the writer's Vfs calls MoveAt,
+// vfs/vfs_room.cc), rebalance (Rebalance, balance.cc).
+//
+// Not built yet (docs/migration.md, "What runs today"): moving locks (a
+// locked file is refused with EBUSY), identity of st_ino across the move
+// (T's inode number is shown afterwards), hard links (refused), symlinks,
+// subtrees, one-sided pulls of the data, throttling, progress, the access
+// trigger.
 //
 // Threads: Move blocks (remote calls, synced journal writes) and may run on
 // any thread but the transport's; handlers post their work to `pool`.

@@ -9,6 +9,8 @@
 //  * a file open through every mount moves, and each handle reads and
 //    writes the moved file (opened again at the target); a locked file is
 //    refused (moving locks is not built);
+//  * fio's crc32c verification passes while the file it writes moves back
+//    and forth five times;
 //  * bad requests (a directory, an unknown node, the node it is on) are
 //    refused with their reason and change nothing.
 //
@@ -28,6 +30,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/tools/cluster.h"
@@ -215,6 +218,55 @@ TEST_F(Migration, OpenHandlesFollowTheFileAndLockedFilesAreRefused) {
     EXPECT_EQ(ReadFileText(Mnt(id) + "/d/open"), want);
   }
   EXPECT_FALSE(fs::exists(local));
+}
+
+// fio writes and verifies (crc32c, a backlog checked as it runs) a file
+// through n2's mount while the file moves n1 -> n3 -> n1 ... five times.
+TEST_F(Migration, FioVerifyPassesWhileTheFileMovesBackAndForthFiveTimes) {
+  if (::system("command -v fio >/dev/null 2>&1") != 0) GTEST_SKIP() << "fio is not installed";
+  fs::create_directories(Root("n1") + "/fio");
+  { std::ofstream(Root("n1") + "/fio/f") << ""; }
+  ASSERT_EQ(Holder(c_, "n2", "/fio/f"), "n1");
+  // Laid out first (so that the moves start on the whole file), then
+  // written at random for 12 s with every 64 writes read back and checked.
+  CommandResult fio;
+  std::thread writer([&] {
+    fio = RunCommand({"fio", "--name=moving", "--filename=" + Mnt("n2") + "/fio/f",
+                      "--size=8M", "--bs=4k", "--ioengine=psync", "--rw=randwrite",
+                      "--verify=crc32c", "--verify_fatal=1", "--verify_backlog=64",
+                      "--do_verify=1", "--time_based", "--runtime=12", "--randrepeat=1",
+                      "--output-format=normal"},
+                     std::chrono::seconds(120));
+  });
+  // The moves: each waits for fio's writes to be under way.
+  int moved = 0;
+  std::string errors;
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  for (int i = 0; i < 5; ++i) {
+    const std::string to = i % 2 == 0 ? "n3" : "n1";
+    CommandResult r;
+    // A move of a file written meanwhile may answer EAGAIN or EBUSY (it
+    // changed during the copy twice, or a lock of its name): asked again.
+    for (int tries = 0; tries < 20; ++tries) {
+      r = Migrate(c_, "n2", "/fio/f", to);
+      if (r.exit_code == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (r.exit_code == 0) {
+      ++moved;
+    } else {
+      errors += r.out + r.err;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  }
+  writer.join();
+  EXPECT_EQ(moved, 5) << errors << c_.Log("n1") << c_.Log("n3");
+  EXPECT_EQ(fio.exit_code, 0) << fio.out << fio.err;
+  EXPECT_NE(fio.out.find("WRITE: bw="), std::string::npos) << fio.out;
+  EXPECT_EQ(fio.out.find("verify:"), std::string::npos) << fio.out;
+  EXPECT_EQ(Holder(c_, "n1", "/fio/f"), "n3");  // five moves: n1 -> n3 ... -> n3
+  EXPECT_FALSE(fs::exists(Root("n1") + "/fio/f"));
+  for (const std::string& id : ids_) EXPECT_EQ(ListNames(Mnt(id) + "/fio"), std::set<std::string>{"f"}) << id;
 }
 
 TEST_F(Migration, BadRequestsAreRefusedWithTheirReason) {
