@@ -57,6 +57,7 @@ enum class RpcMethod : uint16_t {
   kMigAbort = 132,    // L -> T: undo what T did
   kMigOutcome = 133,  // T -> L (recovery): was the move committed?
   kMigLargest = 134,  // J -> each node: its largest files (rebalance)
+  kMigDelta = 135,    // L -> T: the file changed during the copy: its chunk hashes
   kToolsFirst = 160,  // tools and benchmarks (160 was fedfs-bench's own file
                       // message before the simulator ran the file service)
 };

@@ -41,7 +41,8 @@ Result<std::string> OnlySocketIn(const std::string& dir) {
   return Err(EEXIST, "several fedfsd sockets in " + dir + "; choose one with --socket or --config");
 }
 
-Result<std::string> Ask(const std::string& path, const Request& request) {
+Result<std::string> Ask(const std::string& path, const Request& request,
+                        std::chrono::seconds timeout) {
   auto line = EncodeRequest(request);
   if (!line) return Err(line.error());
   *line += "\n";
@@ -58,8 +59,10 @@ Result<std::string> Ask(const std::string& path, const Request& request) {
     }
     return Err(e, "cannot connect to fedfsd at " + path + ": " + std::strerror(e));
   }
-  timeval tv{10, 0};
-  ::setsockopt(fd.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (timeout.count() > 0) {
+    timeval tv{static_cast<time_t>(timeout.count()), 0};
+    ::setsockopt(fd.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
   if (::send(fd.fd, line->data(), line->size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line->size())) {
     const int e = errno;
     return Err(e, "cannot send to fedfsd at " + path + ": " + std::strerror(e));
@@ -69,6 +72,10 @@ Result<std::string> Ask(const std::string& path, const Request& request) {
   while (reply.find('\n') == std::string::npos) {
     const ssize_t n = ::recv(fd.fd, buf, sizeof buf, 0);
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      return Err(ETIMEDOUT, "fedfsd at " + path + " gave no answer within " +
+                                std::to_string(timeout.count()) + " s");
+    }
     if (n <= 0) return Err(EPROTO, "fedfsd at " + path + " closed the connection without an answer");
     reply.append(buf, static_cast<size_t>(n));
   }

@@ -5,6 +5,7 @@
 // Blocking; any thread.
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <string_view>
 
@@ -20,10 +21,13 @@ Result<std::string> OnlySocketIn(const std::string& dir);
 
 // Sends `request` on a new connection to the daemon at `socket` and returns
 // its reply line (without the newline): a JSON object, not an error. Waits
-// at most 10 s for the reply. Errors: the daemon cannot be reached, closed
-// without an answer, answered something that is not a JSON object, or
-// answered {"error":E} (context "fedfsd: E").
-Result<std::string> Ask(const std::string& socket, const Request& request);
+// at most `timeout` for the reply (0: as long as it takes; the commands
+// that answer when a long job is done, such as migrate and rebalance).
+// Errors: the daemon cannot be reached, gave no answer in time (ETIMEDOUT),
+// closed without an answer, answered something that is not a JSON object,
+// or answered {"error":E} (context "fedfsd: E").
+Result<std::string> Ask(const std::string& socket, const Request& request,
+                        std::chrono::seconds timeout = std::chrono::seconds(10));
 
 // A reply line as fedfsctl --json prints it: the same JSON, indented by two
 // spaces. A line that is not JSON comes back as it is.

@@ -78,6 +78,11 @@ inline constexpr Command kCacheDrop{"cache_drop", Arg::kNone,
 inline constexpr Command kMigrate{"migrate", Arg::kPathNode,
                                   "move the file PATH to node NODE (path unchanged)",
                                   "a global path of a regular file, e.g. /a/b"};
+// fedfsctl migrate --dry-run sends "migrate_plan": the checks of the move
+// at the file's node (Migration::DryRun); nothing moves.
+inline constexpr Command kMigratePlan{"migrate_plan", Arg::kPathNode,
+                                      "check a move of PATH to NODE; nothing moves",
+                                      "a global path of a regular file, e.g. /a/b"};
 inline constexpr Command kMigrations{"migrations", Arg::kNone,
                                      "file moves: started, done, undone, failed, pending", ""};
 
@@ -92,9 +97,9 @@ inline constexpr Command kRebalance{
 inline constexpr Command kRebalancePlan{"rebalance_plan", Arg::kNone,
                                         "the plan of rebalance; nothing moves", ""};
 
-inline constexpr std::array<Command, 12> kCommands = {
-    kStatus, kRing, kWhere,      kConflicts, kDt,        kFiles,
-    kCache,  kCacheDrop, kMigrate, kMigrations, kRebalance, kRebalancePlan};
+inline constexpr std::array<Command, 13> kCommands = {
+    kStatus,   kRing,         kWhere,      kConflicts, kDt,           kFiles,  kCache,
+    kCacheDrop, kMigrate, kMigratePlan, kMigrations, kRebalance, kRebalancePlan};
 
 // The command named `name`, or nullptr.
 const Command* FindCommand(std::string_view name);
@@ -182,6 +187,11 @@ struct MigrateReply {
   }
 };
 
+// "migrate_plan": the move that would be made (bytes: the file's size).
+struct MigratePlanReply : MigrateReply {
+  static constexpr const Command& kCommand = kMigratePlan;
+};
+
 // "migrations": this node's moves, as source (started ... bytes) and as
 // target (received), and the records not yet resolved (pending). Moves for
 // room (docs/migration.md, "On a full disk"): asked of this node as the
@@ -195,6 +205,7 @@ struct MigrationsReply {
   bool enabled = false;
   uint64_t started = 0, done = 0, undone = 0, failed = 0, bytes = 0, received = 0, pending = 0;
   uint64_t full_asked = 0, full_done = 0, full_failed = 0, full_writes = 0, full_creates = 0;
+  uint64_t deltas = 0, delta_bytes = 0;  // files written during their copy, bytes copied again
   template <class S, class V>
   static void Fields(S& s, V&& v) {
     v("node", s.node); v("enabled", s.enabled); v("started", s.started); v("done", s.done);
@@ -202,6 +213,7 @@ struct MigrationsReply {
     v("received", s.received); v("pending", s.pending); v("full_asked", s.full_asked);
     v("full_done", s.full_done); v("full_failed", s.full_failed);
     v("full_writes", s.full_writes); v("full_creates", s.full_creates);
+    v("deltas", s.deltas); v("delta_bytes", s.delta_bytes);
   }
 };
 

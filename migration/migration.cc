@@ -142,13 +142,14 @@ void Migration::Annotate(const std::string& dir, std::vector<DirEntry>* entries)
 }
 
 Result<MoveOutcome> Migration::MoveAt(const std::string& holder, const std::string& path,
-                                      const std::string& to, MoveTrigger why) {
-  if (holder == node_id_) return Move(path, to, why);
+                                      const std::string& to, MoveTrigger why, bool dry_run) {
+  if (holder == node_id_) return dry_run ? DryRun(path, to) : Move(path, to, why);
   MoveMsg m;
   m.path = path;
   m.from = node_id_;
   m.to = to;
   m.trigger = static_cast<uint8_t>(why);
+  m.dry_run = dry_run;
   auto r = Call(holder, MethodId(RpcMethod::kMigStart), EncodeMsg(m), options_.copy_timeout);
   if (!r) return Err(r.error());
   auto a = DecodeMsg(*r);
@@ -163,29 +164,45 @@ Result<MoveOutcome> Migration::Move(const std::string& path, const std::string& 
     std::lock_guard lock(mu_);
     stats_.by_trigger[t].asked++;
   }
-  bool changed = false;
-  auto o = Attempt(path, to, false, &changed);
-  // Written during the copy: copied again with changes held from the start.
-  if (!o && changed) o = Attempt(path, to, true, &changed);
+  auto o = Attempt(path, to);
   std::lock_guard lock(mu_);
   (o ? stats_.by_trigger[t].done : stats_.by_trigger[t].failed)++;
   return o;
 }
 
-Result<MoveOutcome> Migration::Attempt(const std::string& path, const std::string& to,
-                                       bool frozen_copy, bool* changed) {
-  *changed = false;
+Result<struct stat> Migration::Check(const std::string& path, const std::string& to) {
   if (auto s = ValidateGlobalPath(path); !s || path == "/") return Err(EINVAL, "bad path");
   if (to == node_id_) return Err(EINVAL, "the file is on " + to + " already");
   if (!view_()->IsAlive(to)) return Err(EHOSTDOWN, "node " + to + " is not alive");
-  auto st0 = local_->Stat(Cred{}, path);
-  if (!st0) return Err(st0.error());
-  if (S_ISDIR(st0->st_mode)) return Err(EISDIR, "directories are not moved (they are unions)");
-  if (!S_ISREG(st0->st_mode)) return Err(EINVAL, "only regular files are moved");
-  if (st0->st_nlink != 1) {
-    return Err(EMLINK, "the file has " + std::to_string(st0->st_nlink) +
+  auto st = local_->Stat(Cred{}, path);
+  if (!st) return Err(st.error());
+  if (S_ISDIR(st->st_mode)) return Err(EISDIR, "directories are not moved (they are unions)");
+  if (!S_ISREG(st->st_mode)) return Err(EINVAL, "only regular files are moved");
+  if (st->st_nlink != 1) {
+    return Err(EMLINK, "the file has " + std::to_string(st->st_nlink) +
                            " hard links: moves of hard-linked files are not built");
   }
+  return st;
+}
+
+Result<MoveOutcome> Migration::DryRun(const std::string& path, const std::string& to) {
+  auto st = Check(path, to);
+  if (!st) return Err(st.error());
+  {
+    std::lock_guard lock(mu_);
+    if (busy_.contains(path)) return Err(EBUSY, "a move of " + path + " is in progress");
+  }
+  if (NodeFs* t = fs_for_ ? fs_for_(to) : nullptr) {
+    if (auto there = t->Stat(Cred{}, path); there) {
+      return Err(EEXIST, "node " + to + " has a file of that name (a name conflict)");
+    }
+  }
+  return MoveOutcome{node_id_, to, static_cast<uint64_t>(st->st_size)};
+}
+
+Result<MoveOutcome> Migration::Attempt(const std::string& path, const std::string& to) {
+  auto st0 = Check(path, to);
+  if (!st0) return Err(st0.error());
   Rec r;
   {
     std::lock_guard lock(mu_);
@@ -237,13 +254,6 @@ Result<MoveOutcome> Migration::Attempt(const std::string& path, const std::strin
     return Err(s.error());
   }
   Step("mig:journaled");
-  if (frozen_copy) {
-    if (auto s = freeze(); !s) return fail(s.error());
-    auto again = local_->Stat(Cred{}, path);
-    if (!again) return fail(again.error());
-    if (again->st_dev != dev || again->st_ino != ino) return fail(Error{EAGAIN, "renamed"});
-    st0 = again;
-  }
 
   // 2. The copy, pulled by T.
   MoveMsg p;
@@ -266,8 +276,25 @@ Result<MoveOutcome> Migration::Attempt(const std::string& path, const std::strin
   if (!copied) return fail(copied.error());
   auto answer = DecodeMsg(*copied);
   if (!answer) return fail(answer.error());
-  const uint64_t bytes = answer->bytes;
+  uint64_t bytes = answer->bytes;
   Step("mig:copied");
+  // Written during the copy: passes of deltas while writers go on, until
+  // one copies little (the frozen delta below is then short).
+  for (int pass = 0; pass < options_.delta_passes; ++pass) {
+    auto now = local_->Stat(Cred{}, path);
+    if (!now) return fail(now.error());
+    if (SameVersion(*st0, *now)) break;
+    auto again = SendDelta(r, *now);
+    if (!again) return fail(again.error());
+    bytes += *again;
+    {
+      std::lock_guard lock(mu_);
+      stats_.deltas++;
+      stats_.delta_bytes += *again;
+    }
+    st0 = now;
+    if (*again < options_.freeze_bytes) break;
+  }
 
   // 3. Lock the name, freeze, check.
   Error why{0, {}};
@@ -286,14 +313,23 @@ Result<MoveOutcome> Migration::Attempt(const std::string& path, const std::strin
     if (why.code == 0) why = Error{EBUSY, "the name is locked by another operation"};
     return fail(std::move(why));
   }
-  if (!frozen) {
-    if (auto s = freeze(); !s) return fail(s.error());
-  }
+  if (auto s = freeze(); !s) return fail(s.error());
   auto st1 = local_->Stat(Cred{}, path);
   if (!st1) return fail(st1.error());
+  if (st1->st_dev != dev || st1->st_ino != ino) {
+    return fail(Error{EAGAIN, "the name is another file now"});
+  }
   if (!SameVersion(*st0, *st1)) {
-    *changed = !frozen_copy;
-    return fail(Error{EAGAIN, "the file changed during the copy"});
+    // Written during the copy: T copies again what differs, frozen.
+    auto again = SendDelta(r, *st1);
+    if (!again) return fail(again.error());
+    bytes += *again;
+    {
+      std::lock_guard lock(mu_);
+      stats_.deltas++;
+      stats_.delta_bytes += *again;
+    }
+    Step("mig:delta");
   }
   Step("mig:frozen");
 
@@ -307,6 +343,12 @@ Result<MoveOutcome> Migration::Attempt(const std::string& path, const std::strin
     return fail(s.error());
   }
   Step("mig:placed");
+  // A local program's write since the freeze (FedFS's wait at the gate):
+  // T's copy would miss it.
+  auto st2 = local_->Stat(Cred{}, path);
+  if (!st2 || !SameVersion(*st1, *st2)) {
+    return fail(Error{EAGAIN, "the file was changed at its node during the move (a local program)"});
+  }
 
   // 5. The commit point.
   r.state = Rec::kCommitted;

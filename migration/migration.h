@@ -93,6 +93,15 @@ struct MigrationOptions {
   std::chrono::milliseconds rpc_timeout{10000};     // every call but the copy
   std::chrono::milliseconds copy_timeout{3600000};  // kMigPrepare (the copy)
   size_t chunk = size_t{1} << 20;                   // bytes per read from L
+  // A file written during its copy (delta.cc): the blocks (of `delta_block`
+  // bytes, or larger for files over kMaxDeltaChunks of them) whose hashes
+  // differ are copied again, in up to `delta_passes` passes while writers
+  // go on, until a pass copies less than `freeze_bytes`; then once more
+  // with the file frozen (its writers wait for the hashing and that last
+  // delta only).
+  uint64_t delta_block = uint64_t{64} << 10;
+  int delta_passes = 3;
+  uint64_t freeze_bytes = uint64_t{4} << 20;
   std::chrono::milliseconds retry_initial{200};
   std::chrono::milliseconds retry_max{10000};
 };
@@ -102,6 +111,8 @@ struct MigrationOptions {
 // Rebalance: fedfsctl rebalance (docs/migration.md, "Rebalance").
 enum class MoveTrigger : uint8_t { kManual = 0, kFull = 1, kRebalance = 2 };
 inline constexpr uint8_t kMoveTriggers = 3;
+
+struct MoveMsg;  // a message between the ends (migration_internal.h)
 
 struct MoveOutcome {
   std::string from;
@@ -154,11 +165,19 @@ class Migration {
   [[nodiscard]] Result<MoveOutcome> Move(const std::string& path, const std::string& to,
                                          MoveTrigger why = MoveTrigger::kManual);
 
-  // Moves `path`, held by node `holder`, to `to`: here when `holder` is this
-  // node, else through kMigStart to it.
+  // The checks of a move (step 0), and whether T has a file of that name
+  // (EEXIST) or a move of it runs (EBUSY); nothing changes. The outcome's
+  // bytes are the file's size. (Locks are found only when the move freezes
+  // the file.)
+  [[nodiscard]] Result<MoveOutcome> DryRun(const std::string& path, const std::string& to);
+
+  // Moves `path`, held by node `holder`, to `to` (or only checks it:
+  // `dry_run`, DryRun): here when `holder` is this node, else through
+  // kMigStart to it.
   [[nodiscard]] Result<MoveOutcome> MoveAt(const std::string& holder, const std::string& path,
                                            const std::string& to,
-                                           MoveTrigger why = MoveTrigger::kManual);
+                                           MoveTrigger why = MoveTrigger::kManual,
+                                           bool dry_run = false);
 
   // VdServiceOptions::annotate_listing: marks the names of `dir` that are in
   // a move (tombstones here as L after the commit, incoming as T).
@@ -196,6 +215,8 @@ class Migration {
   struct Stats {
     uint64_t started = 0, done = 0, undone = 0, failed = 0, bytes = 0;
     uint64_t received = 0;  // moves here as T, committed
+    // Moves of files written during their copy: deltas sent, bytes copied again.
+    uint64_t deltas = 0, delta_bytes = 0;
     // Moves asked of this node as L, by trigger (MoveTrigger): asked, done
     // (committed), failed (refused or undone).
     struct Counts {
@@ -210,9 +231,11 @@ class Migration {
 
  private:
   void Step(std::string_view step) const;
-  // One try of Move; *changed: the file changed during an unfrozen copy.
-  Result<MoveOutcome> Attempt(const std::string& path, const std::string& to, bool frozen_copy,
-                              bool* changed);
+  // Step 0 at L: a regular file with one link at `path`, `to` alive and not
+  // this node; its attributes.
+  Result<struct stat> Check(const std::string& path, const std::string& to);
+  // Move, uncounted.
+  Result<MoveOutcome> Attempt(const std::string& path, const std::string& to);
   Status Save(const Rec& r);
   Status Erase(const Rec& r);
   Status Undo(Rec& r);
@@ -235,6 +258,13 @@ class Migration {
   void OnAbort(m2m::IncomingCall call, m2m::Responder r);
   void OnOutcome(m2m::IncomingCall call, m2m::Responder r);
   void OnLargest(m2m::IncomingCall call, m2m::Responder r);
+  void OnDelta(m2m::IncomingCall call, m2m::Responder r);
+  // T: owner, xattrs (read from `src`), mode, times of m on `fd`, fsync.
+  Status ApplyMeta(int fd, NodeFs* src, const MoveMsg& m);
+  // L: sends T the hashes of the file's blocks and its attributes as of
+  // `st` (a stat taken before the hashing); T copies again the blocks that
+  // differ (delta.cc). The bytes copied again.
+  Result<uint64_t> SendDelta(const Rec& r, const struct stat& st);
   struct Prep;  // a decoded kMigPrepare
   Result<uint64_t> Receive(const std::string& key, const Prep& p);
 

@@ -9,8 +9,8 @@ void RegisterMigrationControl(
     std::function<Result<std::vector<std::string>>(const std::string& path)> where,
     std::function<RoomCounts()> room, Migration::RebalanceOptions rebalance,
     std::string node_id) {
-  dispatcher.Register([migration, where = std::move(where)](
-                          const control::Request& q) -> Result<control::MigrateReply> {
+  auto move = [migration, where = std::move(where)](
+                  const control::Request& q, bool dry_run) -> Result<control::MigrateReply> {
     if (migration == nullptr) return Err(ENOTSUP, "file moves are off on this node");
     auto holders = where(q.path);
     if (!holders) return Err(holders.error().code, q.path + ": " + holders.error().ToString());
@@ -18,7 +18,7 @@ void RegisterMigrationControl(
       return Err(EISDIR, q.path + ": a directory (held by " + std::to_string(holders->size()) +
                              " nodes); only files are moved");
     }
-    auto o = migration->MoveAt(holders->front(), q.path, q.node);
+    auto o = migration->MoveAt(holders->front(), q.path, q.node, MoveTrigger::kManual, dry_run);
     if (!o) return Err(o.error().code, q.path + ": " + o.error().ToString());
     control::MigrateReply r;
     r.path = q.path;
@@ -26,6 +26,14 @@ void RegisterMigrationControl(
     r.to = o->to;
     r.bytes = o->bytes;
     return r;
+  };
+  dispatcher.Register([move](const control::Request& q) { return move(q, false); });
+  dispatcher.Register([move](const control::Request& q) -> Result<control::MigratePlanReply> {
+    auto r = move(q, true);
+    if (!r) return Err(r.error());
+    control::MigratePlanReply p;
+    static_cast<control::MigrateReply&>(p) = std::move(*r);
+    return p;
   });
   dispatcher.Register([migration, room = std::move(room), node_id = std::move(node_id)](
                           const control::Request&) -> Result<control::MigrationsReply> {
@@ -45,6 +53,8 @@ void RegisterMigrationControl(
     r.failed = s.failed;
     r.bytes = s.bytes;
     r.received = s.received;
+    r.deltas = s.deltas;
+    r.delta_bytes = s.delta_bytes;
     r.pending = migration->PendingCount();
     const auto& full = s.by_trigger[static_cast<size_t>(MoveTrigger::kFull)];
     r.full_asked = full.asked;

@@ -18,6 +18,18 @@ namespace fedfs::ns {
 inline constexpr uint32_t kMigrationWireVersion = 1;
 inline constexpr size_t kMaxLargest = 4096;  // files in one kMigLargest answer
 
+// The hash of a chunk of a file (XXH3, 128 bits), as kMigDelta compares
+// them (delta.cc).
+struct ChunkHashValue {
+  uint64_t low = 0, high = 0;
+  bool operator==(const ChunkHashValue&) const = default;
+};
+ChunkHashValue ChunkHash(const std::byte* data, size_t n);
+inline constexpr size_t kMaxDeltaChunks = 262144;  // hashes in one kMigDelta (4 MiB)
+// The block of a delta of a file of `size` bytes: `block` (a power of two),
+// doubled until at most kMaxDeltaChunks blocks cover the file.
+uint64_t DeltaBlock(uint64_t size, uint64_t block);
+
 struct Migration::Rec {
   enum State : uint8_t { kCopying = 0, kCommitted = 1, kReceiving = 2, kPlaced = 3 };
   uint64_t id = 0;
@@ -44,6 +56,9 @@ struct MoveMsg {
   uint8_t state = 0;
   uint64_t bytes = 0;
   uint8_t trigger = 0;  // kMigStart: MoveTrigger
+  bool dry_run = false;  // kMigStart: only the checks
+  uint64_t chunk = 0;                 // kMigDelta: bytes per hashed chunk
+  std::vector<ChunkHashValue> hashes;  // kMigDelta: the source's, chunk by chunk
   std::vector<std::pair<std::string, uint64_t>> files;  // kMigLargest's answer: path, size
 };
 
@@ -56,13 +71,16 @@ struct Migration::Prep {
   MoveMsg m;
 };
 
-// A copy being received at T: its unnamed file.
+// A copy being received at T: its unnamed file, and the hash of each block
+// (MigrationOptions::delta_block bytes) of it as it was written.
 struct Migration::Staged {
   explicit Staged(int f) : fd(f) {}
   ~Staged();
   Staged(const Staged&) = delete;
   Staged& operator=(const Staged&) = delete;
   int fd;
+  std::vector<ChunkHashValue> hashes;
+  bool aligned = true;  // every read of the copy was whole but the last
 };
 
 m2m::Bytes EncodeMoveRecord(const Migration::Rec& r);
@@ -71,7 +89,8 @@ Result<Migration::Rec> DecodeMoveRecord(std::string_view bytes);
 m2m::Bytes EncodeMsg(const MoveMsg& m);
 // Untrusted bytes: EPROTO unless verified, of this version, with a valid
 // global path (when one is given), at most 256 parents and at most
-// kMaxLargest files, each with a valid global path.
+// kMaxLargest files, each with a valid global path, at most kMaxDeltaChunks
+// hashes.
 Result<MoveMsg> DecodeMsg(const m2m::Bytes& payload);
 
 }  // namespace fedfs::ns

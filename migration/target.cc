@@ -50,6 +50,7 @@ void Migration::RegisterHandlers() {
   on(RpcMethod::kMigAbort, &Migration::OnAbort);
   on(RpcMethod::kMigOutcome, &Migration::OnOutcome);
   on(RpcMethod::kMigLargest, &Migration::OnLargest);
+  on(RpcMethod::kMigDelta, &Migration::OnDelta);
 }
 
 namespace {
@@ -75,7 +76,8 @@ void Migration::OnStart(m2m::IncomingCall call, m2m::Responder r) {
   if (!m) return;
   auto shared = std::make_shared<m2m::Responder>(std::move(r));
   Spawn([this, m = std::move(*m), shared] {
-    auto o = Move(m.path, m.to, static_cast<MoveTrigger>(m.trigger));
+    auto o = m.dry_run ? DryRun(m.path, m.to)
+                       : Move(m.path, m.to, static_cast<MoveTrigger>(m.trigger));
     if (!o) return shared->Fail(o.error());
     MoveMsg a;
     a.from = node_id_;
@@ -169,6 +171,15 @@ Result<uint64_t> Migration::Receive(const std::string& key, const Prep& p) {
       break;
     }
     if (*n == 0) break;
+    // The hash of each block, for a later delta (delta.cc): valid while
+    // every read but the last returned a whole chunk (a multiple of blocks).
+    if (staged->aligned) {
+      const size_t block = static_cast<size_t>(options_.delta_block);
+      for (size_t b = 0; b < *n; b += block) {
+        staged->hashes.push_back(ChunkHash(buf.data() + b, std::min(block, *n - b)));
+      }
+      staged->aligned = *n == buf.size() && buf.size() % block == 0;
+    }
     // Zeros are left unwritten: holes stay holes (and runs of zeros become
     // holes, which read the same).
     if (!AllZero(buf.data(), *n)) {
@@ -187,39 +198,44 @@ Result<uint64_t> Migration::Receive(const std::string& key, const Prep& p) {
     }
     off += *n;
   }
-  std::string names;
-  if (why.code == 0) {
-    size_t needed = 0;
-    auto l = src->ListXattr(Cred{}, m.path, 1 << 16, &needed);
-    if (l) names = std::move(*l);
-    else if (l.error().code != ENOTSUP) why = at("xattr names at the source", l.error());
-  }
   (void)src->Release(h->handle);
   if (why.code != 0) return fail(std::move(why));
   if (ftruncate(staged->fd, static_cast<off_t>(off)) != 0) return fail(SysFail("truncate").error());
+  if (auto s = ApplyMeta(staged->fd, src, m); !s) return fail(s.error());
+  Step("mig:t-copied");
+  return off;
+}
+
+Status Migration::ApplyMeta(int fd, NodeFs* src, const MoveMsg& m) {
+  std::string names;
+  size_t needed = 0;
+  auto l = src->ListXattr(Cred{}, m.path, 1 << 16, &needed);
+  if (l) {
+    names = std::move(*l);
+  } else if (l.error().code != ENOTSUP) {
+    return Err(l.error().code, "xattr names at the source: " + l.error().context);
+  }
   // Owner first (set-ID bits and capabilities survive), then xattrs, mode,
   // times last.
-  if (fchown(staged->fd, m.uid, m.gid) != 0) return fail(SysFail("chown").error());
+  if (fchown(fd, m.uid, m.gid) != 0) return SysFail("chown");
   for (size_t i = 0; i < names.size();) {
     const std::string name(names.c_str() + i);
     i += name.size() + 1;
     if (name.empty()) continue;
-    size_t needed = 0;
     auto v = src->GetXattr(Cred{}, m.path, name, 1 << 16, &needed);
     if (!v) {
       if (v.error().code == ENODATA) continue;
-      return fail(at("xattr at the source", v.error()));
+      return Err(v.error().code, "xattr at the source: " + v.error().context);
     }
-    if (fsetxattr(staged->fd, name.c_str(), v->data(), v->size(), 0) != 0) {
-      return fail(Error{errno, "xattr " + name + " at the target"});
+    if (fsetxattr(fd, name.c_str(), v->data(), v->size(), 0) != 0) {
+      return Err(errno, "xattr " + name + " at the target");
     }
   }
-  if (fchmod(staged->fd, m.mode & 07777) != 0) return fail(SysFail("chmod").error());
+  if (fchmod(fd, m.mode & 07777) != 0) return SysFail("chmod");
   const struct timespec ts[2] = {FromNs(m.atime_ns), FromNs(m.mtime_ns)};
-  if (futimens(staged->fd, ts) != 0) return fail(SysFail("utimens").error());
-  if (fsync(staged->fd) != 0) return fail(SysFail("fsync").error());
-  Step("mig:t-copied");
-  return off;
+  if (futimens(fd, ts) != 0) return SysFail("utimens");
+  if (fsync(fd) != 0) return SysFail("fsync");
+  return Ok();
 }
 
 void Migration::OnPlace(m2m::IncomingCall call, m2m::Responder r) {

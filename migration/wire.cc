@@ -83,6 +83,13 @@ m2m::Bytes EncodeMsg(const MoveMsg& m) {
   std::vector<flatbuffers::Offset<fb::FileSize>> fs;
   for (const auto& [p, size] : m.files) fs.push_back(fb::CreateFileSize(b, b.CreateString(p), size));
   auto files = b.CreateVector(fs);
+  std::vector<uint64_t> hs;
+  hs.reserve(m.hashes.size() * 2);
+  for (const ChunkHashValue& h : m.hashes) {
+    hs.push_back(h.low);
+    hs.push_back(h.high);
+  }
+  auto hashes = b.CreateVector(hs);
   fb::MoveMessageBuilder mb(b);
   mb.add_version(kMigrationWireVersion);
   mb.add_id(m.id);
@@ -100,6 +107,9 @@ m2m::Bytes EncodeMsg(const MoveMsg& m) {
   mb.add_bytes(m.bytes);
   mb.add_trigger(m.trigger);
   mb.add_files(files);
+  mb.add_dry_run(m.dry_run);
+  mb.add_chunk(m.chunk);
+  mb.add_hashes(hashes);
   b.Finish(mb.Finish());
   return Bytes(b);
 }
@@ -122,6 +132,7 @@ Result<MoveMsg> DecodeMsg(const m2m::Bytes& payload) {
   m.state = r->state();
   m.bytes = r->bytes();
   m.trigger = r->trigger();
+  m.dry_run = r->dry_run();
   if (m.trigger >= kMoveTriggers) return Err(EPROTO, "migration message: unknown trigger");
   if (r->parents() != nullptr) {
     if (r->parents()->size() > 256) return Err(EPROTO, "migration message: too many parents");
@@ -131,6 +142,17 @@ Result<MoveMsg> DecodeMsg(const m2m::Bytes& payload) {
                                               static_cast<gid_t>(t->gid())});
     }
   }
+  m.chunk = r->chunk();
+  if (r->hashes() != nullptr) {
+    const auto* h = r->hashes();
+    if (h->size() % 2 != 0 || h->size() / 2 > kMaxDeltaChunks) {
+      return Err(EPROTO, "migration message: bad chunk hashes");
+    }
+    for (flatbuffers::uoffset_t i = 0; i < h->size(); i += 2) {
+      m.hashes.push_back(ChunkHashValue{h->Get(i), h->Get(i + 1)});
+    }
+  }
+  if (!m.hashes.empty() && m.chunk == 0) return Err(EPROTO, "migration message: hashes of no chunk");
   if (r->files() != nullptr) {
     if (r->files()->size() > kMaxLargest) return Err(EPROTO, "migration message: too many files");
     for (const fb::FileSize* f : *r->files()) {

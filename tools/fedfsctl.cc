@@ -220,10 +220,11 @@ void Print(const control::Command& cmd, const std::string& reply) {
     PrintDt(Decode<control::DtReply>(reply));
   } else if (cmd.name == control::kFiles.name) {
     PrintFiles(Decode<control::FilesReply>(reply));
-  } else if (cmd.name == control::kMigrate.name) {
+  } else if (cmd.name == control::kMigrate.name || cmd.name == control::kMigratePlan.name) {
     const auto r = Decode<control::MigrateReply>(reply);
-    std::printf("moved %s from %s to %s (%llu bytes)\n", r.path.c_str(), r.from.c_str(),
-                r.to.c_str(), static_cast<unsigned long long>(r.bytes));
+    std::printf("%s %s from %s to %s (%llu bytes)\n",
+                cmd.name == control::kMigrate.name ? "moved" : "would move", r.path.c_str(),
+                r.from.c_str(), r.to.c_str(), static_cast<unsigned long long>(r.bytes));
   } else if (cmd.name == control::kRebalance.name || cmd.name == control::kRebalancePlan.name) {
     PrintRebalance(Decode<control::RebalanceReply>(reply));
   } else if (cmd.name == control::kCache.name || cmd.name == control::kCacheDrop.name) {
@@ -251,6 +252,7 @@ int main(int argc, char** argv) {
   for (const control::Command& c : control::kCommands) {
     if (c.name == control::kCacheDrop.name) continue;  // as "cache drop"
     if (c.name == control::kRebalancePlan.name) continue;  // as "rebalance --dry-run"
+    if (c.name == control::kMigratePlan.name) continue;    // as "migrate --dry-run"
     auto* sub = app.add_subcommand(std::string(c.name), std::string(c.help));
     if (c.arg == control::Arg::kPath || c.arg == control::Arg::kPathNode) {
       sub->add_option("path", path, std::string(c.arg_help))->required();
@@ -261,6 +263,9 @@ int main(int argc, char** argv) {
     if (c.name == control::kCache.name) {
       sub->add_option("action", action, "drop: drop every cached block first")
           ->check(CLI::IsMember({"drop"}));
+    }
+    if (c.name == control::kMigrate.name) {
+      sub->add_flag("--dry-run", dry_run, "check the move (the file's node's checks); move nothing");
     }
     if (c.name == control::kRebalance.name) {
       sub->add_flag("--dry-run", dry_run, "print the plan and the usage it leads to; move nothing");
@@ -287,8 +292,12 @@ int main(int argc, char** argv) {
     if (cmd == nullptr) return 2;  // (require_subcommand: not reached)
     if (cmd->name == control::kCache.name && action == "drop") cmd = &control::kCacheDrop;
     if (cmd->name == control::kRebalance.name && dry_run) cmd = &control::kRebalancePlan;
+    if (cmd->name == control::kMigrate.name && dry_run) cmd = &control::kMigratePlan;
     const std::string sock = FindSocket(socket, config);
-    auto reply = control::Ask(sock, control::Request{std::string(cmd->name), path, node});
+    // A move or a rebalance answers when it is done, however long it takes.
+    const bool job = cmd->name == control::kMigrate.name || cmd->name == control::kRebalance.name;
+    auto reply = control::Ask(sock, control::Request{std::string(cmd->name), path, node},
+                              job ? std::chrono::seconds(0) : std::chrono::seconds(10));
     if (!reply) throw Failure{reply.error().context};
     if (json) {
       std::printf("%s\n", control::Indented(*reply).c_str());

@@ -102,6 +102,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
              back->uid == m->uid && back->gid == m->gid && back->atime_ns == m->atime_ns &&
              back->mtime_ns == m->mtime_ns && back->parents.size() == m->parents.size() &&
              back->state == m->state && back->bytes == m->bytes &&
-             back->trigger == m->trigger);
+             back->trigger == m->trigger && back->dry_run == m->dry_run &&
+             back->files == m->files);
   return 0;
 }

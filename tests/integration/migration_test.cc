@@ -12,7 +12,8 @@
 //  * fio's crc32c verification passes while the file it writes moves back
 //    and forth five times;
 //  * bad requests (a directory, an unknown node, the node it is on) are
-//    refused with their reason and change nothing.
+//    refused with their reason and change nothing, by a dry run too; a
+//    dry run of a move that can be made says so and moves nothing.
 //
 // Each test owns a Cluster, which stops the daemons by pid, unmounts and
 // removes its temporary directory whatever happens.
@@ -235,6 +236,7 @@ TEST_F(Migration, FioVerifyPassesWhileTheFileMovesBackAndForthFiveTimes) {
                       "--size=8M", "--bs=4k", "--ioengine=psync", "--rw=randwrite",
                       "--verify=crc32c", "--verify_fatal=1", "--verify_backlog=64",
                       "--do_verify=1", "--time_based", "--runtime=12", "--randrepeat=1",
+                      "--verify_state_save=0",
                       "--output-format=normal"},
                      std::chrono::seconds(120));
   });
@@ -265,6 +267,10 @@ TEST_F(Migration, FioVerifyPassesWhileTheFileMovesBackAndForthFiveTimes) {
   EXPECT_NE(fio.out.find("WRITE: bw="), std::string::npos) << fio.out;
   EXPECT_EQ(fio.out.find("verify:"), std::string::npos) << fio.out;
   EXPECT_EQ(Holder(c_, "n1", "/fio/f"), "n3");  // five moves: n1 -> n3 ... -> n3
+  // Written during the copies: some moves copied the changed chunks again.
+  const uint64_t deltas = c_.Ctl("n1", {"migrations"})["deltas"].get<uint64_t>() +
+                          c_.Ctl("n3", {"migrations"})["deltas"].get<uint64_t>();
+  EXPECT_GE(deltas, 1u);
   EXPECT_FALSE(fs::exists(Root("n1") + "/fio/f"));
   for (const std::string& id : ids_) EXPECT_EQ(ListNames(Mnt(id) + "/fio"), std::set<std::string>{"f"}) << id;
 }
@@ -282,10 +288,23 @@ TEST_F(Migration, BadRequestsAreRefusedWithTheirReason) {
     const CommandResult r = Migrate(c_, "n3", k.path, k.to);
     EXPECT_NE(r.exit_code, 0);
     EXPECT_NE((r.out + r.err).find(k.says), std::string::npos) << r.out << r.err;
+    // A dry run refuses it with the same reason.
+    const CommandResult d = RunCommand({FEDFS_FEDFSCTL_PATH, "--socket", c_.Socket("n3"),
+                                        "migrate", k.path, "--to", k.to, "--dry-run"},
+                                       kNoHang);
+    EXPECT_NE(d.exit_code, 0);
+    EXPECT_NE((d.out + d.err).find(k.says), std::string::npos) << d.out << d.err;
   }
+  // A dry run of a move that can be made says so, and moves nothing.
+  const CommandResult ok = RunCommand({FEDFS_FEDFSCTL_PATH, "--socket", c_.Socket("n3"),
+                                       "migrate", "/d/f", "--to", "n2", "--dry-run"},
+                                      kNoHang);
+  EXPECT_EQ(ok.exit_code, 0) << ok.out << ok.err;
+  EXPECT_NE(ok.out.find("would move /d/f from n1 to n2 (1 bytes)"), std::string::npos) << ok.out;
   EXPECT_EQ(ReadFileText(Root("n1") + "/d/f"), "x");
   EXPECT_EQ(ListNames(Root("n2")), std::set<std::string>{});
   EXPECT_EQ(c_.Ctl("n1", {"migrations"})["pending"], 0);
+  EXPECT_EQ(c_.Ctl("n1", {"migrations"})["done"], 0);
 }
 
 }  // namespace
