@@ -8,13 +8,18 @@
 //   2. kMigPrepare -> T: T journals Receiving, makes the missing parents
 //      with L's modes and owners, creates an unnamed file (O_TMPFILE) there,
 //      reads the file from L through the file service (holes stay holes),
-//      sets owner, mode, xattrs and times, fsyncs               "mig:copied"
+//      sets owner, mode, xattrs and times, fsyncs, keeping the hash of each
+//      64 KiB block it wrote                                    "mig:copied"
+//   2b. while the file changed since the copy (size, mtime, ctime), up to 3
+//      deltas with writers going on (kMigDelta, delta.cc): L sends the
+//      hashes of its blocks, T copies again those that differ
 //   3. L locks the name at the directory's manager (kLock), freezes the file
-//      (nodefs/move_support.h: changes through FedFS wait), and checks that
-//      nobody holds a lock on it and that it did not change since step 2
-//      (size, mtime, ctime); else undo (EBUSY, EAGAIN)            "mig:frozen"
+//      (nodefs/move_support.h: changes through FedFS wait), checks that
+//      nobody holds a lock on it; if it changed since the last copy, one
+//      more delta, frozen ("mig:delta"); else undo (EBUSY, EAGAIN) "mig:frozen"
 //   4. kMigPlace -> T: T journals Placed (synced), links the copy at the
-//      name (hidden in T's listings: incoming)               "mig:t-placed"
+//      name (hidden in T's listings: incoming); L checks that no local
+//      program changed the file since the freeze (else undo)  "mig:t-placed"
 //   5. L journals Committed (synced): THE COMMIT POINT        "mig:committed"
 //   6. L holds the file (opens and reads at L wait), tells the sessions that
 //      watch it (they drop what they cache of it)              "mig:held"
