@@ -208,44 +208,37 @@ bool GetBool(Checker& c, const YAML::Node& map, const std::string& key, const st
   return false;
 }
 
-// Reads a number of seconds in [0, 3600] (decimals allowed).
-bool GetSeconds(Checker& c, const YAML::Node& map, const std::string& key,
-                const std::string& name, double* out) {
+// A number in [lo, hi] (or [lo, hi) with `open_hi`); `what` names it in
+// the message.
+bool GetNumber(Checker& c, const YAML::Node& map, const std::string& key, const std::string& name,
+               double lo, double hi, bool open_hi, const std::string& what, double* out) {
   const YAML::Node n = map[key];
   if (!n || n.IsNull()) return false;
-  double v = -1;
+  double v = lo - 1;
   if (n.IsScalar()) {
     const std::string& s = n.Scalar();
     char* end = nullptr;
     v = std::strtod(s.c_str(), &end);
-    if (s.empty() || end != s.c_str() + s.size()) v = -1;
+    if (s.empty() || end != s.c_str() + s.size()) v = lo - 1;
   }
-  if (!(v >= 0 && v <= 3600)) {
-    c.Fail(name, "expected seconds in [0, 3600], got " + Describe(n));
+  if (!(v >= lo && (open_hi ? v < hi : v <= hi))) {
+    c.Fail(name, "expected " + what + ", got " + Describe(n));
     return false;
   }
   *out = v;
   return true;
 }
 
+// A number of seconds in [0, 3600] (decimals allowed).
+bool GetSeconds(Checker& c, const YAML::Node& map, const std::string& key,
+                const std::string& name, double* out) {
+  return GetNumber(c, map, key, name, 0, 3600, false, "seconds in [0, 3600]", out);
+}
+
 // A number in [0, 1) (a share, e.g. 0.05).
 bool GetFraction(Checker& c, const YAML::Node& map, const std::string& key,
                  const std::string& name, double* out) {
-  const YAML::Node n = map[key];
-  if (!n || n.IsNull()) return false;
-  double v = -1;
-  if (n.IsScalar()) {
-    const std::string& s = n.Scalar();
-    char* end = nullptr;
-    v = std::strtod(s.c_str(), &end);
-    if (s.empty() || end != s.c_str() + s.size()) v = -1;
-  }
-  if (!(v >= 0 && v < 1)) {
-    c.Fail(name, "expected a share in [0, 1) such as 0.05, got " + Describe(n));
-    return false;
-  }
-  *out = v;
-  return true;
+  return GetNumber(c, map, key, name, 0, 1, true, "a share in [0, 1) such as 0.05", out);
 }
 
 const YAML::Node GetMap(Checker& c, const YAML::Node& map, const std::string& key) {

@@ -14,7 +14,6 @@
 #include "common/logging.h"
 #include "common/path.h"
 #include "common/rpc_methods.h"
-#include "dirops/kv_keys.h"
 #include "migration/migration.h"
 #include "migration/migration_internal.h"
 
@@ -97,6 +96,9 @@ Result<uint64_t> Migration::SendDelta(const Rec& r, const struct stat& st) {
   if (!a) return Err(a.error());
   auto answer = DecodeMsg(*a);
   if (!answer) return Err(answer.error());
+  std::lock_guard lock(mu_);
+  stats_.deltas++;
+  stats_.delta_bytes += answer->bytes;
   return answer->bytes;
 }
 
@@ -114,18 +116,8 @@ void Migration::OnDelta(m2m::IncomingCall call, m2m::Responder r) {
   }
   auto shared = std::make_shared<m2m::Responder>(std::move(r));
   Spawn([this, m = std::move(*m), shared] {
-    const std::string key = kvkeys::MigrationKey(false, m.from, m.id);
-    std::shared_ptr<Rec> rec;
-    std::shared_ptr<Staged> staged;
-    {
-      std::lock_guard lock(mu_);
-      if (auto it = records_.find(key); it != records_.end()) rec = it->second;
-      if (auto it = staged_.find(key); it != staged_.end()) staged = it->second;
-    }
-    if (rec == nullptr || staged == nullptr || rec->state != Rec::kReceiving ||
-        rec->path != m.path) {
-      return shared->Fail(Error{ENOENT, "no copy of that move here"});
-    }
+    auto [rec, staged] = Receiving(m);
+    if (rec == nullptr) return shared->Fail(Error{ENOENT, "no copy of that move here"});
     // This end's hashes: those of the copy when it was hashed in the same
     // chunks, else the staged file's now.
     std::vector<ChunkHashValue> mine;

@@ -287,11 +287,6 @@ Result<MoveOutcome> Migration::Attempt(const std::string& path, const std::strin
     auto again = SendDelta(r, *now);
     if (!again) return fail(again.error());
     bytes += *again;
-    {
-      std::lock_guard lock(mu_);
-      stats_.deltas++;
-      stats_.delta_bytes += *again;
-    }
     st0 = now;
     if (*again < options_.freeze_bytes) break;
   }
@@ -324,11 +319,6 @@ Result<MoveOutcome> Migration::Attempt(const std::string& path, const std::strin
     auto again = SendDelta(r, *st1);
     if (!again) return fail(again.error());
     bytes += *again;
-    {
-      std::lock_guard lock(mu_);
-      stats_.deltas++;
-      stats_.delta_bytes += *again;
-    }
     Step("mig:delta");
   }
   Step("mig:frozen");

@@ -264,6 +264,9 @@ class Migration {
   void OnOutcome(m2m::IncomingCall call, m2m::Responder r);
   void OnLargest(m2m::IncomingCall call, m2m::Responder r);
   void OnDelta(m2m::IncomingCall call, m2m::Responder r);
+  // T: the record and the copy of the move that `m` names, while its copy
+  // is being received (else nulls).
+  std::pair<std::shared_ptr<Rec>, std::shared_ptr<Staged>> Receiving(const MoveMsg& m);
   // T: owner, xattrs (read from `src`), mode, times of m on `fd`, fsync.
   Status ApplyMeta(int fd, NodeFs* src, const MoveMsg& m);
   // L: sends T the hashes of the file's blocks and its attributes as of

@@ -238,23 +238,27 @@ Status Migration::ApplyMeta(int fd, NodeFs* src, const MoveMsg& m) {
   return Ok();
 }
 
+std::pair<std::shared_ptr<Migration::Rec>, std::shared_ptr<Migration::Staged>>
+Migration::Receiving(const MoveMsg& m) {
+  const std::string key = kvkeys::MigrationKey(false, m.from, m.id);
+  std::lock_guard lock(mu_);
+  auto r = records_.find(key);
+  auto s = staged_.find(key);
+  if (r == records_.end() || s == staged_.end() || r->second->state != Rec::kReceiving ||
+      r->second->path != m.path) {
+    return {};
+  }
+  return {r->second, s->second};
+}
+
 void Migration::OnPlace(m2m::IncomingCall call, m2m::Responder r) {
   auto m = Decoded(call, r, "kMigPlace", true);
   if (!m) return;
   auto shared = std::make_shared<m2m::Responder>(std::move(r));
   Spawn([this, m = std::move(*m), shared] {
     const std::string key = kvkeys::MigrationKey(false, m.from, m.id);
-    std::shared_ptr<Rec> rec;
-    std::shared_ptr<Staged> staged;
-    {
-      std::lock_guard lock(mu_);
-      if (auto it = records_.find(key); it != records_.end()) rec = it->second;
-      if (auto it = staged_.find(key); it != staged_.end()) staged = it->second;
-    }
-    if (rec == nullptr || staged == nullptr || rec->state != Rec::kReceiving ||
-        rec->path != m.path) {
-      return shared->Fail(Error{ENOENT, "no copy of that move here"});
-    }
+    auto [rec, staged] = Receiving(m);
+    if (rec == nullptr) return shared->Fail(Error{ENOENT, "no copy of that move here"});
     struct stat st {};
     if (fstat(staged->fd, &st) != 0) return shared->Fail(Error{errno, "fstat of the copy"});
     Rec r = *rec;

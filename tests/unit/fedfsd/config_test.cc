@@ -304,8 +304,29 @@ TEST_F(ConfigTest, DirectoryTableAndAutonomySections) {
   EXPECT_EQ(set->directory_table.bytes, 1048576u);
   EXPECT_FALSE(set->autonomy.watch);
   EXPECT_EQ(set->autonomy.max_watches, 10u);
+  EXPECT_TRUE(def->migration.on_full.enabled);
+  EXPECT_EQ(def->migration.on_full.min_free, uint64_t{16} << 20);
+  EXPECT_DOUBLE_EQ(def->migration.rebalance.threshold, 0.05);
+  auto mig = Parse(Good("+", "migration: {on_full: {enabled: false, max_size: 2GiB, "
+                             "max_wait_ms: 500, min_free: 0}, "
+                             "rebalance: {threshold: 0.1, min_size: 4MiB}}"));
+  ASSERT_TRUE(mig) << mig.error().context;
+  EXPECT_FALSE(mig->migration.on_full.enabled);
+  EXPECT_EQ(mig->migration.on_full.max_size, uint64_t{2} << 30);
+  EXPECT_EQ(mig->migration.on_full.max_wait, std::chrono::milliseconds(500));
+  EXPECT_EQ(mig->migration.on_full.min_free, 0u);
+  EXPECT_DOUBLE_EQ(mig->migration.rebalance.threshold, 0.1);
+  EXPECT_EQ(mig->migration.rebalance.min_size, uint64_t{4} << 20);
 
   const std::vector<BadCase> cases = {
+      {"rebalance threshold of 1", "+", "migration: {rebalance: {threshold: 1}}",
+       {"field 'migration.rebalance.threshold'", "a share in [0, 1)"}},
+      {"rebalance threshold text", "+", "migration: {rebalance: {threshold: half}}",
+       {"field 'migration.rebalance.threshold'"}},
+      {"on_full unknown key", "+", "migration: {on_full: {max_sise: 1GiB}}",
+       {"migration.on_full.max_sise"}},
+      {"on_full wait too long", "+", "migration: {on_full: {max_wait_ms: 3600001}}",
+       {"field 'migration.on_full.max_wait_ms'", "out of range"}},
       {"cache forward too big", "+", "coopcache: {forward: 17}",
        {"field 'coopcache.forward'", "out of range"}},
       {"cache min_free text", "+", "coopcache: {min_free: lots}",
