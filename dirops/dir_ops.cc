@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <thread>
 #include <cstdlib>
 #include <ctime>
 
@@ -69,12 +70,23 @@ DirOpsHooks PauseHooksFromEnv() {
   const char* env = std::getenv("FEDFS_TEST_PAUSE_AT");
   if (env == nullptr || *env == '\0') return {};
   std::string target = env;
-  Log()->warn("test hook: operations pause at step \"{}\" (FEDFS_TEST_PAUSE_AT)", target);
+  long delay_ms = -1;  // forever
+  if (const size_t plus = target.find('+'); plus != std::string::npos) {
+    delay_ms = std::strtol(target.c_str() + plus + 1, nullptr, 10);
+    target.resize(plus);
+  }
+  Log()->warn("test hook: operations pause at step \"{}\" (FEDFS_TEST_PAUSE_AT{})", target,
+              delay_ms < 0 ? "" : ", for " + std::to_string(delay_ms) + " ms");
   DirOpsHooks h;
-  h.at_step = [target](std::string_view step) {
+  h.at_step = [target, delay_ms](std::string_view step) {
     if (step != target) return;
     Log()->warn("paused at {}", step);
     Log()->flush();
+    if (delay_ms >= 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+      Log()->warn("resumed at {}", step);
+      return;
+    }
     for (;;) ::pause();
   };
   return h;

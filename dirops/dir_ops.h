@@ -118,7 +118,8 @@ struct DirOpsHooks {
 
 // Hooks for the daemon: when the environment variable FEDFS_TEST_PAUSE_AT
 // names a step, reaching that step logs "paused at <step>" (warn) and sleeps
-// forever. Without the variable: no hooks.
+// forever; "<step>+<ms>" sleeps that many milliseconds instead, then goes on
+// ("resumed at <step>"). Without the variable: no hooks.
 DirOpsHooks PauseHooksFromEnv();
 
 class DirOps {

@@ -1,5 +1,6 @@
 // FileService: serving one request (files/file_service_impl.h).
 #include "files/file_service_impl.h"
+#include "nodefs/move_support.h"
 
 #include "coopcache/block_cache.h"
 
@@ -160,6 +161,12 @@ auto FileService::Impl::RunOp(const m2m::PeerInfo& peer, const fb::FsRequest* re
   auto budget = std::chrono::microseconds(std::min<uint64_t>(req->budget_us(), 600'000'000ull));
   if (budget.count() == 0) budget = opts_.transfer_timeout;
   const Clock::time_point deadline = arrival + budget;
+  // Waits at a moving file's gate end well before the caller gives up: it
+  // asks again (nodefs/move_support.h).
+  const ScopedGateDeadline gate_wait(
+      std::chrono::steady_clock::now() +
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>((deadline - Clock::now()) *
+                                                                      3 / 4));
 
   auto status_or = [](Status s) -> Result<m2m::Bytes> {
     if (!s) return Err(s.error());

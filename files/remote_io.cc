@@ -5,6 +5,7 @@
 
 #include "common/wait.h"
 #include "files/remote_node_fs_internal.h"
+#include "nodefs/move_support.h"
 
 namespace fedfs::ns {
 
@@ -148,6 +149,8 @@ Result<size_t> RemoteNodeFs::SlotIo(Handle h, uint64_t offset, std::byte* buf, s
   }
   const size_t chunk = MaxIo();
   const Clock::duration quarantine = 2 * opts_.rpc_timeout + std::chrono::seconds(1);
+  const Clock::duration budget0 = deadline - Clock::now();
+  const Clock::time_point give_up = Clock::now() + kMoveWaitMax;
   size_t done = 0;
   bool rehello = false;
   while (done < size) {
@@ -211,6 +214,14 @@ Result<size_t> RemoteNodeFs::SlotIo(Handle h, uint64_t offset, std::byte* buf, s
         continue;
       }
       if (done > 0) break;
+      // A move holds the file at the server (nothing done): asked again.
+      if (first_error->code == kErrMoveWait && Clock::now() < give_up) {
+        deadline = Clock::now() + budget0;
+        continue;
+      }
+      if (first_error->code == kErrMoveWait) {
+        return Err(ETIMEDOUT, "the file has been held by a move for too long");
+      }
       return Err(*first_error);
     }
     if (stop) break;

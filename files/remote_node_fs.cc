@@ -1,4 +1,5 @@
 #include "files/remote_node_fs.h"
+#include "nodefs/move_support.h"
 
 #include <algorithm>
 #include <cstring>
@@ -259,6 +260,11 @@ size_t RemoteNodeFs::MaxIo() const {
 }
 
 Result<m2m::Bytes> RemoteNodeFs::Call(const Req& req, Clock::time_point deadline) {
+  // A file being moved at the server: its gate answered kErrMoveWait before
+  // this call's deadline, nothing done; asked again with the same budget, for
+  // as long as the move holds the file (bounded: kMoveWaitMax).
+  const Clock::duration budget0 = deadline - Clock::now();
+  const Clock::time_point give_up = Clock::now() + kMoveWaitMax;
   for (int attempt = 0;; ++attempt) {
     if (!helloed_.load()) {
       if (auto st = Hello(deadline); !st) return Err(st.error());
@@ -286,6 +292,14 @@ Result<m2m::Bytes> RemoteNodeFs::Call(const Req& req, Clock::time_point deadline
     }
     if (!r && r.error().code == fswire::kErrSessionUnknown && attempt == 0) {
       helloed_.store(false);  // new connection or restarted server: Hello again
+      continue;
+    }
+    if (!r && r.error().code == kErrMoveWait) {
+      if (Clock::now() >= give_up) {
+        return Err(ETIMEDOUT, "the file has been held by a move for too long");
+      }
+      deadline = Clock::now() + budget0;
+      --attempt;  // not a failed attempt
       continue;
     }
     if (!r) return Err(r.error());

@@ -18,6 +18,10 @@
 
 namespace fedfs::ns {
 
+// How long a call keeps asking again while the server answers that a move
+// holds the file (nodefs/move_support.h, kErrMoveWait).
+inline constexpr std::chrono::minutes kMoveWaitMax{10};
+
 namespace remote_detail {
 namespace fb = fswire::fb;
 }  // namespace remote_detail

@@ -1,6 +1,8 @@
 // MoveGate (nodefs/move_gate.h).
 #include "nodefs/move_gate.h"
 
+#include "nodefs/move_support.h"
+
 namespace fedfs::ns {
 
 MoveGate::State MoveGate::StateOf(const Key& k) const {
@@ -16,10 +18,17 @@ Status MoveGate::Check(const Key& k, Pass& pass, bool changes) {
   if (it->second == State::kMoved) return Err(ESTALE, "file moved to another node");
   if (it->second == State::kFrozen && !changes) return Ok();
   pass.unlock();  // the move goes on while this operation waits
-  cv_.wait(lock, [&] {
+  auto done = [&] {
     auto i = gates_.find(k);
     return i == gates_.end() || i->second == State::kMoved;
-  });
+  };
+  if (const auto& until = GateDeadline()) {
+    if (!cv_.wait_until(lock, *until, done)) {
+      return Err(kErrMoveWait, "the file is being moved: ask again");
+    }
+  } else {
+    cv_.wait(lock, done);
+  }
   if (gates_.count(k) != 0) return Err(ESTALE, "file moved to another node");
   return Err(EAGAIN, "move undone: start again");
 }

@@ -36,7 +36,8 @@ class MoveGate {
   // file): Ok to go on (the pass still held); ESTALE if moved; if it must
   // wait (frozen and `changes`, or held), releases the pass and waits until
   // the gate is gone (then EAGAIN: the caller starts again with a new pass)
-  // or moved (ESTALE).
+  // or moved (ESTALE), or until this thread's GateDeadline (move_support.h)
+  // if it has one (then kErrMoveWait).
   Status Check(const Key& k, Pass& pass, bool changes = true);
   // Installs a frozen gate once changes in flight are done. EBUSY if `k`
   // is gated already. `while_exclusive` runs with the lock held (to count

@@ -25,12 +25,39 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include <cerrno>
+#include <chrono>
 #include <cstddef>
+#include <optional>
 #include <string>
 
 #include "common/result.h"
 
 namespace fedfs::ns {
+
+// How long an operation on this thread may wait at a file's gate. A server
+// answering another node's request sets it for the call (files/, from the
+// caller's budget): past it the operation fails with kErrMoveWait, nothing
+// done, and the other node asks again (RemoteNodeFs), so that no caller's
+// call times out while a move holds the file. Unset (this node's own mount,
+// the move itself): an operation waits as long as the gate stands.
+inline constexpr int kErrMoveWait = EINPROGRESS;
+inline std::optional<std::chrono::steady_clock::time_point>& GateDeadline() {
+  thread_local std::optional<std::chrono::steady_clock::time_point> deadline;
+  return deadline;
+}
+class ScopedGateDeadline {
+ public:
+  explicit ScopedGateDeadline(std::chrono::steady_clock::time_point d) : prev_(GateDeadline()) {
+    GateDeadline() = d;
+  }
+  ~ScopedGateDeadline() { GateDeadline() = prev_; }
+  ScopedGateDeadline(const ScopedGateDeadline&) = delete;
+  ScopedGateDeadline& operator=(const ScopedGateDeadline&) = delete;
+
+ private:
+  std::optional<std::chrono::steady_clock::time_point> prev_;
+};
 
 class MoveSupport {
  public:

@@ -11,6 +11,8 @@
 //    refused (moving locks is not built);
 //  * fio's crc32c verification passes while the file it writes moves back
 //    and forth five times;
+//  * a remote write held at the file's gate longer than a remote call may
+//    take completes where the file moved;
 //  * bad requests (a directory, an unknown node, the node it is on) are
 //    refused with their reason and change nothing, by a dry run too; a
 //    dry run of a move that can be made says so and moves nothing.
@@ -305,6 +307,48 @@ TEST_F(Migration, BadRequestsAreRefusedWithTheirReason) {
   EXPECT_EQ(ListNames(Root("n2")), std::set<std::string>{});
   EXPECT_EQ(c_.Ctl("n1", {"migrations"})["pending"], 0);
   EXPECT_EQ(c_.Ctl("n1", {"migrations"})["done"], 0);
+}
+
+// A write through another node's mount that waits at the file's gate for
+// longer than a remote call may take (the move paused 3 s after its freeze,
+// FEDFS_TEST_PAUSE_AT=mig:frozen+3000; timeouts.rpc_ms is 2000) is asked
+// again while it waits (kErrMoveWait) and lands where the file moved: no
+// error, nothing lost.
+TEST(MigrationHeld, ARemoteWriteWaitsOutALongFreezeWithoutAnError) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root for FUSE mounts";
+  Cluster c;
+  std::vector<std::string> ids;
+  ::setenv("FEDFS_TEST_PAUSE_AT", "mig:frozen+3000", 1);
+  const std::string started = c.StartMounted(3, &ids);
+  ::unsetenv("FEDFS_TEST_PAUSE_AT");
+  ASSERT_EQ(started, "");
+  fs::create_directories(c.ExportRoot("n1") + "/d");
+  const std::string content(1 << 20, 'x');
+  { std::ofstream(c.ExportRoot("n1") + "/d/f", std::ios::binary) << content; }
+  const int fd = ::open((c.Mountpoint("n2") + "/d/f").c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  CommandResult moved;
+  std::thread mover([&] { moved = Migrate(c, "n2", "/d/f", "n3"); });
+  const bool paused = WaitFor(
+      [&] { return c.Log("n1").find("paused at mig:frozen") != std::string::npos; }, kNoHang);
+  const bool resumed_before = c.Log("n1").find("resumed at mig:frozen") != std::string::npos;
+  const ssize_t w = ::pwrite(fd, "HELLO", 5, 100);
+  const int werr = errno;
+  const bool resumed_after = c.Log("n1").find("resumed at mig:frozen") != std::string::npos;
+  mover.join();
+  ::close(fd);
+  ASSERT_TRUE(paused) << c.Log("n1");
+  EXPECT_FALSE(resumed_before) << "the write was not made while the file was frozen";
+  EXPECT_TRUE(resumed_after) << "the write returned before the freeze ended";
+  EXPECT_EQ(w, 5) << std::strerror(werr);
+  ASSERT_EQ(moved.exit_code, 0) << moved.out << moved.err;
+  std::string want = content;
+  want.replace(100, 5, "HELLO");
+  EXPECT_FALSE(fs::exists(c.ExportRoot("n1") + "/d/f"));
+  EXPECT_EQ(ReadFileText(c.ExportRoot("n3") + "/d/f") == want, true);
+  for (const std::string& id : ids) {
+    EXPECT_EQ(ReadFileText(c.Mountpoint(id) + "/d/f") == want, true) << id;
+  }
 }
 
 }  // namespace
