@@ -29,13 +29,13 @@ using local_detail::OpenAt2;
 using local_detail::SysErr;
 
 Result<MoveGate::Pass> LocalNodeFs::PassFor(
-    const std::function<std::optional<MoveGate::Key>()>& key_of) {
+    const std::function<std::optional<MoveGate::Key>()>& key_of, bool changes) {
   for (;;) {
     MoveGate::Pass pass = gate_.Enter();
     if (!gate_.Any()) return pass;
     std::optional<MoveGate::Key> key = key_of();
     if (!key) return pass;  // the operation fails by itself
-    Status s = gate_.Check(*key, pass);
+    Status s = gate_.Check(*key, pass, changes);
     if (s) return pass;
     if (s.error().code != EAGAIN) return Err(s.error());
   }

@@ -203,9 +203,17 @@ class LocalNodeFs final : public NodeFs, public MoveSupport {
   // The move gate (move_support.h): a changing operation holds the pass its
   // file's gate lets through (waits while the file is frozen; ESTALE once
   // it moved). `key_of` names the file; it is asked only while some file is
-  // gated (nullopt: no such file, the operation fails by itself).
-  Result<MoveGate::Pass> PassFor(const std::function<std::optional<MoveGate::Key>()>& key_of);
+  // gated (nullopt: no such file, the operation fails by itself). A read
+  // (`changes` false) passes a frozen file and waits only while the move is
+  // committed and its name not yet switched (Held), so that the ESTALE it
+  // gets once the file moved sends it where the file now is.
+  Result<MoveGate::Pass> PassFor(const std::function<std::optional<MoveGate::Key>()>& key_of,
+                                 bool changes = true);
   std::optional<MoveGate::Key> KeyOfPath(const std::string& path);
+  // ESTALE if the handle's file moved to another node or is about to (Held):
+  // the check of a read by this node's own mount, which must not wait while
+  // Held (its kernel keeps the read's pages locked, and the move drops this
+  // kernel's pages of the file before it switches the name).
   Status MovedCheck(const OpenFile& f) const;
   MoveGate gate_;
   struct Parent;

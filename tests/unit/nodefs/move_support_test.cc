@@ -101,13 +101,30 @@ TEST_F(MoveSupportTest, HeldThenMovedAnswersEstaleToWaitersAndLaterCalls) {
     auto n = fs_->Write(h->handle, 0, Bytes("X"));
     return n ? 0 : n.error().code;
   });
+  // Another node's read through an open handle (its server sets a gate
+  // deadline) waits too, answered ESTALE only once the file moved (its
+  // caller then finds the file where it went); this node's own read is
+  // answered ESTALE at once (nodefs/local_node_fs.h, MovedCheck).
+  auto handle_reader = std::async(std::launch::async, [&] {
+    const ScopedGateDeadline remote(std::chrono::steady_clock::now() + 30s);
+    std::byte b[8];
+    auto n = fs_->Read(h->handle, 0, b);
+    return n ? 0 : n.error().code;
+  });
+  {
+    std::byte b[8];
+    EXPECT_EQ(fs_->Read(h->handle, 0, b).error().code, ESTALE);
+  }
   EXPECT_EQ(reader.wait_for(200ms), std::future_status::timeout);
   EXPECT_EQ(writer.wait_for(10ms), std::future_status::timeout);
+  EXPECT_EQ(handle_reader.wait_for(10ms), std::future_status::timeout);
   fs_->MarkMoved(st_.st_dev, st_.st_ino);
   ASSERT_EQ(reader.wait_for(10s), std::future_status::ready);
   ASSERT_EQ(writer.wait_for(10s), std::future_status::ready);
+  ASSERT_EQ(handle_reader.wait_for(10s), std::future_status::ready);
   EXPECT_EQ(reader.get(), ESTALE);
   EXPECT_EQ(writer.get(), ESTALE);
+  EXPECT_EQ(handle_reader.get(), ESTALE);
   std::byte buf[8];
   EXPECT_EQ(fs_->Read(h->handle, 0, buf).error().code, ESTALE);
   EXPECT_EQ(fs_->Open(Cred{}, "/f", O_RDONLY).error().code, ESTALE);
