@@ -1,6 +1,8 @@
 // The journal record and the messages of migration (migration.fbs).
 #include <unistd.h>
 
+#include <cstring>
+
 #include "common/path.h"
 #include "migration/migration_internal.h"
 #include "migration_generated.h"
@@ -148,8 +150,15 @@ Result<MoveMsg> DecodeMsg(const m2m::Bytes& payload) {
     if (h->size() % 2 != 0 || h->size() / 2 > kMaxDeltaChunks) {
       return Err(EPROTO, "migration message: bad chunk hashes");
     }
+    // Copied out bytewise: a crafted buffer may misalign the vector's
+    // elements (the verifier checks its length's alignment only).
+    const auto* p = reinterpret_cast<const uint8_t*>(h->Data());
     for (flatbuffers::uoffset_t i = 0; i < h->size(); i += 2) {
-      m.hashes.push_back(ChunkHashValue{h->Get(i), h->Get(i + 1)});
+      uint64_t low = 0, high = 0;
+      std::memcpy(&low, p + i * sizeof(uint64_t), sizeof low);
+      std::memcpy(&high, p + (i + 1) * sizeof(uint64_t), sizeof high);
+      m.hashes.push_back(ChunkHashValue{flatbuffers::EndianScalar(low),
+                                        flatbuffers::EndianScalar(high)});
     }
   }
   if (!m.hashes.empty() && m.chunk == 0) return Err(EPROTO, "migration message: hashes of no chunk");
