@@ -23,12 +23,6 @@ namespace {
 
 std::shared_ptr<spdlog::logger> Log() { return Logger("migration"); }
 
-int64_t Ns(const struct timespec& t) { return int64_t{t.tv_sec} * 1000000000 + t.tv_nsec; }
-
-bool AllZero(const std::byte* p, size_t n) {
-  return std::all_of(p, p + n, [](std::byte b) { return b == std::byte{0}; });
-}
-
 // Reads [off, off + buf.size()) through `read` until full or end of file.
 template <class Read>
 Result<size_t> ReadFull(Read read, uint64_t off, std::span<std::byte> buf) {

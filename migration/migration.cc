@@ -30,8 +30,6 @@ bool SameVersion(const struct stat& a, const struct stat& b) {
          a.st_ctim.tv_sec == b.st_ctim.tv_sec && a.st_ctim.tv_nsec == b.st_ctim.tv_nsec;
 }
 
-int64_t Ns(const struct timespec& t) { return int64_t{t.tv_sec} * 1000000000 + t.tv_nsec; }
-
 }  // namespace
 
 Migration::Migration(std::string node_id, Kv* kv, m2m::Transport* transport, NodeFs* local,

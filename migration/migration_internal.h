@@ -4,7 +4,10 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -20,6 +23,13 @@ inline constexpr size_t kMaxLargest = 4096;  // files in one kMigLargest answer
 
 // The hash of a chunk of a file (XXH3, 128 bits), as kMigDelta compares
 // them (delta.cc).
+// All of [p, p + n) is zero (a hole, as copies write it).
+inline bool AllZero(const std::byte* p, size_t n) {
+  return std::all_of(p, p + n, [](std::byte b) { return b == std::byte{0}; });
+}
+// A time as nanoseconds since the epoch (MoveMsg's atime_ns, mtime_ns).
+inline int64_t Ns(const struct timespec& t) { return int64_t{t.tv_sec} * 1000000000 + t.tv_nsec; }
+
 struct ChunkHashValue {
   uint64_t low = 0, high = 0;
   bool operator==(const ChunkHashValue&) const = default;

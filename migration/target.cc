@@ -22,10 +22,6 @@ namespace {
 
 std::shared_ptr<spdlog::logger> Log() { return Logger("migration"); }
 
-bool AllZero(const std::byte* p, size_t n) {
-  return std::all_of(p, p + n, [](std::byte b) { return b == std::byte{0}; });
-}
-
 struct timespec FromNs(int64_t ns) {
   return timespec{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
 }

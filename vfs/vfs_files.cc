@@ -211,7 +211,7 @@ Result<size_t> VfsImpl::Write(uint64_t fh, uint64_t offset, std::span<const std:
     pages_.erase(f->ino);
   }
   auto n = WithFile(fh, [&](const OpenFile& g) { return g.fs->Write(g.handle, offset, src, by); });
-  if (!n && (n.error().code == ENOSPC || n.error().code == EDQUOT)) {
+  if (!n && NoRoom(n.error().code)) {
     return WriteForRoom(fh, offset, src, by, n.error());  // vfs_room.cc
   }
   if (n && !f->dirty) MarkDirty(fh);

@@ -475,8 +475,10 @@ class VfsImpl final : public Vfs {
   void ReleaseNew(const std::string& dir_path, const std::string& name);
   // Room (vfs_room.cc): the live node other than `except` with the most free
   // bytes, at least `need` ("" if none); whether this node has less than
-  // on_full.min_free free; a write that `full` (ENOSPC/EDQUOT) refused,
+  // on_full.min_free free (a statvfs at most every 100 ms: it is asked on
+  // every create here); a write that `full` (ENOSPC/EDQUOT) refused,
   // written where the mover put its file, or `full`.
+  static bool NoRoom(int code) { return code == ENOSPC || code == EDQUOT; }
   std::string RoomyNode(const std::string& except, uint64_t need);
   bool LowOnRoom();
   Result<size_t> WriteForRoom(uint64_t fh, uint64_t offset, std::span<const std::byte> src,
@@ -698,6 +700,9 @@ class VfsImpl final : public Vfs {
 
   MoveFn mover_;  // set before serving (SetMover)
   std::atomic<uint64_t> room_writes_{0}, room_creates_{0};
+  // LowOnRoom's last answer and when it was found (steady ns; 0: never).
+  std::atomic<bool> low_on_room_{false};
+  std::atomic<int64_t> low_on_room_at_{0};
   std::mutex free_mu_;  // leaf lock; not held across calls
   std::map<std::string, uint64_t> free_bytes_;  // guarded by free_mu_
   std::chrono::steady_clock::time_point free_at_{};  // guarded by free_mu_

@@ -14,12 +14,6 @@ namespace fedfs::ns {
 
 using vfs_detail::Log;
 
-namespace {
-
-bool NoRoom(const Error& e) { return e.code == ENOSPC || e.code == EDQUOT; }
-
-}  // namespace
-
 VfsImpl::Room VfsImpl::RoomStats() const {
   return Room{room_writes_.load(std::memory_order_relaxed),
               room_creates_.load(std::memory_order_relaxed)};
@@ -38,10 +32,17 @@ std::string VfsImpl::RoomyNode(const std::string& except, uint64_t need) {
 
 bool VfsImpl::LowOnRoom() {
   if (!options_.on_full.enabled || options_.on_full.min_free == 0) return false;
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  const int64_t at = low_on_room_at_.load(std::memory_order_acquire);
+  if (at != 0 && now - at < 100'000'000) return low_on_room_.load(std::memory_order_relaxed);
   auto st = deps_.local->StatFs();
-  if (!st) return false;
-  const uint64_t unit = st->f_frsize != 0 ? st->f_frsize : st->f_bsize;
-  return static_cast<uint64_t>(st->f_bavail) * unit < options_.on_full.min_free;
+  const uint64_t unit = st && st->f_frsize != 0 ? st->f_frsize : st ? st->f_bsize : 0;
+  const bool low = st && static_cast<uint64_t>(st->f_bavail) * unit < options_.on_full.min_free;
+  low_on_room_.store(low, std::memory_order_relaxed);
+  low_on_room_at_.store(now, std::memory_order_release);
+  return low;
 }
 
 Result<size_t> VfsImpl::WriteForRoom(uint64_t fh, uint64_t offset,
@@ -81,7 +82,7 @@ Result<size_t> VfsImpl::WriteForRoom(uint64_t fh, uint64_t offset,
     }
     // Another writer's move of the file still runs (EBUSY above), or the
     // file's new node is full too: try again until max_wait.
-    if (!NoRoom(n.error()) || std::chrono::steady_clock::now() >= deadline) return n;
+    if (!NoRoom(n.error().code) || std::chrono::steady_clock::now() >= deadline) return n;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     f = FileOf(fh);
     if (!f) return Err(f.error());

@@ -110,8 +110,7 @@ Result<std::pair<std::string, T>> VfsImpl::MakeNew(const Cred& c, const std::str
   FEDFS_TRY(node, PlaceNew(c, dir_path, dir_vd, path, is_dir));
   auto fs = FsOf(*node);
   Result<T> made = fs ? make(*fs, path) : Result<T>(Err(fs.error()));
-  if (!made && options_.on_full.enabled &&
-      (made.error().code == ENOSPC || made.error().code == EDQUOT)) {
+  if (!made && options_.on_full.enabled && NoRoom(made.error().code)) {
     // No room at the chosen node: made on the node with the most free bytes
     // (vfs_room.cc), under the same claim of the name.
     const std::string other = RoomyNode(*node, 0);

@@ -19,6 +19,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/integration/migration_util.h"
 #include "tests/tools/cluster.h"
 
 namespace fedfs::testing {
@@ -38,10 +39,6 @@ std::string Name(const Crash& c) {
     if (ch == ':' || ch == '-') ch = '_';
   }
   return s;
-}
-
-std::string Digest(const std::string& s) {
-  return std::to_string(s.size()) + " bytes, hash " + std::to_string(std::hash<std::string>{}(s));
 }
 
 class MigrationCrash : public ::testing::TestWithParam<Crash> {};

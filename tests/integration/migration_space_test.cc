@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/integration/migration_util.h"
 #include "tests/tools/cluster.h"
 
 namespace fedfs::testing {
@@ -108,11 +109,6 @@ size_t Fill(const std::string& path) {
   return total;
 }
 
-// What a failure prints of file contents: size and a hash, not the bytes.
-std::string Digest(const std::string& s) {
-  return std::to_string(s.size()) + " bytes, hash " + std::to_string(std::hash<std::string>{}(s));
-}
-
 class MigrationFull : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -126,9 +122,7 @@ class MigrationFull : public ::testing::Test {
   std::string Root(const std::string& id) const { return c_.ExportRoot(id); }
   std::string Mnt(const std::string& id) const { return c_.Mountpoint(id); }
   std::string Holder(const std::string& via, const std::string& path) const {
-    auto j = c_.Ctl(via, {"where", path});
-    if (!j.is_object() || !j["holders"].is_array() || j["holders"].size() != 1) return "";
-    return j["holders"][0].get<std::string>();
+    return testing::Holder(c_, via, path);
   }
   uint64_t Count(const std::string& id, const std::string& field) const {
     auto j = c_.Ctl(id, {"migrations"});

@@ -36,6 +36,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/integration/migration_util.h"
 #include "tests/tools/cluster.h"
 
 namespace fedfs::testing {
@@ -47,12 +48,6 @@ CommandResult Migrate(const Cluster& c, const std::string& via, const std::strin
                       const std::string& to) {
   return RunCommand({FEDFS_FEDFSCTL_PATH, "--socket", c.Socket(via), "migrate", path, "--to", to},
                     kNoHang);
-}
-
-std::string Holder(const Cluster& c, const std::string& via, const std::string& path) {
-  auto j = c.Ctl(via, {"where", path});
-  if (!j.is_object() || !j["holders"].is_array() || j["holders"].size() != 1) return "";
-  return j["holders"][0].get<std::string>();
 }
 
 // Content with a hole: 1 MiB of random bytes, 2 MiB unwritten, 300 KiB more.
@@ -72,11 +67,6 @@ void WriteSparse(const std::string& path, const std::string& content) {
   ASSERT_EQ(::pwrite(fd, content.data() + (3u << 20), tail, 3 << 20),
             static_cast<ssize_t>(tail));
   ::close(fd);
-}
-
-// What a failure prints of file contents: size and a hash, not the bytes.
-std::string Digest(const std::string& s) {
-  return std::to_string(s.size()) + " bytes, hash " + std::to_string(std::hash<std::string>{}(s));
 }
 
 class Migration : public ::testing::Test {
