@@ -10,6 +10,7 @@
 #include <cstring>
 #include <thread>
 
+#include "common/cooperative.h"
 #include "common/hash.h"
 #include "common/logging.h"
 #include "common/path.h"
@@ -485,7 +486,7 @@ Result<std::string> VfsImpl::PathOf(uint64_t ino) const {
 }
 
 std::map<std::string, uint64_t> VfsImpl::FreeBytes(bool fresh) {
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = SteadyNow();
   {
     std::lock_guard lock(free_mu_);
     if (!fresh && free_at_ != std::chrono::steady_clock::time_point{} &&

@@ -123,7 +123,7 @@ std::optional<struct stat> VfsImpl::KeptDirAttrOf(uint64_t ino) {
   auto it = dir_attrs_.find(ino);
   if (it == dir_attrs_.end()) return std::nullopt;
   if (it->second.changes != DirChanges() ||
-      std::chrono::steady_clock::now() - it->second.at > kDirAttrReuse) {
+      SteadyNow() - it->second.at > kDirAttrReuse) {
     dir_attrs_.erase(it);
     return std::nullopt;
   }
@@ -131,7 +131,7 @@ std::optional<struct stat> VfsImpl::KeptDirAttrOf(uint64_t ino) {
 }
 
 void VfsImpl::KeepDirAttr(uint64_t ino, const struct stat& st, uint64_t changes) {
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = SteadyNow();
   std::lock_guard lock(dir_attrs_mu_);
   if (changes != DirChanges()) return;
   if (dir_attrs_.size() >= 4096) {
@@ -273,7 +273,7 @@ EntryOut VfsImpl::Remember(uint64_t parent, const Child& ch, uint64_t names_epoc
       Inode& n = *table_.Find(out.ino);
       n.lookup_attr = true;
       n.lookup_mark = ch.changes;
-      n.lookup_at = std::chrono::steady_clock::now();
+      n.lookup_at = SteadyNow();
     }
   };
   if (const auto known = table_.Named(parent, ch.name)) {

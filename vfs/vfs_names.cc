@@ -10,6 +10,7 @@
 #include <cstring>
 #include <thread>
 
+#include "common/cooperative.h"
 #include "common/hash.h"
 #include "common/logging.h"
 #include "common/path.h"
@@ -163,7 +164,7 @@ std::optional<struct stat> VfsImpl::LookupAttr(uint64_t ino) {
   if (n == nullptr || !n->lookup_attr) return std::nullopt;
   n->lookup_attr = false;
   if (n->lookup_mark != local_changes_.load(std::memory_order_acquire) ||
-      std::chrono::steady_clock::now() - n->lookup_at > kFor) {
+      SteadyNow() - n->lookup_at > kFor) {
     return std::nullopt;
   }
   std::lock_guard files_lock(files_mu_);

@@ -6,6 +6,7 @@
 
 #include <thread>
 
+#include "common/cooperative.h"
 #include "common/path.h"
 #include "vfs/vfs_impl.h"
 #include "vfs/vfs_util.h"
@@ -33,7 +34,7 @@ std::string VfsImpl::RoomyNode(const std::string& except, uint64_t need) {
 bool VfsImpl::LowOnRoom() {
   if (!options_.on_full.enabled || options_.on_full.min_free == 0) return false;
   const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                          std::chrono::steady_clock::now().time_since_epoch())
+                          SteadyNow().time_since_epoch())
                           .count();
   const int64_t at = low_on_room_at_.load(std::memory_order_acquire);
   if (at != 0 && now - at < 100'000'000) return low_on_room_.load(std::memory_order_relaxed);
@@ -54,7 +55,7 @@ Result<size_t> VfsImpl::WriteForRoom(uint64_t fh, uint64_t offset,
   if (!f || !OneLink(f->ino)) return Err(full);
   auto path = PathOf(f->ino);
   if (!path) return Err(full);
-  const auto deadline = std::chrono::steady_clock::now() + o.max_wait;
+  const auto deadline = SteadyNow() + o.max_wait;
   for (;;) {
     const std::string holder = f->fs->node_id();
     auto st = f->fs->Stat(Cred{}, *path);
@@ -82,8 +83,8 @@ Result<size_t> VfsImpl::WriteForRoom(uint64_t fh, uint64_t offset,
     }
     // Another writer's move of the file still runs (EBUSY above), or the
     // file's new node is full too: try again until max_wait.
-    if (!NoRoom(n.error().code) || std::chrono::steady_clock::now() >= deadline) return n;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (!NoRoom(n.error().code) || SteadyNow() >= deadline) return n;
+    SleepFor(std::chrono::milliseconds(50));
     f = FileOf(fh);
     if (!f) return Err(f.error());
   }
