@@ -148,6 +148,7 @@ control_socket: $d/n$i.sock
 state_dir: $d/state$i
 log_level: warn
 transport: {tls: tcp, net_devices: lo}
+metrics: {listen: "127.0.0.1:0"}
 $common
 EOF
     if [ "$i" = "$only_i" ]; then echo "$only_yaml" >>"$d/n$i.yaml"; fi

@@ -230,6 +230,7 @@ FEDFS_CONTROL_REPLY(RebalancePlanReply)
 FEDFS_CONTROL_REPLY(MigrateReply)
 FEDFS_CONTROL_REPLY(MigratePlanReply)
 FEDFS_CONTROL_REPLY(MigrationsReply)
+FEDFS_CONTROL_REPLY(MetricsReply)
 #undef FEDFS_CONTROL_REPLY
 
 }  // namespace fedfs::control

@@ -97,9 +97,14 @@ inline constexpr Command kRebalance{
 inline constexpr Command kRebalancePlan{"rebalance_plan", Arg::kNone,
                                         "the plan of rebalance; nothing moves", ""};
 
-inline constexpr std::array<Command, 13> kCommands = {
+// "metrics": this node's metrics in the Prometheus text format, what its
+// /metrics endpoint serves (docs/metrics.md).
+inline constexpr Command kMetrics{"metrics", Arg::kNone,
+                                  "this node's metrics in the Prometheus text format", ""};
+
+inline constexpr std::array<Command, 14> kCommands = {
     kStatus,   kRing,         kWhere,      kConflicts, kDt,           kFiles,  kCache,
-    kCacheDrop, kMigrate, kMigratePlan, kMigrations, kRebalance, kRebalancePlan};
+    kCacheDrop, kMigrate, kMigratePlan, kMigrations, kRebalance, kRebalancePlan, kMetrics};
 
 // The command named `name`, or nullptr.
 const Command* FindCommand(std::string_view name);
@@ -425,9 +430,21 @@ struct CacheDropReply : CacheReply {
   static constexpr const Command& kCommand = kCacheDrop;
 };
 
+// "metrics": the scrape (text), and where the endpoint listens ("" when
+// metrics.listen is off).
+struct MetricsReply {
+  static constexpr const Command& kCommand = kMetrics;
+  std::string address;
+  std::string text;
+  template <class S, class V>
+  static void Fields(S& s, V&& v) {
+    v("address", s.address); v("text", s.text);
+  }
+};
+
 // One reply line (without its newline). Never throws: text that is not
 // valid UTF-8 (a file name on disk) is carried with U+FFFD in its place.
-// Instantiated for the eight replies above.
+// Instantiated for every reply above.
 template <class R>
 std::string EncodeReply(const R& reply);
 

@@ -664,6 +664,7 @@ Status DirOps::Recover() {
     }
   }
   if (records->empty()) return Ok();
+  recovered_.fetch_add(records->size(), std::memory_order_relaxed);
   Log()->info("recovering {} journaled directory operation(s)", records->size());
   const size_t left = RetryPendingNow();
   if (left > 0) {

@@ -68,6 +68,7 @@
 #pragma once
 
 #include <chrono>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -168,6 +169,8 @@ class DirOps {
 
   // Number of journal records not yet resolved (pending retry).
   size_t PendingCount() const;
+  // Number of journal records Recover found (operations of a past life).
+  uint64_t RecoveredCount() const { return recovered_.load(std::memory_order_relaxed); }
 
   // Resolves pending records now (the retry thread's work, for tests).
   // Returns the number still pending.
@@ -229,6 +232,7 @@ class DirOps {
   std::map<uint64_t, std::vector<std::string>> pending_paths_;  // GUARDED_BY(mu_)
   bool stopping_ = false;                   // GUARDED_BY(mu_)
   std::thread retry_thread_;
+  std::atomic<uint64_t> recovered_{0};
 };
 
 }  // namespace fedfs::ns

@@ -1,4 +1,5 @@
 #include "fedfsd/config.h"
+#include "metrics/endpoint.h"
 
 #include <sys/stat.h>
 
@@ -295,7 +296,7 @@ Result<DaemonOptions> ParseConfig(const std::string& text, const std::string& pa
               {"node_id", "node_tag", "listen", "export_root", "mountpoint", "peers",
                "cluster_key_file", "control_socket", "state_dir", "log_level", "transport", "timeouts", "ring",
                "fuse", "placement", "security", "directory_table", "autonomy",
-               "coopcache", "migration"});
+               "coopcache", "migration", "metrics"});
 
     // Required scalars, in the order of the documentation.
     if (GetString(c, root, "node_id", "node_id", true, &o.node_id) && !IsValidNodeId(o.node_id)) {
@@ -545,6 +546,19 @@ Result<DaemonOptions> ParseConfig(const std::string& text, const std::string& pa
         if (GetSize(c, f, "min_free", "migration.on_full.min_free", 0, uint64_t{1} << 50, &v)) {
           of.min_free = v;
         }
+      }
+    }
+
+    if (const YAML::Node m = GetMap(c, root, "metrics")) {
+      CheckKeys(c, m, "metrics.", {"listen"});
+      std::string listen;
+      if (GetString(c, m, "listen", "metrics.listen", false, &listen)) {
+        if (!listen.empty()) {
+          if (auto hp = metrics::SplitHostPort(listen); !hp) {
+            c.Fail("metrics.listen", hp.error().context + " (\"\" for none)");
+          }
+        }
+        o.metrics.listen = listen;
       }
     }
 

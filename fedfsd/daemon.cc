@@ -15,10 +15,13 @@
 #include "dirops/dir_ops.h"
 #include "dirops/kv.h"
 #include "fedfsd/config.h"
+#include "fedfsd/daemon_metrics.h"
 #include "fedfsd/privileges.h"
 #include "files/files_control.h"
 #include "fuse/fuse_frontend.h"
 #include "m2m/auth.h"
+#include "m2m/counting_transport.h"
+#include "metrics/endpoint.h"
 #include "node/node.h"
 #include "nodefs/local_node_fs.h"
 #include "vd/vd_control.h"
@@ -110,7 +113,7 @@ ns::PlacementOptions PlacementFrom(const PlacementConfig& c) {
 
 }  // namespace
 
-Daemon::Daemon() = default;
+Daemon::Daemon() : fuse_ops_(std::make_unique<fuse::OpMetrics>()) {}
 
 Status CheckMountpointUsable(const DaemonOptions& o) {
   if (!o.fuse.mount) return Ok();
@@ -157,7 +160,10 @@ Status Daemon::StartTransport(const DaemonOptions& o) {
     return Err(transport.error().code,
                "cannot start the UCX transport: " + transport.error().ToString());
   }
-  transport_ = std::move(*transport);
+  // Counted by peer for the metrics (m2m/counting_transport.h).
+  auto counting = std::make_unique<m2m::CountingTransport>(std::move(*transport));
+  counting_ = counting.get();
+  transport_ = std::move(counting);
   return Ok();
 #else
   return Err(ENOSYS, "fedfsd was built without a transport (fedfs_m2m_ucx missing)");
@@ -302,6 +308,23 @@ Status Daemon::StartControl(const DaemonOptions& o) {
                                                          s.coop_stored};
                              },
                              o.node_id);
+  // The metrics read the commands above (a copy: the server takes these).
+  metrics_ = NodeMetrics(MetricSources{.node_id = o.node_id,
+                                       .commands = std::make_shared<control::Dispatcher>(commands),
+                                       .fuse_ops = fuse_ops_.get(),
+                                       .vds = &node_->vd_service(),
+                                       .dir_ops = &node_->dir_ops(),
+                                       .transport = counting_});
+  if (!o.metrics.listen.empty()) {
+    auto endpoint = metrics::Endpoint::Start(o.metrics.listen, metrics_.get());
+    if (!endpoint) return Err(endpoint.error().code, endpoint.error().context);
+    metrics_endpoint_ = std::move(*endpoint);
+    Logger("daemon")->info("metrics at http://{}/metrics", metrics_endpoint_->address());
+  }
+  commands.Register([m = metrics_.get(), e = metrics_endpoint_.get()](
+                        const control::Request&) -> Result<control::MetricsReply> {
+    return control::MetricsReply{.address = e != nullptr ? e->address() : "", .text = m->Render()};
+  });
   control_ = std::make_unique<control::ControlServer>(control::ControlOptions{o.control_socket},
                                                       std::move(commands));
   if (auto s = control_->Start(); !s) return Err(s.error().code, s.error().ToString());
@@ -342,6 +365,7 @@ Status Daemon::Mount(const DaemonOptions& o) {
   fo.spin_us = o.fuse.spin_us;
   fo.io_uring = o.fuse.io_uring;
   fo.explicit_inval_data = o.fuse.kernel_cache;  // the node tells of every change
+  fo.metrics = fuse_ops_.get();
   auto mount = fuse::FuseMount::Mount(fo, &node_->vfs());
   if (!mount) return Err(mount.error().code, mount.error().context);
   mount_ = std::move(*mount);
@@ -403,6 +427,8 @@ void Daemon::Stop() {
     mount_->Unmount();
     mount_.reset();
   }
+  // Scrapes read every part: they end before any part does.
+  if (metrics_endpoint_) metrics_endpoint_->Stop();
   if (control_) control_->Stop();
   // The watcher reports to the VD service: it stops first.
   watching_->store(nullptr, std::memory_order_release);

@@ -23,6 +23,14 @@ namespace fedfs {
 class ThreadPool;
 namespace fuse {
 class FuseMount;
+class OpMetrics;
+}
+namespace m2m {
+class CountingTransport;
+}
+namespace metrics {
+class Registry;
+class Endpoint;
 }
 namespace node {
 class Node;
@@ -85,6 +93,9 @@ class Daemon {
   m2m::Bytes cluster_key_;  // until the transport takes it
   std::shared_ptr<ns::KernelCache> kernel_;  // the mount's; outlives it
   std::unique_ptr<m2m::Transport> transport_;
+  m2m::CountingTransport* counting_ = nullptr;  // transport_, counting by peer
+  // The mount's requests, counted and timed (outlives the mount).
+  std::unique_ptr<fuse::OpMetrics> fuse_ops_;
   std::unique_ptr<Membership> membership_;
   std::unique_ptr<ns::ClusterViewSource> cluster_;
   std::unique_ptr<ThreadPool> pool_;
@@ -99,6 +110,8 @@ class Daemon {
       std::make_shared<std::atomic<ns::LocalWatch*>>(nullptr);
   std::unique_ptr<fuse::FuseMount> mount_;
   std::unique_ptr<control::ControlServer> control_;
+  std::unique_ptr<metrics::Registry> metrics_;
+  std::unique_ptr<metrics::Endpoint> metrics_endpoint_;
 };
 
 }  // namespace fedfs::daemon

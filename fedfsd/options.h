@@ -131,6 +131,12 @@ struct AutonomyConfig {
   size_t max_watches = 65536;  // inotify watches at most (LRU beyond)
 };
 
+// The Prometheus endpoint (docs/metrics.md): "host:port" it listens on,
+// port 0 for a free one; "" serves none (fedfsctl metrics still answers).
+struct MetricsConfig {
+  std::string listen = "127.0.0.1:9480";
+};
+
 // Everything one fedfsd process is configured with.
 struct DaemonOptions {
   std::string config_path;  // where these came from (for messages)
@@ -158,6 +164,7 @@ struct DaemonOptions {
   SecurityConfig security;
   CoopCacheConfig coopcache;
   MigrationConfig migration;
+  MetricsConfig metrics;
 };
 
 // The membership options implied by a daemon's options (advertise_addr is

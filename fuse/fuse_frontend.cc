@@ -230,6 +230,7 @@ Result<std::unique_ptr<FuseMount>> FuseMount::Mount(const FuseOptions& options, 
   m->ctx_ = std::make_unique<Ctx>();
   m->ctx_->vfs = vfs;
   m->ctx_->notifier = m->notifier_.get();
+  m->ctx_->metrics = options.metrics;
   m->ctx_->explicit_inval_data = options.explicit_inval_data;
   m->session_ = fuse_session_new(&args, &kOps, sizeof kOps, m->ctx_.get());
   fuse_opt_free_args(&args);  // the session keeps its own copies

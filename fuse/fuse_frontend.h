@@ -16,6 +16,7 @@
 // main thread); the workers call the Vfs concurrently.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -24,6 +25,7 @@
 #include <thread>
 
 #include "common/result.h"
+#include "metrics/metrics.h"
 #include "vd/kernel_cache.h"
 #include "vfs/vfs.h"
 
@@ -52,6 +54,31 @@ class KernelNotifier final : public ns::KernelCache {
   std::atomic<uint64_t> names_epoch_{0};  // InvalidateNames calls
 };
 
+// A mount's requests by operation: how many, how long each took to answer
+// (a histogram, the handler's whole run), how many were answered with an
+// error. Written by the workers, read by any thread (docs/metrics.md:
+// fedfs_fuse_op_duration_seconds, fedfs_fuse_op_errors_total).
+class OpMetrics {
+ public:
+  static constexpr std::array<std::string_view, 32> kNames = {
+      "lookup",  "forget",     "getattr",  "setattr",    "readlink",  "mknod",    "mkdir",
+      "unlink",  "rmdir",      "symlink",  "rename",     "link",      "open",     "read",
+      "write",   "flush",      "release",  "fsync",      "opendir",   "readdir",  "releasedir",
+      "fsyncdir", "statfs",    "setxattr", "getxattr",   "listxattr", "removexattr", "create",
+      "getlk",   "setlk",      "flock",    "fallocate"};
+  struct Op {
+    metrics::Histogram latency;
+    std::atomic<uint64_t> errors{0};
+  };
+  // The operation named kNames[i].
+  Op& at(size_t i) { return ops_[i]; }
+  // The families above, one series per operation.
+  void Collect(metrics::Exposition& e) const;
+
+ private:
+  std::array<Op, kNames.size()> ops_;
+};
+
 struct FuseOptions {
   std::string mountpoint;            // required, an existing directory
   bool allow_other = true;           // -o allow_other (needs root or user_allow_other)
@@ -74,6 +101,8 @@ struct FuseOptions {
   // libfuse's default): for a daemon that tells it of every change.
   bool explicit_inval_data = false;
   std::string fsname = "fedfs";      // -o fsname= (shown by mount/df)
+  // Where requests are counted and timed (outlives the mount); null: not.
+  OpMetrics* metrics = nullptr;
 };
 
 // Ok if `mountpoint` can be mounted on: an existing directory that is not a

@@ -83,7 +83,11 @@ Cred CredOf(fuse_req_t req) {
   return c;
 }
 
+// The operation the calling worker is answering (Timed), for ReplyErr.
+thread_local OpMetrics::Op* current_op = nullptr;
+
 void ReplyErr(fuse_req_t req, const Error& e) {
+  if (current_op != nullptr) current_op->errors.fetch_add(1, std::memory_order_relaxed);
   if (e.code == ENOENT) {
     SPDLOG_LOGGER_DEBUG(Log(), "{}", e.ToString());
   } else {
@@ -515,42 +519,79 @@ void OpFallocate(fuse_req_t req, fuse_ino_t, int mode, off_t offset, off_t lengt
 
 }  // namespace
 
+namespace {
+
+// Runs handler Fn for operation K (OpMetrics::kNames[K]): counted and timed
+// when the mount has metrics, its error replies counted by ReplyErr.
+template <size_t K, auto Fn>
+struct Timed;
+template <size_t K, class... A, void (*Fn)(fuse_req_t, A...)>
+struct Timed<K, Fn> {
+  static void Run(fuse_req_t req, A... a) {
+    OpMetrics* m = static_cast<FuseMount::Ctx*>(fuse_req_userdata(req))->metrics;
+    if (m == nullptr) return Fn(req, a...);
+    OpMetrics::Op& op = m->at(K);
+    current_op = &op;
+    {
+      metrics::ScopedTimer t(&op.latency);
+      Fn(req, a...);
+    }
+    current_op = nullptr;
+  }
+};
+
+}  // namespace
+
+void OpMetrics::Collect(metrics::Exposition& e) const {
+  for (size_t i = 0; i < kNames.size(); ++i) {
+    const metrics::Labels l = {{"op", std::string(kNames[i])}};
+    e.Histogram("fedfs_fuse_op_duration_seconds",
+                "FUSE requests by operation: time from the request's arrival at a worker to its reply",
+                ops_[i].latency.Read(), l);
+  }
+  for (size_t i = 0; i < kNames.size(); ++i) {
+    e.Counter("fedfs_fuse_op_errors_total", "FUSE requests answered with an error, by operation",
+              ops_[i].errors.load(std::memory_order_relaxed),
+              {{"op", std::string(kNames[i])}});
+  }
+}
+
 fuse_lowlevel_ops MakeOps() {
   fuse_lowlevel_ops ops{};
   ops.init = OpInit;
-  ops.lookup = OpLookup;
-  ops.forget = OpForget;
-  ops.forget_multi = OpForgetMulti;
-  ops.getattr = OpGetattr;
-  ops.setattr = OpSetattr;
-  ops.readlink = OpReadlink;
-  ops.mknod = OpMknod;
-  ops.mkdir = OpMkdir;
-  ops.unlink = OpUnlink;
-  ops.rmdir = OpRmdir;
-  ops.symlink = OpSymlink;
-  ops.rename = OpRename;
-  ops.link = OpLink;
-  ops.open = OpOpen;
-  ops.read = OpRead;
-  ops.write = OpWrite;
-  ops.flush = OpFlush;
-  ops.release = OpRelease;
-  ops.fsync = OpFsync;
-  ops.opendir = OpOpendir;
-  ops.readdir = OpReaddir;
-  ops.releasedir = OpReleasedir;
-  ops.fsyncdir = OpFsyncdir;
-  ops.statfs = OpStatfs;
-  ops.setxattr = OpSetxattr;
-  ops.getxattr = OpGetxattr;
-  ops.listxattr = OpListxattr;
-  ops.removexattr = OpRemovexattr;
-  ops.create = OpCreate;
-  ops.getlk = OpGetlk;
-  ops.setlk = OpSetlk;
-  ops.flock = OpFlock;
-  ops.fallocate = OpFallocate;
+  ops.lookup = Timed<0, OpLookup>::Run;
+  ops.forget = Timed<1, OpForget>::Run;
+  ops.forget_multi = Timed<1, OpForgetMulti>::Run;
+  ops.getattr = Timed<2, OpGetattr>::Run;
+  ops.setattr = Timed<3, OpSetattr>::Run;
+  ops.readlink = Timed<4, OpReadlink>::Run;
+  ops.mknod = Timed<5, OpMknod>::Run;
+  ops.mkdir = Timed<6, OpMkdir>::Run;
+  ops.unlink = Timed<7, OpUnlink>::Run;
+  ops.rmdir = Timed<8, OpRmdir>::Run;
+  ops.symlink = Timed<9, OpSymlink>::Run;
+  ops.rename = Timed<10, OpRename>::Run;
+  ops.link = Timed<11, OpLink>::Run;
+  ops.open = Timed<12, OpOpen>::Run;
+  ops.read = Timed<13, OpRead>::Run;
+  ops.write = Timed<14, OpWrite>::Run;
+  ops.flush = Timed<15, OpFlush>::Run;
+  ops.release = Timed<16, OpRelease>::Run;
+  ops.fsync = Timed<17, OpFsync>::Run;
+  ops.opendir = Timed<18, OpOpendir>::Run;
+  ops.readdir = Timed<19, OpReaddir>::Run;
+  ops.releasedir = Timed<20, OpReleasedir>::Run;
+  ops.fsyncdir = Timed<21, OpFsyncdir>::Run;
+  ops.statfs = Timed<22, OpStatfs>::Run;
+  ops.setxattr = Timed<23, OpSetxattr>::Run;
+  ops.getxattr = Timed<24, OpGetxattr>::Run;
+  ops.listxattr = Timed<25, OpListxattr>::Run;
+  ops.removexattr = Timed<26, OpRemovexattr>::Run;
+  ops.create = Timed<27, OpCreate>::Run;
+  ops.getlk = Timed<28, OpGetlk>::Run;
+  ops.setlk = Timed<29, OpSetlk>::Run;
+  ops.flock = Timed<30, OpFlock>::Run;
+  ops.fallocate = Timed<31, OpFallocate>::Run;
   return ops;
 }
 

@@ -22,6 +22,7 @@ namespace fedfs::fuse {
 struct FuseMount::Ctx {
   ns::Vfs* vfs = nullptr;
   KernelNotifier* notifier = nullptr;
+  OpMetrics* metrics = nullptr;  // FuseOptions::metrics
   bool explicit_inval_data = false;  // FuseOptions::explicit_inval_data
   // Set before the loop starts; the first request after INIT (whose reply
   // fixed the read-ahead window) applies it.

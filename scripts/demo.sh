@@ -157,8 +157,9 @@ cmd_start() {
   fi
   chmod 600 "$DEMO/cluster.key"
 
-  local addrs=() n
+  local addrs=() maddrs=() n
   for n in "${NODES[@]}"; do addrs+=("127.0.0.1:$(free_port)"); done
+  for n in "${NODES[@]}"; do maddrs+=("127.0.0.1:$(free_port)"); done
   for n in "${NODES[@]}"; do
     local peers="" i
     for ((i = 1; i < n; i++)); do peers+="${peers:+, }\"${addrs[i-1]}\""; done
@@ -178,6 +179,7 @@ state_dir: $DEMO/node$n/state
 log_level: info
 transport: {tls: tcp, net_devices: lo}
 timeouts: {heartbeat_interval_ms: 200, failure_timeout_ms: 1500}
+metrics: {listen: "${maddrs[n-1]}"}
 YAML
   done
 
@@ -228,6 +230,10 @@ YAML
   echo
   show_mounts
   echo "Try: ls -la $DEMO/node1/mnt; echo hi > $DEMO/node1/mnt/new.txt; cat $DEMO/node3/mnt/new.txt"
+  echo "Move it: $FEDFSCTL -s $DEMO/node1.sock migrate /new.txt --to node2; $FEDFSCTL -s $DEMO/node1.sock where /new.txt"
+  for n in "${NODES[@]}"; do
+    echo "Metrics of node$n: curl http://${maddrs[n-1]}/metrics (or $FEDFSCTL -s $DEMO/node$n.sock metrics)"
+  done
   echo "Stop it with: scripts/demo.sh stop"
 }
 

@@ -25,12 +25,16 @@ PACKAGES=(
   libxxhash-dev libsodium-dev nlohmann-json3-dev
   # dropping the daemon's unneeded capabilities (fedfsd/privileges.cc)
   libcap-ng-dev
+  # the Prometheus endpoint (metrics/endpoint.cc): HTTP/1.1 server
+  libcpp-httplib-dev
   # multi-host tests (network namespaces); loop devices for bench/fs_bench.sh
   iproute2 procps util-linux
   # scripts: the test command's skip report (scripts/lib/skips.py), the demo, benchmarks
   python3
   # third-party tools run on the mount by tests/integration/tools_test and bench/fs_bench.sh
   fio stress-ng sqlite3 git mergerfs
+  # the Prometheus server that tests/integration/metrics_test scrapes the daemons with
+  prometheus
   # plots of fedfs-bench (bench/sim)
   gnuplot-nox
 )

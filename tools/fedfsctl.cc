@@ -229,6 +229,8 @@ void Print(const control::Command& cmd, const std::string& reply) {
     PrintRebalance(Decode<control::RebalanceReply>(reply));
   } else if (cmd.name == control::kCache.name || cmd.name == control::kCacheDrop.name) {
     PrintCache(Decode<control::CacheReply>(reply));
+  } else if (cmd.name == control::kMetrics.name) {
+    std::fputs(Decode<control::MetricsReply>(reply).text.c_str(), stdout);
   } else {
     std::printf("%s\n", control::Indented(reply).c_str());
   }

@@ -359,6 +359,7 @@ auto VdService::Impl::Core::EnsureResident(const std::string& path, Waiter waite
     build = std::make_shared<Build>();
     build->path = path;
     build->epoch = view->epoch;
+    build->started = SteadyNow();
     build->waiters.push_back(std::move(waiter));
     build->outstanding = view->live.size() + 1;
     for (const auto& [node, addr] : view->live) {
@@ -410,6 +411,7 @@ auto VdService::Impl::Core::LeafDone(const std::shared_ptr<Build>& build, size_t
     }
     if (--build->outstanding > 0) return;
     waiters = std::move(build->waiters);
+    dirmerge_latency_.Observe(SteadyNow() - build->started);
     auto b = builds_.find(build->path);
     if (b != builds_.end() && b->second == build) builds_.erase(b);
     result = FinishLocked(*build);

@@ -635,6 +635,9 @@ void VdService::DropSubtree(const std::string& path, std::move_only_function<voi
 }
 
 VdService::Stats VdService::stats() const { return impl_->core->stats(); }
+metrics::Histogram::Snapshot VdService::DirmergeLatency() const {
+  return impl_->core->DirmergeLatency();
+}
 
 uint64_t VdService::ViewEpoch() const { return impl_->core->ViewEpoch(); }
 

@@ -58,6 +58,7 @@
 #include "common/executor.h"
 #include "common/result.h"
 #include "m2m/transport.h"
+#include "metrics/metrics.h"
 #include "cluster/cluster.h"
 #include "vd/dir_table.h"
 #include "vd/kernel_cache.h"
@@ -247,6 +248,8 @@ class VdService {
     DirTable::Stats dt;            // this node's directory table (if has_dt)
   };
   Stats stats() const;
+  // How long dirmerges took, from the fan-out to the merged answer.
+  metrics::Histogram::Snapshot DirmergeLatency() const;
 
  private:
   class Impl;

@@ -228,6 +228,7 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   const VdServiceOptions& options() const { return options_; }
 
   Stats stats() const;
+  metrics::Histogram::Snapshot DirmergeLatency() const { return dirmerge_latency_.Read(); }
 
  private:
   // A built VD and the merge state it was derived from; both immutable
@@ -255,6 +256,7 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     std::vector<Waiter> waiters;
     std::vector<VdChange> pending;  // updates that arrived during the build
     bool dropped = false;           // DropSubtree covered it: answer, do not keep
+    std::chrono::steady_clock::time_point started;  // SteadyNow() when issued
   };
 
   // A request for M(P): serve here or send, and retry on ESTALE.
@@ -589,6 +591,7 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   std::unordered_map<std::string, std::shared_ptr<Build>> builds_;
   uint64_t version_floor_ = 0;  // the largest VD version handed out
   Stats stats_;
+  metrics::Histogram dirmerge_latency_;  // issue to answer of every build
   // Coherence (manager side), guarded by mu_.
   std::unordered_map<std::string, std::vector<SharerRec>> sharers_;
   std::unordered_set<std::string> broadcast_paths_;  // sharer lists that overflowed

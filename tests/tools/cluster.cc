@@ -291,6 +291,8 @@ std::string Cluster::WriteConfig(const NodeConfig& c) {
     << "timeouts: {heartbeat_interval_ms: " << c.heartbeat_ms
     << ", failure_timeout_ms: " << c.failure_ms << ", rpc_ms: 1000, connect_ms: 1000}\n"
     << (c.mount ? "" : "fuse: {mount: false}\n")
+    // A free port each (fedfsctl metrics --json names it).
+    << (c.extra_yaml.find("metrics:") == std::string::npos ? "metrics: {listen: \"127.0.0.1:0\"}\n" : "")
     << c.extra_yaml;
   return WriteFile(c.id + ".yaml", y.str());
 }
