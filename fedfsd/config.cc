@@ -50,24 +50,26 @@ class Checker {
  public:
   explicit Checker(std::string path) : path_(std::move(path)) {}
 
-  bool failed() const { return failed_; }
-  const std::string& message() const { return message_; }
+  bool failed() const { return !problems_.empty(); }
+  // The first problem (what LoadConfigFile reports), and every one found.
+  const std::string& message() const { return problems_.front(); }
+  const std::vector<std::string>& problems() const { return problems_; }
 
+  // Checks that depend on a value already found wrong look at failed()
+  // first; the others go on, so --check-config can list them all.
   void Fail(const std::string& field, const std::string& problem) {
-    if (failed_) return;
-    failed_ = true;
-    message_ = OneLine("config " + path_ + ": field '" + field + "': " + problem);
+    Add(OneLine("config " + path_ + ": field '" + field + "': " + problem));
   }
-  void FailFile(const std::string& problem) {
-    if (failed_) return;
-    failed_ = true;
-    message_ = OneLine("config " + path_ + ": " + problem);
-  }
+  void FailFile(const std::string& problem) { Add(OneLine("config " + path_ + ": " + problem)); }
 
  private:
+  void Add(std::string line) {
+    if (std::find(problems_.begin(), problems_.end(), line) == problems_.end()) {
+      problems_.push_back(std::move(line));
+    }
+  }
   std::string path_;
-  bool failed_ = false;
-  std::string message_;
+  std::vector<std::string> problems_;
 };
 
 std::string Quote(const std::string& s) {
@@ -274,19 +276,20 @@ std::string DefaultControlSocket(const std::string& node_id) {
   return control::DefaultSocketPath(node_id);
 }
 
-Result<DaemonOptions> ParseConfig(const std::string& text, const std::string& path) {
-  Checker c(path);
+namespace {
+
+// The options of `text`, every problem found recorded in `c`.
+DaemonOptions Parse(const std::string& text, const std::string& path, Checker& c) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    return Err(EINVAL, OneLine("config " + path + ": line " + std::to_string(e.mark.line + 1) +
-                               ": YAML syntax error: " + e.msg));
+    c.FailFile("line " + std::to_string(e.mark.line + 1) + ": YAML syntax error: " + e.msg);
+    return {};
   }
   if (!root.IsMap()) {
-    return Err(EINVAL, OneLine("config " + path +
-                               ": expected a map of settings at the top level, got " +
-                               Describe(root)));
+    c.FailFile("expected a map of settings at the top level, got " + Describe(root));
+    return {};
   }
   const std::string base_dir = fs::path(path).parent_path().string();
   DaemonOptions o;
@@ -354,12 +357,10 @@ Result<DaemonOptions> ParseConfig(const std::string& text, const std::string& pa
 
     if (GetString(c, root, "cluster_key_file", "cluster_key_file", true, &o.cluster_key_file)) {
       o.cluster_key_file = Resolve(base_dir, o.cluster_key_file);
-      if (!c.failed()) {
-        if (auto key = m2m::LoadClusterKeyFile(o.cluster_key_file); !key) {
-          const Error& e = key.error();
-          c.Fail("cluster_key_file",
-                 (e.code == EINVAL || e.code == EPERM) ? e.context : e.ToString());
-        }
+      if (auto key = m2m::LoadClusterKeyFile(o.cluster_key_file); !key) {
+        const Error& e = key.error();
+        c.Fail("cluster_key_file",
+               (e.code == EINVAL || e.code == EPERM) ? e.context : e.ToString());
       }
     }
 
@@ -377,7 +378,7 @@ Result<DaemonOptions> ParseConfig(const std::string& text, const std::string& pa
       CheckApart(c, o.mountpoint, "export_root", o.export_root);
       CheckApart(c, o.mountpoint, "state_dir", o.state_dir);
     }
-    if (!c.failed() && o.control_socket.size() >= 108) {
+    if (o.control_socket.size() >= 108) {
       c.Fail("control_socket", Quote(o.control_socket) + " is longer than a unix socket path may be (107)");
     }
 
@@ -616,6 +617,14 @@ Result<DaemonOptions> ParseConfig(const std::string& text, const std::string& pa
   } catch (const YAML::Exception& e) {
     c.FailFile("line " + std::to_string(e.mark.line + 1) + ": " + e.msg);
   }
+  return o;
+}
+
+}  // namespace
+
+Result<DaemonOptions> ParseConfig(const std::string& text, const std::string& path) {
+  Checker c(path);
+  DaemonOptions o = Parse(text, path, c);
   if (c.failed()) return Err(EINVAL, c.message());
   return o;
 }
@@ -639,6 +648,23 @@ Result<DaemonOptions> LoadConfigFile(const std::string& path) {
   auto text = ReadFile(path);
   if (!text) return Err(text.error());
   return ParseConfig(*text, path);
+}
+
+ConfigCheck CheckConfigFile(const std::string& path) {
+  ConfigCheck r;
+  auto text = ReadFile(path);
+  if (!text) {
+    r.problems.push_back(text.error().context);
+    return r;
+  }
+  Checker c(path);
+  DaemonOptions o = Parse(*text, path, c);
+  if (c.failed()) {
+    r.problems = c.problems();
+  } else {
+    r.options = std::move(o);
+  }
+  return r;
 }
 
 Result<std::string> ControlSocketFromConfigFile(const std::string& path) {

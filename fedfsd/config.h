@@ -13,7 +13,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 #include <string_view>
 
 #include "cluster/node_addr.h"  // ParseHostPort, IsValidNodeId: what the config checks
@@ -26,6 +28,15 @@ namespace fedfs::daemon {
 // are resolved against the file's directory. Errors: EINVAL with the one-line
 // message as context (ENOENT/EACCES if the file itself cannot be read).
 Result<DaemonOptions> LoadConfigFile(const std::string& path);
+
+// Every problem of the config at `path`, one line each, the first the line
+// LoadConfigFile reports; the options when there is none (fedfsd
+// --check-config).
+struct ConfigCheck {
+  std::optional<DaemonOptions> options;
+  std::vector<std::string> problems;
+};
+ConfigCheck CheckConfigFile(const std::string& path);
 
 // How path `a` lies relative to `b`, symbolic links resolved as far as they
 // exist: "is", "is inside", "contains", or "" when they are apart (used for

@@ -5,7 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <optional>
 #include <sstream>
 
@@ -31,7 +34,8 @@ class BadConfig : public ::testing::Test {
     return {"node_id: n1", "node_tag: 1", "listen: \"127.0.0.1:" + std::to_string(port_) + "\"",
             "export_root: " + c_.dir(), "mountpoint: /fedfs",
             "cluster_key_file: " + c_.key_file(),
-            "control_socket: " + c_.Socket("n1"), "transport: {tls: tcp, net_devices: lo}"};
+            "control_socket: " + c_.Socket("n1"), "transport: {tls: tcp, net_devices: lo}",
+            "metrics: {listen: \"127.0.0.1:0\"}"};
   }
   CommandResult RunWith(const Case& k) {
     std::string text;
@@ -113,6 +117,63 @@ TEST_F(BadConfig, PortInUse) {
   ASSERT_EQ(::bind(fd2, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << std::strerror(errno);
   ExpectOneLine(RunWith({"port bound", "", "", 1, {}}), 1, {"already in use"});
   ::close(fd2);
+}
+
+// fedfsd --check-config lists every problem, one line each (the config's,
+// then starting's: ports, control socket, mountpoint), exits 2 if there is
+// one and 0 with one line on stdout if not, and starts nothing.
+TEST_F(BadConfig, CheckConfigListsEveryProblemAndStartsNothing) {
+  const std::string open_key = c_.NewKeyFile("open2.key", 0644);
+  std::string text;
+  for (const auto& l : GoodLines()) {
+    if (l.rfind("node_id", 0) == 0 || l.rfind("node_tag", 0) == 0 ||
+        l.rfind("cluster_key_file", 0) == 0) {
+      continue;
+    }
+    text += l + "\n";
+  }
+  text += "node_id: \"bad id\"\ncluster_key_file: " + open_key + "\nbogus: 1\n";
+  const std::string bad = c_.WriteFile("check-bad.yaml", text);
+  auto r = RunCommand({FEDFS_FEDFSD_PATH, "--config", bad, "--check-config"}, 15s);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  std::vector<std::string> lines;
+  std::istringstream in(r.err);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  ASSERT_EQ(lines.size(), 4u) << r.err;
+  const std::vector<std::string> want = {"field 'node_id'", "field 'node_tag': missing",
+                                         "accessible by group or others", "unknown key 'bogus'"};
+  for (const auto& w : want) {
+    EXPECT_TRUE(std::any_of(lines.begin(), lines.end(),
+                            [&](const std::string& l) { return l.find(w) != std::string::npos; }))
+        << "want '" << w << "' in:\n" << r.err;
+  }
+  for (const auto& l : lines) EXPECT_EQ(l.rfind("fedfsd: config ", 0), 0u) << l;
+
+  // A good config (that mounts nothing: /fedfs need not exist): one line on
+  // stdout, exit 0, nothing left behind.
+  std::string good_text = "fuse: {mount: false}\n";
+  for (const auto& l : GoodLines()) good_text += l + "\n";
+  const std::string good = c_.WriteFile("check-good.yaml", good_text);
+  auto ok = RunCommand({FEDFS_FEDFSD_PATH, "--config", good, "--check-config"}, 15s);
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_EQ(ok.err, "");
+  EXPECT_NE(ok.out.find(": ok (node n1, listen 127.0.0.1:" + std::to_string(port_)), std::string::npos)
+      << ok.out;
+  EXPECT_FALSE(std::filesystem::exists(c_.Socket("n1")));
+
+  // Its listen port taken now: a problem of starting, named.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port_);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << std::strerror(errno);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  auto taken = RunCommand({FEDFS_FEDFSD_PATH, "--config", good, "--check-config"}, 15s);
+  ::close(fd);
+  EXPECT_EQ(taken.exit_code, 2);
+  EXPECT_NE(taken.err.find("already in use"), std::string::npos) << taken.err;
+  EXPECT_EQ(std::count(taken.err.begin(), taken.err.end(), '\n'), 1) << taken.err;
 }
 
 // A good config starts and stops without a warning: none of UCX's (an
