@@ -120,6 +120,12 @@ Status CheckMountpointUsable(const DaemonOptions& o) {
   return fuse::CheckMountpoint(o.mountpoint);
 }
 
+Status ClearStaleMountpoint(const DaemonOptions& o, bool* cleared) {
+  *cleared = false;
+  if (!o.fuse.mount) return Ok();
+  return fuse::ClearStaleMount(o.mountpoint, cleared);
+}
+
 // Start, step by step: each step builds one part from the options, and on
 // failure returns the one-line error; Start then stops what exists.
 

@@ -57,6 +57,11 @@ Status CheckListenAddressFree(const std::string& listen);
 // one-line context tells the user to run `fusermount3 -u <mountpoint>`.
 Status CheckMountpointUsable(const DaemonOptions& options);
 
+// fedfsd --clear-stale-mount: a stale mount of FedFS's own at the config's
+// mountpoint (its daemon killed) is detached (fuse/fuse_frontend.h,
+// ClearStaleMount); *cleared says whether there was one.
+Status ClearStaleMountpoint(const DaemonOptions& options, bool* cleared);
+
 class Daemon {
  public:
   // Creates the transport, listens, starts membership and the control

@@ -1,16 +1,20 @@
 // fedfsd: the FedFS daemon. `fedfsd --config FILE` runs in the foreground and
-// logs to stderr (systemd-friendly: Type=simple, journald collects stderr).
+// logs to stderr (journald collects it); under systemd with Type=notify it
+// says READY once mounted and joined (fedfsd/service_notify.h).
 // SIGTERM/SIGINT stop it cleanly (exit 0). Exit codes: 2 for a bad command
 // line or config, 1 when starting fails (port in use, transport, socket).
 // `fedfsd --config FILE --check-config` checks and starts nothing
 // (docs/config.md).
 #include <signal.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -20,23 +24,67 @@
 #include "fedfsd/config.h"
 #include "fedfsd/daemon.h"
 #include "fedfsd/local_daemons.h"
+#include "fedfsd/service_notify.h"
 
 namespace {
 
 constexpr int kExitConfig = 2;
 constexpr int kExitStart = 1;
 
-int Run(const std::string& config_path) {
+// The metrics address is probed too, unless it asks for a free port.
+fedfs::Status CheckMetricsAddressFree(const fedfs::daemon::DaemonOptions& o) {
+  if (o.metrics.listen.empty() || o.metrics.listen.ends_with(":0")) return fedfs::Ok();
+  fedfs::Status m = fedfs::daemon::CheckListenAddressFree(o.metrics.listen);
+  if (!m) return fedfs::Err(m.error().code, "metrics.listen: " + m.error().context);
+  return m;
+}
+
+// Once the mount is up, the node has joined when another member is alive;
+// with seeds that do not answer it runs alone after trying each once.
+void WaitJoined(const fedfs::daemon::Daemon& d, const fedfs::daemon::DaemonOptions& o) {
+  if (o.peers.empty()) return;
+  const auto deadline = std::chrono::steady_clock::now() +
+                        o.timeouts.connect * static_cast<int>(o.peers.size()) +
+                        o.timeouts.failure_timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto v = d.Snapshot();
+    for (const auto& [id, m] : v->members) {
+      if (id != v->self_id && m.state == fedfs::daemon::MemberState::kAlive) return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+size_t AliveCount(const fedfs::daemon::Daemon& d) {
+  size_t n = 0;
+  for (const auto& [id, m] : d.Snapshot()->members) {
+    n += m.state == fedfs::daemon::MemberState::kAlive ? 1 : 0;
+  }
+  return n;
+}
+
+int Run(const std::string& config_path, bool clear_stale_mount) {
   using namespace fedfs::daemon;
   auto opts = LoadConfigFile(config_path);
   if (!opts) {
     std::fprintf(stderr, "fedfsd: %s\n", opts.error().context.c_str());
     return kExitConfig;
   }
+  if (clear_stale_mount) {
+    bool cleared = false;
+    if (fedfs::Status s = ClearStaleMountpoint(*opts, &cleared); !s) {
+      std::fprintf(stderr, "fedfsd: %s\n", s.error().context.c_str());
+      return kExitStart;
+    }
+    if (cleared) {
+      std::fprintf(stderr, "fedfsd: cleared the stale FedFS mount at %s\n", opts->mountpoint.c_str());
+    }
+  }
   // Before anything logs: a control socket or a port in use, or a stale
   // mount, must give exactly one line. (Probes only: nothing is taken yet.)
   for (const fedfs::Status& s : {fedfs::control::CheckControlSocketFree(opts->control_socket),
-                                 CheckListenAddressFree(opts->listen), CheckMountpointUsable(*opts)}) {
+                                 CheckListenAddressFree(opts->listen), CheckMetricsAddressFree(*opts),
+                                 CheckMountpointUsable(*opts)}) {
     if (!s) {
       std::fprintf(stderr, "fedfsd: %s\n", s.error().context.c_str());
       return kExitStart;
@@ -64,15 +112,28 @@ int Run(const std::string& config_path) {
 
   fedfs::InitLogging(opts->node_id, opts->log_level);
   auto log = fedfs::Logger("daemon");
+  ServiceNotifier service;
+  service.Status("starting");
   auto daemon = Daemon::Start(*opts);
   if (!daemon) {
     std::fprintf(stderr, "fedfsd: %s\n", daemon.error().context.c_str());
     return kExitStart;
   }
+  // READY for systemd (Type=notify) once mounted and joined.
+  WaitJoined(**daemon, *opts);
+  const size_t alive = AliveCount(**daemon);
+  service.Ready("node " + opts->node_id + (opts->fuse.mount ? " mounted at " + opts->mountpoint : "") +
+                "; " + std::to_string(alive) + " member(s) alive");
+  log->info("ready: {} member(s) alive", alive);
+  service.StartWatchdog([mp = opts->fuse.mount ? opts->mountpoint : std::string()] {
+    struct statfs st {};
+    return mp.empty() || ::statfs(mp.c_str(), &st) == 0;  // a request to this daemon
+  });
   int sig = 0;
   while (sigwait(&set, &sig) != 0) {
   }
   log->info("received {}, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  service.Stopping();
   (*daemon)->Stop();
   daemon->reset();
   log->info("stopped");
@@ -90,11 +151,7 @@ int CheckConfig(const std::string& config_path) {
     std::vector<fedfs::Status> probes = {fedfs::control::CheckControlSocketFree(o.control_socket),
                                          CheckListenAddressFree(o.listen),
                                          CheckMountpointUsable(o)};
-    if (!o.metrics.listen.empty() && !o.metrics.listen.ends_with(":0")) {
-      fedfs::Status m = CheckListenAddressFree(o.metrics.listen);
-      if (!m) m = fedfs::Err(m.error().code, "metrics.listen: " + m.error().context);
-      probes.push_back(m);
-    }
+    probes.push_back(CheckMetricsAddressFree(o));
     for (const fedfs::Status& s : probes) {
       if (!s) problems.push_back(s.error().context);
     }
@@ -115,6 +172,10 @@ int main(int argc, char** argv) {
   std::string config;
   app.add_option("-c,--config", config, "YAML configuration file (docs/config.md)")->required();
   bool check = false;
+  bool clear_stale = false;
+  app.add_flag("--clear-stale-mount", clear_stale,
+               "detach a stale FedFS mount at the mountpoint (left by a killed fedfsd) before "
+               "starting (what the systemd unit does)");
   app.add_flag("--check-config", check,
                "check the config (and that its ports, control socket and mountpoint are free "
                "now), print one line per problem, exit 2 if any; start nothing");
@@ -124,5 +185,5 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : kExitConfig;
   }
-  return check ? CheckConfig(config) : Run(config);
+  return check ? CheckConfig(config) : Run(config, clear_stale);
 }

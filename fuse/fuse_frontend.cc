@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <new>
@@ -211,6 +212,50 @@ Status CheckMountpoint(const std::string& mp) {
     return Err(e, "mountpoint " + mp + ": " + std::strerror(e));
   }
   if (!S_ISDIR(st.st_mode)) return Err(ENOTDIR, "mountpoint " + mp + " is not a directory");
+  return Ok();
+}
+
+namespace {
+
+// The file system type of the mount at `mp` ("" when none), from
+// /proc/self/mountinfo (the last mount there wins, as it covers the others).
+std::string MountTypeAt(const std::string& mp) {
+  std::ifstream in("/proc/self/mountinfo");
+  std::string type;
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream ss(line);
+    std::string id, parent, dev, root, point;
+    ss >> id >> parent >> dev >> root >> point;
+    if (point != mp) continue;
+    // Optional fields, then "-", then the type.
+    for (std::string f; ss >> f;) {
+      if (f == "-") {
+        ss >> type;
+        break;
+      }
+    }
+  }
+  return type;
+}
+
+}  // namespace
+
+Status ClearStaleMount(const std::string& mountpoint, bool* cleared) {
+  *cleared = false;
+  Status s = CheckMountpoint(mountpoint);
+  if (s || s.error().code != ENOTCONN) return Ok();  // nothing stale (or another problem)
+  const std::string mp = std::filesystem::path(mountpoint).lexically_normal().string();
+  const std::string type = MountTypeAt(mp);
+  if (type != "fuse.fedfs") {
+    return Err(EBUSY, "mountpoint " + mountpoint + " is a stale mount of type " +
+                          (type.empty() ? "unknown" : type) + ", not FedFS's: left alone");
+  }
+  if (::umount2(mp.c_str(), MNT_DETACH) != 0) {
+    const int e = errno;
+    return Err(e, "mountpoint " + mountpoint + ": cannot detach the stale FedFS mount: " +
+                      std::strerror(e));
+  }
+  *cleared = true;
   return Ok();
 }
 

@@ -111,6 +111,13 @@ struct FuseOptions {
 // crashed?); clear it with: fusermount3 -u M".
 Status CheckMountpoint(const std::string& mountpoint);
 
+// Clears a stale mount of FedFS's own at `mountpoint` (a FUSE mount of type
+// fuse.fedfs whose daemon is gone: stat gives ENOTCONN) by detaching it
+// (umount2 MNT_DETACH; needs CAP_SYS_ADMIN). Ok, and *cleared set, when it
+// did; Ok when there is nothing stale there. A stale mount of another file
+// system is left alone: EBUSY naming its type.
+Status ClearStaleMount(const std::string& mountpoint, bool* cleared);
+
 class FuseMount {
  public:
   // Checks the mountpoint, creates the session, mounts and starts the loop.

@@ -27,6 +27,8 @@ PACKAGES=(
   libcap-ng-dev
   # the Prometheus endpoint (metrics/endpoint.cc): HTTP/1.1 server
   libcpp-httplib-dev
+  # systemd's service protocol (fedfsd/service_notify.cc: sd_notify)
+  libsystemd-dev
   # multi-host tests (network namespaces); loop devices for bench/fs_bench.sh
   iproute2 procps util-linux
   # scripts: the test command's skip report (scripts/lib/skips.py), the demo, benchmarks

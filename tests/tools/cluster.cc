@@ -297,7 +297,8 @@ std::string Cluster::WriteConfig(const NodeConfig& c) {
   return WriteFile(c.id + ".yaml", y.str());
 }
 
-pid_t Cluster::Start(const std::string& name, const std::string& config, const std::string& netns) {
+pid_t Cluster::Start(const std::string& name, const std::string& config, const std::string& netns,
+                     const std::vector<std::string>& args) {
   if (nodes_.contains(name)) throw std::runtime_error("node " + name + " is already running");
   const std::string log = LogPath(name);
   std::vector<std::string> argv;
@@ -305,6 +306,7 @@ pid_t Cluster::Start(const std::string& name, const std::string& config, const s
   argv.push_back(FEDFS_FEDFSD_PATH);
   argv.push_back("--config");
   argv.push_back(config);
+  argv.insert(argv.end(), args.begin(), args.end());
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {

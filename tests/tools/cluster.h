@@ -119,8 +119,10 @@ class Cluster {
   std::string WriteFile(const std::string& name, const std::string& text, int mode = 0644);
 
   // Starts fedfsd --config <config> with stderr in <dir>/<name>.log,
-  // optionally inside network namespace `netns` (ip netns exec). Returns pid.
-  pid_t Start(const std::string& name, const std::string& config, const std::string& netns = "");
+  // optionally inside network namespace `netns` (ip netns exec), with
+  // `args` after the config's. Returns pid.
+  pid_t Start(const std::string& name, const std::string& config, const std::string& netns = "",
+              const std::vector<std::string>& args = {});
   // Sends `sig` to the node's pid; for SIGKILL/SIGTERM also waits for it to
   // exit (SIGKILL after kNoHang if SIGTERM is not enough). Returns the exit code
   // (or 128 + signal). A mount the dead daemon left behind is cleared with
