@@ -1,6 +1,7 @@
 #include "fedfsd/daemon.h"
 
 #include <netdb.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -372,6 +373,9 @@ Status Daemon::Mount(const DaemonOptions& o) {
   fo.io_uring = o.fuse.io_uring;
   fo.explicit_inval_data = o.fuse.kernel_cache;  // the node tells of every change
   fo.metrics = fuse_ops_.get();
+  // umount of the namespace stops the daemon, cleanly, as SIGTERM does
+  // (main.cc waits for it): what an fstab mount's umount means.
+  fo.on_unmounted = [] { ::kill(::getpid(), SIGTERM); };
   auto mount = fuse::FuseMount::Mount(fo, &node_->vfs());
   if (!mount) return Err(mount.error().code, mount.error().context);
   mount_ = std::move(*mount);

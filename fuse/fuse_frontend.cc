@@ -326,10 +326,15 @@ Result<std::unique_ptr<FuseMount>> FuseMount::Mount(const FuseOptions& options, 
     if (OnInitRequest(ctx, buf, size)) state->loop->SetSpin({});
   };
   state->loop = std::make_unique<WorkerLoop>(se, lo);
-  m->loop_ = std::thread([state] {
+  m->loop_ = std::thread([state, ctx = m->ctx_.get(), gone = options.on_unmounted,
+                           mp = options.mountpoint] {
     const int rc = state->loop->Run();
     if (rc != 0) Log()->info("FUSE loop ended ({})", std::strerror(-rc));
     state->loop_done = true;
+    if (rc == 0 && !ctx->stopping.load() && gone) {
+      Log()->info("{} was unmounted from outside", mp);
+      gone();
+    }
   });
   NameThread(m->loop_, "fuse-dev");
   Log()->info("mounted at {} (max {} threads, spin {} us, io_uring {}{}{})", options.mountpoint,

@@ -19,6 +19,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <shared_mutex>
 #include <string>
@@ -103,6 +104,9 @@ struct FuseOptions {
   std::string fsname = "fedfs";      // -o fsname= (shown by mount/df)
   // Where requests are counted and timed (outlives the mount); null: not.
   OpMetrics* metrics = nullptr;
+  // Called once, on the loop's thread, when the mount was removed from
+  // outside (umount, fusermount3 -u) rather than by Unmount.
+  std::function<void()> on_unmounted;
 };
 
 // Ok if `mountpoint` can be mounted on: an existing directory that is not a
