@@ -74,8 +74,16 @@ std::string LastLines(const std::string& path, size_t n) {
   return out;
 }
 
+// FEDFSD, else bin/fedfsd beside this helper's sbin/ (any prefix), else the
+// configured install path.
 std::string FedfsdPath() {
   if (const char* e = std::getenv("FEDFSD"); e != nullptr && *e != 0) return e;
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path beside = self.parent_path().parent_path() / "bin" / "fedfsd";
+    if (::access(beside.c_str(), X_OK) == 0) return beside.string();
+  }
   return FEDFS_INSTALLED_FEDFSD;
 }
 
