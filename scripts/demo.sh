@@ -99,6 +99,9 @@ seed_exports() {
   umask 022
   for n in "${NODES[@]}"; do
     mkdir -p "$DEMO/node$n/export/shared" "$DEMO/node$n/export/node$n-only"
+    # Where any user may write, as in /tmp (sticky: each removes only theirs).
+    mkdir -p "$DEMO/node$n/export/scratch"
+    chmod 1777 "$DEMO/node$n/export/scratch"
     echo "hello from node$n's export root" > "$DEMO/node$n/export/hello-node$n.txt"
     echo "node$n wrote this into /shared" > "$DEMO/node$n/export/shared/from-node$n.txt"
     echo "a file only node$n has, in a directory only node$n has" \
@@ -149,11 +152,13 @@ cmd_start() {
   cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
   ninja -C "$BUILD" -j2 fedfsd fedfsctl
 
-  umask 077
+  # Reachable by every user (the mounts are allow_other, the kernel checks
+  # modes): the key, the sockets and the journals stay root's.
+  umask 022
   mkdir -p "$DEMO"
-  chmod 700 "$DEMO"
+  chmod 755 "$DEMO"
   if [ ! -s "$DEMO/cluster.key" ]; then
-    "$FEDFSCTL" keygen > "$DEMO/cluster.key"
+    (umask 077; "$FEDFSCTL" keygen > "$DEMO/cluster.key")
   fi
   chmod 600 "$DEMO/cluster.key"
 
@@ -164,6 +169,8 @@ cmd_start() {
     local peers="" i
     for ((i = 1; i < n; i++)); do peers+="${peers:+, }\"${addrs[i-1]}\""; done
     mkdir -p "$DEMO/node$n/export" "$DEMO/node$n/mnt" "$DEMO/node$n/state"
+    chmod 755 "$DEMO/node$n" "$DEMO/node$n/export" "$DEMO/node$n/mnt"
+    chmod 700 "$DEMO/node$n/state"
     clear_mount "$DEMO/node$n/mnt"
     cat > "$DEMO/node$n.yaml" <<YAML
 # FedFS demo node $n (docs/config.md)
@@ -230,6 +237,11 @@ YAML
   echo
   show_mounts
   echo "Try: ls -la $DEMO/node1/mnt; echo hi > $DEMO/node1/mnt/new.txt; cat $DEMO/node3/mnt/new.txt"
+  if runuser -u nobody -- test -x "$DEMO/node1/mnt/scratch" 2>/dev/null; then
+    echo "Any user may read the namespace and write in /scratch: runuser -u nobody -- sh -c 'echo mine > $DEMO/node2/mnt/scratch/x'"
+  else
+    echo "(Other users cannot reach $DEMO: a folder above it is closed to them; the mounts themselves are open to every user.)"
+  fi
   echo "Move it: $FEDFSCTL -s $DEMO/node1.sock migrate /new.txt --to node2; $FEDFSCTL -s $DEMO/node1.sock where /new.txt"
   for n in "${NODES[@]}"; do
     echo "Metrics of node$n: curl http://${maddrs[n-1]}/metrics (or $FEDFSCTL -s $DEMO/node$n.sock metrics)"

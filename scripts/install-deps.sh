@@ -37,6 +37,9 @@ PACKAGES=(
   fio stress-ng sqlite3 git mergerfs
   # the Prometheus server that tests/integration/metrics_test scrapes the daemons with
   prometheus
+  # the package and the unit's check (tests/integration/install_test.cc):
+  # dpkg-shlibdeps, systemd-analyze
+  dpkg-dev systemd
   # plots of fedfs-bench (bench/sim)
   gnuplot-nox
 )
