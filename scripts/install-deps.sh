@@ -40,6 +40,9 @@ PACKAGES=(
   # the package and the unit's check (tests/integration/install_test.cc):
   # dpkg-shlibdeps, systemd-analyze
   dpkg-dev systemd
+  # the Ansible role's test (tests/deploy/ansible_test.sh): three systemd-nspawn
+  # hosts booted from a debootstrapped Debian, reached over ssh
+  ansible ansible-lint systemd-container debootstrap openssh-client
   # plots of fedfs-bench (bench/sim)
   gnuplot-nox
 )
