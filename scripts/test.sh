@@ -22,6 +22,8 @@
 # - after the run, whatever the tests left behind (mounts, network
 #   namespaces, tracefs instances, loop devices, temp dirs; TMPDIR is a
 #   directory of the run's) is listed and fails the run.
+# Then, with the release build, the deployment test: the Ansible role against
+# three systemd-nspawn hosts (tests/deploy/ansible_test.sh, docs/deploy.md).
 # Then every libFuzzer target (scripts/fuzz.sh, docs/fuzzing.md) runs for
 # FUZZ_SECONDS (default 20) each on a copy of its seed corpus: 130 s with
 # its clang build on an idle 2-core machine (docs/fuzzing.md); a crash,
@@ -112,6 +114,12 @@ for cfg in "${configs[@]}"; do
   scripts/lib/skips.py tests/expected_skips.txt "$cfg" "${junits[@]}" || skips_failed=1
 done
 
+deploy_failed=0
+if [[ " ${configs[*]} " == *" release "* ]]; then
+  echo "== deploy: the Ansible role against three systemd-nspawn hosts (tests/deploy/ansible_test.sh)"
+  tests/deploy/ansible_test.sh build || deploy_failed=1
+fi
+
 if [[ " ${configs[*]} " == *" fuzz "* ]]; then
   echo "== fuzz: every libFuzzer target, ${FUZZ_SECONDS:-20} s each"
   scripts/fuzz.sh "${FUZZ_SECONDS:-20}" || fuzz_failed=1
@@ -123,6 +131,10 @@ if ! machine_check_leftovers; then
 fi
 if [ "$skips_failed" -ne 0 ]; then
   echo "test.sh: tests skipped that must run on this machine (UNEXPECTED above)" >&2
+  exit 1
+fi
+if [ "$deploy_failed" -ne 0 ]; then
+  echo "test.sh: the deployment test failed (after 'deploy:' above)" >&2
   exit 1
 fi
 if [ "$fuzz_failed" -ne 0 ]; then

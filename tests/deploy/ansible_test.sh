@@ -5,6 +5,9 @@
 #
 #   tests/deploy/ansible_test.sh [BUILD]       (as root; BUILD defaults to build)
 #
+# installs what it needs (scripts/install-deps.sh) and builds BUILD's
+# binaries when they are missing or stale.
+#
 # It builds the package (cpack, in a directory of its own), then:
 #  1. ansible-lint passes on the role and its playbooks;
 #  2. site.yml installs, configures, starts and mounts FedFS on the three
@@ -34,6 +37,12 @@ N=3
 say() { echo "ansible-test: $*"; }
 die() { echo "ansible-test: FAILED: $*" >&2; exit 1; }
 [ "$(id -u)" -eq 0 ] || die "must run as root (containers, bridge)"
+scripts/install-deps.sh
+if [ ! -f "$BUILD/CPackConfig.cmake" ] || [ ! -x "$BUILD/fedfsd/fedfsd" ]; then
+  say "building $BUILD"
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+fi
+ninja -C "$BUILD" -j2 fedfsd fedfsctl mount.fuse.fedfs >/dev/null
 for t in systemd-nspawn debootstrap ansible-playbook ansible-lint ssh ssh-keygen cpack; do
   command -v "$t" >/dev/null || die "$t is missing (scripts/install-deps.sh installs it)"
 done
