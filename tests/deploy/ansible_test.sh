@@ -51,6 +51,9 @@ WORK=$(mktemp -d /var/tmp/fedfs-ansible-XXXXXX)
 BR="fedfsbr$$"
 NET="10.231.$(( $$ % 200 + 20 ))"
 PIDS=()
+# systemd-nspawn keeps empty lock and propagation directories here: removed
+# at the end unless they were there before.
+NSPAWN_RUN_WAS=$([ -d /run/systemd/nspawn ] && echo 1 || true)
 cleanup() {
   local rc=$? p i
   for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
@@ -63,6 +66,9 @@ cleanup() {
     umount -R "$WORK/c$i/root" 2>/dev/null || umount -l "$WORK/c$i/root" 2>/dev/null || true
   done
   ip link del "$BR" 2>/dev/null || true
+  if [ -z "$NSPAWN_RUN_WAS" ]; then
+    rmdir /run/systemd/nspawn/locks /run/systemd/nspawn/propagate /run/systemd/nspawn 2>/dev/null || true
+  fi
   if [ $rc -ne 0 ]; then
     for i in $(seq 1 $N); do
       [ -f "$WORK/c$i.log" ] && { echo "--- container $i (last lines)"; tail -n 30 "$WORK/c$i.log"; }
