@@ -208,7 +208,7 @@ TEST_F(MetricsTest, ATakenAddressIsRefusedAtStart) {
   const std::string cfg = c_.WriteConfig(n4);
   auto r = RunCommand({FEDFS_FEDFSD_PATH, "--config", cfg}, 30s);
   EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_NE(r.err.find("fedfsd: metrics address " + taken + ": cannot listen (already in use)"),
+  EXPECT_NE(r.err.find("fedfsd: metrics.listen: address " + taken + " is already in use"),
             std::string::npos)
       << r.err;
 }
