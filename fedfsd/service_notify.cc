@@ -17,6 +17,16 @@ void ServiceNotifier::Status(const std::string& status) {
 
 void ServiceNotifier::Stopping() {
   sd_notify(0, "STOPPING=1\nSTATUS=stopping");
+  StopWatchdog();  // the mount is about to go: no more pings, no false alarm
+}
+
+void ServiceNotifier::StopWatchdog() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
 }
 
 void ServiceNotifier::StartWatchdog(std::function<bool()> healthy) {
@@ -39,13 +49,6 @@ void ServiceNotifier::StartWatchdog(std::function<bool()> healthy) {
   NameThread(watchdog_, "watchdog");
 }
 
-ServiceNotifier::~ServiceNotifier() {
-  {
-    std::lock_guard lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  if (watchdog_.joinable()) watchdog_.join();
-}
+ServiceNotifier::~ServiceNotifier() { StopWatchdog(); }
 
 }  // namespace fedfs::daemon

@@ -28,6 +28,7 @@ class ServiceNotifier {
 
   void Ready(const std::string& status);
   void Status(const std::string& status);
+  // STOPPING=1, and the watchdog's pings end.
   void Stopping();
 
   // When the service manager asked for a watchdog (WATCHDOG_USEC for this
@@ -37,6 +38,7 @@ class ServiceNotifier {
   void StartWatchdog(std::function<bool()> healthy);
 
  private:
+  void StopWatchdog();
   std::thread watchdog_;
   std::mutex mu_;
   std::condition_variable cv_;
