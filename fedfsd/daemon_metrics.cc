@@ -19,9 +19,8 @@ std::optional<R> Ask(const control::Dispatcher& d) {
   return std::move(*r);
 }
 
-void Membership(const control::Dispatcher& d, metrics::Exposition& e) {
-  auto r = Ask<control::StatusReply>(d);
-  if (!r) return;
+void Membership(const control::StatusReply* r, metrics::Exposition& e) {
+  if (r == nullptr) return;
   e.Gauge("fedfs_membership_epoch", "the membership view's epoch (changes at every join or death)",
           static_cast<double>(r->epoch));
   uint64_t alive = 0;
@@ -44,11 +43,11 @@ void Membership(const control::Dispatcher& d, metrics::Exposition& e) {
   }
 }
 
-void Transport(const m2m::CountingTransport& t, const control::Dispatcher& d,
+void Transport(const m2m::CountingTransport& t, const control::StatusReply* r,
                metrics::Exposition& e) {
   // Peers by node id where the view names their address.
   std::map<std::string, std::string> id_of;
-  if (auto r = Ask<control::StatusReply>(d)) {
+  if (r != nullptr) {
     for (const auto& m : r->members) id_of[m.addr] = m.id;
   }
   const auto traffic = t.traffic();
@@ -83,7 +82,13 @@ std::unique_ptr<metrics::Registry> NodeMetrics(MetricSources s) {
   if (s.fuse_ops != nullptr) {
     reg->Add([ops = s.fuse_ops](metrics::Exposition& e) { ops->Collect(e); });
   }
-  reg->Add([d](metrics::Exposition& e) { Membership(*d, e); });
+  // One status reply per scrape: the members, and the peers' ids for the
+  // transport's rows.
+  reg->Add([d, t = s.transport](metrics::Exposition& e) {
+    const auto r = Ask<control::StatusReply>(*d);
+    Membership(r ? &*r : nullptr, e);
+    if (t != nullptr) Transport(*t, r ? &*r : nullptr, e);
+  });
   reg->Add([d, vds = s.vds](metrics::Exposition& e) {
     if (auto r = Ask<control::DtReply>(*d)) {
       metrics::ExposeReply(e, "fedfs_dt", "directory table and virtual directories (fedfsctl dt)", *r,
@@ -124,9 +129,6 @@ std::unique_ptr<metrics::Registry> NodeMetrics(MetricSources s) {
       e.Gauge("fedfs_journal_pending", "journaled directory operations waiting to be retried",
               static_cast<double>(ops->PendingCount()));
     });
-  }
-  if (s.transport != nullptr) {
-    reg->Add([t = s.transport, d](metrics::Exposition& e) { Transport(*t, *d, e); });
   }
   return reg;
 }

@@ -39,6 +39,15 @@ fedfs::Status CheckMetricsAddressFree(const fedfs::daemon::DaemonOptions& o) {
   return m;
 }
 
+// What starting with `o` now would meet, in the order Run checks it: the
+// control socket, the listen and metrics addresses, the mountpoint.
+// (Probes only: nothing is taken.)
+std::vector<fedfs::Status> StartProbes(const fedfs::daemon::DaemonOptions& o) {
+  return {fedfs::control::CheckControlSocketFree(o.control_socket),
+          fedfs::daemon::CheckListenAddressFree(o.listen), CheckMetricsAddressFree(o),
+          fedfs::daemon::CheckMountpointUsable(o)};
+}
+
 // Once the mount is up, the node has joined when another member is alive;
 // with seeds that do not answer it runs alone after trying each once.
 void WaitJoined(const fedfs::daemon::Daemon& d, const fedfs::daemon::DaemonOptions& o) {
@@ -81,10 +90,8 @@ int Run(const std::string& config_path, bool clear_stale_mount) {
     }
   }
   // Before anything logs: a control socket or a port in use, or a stale
-  // mount, must give exactly one line. (Probes only: nothing is taken yet.)
-  for (const fedfs::Status& s : {fedfs::control::CheckControlSocketFree(opts->control_socket),
-                                 CheckListenAddressFree(opts->listen), CheckMetricsAddressFree(*opts),
-                                 CheckMountpointUsable(*opts)}) {
+  // mount, must give exactly one line.
+  for (const fedfs::Status& s : StartProbes(*opts)) {
     if (!s) {
       std::fprintf(stderr, "fedfsd: %s\n", s.error().context.c_str());
       return kExitStart;
@@ -147,12 +154,7 @@ int CheckConfig(const std::string& config_path) {
   ConfigCheck check = CheckConfigFile(config_path);
   std::vector<std::string> problems = std::move(check.problems);
   if (check.options) {
-    const DaemonOptions& o = *check.options;
-    std::vector<fedfs::Status> probes = {fedfs::control::CheckControlSocketFree(o.control_socket),
-                                         CheckListenAddressFree(o.listen),
-                                         CheckMountpointUsable(o)};
-    probes.push_back(CheckMetricsAddressFree(o));
-    for (const fedfs::Status& s : probes) {
+    for (const fedfs::Status& s : StartProbes(*check.options)) {
       if (!s) problems.push_back(s.error().context);
     }
   }

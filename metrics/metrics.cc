@@ -34,13 +34,17 @@ bool ValidName(std::string_view name) {
   return true;
 }
 
-std::string EscapeLabelValue(std::string_view v) {
+namespace {
+
+// \ and newline escaped, and " too when `quote` (label values; help text
+// keeps its quotes).
+std::string Escape(std::string_view v, bool quote) {
   std::string out;
   out.reserve(v.size());
   for (char c : v) {
     if (c == '\\') {
       out += "\\\\";
-    } else if (c == '"') {
+    } else if (c == '"' && quote) {
       out += "\\\"";
     } else if (c == '\n') {
       out += "\\n";
@@ -50,6 +54,10 @@ std::string EscapeLabelValue(std::string_view v) {
   }
   return out;
 }
+
+}  // namespace
+
+std::string EscapeLabelValue(std::string_view v) { return Escape(v, true); }
 
 namespace {
 
@@ -61,20 +69,8 @@ std::string Number(double v) {
   return buf;
 }
 
-// Help text on one line: \ and newline escaped.
-std::string EscapeHelp(std::string_view h) {
-  std::string out;
-  for (char c : h) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
+// Help text on one line.
+std::string EscapeHelp(std::string_view h) { return Escape(h, false); }
 
 }  // namespace
 

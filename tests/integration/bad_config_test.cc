@@ -205,24 +205,6 @@ TEST_F(BadConfig, ControlSocketOfARunningDaemon) {
   EXPECT_EQ(c_.AliveCount("n1"), 1);
 }
 
-// Sets an environment variable for the scope (the daemons that RunCommand
-// starts inherit it).
-struct ScopedEnv {
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
 // Another daemon on this machine: a mountpoint inside its export root, or an
 // export root on its mountpoint, is refused with one line naming it
 // (fedfsd/local_daemons.h); the running daemon is not disturbed.

@@ -26,24 +26,6 @@
 namespace fedfs::testing {
 namespace {
 
-// Sets an environment variable for the scope (the daemons started meanwhile
-// inherit it).
-struct ScopedEnv {
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
 // The service manager's end: a datagram socket the daemons notify.
 class NotifySocket {
  public:

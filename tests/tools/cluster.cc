@@ -188,6 +188,19 @@ Cluster::Cluster() : fusectl_was_mounted_(IsMounted(kFusectl)) {
   key_file_ = NewKeyFile("cluster.key");
 }
 
+ScopedEnv::ScopedEnv(const char* name, const std::string& value) : name_(name) {
+  if (const char* old = std::getenv(name)) old_ = old;
+  ::setenv(name, value.c_str(), 1);
+}
+
+ScopedEnv::~ScopedEnv() {
+  if (old_) {
+    ::setenv(name_, old_->c_str(), 1);
+  } else {
+    ::unsetenv(name_);
+  }
+}
+
 bool IsMounted(const std::string& path) {
   std::ifstream in("/proc/self/mountinfo");
   std::string line;

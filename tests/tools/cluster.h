@@ -52,6 +52,17 @@ struct CommandResult {
 CommandResult RunCommand(const std::vector<std::string>& argv,
                          std::chrono::milliseconds timeout = 30s);
 
+// Sets an environment variable for the scope (processes started meanwhile,
+// the Cluster's daemons included, inherit it); the old value comes back.
+struct ScopedEnv {
+  ScopedEnv(const char* name, const std::string& value);
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
 // A TCP port that is free on 127.0.0.1 right now (bind to port 0, read it
 // back, close).
 uint16_t FreePort();
