@@ -13,6 +13,7 @@
 
 #include "common/cooperative.h"
 #include "common/logging.h"
+#include "nodefs/dir_id.h"
 #include "common/thread_name.h"
 #include "dirops/dir_ops_record.h"
 #include "dirops/kv_keys.h"
@@ -218,6 +219,7 @@ Status DirOps::ValidateRename(const Cred& cred, Record& r, const ClusterView& vi
   // `from` on every node: the holders are the nodes where it is a directory
   // (the VD's holder list is a hint; a node that gained it since is included).
   std::set<std::string> holders(r.holders.begin(), r.holders.end());
+  r.dir_id = 0;
   for (const auto& n : nodes) {
     if (expired()) return Err(ETIMEDOUT, "rename " + r.from + ": validation deadline");
     NodeFs* fs = Fs(n);
@@ -225,6 +227,9 @@ Status DirOps::ValidateRename(const Cred& cred, Record& r, const ClusterView& vi
     auto st = fs->Stat(cred, r.from);
     if (st && S_ISDIR(st->st_mode)) {
       holders.insert(n);
+      auto id = CopyDirIdOn(*fs, n, r.from, *st);
+      if (!id) return Err(id.error());
+      r.dir_id = MergeDirId(r.dir_id, *id);
     } else if (holders.count(n)) {
       if (st) return Err(ENOTDIR, r.from + " is not a directory on " + n);
       if (st.error().code == ENOENT) {
@@ -270,7 +275,10 @@ Status DirOps::ValidateRename(const Cred& cred, Record& r, const ClusterView& vi
         return Err(st.error());
       }
       if (!S_ISDIR(st->st_mode)) return Err(ENOTDIR, anc + " is not a directory on " + n);
-      r.templates.push_back({static_cast<mode_t>(st->st_mode & 07777), st->st_uid, st->st_gid});
+      auto id = CopyDirIdOn(*Fs(n), n, anc, *st);
+      if (!id) return Err(id.error());
+      r.templates.push_back(
+          {static_cast<mode_t>(st->st_mode & 07777), st->st_uid, st->st_gid, *id});
       found = true;
       break;
     }
@@ -361,6 +369,7 @@ void DirOps::Notify(const Record& r, bool forward) {
     ch.name = std::string(BaseName(path));
     ch.type = DT_DIR;
     ch.node = node;
+    if (kind == VdChange::Kind::kAdd && r.kind == Record::Kind::kRename) ch.id = r.dir_id;
     const std::string dir(ParentPath(path));
     if (auto s = notify_(dir, ch); !s) {
       Log()->warn("{}: VD update of {} failed: {} (the manager rebuilds it)", r.Describe(), dir,

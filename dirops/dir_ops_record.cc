@@ -22,7 +22,7 @@ std::string EncodeRecord(const DirOps::Record& r) {
   }
   std::vector<flatbuffers::Offset<wire::Template>> templates;
   for (const auto& t : r.templates) {
-    templates.push_back(wire::CreateTemplate(b, t.mode, t.uid, t.gid));
+    templates.push_back(wire::CreateTemplate(b, t.mode, t.uid, t.gid, t.id));
   }
   std::vector<flatbuffers::Offset<flatbuffers::String>> holders, done;
   for (const auto& h : r.holders) holders.push_back(b.CreateString(h));
@@ -32,7 +32,7 @@ std::string EncodeRecord(const DirOps::Record& r) {
       b, kDirOpsRecordVersion, r.id, static_cast<wire::OpKind>(r.kind),
       static_cast<wire::OpState>(r.state), b.CreateString(r.from), b.CreateString(r.to), r.flags,
       r.cred.uid, r.cred.gid, b.CreateVector(groups), r.cred.umask, b.CreateVector(holders),
-      b.CreateVector(done), b.CreateVector(saved), b.CreateVector(templates));
+      b.CreateVector(done), b.CreateVector(saved), b.CreateVector(templates), r.dir_id);
   b.FinishSizePrefixed(root);
   return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
 }
@@ -81,9 +81,10 @@ Result<DirOps::Record> DecodeRecord(std::string_view bytes) {
   }
   if (m->templates()) {
     for (const auto* t : *m->templates()) {
-      r.templates.push_back({static_cast<mode_t>(t->mode()), t->uid(), t->gid()});
+      r.templates.push_back({static_cast<mode_t>(t->mode()), t->uid(), t->gid(), t->id()});
     }
   }
+  r.dir_id = m->dir_id();
   return r;
 }
 

@@ -51,6 +51,7 @@ struct DirOps::Record {
   std::set<std::string> done;
   std::map<std::string, Saved> saved;
   std::vector<NodeFs::DirTemplate> templates;
+  uint64_t dir_id = 0;  // rename: the renamed directory's id (nodefs/dir_id.h)
 
   std::vector<std::string> Paths() const {
     if (kind == Kind::kRename) return {from, to};

@@ -187,7 +187,7 @@ auto FileService::Impl::RunOp(const m2m::PeerInfo& peer, const fb::FsRequest* re
       std::vector<flatbuffers::Offset<fb::DirEntry>> es;
       es.reserve(r->size());
       for (const DirEntry& e : *r) {
-        es.push_back(fb::CreateDirEntry(b, b.CreateString(e.name), e.type, e.ino));
+        es.push_back(fb::CreateDirEntry(b, b.CreateString(e.name), e.type, e.ino, e.id));
       }
       auto v = b.CreateVector(es);
       fb::FsReplyBuilder rb(b);
@@ -202,7 +202,7 @@ auto FileService::Impl::RunOp(const m2m::PeerInfo& peer, const fb::FsRequest* re
       std::vector<NodeFs::DirTemplate> t;
       if (req->templates()) {
         for (const fb::DirTemplate* d : *req->templates()) {
-          t.push_back({static_cast<mode_t>(d->mode()), d->uid(), d->gid()});
+          t.push_back({static_cast<mode_t>(d->mode()), d->uid(), d->gid(), d->id()});
         }
       }
       return status_or(local_->MkdirParents(path, t));

@@ -36,7 +36,7 @@ m2m::Bytes Encode(const RemoteNodeFs::Req& q, uint64_t session, uint64_t budget_
   flatbuffers::Offset<flatbuffers::Vector<const fb::DirTemplate*>> templates;
   if (q.templates) {
     std::vector<fb::DirTemplate> t;
-    for (const auto& d : *q.templates) t.emplace_back(d.mode, d.uid, d.gid);
+    for (const auto& d : *q.templates) t.emplace_back(d.mode, d.uid, d.gid, d.id);
     templates = b.CreateVectorOfStructs(t);
   }
   auto rel = releases.empty() ? flatbuffers::Offset<flatbuffers::Vector<uint64_t>>()
@@ -353,7 +353,9 @@ Result<std::vector<DirEntry>> RemoteNodeFs::ListDir(const Cred& c, const std::st
     out.reserve(es->size());
     for (const fb::DirEntry* e : *es) {
       if (e->name() == nullptr) return Err(EPROTO, "directory entry without a name");
-      out.push_back(DirEntry{e->name()->str(), e->type(), e->ino()});
+      DirEntry d{e->name()->str(), e->type(), e->ino()};
+      d.id = e->id();
+      out.push_back(std::move(d));
     }
   }
   return out;

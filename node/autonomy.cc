@@ -13,6 +13,7 @@
 
 #include "common/logging.h"
 #include "common/path.h"
+#include "nodefs/dir_id.h"
 #include "node/node_impl.h"
 
 namespace fedfs::node {
@@ -58,6 +59,11 @@ void Node::ReportLocalChanges(std::vector<ns::LocalChange> changes) {
     ch.name = c.name;
     ch.type = add ? static_cast<uint8_t>(IFTODT(st->st_mode & S_IFMT)) : c.type;
     ch.node = self;
+    if (add && ch.type == DT_DIR) {
+      // Its identity: a copy FedFS made here carries the directory's.
+      auto id = ns::CopyDirIdOn(*local, self, path, *st);
+      ch.id = id ? *id : 0;  // 0: the manager keeps the one it knows
+    }
     SPDLOG_LOGGER_DEBUG(log, "{} {} in {} (behind FedFS' back)", add ? "add" : "remove", c.name,
                         c.dir);
     if (ch.type == DT_DIR) {

@@ -26,12 +26,13 @@ Result<ns::VdPtr> VdServiceClient::GetFresh(const std::string& path) {
 }
 
 Status VdServiceClient::Add(const std::string& path, const std::string& name, uint8_t type,
-                            const std::string& node) {
+                            const std::string& node, uint64_t id) {
   VdChange ch;
   ch.kind = VdChange::Kind::kAdd;
   ch.name = name;
   ch.type = type;
   ch.node = node;
+  ch.id = id;
   return ns::UpdateVdSync(*s_, path, std::move(ch));
 }
 
@@ -91,7 +92,8 @@ Status VdServiceClient::Apply(const std::string& path, const std::vector<ns::VdE
   std::vector<VdChange> changes;
   for (const ns::VdEdit& e : edits) {
     changes.push_back(
-        VdChange{e.add ? VdChange::Kind::kAdd : VdChange::Kind::kRemove, e.name, e.type, e.node});
+        VdChange{e.add ? VdChange::Kind::kAdd : VdChange::Kind::kRemove, e.name, e.type, e.node,
+                 e.id});
   }
   return ns::UpdateManyVdSync(*s_, path, std::move(changes));
 }

@@ -25,7 +25,7 @@ class VdServiceClient final : public ns::VdClient {
   Result<ns::VdPtr> GetName(const std::string& path, const std::string& name) override;
   Result<ns::VdPtr> Peek(const std::string& path, const std::string& name) override;
   Status Add(const std::string& path, const std::string& name, uint8_t type,
-             const std::string& node) override;
+             const std::string& node, uint64_t id) override;
   Status Remove(const std::string& path, const std::string& name,
                 const std::string& node) override;
   Status DropSubtree(const std::string& path) override;

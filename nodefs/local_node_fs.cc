@@ -177,10 +177,37 @@ Result<std::vector<DirEntry>> LocalNodeFs::ListDir(const Cred& c, const std::str
       if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // raced
       e.type = static_cast<uint8_t>(IFTODT(st.st_mode));
     }
+    if (e.type == DT_DIR) e.id = StoredDirId(dirfd(d), de->d_name, e.ino);
     out.push_back(std::move(e));
   }
   closedir(d);
   return out;
+}
+
+uint64_t LocalNodeFs::StoredDirId(int dirfd, const char* name, uint64_t ino) {
+  // By the descriptor's /proc name: no descriptor of the subdirectory itself
+  // (f*xattr would need one opened for reading), and lgetxattr never follows
+  // a final symlink.
+  const std::string at = "/proc/self/fd/" + std::to_string(dirfd) + "/" + name;
+  char buf[kDirIdXattrSize + 1];
+  const ssize_t n = lgetxattr(at.c_str(), kDirIdXattr, buf, sizeof buf);
+  if (n < 0) return 0;  // none (ENODATA), or not supported here: DirIdOf
+  return DecodeDirId(std::string_view(buf, static_cast<size_t>(n)), ino);
+}
+
+void LocalNodeFs::StoreDirId(int fd, uint64_t id, const std::string& path) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return;
+  const std::string v = EncodeDirId(id, st.st_ino);
+  if (fsetxattr(fd, kDirIdXattr, v.data(), v.size(), 0) == 0) return;
+  // The copy then has an id of its own, and the directory's st_ino may
+  // change when it is listed with this copy (docs/namespace.md).
+  static std::atomic<bool> logged{false};
+  if (!logged.exchange(true)) {
+    Log()->warn("cannot store a directory id on '{}': {} (directories copied here may change "
+                "their inode number)",
+                Shown(path), std::strerror(errno));
+  }
 }
 
 Result<struct stat> LocalNodeFs::Mkdir(const Cred& c, const std::string& path, mode_t mode) {
@@ -232,6 +259,7 @@ Status LocalNodeFs::MkdirParents(const std::string& path,
           ::close(fd);
           return SysErr(op, path, e);
         }
+        if (t.id != 0) StoreDirId(fd, t.id, path);
       }
     }
     if (fd < 0) {

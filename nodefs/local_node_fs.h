@@ -248,6 +248,11 @@ class LocalNodeFs final : public NodeFs, public MoveSupport {
   Result<Parent> ResolveWhole(const std::string& path, const char* op);
   // Opens `rel` (relative, "." allowed) beneath `dirfd` as an O_PATH
   // directory, in chunks when longer than PATH_MAX.
+  // The id stored with subdirectory `name` of `dirfd` whose inode number is
+  // `ino` (nodefs/dir_id.h), 0 if none; and storing one on directory `fd`
+  // (logged once if the file system refuses).
+  static uint64_t StoredDirId(int dirfd, const char* name, uint64_t ino);
+  static void StoreDirId(int fd, uint64_t id, const std::string& path);
   Result<int> OpenDirBeneath(int dirfd, std::string_view rel, const std::string& path,
                              const char* op);
   Result<Opened> OpenCommon(const Cred& c, const std::string& path, int flags, mode_t mode,

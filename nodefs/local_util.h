@@ -18,12 +18,14 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <climits>
 #include <cstdio>
 #include <cstring>
 
 #include "common/logging.h"
 #include "nodefs/cred.h"
+#include "nodefs/dir_id.h"
 #include "common/path.h"
 
 #ifndef SYS_fchmodat2

@@ -2,6 +2,8 @@
 // (nodefs/mem_node_fs.h, nodefs/mem_util.h).
 #include "nodefs/mem_util.h"
 
+#include "nodefs/dir_id.h"
+
 namespace fedfs::ns {
 
 using namespace mem_detail;
@@ -123,7 +125,13 @@ Result<std::vector<DirEntry>> MemNodeFs::ListDir(const Cred& c, const std::strin
   std::vector<DirEntry> out;
   out.reserve(w->node->children.size());
   for (const auto& [name, child] : w->node->children) {
-    out.push_back(DirEntry{name, static_cast<uint8_t>(IFTODT(child->mode)), child->ino});
+    DirEntry e{name, static_cast<uint8_t>(IFTODT(child->mode)), child->ino};
+    if (child->dir() && child->xattrs) {
+      if (auto x = child->xattrs->find(kDirIdXattr); x != child->xattrs->end()) {
+        e.id = DecodeDirId(x->second, child->ino);
+      }
+    }
+    out.push_back(std::move(e));
   }
   return out;
 }
@@ -161,6 +169,10 @@ Status MemNodeFs::MkdirParents(const std::string& path, const std::vector<DirTem
     auto n = NewChild(*w->parent, w->name, S_IFDIR | (t.mode & 07777), t.uid, t.gid, next_ino_++);
     n->mode = S_IFDIR | (t.mode & 07777);  // exactly the template, no set-gid inheritance
     n->gid = t.gid;
+    if (t.id != 0) {
+      if (!n->xattrs) n->xattrs = std::make_unique<std::map<std::string, std::string>>();
+      (*n->xattrs)[kDirIdXattr] = EncodeDirId(t.id, n->ino);
+    }
     ++inodes_;
   }
   return Ok();

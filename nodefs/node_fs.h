@@ -92,6 +92,9 @@ struct DirEntry {
   uint64_t move_id = 0;
   enum MoveRole : uint8_t { kNotMoving = 0, kIncoming = 1, kOutgoing = 2 };
   uint8_t move_role = kNotMoving;
+  // A directory's stored id (nodefs/dir_id.h: kDirIdXattr, checked against
+  // `ino`); 0 when none is stored, and for every other type.
+  uint64_t id = 0;
 };
 
 // What SetAttr changes; unset fields stay as they are.
@@ -203,11 +206,13 @@ class NodeFs {
   // mode, uid and gid given for it in `templates` (indexed by depth, from the
   // first component; missing entries: 0755 root:root). Existing ones are left
   // as they are. Used when placement puts a file on a node that lacks its
-  // parent directory.
+  // parent directory. A template's `id` (not 0) is stored with the copy it
+  // makes (nodefs/dir_id.h), so that the copy keeps the directory's identity.
   struct DirTemplate {
     mode_t mode = 0755;
     uid_t uid = 0;
     gid_t gid = 0;
+    uint64_t id = 0;
   };
   virtual Status MkdirParents(const std::string& path, const std::vector<DirTemplate>& templates) = 0;
   // rmdir(2).

@@ -10,6 +10,7 @@
 
 #include "common/hash.h"
 #include "common/path.h"
+#include "nodefs/dir_id.h"
 #include "vd/vd_internal.h"
 
 namespace fedfs::ns {
@@ -57,7 +58,12 @@ Result<MergeState> Collect(const std::vector<NodeListing>& listings) {
       auto& copies = s.copies[e.name];
       const bool dup = std::any_of(copies.begin(), copies.end(),
                                    [&](const auto& c) { return c.first == l.node; });
-      if (!dup) copies.emplace_back(l.node, e.type);
+      if (dup) continue;
+      copies.emplace_back(l.node, e.type);
+      if (e.type == DT_DIR) {
+        uint64_t& id = s.dir_ids[e.name];
+        id = MergeDirId(id, CopyDirId(e.id, l.node, e.ino));
+      }
     }
   }
   if (s.holders.empty()) {
@@ -88,6 +94,9 @@ std::vector<VdEntry> EntriesForName(const MergeState& s, const std::string& name
     plain.holders.push_back(copies.front().first);
   }
   const bool dir_owner = plain.type == DT_DIR;
+  if (dir_owner) {
+    if (auto id = s.dir_ids.find(name); id != s.dir_ids.end()) plain.id = id->second;
+  }
   const std::string first_node = copies.front().first;
   out.push_back(std::move(plain));
 
@@ -129,8 +138,14 @@ std::vector<Conflict> ConflictsOf(const MergeState& s) {
   return out;
 }
 
-bool ApplyAdd(MergeState& s, const std::string& node, const std::string& name, uint8_t type) {
+bool ApplyAdd(MergeState& s, const std::string& node, const std::string& name, uint8_t type,
+              uint64_t id) {
   bool changed = false;
+  if (type == DT_DIR && id != 0) {
+    // The one known stays: a report racing with the store of a copy's id
+    // (a watcher's, vd/ autonomy) must not replace it.
+    changed = s.dir_ids.try_emplace(name, id).second;
+  }
   auto h = std::lower_bound(s.holders.begin(), s.holders.end(), node);
   if (h == s.holders.end() || *h != node) {
     s.holders.insert(h, node);
@@ -156,6 +171,9 @@ bool ApplyRemove(MergeState& s, const std::string& node, const std::string& name
                         [&](const auto& copy) { return copy.first == node; });
   if (c == copies.end()) return false;
   copies.erase(c);
+  if (std::none_of(copies.begin(), copies.end(), [](const auto& k) { return k.second == DT_DIR; })) {
+    s.dir_ids.erase(name);
+  }
   if (copies.empty()) s.copies.erase(it);
   return true;
 }

@@ -39,6 +39,9 @@ struct VdEntry {
   uint8_t type = 0;       // DT_*
   std::vector<std::string> holders;  // node ids holding it, sorted; 1 unless a directory
   bool alias = false;                // shown as "name@node" because of a conflict
+  // A directory's identity (nodefs/dir_id.h): the least id of its copies',
+  // kept while any copy is listed; 0 for other types and when unknown.
+  uint64_t id = 0;
 
   // The name in the holders' export roots.
   const std::string& RealName() const { return real_name.empty() ? name : real_name; }

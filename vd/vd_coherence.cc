@@ -433,7 +433,7 @@ auto VdService::Impl::Core::FinishLocked(Build& build) -> Result<Snapshot> {
   auto state = std::make_shared<MergeState>(std::move(*collected));
   for (const VdChange& c : build.pending) {  // changes that raced with the fan-out
     if (c.kind == VdChange::Kind::kAdd) {
-      vd_internal::ApplyAdd(*state, c.node, c.name, c.type);
+      vd_internal::ApplyAdd(*state, c.node, c.name, c.type, c.id);
     } else {
       vd_internal::ApplyRemove(*state, c.node, c.name);
     }

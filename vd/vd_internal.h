@@ -27,6 +27,9 @@ struct MergeState {
   // Hashed: a change looks names up; only a whole build (AllEntries,
   // ConflictsOf) needs them in order, and sorts.
   std::unordered_map<std::string, std::vector<std::pair<std::string, uint8_t>>> copies;
+  // real name -> the id of the directory of that name (nodefs/dir_id.h), for
+  // names with a directory copy whose id is known.
+  std::unordered_map<std::string, uint64_t> dir_ids;
 };
 
 // The state of the union of `listings` (DirMerge's rules: ENOENT, ENOTDIR,
@@ -47,11 +50,13 @@ std::vector<VdEntry> AllEntries(const MergeState& s);
 std::vector<Conflict> ConflictsOf(const MergeState& s);
 
 // `node` now holds `name` with `type` (replacing a copy of another type);
-// `node` becomes a holder of the directory itself if it was not. Returns
-// false if nothing changed.
-bool ApplyAdd(MergeState& s, const std::string& node, const std::string& name, uint8_t type);
-// `node` no longer holds `name`; the name goes when no copy is left.
-// Returns false if nothing changed.
+// `node` becomes a holder of the directory itself if it was not. A
+// directory's `id` (0: unknown) is taken if it has none. Returns false if
+// nothing changed.
+bool ApplyAdd(MergeState& s, const std::string& node, const std::string& name, uint8_t type,
+              uint64_t id = 0);
+// `node` no longer holds `name`; the name goes when no copy is left, its
+// directory id when no directory copy is. Returns false if nothing changed.
 bool ApplyRemove(MergeState& s, const std::string& node, const std::string& name);
 
 // Brings `entries` (sorted, derived from `s` before a change of `name`) up to

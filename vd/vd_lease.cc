@@ -73,7 +73,12 @@ auto VdService::Impl::Core::MaybeLendLocked(const std::string& path, Resident& r
   std::map<std::string, std::vector<DirEntry>> by_node;
   for (const std::string& h : st.holders) by_node[h];
   for (const auto& [name, copies] : st.copies) {
-    for (const auto& [node, type] : copies) by_node[node].push_back(DirEntry{name, type, 0});
+    const auto id = st.dir_ids.find(name);
+    for (const auto& [node, type] : copies) {
+      DirEntry e{name, type, 0};
+      if (type == DT_DIR && id != st.dir_ids.end()) e.id = id->second;
+      by_node[node].push_back(std::move(e));
+    }
   }
   LeaseData l;
   l.id = ++lease_ids_;

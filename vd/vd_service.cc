@@ -464,7 +464,7 @@ auto VdService::Impl::Core::ServeUpdate(const std::string& path, std::vector<VdC
       changed = false;
       for (const VdChange& c : changes) {
         changed |= c.kind == VdChange::Kind::kAdd
-                       ? vd_internal::ApplyAdd(*state, c.node, c.name, c.type)
+                       ? vd_internal::ApplyAdd(*state, c.node, c.name, c.type, c.id)
                        : vd_internal::ApplyRemove(*state, c.node, c.name);
       }
       Touch(it->second);

@@ -153,6 +153,7 @@ struct VdChange {
   std::string name;  // real name in the node's export root
   uint8_t type = 0;  // DT_* (kAdd)
   std::string node;
+  uint64_t id = 0;   // kAdd of a directory: its id (nodefs/dir_id.h), 0 unknown
 };
 
 using VdPtr = std::shared_ptr<const VirtualDirectory>;

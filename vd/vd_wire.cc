@@ -1,6 +1,8 @@
 // The VD service's wire codec (vd/vd_wire.h).
 #include "vd/vd_wire.h"
 
+#include <dirent.h>
+
 #include <cstring>
 #include <set>
 
@@ -24,7 +26,7 @@ flatbuffers::Offset<wire::Change> EncodeChange(flatbuffers::FlatBufferBuilder& b
                                                const VdChange& c) {
   auto n = b.CreateString(c.name);
   auto node = b.CreateString(c.node);
-  return wire::CreateChange(b, static_cast<wire::ChangeKind>(c.kind), n, c.type, node);
+  return wire::CreateChange(b, static_cast<wire::ChangeKind>(c.kind), n, c.type, node, c.id);
 }
 
 flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> Strings(
@@ -38,7 +40,7 @@ flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::Entry>>> Entri
   v.reserve(entries.size());
   for (const VdEntry& e : entries) {
     v.push_back(wire::CreateEntry(b, b.CreateString(e.name), b.CreateString(e.real_name), e.type,
-                                  Strings(b, e.holders), e.alias));
+                                  Strings(b, e.holders), e.alias, e.id));
   }
   return b.CreateVector(v);
 }
@@ -107,6 +109,7 @@ Result<VdChange> DecodeChange(const wire::Change* c) {
   out.name = std::move(*name);
   out.node = std::move(*node);
   out.type = c->type();
+  out.id = c->id();
   return out;
 }
 
@@ -140,6 +143,7 @@ Result<std::vector<VdEntry>> DecodeEntries(
     entry.type = e->type();
     entry.holders = std::move(*h);
     entry.alias = e->alias();
+    entry.id = e->type() == DT_DIR ? e->id() : 0;
     out.push_back(std::move(entry));
   }
   // Find() relies on the order: refuse entries that are not sorted.
@@ -207,7 +211,7 @@ m2m::Bytes EncodeListing(const std::vector<DirEntry>& entries) {
   v.reserve(entries.size());
   for (const DirEntry& e : entries) {
     v.push_back(wire::CreateLocalEntry(b, b.CreateString(e.name), e.type, e.ino, e.move_id,
-                                       e.move_role));
+                                       e.move_role, e.id));
   }
   return Finish(b, wire::Body::Listing, wire::CreateListing(b, b.CreateVector(v)));
 }
@@ -255,7 +259,7 @@ m2m::Bytes EncodeUpdateReply(const UpdateOutcome& o) {
       std::vector<flatbuffers::Offset<wire::LocalEntry>> ev;
       ev.reserve(entries.size());
       for (const DirEntry& e : entries) {
-        ev.push_back(wire::CreateLocalEntry(b, b.CreateString(e.name), e.type, 0));
+        ev.push_back(wire::CreateLocalEntry(b, b.CreateString(e.name), e.type, 0, 0, 0, e.id));
       }
       hv.push_back(wire::CreateHolderCopies(b, b.CreateString(node), b.CreateVector(ev)));
     }
@@ -344,7 +348,7 @@ Result<std::vector<DirEntry>> DecodeListing(const m2m::Bytes& payload) {
     if (!name) return Err(name.error());
     if (e->move_role() > DirEntry::kOutgoing) return Err(EPROTO, "entry.move_role out of range");
     out.push_back(DirEntry{std::move(*name), e->type(), e->ino(), e->move_id(),
-                           static_cast<uint8_t>(e->move_role())});
+                           static_cast<uint8_t>(e->move_role()), e->id()});
   }
   return out;
 }
@@ -448,7 +452,9 @@ Result<UpdateOutcome> DecodeUpdateReply(const m2m::Bytes& payload) {
           for (const wire::LocalEntry* e : *h->entries()) {
             auto name = Need(e->name(), "lease.entry.name");
             if (!name) return Err(name.error());
-            entries.push_back(DirEntry{std::move(*name), e->type(), 0});
+            DirEntry entry{std::move(*name), e->type(), 0};
+            entry.id = e->id();
+            entries.push_back(std::move(entry));
           }
         }
         lease.copies.emplace_back(std::move(*node), std::move(entries));

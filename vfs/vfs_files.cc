@@ -162,7 +162,7 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
                                   }));
   const auto& [node, op] = *made;
   const bool kernel_ok = (*vd)->kernel_may_cache;
-  const DirAfter dir_after = DirAfterFileChange(dir->path, **vd, node, op.parent);
+  const DirAfter dir_after = DirAfterFileChange(dir->st_ino, **vd, node, op.parent);
   vd->reset();  // unshared, the manager changes VD(P) in place (vd_service.cc)
   ReportAdd(dir->path, name, DT_REG, node);
   dir_change.reset();
@@ -326,9 +326,10 @@ std::vector<DirEntryOut> VfsImpl::Snapshot(const std::string& path, uint64_t ino
                                            const std::set<std::string>& left_out) const {
   std::vector<DirEntryOut> out;
   out.reserve(vd->entries.size() + 2);
-  out.push_back({".", DirIno(path), S_IFDIR, 1});
-  out.push_back({"..", parent_st_ino, S_IFDIR, 2});
   std::lock_guard lock(mu_);
+  const Inode* self = table_.Find(ino);
+  out.push_back({".", self != nullptr ? self->st_ino : DirIno(path), S_IFDIR, 1});
+  out.push_back({"..", parent_st_ino, S_IFDIR, 2});
   for (const auto& e : vd->entries) {
     if (!left_out.empty() && std::all_of(e.holders.begin(), e.holders.end(), [&](const auto& n) {
           return left_out.contains(n);
@@ -340,7 +341,7 @@ std::vector<DirEntryOut> VfsImpl::Snapshot(const std::string& path, uint64_t ino
     d.type = TypeFromDt(e.type);
     const std::string real = e.RealName();
     if (e.type == DT_DIR) {
-      d.ino = DirIno(JoinPath(path, real));
+      d.ino = DirIno(e.id, JoinPath(path, real));
     } else if (auto known = table_.Named(ino, e.name)) {
       d.ino = table_.Find(*known)->st_ino;
     } else {
@@ -368,11 +369,18 @@ Result<std::set<std::string>> VfsImpl::Unasked(const Cred& c, const std::string&
   return out;
 }
 
+uint64_t VfsImpl::ParentStIno(uint64_t ino, const std::string& path) const {
+  std::lock_guard lock(mu_);
+  const Inode* n = table_.Find(ino);
+  const Inode* p = n != nullptr && ino != kRootIno ? table_.Find(n->parent) : n;
+  return p != nullptr ? p->st_ino : DirIno(std::string(ParentPath(path)));
+}
+
 Result<uint64_t> VfsImpl::OpenDir(const Cred& c, uint64_t ino) {
   FEDFS_TRY(r, ResolveDir(ino));
   FEDFS_TRY(vd, deps_.vds->Get(r->path));
   FEDFS_TRY(unasked, Unasked(c, r->path, **vd));
-  uint64_t parent_ino = DirIno(std::string(ParentPath(r->path)));
+  const uint64_t parent_ino = ParentStIno(ino, r->path);
   auto d = std::make_shared<DirHandle>();
   d->ino = ino;
   d->path = r->path;
@@ -403,7 +411,7 @@ Result<std::vector<DirEntryOut>> VfsImpl::ReadDir(uint64_t dh, uint64_t offset, 
   if (!snapshot) {
     FEDFS_TRY(vd, deps_.vds->Get(d->path));
     snapshot = std::make_shared<const std::vector<DirEntryOut>>(
-        Snapshot(d->path, d->ino, *vd, DirIno(std::string(ParentPath(d->path))), d->unasked));
+        Snapshot(d->path, d->ino, *vd, ParentStIno(d->ino, d->path), d->unasked));
     std::lock_guard lock(files_mu_);
     d->entries = snapshot;
   }
@@ -528,6 +536,8 @@ Result<std::string> SizedAnswer(std::string value, size_t size, size_t* needed) 
 
 Result<std::string> VfsImpl::GetXattr(const Cred& c, uint64_t ino, const std::string& name,
                                       size_t size, size_t* needed) {
+  // FedFS' own (a directory's id, nodefs/dir_id.h): not the user's.
+  if (name.starts_with(kFedfsXattrPrefix)) return Err(ENODATA, name);
   FEDFS_TRY(r, Resolve(ino));
   if (name == kLocationXattr) {
     if (!IsDir(r->type)) return SizedAnswer(r->node, size, needed);
@@ -554,6 +564,7 @@ Result<std::string> VfsImpl::GetXattr(const Cred& c, uint64_t ino, const std::st
 template <class Change>
 Status VfsImpl::ChangeXattr(uint64_t ino, const std::string& name, Change change) {
   if (name == kLocationXattr) return Err(EPERM, "user.fedfs.location is read-only");
+  if (name.starts_with(kFedfsXattrPrefix)) return Err(EPERM, name + " is FedFS' own");
   FEDFS_TRY(r, Resolve(ino));
   std::vector<std::string> nodes{r->node};
   if (IsDir(r->type)) {
@@ -592,7 +603,15 @@ Result<std::string> VfsImpl::ListXattr(const Cred& c, uint64_t ino, size_t size,
   std::string names;
   if (need > 0) {
     FEDFS_TRY(all, (*fs)->ListXattr(c, r->path, need, &need));
-    names = std::move(*all);
+    for (size_t at = 0; at < all->size();) {  // without FedFS' own names
+      const size_t end = std::min(all->find('\0', at), all->size());
+      const std::string_view one(all->data() + at, end - at);
+      if (!one.empty() && !one.starts_with(kFedfsXattrPrefix)) {
+        names.append(one);
+        names.push_back('\0');
+      }
+      at = end + 1;
+    }
   }
   names.append(kLocationXattr);
   names.push_back('\0');

@@ -36,8 +36,8 @@ VfsImpl::~VfsImpl() = default;
 
 // ---------------------------------------------------------------- helpers
 
-uint64_t VfsImpl::DirIno(const std::string& path) {
-  return (kDirTag << 48) | (StableHash(path) & kInoMask);
+uint64_t VfsImpl::DirIno(uint64_t id, const std::string& path) {
+  return (kDirTag << 48) | ((id != 0 ? id : StableHash(path)) & kInoMask);
 }
 
 uint16_t VfsImpl::TagOf(const std::string& node) const {
@@ -96,7 +96,8 @@ Result<std::shared_ptr<NodeFs>> VfsImpl::FsOf(const std::string& node) {
   return it->second;
 }
 
-Result<struct stat> VfsImpl::DirAttr(const Cred& c, const std::string& path, const VdPtr& vd) {
+Result<struct stat> VfsImpl::DirAttr(const Cred& c, const std::string& path, const VdPtr& vd,
+                                     uint64_t st_ino) {
   Error last{ENOENT, path};
   for (const auto& h : vd->holders) {  // sorted by node id
     auto fs = FsOf(h);
@@ -112,7 +113,7 @@ Result<struct stat> VfsImpl::DirAttr(const Cred& c, const std::string& path, con
     }
     if (!S_ISDIR(st->st_mode)) continue;  // changed behind our back
     st->st_nlink = 2 + vd->subdirs;
-    st->st_ino = DirIno(path);
+    st->st_ino = st_ino;
     return *st;
   }
   return Err(std::move(last));
@@ -140,7 +141,7 @@ void VfsImpl::KeepDirAttr(uint64_t ino, const struct stat& st, uint64_t changes)
   dir_attrs_[ino] = KeptDirAttr{st, now, changes};
 }
 
-auto VfsImpl::DirAfterFileChange(const std::string& dir_path, const VirtualDirectory& vd,
+auto VfsImpl::DirAfterFileChange(uint64_t dir_st_ino, const VirtualDirectory& vd,
                                  const std::string& node,
                                  const std::optional<struct stat>& parent) const -> DirAfter {
   DirAfter a;
@@ -150,7 +151,7 @@ auto VfsImpl::DirAfterFileChange(const std::string& dir_path, const VirtualDirec
   } else if (parent) {
     a.st = *parent;
     a.st->st_nlink = 2 + vd.subdirs;
-    a.st->st_ino = DirIno(dir_path);
+    a.st->st_ino = dir_st_ino;
   }
   return a;
 }
@@ -177,7 +178,7 @@ Result<VfsImpl::Child> VfsImpl::ChildFromEntry(const Cred& c, const std::string&
   if (e.type == DT_DIR) {
     auto vd = deps_.vds->GetSummary(path);
     if (!vd) return Err(vd.error());
-    auto st = DirAttr(c, path, *vd);
+    auto st = DirAttr(c, path, *vd, DirIno(e.id, path));
     if (!st) return Err(st.error());
     ch.st = *st;
     return ch;
@@ -489,8 +490,8 @@ void VfsImpl::MaybeEraseLocked(uint64_t ino) {
 }
 
 void VfsImpl::ReportAdd(const std::string& dir, const std::string& name, uint8_t type,
-                        const std::string& node) {
-  if (auto s = deps_.vds->Add(dir, name, type, node); !s) {
+                        const std::string& node, uint64_t id) {
+  if (auto s = deps_.vds->Add(dir, name, type, node, id); !s) {
     Log()->warn("VD update (add {} in {}) failed: {}", name, dir, s.error().ToString());
   }
 }
@@ -512,8 +513,9 @@ Status VfsImpl::EnsureDirOn(const Cred& c, const std::string& node, const std::s
   }
   if (dir_vd->holders.empty()) return Err(ENOENT, dir_path);
   // Every ancestor of dir_path exists on a holder of dir_path: copy their
-  // attributes from there.
-  auto src = FsOf(dir_vd->holders.front());
+  // attributes and identities from there.
+  const std::string& src_node = dir_vd->holders.front();
+  auto src = FsOf(src_node);
   if (!src) return Err(src.error());
   std::vector<std::string> ancestors;  // "/a", "/a/b", ..., dir_path
   for (std::string p = dir_path; p != "/"; p = std::string(ParentPath(p))) ancestors.push_back(p);
@@ -522,13 +524,17 @@ Status VfsImpl::EnsureDirOn(const Cred& c, const std::string& node, const std::s
   for (const auto& a : ancestors) {
     auto st = (*src)->Stat(c, a);
     if (!st) return Err(st.error());
-    templates.push_back({static_cast<mode_t>(st->st_mode & 07777), st->st_uid, st->st_gid});
+    FEDFS_TRY(id, CopyDirIdOn(**src, src_node, a, *st));
+    templates.push_back({static_cast<mode_t>(st->st_mode & 07777), st->st_uid, st->st_gid, *id});
   }
   auto dst = FsOf(node);
   if (!dst) return Err(dst.error());
   // MkdirParents creates the ancestors of its argument: name a child.
   if (auto s = (*dst)->MkdirParents(JoinPath(dir_path, "x"), templates); !s) return s;
-  for (const auto& a : ancestors) ReportAdd(std::string(ParentPath(a)), std::string(BaseName(a)), DT_DIR, node);
+  for (size_t i = 0; i < ancestors.size(); ++i) {
+    const std::string& a = ancestors[i];
+    ReportAdd(std::string(ParentPath(a)), std::string(BaseName(a)), DT_DIR, node, templates[i].id);
+  }
   return Ok();
 }
 

@@ -45,6 +45,7 @@
 #include "coopcache/block_cache.h"
 #include "coopcache/hints.h"
 #include "coopcache/peer_fetch.h"
+#include "nodefs/dir_id.h"
 #include "nodefs/node_fs.h"
 #include "vd/vd.h"
 #include "vd/kernel_cache.h"
@@ -61,6 +62,7 @@ struct VdEdit {
   std::string name;  // real name on `node`
   uint8_t type = 0;  // DT_* (add)
   std::string node;
+  uint64_t id = 0;   // a directory's id (add; nodefs/dir_id.h), 0 unknown
 };
 
 // What VfsImpl needs from the VD service, as blocking calls (node/
@@ -87,9 +89,9 @@ class VdClient {
   // be partial with no entry.
   Result<VdPtr> GetSummary(const std::string& path) { return GetName(path, std::string()); }
   // Reports that `node` added or removed the entry `name` of directory
-  // `path` (kAdd/kRemove).
+  // `path` (kAdd/kRemove); `id`: a directory's (nodefs/dir_id.h), 0 unknown.
   virtual Status Add(const std::string& path, const std::string& name, uint8_t type,
-                     const std::string& node) = 0;
+                     const std::string& node, uint64_t id) = 0;
   virtual Status Remove(const std::string& path, const std::string& name,
                         const std::string& node) = 0;
   // Claims and locks are held by this node, whatever node the entry is (to
@@ -156,7 +158,7 @@ class VdClient {
   // whole or not at all). The default applies them one by one.
   virtual Status Apply(const std::string& path, const std::vector<VdEdit>& edits) {
     for (const VdEdit& e : edits) {
-      Status s = e.add ? Add(path, e.name, e.type, e.node) : Remove(path, e.name, e.node);
+      Status s = e.add ? Add(path, e.name, e.type, e.node, e.id) : Remove(path, e.name, e.node);
       if (!s) return s;
     }
     return Ok();
@@ -439,11 +441,17 @@ class VfsImpl final : public Vfs {
   Result<std::shared_ptr<NodeFs>> FsOf(const std::string& node);
   uint16_t TagOf(const std::string& node) const;
   uint64_t FileIno(const std::string& node, uint64_t local_ino) const;
-  static uint64_t DirIno(const std::string& path);
+  // A directory's st_ino: from its id (nodefs/dir_id.h), or, with none known
+  // (0), from its path (the root's).
+  static uint64_t DirIno(uint64_t id, const std::string& path);
+  static uint64_t DirIno(const std::string& path) { return DirIno(0, path); }
+  // The st_ino of directory inode `ino`'s parent (its own for the root).
+  uint64_t ParentStIno(uint64_t ino, const std::string& path) const;
 
   // Attributes of directory `path` from its VD: first holder's lstat with
-  // nlink = 2 + subdirectories and the directory st_ino.
-  Result<struct stat> DirAttr(const Cred& c, const std::string& path, const VdPtr& vd);
+  // nlink = 2 + subdirectories and st_ino `st_ino`.
+  Result<struct stat> DirAttr(const Cred& c, const std::string& path, const VdPtr& vd,
+                              uint64_t st_ino);
   // Looks up `name` in the VD of `dir_path` and stats it.
   // *absent (optional) is set when the answer is ENOENT because a complete
   // VD(dir_path) (one with every live node's listing) has no such name.
@@ -516,8 +524,9 @@ class VfsImpl final : public Vfs {
   // attributes of the existing directories; reports created ones to the VDs.
   Status EnsureDirOn(const Cred& c, const std::string& node, const std::string& dir_path,
                      const VdPtr& dir_vd);
+  // `id`: a directory's (nodefs/dir_id.h).
   void ReportAdd(const std::string& dir, const std::string& name, uint8_t type,
-                 const std::string& node);
+                 const std::string& node, uint64_t id = 0);
   bool ReportRemove(const std::string& dir, const std::string& name, const std::string& node);
 
   Result<OpenFile> FileOf(uint64_t fh) const;
@@ -689,7 +698,7 @@ class VfsImpl final : public Vfs {
     bool carry = false;
     std::optional<struct stat> st;
   };
-  DirAfter DirAfterFileChange(const std::string& dir_path, const VirtualDirectory& vd,
+  DirAfter DirAfterFileChange(uint64_t dir_st_ino, const VirtualDirectory& vd,
                               const std::string& node,
                               const std::optional<struct stat>& parent) const;
   // Applies `a` to directory `ino` once the change's DirChange ended, if

@@ -90,7 +90,7 @@ Result<struct stat> VfsImpl::GetAttr(const Cred& c, uint64_t ino, std::optional<
     const uint64_t changes = DirChanges();
     auto vd = deps_.vds->GetSummary(r->path);
     if (!vd) return Err(vd.error());
-    auto st = DirAttr(c, r->path, *vd);
+    auto st = DirAttr(c, r->path, *vd, r->st_ino);
     if (st) KeepDirAttr(ino, *st, changes);
     return st;
   }
@@ -232,7 +232,7 @@ Result<struct stat> VfsImpl::SetAttr(const Cred& c_in, uint64_t ino, std::option
       }
     }
     if (!any && first_error) return Err(*first_error);
-    return DirAttr(c, r->path, *vd);
+    return DirAttr(c, r->path, *vd, r->st_ino);
   }
   auto fs = FsOf(r->node);
   if (!fs) return Err(fs.error());
@@ -272,12 +272,14 @@ Result<EntryOut> VfsImpl::MakeEntry(const Cred& c, uint64_t parent, const std::s
   const mode_t made_type = type != 0 ? type : static_cast<mode_t>(st.st_mode & S_IFMT);
   const bool kernel_ok = (*vd)->kernel_may_cache;
   vd->reset();  // unshared, the manager changes VD(P) in place (vd_service.cc)
-  ReportAdd(dir->path, name, DtFromMode(made_type), node);
-  // A directory is held by no one node, and its inode number is its path's.
+  // A directory is held by no one node; its identity is its first copy's
+  // (nodefs/dir_id.h).
+  const uint64_t dir_id = is_dir ? DirIdOf(node, st.st_ino) : 0;
+  ReportAdd(dir->path, name, DtFromMode(made_type), node, dir_id);
   Child ch{name, name, made_type, is_dir ? std::string() : node, st};
   ch.cacheable = kernel_ok;
   if (is_dir) {
-    ch.st.st_ino = DirIno(JoinPath(dir->path, name));
+    ch.st.st_ino = DirIno(dir_id, JoinPath(dir->path, name));
     ch.st.st_nlink = 2;
   } else {
     ch.st.st_ino = FileIno(node, st.st_ino);
@@ -378,7 +380,7 @@ Status VfsImpl::Unlink(const Cred& c, uint64_t parent, const std::string& name) 
     if (gone.error().code == ENOENT) AwaitVd(dir->path, name, Unlisted);  // removed meanwhile
     return Err(gone.error());
   }
-  const DirAfter dir_after = DirAfterFileChange(dir->path, **vd, node, *gone);
+  const DirAfter dir_after = DirAfterFileChange(dir->st_ino, **vd, node, *gone);
   vd->reset();  // unshared, the manager changes VD(P) in place (vd_service.cc)
   if (ReportRemove(dir->path, real, node)) locks.Reported();
   DetachName(parent, name);
@@ -617,10 +619,10 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
   std::vector<VdEdit> dst_edits;
   if (flags & RENAME_EXCHANGE) {
     dst_edits.push_back({.add = false, .name = new_name, .node = node});
-    src_edits.push_back({.add = true, .name = sreal, .type = dst->type, .node = node});
+    src_edits.push_back({.add = true, .name = sreal, .type = dst->type, .node = node, .id = dst->id});
   }
   if (remote_dst) dst_edits.push_back({.add = false, .name = remote_dst->second, .node = remote_dst->first});
-  dst_edits.push_back({.add = true, .name = new_name, .type = src.type, .node = node});
+  dst_edits.push_back({.add = true, .name = new_name, .type = src.type, .node = node, .id = src.id});
   if (sdir->path == ddir->path) {
     // One directory: one change, seen whole or not at all.
     src_edits.insert(src_edits.end(), dst_edits.begin(), dst_edits.end());

@@ -96,9 +96,11 @@ class FaultyNodeFs final : public NodeFs {
     return No();
   }
   Result<struct statvfs> StatFs() override { return No(); }
-  Result<std::string> GetXattr(const Cred&, const std::string&, const std::string&, size_t,
-                               size_t*) override {
-    return No();
+  // The directory ids (nodefs/dir_id.h) are read so.
+  Result<std::string> GetXattr(const Cred& c, const std::string& p, const std::string& name,
+                               size_t size, size_t* needed) override {
+    if (down) return Down();
+    return inner_->GetXattr(c, p, name, size, needed);
   }
   Status SetXattr(const Cred&, const std::string&, const std::string&,
                   std::span<const std::byte>, int) override {

@@ -6,10 +6,12 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "nodefs/dir_id.h"
 #include "vd/vd_internal.h"
 
 namespace fedfs::ns {
@@ -339,6 +341,68 @@ TEST(DirMerge, AFileInAMoveShowsOnce) {
   EXPECT_EQ(holders_of({NodeListing{"L", Err(EHOSTDOWN, "down")},
                         NodeListing{"T", std::vector<DirEntry>{entry("f", 9, DirEntry::kIncoming)}}}),
             std::vector<std::string>{});
+}
+
+}  // namespace
+}  // namespace fedfs::ns
+
+namespace fedfs::ns {
+namespace {
+
+DirEntry Dir(const std::string& name, uint64_t ino, uint64_t stored = 0) {
+  DirEntry e{name, DT_DIR, ino};
+  e.id = stored;
+  return e;
+}
+
+// A directory's identity (nodefs/dir_id.h): the least of its copies' ids;
+// a copy with an id stored counts with it, one without with DirIdOf.
+TEST(DirMergeIds, ADirectoryHasTheLeastIdOfItsCopies) {
+  const uint64_t own1 = DirIdOf("n1", 10), own2 = DirIdOf("n2", 20);
+  auto vd = DirMerge("/p", 1, 1,
+                     {NodeListing{"n1", std::vector<DirEntry>{Dir("d", 10)}},
+                      NodeListing{"n2", std::vector<DirEntry>{Dir("d", 20)}}});
+  ASSERT_TRUE(vd);
+  ASSERT_NE(vd->Find("d"), nullptr);
+  EXPECT_EQ(vd->Find("d")->id, std::min(own1, own2)) << "made apart: the least";
+
+  // n2's copy was made by FedFS from n1's: it stores n1's id, whatever the
+  // order of the two.
+  auto copied = DirMerge("/p", 1, 1,
+                         {NodeListing{"n2", std::vector<DirEntry>{Dir("d", 20, own1)}},
+                          NodeListing{"n1", std::vector<DirEntry>{Dir("d", 10)}}});
+  ASSERT_TRUE(copied);
+  EXPECT_EQ(copied->Find("d")->id, own1);
+  // Alone, the copy still has the directory's id.
+  auto alone =
+      DirMerge("/p", 1, 1, {NodeListing{"n2", std::vector<DirEntry>{Dir("d", 20, own1)}}});
+  ASSERT_TRUE(alone);
+  EXPECT_EQ(alone->Find("d")->id, own1);
+  // Files have none.
+  auto file = DirMerge("/p", 1, 1, {Node("n1", {{"f", DT_REG}})});
+  ASSERT_TRUE(file);
+  EXPECT_EQ(file->Find("f")->id, 0u);
+}
+
+TEST(DirMergeIds, ChangesKeepTheIdKnownAndDropItWithTheLastDirectoryCopy) {
+  auto st = vd_internal::Collect({NodeListing{"n1", std::vector<DirEntry>{Dir("d", 10)}}});
+  ASSERT_TRUE(st);
+  const uint64_t id = DirIdOf("n1", 10);
+  VdEntries entries(vd_internal::AllEntries(*st));
+  // A later report with another id (a watcher's, before the copy's id was
+  // stored) does not replace it.
+  EXPECT_TRUE(vd_internal::ApplyAdd(*st, "n2", "d", DT_DIR, id + 1));
+  vd_internal::RefreshEntries(*st, "d", &entries);
+  EXPECT_EQ(entries.Find("d")->id, id);
+  EXPECT_TRUE(vd_internal::ApplyRemove(*st, "n1", "d"));
+  vd_internal::RefreshEntries(*st, "d", &entries);
+  EXPECT_EQ(entries.Find("d")->id, id) << "kept while a copy is listed";
+  EXPECT_TRUE(vd_internal::ApplyRemove(*st, "n2", "d"));
+  EXPECT_FALSE(st->dir_ids.contains("d"));
+  // A new directory of that name is another one.
+  EXPECT_TRUE(vd_internal::ApplyAdd(*st, "n1", "d", DT_DIR, 77));
+  vd_internal::RefreshEntries(*st, "d", &entries);
+  EXPECT_EQ(entries.Find("d")->id, 77u);
 }
 
 }  // namespace

@@ -56,7 +56,8 @@ class MergeVds final : public VdClient {
     if (on_get) on_get();
     return std::make_shared<const VirtualDirectory>(std::move(*vd));
   }
-  Status Add(const std::string&, const std::string&, uint8_t, const std::string&) override {
+  Status Add(const std::string&, const std::string&, uint8_t, const std::string&,
+             uint64_t) override {
     ++adds;
     return Ok();
   }
