@@ -11,9 +11,11 @@
 //
 // Inode numbers (st_ino) are unique across the federation: a file's is
 // (node tag << 48) | (its local st_ino & (2^48 - 1)), node tag from the
-// holder's config (announced through membership, VfsDeps::tag_of); a directory's is (0xffff << 48) | (StableHash(path) & (2^48 - 1))
-// when first looked up, kept while the kernel knows it. Hard links of one
-// file show one st_ino and the local link count.
+// holder's config (announced through membership, VfsDeps::tag_of); a
+// directory's is (0xffff << 48) | (its id & (2^48 - 1)), the id kept across
+// rename (nodefs/dir_id.h; the root's: a hash of "/"), as its parent's VD
+// entry gave it when first looked up, kept while the kernel knows it. Hard
+// links of one file show one st_ino and the local link count.
 //
 // Threads: all methods may block (remote calls with deadlines) and are called
 // from FUSE worker threads; thread-safe.
