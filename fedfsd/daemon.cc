@@ -252,7 +252,9 @@ Status Daemon::StartNamespace(const DaemonOptions& o) {
   // after Stop) `watching` is null.
   no.on_local_listing = [watching = watching_](const std::string& path) {
     if (ns::LocalWatch* w = watching->load(std::memory_order_acquire)) {
-      if (auto s = w->Watch(path); !s && s.error().code != ENOENT) {
+      // ENOTDIR: not a directory here (a symlink: a name conflict), so
+      // nothing of this node is listed either.
+      if (auto s = w->Watch(path); !s && s.error().code != ENOENT && s.error().code != ENOTDIR) {
         Logger("autonomy")->warn("cannot watch {}: {}", path, s.error().ToString());
       }
     }

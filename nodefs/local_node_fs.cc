@@ -146,7 +146,12 @@ Result<std::vector<DirEntry>> LocalNodeFs::ListDir(const Cred& c, const std::str
   FEDFS_AS(c);
   auto p = ResolveWhole(path, "listdir");
   if (!p) return Err(p.error());
-  int fd = OpenAt2(p->dir, p->name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+  // Through no symlink: a symlink where other nodes have a directory makes
+  // this node no holder of it (a name conflict, docs/namespace.md), never a
+  // second way into another directory.
+  int fd = OpenAt2(p->dir, p->name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0,
+                   kResolve | RESOLVE_NO_SYMLINKS);
+  if (fd < 0 && errno == ELOOP) return SysErr("listdir (a symlink on the way)", path, ENOTDIR);
   if (fd < 0) return SysErr("listdir", path);
   DIR* d = fdopendir(fd);
   if (d == nullptr) {
@@ -244,7 +249,11 @@ Status LocalNodeFs::MkdirParents(const std::string& path,
     size_t end = rel.find('/', pos);
     if (end == std::string_view::npos) end = rel.size();
     std::string comp(rel.substr(pos, end - pos));
-    int fd = OpenAt2(cur.get(), comp.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
+    // Real directories only: a symlink there is not this node's copy of the
+    // directory (docs/namespace.md, "Name conflicts").
+    int fd = OpenAt2(cur.get(), comp.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0,
+                     kResolve | RESOLVE_NO_SYMLINKS);
+    if (fd < 0 && errno == ELOOP) return SysErr(op, path + " (a symlink on the way)", ENOTDIR);
     if (fd < 0 && errno == ENOENT) {
       DirTemplate t = depth < templates.size() ? templates[depth] : DirTemplate{};
       if (mkdirat(cur.get(), comp.c_str(), 0700) != 0 && errno != EEXIST) {

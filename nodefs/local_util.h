@@ -69,11 +69,12 @@ class UniqueFd {
 
 // openat2(2) (no glibc wrapper in 2.36). Retries EAGAIN, which
 // RESOLVE_BENEATH returns when a concurrent rename made the check racy.
-inline int OpenAt2(int dirfd, const char* path, uint64_t flags, uint64_t mode) {
+inline int OpenAt2(int dirfd, const char* path, uint64_t flags, uint64_t mode,
+                   uint64_t resolve = kResolve) {
   struct open_how how {};
   how.flags = flags;
   how.mode = mode;
-  how.resolve = kResolve;
+  how.resolve = resolve;
   for (int attempt = 0;; ++attempt) {
     long fd = syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
     if (fd >= 0) return static_cast<int>(fd);

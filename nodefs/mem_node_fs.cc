@@ -117,6 +117,19 @@ Status MemNodeFs::Access(const Cred& c, const std::string& path, int mode) {
 
 Result<std::vector<DirEntry>> MemNodeFs::ListDir(const Cred& c, const std::string& path) {
   std::lock_guard lock(mu_);
+  // Through no symlink, as LocalNodeFs lists: a symlink on the way is not
+  // this node's directory.
+  if (ValidateGlobalPath(path)) {
+    const Inode* at = root_.get();
+    for (size_t pos = 1; pos < path.size() && at != nullptr && at->dir();) {
+      size_t end = path.find('/', pos);
+      if (end == std::string::npos) end = path.size();
+      auto it = at->children.find(path.substr(pos, end - pos));
+      at = it == at->children.end() ? nullptr : it->second.get();
+      if (at != nullptr && S_ISLNK(at->mode)) return Fail(ENOTDIR, "listdir", path);
+      pos = end + 1;
+    }
+  }
   auto w = Resolve(c, path, true, "listdir");
   if (!w) return Err(w.error());
   if (!w->node) return Fail(ENOENT, "listdir", path);

@@ -403,7 +403,7 @@ auto VdService::Impl::Core::LeafDone(const std::shared_ptr<Build>& build, size_t
   {
     std::lock_guard lock(mu_);
     if (i != kIssued) {
-      if (!r && r.error().code != ENOENT) {
+      if (!r && r.error().code != ENOENT && r.error().code != ENOTDIR) {
         SPDLOG_LOGGER_DEBUG(Log(), "dirmerge {}: node {} left out: {}", build->path,
                             build->listings[i].node, r.error().ToString());
       }

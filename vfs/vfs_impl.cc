@@ -524,6 +524,7 @@ Status VfsImpl::EnsureDirOn(const Cred& c, const std::string& node, const std::s
   for (const auto& a : ancestors) {
     auto st = (*src)->Stat(c, a);
     if (!st) return Err(st.error());
+    if (!S_ISDIR(st->st_mode)) return Err(ENOTDIR, a + " is not a directory on " + src_node);
     FEDFS_TRY(id, CopyDirIdOn(**src, src_node, a, *st));
     templates.push_back({static_cast<mode_t>(st->st_mode & 07777), st->st_uid, st->st_gid, *id});
   }
@@ -557,7 +558,18 @@ Result<std::string> VfsImpl::PlaceNew(const Cred& c, const std::string& dir_path
       room_creates_.fetch_add(1, std::memory_order_relaxed);
     }
   }
-  if (auto s = EnsureDirOn(c, node, dir_path, dir_vd); !s) return Err(s.error());
+  if (auto s = EnsureDirOn(c, node, dir_path, dir_vd); !s) {
+    // The chosen node has something else than a directory on the way (a
+    // symlink or a file: a name conflict, docs/namespace.md): the file goes
+    // to the directory's first holder instead.
+    const int e = s.error().code;
+    if ((e != ENOTDIR && e != EEXIST && e != EXDEV) || dir_vd->holders.empty()) {
+      return Err(s.error());
+    }
+    Log()->debug("create {}: {} cannot hold {} ({}): placed on {}", path, node,
+                        dir_path, s.error().ToString(), dir_vd->holders.front());
+    node = dir_vd->holders.front();
+  }
   const std::string name(BaseName(path));
   // EEXIST only once the manager lists the name (a claim in flight is
   // waited out), and its round has reached this node's copy.

@@ -36,10 +36,12 @@ std::shared_ptr<spdlog::logger> Log() {
 // openat2(2) beneath `dirfd` without magic links (no glibc wrapper in 2.36).
 // Retries EAGAIN, which RESOLVE_BENEATH returns when a concurrent rename made
 // the check racy.
+// Through no symlink, as the listings the watches go with (LocalNodeFs::
+// ListDir): ELOOP for a symlink on the way.
 int OpenDirBeneath(int dirfd, const std::string& rel) {
   struct open_how how {};
-  how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+  how.flags = O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS;
   for (int attempt = 0;; ++attempt) {
     long fd = syscall(SYS_openat2, dirfd, rel.c_str(), &how, sizeof(how));
     if (fd >= 0) return static_cast<int>(fd);
@@ -126,8 +128,9 @@ Status LocalWatch::Watch(const std::string& dir) {
   int fd = OpenDirBeneath(root_fd_, std::string(RelativePath(dir)));
   if (fd < 0) {
     int e = errno;
-    if (e == EXDEV || e == ELOOP) {
-      Log()->warn("local watch: '{}' escapes the export root or loops: refused ({})", dir,
+    if (e == ELOOP) return Err(ENOTDIR, "watch " + dir + ": a symlink on the way");
+    if (e == EXDEV) {
+      Log()->warn("local watch: '{}' escapes the export root: refused ({})", dir,
                   std::strerror(e));
     }
     return Err(e, "watch " + dir);

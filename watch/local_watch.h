@@ -43,10 +43,11 @@
 // Paths. Directories are named by global paths (common/path.h); a path
 // that fails ValidateGlobalPath is refused with EINVAL. A directory is opened
 // beneath the export root with openat2(RESOLVE_BENEATH |
-// RESOLVE_NO_MAGICLINKS), as LocalNodeFs does: symlinks that stay beneath the
-// root are followed, any escape is refused (EXDEV, logged), and the watch is
+// RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS), as LocalNodeFs lists one: a
+// symlink on the way is refused with ENOTDIR (not a directory of this node,
+// a name conflict where other nodes have one), and the watch is
 // added through /proc/self/fd/N of that descriptor. When two watched paths
-// lead to the same directory (a symlink beneath the root), they share one
+// lead to the same directory (a bind mount), they share one
 // watch and every change is reported for each of them. Directories whose
 // relative path does not fit in PATH_MAX cannot be watched (ENAMETOOLONG).
 //

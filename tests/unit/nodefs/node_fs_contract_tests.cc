@@ -557,11 +557,13 @@ TEST_P(NodeFsContract, HostilePathsRefused) {
   EXPECT_EQ(ErrOf(fs().Stat(root_cred_, "/esc/passwd")), EXDEV);
   EXPECT_EQ(ErrOf(fs().Open(root_cred_, "/esc/passwd", O_RDONLY)), EXDEV);
   EXPECT_EQ(ErrOf(fs().Open(root_cred_, "/esc", O_RDONLY | O_DIRECTORY)), EXDEV);
-  EXPECT_EQ(ErrOf(fs().ListDir(root_cred_, "/esc")), EXDEV);
+  // Listings and copies of directories go through no symlink at all (a
+  // symlink is a name conflict with other nodes' directories there).
+  EXPECT_EQ(ErrOf(fs().ListDir(root_cred_, "/esc")), ENOTDIR);
   EXPECT_EQ(ErrOf(fs().Stat(root_cred_, "/up/x")), EXDEV);
   EXPECT_EQ(ErrOf(fs().Create(root_cred_, "/up/x", O_WRONLY, 0644)), EXDEV);
   EXPECT_EQ(ErrOf(fs().Mkdir(root_cred_, "/sub/up3/x", 0755)), EXDEV);
-  EXPECT_EQ(ErrOf(Status(fs().MkdirParents("/esc/a/b", {}))), EXDEV);
+  EXPECT_EQ(ErrOf(Status(fs().MkdirParents("/esc/a/b", {}))), ENOTDIR);
   EXPECT_EQ(ErrOf(Status(fs().Rename(root_cred_, "/sub", "/up/stolen", 0))), EXDEV);
   // A destination in the source's own directory is checked as well.
   ASSERT_EQ(mkdir(R("/sub/d").c_str(), 0755), 0);
@@ -581,6 +583,8 @@ TEST_P(NodeFsContract, HostilePathsRefused) {
   ASSERT_EQ(symlink("sub", R("/in").c_str()), 0);
   ASSERT_EQ(close(open(R("/sub/f").c_str(), O_CREAT | O_WRONLY, 0644)), 0);
   EXPECT_TRUE(fs().Stat(root_cred_, "/in/f"));
+  EXPECT_EQ(ErrOf(fs().ListDir(root_cred_, "/in")), ENOTDIR);
+  EXPECT_EQ(ErrOf(Status(fs().MkdirParents("/in/g", {}))), ENOTDIR);
 }
 
 TEST_P(NodeFsContract, PermissionsAsNonRoot) {
