@@ -555,6 +555,7 @@ Status DirOps::RemoveDir(const Cred& cred, const std::string& path,
 }
 
 DirOps::Outcome DirOps::Resolve(Record& r) {
+  if (r.kind == Record::Kind::kReplace) return ResolveReplace(r);
   auto view = view_();
   auto all_alive = [&]() -> bool {
     for (const auto& h : r.holders) {

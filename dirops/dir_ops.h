@@ -161,6 +161,34 @@ class DirOps {
   [[nodiscard]] Status RemoveDir(const Cred& cred, const std::string& path,
                                  std::vector<std::string> holders);
 
+  // rename(2) of the non-directory `from` held by `from_node` over the
+  // non-directory `replaced` (the destination's copy, real name) held by
+  // another node, `to_node`: `from` becomes `to` on `from_node`, and the
+  // old destination is unlinked, journaled so that after a crash of the
+  // coordinator at any step exactly one of the two is at the name once it has
+  // recovered (dirops/replace_file.cc):
+  //   1. journal {from, from_node, to, replaced, to_node, the local inode
+  //      numbers of both files}, synced ("replace-journaled");
+  //   2. Rename(from -> to) on from_node, as the caller
+  //      ("replace-renamed:<from_node>"); a failure erases the record and is
+  //      returned: nothing changed;
+  //   3. Unlink(replaced) on to_node, as the caller, if it is still the file
+  //      recorded ("replace-unlinked:<to_node>"); a definitive failure renames
+  //      `to` back to `from` and is returned; a transient one keeps the record
+  //      (retried: the rename stands, the old copy goes later);
+  //   4. delete the record ("replace-finished").
+  // Recovery: `to` on from_node is the recorded source (by inode number): the
+  // rename happened, so the old destination is unlinked (roll forward, VD
+  // managers told); otherwise nothing happened and the record goes. The
+  // caller (vfs/) holds the names' locks at their managers and reports the
+  // VD changes of a call that returns Ok. The parent of `to` must exist on
+  // from_node already. Errors: EINVAL (paths, same node), EBUSY (a path of
+  // an operation in progress), EISDIR/ENOENT from the checks, the errno of
+  // the rename or of the unlink (undone).
+  [[nodiscard]] Status ReplaceFile(const Cred& cred, const std::string& from,
+                                   const std::string& from_node, const std::string& to,
+                                   const std::string& replaced, const std::string& to_node);
+
   // Resolves every journal record found in the Kv (see above) and starts the
   // background retry thread for those that cannot be resolved now. Call once,
   // before serving. Returns a Kv read error; unresolved records are not an
@@ -201,6 +229,12 @@ class DirOps {
   void Notify(const Record& r, bool forward);
   // Resolves one record found in the journal (recovery and retries).
   Outcome Resolve(Record& r);
+  // The same for a kReplace record (replace_file.cc); and the unlink of its
+  // old destination, if it is still the file recorded.
+  Outcome ResolveReplace(Record& r);
+  Outcome UnlinkReplaced(const Record& r, const Cred& cred, Error* err);
+  // Tells the VD managers what a rolled-forward kReplace changed.
+  void NotifyReplace(const Record& r);
   // After Forward failed: undo, then delete or keep pending.
   void UndoAfterFailure(Record& r);
   // The end that rename and rmdir share, once their record is saved in state

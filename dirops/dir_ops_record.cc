@@ -32,7 +32,9 @@ std::string EncodeRecord(const DirOps::Record& r) {
       b, kDirOpsRecordVersion, r.id, static_cast<wire::OpKind>(r.kind),
       static_cast<wire::OpState>(r.state), b.CreateString(r.from), b.CreateString(r.to), r.flags,
       r.cred.uid, r.cred.gid, b.CreateVector(groups), r.cred.umask, b.CreateVector(holders),
-      b.CreateVector(done), b.CreateVector(saved), b.CreateVector(templates), r.dir_id);
+      b.CreateVector(done), b.CreateVector(saved), b.CreateVector(templates), r.dir_id,
+      b.CreateString(r.from_node), b.CreateString(r.to_node), b.CreateString(r.replaced), r.src_ino,
+      r.dst_ino);
   b.FinishSizePrefixed(root);
   return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
 }
@@ -46,7 +48,7 @@ Result<DirOps::Record> DecodeRecord(std::string_view bytes) {
   if (m->version() != kDirOpsRecordVersion) {
     return Err(EPROTO, "journal record version " + std::to_string(m->version()));
   }
-  if (static_cast<uint8_t>(m->kind()) > 1 || static_cast<uint8_t>(m->state()) > 2 ||
+  if (static_cast<uint8_t>(m->kind()) > 2 || static_cast<uint8_t>(m->state()) > 2 ||
       m->from() == nullptr || !ValidateGlobalPath(m->from()->string_view())) {
     return Err(EPROTO, "journal record with bad kind/state/path");
   }
@@ -55,11 +57,16 @@ Result<DirOps::Record> DecodeRecord(std::string_view bytes) {
   r.kind = static_cast<DirOps::Record::Kind>(m->kind());
   r.state = static_cast<DirOps::Record::State>(m->state());
   r.from = m->from()->str();
-  if (r.kind == DirOps::Record::Kind::kRename) {
+  if (r.kind != DirOps::Record::Kind::kRmdir) {
     if (m->to() == nullptr || !ValidateGlobalPath(m->to()->string_view())) {
       return Err(EPROTO, "journal record with bad destination");
     }
     r.to = m->to()->str();
+  }
+  if (r.kind == DirOps::Record::Kind::kReplace &&
+      (m->replaced() == nullptr || !ValidateGlobalPath(m->replaced()->string_view()) ||
+       m->from_node() == nullptr || m->to_node() == nullptr)) {
+    return Err(EPROTO, "journal record of a replace without its nodes or replaced path");
   }
   r.flags = m->flags();
   r.cred.uid = m->uid();
@@ -85,6 +92,11 @@ Result<DirOps::Record> DecodeRecord(std::string_view bytes) {
     }
   }
   r.dir_id = m->dir_id();
+  if (m->from_node()) r.from_node = m->from_node()->str();
+  if (m->to_node()) r.to_node = m->to_node()->str();
+  if (m->replaced()) r.replaced = m->replaced()->str();
+  r.src_ino = m->src_ino();
+  r.dst_ino = m->dst_ino();
   return r;
 }
 

@@ -32,7 +32,7 @@ namespace fedfs::ns {
 inline constexpr uint16_t kDirOpsRecordVersion = 1;
 
 struct DirOps::Record {
-  enum class Kind : uint8_t { kRename = 0, kRmdir = 1 };
+  enum class Kind : uint8_t { kRename = 0, kRmdir = 1, kReplace = 2 };
   enum class State : uint8_t { kValidating = 0, kActing = 1, kUndoing = 2 };
   struct Saved {
     uint32_t mode = 0755;
@@ -52,12 +52,20 @@ struct DirOps::Record {
   std::map<std::string, Saved> saved;
   std::vector<NodeFs::DirTemplate> templates;
   uint64_t dir_id = 0;  // rename: the renamed directory's id (nodefs/dir_id.h)
+  // kReplace (DirOps::ReplaceFile): the source's node and inode number, the
+  // old destination's node, path and inode number.
+  std::string from_node, to_node, replaced;
+  uint64_t src_ino = 0, dst_ino = 0;
 
   std::vector<std::string> Paths() const {
-    if (kind == Kind::kRename) return {from, to};
+    if (kind != Kind::kRmdir) return {from, to};
     return {from};
   }
   std::string Describe() const {
+    if (kind == Kind::kReplace) {
+      return "op " + std::to_string(id) + " rename " + from + " on " + from_node + " over " +
+             replaced + " on " + to_node;
+    }
     std::string s = "op " + std::to_string(id) + (kind == Kind::kRename ? " rename " : " rmdir ") +
                     from;
     if (kind == Kind::kRename) s += " -> " + to;

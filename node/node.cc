@@ -29,6 +29,11 @@ class DirOpsAdapter final : public ns::DirOpsClient {
                    std::vector<std::string> holders) override {
     return d_->RemoveDir(c, path, std::move(holders));
   }
+  Status ReplaceFile(const ns::Cred& c, const std::string& from, const std::string& from_node,
+                     const std::string& to, const std::string& replaced,
+                     const std::string& to_node) override {
+    return d_->ReplaceFile(c, from, from_node, to, replaced, to_node);
+  }
 
  private:
   ns::DirOps* d_;

@@ -183,6 +183,12 @@ class DirOpsClient {
   // reports the VD changes).
   virtual Status RemoveDir(const Cred& c, const std::string& path,
                            std::vector<std::string> holders) = 0;
+  // Renames file `from` on `from_node` to `to` there over `replaced` on
+  // `to_node` (journaled: one of the two is at the name after a crash;
+  // the caller reports the VD changes).
+  virtual Status ReplaceFile(const Cred& c, const std::string& from, const std::string& from_node,
+                             const std::string& to, const std::string& replaced,
+                             const std::string& to_node) = 0;
 };
 
 struct VfsOptions {

@@ -536,9 +536,9 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
     if (!dst_here || dreal != new_name) {
       if (flags & RENAME_EXCHANGE) return Err(EXDEV, "exchange across nodes: " + from + ", " + to);
       if (dst_dir) return Err(EXDEV, "replace a directory on another node: " + to);
-      // The destination lives on another node: rename first (so a failed
-      // rename deletes nothing), then remove that copy (not atomic;
-      // docs/namespace.md).
+      // The destination lives on another node (or under another real name):
+      // rename first (so a failed rename deletes nothing), then remove that
+      // copy, journaled across nodes (DirOps::ReplaceFile).
       remote_dst = std::make_pair(dst->holders.front(), dreal);
       dst.reset();
     }
@@ -588,22 +588,29 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
   Status done = EnsureDirOn(c, node, ddir->path, *dvd);
   auto fs = FsOf(node);
   if (done && !fs) done = Err(fs.error());
-  if (done) done = (*fs)->Rename(c, from, to, flags);
+  if (done && remote_dst && remote_dst->first != node && deps_.dir_ops != nullptr) {
+    // Over a file on another node: journaled, so that a crash leaves one of
+    // the two at the name (dirops/dir_ops.h, ReplaceFile).
+    done = deps_.dir_ops->ReplaceFile(c, from, node, to, JoinPath(ddir->path, remote_dst->second),
+                                      remote_dst->first);
+  } else if (done) {
+    done = (*fs)->Rename(c, from, to, flags);
+    if (done && remote_dst) {  // one node, or no journal wired (tests): rename, then unlink
+      auto dfs = FsOf(remote_dst->first);
+      Status gone = dfs ? (*dfs)->Unlink(c, JoinPath(ddir->path, remote_dst->second))
+                        : Status(Err(dfs.error()));
+      if (!gone && gone.error().code != ENOENT) {
+        Log()->warn("rename {} -> {}: the replaced copy on {} stays: {}", from, to,
+                    remote_dst->first, gone.error().ToString());
+        remote_dst.reset();
+      }
+    }
+  }
   if (!done) {
     if (claimed) ReleaseNew(ddir->path, new_name);
     // The source went meanwhile (another node removed or renamed it).
     if (done.error().code == ENOENT) AwaitVd(sdir->path, name, Unlisted);
     return done;
-  }
-  if (remote_dst) {
-    auto dfs = FsOf(remote_dst->first);
-    Status gone = dfs ? (*dfs)->Unlink(c, JoinPath(ddir->path, remote_dst->second))
-                      : Status(Err(dfs.error()));
-    if (!gone && gone.error().code != ENOENT) {
-      Log()->warn("rename {} -> {}: the replaced copy on {} stays: {}", from, to,
-                  remote_dst->first, gone.error().ToString());
-      remote_dst.reset();
-    }
   }
   if (src_dir || (dst && dst->type == DT_DIR)) {
     ForgetSubtreeVds(from);

@@ -6,6 +6,10 @@
 // is restarted. Its recovery must leave the directory wholly renamed or
 // wholly not, on every export root, with every node's content intact.
 //
+// ReplaceCrash: the same for a file renamed over a file of that name held by
+// another node (DirOps::ReplaceFile): after the restart exactly one of the two
+// files is at the name, on the export roots and through every mount.
+//
 // The daemon journals the rename in its `state_dir` (RocksDB; the Cluster's
 // configs set it) and announces the pause hook at startup: a daemon that
 // cannot open its journal, does not announce the hook, never pauses, or
@@ -20,6 +24,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -158,6 +163,100 @@ INSTANTIATE_TEST_SUITE_P(Steps, DirRenameCrash,
                            std::string s = info.param;
                            for (char& ch : s) {
                              if (ch == ':') ch = '_';
+                           }
+                           return s;
+                         });
+
+class ReplaceCrash : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ReplaceCrash, OneOfTheTwoFilesIsAtTheName) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root for FUSE mounts";
+  const std::string step = GetParam();
+  Cluster c;
+  const std::vector<std::string> ids{"n1", "n2", "n3"};
+  std::map<std::string, std::string> configs;
+  std::vector<std::string> addrs;
+  for (size_t i = 0; i < ids.size(); ++i) addrs.push_back("127.0.0.1:" + std::to_string(FreePort()));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    NodeConfig nc;
+    nc.id = ids[i];
+    nc.listen = addrs[i];
+    if (i > 0) nc.peers = {addrs[0]};
+    configs[ids[i]] = c.WriteConfig(nc);
+  }
+  auto root = [&](const std::string& id) { return c.ExportRoot(id); };
+  auto mnt = [&](const std::string& id) { return c.Mountpoint(id); };
+  // /top/src on n1, /top/dst on n2.
+  fs::create_directories(root("n1") + "/top");
+  fs::create_directories(root("n2") + "/top");
+  std::ofstream(root("n1") + "/top/src") << "source";
+  std::ofstream(root("n2") + "/top/dst") << "old destination";
+  auto while_running = [&](const std::string& name, const std::function<bool()>& cond) {
+    return WaitFor([&] { return !c.Running(name) || cond(); }, kNoHang) && c.Running(name);
+  };
+  auto logged = [&](const std::string& name, const std::string& text) {
+    return [&c, name, text] { return c.Log(name).find(text) != std::string::npos; };
+  };
+
+  ::setenv("FEDFS_TEST_PAUSE_AT", step.c_str(), 1);
+  c.Start("n1", configs["n1"]);
+  ::unsetenv("FEDFS_TEST_PAUSE_AT");
+  ASSERT_TRUE(while_running("n1", logged("n1", "test hook: operations pause at step \"" + step + "\"")))
+      << c.Log("n1");
+  c.Start("n2", configs["n2"]);
+  c.Start("n3", configs["n3"]);
+  ASSERT_TRUE(while_running("n1", [&] { return c.SeesAlive("n1", ids); })) << c.Log("n1");
+  for (const auto& id : ids) {
+    ASSERT_TRUE(WaitFor([&] { return IsMounted(mnt(id)); }, kNoHang)) << id;
+  }
+
+  const std::string from = mnt("n1") + "/top/src", to = mnt("n1") + "/top/dst";
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    int rc = ::rename(from.c_str(), to.c_str());
+    ::_exit(rc == 0 ? 0 : (errno & 0x7f));
+  }
+  const bool paused = while_running("n1", logged("n1", "paused at " + step));
+  const int killed = c.Stop("n1", SIGKILL);
+  int status = 0;
+  if (!WaitFor([&] { return ::waitpid(child, &status, WNOHANG) == child; }, kNoHang)) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, &status, 0);
+  }
+  ASSERT_TRUE(paused) << "n1 never paused at " << step << ":\n" << c.Log("n1");
+  ASSERT_EQ(killed, 128 + SIGKILL) << DescribeExit(killed);
+
+  c.Start("n1-restarted", configs["n1"]);
+  ASSERT_TRUE(while_running("n1-restarted", [&] {
+    const std::string log = c.Log("n1-restarted");
+    return log.find("rolled forward") != std::string::npos ||
+           log.find("nothing changed, dropped") != std::string::npos;
+  })) << c.Log("n1-restarted");
+  ASSERT_TRUE(while_running("n1-restarted", [&] { return IsMounted(mnt("n1")); }));
+
+  const bool renamed = step != "replace-journaled";
+  SCOPED_TRACE(renamed ? "expected renamed" : "expected not renamed");
+  EXPECT_EQ(fs::exists(root("n1") + "/top/dst"), renamed);
+  EXPECT_EQ(fs::exists(root("n2") + "/top/dst"), !renamed);
+  EXPECT_EQ(fs::exists(root("n1") + "/top/src"), !renamed);
+  const std::string want = renamed ? "source" : "old destination";
+  const std::set<std::string> names =
+      renamed ? std::set<std::string>{"dst"} : std::set<std::string>{"dst", "src"};
+  for (const auto& id : ids) {
+    EXPECT_TRUE(WaitFor([&] { return ListNames(mnt(id) + "/top") == names; }, kNoHang))
+        << id << " lists " << ListNames(mnt(id) + "/top").size() << " names";
+    EXPECT_EQ(ReadFileText(mnt(id) + "/top/dst"), want) << id;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Steps, ReplaceCrash,
+                         ::testing::Values("replace-journaled", "replace-renamed:n1",
+                                           "replace-unlinked:n2"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           for (char& ch : s) {
+                             if (ch == ':' || ch == '-') ch = '_';
                            }
                            return s;
                          });

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <set>
@@ -91,7 +92,12 @@ class FaultyNodeFs final : public NodeFs {
     return No();
   }
   Result<std::string> Readlink(const Cred&, const std::string&) override { return No(); }
-  Status Unlink(const Cred&, const std::string&) override { return No(); }
+  std::atomic<int> fail_unlink{0};  // errno for Unlink (ReplaceFile)
+  Status Unlink(const Cred& c, const std::string& p) override {
+    if (down) return Down();
+    if (int e = fail_unlink.load()) return Err(e, "injected unlink failure");
+    return inner_->Unlink(c, p);
+  }
   Result<struct stat> Link(const Cred&, const std::string&, const std::string&) override {
     return No();
   }
@@ -622,6 +628,94 @@ TEST(DirOpsRecord, UnreadableRecordIsKeptAndNotActedUpon) {
   ASSERT_TRUE(ops.Recover());
   EXPECT_EQ(ops.PendingCount(), 0u);
   EXPECT_EQ(kv.Get(kvkeys::DirOpsJournalKey(7)).value(), "garbage");
+}
+
+}  // namespace
+}  // namespace fedfs::ns
+
+namespace fedfs::ns {
+namespace {
+
+std::string Text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// A file renamed over a file on another node (DirOps::ReplaceFile), crashed
+// at every step and recovered: exactly one of the two files is at the name.
+TEST_F(DirOpsCrashTest, ReplaceFileCrashAtEveryStepLeavesOneFileAtTheName) {
+  auto arrange = [](World& t) {
+    t.MakeFile("n1", "/p/src");  // content "/p/src"
+    t.MakeFile("n2", "/p/dst");  // content "/p/dst"
+  };
+  auto replace = [](World& t) {
+    return t.ops_->ReplaceFile(kRoot, "/p/src", "n1", "/p/dst", "/p/dst", "n2");
+  };
+  std::vector<std::string> steps;
+  {
+    World probe;
+    arrange(probe);
+    steps = StepsOf([&](DirOpsHooks h) {
+      probe.NewOps(std::move(h));
+      ASSERT_TRUE(replace(probe));
+    });
+    EXPECT_FALSE(probe.Exists("n2", "/p/dst"));
+    EXPECT_EQ(Text(probe.Local("n1", "/p/dst")), "/p/src");
+  }
+  ASSERT_EQ(steps, (std::vector<std::string>{"replace-journaled", "replace-renamed:n1",
+                                             "replace-unlinked:n2", "replace-finished"}));
+  for (const auto& crash_at : steps) {
+    SCOPED_TRACE("crash at " + crash_at);
+    World t;
+    arrange(t);
+    t.NewOps({.at_step = [crash_at](std::string_view s) {
+      if (s == crash_at) throw SimulatedCrash{};
+    }});
+    EXPECT_THROW((void)replace(t), SimulatedCrash);
+    t.CrashAndRestart();
+    ASSERT_TRUE(t.ops_->Recover());
+    EXPECT_EQ(t.ops_->PendingCount(), 0u);
+    EXPECT_EQ(t.JournalSize(), 0u);
+    const bool renamed = crash_at != "replace-journaled";
+    // Never both, never neither.
+    EXPECT_EQ(t.Exists("n1", "/p/dst"), renamed);
+    EXPECT_EQ(t.Exists("n2", "/p/dst"), !renamed);
+    EXPECT_EQ(t.Exists("n1", "/p/src"), !renamed);
+    EXPECT_EQ(Text(t.Local(renamed ? "n1" : "n2", "/p/dst")), renamed ? "/p/src" : "/p/dst");
+  }
+}
+
+// The old destination's node refuses the unlink: the rename is put back.
+TEST_F(DirOpsTest, ReplaceFileWhoseUnlinkIsRefusedIsUndone) {
+  MakeFile("n1", "/p/src");
+  MakeFile("n2", "/p/dst");
+  Node("n2").fail_unlink = EACCES;
+  NewOps();
+  auto s = ops_->ReplaceFile(kRoot, "/p/src", "n1", "/p/dst", "/p/dst", "n2");
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().code, EACCES);
+  EXPECT_TRUE(Exists("n1", "/p/src"));
+  EXPECT_FALSE(Exists("n1", "/p/dst"));
+  EXPECT_TRUE(Exists("n2", "/p/dst"));
+  EXPECT_EQ(JournalSize(), 0u);
+}
+
+// A file that took the old destination's name meanwhile is not removed.
+TEST_F(DirOpsCrashTest, ReplaceFileRecoveryLeavesAFileThatTookTheName) {
+  MakeFile("n1", "/p/src");
+  MakeFile("n2", "/p/dst");
+  NewOps({.at_step = [](std::string_view s) {
+    if (s == "replace-renamed:n1") throw SimulatedCrash{};
+  }});
+  EXPECT_THROW((void)ops_->ReplaceFile(kRoot, "/p/src", "n1", "/p/dst", "/p/dst", "n2"),
+               SimulatedCrash);
+  // A new file (made while the old one lives: another inode) takes the name.
+  MakeFile("n2", "/p/new");
+  ASSERT_EQ(::rename(Local("n2", "/p/new").c_str(), Local("n2", "/p/dst").c_str()), 0);
+  CrashAndRestart();
+  ASSERT_TRUE(ops_->Recover());
+  EXPECT_EQ(JournalSize(), 0u);
+  EXPECT_TRUE(Exists("n2", "/p/dst"));
 }
 
 }  // namespace
