@@ -456,6 +456,9 @@ Status DirOps::RenameDir(const Cred& cred, const std::string& from, const std::s
   const std::vector<std::string> paths{from, to};
   if (auto s = Acquire(paths); !s) return s;
   BusyGuard guard([&] { Release(paths); });
+  const std::vector<NameLock> locks = NameLocksOf(paths);
+  if (auto s = TakeNameLocks(locks); !s) return s;
+  BusyGuard unlock([&] { ReleaseNameLocks(locks); });
 
   Record r;
   r.id = NextId();
@@ -512,6 +515,9 @@ Status DirOps::RemoveDir(const Cred& cred, const std::string& path,
   const std::vector<std::string> paths{path};
   if (auto s = Acquire(paths); !s) return s;
   BusyGuard guard([&] { Release(paths); });
+  const std::vector<NameLock> locks = NameLocksOf(paths);
+  if (auto s = TakeNameLocks(locks); !s) return s;
+  BusyGuard unlock([&] { ReleaseNameLocks(locks); });
 
   Record r;
   r.id = NextId();

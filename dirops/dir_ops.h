@@ -54,9 +54,19 @@
 // beneath them answer EBUSY until the record is resolved. Undo and rmdir
 // recreation run as the daemon (root): they restore a state that existed.
 //
-// Limits (documented in docs/namespace.md): two coordinators renaming
-// overlapping directories at the same moment are not serialized with each
-// other (only operations of one coordinator are); RENAME_EXCHANGE of
+// Two coordinators. Operations of one coordinator on overlapping paths are
+// serialized by its busy set (EBUSY). Across coordinators, each operation
+// holds name locks at the managers (kLock, vd/vd_service.h) on every
+// component of every path it changes (`/a/d -> /b/e`: a in /, d in /a, b in
+// /, e in /b), taken in (directory, name) order before it is journaled and
+// released when it ends: two operations whose paths overlap (one is a prefix
+// of the other) share the shorter path's lock, so one waits for the other
+// (up to `deadline`, then EBUSY) and each ends in one of the two orders,
+// never a mix. Operations under a common ancestor wait for each other too
+// (they share its lock); a crashed coordinator's locks lapse
+// (docs/namespace.md, "Name locks").
+//
+// Limits (documented in docs/namespace.md): RENAME_EXCHANGE of
 // directories is refused (EINVAL); ancestors of `to` created on a holder by
 // MkdirParents are not removed by an undo (empty directories that exist
 // elsewhere in the union: invisible).
@@ -206,6 +216,11 @@ class DirOps {
 
   struct Record;  // the decoded journal record (dir_ops.cc)
 
+  // The name locks of an operation on `paths` ("Two coordinators" above):
+  // (directory, name) of every component, sorted.
+  using NameLock = std::pair<std::string, std::string>;
+  static std::vector<NameLock> NameLocksOf(const std::vector<std::string>& paths);
+
  private:
   enum class Outcome { kOk, kRetry, kFailed };
 
@@ -215,6 +230,9 @@ class DirOps {
   Status Acquire(const std::vector<std::string>& paths);
   void Release(const std::vector<std::string>& paths);
   uint64_t NextId();
+  // Taken all or none (EBUSY once `deadline` passed), and released.
+  Status TakeNameLocks(const std::vector<NameLock>& locks);
+  void ReleaseNameLocks(const std::vector<NameLock>& locks);
 
   Status Save(const Record& r);
   Status Erase(const Record& r);

@@ -172,7 +172,8 @@ Status MemNodeFs::MkdirParents(const std::string& path, const std::vector<DirTem
   }
   std::reverse(ancestors.begin(), ancestors.end());
   for (size_t i = 0; i < ancestors.size(); ++i) {
-    auto w = Resolve(root, ancestors[i], true, "mkdir-parents");
+    // Real directories only, as LocalNodeFs: a symlink is not a copy.
+    auto w = Resolve(root, ancestors[i], false, "mkdir-parents");
     if (!w) return Err(w.error());
     if (w->node) {
       if (!w->node->dir()) return Fail(ENOTDIR, "mkdir-parents", ancestors[i]);
