@@ -119,6 +119,8 @@ struct DirOpsOptions {
 //   "undone:<node>"        <node> restored by a roll back
 //   "notified"             VD managers told
 //   "finished"             record deleted
+//   "replace-journaled", "replace-renamed:<node>", "replace-unlinked:<node>",
+//   "replace-finished"     the steps of ReplaceFile
 // It may block forever (the daemon's FEDFS_TEST_PAUSE_AT, so a test can
 // SIGKILL it there) or throw (unit tests simulating a crash: the operation
 // then stops where it is, doing nothing more; the DirOps object must then be

@@ -1,0 +1,99 @@
+// Two coordinators renaming overlapping directories held by three nodes at
+// the same instant, through real mounts (label "integration"; needs root and
+// /dev/fuse): n1 renames /a to /x while n2 renames /a/b to /y, twenty times.
+// Each round must end in one of the two orders on every export root (b under
+// /x everywhere, or /y everywhere), never a mix (dirops/dir_ops.h, "Two
+// coordinators": name locks at the managers).
+//
+// The Cluster stops the daemons by pid, unmounts and removes its temporary
+// directory whatever happens.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/tools/cluster.h"
+
+namespace fedfs::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(DirRace, OverlappingRenamesOfTwoCoordinatorsEndInOneOrderOnEveryNode) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root for FUSE mounts";
+  Cluster c;
+  std::vector<std::string> ids;
+  const std::string e = c.StartMounted(3, &ids);
+  ASSERT_TRUE(e.empty()) << e;
+  auto M = [&](const std::string& id, const std::string& rel) { return c.Mountpoint(id) + rel; };
+  auto R = [&](const std::string& id, const std::string& rel) { return c.ExportRoot(id) + rel; };
+  auto is_dir = [](const std::string& p) {
+    struct stat st {};
+    return ::lstat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  };
+  // /a/b on every node, each with a file of its own.
+  ASSERT_EQ(::mkdir(M("n1", "/a").c_str(), 0755), 0) << std::strerror(errno);
+  ASSERT_EQ(::mkdir(M("n1", "/a/b").c_str(), 0755), 0) << std::strerror(errno);
+  for (const auto& id : ids) {
+    ASSERT_TRUE(std::ofstream(M(id, "/a/b/f-" + id)).good()) << id;
+    ASSERT_TRUE(is_dir(R(id, "/a/b"))) << id;
+  }
+
+  int first_order = 0, second_order = 0;
+  for (int round = 0; round < 20; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    std::atomic<int> ready{0};
+    int rc1 = 0, rc2 = 0;
+    auto race = [&](const std::string& from, const std::string& to, int* rc,
+                    std::chrono::microseconds delay) {
+      ready.fetch_add(1);
+      while (ready.load() < 2) {
+      }
+      std::this_thread::sleep_for(delay);
+      *rc = ::rename(from.c_str(), to.c_str()) == 0 ? 0 : errno;
+    };
+    // n1's start moves across n2's whole rename from round to round, so that
+    // both orders and every overlap in between happen.
+    const auto delay = std::chrono::microseconds(1500 * (round % 10));
+    std::thread t1(race, M("n1", "/a"), M("n1", "/x"), &rc1, delay);
+    std::thread t2(race, M("n2", "/a/b"), M("n2", "/y"), &rc2, std::chrono::microseconds(0));
+    t1.join();
+    t2.join();
+    ASSERT_EQ(rc1, 0) << std::strerror(rc1);
+    // n2's rename ran first (both done) or found /a/b gone (ENOENT).
+    ASSERT_TRUE(rc2 == 0 || rc2 == ENOENT) << std::strerror(rc2);
+    const bool b_moved = rc2 == 0;
+    (b_moved ? second_order : first_order)++;
+    for (const auto& id : ids) {
+      SCOPED_TRACE(id);
+      EXPECT_FALSE(fs::exists(R(id, "/a")));
+      EXPECT_EQ(is_dir(R(id, "/x/b")), !b_moved);
+      EXPECT_EQ(is_dir(R(id, "/y")), b_moved);
+      EXPECT_TRUE(fs::exists(R(id, (b_moved ? "/y/f-" : "/x/b/f-") + id)));
+    }
+    if (HasFailure()) return;
+    // Back to /a/b for the next round, through a mount.
+    ASSERT_EQ(::rename(M("n3", "/x").c_str(), M("n3", "/a").c_str()), 0) << std::strerror(errno);
+    if (b_moved) {
+      ASSERT_EQ(::rename(M("n3", "/y").c_str(), M("n3", "/a/b").c_str()), 0)
+          << std::strerror(errno);
+    }
+    for (const auto& id : ids) ASSERT_TRUE(is_dir(R(id, "/a/b"))) << id;
+  }
+  std::printf("orders: n1 first %d, n2 first %d\n", first_order, second_order);
+}
+
+}  // namespace
+}  // namespace fedfs::testing
