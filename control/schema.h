@@ -361,9 +361,11 @@ struct FilesReply {
   uint64_t callbacks_sent = 0, callbacks_failed = 0;
   uint64_t callbacks_received = 0, callbacks_refused = 0;
   uint64_t data_bytes = 0;  // read and written for other nodes (inline and one-sided)
+  uint64_t sessions_expired = 0;  // ended for want of renewal (timeouts.session_lease_ms)
   template <class S, class V>
   static void Fields(S& s, V&& v) {
-    v("node", s.node); v("sessions", s.sessions); v("handles", s.handles);
+    v("node", s.node); v("sessions", s.sessions); v("sessions_expired", s.sessions_expired);
+    v("handles", s.handles);
     v("watches", s.watches); v("served", s.served); v("refused", s.refused);
     v("callbacks_sent", s.callbacks_sent); v("callbacks_failed", s.callbacks_failed);
     v("callbacks_received", s.callbacks_received); v("callbacks_refused", s.callbacks_refused);

@@ -36,6 +36,9 @@ struct TimeoutOptions {
   Millis heartbeat_interval{200};   // see MembershipOptions
   Millis failure_timeout{1500};     // see MembershipOptions
   Millis connect{1000};             // connect + authentication handshake
+  // A file-service session not renewed for this long ends at its server
+  // (files/file_service.h, session_lease); 0: never.
+  Millis session_lease{30000};
 };
 
 // The FUSE mount (fuse/fuse_frontend.h, docs/namespace.md "The FUSE mount").

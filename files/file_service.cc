@@ -16,7 +16,12 @@ void ReleaseAll(NodeFs& local, const std::vector<Handle>& handles) {
 }  // namespace
 
 void FileService::Impl::Stop() {
-  stopped_.store(true);
+  {
+    std::lock_guard lock(sweep_mu_);
+    stopped_.store(true);
+  }
+  sweep_cv_.notify_all();
+  if (sweeper_.joinable()) sweeper_.join();
   std::vector<Handle> all;
   {
     MutexLock lock(mu_);
@@ -69,6 +74,53 @@ void FileService::Impl::OnCall(m2m::IncomingCall call, m2m::Responder r) {
       });
 }
 
+void FileService::Impl::StartSweeper() {
+  if (opts_.session_lease.count() <= 0) return;
+  sweeper_ = std::thread([this] {
+    const auto period = std::max(opts_.session_lease / 4, std::chrono::milliseconds(10));
+    std::unique_lock lock(sweep_mu_);
+    while (!stopped_.load()) {
+      sweep_cv_.wait_for(lock, period, [&] { return stopped_.load(); });
+      if (stopped_.load()) break;
+      lock.unlock();
+      ExpireSessions(Clock::now());
+      lock.lock();
+    }
+  });
+}
+
+size_t FileService::Impl::ExpireSessions(Clock::time_point now) {
+  std::vector<Handle> release;
+  std::vector<std::shared_ptr<m2m::Endpoint>> back;
+  std::vector<std::pair<std::string, size_t>> ended;  // (node, handles)
+  {
+    MutexLock lock(mu_);
+    for (auto it = sessions_.begin(); it != sessions_.end();) {
+      if (now - it->second.seen <= opts_.session_lease) {
+        ++it;
+        continue;
+      }
+      Session& s = it->second;
+      ended.emplace_back(s.node, s.handles.size());
+      for (auto& [rh, h] : s.handles) release.push_back(h);
+      ForgetKeysLocked(s);
+      dir_.DropSession(s.id);
+      if (s.ep) back.push_back(std::move(s.ep));
+      it = sessions_.erase(it);
+    }
+  }
+  for (const auto& [node, handles] : ended) {
+    log_->info("session of {} not renewed for {} ms: ended, {} handles released", node,
+               opts_.session_lease.count(), handles);
+  }
+  ReleaseAll(*local_, release);
+  // The connection back to the client (callbacks, one-sided transfers): its
+  // next use connects again.
+  for (auto& ep : back) ep->Disconnect();
+  sessions_expired_.fetch_add(ended.size(), std::memory_order_relaxed);
+  return ended.size();
+}
+
 void FileService::Impl::DropPeer(const std::string& node) {
   std::vector<Handle> release;
   {
@@ -107,6 +159,7 @@ auto FileService::Impl::stats() const -> FileService::Stats {
   s.coop_copies = d.copies;
   s.coop_forward_asked = coop_forward_asked_.load();
   s.coop_stored = coop_stored_.load();
+  s.sessions_expired = sessions_expired_.load();
   return s;
 }
 
@@ -217,6 +270,7 @@ void FileService::Impl::DoHello(m2m::IncomingCall call, m2m::Responder& r) {
       return;
     }
     Session& s = it->second;
+    s.seen = Clock::now();
     s.incarnation = h->incarnation();
     s.node = node;
     s.addr = addr;
@@ -249,6 +303,7 @@ auto FileService::Impl::HelloReply() -> m2m::Bytes {
   hb.add_version(fswire::kVersion);
   hb.add_max_io(std::min(opts_.slot_size, opts_.max_inline));
   hb.add_releases(true);
+  hb.add_session_lease_ms(static_cast<uint64_t>(opts_.session_lease.count()));
   b.Finish(hb.Finish());
   return fswire::Finish(b);
 }
@@ -259,6 +314,7 @@ auto FileService::Impl::Bound(const m2m::PeerInfo& peer, uint64_t session) -> Re
   if (it == sessions_.end() || it->second.conns.count(peer.conn_id) == 0) {
     return Err(fswire::kErrSessionUnknown, "unknown file service session");
   }
+  it->second.seen = Clock::now();  // renewed
   return SessionView{it->second.cache_block, it->second.ep, it->second.pool, it->second.slot_size,
                      it->second.slot_count};
 }
@@ -446,7 +502,9 @@ Cred SquashCred(const FileServiceOptions& o, Cred c) {
 
 FileService::FileService(FileServiceOptions options, m2m::Transport* transport, NodeFs* local,
                          Executor* blocking)
-    : impl_(std::make_shared<Impl>(options, transport, local, blocking)) {}
+    : impl_(std::make_shared<Impl>(options, transport, local, blocking)) {
+  impl_->StartSweeper();
+}
 
 FileService::~FileService() { impl_->Stop(); }
 

@@ -57,8 +57,10 @@
 // sessions end (their handles released) when (a) the client says goodbye
 // (RemoteNodeFs's destructor), (b) a session from the same client node with a
 // new process incarnation says Hello (the client restarted), or (c) the
-// daemon calls DropPeer() when membership declares the node dead. Until then
-// a vanished client's open handles stay open: at most
+// daemon calls DropPeer() when membership declares the node dead, or (d) it
+// was not renewed for `session_lease` (a client that vanished without a
+// goodbye, or cut off). Until then a vanished client's open handles stay
+// open: at most
 // max_handles_per_session file descriptors per session, and at most
 // max_sessions sessions (Hello beyond it: EAGAIN).
 //
@@ -108,6 +110,12 @@ struct FileServiceOptions {
   size_t max_watches_per_session = 16384;
   // Sessions held at once (a Hello beyond: EAGAIN). Default 4096.
   size_t max_sessions = 4096;
+  // A session not renewed for this long (no request, no Hello) ends: its
+  // handles are released (and with them its locks), its watches end and the
+  // connection back to its client is closed. Clients renew idle sessions
+  // every third of it (RemoteNodeFs, told in the Hello reply). 0 (default):
+  // sessions end only as below ("Cleanup").
+  std::chrono::milliseconds session_lease{0};
   // Timeout of the connect-back and import at Hello, and the upper bound of
   // one one-sided transfer. Default 5 s.
   std::chrono::milliseconds transfer_timeout{5000};
@@ -209,6 +217,7 @@ class FileService final : public AttrObserver {
     // block, and blocks other nodes forwarded here.
     uint64_t coop_forward_asked = 0;
     uint64_t coop_stored = 0;
+    uint64_t sessions_expired = 0;  // ended for want of renewal (session_lease)
   };
   Stats stats() const;
 

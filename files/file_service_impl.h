@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -129,6 +130,7 @@ struct Session {
   };
   std::map<FileKey, Watch> watches;
   std::list<FileKey> watch_order;
+  Clock::time_point seen{};  // its last request or Hello (session_lease)
 };
 
 class FileService::Impl : public std::enable_shared_from_this<Impl> {
@@ -140,6 +142,10 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   // transport's handlers): refuse everything from now on and release every
   // handle while local_ is still alive.
   void Stop();
+  // Ends the sessions not renewed for session_lease, every quarter of it, on
+  // a thread of its own until Stop (nothing without a lease).
+  void StartSweeper();
+  size_t ExpireSessions(Clock::time_point now);
 
   m2m::Transport* transport() const { return transport_; }
   NodeFs* local() const { return local_; }
@@ -299,6 +305,10 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   std::shared_ptr<spdlog::logger> log_;
   SlotPool slots_;
   std::atomic<bool> stopped_{false};
+  std::thread sweeper_;
+  std::mutex sweep_mu_;
+  std::condition_variable sweep_cv_;
+  std::atomic<uint64_t> sessions_expired_{0};
   std::atomic<uint64_t> refused_{0};
   std::atomic<uint64_t> served_{0};
   std::atomic<uint64_t> callbacks_sent_{0};

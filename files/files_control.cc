@@ -11,6 +11,7 @@ control::FilesReply FilesStatus(const FileService& files, const FsCallbacks& cal
   control::FilesReply r;
   r.node = self;
   r.sessions = s.sessions;
+  r.sessions_expired = s.sessions_expired;
   r.handles = s.handles;
   r.watches = s.watches;
   r.served = s.served;

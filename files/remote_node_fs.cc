@@ -194,9 +194,9 @@ RemoteNodeFs::~RemoteNodeFs() {
   }
 }
 
-Status RemoteNodeFs::Hello(Clock::time_point deadline) {
+Status RemoteNodeFs::Hello(Clock::time_point deadline, bool renew) {
   std::lock_guard lock(hello_mu_);
-  if (helloed_.load()) return Ok();
+  if (helloed_.load() && !renew) return Ok();
   flatbuffers::FlatBufferBuilder b(256);
   auto node = b.CreateString(opts_.local_node);
   const bool callbacks = opts_.callbacks != nullptr;
@@ -248,9 +248,35 @@ Status RemoteNodeFs::Hello(Clock::time_point deadline) {
   }
   max_io_.store(std::max<uint64_t>(h->max_io(), 4096));
   server_releases_.store(h->releases());
+  lease_ms_.store(static_cast<int64_t>(h->session_lease_ms()));
   hellos_.fetch_add(1, std::memory_order_acq_rel);
   helloed_.store(true);
+  last_call_.store(Clock::now().time_since_epoch().count());
+  ScheduleRenewal();
   return Ok();
+}
+
+void RemoteNodeFs::ScheduleRenewal() {
+  const auto lease = std::chrono::milliseconds(lease_ms_.load());
+  if (lease.count() <= 0 || opts_.timers == nullptr) return;
+  std::weak_ptr<RemoteNodeFs> self = weak_from_this();
+  if (self.expired() || renewal_due_.exchange(true)) return;  // not shared, or one already due
+  opts_.timers->After(lease / 3, [self] {
+    if (auto s = self.lock()) s->Renew();
+  });
+}
+
+void RemoteNodeFs::Renew() {
+  renewal_due_.store(false);
+  const auto third = std::chrono::milliseconds(lease_ms_.load()) / 3;
+  const auto idle = Clock::now() - Clock::time_point(Clock::duration(last_call_.load()));
+  if (helloed_.load() && idle >= third) {
+    // An idle session: said again, so that its handles and locks stay.
+    if (auto s = Hello(Clock::now() + opts_.rpc_timeout, /*renew=*/true); !s) {
+      Logger("fs")->debug("renewal of the session with {}: {}", node_id_, s.error().ToString());
+    }
+  }
+  ScheduleRenewal();
 }
 
 size_t RemoteNodeFs::MaxIo() const {
@@ -270,6 +296,7 @@ Result<m2m::Bytes> RemoteNodeFs::Call(const Req& req, Clock::time_point deadline
       if (auto st = Hello(deadline); !st) return Err(st.error());
     }
     const auto budget = Until(deadline);
+    last_call_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
     std::vector<uint64_t> releases;
     if (server_releases_.load(std::memory_order_relaxed)) {
       std::lock_guard lock(releases_mu_);

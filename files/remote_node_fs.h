@@ -205,7 +205,12 @@ class RemoteNodeFs final : public NodeFs, public std::enable_shared_from_this<Re
   // Sends one request (Hello first when needed; once more after ENOTCONN);
   // the verified FsReply bytes or the errno.
   Result<m2m::Bytes> Call(const Req& req, Clock::time_point deadline);
-  Status Hello(Clock::time_point deadline);
+  // `renew`: say it again for a session already said (its lease).
+  Status Hello(Clock::time_point deadline, bool renew = false);
+  // Keeps the session's lease at the server (FsHelloReply.session_lease_ms):
+  // a Hello after every third of it without a request, through `timers`.
+  void ScheduleRenewal();
+  void Renew();
   Result<size_t> ReadInline(Handle h, uint64_t offset, std::span<std::byte> dst,
                             Clock::time_point deadline);
   Result<size_t> WriteInline(Handle h, uint64_t offset, std::span<const std::byte> src,
@@ -229,6 +234,9 @@ class RemoteNodeFs final : public NodeFs, public std::enable_shared_from_this<Re
   // simulator suspends for it instead of blocking its thread.
   SuspendingMutex hello_mu_;
   std::atomic<bool> helloed_{false};
+  std::atomic<int64_t> lease_ms_{0};     // the server's session lease (0: none)
+  std::atomic<bool> renewal_due_{false};  // a renewal is scheduled
+  std::atomic<int64_t> last_call_{0};     // Clock ticks of the last request sent
   std::atomic<uint64_t> hellos_{0};  // successful Hellos (SessionCount)
   std::atomic<uint64_t> max_io_{0};  // from the server's Hello reply
   std::atomic<bool> server_releases_{false};  // the server takes FsRequest.releases

@@ -89,12 +89,12 @@ TEST(ControlSchema, DtAndFilesBytesAsBefore) {
   EXPECT_EQ(back->table->patches, 7u);
   EXPECT_EQ(back->messages_per_lookup, 0.25);
 
-  FilesReply f{"n1", 1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  FilesReply f{"n1", 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
   EXPECT_EQ(EncodeReply(f),
             (Json{{"node", "n1"}, {"sessions", 1u}, {"handles", 2u}, {"watches", 3u},
                   {"served", 4u}, {"refused", 5u}, {"callbacks_sent", 6u},
                   {"callbacks_failed", 7u}, {"callbacks_received", 8u},
-                  {"callbacks_refused", 9u}, {"data_bytes", 10u}}
+                  {"callbacks_refused", 9u}, {"data_bytes", 10u}, {"sessions_expired", 11u}}
                  .dump()));
 }
 

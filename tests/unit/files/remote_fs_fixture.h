@@ -90,6 +90,7 @@ class RemoteFsTest : public ::testing::TestWithParam<Net> {
     FileServiceOptions so;
     so.slot_count = 8;
     so.max_watches_per_session = 3;  // small: WatchedStatsAreToldOfChangesAndOfTheirEnd
+    ServiceOptions(so);
     service_ = std::make_unique<FileService>(so, server_.get(), local_.get(), pool_.get());
     ASSERT_TRUE(service_->RegisterHandlers());
     auto a = server_->Listen(GetParam() == Net::kFake ? "server:0" : "127.0.0.1:0");
@@ -99,6 +100,9 @@ class RemoteFsTest : public ::testing::TestWithParam<Net> {
     ASSERT_TRUE(client_.transport);
     remote_ = MakeRemote(client_);
   }
+
+  // Changes the server's options before it starts (subclasses).
+  virtual void ServiceOptions(FileServiceOptions& so) { (void)so; }
 
   void TearDown() override {
     remote_.reset();
