@@ -25,29 +25,6 @@ namespace {
 
 std::shared_ptr<spdlog::logger> Log() { return Logger("dirops"); }
 
-const Cred& RootCred() {
-  static const Cred kRoot{};
-  return kRoot;
-}
-
-// Errnos after which the same step may succeed later (the node may come
-// back); anything else is a definitive answer from the node.
-bool IsTransient(int code) {
-  switch (code) {
-    case EHOSTDOWN:
-    case EHOSTUNREACH:
-    case ETIMEDOUT:
-    case ECONNREFUSED:
-    case ECONNRESET:
-    case ENOTCONN:
-    case EAGAIN:
-    case EINTR:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // Ancestors of `path`, excluding "/" and `path`: "/a/b/c" -> {"/a", "/a/b"}.
 std::vector<std::string> Ancestors(const std::string& path) {
   std::vector<std::string> out;

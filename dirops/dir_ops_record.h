@@ -16,6 +16,7 @@
 // target).
 #pragma once
 
+#include <cerrno>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -30,6 +31,31 @@
 namespace fedfs::ns {
 
 inline constexpr uint16_t kDirOpsRecordVersion = 1;
+
+// The daemon's credentials (probes, undo, recovery of what a caller began).
+inline const Cred& RootCred() {
+  static const Cred kRoot{};
+  return kRoot;
+}
+
+// Errnos after which the same step may succeed later (the node may come
+// back); anything else is a definitive answer from the node.
+inline bool IsTransient(int code) {
+  switch (code) {
+    case EHOSTDOWN:
+    case EHOSTUNREACH:
+    case ETIMEDOUT:
+    case ECONNREFUSED:
+    case ECONNRESET:
+    case ENOTCONN:
+    case EAGAIN:
+    case EINTR:
+    case ESHUTDOWN:
+      return true;
+    default:
+      return false;
+  }
+}
 
 struct DirOps::Record {
   enum class Kind : uint8_t { kRename = 0, kRmdir = 1, kReplace = 2 };

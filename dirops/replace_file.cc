@@ -19,16 +19,6 @@ namespace {
 
 std::shared_ptr<spdlog::logger> Log() { return Logger("dirops"); }
 
-bool Transient(int code) {
-  return code == EHOSTDOWN || code == ETIMEDOUT || code == ECONNREFUSED || code == ECONNRESET ||
-         code == ENOTCONN || code == EAGAIN || code == ESHUTDOWN;
-}
-
-const Cred& Root() {
-  static const Cred root{};
-  return root;
-}
-
 }  // namespace
 
 Status DirOps::ReplaceFile(const Cred& cred, const std::string& from,
@@ -91,7 +81,7 @@ Status DirOps::ReplaceFile(const Cred& cred, const std::string& from,
       return Ok();
     case Outcome::kFailed: {
       // Put the source back: the name keeps its old file.
-      auto back = src->Rename(Root(), to, from, RENAME_NOREPLACE);
+      auto back = src->Rename(RootCred(), to, from, RENAME_NOREPLACE);
       if (!back) {
         Log()->error("{}: unlink failed ({}) and the rename back failed too ({}): both files "
                      "stay, {} shows as a conflict",
@@ -113,17 +103,17 @@ DirOps::Outcome DirOps::UnlinkReplaced(const Record& r, const Cred& cred, Error*
     *err = Error{EHOSTDOWN, "no route to node " + r.to_node};
     return Outcome::kRetry;
   }
-  auto st = dst->Stat(Root(), r.replaced);
+  auto st = dst->Stat(RootCred(), r.replaced);
   if (!st) {
     if (st.error().code == ENOENT) return Outcome::kOk;  // gone already
     *err = st.error();
-    return Transient(st.error().code) ? Outcome::kRetry : Outcome::kFailed;
+    return IsTransient(st.error().code) ? Outcome::kRetry : Outcome::kFailed;
   }
   if (st->st_ino != r.dst_ino) return Outcome::kOk;  // another file took the name: not ours
   auto gone = dst->Unlink(cred, r.replaced);
   if (gone || gone.error().code == ENOENT) return Outcome::kOk;
   *err = gone.error();
-  return Transient(gone.error().code) ? Outcome::kRetry : Outcome::kFailed;
+  return IsTransient(gone.error().code) ? Outcome::kRetry : Outcome::kFailed;
 }
 
 DirOps::Outcome DirOps::ResolveReplace(Record& r) {
@@ -134,7 +124,7 @@ DirOps::Outcome DirOps::ResolveReplace(Record& r) {
       return Outcome::kRetry;
     }
   }
-  auto st = Fs(r.from_node)->Stat(Root(), r.to);
+  auto st = Fs(r.from_node)->Stat(RootCred(), r.to);
   if (!st && st.error().code != ENOENT) {
     Log()->warn("{} pending: probing {}: {}", r.Describe(), r.from_node, st.error().ToString());
     return Outcome::kRetry;
@@ -146,7 +136,7 @@ DirOps::Outcome DirOps::ResolveReplace(Record& r) {
   Error err;
   // As the daemon: the caller's rename was already done, only its old
   // destination is left (a replaced name may not be kept beside it).
-  const Outcome o = UnlinkReplaced(r, Root(), &err);
+  const Outcome o = UnlinkReplaced(r, RootCred(), &err);
   if (o != Outcome::kOk) {
     Log()->warn("{} pending (removing the old destination): {}", r.Describe(), err.ToString());
     return Outcome::kRetry;
@@ -172,7 +162,7 @@ void DirOps::NotifyReplace(const Record& r) {
     }
   };
   uint8_t type = DT_REG;
-  if (auto st = Fs(r.from_node)->Stat(Root(), r.to); st) type = IFTODT(st->st_mode);
+  if (auto st = Fs(r.from_node)->Stat(RootCred(), r.to); st) type = IFTODT(st->st_mode);
   send(r.replaced, VdChange::Kind::kRemove, r.to_node, 0);
   send(r.to, VdChange::Kind::kAdd, r.from_node, type);
   send(r.from, VdChange::Kind::kRemove, r.from_node, 0);

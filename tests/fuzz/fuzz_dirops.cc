@@ -3,8 +3,8 @@
 //
 // Input: the record bytes (as a Kv value: 8-aligned). Invariants: a decoded
 // record has a known kind and state, valid global paths (`to` for a
-// rename), sorted holders; EncodeRecord of it decodes back to an equal
-// record.
+// rename and a replace, `replaced` for a replace), sorted holders;
+// EncodeRecord of it decodes back to an equal record.
 #include <linux/fs.h>
 
 #include <string>
@@ -25,7 +25,9 @@ bool Same(const Record& a, const Record& b) {
       a.to != b.to || a.flags != b.flags || a.cred.uid != b.cred.uid ||
       a.cred.gid != b.cred.gid || a.cred.groups != b.cred.groups ||
       a.cred.umask != b.cred.umask || a.holders != b.holders || a.done != b.done ||
-      a.saved.size() != b.saved.size() || a.templates.size() != b.templates.size()) {
+      a.saved.size() != b.saved.size() || a.templates.size() != b.templates.size() ||
+      a.dir_id != b.dir_id || a.from_node != b.from_node || a.to_node != b.to_node ||
+      a.replaced != b.replaced || a.src_ino != b.src_ino || a.dst_ino != b.dst_ino) {
     return false;
   }
   for (auto i = a.saved.begin(), j = b.saved.begin(); i != a.saved.end(); ++i, ++j) {
@@ -36,7 +38,7 @@ bool Same(const Record& a, const Record& b) {
   }
   for (size_t i = 0; i < a.templates.size(); ++i) {
     if (a.templates[i].mode != b.templates[i].mode || a.templates[i].uid != b.templates[i].uid ||
-        a.templates[i].gid != b.templates[i].gid) {
+        a.templates[i].gid != b.templates[i].gid || a.templates[i].id != b.templates[i].id) {
       return false;
     }
   }
@@ -73,6 +75,19 @@ void MakeSeeds(fuzz::Seeds& s) {
   d.done = {"n2"};
   d.saved["n2"] = {0750, 0, 0};
   s.Add("rmdir_acting", EncodeRecord(d));
+  Record f;
+  f.id = 19;
+  f.kind = Record::Kind::kReplace;
+  f.state = Record::State::kActing;
+  f.from = "/p/src";
+  f.to = "/p/dst";
+  f.from_node = "n1";
+  f.to_node = "n2";
+  f.replaced = "/p/dst";
+  f.src_ino = 12;
+  f.dst_ino = 34;
+  f.holders = {"n1", "n2"};
+  s.Add("replace_acting", EncodeRecord(f));
 }
 
 }  // namespace
@@ -89,14 +104,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(r.error().code == EPROTO);
     return 0;
   }
-  FUZZ_CHECK(r->kind == Record::Kind::kRename || r->kind == Record::Kind::kRmdir);
+  FUZZ_CHECK(r->kind == Record::Kind::kRename || r->kind == Record::Kind::kRmdir ||
+             r->kind == Record::Kind::kReplace);
   FUZZ_CHECK(static_cast<uint8_t>(r->state) <= static_cast<uint8_t>(Record::State::kUndoing));
   FUZZ_CHECK(ValidateGlobalPath(r->from).has_value());
-  if (r->kind == Record::Kind::kRename) {
+  if (r->kind != Record::Kind::kRmdir) {
     FUZZ_CHECK(ValidateGlobalPath(r->to).has_value());
   } else {
     FUZZ_CHECK(r->to.empty());
   }
+  if (r->kind == Record::Kind::kReplace) FUZZ_CHECK(ValidateGlobalPath(r->replaced).has_value());
   FUZZ_CHECK(std::is_sorted(r->holders.begin(), r->holders.end()));
   (void)r->Describe();
 

@@ -33,11 +33,12 @@ ClusterView View(const std::string& from, uint64_t epoch) {
 }
 
 bool Same(const VdChange& a, const VdChange& b) {
-  return a.kind == b.kind && a.name == b.name && a.type == b.type && a.node == b.node;
+  return a.kind == b.kind && a.name == b.name && a.type == b.type && a.node == b.node &&
+         a.id == b.id;
 }
 bool Same(const VdEntry& a, const VdEntry& b) {
   return a.name == b.name && a.real_name == b.real_name && a.type == b.type &&
-         a.holders == b.holders && a.alias == b.alias;
+         a.holders == b.holders && a.alias == b.alias && a.id == b.id;
 }
 template <class A, class B, class F>
 bool SameAll(const A& a, const B& b, F same) {
@@ -104,7 +105,7 @@ void FuzzListing(const m2m::Bytes& payload) {
   auto back = DecodeListing(EncodeListing(*r));
   FUZZ_CHECK(back.has_value());
   FUZZ_CHECK(SameAll(*back, *r, [](const DirEntry& a, const DirEntry& b) {
-    return a.name == b.name && a.type == b.type && a.ino == b.ino;
+    return a.name == b.name && a.type == b.type && a.ino == b.ino && a.id == b.id;
   }));
 }
 
