@@ -1,0 +1,78 @@
+// A Transport that injects faults into the calls this node makes, around
+// any transport (the daemon's UCX transport, the fake network): requests
+// lost before they are sent, replies lost after the peer acted (the caller
+// gets ETIMEDOUT either way, as it would once a real loss timed out, only
+// sooner), delays (so that messages overtake each other) and broken
+// connections. One-sided operations are delayed, lost or disconnected the
+// same way. Requests served here are not touched: every node injecting its
+// own faults covers both directions. Seeded: one seed, one sequence of
+// decisions (the interleaving still depends on timing).
+//
+// For tests and fault runs only (docs/faults.md, "Fault injection"): the
+// daemon wraps its transport in one when FEDFS_TEST_FAULTS is set.
+//
+// Threads: as the wrapped transport's; delayed operations are sent from a
+// thread of the FaultyTransport's own.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <string_view>
+
+#include "common/result.h"
+#include "common/timers.h"
+#include "m2m/transport.h"
+
+namespace fedfs::m2m {
+
+struct FaultSpec {
+  double drop = 0;        // share of operations lost (half before, half after the peer acts)
+  double delay = 0;       // share of operations delayed ...
+  std::chrono::microseconds delay_max{0};  // ... by up to this much (uniform)
+  double disconnect = 0;  // share of operations preceded by a broken connection
+  uint64_t seed = 1;
+
+  bool Any() const { return drop > 0 || delay > 0 || disconnect > 0; }
+  std::string ToString() const;
+};
+
+// "drop=0.01,delay=0.05:20ms,disconnect=0.001,seed=7" (any subset; delays
+// in us, ms or s): the spec, or EINVAL naming the bad part.
+Result<FaultSpec> ParseFaultSpec(std::string_view text);
+
+class FaultyTransport final : public Transport {
+ public:
+  FaultyTransport(std::unique_ptr<Transport> inner, FaultSpec spec);
+  ~FaultyTransport() override;
+
+  struct Counts {
+    uint64_t operations = 0, dropped_requests = 0, dropped_replies = 0, delayed = 0,
+             disconnects = 0;
+  };
+  Counts counts() const;
+
+  void Handle(uint16_t method, RpcHandler handler) override {
+    inner_->Handle(method, std::move(handler));
+  }
+  Result<std::string> Listen(const std::string& addr) override { return inner_->Listen(addr); }
+  std::shared_ptr<Endpoint> GetEndpoint(const std::string& addr) override;
+  Result<std::unique_ptr<LocalRegion>> Register(void* addr, size_t len) override {
+    return inner_->Register(addr, len);
+  }
+  Result<std::unique_ptr<LocalRegion>> Allocate(size_t len) override {
+    return inner_->Allocate(len);
+  }
+  void Shutdown() override { inner_->Shutdown(); }
+
+  struct State;  // faulty_transport.cc
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace fedfs::m2m
