@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <cstdlib>
 #include <mutex>
 
 #include "cluster/cluster.h"
@@ -22,6 +23,7 @@
 #include "fuse/fuse_frontend.h"
 #include "m2m/auth.h"
 #include "m2m/counting_transport.h"
+#include "m2m/faulty_transport.h"
 #include "metrics/endpoint.h"
 #include "node/node.h"
 #include "nodefs/local_node_fs.h"
@@ -167,8 +169,17 @@ Status Daemon::StartTransport(const DaemonOptions& o) {
     return Err(transport.error().code,
                "cannot start the UCX transport: " + transport.error().ToString());
   }
+  std::unique_ptr<m2m::Transport> inner = std::move(*transport);
+  // Fault runs only (docs/faults.md): FEDFS_TEST_FAULTS="drop=0.01,..." makes
+  // this node's calls fail, arrive late or lose their connection.
+  if (const char* faults = std::getenv("FEDFS_TEST_FAULTS"); faults != nullptr && *faults) {
+    auto spec = m2m::ParseFaultSpec(faults);
+    if (!spec) return Err(EINVAL, "FEDFS_TEST_FAULTS: " + spec.error().context);
+    Logger("daemon")->warn("test hook: injecting transport faults ({})", spec->ToString());
+    inner = std::make_unique<m2m::FaultyTransport>(std::move(inner), *spec);
+  }
   // Counted by peer for the metrics (m2m/counting_transport.h).
-  auto counting = std::make_unique<m2m::CountingTransport>(std::move(*transport));
+  auto counting = std::make_unique<m2m::CountingTransport>(std::move(inner));
   counting_ = counting.get();
   transport_ = std::move(counting);
   return Ok();

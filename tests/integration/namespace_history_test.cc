@@ -14,7 +14,8 @@
 // placement rule, so that most operations touch a remote node; and every file
 // on one node (a fixed-node rule), used through all three mounts. Each runs
 // with and without renames, twice more with the nodes taking turns, and once
-// more with every directory counted as large. The variants are instantiated disabled while
+// more with every directory counted as large, and once under delayed messages
+// (FEDFS_TEST_FAULTS, m2m/faulty_transport.h). The variants are instantiated disabled while
 // they still find violations (see the end of this file).
 //
 // FEDFS_HISTORY_SEEDS="3,17" replaces the default seeds (to replay a failure;
@@ -38,6 +39,7 @@
 #include <functional>
 #include <latch>
 #include <map>
+#include <optional>
 #include <ostream>
 #include <random>
 #include <sstream>
@@ -180,12 +182,16 @@ struct Variant {
   // names beside a skeleton (docs/namespace.md, "Large directories"); a
   // table of 2 entries drops copies often, so lookups without one are many.
   bool large = false;
+  // FEDFS_TEST_FAULTS for every daemon (m2m/faulty_transport.h): delays only,
+  // so that messages overtake each other while every call still succeeds
+  // (the checker has no model for operations whose outcome is unknown).
+  const char* faults = nullptr;
 };
 
 std::string Describe(const Variant& v) {
   const char* layout[] = {"CreatingNode", "SpreadByHash", "OneNode"};
   return std::string(layout[static_cast<int>(v.layout)]) + (v.renames ? "WithRenames" : "NoRenames") +
-         (v.turns ? "InTurns" : "") + (v.large ? "Large" : "");
+         (v.turns ? "InTurns" : "") + (v.large ? "Large" : "") + (v.faults ? "Delayed" : "");
 }
 std::string VariantName(const ::testing::TestParamInfo<Variant>& info) { return Describe(info.param); }
 void PrintTo(const Variant& v, std::ostream* os) { *os << Describe(v); }
@@ -193,7 +199,8 @@ void PrintTo(const Variant& v, std::ostream* os) { *os << Describe(v); }
 class NamespaceHistory : public ::testing::TestWithParam<Variant> {
  protected:
   void StartAndLaunch(const std::string& extra_yaml,
-                      const std::function<void(const std::vector<std::string>&)>& before_launch) {
+                      const std::function<void(const std::vector<std::string>&)>& before_launch,
+                      const char* faults = nullptr) {
     std::vector<std::string> addrs;
     for (int i = 0; i < kNodes; ++i) addrs.push_back("127.0.0.1:" + std::to_string(FreePort()));
     std::map<std::string, std::string> configs;
@@ -205,10 +212,18 @@ class NamespaceHistory : public ::testing::TestWithParam<Variant> {
       ids_.push_back(id);
     }
     before_launch(ids_);
-    for (const auto& id : ids_) c_.Start(id, configs[id]);
+    {
+      std::optional<ScopedEnv> env;
+      if (faults != nullptr) env.emplace("FEDFS_TEST_FAULTS", faults);
+      for (const auto& id : ids_) c_.Start(id, configs[id]);
+    }
     for (const auto& id : ids_) {
       ASSERT_TRUE(WaitFor([&] { return c_.SeesAlive(id, ids_); }, kNoHang)) << id << " log:\n" << c_.Log(id);
       ASSERT_TRUE(WaitFor([&] { return IsMounted(c_.Mountpoint(id)); }, kNoHang)) << id << " log:\n" << c_.Log(id);
+      if (faults != nullptr) {
+        ASSERT_NE(c_.Log(id).find("test hook: injecting transport faults"), std::string::npos)
+            << id << " injects no faults";
+      }
     }
   }
 
@@ -323,7 +338,7 @@ TEST_P(NamespaceHistory, RandomHistoriesAreLinearizable) {
     for (const auto& id : ids) {
       for (uint64_t seed : seeds) fs::create_directories(c_.ExportRoot(id) + "/h/s" + std::to_string(seed));
     }
-  }));
+  }, v.faults));
   for (uint64_t seed : seeds) {
     const std::string rel = "/h/s" + std::to_string(seed);
     if (v.layout != Layout::kSpreadByHash) {
@@ -387,7 +402,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Variant{Layout::kOneNode, true},
                       Variant{Layout::kCreatingNode, true, true},
                       Variant{Layout::kSpreadByHash, true, true},
-                      Variant{Layout::kSpreadByHash, true, false, true}),
+                      Variant{Layout::kSpreadByHash, true, false, true},
+                      Variant{Layout::kSpreadByHash, true, false, false, "delay=0.3:3ms,seed=5"}),
     VariantName);
 
 }  // namespace
