@@ -43,6 +43,7 @@
 #include <ostream>
 #include <random>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 #include "tests/tools/cluster.h"
@@ -182,16 +183,19 @@ struct Variant {
   // names beside a skeleton (docs/namespace.md, "Large directories"); a
   // table of 2 entries drops copies often, so lookups without one are many.
   bool large = false;
-  // FEDFS_TEST_FAULTS for every daemon (m2m/faulty_transport.h): delays only,
-  // so that messages overtake each other while every call still succeeds
-  // (the checker has no model for operations whose outcome is unknown).
+  // FEDFS_TEST_FAULTS for every daemon (m2m/faulty_transport.h). With lost
+  // messages, operations that fail with ETIMEDOUT, EIO, ... may or may not
+  // have happened (checked so: history_check.h, unknown_outcomes).
   const char* faults = nullptr;
 };
 
 std::string Describe(const Variant& v) {
   const char* layout[] = {"CreatingNode", "SpreadByHash", "OneNode"};
   return std::string(layout[static_cast<int>(v.layout)]) + (v.renames ? "WithRenames" : "NoRenames") +
-         (v.turns ? "InTurns" : "") + (v.large ? "Large" : "") + (v.faults ? "Delayed" : "");
+         (v.turns ? "InTurns" : "") + (v.large ? "Large" : "") +
+         (v.faults == nullptr ? ""
+          : std::string_view(v.faults).find("drop") != std::string_view::npos ? "Lossy"
+                                                                               : "Delayed");
 }
 std::string VariantName(const ::testing::TestParamInfo<Variant>& info) { return Describe(info.param); }
 void PrintTo(const Variant& v, std::ostream* os) { *os << Describe(v); }
@@ -244,7 +248,8 @@ class NamespaceHistory : public ::testing::TestWithParam<Variant> {
     return n;
   }
 
-  void RunHistory(const std::string& rel, uint64_t seed, bool renames, bool turns) {
+  void RunHistory(const std::string& rel, uint64_t seed, bool renames, bool turns,
+                  bool lossy = false) {
     HistoryRecorder rec;
     std::vector<Worker> workers;
     for (int n = 0; n < kNodes; ++n) {
@@ -271,7 +276,7 @@ class NamespaceHistory : public ::testing::TestWithParam<Variant> {
     }
     const std::vector<NsOp> history = rec.Take();
     const auto start = std::chrono::steady_clock::now();
-    const HistoryVerdict v = CheckLinearizable(history);
+    const HistoryVerdict v = CheckLinearizable(history, {}, lossy);
     const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
         std::chrono::steady_clock::now() - start);
     std::printf("seed %llu (%s): %zu operations, %s, %llu configurations, checked in %lld ms\n",
@@ -347,7 +352,8 @@ TEST_P(NamespaceHistory, RandomHistoriesAreLinearizable) {
       ASSERT_EQ(::mkdir((c_.Mountpoint("n1") + rel).c_str(), 0755), 0) << std::strerror(errno);
     }
     SCOPED_TRACE("seed " + std::to_string(seed));
-    ASSERT_NO_FATAL_FAILURE(RunHistory(rel, seed, v.renames, v.turns));
+    const bool lossy = v.faults != nullptr && std::string_view(v.faults).find("drop") != std::string_view::npos;
+    ASSERT_NO_FATAL_FAILURE(RunHistory(rel, seed, v.renames, v.turns, lossy));
   }
   const uint64_t leases = DtSum(false);
   const uint64_t skeletons = DtSum(true);
@@ -405,6 +411,16 @@ INSTANTIATE_TEST_SUITE_P(
                       Variant{Layout::kSpreadByHash, true, false, true},
                       Variant{Layout::kSpreadByHash, true, false, false, "delay=0.3:3ms,seed=5"}),
     VariantName);
+
+// Lost messages (0.5 % of every node's calls, half of them after the peer
+// acted): not linearizable yet (docs/faults.md, "Fault injection"), so
+// instantiated disabled; run it with --gtest_also_run_disabled_tests
+// --gtest_filter='*Lossy*'. The first violation found: a rename answered
+// ENOENT for a name that a rename from another node had made (seed 3).
+INSTANTIATE_TEST_SUITE_P(DISABLED_Lossy, NamespaceHistory,
+                         ::testing::Values(Variant{Layout::kSpreadByHash, true, false, false,
+                                                   "drop=0.005,delay=0.3:3ms,seed=9"}),
+                         VariantName);
 
 }  // namespace
 }  // namespace fedfs::testing

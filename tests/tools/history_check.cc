@@ -312,10 +312,24 @@ std::vector<NsOp> SplitTwoLookupAnswers(const std::vector<NsOp>& history, std::v
 }  // namespace
 
 HistoryVerdict CheckLinearizable(const std::vector<NsOp>& recorded,
-                                 const std::map<std::string, NsType>& initial) {
+                                 const std::map<std::string, NsType>& initial,
+                                 bool unknown_outcomes) {
   HistoryVerdict verdict;
   std::vector<int> after;
-  const std::vector<NsOp> h = SplitTwoLookupAnswers(recorded, &after);
+  std::vector<NsOp> h = SplitTwoLookupAnswers(recorded, &after);
+  // Outcomes not known (history_check.h): no response, any result.
+  std::vector<bool> unknown(h.size(), false);
+  if (unknown_outcomes) {
+    for (size_t i = 0; i < h.size(); ++i) {
+      const int e = h[i].err;
+      if (e == ETIMEDOUT || e == EIO || e == ECONNRESET || e == ENOTCONN || e == EHOSTDOWN ||
+          e == EAGAIN) {
+        unknown[i] = true;
+        h[i].response = HistoryClock::time_point::max();
+      }
+    }
+  }
+  auto matches = [&](size_t i, const Outcome& o) { return unknown[i] || Matches(h[i], o); };
   const Model model(h, initial);
   const size_t n = h.size();
   if (n == 0) {
@@ -400,7 +414,7 @@ HistoryVerdict CheckLinearizable(const std::vector<NsOp>& recorded,
       const int first = after[static_cast<size_t>(c.op)];
       const Outcome o = model.Apply(state, op, &next);
       bool advanced = false;
-      if ((first < 0 || done(first)) && Matches(op, o)) {
+      if ((first < 0 || done(first)) && matches(static_cast<size_t>(c.op), o)) {
         flip(c.op);
         if (memo.insert(linearized + next).second) {
           calls.push_back({cur, state});
@@ -458,7 +472,7 @@ HistoryVerdict CheckLinearizable(const std::vector<NsOp>& recorded,
     if (in_prefix[i] || h[i].invoke > earliest) continue;
     const Outcome o = model.Apply(best_state, h[i], &next);
     s << "  #" << i << " " << FormatOp(h[i]) << "   model says: " << FormatOutcome(h[i].kind, o)
-      << (Matches(h[i], o) ? " (agrees; but every order starting with it dead-ends later)" : "") << "\n";
+      << (matches(i, o) ? " (agrees; but every order starting with it dead-ends later)" : "") << "\n";
   }
   s << "(#N are indexes into the history; print it with FormatHistory. An exists(x) is a\n"
        " lookup of a rename_noreplace answered EEXIST: the first half keeps the rename's #N,\n"

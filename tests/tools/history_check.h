@@ -15,7 +15,13 @@
 // configuration already explored is never explored again, so histories of a
 // few hundred operations with a handful of concurrent clients check fast.
 // Operations that failed with an errno the model never produces (EIO,
-// ETIMEDOUT, ...) cannot be linearized and make the history fail.
+// ETIMEDOUT, ...) cannot be linearized and make the history fail, unless the
+// check is told that outcomes may be unknown (`unknown_outcomes`, for runs
+// with lost messages): then an operation that failed with ETIMEDOUT, EIO,
+// ECONNRESET, ENOTCONN, EHOSTDOWN or EAGAIN may or may not have taken effect,
+// and is checked as one whose response never came (linearized at any point
+// after its call, with whatever result the model gives, or, equivalently, at
+// the very end).
 //
 // Model. Entries are paths relative to the checked tree, components separated
 // by '/', e.g. "d/a". The state maps each such path to a file or directory;
@@ -103,7 +109,8 @@ struct HistoryVerdict {
 // points of its interval: a exists at the first, b at the same or a later
 // one (an atomic rename's EEXIST is the case of equal points).
 HistoryVerdict CheckLinearizable(const std::vector<NsOp>& history,
-                                 const std::map<std::string, NsType>& initial = {});
+                                 const std::map<std::string, NsType>& initial = {},
+                                 bool unknown_outcomes = false);
 
 // One line per operation, ordered by invocation, with times relative to the
 // first invocation (microseconds): for failure reports.

@@ -75,6 +75,28 @@ TEST(HistoryCheck, ConcurrentCreatesOneWinsOneSeesEexist) {
   });
 }
 
+// A lost message (unknown_outcomes): an operation that failed with
+// ETIMEDOUT may have taken effect, at any time after its call, or not at all;
+// the results of the others must still agree with one of the two.
+TEST(HistoryCheck, AnOperationWhoseOutcomeIsUnknownMayOrMayNotHaveHappened) {
+  auto check = [](const std::vector<NsOp>& h) { return CheckLinearizable(h, {}, true); };
+  // It happened: a later stat sees the file, even long after the error.
+  const std::vector<NsOp> happened{
+      Op(0, K::kCreate, "a", ETIMEDOUT, 0, 10),
+      Stat(1, "a", 0, 500, 510),
+  };
+  EXPECT_TRUE(check(happened).linearizable);
+  EXPECT_FALSE(CheckLinearizable(happened).linearizable) << "without it, ETIMEDOUT is wrong";
+  // It did not happen.
+  EXPECT_TRUE(check({Op(0, K::kCreate, "a", ETIMEDOUT, 0, 10), Stat(1, "a", ENOENT, 20, 30)})
+                  .linearizable);
+  // Either way, the others' answers must fit one history: the file seen, then
+  // not seen, with nothing else removing it, is still wrong.
+  EXPECT_FALSE(check({Op(0, K::kCreate, "a", ETIMEDOUT, 0, 10), Stat(1, "a", 0, 20, 30),
+                      Stat(1, "a", ENOENT, 40, 50)})
+                   .linearizable);
+}
+
 TEST(HistoryCheck, TwoCreatesBothOkIsNotLinearizable) {
   ExpectNotLinearizable({
       Op(0, K::kCreate, "a", 0, 0, 100),
