@@ -338,20 +338,21 @@ DirOps::Outcome DirOps::Backward(Record& r, Error* err) {
   return Outcome::kOk;
 }
 
+void DirOps::Tell(const Record& r, const std::string& path, VdChange::Kind kind,
+                  const std::string& node, uint8_t type, uint64_t id) {
+  if (!notify_) return;
+  const std::string dir(ParentPath(path));
+  if (auto s = notify_(dir, VdChange{kind, std::string(BaseName(path)), type, node, id}); !s) {
+    Log()->warn("{}: VD update of {} failed: {} (the manager rebuilds it)", r.Describe(), dir,
+                s.error().ToString());
+  }
+}
+
 void DirOps::Notify(const Record& r, bool forward) {
   if (!notify_) return;
   auto send = [&](const std::string& path, VdChange::Kind kind, const std::string& node) {
-    VdChange ch;
-    ch.kind = kind;
-    ch.name = std::string(BaseName(path));
-    ch.type = DT_DIR;
-    ch.node = node;
-    if (kind == VdChange::Kind::kAdd && r.kind == Record::Kind::kRename) ch.id = r.dir_id;
-    const std::string dir(ParentPath(path));
-    if (auto s = notify_(dir, ch); !s) {
-      Log()->warn("{}: VD update of {} failed: {} (the manager rebuilds it)", r.Describe(), dir,
-                  s.error().ToString());
-    }
+    const bool renamed_add = kind == VdChange::Kind::kAdd && r.kind == Record::Kind::kRename;
+    Tell(r, path, kind, node, DT_DIR, renamed_add ? r.dir_id : 0);
   };
   const auto add = VdChange::Kind::kAdd;
   const auto remove = VdChange::Kind::kRemove;
@@ -397,18 +398,6 @@ void DirOps::UndoAfterFailure(Record& r) {
 }
 
 namespace {
-// Releases busy paths at scope exit (also when a test hook throws).
-class BusyGuard {
- public:
-  BusyGuard(std::function<void()> release) : release_(std::move(release)) {}
-  ~BusyGuard() { release_(); }
-  BusyGuard(const BusyGuard&) = delete;
-  BusyGuard& operator=(const BusyGuard&) = delete;
-
- private:
-  std::function<void()> release_;
-};
-
 std::vector<std::string> SortedUnique(std::vector<std::string> v) {
   std::sort(v.begin(), v.end());
   v.erase(std::unique(v.begin(), v.end()), v.end());

@@ -255,6 +255,9 @@ class DirOps {
   Outcome UnlinkReplaced(const Record& r, const Cred& cred, Error* err);
   // Tells the VD managers what a rolled-forward kReplace changed.
   void NotifyReplace(const Record& r);
+  // One VD change of `path`'s entry in its parent (logged when it fails).
+  void Tell(const Record& r, const std::string& path, VdChange::Kind kind,
+            const std::string& node, uint8_t type, uint64_t id = 0);
   // After Forward failed: undo, then delete or keep pending.
   void UndoAfterFailure(Record& r);
   // The end that rename and rmdir share, once their record is saved in state

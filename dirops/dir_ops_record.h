@@ -18,6 +18,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -37,6 +38,19 @@ inline const Cred& RootCred() {
   static const Cred kRoot{};
   return kRoot;
 }
+
+// Runs `release` at scope exit (busy paths, name locks; also when a test
+// hook throws).
+class BusyGuard {
+ public:
+  explicit BusyGuard(std::function<void()> release) : release_(std::move(release)) {}
+  ~BusyGuard() { release_(); }
+  BusyGuard(const BusyGuard&) = delete;
+  BusyGuard& operator=(const BusyGuard&) = delete;
+
+ private:
+  std::function<void()> release_;
+};
 
 // Errnos after which the same step may succeed later (the node may come
 // back); anything else is a definitive answer from the node.

@@ -34,11 +34,7 @@ Status DirOps::ReplaceFile(const Cred& cred, const std::string& from,
   if (dst == nullptr) return Err(EHOSTDOWN, "no route to node " + to_node);
   const std::vector<std::string> paths{from, to};
   if (auto s = Acquire(paths); !s) return s;
-  struct Guard {
-    DirOps* d;
-    const std::vector<std::string>& p;
-    ~Guard() { d->Release(p); }
-  } guard{this, paths};
+  BusyGuard guard([&] { Release(paths); });
 
   auto src_st = src->Stat(cred, from);
   if (!src_st) return Err(src_st.error());
@@ -60,7 +56,6 @@ Status DirOps::ReplaceFile(const Cred& cred, const std::string& from,
   r.replaced = replaced;
   r.src_ino = src_st->st_ino;
   r.dst_ino = dst_st->st_ino;
-  r.holders = {from_node, to_node};
   if (auto s = Save(r); !s) return s;
   Step("replace-journaled");
 
@@ -147,25 +142,11 @@ DirOps::Outcome DirOps::ResolveReplace(Record& r) {
 }
 
 void DirOps::NotifyReplace(const Record& r) {
-  if (!notify_) return;
-  auto send = [&](const std::string& path, VdChange::Kind kind, const std::string& node,
-                  uint8_t type) {
-    VdChange ch;
-    ch.kind = kind;
-    ch.name = std::string(BaseName(path));
-    ch.type = type;
-    ch.node = node;
-    const std::string dir(ParentPath(path));
-    if (auto s = notify_(dir, ch); !s) {
-      Log()->warn("{}: VD update of {} failed: {} (the manager rebuilds it)", r.Describe(), dir,
-                  s.error().ToString());
-    }
-  };
   uint8_t type = DT_REG;
   if (auto st = Fs(r.from_node)->Stat(RootCred(), r.to); st) type = IFTODT(st->st_mode);
-  send(r.replaced, VdChange::Kind::kRemove, r.to_node, 0);
-  send(r.to, VdChange::Kind::kAdd, r.from_node, type);
-  send(r.from, VdChange::Kind::kRemove, r.from_node, 0);
+  Tell(r, r.replaced, VdChange::Kind::kRemove, r.to_node, 0);
+  Tell(r, r.to, VdChange::Kind::kAdd, r.from_node, type);
+  Tell(r, r.from, VdChange::Kind::kRemove, r.from_node, 0);
 }
 
 }  // namespace fedfs::ns

@@ -81,12 +81,12 @@ class CountingEndpoint final : public Endpoint {
 }  // namespace
 
 CountingTransport::CountingTransport(std::unique_ptr<Transport> inner)
-    : inner_(std::move(inner)), served_(new std::atomic<uint64_t>[2]{}) {}
+    : TransportDecorator(std::move(inner)), served_(new std::atomic<uint64_t>[2]{}) {}
 
 CountingTransport::~CountingTransport() = default;
 
 void CountingTransport::Handle(uint16_t method, RpcHandler handler) {
-  inner_->Handle(method, [served = served_, h = std::move(handler)](IncomingCall call,
+  inner().Handle(method, [served = served_, h = std::move(handler)](IncomingCall call,
                                                                      Responder r) mutable {
     Add(served[0], 1);
     Add(served[1], call.payload.size());
@@ -99,7 +99,7 @@ std::shared_ptr<Endpoint> CountingTransport::GetEndpoint(const std::string& addr
   Peer& p = endpoints_[addr];
   if (!p.endpoint) {
     p.counters = std::make_shared<Counters>();
-    p.endpoint = std::make_shared<CountingEndpoint>(inner_->GetEndpoint(addr), p.counters);
+    p.endpoint = std::make_shared<CountingEndpoint>(inner().GetEndpoint(addr), p.counters);
   }
   return p.endpoint;
 }

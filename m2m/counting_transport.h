@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "m2m/transport.h"
+#include "m2m/transport_decorator.h"
 
 namespace fedfs::m2m {
 
-class CountingTransport final : public Transport {
+class CountingTransport final : public TransportDecorator {
  public:
   explicit CountingTransport(std::unique_ptr<Transport> inner);
   ~CountingTransport() override;
@@ -36,20 +36,11 @@ class CountingTransport final : public Transport {
   Traffic traffic() const;
 
   void Handle(uint16_t method, RpcHandler handler) override;
-  Result<std::string> Listen(const std::string& addr) override { return inner_->Listen(addr); }
   std::shared_ptr<Endpoint> GetEndpoint(const std::string& addr) override;
-  Result<std::unique_ptr<LocalRegion>> Register(void* addr, size_t len) override {
-    return inner_->Register(addr, len);
-  }
-  Result<std::unique_ptr<LocalRegion>> Allocate(size_t len) override {
-    return inner_->Allocate(len);
-  }
-  void Shutdown() override { inner_->Shutdown(); }
 
   struct Counters;  // counting_transport.cc
 
  private:
-  std::unique_ptr<Transport> inner_;
   mutable std::mutex mu_;
   struct Peer {
     std::shared_ptr<Endpoint> endpoint;

@@ -194,14 +194,14 @@ Result<FaultSpec> ParseFaultSpec(std::string_view text) {
 }
 
 FaultyTransport::FaultyTransport(std::unique_ptr<Transport> inner, FaultSpec spec)
-    : inner_(std::move(inner)), state_(std::make_shared<State>(spec)) {}
+    : TransportDecorator(std::move(inner)), state_(std::make_shared<State>(spec)) {}
 
 FaultyTransport::~FaultyTransport() = default;
 
 std::shared_ptr<Endpoint> FaultyTransport::GetEndpoint(const std::string& addr) {
   std::lock_guard lock(state_->endpoints_mu);
   auto& ep = state_->endpoints[addr];
-  if (!ep) ep = std::make_shared<FaultyEndpoint>(inner_->GetEndpoint(addr), state_);
+  if (!ep) ep = std::make_shared<FaultyEndpoint>(inner().GetEndpoint(addr), state_);
   return ep;
 }
 

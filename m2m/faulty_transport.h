@@ -25,7 +25,7 @@
 
 #include "common/result.h"
 #include "common/timers.h"
-#include "m2m/transport.h"
+#include "m2m/transport_decorator.h"
 
 namespace fedfs::m2m {
 
@@ -44,7 +44,7 @@ struct FaultSpec {
 // in us, ms or s): the spec, or EINVAL naming the bad part.
 Result<FaultSpec> ParseFaultSpec(std::string_view text);
 
-class FaultyTransport final : public Transport {
+class FaultyTransport final : public TransportDecorator {
  public:
   FaultyTransport(std::unique_ptr<Transport> inner, FaultSpec spec);
   ~FaultyTransport() override;
@@ -55,23 +55,11 @@ class FaultyTransport final : public Transport {
   };
   Counts counts() const;
 
-  void Handle(uint16_t method, RpcHandler handler) override {
-    inner_->Handle(method, std::move(handler));
-  }
-  Result<std::string> Listen(const std::string& addr) override { return inner_->Listen(addr); }
   std::shared_ptr<Endpoint> GetEndpoint(const std::string& addr) override;
-  Result<std::unique_ptr<LocalRegion>> Register(void* addr, size_t len) override {
-    return inner_->Register(addr, len);
-  }
-  Result<std::unique_ptr<LocalRegion>> Allocate(size_t len) override {
-    return inner_->Allocate(len);
-  }
-  void Shutdown() override { inner_->Shutdown(); }
 
   struct State;  // faulty_transport.cc
 
  private:
-  std::unique_ptr<Transport> inner_;
   std::shared_ptr<State> state_;
 };
 

@@ -50,13 +50,9 @@ std::set<std::string> Tree(const std::string& dir) {
   return out;
 }
 
-class DirRenameCrash : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(DirRenameCrash, WhollyRenamedOrWhollyNot) {
-  if (::geteuid() != 0) GTEST_SKIP() << "needs root for FUSE mounts";
-  const std::string step = GetParam();
-  Cluster c;
-  const std::vector<std::string> ids{"n1", "n2", "n3"};
+// Configs of `ids` on free loopback ports, each seeded with the first
+// (node_tag, state_dir <dir>/<id>-state), by id.
+std::map<std::string, std::string> SeededConfigs(Cluster& c, const std::vector<std::string>& ids) {
   std::map<std::string, std::string> configs;
   std::vector<std::string> addrs;
   for (size_t i = 0; i < ids.size(); ++i) addrs.push_back("127.0.0.1:" + std::to_string(FreePort()));
@@ -65,8 +61,31 @@ TEST_P(DirRenameCrash, WhollyRenamedOrWhollyNot) {
     nc.id = ids[i];
     nc.listen = addrs[i];
     if (i > 0) nc.peers = {addrs[0]};
-    configs[ids[i]] = c.WriteConfig(nc);  // node_tag, state_dir <dir>/<id>-state
+    configs[ids[i]] = c.WriteConfig(nc);
   }
+  return configs;
+}
+
+// Waits until `cond` holds while node `name` runs; false if the bound passed
+// or the node exited (the Cluster then fails the test with its exit status
+// and log).
+bool WhileRunning(Cluster& c, const std::string& name, const std::function<bool()>& cond) {
+  return WaitFor([&] { return !c.Running(name) || cond(); }, kNoHang) && c.Running(name);
+}
+
+// Whether node `name`'s log holds `text`, as a condition.
+std::function<bool()> Logged(Cluster& c, const std::string& name, const std::string& text) {
+  return [&c, name, text] { return c.Log(name).find(text) != std::string::npos; };
+}
+
+class DirRenameCrash : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DirRenameCrash, WhollyRenamedOrWhollyNot) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root for FUSE mounts";
+  const std::string step = GetParam();
+  Cluster c;
+  const std::vector<std::string> ids{"n1", "n2", "n3"};
+  std::map<std::string, std::string> configs = SeededConfigs(c, ids);
   auto root = [&](const std::string& id) { return c.ExportRoot(id); };
   auto mnt = [&](const std::string& id) { return c.Mountpoint(id); };
   // /top/d on every node, each with its own content; /top/e nowhere.
@@ -77,14 +96,11 @@ TEST_P(DirRenameCrash, WhollyRenamedOrWhollyNot) {
     before[id] = Tree(root(id) + "/top/d");
   }
 
-  // Waits until `cond` holds while node `name` runs; false if the bound
-  // passed or the node exited (the Cluster then fails the test with its exit
-  // status and log).
   auto while_running = [&](const std::string& name, const std::function<bool()>& cond) {
-    return WaitFor([&] { return !c.Running(name) || cond(); }, kNoHang) && c.Running(name);
+    return WhileRunning(c, name, cond);
   };
   auto logged = [&](const std::string& name, const std::string& text) {
-    return [&c, name, text] { return c.Log(name).find(text) != std::string::npos; };
+    return Logged(c, name, text);
   };
 
   // n1 coordinates and pauses at `step`; it says so once its journal is open.
@@ -174,16 +190,7 @@ TEST_P(ReplaceCrash, OneOfTheTwoFilesIsAtTheName) {
   const std::string step = GetParam();
   Cluster c;
   const std::vector<std::string> ids{"n1", "n2", "n3"};
-  std::map<std::string, std::string> configs;
-  std::vector<std::string> addrs;
-  for (size_t i = 0; i < ids.size(); ++i) addrs.push_back("127.0.0.1:" + std::to_string(FreePort()));
-  for (size_t i = 0; i < ids.size(); ++i) {
-    NodeConfig nc;
-    nc.id = ids[i];
-    nc.listen = addrs[i];
-    if (i > 0) nc.peers = {addrs[0]};
-    configs[ids[i]] = c.WriteConfig(nc);
-  }
+  std::map<std::string, std::string> configs = SeededConfigs(c, ids);
   auto root = [&](const std::string& id) { return c.ExportRoot(id); };
   auto mnt = [&](const std::string& id) { return c.Mountpoint(id); };
   // /top/src on n1, /top/dst on n2.
@@ -192,10 +199,10 @@ TEST_P(ReplaceCrash, OneOfTheTwoFilesIsAtTheName) {
   std::ofstream(root("n1") + "/top/src") << "source";
   std::ofstream(root("n2") + "/top/dst") << "old destination";
   auto while_running = [&](const std::string& name, const std::function<bool()>& cond) {
-    return WaitFor([&] { return !c.Running(name) || cond(); }, kNoHang) && c.Running(name);
+    return WhileRunning(c, name, cond);
   };
   auto logged = [&](const std::string& name, const std::string& text) {
-    return [&c, name, text] { return c.Log(name).find(text) != std::string::npos; };
+    return Logged(c, name, text);
   };
 
   ::setenv("FEDFS_TEST_PAUSE_AT", step.c_str(), 1);
