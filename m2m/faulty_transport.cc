@@ -2,13 +2,13 @@
 
 #include <atomic>
 #include <charconv>
-#include <map>
 #include <vector>
 
 namespace fedfs::m2m {
 
 // Shared by the transport and its endpoints (which may outlive it in a
-// caller's hands): the decisions, the counts and the delay thread.
+// caller's hands): the decisions, the counts and the delay thread. It holds
+// no endpoint, so that endpoint and state are no cycle.
 struct FaultyTransport::State {
   explicit State(FaultSpec s) : spec(s), rng(s.seed) {}
 
@@ -46,8 +46,6 @@ struct FaultyTransport::State {
   std::atomic<uint64_t> ops{0}, dropped_requests{0}, dropped_replies{0}, delayed{0},
       disconnects{0};
   Timers timers{"faults"};
-  std::mutex endpoints_mu;
-  std::map<std::string, std::shared_ptr<Endpoint>> endpoints;  // GUARDED_BY(endpoints_mu)
 };
 
 namespace {
@@ -199,8 +197,8 @@ FaultyTransport::FaultyTransport(std::unique_ptr<Transport> inner, FaultSpec spe
 FaultyTransport::~FaultyTransport() = default;
 
 std::shared_ptr<Endpoint> FaultyTransport::GetEndpoint(const std::string& addr) {
-  std::lock_guard lock(state_->endpoints_mu);
-  auto& ep = state_->endpoints[addr];
+  std::lock_guard lock(endpoints_mu_);
+  auto& ep = endpoints_[addr];
   if (!ep) ep = std::make_shared<FaultyEndpoint>(inner().GetEndpoint(addr), state_);
   return ep;
 }

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -61,6 +62,8 @@ class FaultyTransport final : public TransportDecorator {
 
  private:
   std::shared_ptr<State> state_;
+  std::mutex endpoints_mu_;
+  std::map<std::string, std::shared_ptr<Endpoint>> endpoints_;  // GUARDED_BY(endpoints_mu_)
 };
 
 }  // namespace fedfs::m2m
