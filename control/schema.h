@@ -329,6 +329,9 @@ struct DtReply {
   uint64_t dt_invals_received = 0, notifies_sent = 0, kernel_invalidations = 0;
   uint64_t sharer_records = 0, invalidations_sent = 0, invalidations_failed = 0;
   uint64_t broadcasts_sent = 0, changes_invalidated = 0;
+  // Lost messages (vd/vd_service.h): invalidations resent (manager), requests
+  // resent (client), resends answered from the first answer (manager).
+  uint64_t invalidations_resent = 0, resends = 0, duplicates_answered = 0;
   uint64_t gets_served = 0, dirmerges = 0, updates_applied = 0, resident = 0;
   // Leases (docs/namespace.md, "Leases"): as a manager, lent and recalled;
   // as a holder, taken, ended and held now.
@@ -343,7 +346,9 @@ struct DtReply {
     v("kernel_invalidations", s.kernel_invalidations); v("sharer_records", s.sharer_records);
     v("invalidations_sent", s.invalidations_sent);
     v("invalidations_failed", s.invalidations_failed); v("broadcasts_sent", s.broadcasts_sent);
-    v("changes_invalidated", s.changes_invalidated); v("gets_served", s.gets_served);
+    v("changes_invalidated", s.changes_invalidated);
+    v("invalidations_resent", s.invalidations_resent); v("resends", s.resends);
+    v("duplicates_answered", s.duplicates_answered); v("gets_served", s.gets_served);
     v("dirmerges", s.dirmerges); v("updates_applied", s.updates_applied);
     v("resident", s.resident); v("leases_granted", s.leases_granted);
     v("leases_recalled", s.leases_recalled); v("leases_taken", s.leases_taken);
@@ -362,9 +367,11 @@ struct FilesReply {
   uint64_t callbacks_received = 0, callbacks_refused = 0;
   uint64_t data_bytes = 0;  // read and written for other nodes (inline and one-sided)
   uint64_t sessions_expired = 0;  // ended for want of renewal (timeouts.session_lease_ms)
+  uint64_t duplicates_answered = 0;  // resent requests answered the first answer
   template <class S, class V>
   static void Fields(S& s, V&& v) {
     v("node", s.node); v("sessions", s.sessions); v("sessions_expired", s.sessions_expired);
+    v("duplicates_answered", s.duplicates_answered);
     v("handles", s.handles);
     v("watches", s.watches); v("served", s.served); v("refused", s.refused);
     v("callbacks_sent", s.callbacks_sent); v("callbacks_failed", s.callbacks_failed);

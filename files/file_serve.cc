@@ -11,11 +11,30 @@ using namespace files_detail;
 void FileService::Impl::Tell(std::vector<Target> targets) {
   if (targets.empty()) return;
   callbacks_sent_.fetch_add(targets.size(), std::memory_order_relaxed);
-  const auto answers =
-      WaitForAll<Result<m2m::Bytes>>(targets.size(), [&](size_t i, m2m::Callback<m2m::Bytes> done) {
-        targets[i].ep->Call(MethodId(RpcMethod::kFsAttrChanged), std::move(targets[i].msg),
-                            opts_.callback_timeout, std::move(done));
-      });
+  // A message whose connection broke is sent again (an
+  // invalidation: the same however often it arrives), up to kMaxResends
+  // and within callback_timeout in all (a dead client costs no more).
+  const auto start = Clock::now();
+  std::vector<Result<m2m::Bytes>> answers(targets.size(), Err(EIO, "unsent"));
+  std::vector<size_t> pending(targets.size());
+  for (size_t i = 0; i < targets.size(); ++i) pending[i] = i;
+  for (int round = 0; !pending.empty(); ++round) {
+    const auto got = WaitForAll<Result<m2m::Bytes>>(
+        pending.size(), [&](size_t k, m2m::Callback<m2m::Bytes> done) {
+          const Target& t = targets[pending[k]];
+          t.ep->Call(MethodId(RpcMethod::kFsAttrChanged), t.msg, opts_.callback_timeout,
+                     std::move(done));
+        });
+    std::vector<size_t> again;
+    for (size_t k = 0; k < pending.size(); ++k) {
+      answers[pending[k]] = got[k];
+      if (!got[k] && m2m::ConnectionBroken(got[k].error().code) && round < m2m::kMaxResends &&
+          Clock::now() - start < opts_.callback_timeout) {
+        again.push_back(pending[k]);
+      }
+    }
+    pending = std::move(again);
+  }
   MutexLock lock(mu_);
   for (size_t i = 0; i < targets.size(); ++i) {
     if (answers[i]) continue;

@@ -60,17 +60,24 @@ void FileService::Impl::OnCall(m2m::IncomingCall call, m2m::Responder r) {
           r.Fail(Error{ESHUTDOWN, "file service stopped"});
           return;
         }
-        auto reply = self->Run(call.peer, req, arrival);
-        self->served_.fetch_add(1, std::memory_order_relaxed);
-        if (reply) {
-          r.Reply(std::move(*reply));
-        } else {
-          if (reply.error().code == ENOENT) {
+        auto serve = [&](m2m::Callback<m2m::Bytes> answer) {
+          auto reply = self->Run(call.peer, req, arrival);
+          self->served_.fetch_add(1, std::memory_order_relaxed);
+          if (!reply && reply.error().code == ENOENT) {
             self->log_->debug("{} from {}: {}", fb::EnumNameOp(req->op()), call.peer.remote_addr,
                               reply.error().ToString());
           }
-          r.Fail(std::move(reply.error()));
+          answer(std::move(reply));
+        };
+        if (req->request_id() == 0) {
+          return serve([&r](Result<m2m::Bytes> reply) {
+            if (!reply) return r.Fail(std::move(reply.error()));
+            r.Reply(std::move(*reply));
+          });
         }
+        // A resend after a lost message is answered the first answer.
+        self->answered_.ServeOnce(std::to_string(req->session()), req->request_id(),
+                                  std::move(r), std::move(serve));
       });
 }
 

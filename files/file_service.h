@@ -28,9 +28,15 @@
 //    max_watches_per_session, past which those stat'ed longest ago end and
 //    are told like a change of every byte, marked `ended`. Open/Create and watched Stat replies
 //    say whether the file is told (FsReply.attr_callbacks). Each callback
-//    waits at most callback_timeout; after one fails (logged) the session
+//    waits at most callback_timeout (one whose connection broke is sent
+//    again within it); after one fails (logged) the session
 //    is told nothing more (its watches end), and its later opens and stats
 //    say so.
+//  * Lost messages: a request with FsRequest.request_id (the operations
+//    that change something) is run once per session and id, and a resend
+//    answered the first answer (m2m/reply_cache.h); RemoteNodeFs resends
+//    such requests, and the reading ones as they are, after a broken
+//    connection (with time left before their deadline).
 //  * Bulk data is one-sided, between pre-registered pools, no registration
 //    per request: Read preads into one of the server's slots and Puts the
 //    bytes into the client's slot named in the request, then replies {n};

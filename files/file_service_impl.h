@@ -24,6 +24,7 @@
 #include "coopcache/holder_directory.h"
 #include "files/file_service.h"
 #include "files/fs_wire.h"
+#include "m2m/reply_cache.h"
 #include "common/path.h"
 
 namespace fedfs::ns {
@@ -309,6 +310,9 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   std::mutex sweep_mu_;
   std::condition_variable sweep_cv_;
   std::atomic<uint64_t> sessions_expired_{0};
+  // Requests with an id (FsRequest.request_id): served once, resends
+  // answered the first answer.
+  m2m::ReplyCache answered_;
   std::atomic<uint64_t> refused_{0};
   std::atomic<uint64_t> served_{0};
   std::atomic<uint64_t> callbacks_sent_{0};

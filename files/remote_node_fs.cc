@@ -12,6 +12,7 @@
 #include "common/wait.h"
 #include "files/fs_wire.h"
 #include "files/remote_node_fs_internal.h"
+#include "m2m/reply_cache.h"
 
 namespace fedfs::ns {
 
@@ -20,8 +21,36 @@ using namespace remote_detail;
 
 namespace remote_detail {
 
+// Whether a request whose message may have been lost is sent again: never,
+// as it is (it reads), or with a request id (it changes).
+enum class Resend { kNo, kSafe, kOnce };
+Resend ResendOf(fb::Op op) {
+  switch (op) {
+    case fb::Op::kStat:
+    case fb::Op::kListDir:
+    case fb::Op::kReadlink:
+    case fb::Op::kStatFs:
+    case fb::Op::kGetXattr:
+    case fb::Op::kListXattr:
+    case fb::Op::kGetLk:
+    case fb::Op::kAccess:
+    case fb::Op::kFlush:
+    case fb::Op::kFsync:
+      return Resend::kSafe;  // the same answer however often it runs
+    case fb::Op::kRead:
+    case fb::Op::kWrite:
+    case fb::Op::kCoopEvict:
+    case fb::Op::kCoopStore:
+    case fb::Op::kCoopMoved:
+      return Resend::kNo;  // data: its own callers retry (or fail)
+    default:
+      return Resend::kOnce;
+  }
+}
+
+
 m2m::Bytes Encode(const RemoteNodeFs::Req& q, uint64_t session, uint64_t budget_us,
-                  const std::vector<uint64_t>& releases) {
+                  const std::vector<uint64_t>& releases, uint64_t request_id) {
   flatbuffers::FlatBufferBuilder b(256 + q.data.size() + q.path.size() + q.path2.size() +
                                    releases.size() * 8);
   auto str = [&](std::string_view s) {
@@ -76,6 +105,7 @@ m2m::Bytes Encode(const RemoteNodeFs::Req& q, uint64_t session, uint64_t budget_
   rb.add_length(q.length);
   rb.add_slot(q.slot);
   rb.add_budget_us(budget_us);
+  if (request_id != 0) rb.add_request_id(request_id);
   rb.add_owner(q.owner);
   if (q.watch) rb.add_watch(true);
   if (q.kill_setid) rb.add_kill_setid(true);
@@ -291,6 +321,11 @@ Result<m2m::Bytes> RemoteNodeFs::Call(const Req& req, Clock::time_point deadline
   // as long as the move holds the file (bounded: kMoveWaitMax).
   const Clock::duration budget0 = deadline - Clock::now();
   const Clock::time_point give_up = Clock::now() + kMoveWaitMax;
+  // A request or reply lost with a broken connection: sent again while time
+  // is left, with the same id where it must not run twice.
+  const Resend how = ResendOf(req.op);
+  const uint64_t id = how == Resend::kOnce ? request_ids_.fetch_add(1) : 0;
+  int resends = 0;
   for (int attempt = 0;; ++attempt) {
     if (!helloed_.load()) {
       if (auto st = Hello(deadline); !st) return Err(st.error());
@@ -307,7 +342,8 @@ Result<m2m::Bytes> RemoteNodeFs::Call(const Req& req, Clock::time_point deadline
     auto r = m2m::CallSync(
         *ep_, MethodOf(req.op),
         Encode(req, session_,
-               std::chrono::duration_cast<std::chrono::microseconds>(budget).count(), releases),
+               std::chrono::duration_cast<std::chrono::microseconds>(budget).count(), releases,
+               id),
         budget);
     if (!r && !releases.empty()) {
       // Maybe not released: sent again with the next request (a handle the
@@ -319,6 +355,13 @@ Result<m2m::Bytes> RemoteNodeFs::Call(const Req& req, Clock::time_point deadline
     }
     if (!r && r.error().code == fswire::kErrSessionUnknown && attempt == 0) {
       helloed_.store(false);  // new connection or restarted server: Hello again
+      continue;
+    }
+    if (!r && how != Resend::kNo && m2m::ConnectionBroken(r.error().code) && resends < m2m::kMaxResends &&
+        Until(deadline) > Clock::duration::zero()) {
+      ++resends;
+      resends_.fetch_add(1, std::memory_order_relaxed);
+      --attempt;  // not a failed attempt
       continue;
     }
     if (!r && r.error().code == kErrMoveWait) {

@@ -234,6 +234,8 @@ class RemoteNodeFs final : public NodeFs, public std::enable_shared_from_this<Re
   // simulator suspends for it instead of blocking its thread.
   SuspendingMutex hello_mu_;
   std::atomic<bool> helloed_{false};
+  std::atomic<uint64_t> request_ids_{1};  // FsRequest.request_id, per session
+  std::atomic<uint64_t> resends_{0};      // requests sent again after a lost message
   std::atomic<int64_t> lease_ms_{0};     // the server's session lease (0: none)
   std::atomic<bool> renewal_due_{false};  // a renewal is scheduled
   std::atomic<int64_t> last_call_{0};     // Clock ticks of the last request sent

@@ -111,10 +111,10 @@ inline bool MaySlotBeTouched(int code) {
 
 
 
-// The request for `q` in `session`, with the client's budget and the
-// handles it releases.
+// The request for `q` in `session`, with the client's budget, the handles it
+// releases and its id (0: none; FsRequest.request_id).
 m2m::Bytes Encode(const RemoteNodeFs::Req& q, uint64_t session, uint64_t budget_us,
-                  const std::vector<uint64_t>& releases);
+                  const std::vector<uint64_t>& releases, uint64_t request_id = 0);
 
 inline uint16_t MethodOf(fb::Op op) {
   return MethodId(op == fb::Op::kRead || op == fb::Op::kWrite || op == fb::Op::kCoopStore

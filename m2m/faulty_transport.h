@@ -1,8 +1,8 @@
 // A Transport that injects faults into the calls this node makes, around
 // any transport (the daemon's UCX transport, the fake network): requests
 // lost before they are sent, replies lost after the peer acted (the caller
-// gets ETIMEDOUT either way, as it would once a real loss timed out, only
-// sooner), delays (so that messages overtake each other) and broken
+// gets ECONNRESET either way: over a reliable transport a message is lost
+// only with its connection), delays (so that messages overtake each other) and broken
 // connections. One-sided operations are delayed, lost or disconnected the
 // same way. Requests served here are not touched: every node injecting its
 // own faults covers both directions. Seeded: one seed, one sequence of

@@ -248,6 +248,48 @@ auto VdService::Impl::Core::RegionOf(const std::string& node, const std::string&
   return std::make_pair(std::move(ep), std::move(*remote));
 }
 
+auto VdService::Impl::Core::SendInvalidation(const std::string& path, const std::string& node,
+                                             bool bump, uint32_t slot, int attempt,
+                                             std::function<void()> finish) -> void {
+  auto view = cluster_->Current();
+  auto live = view->live.find(node);
+  if (live == view->live.end() || IsClosed()) return finish();  // dead: its DT dies with its epoch
+  auto self = shared_from_this();
+  auto after = [self, path, node, bump, slot, attempt, finish](const Error* e) {
+    if (e == nullptr) return finish();
+    if (ConnectionBroken(e->code) && attempt < kMaxResends) {
+      {
+        std::lock_guard lock(self->mu_);
+        ++self->stats_.invalidations_resent;
+      }
+      return self->SendInvalidation(path, node, bump, slot, attempt + 1, finish);
+    }
+    Log()->warn("invalidation of {} at sharer {} failed ({}); sharer dropped", path, node,
+                e->ToString());
+    {
+      std::lock_guard lock(self->mu_);
+      ++self->stats_.invalidations_failed;
+    }
+    finish();
+  };
+  const auto timeout = std::chrono::duration_cast<m2m::Timeout>(options_.rpc_timeout);
+  if (!bump) {
+    transport_->GetEndpoint(live->second)
+        ->Call(MethodId(RpcMethod::kNsDtInval), EncodePathRequest(path, *view), timeout,
+               [after](Result<m2m::Bytes> r) { after(r ? nullptr : &r.error()); });
+    return;
+  }
+  auto region = RegionOf(node, live->second);
+  if (!region) return after(&region.error());
+  {
+    std::lock_guard lock(mu_);
+    ++stats_.invalidations_sent;
+  }
+  auto [ep, remote] = std::move(*region);
+  ep->FetchAdd(*remote, uint64_t{slot} * 8, 1, timeout,
+               [after, remote](Result<uint64_t> r) { after(r ? nullptr : &r.error()); });
+}
+
 auto VdService::Impl::Core::InvalidateSharers(const std::string& path,
                                               std::vector<SharerRec> targets, bool broadcast,
                                               const ClusterView& view, const std::string& from,
@@ -268,49 +310,25 @@ auto VdService::Impl::Core::InvalidateSharers(const std::string& path,
     }
     d();
   };
-  const auto timeout = std::chrono::duration_cast<m2m::Timeout>(options_.rpc_timeout);
-  auto self = shared_from_this();
-  auto failed = [self, path](const std::string& node, const Error& e) {
-    Log()->warn("invalidation of {} at sharer {} failed ({}); sharer dropped", path, node,
-                e.ToString());
-    std::lock_guard lock(self->mu_);
-    ++self->stats_.invalidations_failed;
+  auto send = [&](const std::string& node, bool bump, uint32_t slot) {
+    {
+      std::lock_guard lock(round->mu);
+      ++round->outstanding;
+    }
+    SendInvalidation(path, node, bump, slot, 0, finish);
   };
   for (const SharerRec& t : targets) {
-    auto live = view.live.find(t.node);
-    if (live == view.live.end()) continue;  // dead: its DT dies with its epoch
+    if (!view.live.contains(t.node)) continue;  // dead: its DT dies with its epoch
     if (t.notify && !broadcast) {
       // Its kernel's names: only its CPU can drop them (in parallel with
       // the one-sided bump below; the round waits for both).
       {
         std::lock_guard lock(mu_);
         ++stats_.notifies_sent;
-        ++round->outstanding;
       }
-      transport_->GetEndpoint(live->second)
-          ->Call(MethodId(RpcMethod::kNsDtInval), EncodePathRequest(path, view), timeout,
-                 [finish, failed, node = t.node](Result<m2m::Bytes> r) {
-                   if (!r) failed(node, r.error());
-                   finish();
-                 });
+      send(t.node, false, 0);
     }
-    if (!t.has_slot) continue;
-    auto region = RegionOf(t.node, live->second);
-    if (!region) {
-      failed(t.node, region.error());
-      continue;
-    }
-    {
-      std::lock_guard lock(mu_);
-      ++stats_.invalidations_sent;
-      ++round->outstanding;
-    }
-    auto [ep, remote] = std::move(*region);
-    ep->FetchAdd(*remote, uint64_t{t.slot} * 8, 1, timeout,
-                 [finish, failed, node = t.node, remote](Result<uint64_t> r) {
-                   if (!r) failed(node, r.error());
-                   finish();
-                 });
+    if (t.has_slot) send(t.node, true, t.slot);
   }
   if (broadcast) {
     if (dt_) dt_->Invalidate(path);
@@ -319,14 +337,8 @@ auto VdService::Impl::Core::InvalidateSharers(const std::string& path,
       {
         std::lock_guard lock(mu_);
         ++stats_.broadcasts_sent;
-        ++round->outstanding;
       }
-      transport_->GetEndpoint(addr)->Call(MethodId(RpcMethod::kNsDtInval),
-                                          EncodePathRequest(path, view), timeout,
-                                          [finish, failed, node](Result<m2m::Bytes> r) {
-                                            if (!r) failed(node, r.error());
-                                            finish();
-                                          });
+      send(node, false, 0);
     }
   }
   finish();

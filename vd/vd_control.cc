@@ -47,6 +47,9 @@ control::DtReply DtStatus(const VdService& vds, const std::string& self) {
   r.sharer_records = s.sharer_records;
   r.invalidations_sent = s.invalidations_sent;
   r.invalidations_failed = s.invalidations_failed;
+  r.invalidations_resent = s.invalidations_resent;
+  r.resends = s.resends;
+  r.duplicates_answered = s.duplicates_answered;
   r.broadcasts_sent = s.broadcasts_sent;
   r.changes_invalidated = s.changes_invalidated;
   r.gets_served = s.gets_served;

@@ -161,6 +161,7 @@ auto VdService::Impl::Core::Get(const std::string& path, const std::string* name
       }
     };
   }
+  r->resend = true;  // a read: the manager answers a resend alike
   r->done = std::move(done);
   Route(std::move(r));
 }
@@ -300,6 +301,7 @@ auto VdService::Impl::Core::GetUnrecorded(const std::string& path, const std::st
     return DecodeVdFor(b, coherent, have);
   };
 
+  r->resend = true;  // a read: the manager answers a resend alike
   r->done = std::move(done);
   Route(std::move(r));
 }

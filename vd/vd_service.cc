@@ -1,5 +1,7 @@
 // VdService (vd/vd_service.h): the Core's lifecycle, its RPC handlers, routing to
 // managers, serving Get/Update/Conflicts; the Core is declared in vd_service_impl.h.
+#include <random>
+
 #include "vd/vd_service_impl.h"
 
 namespace fedfs::ns {
@@ -13,6 +15,9 @@ VdService::Impl::Core::Core(VdServiceOptions options, m2m::Transport* transport,
       cluster_(cluster),
       local_(local),
       blocking_(blocking) {
+  // Unique across this node's restarts (the ReplyCache keys by node and id).
+  std::random_device rd;
+  request_ids_.store((uint64_t{rd()} << 32 | rd()) | 1, std::memory_order_relaxed);
   if (options_.max_resident_vds == 0) options_.max_resident_vds = 1;
   if (options_.max_sharers_per_vd == 0) options_.max_sharers_per_vd = 1;
   if (options_.dt_entries > 0 && transport_ != nullptr) {
@@ -83,13 +88,23 @@ auto VdService::Impl::Core::OnUpdate(m2m::IncomingCall call, m2m::Responder resp
   if (!valid) return Refuse("kNsVdUpdate", call, std::move(responder), valid.error());
   auto view = cluster_->Current();
   if (auto s = CheckManager(*view, req->path); !s) return responder.Fail(s.error());
-  ServeUpdate(
-      req->path, std::move(req->changes), req->from, *view,
-      [responder = std::move(responder)](Result<UpdateOutcome> o) mutable {
-        if (!o) return responder.Fail(o.error());
-        responder.Reply(EncodeUpdateReply(*o));
-      },
-      req->lease_ok, req->holders_hash);
+  auto serve = [self = shared_from_this(), req = std::move(*req),
+                view](m2m::Callback<m2m::Bytes> answer) mutable {
+    self->ServeUpdate(
+        req.path, std::move(req.changes), req.from, *view,
+        [answer = std::move(answer)](Result<UpdateOutcome> o) mutable {
+          if (!o) return answer(Err(o.error()));
+          answer(EncodeUpdateReply(*o));
+        },
+        req.lease_ok, req.holders_hash);
+  };
+  const std::string from = req->from;
+  const uint64_t id = req->request_id;
+  if (id != 0) return answered_.ServeOnce(from, id, std::move(responder), std::move(serve));
+  serve([responder = std::move(responder)](Result<m2m::Bytes> r) mutable {
+    if (!r) return responder.Fail(r.error());
+    responder.Reply(std::move(*r));
+  });
 }
 
 auto VdService::Impl::Core::OnDtInval(m2m::IncomingCall call, m2m::Responder responder) -> void {
@@ -258,9 +273,10 @@ auto VdService::Impl::Core::UpdateOutcomeOf(
   r->method = MethodId(RpcMethod::kNsVdUpdate);
   // The manager waits for its sharers' invalidations (up to rpc_timeout).
   r->timeout = 2 * std::chrono::duration_cast<m2m::Timeout>(options_.rpc_timeout);
-  r->encode = [path, changes, lease_ok, holders_hash](const ClusterView& v) {
-    return EncodeUpdateRequest(path, changes, v, lease_ok, holders_hash);
+  r->encode = [path, changes, lease_ok, holders_hash, id = NextRequestId()](const ClusterView& v) {
+    return EncodeUpdateRequest(path, changes, v, lease_ok, holders_hash, id);
   };
+  r->resend = true;
   r->local = [self, path, changes](const ClusterView& v, m2m::Callback<UpdateOutcome> cb) {
     self->ServeUpdate(path, changes, v.self, v, std::move(cb));
   };
@@ -306,6 +322,7 @@ auto VdService::Impl::Core::stats() const -> Stats {
   s.resident = resident_.size();
   s.sharer_records = sharer_records_;
   s.leases_held = held_.size();
+  s.duplicates_answered = answered_.stats().duplicates;
   if (dt_) {
     s.has_dt = true;
     s.dt = dt_->stats();

@@ -34,6 +34,15 @@
 // fallback; the receiver invalidates its entry). DT entries are valid only in
 // the membership epoch they were fetched in.
 //
+// Lost messages (docs/faults.md; m2m/reply_cache.h). A request whose
+// connection broke (its message or reply may have been lost) is resent, to
+// the manager of a refreshed view, up to kMaxResends times. A
+// change carries a request id: the manager serves each id once and answers
+// a resend the first answer (kept for a minute), so a change whose reply was
+// lost is never applied twice. A sharer's invalidation whose connection
+// broke is resent while the sharer is alive; the change is acknowledged only
+// after that (or once the sharer is declared dead). A timeout is not resent.
+//
 // Leases (docs/namespace.md, "Leases"; vd_lease.cc). A manager lends VD(P),
 // with the reply to a change, to the node that made `lend_after` changes of P
 // in a row while no other node holds a copy; that node then serves P itself
@@ -238,6 +247,11 @@ class VdService {
     uint64_t dt_invals_received = 0;     // kNsDtInval handled
     uint64_t notifies_sent = 0;          // kNsDtInval sent to sharers whose kernels cache names
     uint64_t kernel_invalidations = 0;   // KernelCache::InvalidateNames calls made here
+    // Lost messages: requests resent (client side), invalidations resent and
+    // resent requests answered from the first answer (manager side).
+    uint64_t resends = 0;
+    uint64_t invalidations_resent = 0;
+    uint64_t duplicates_answered = 0;
     // Leases (manager side): lent, recalled (before serving another node).
     uint64_t leases_granted = 0;
     uint64_t leases_recalled = 0;

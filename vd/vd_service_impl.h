@@ -34,6 +34,7 @@
 #include "common/rpc_methods.h"
 #include "common/wait.h"
 #include "common/path.h"
+#include "m2m/reply_cache.h"
 #include "vd/vd_internal.h"
 #include "vd/vd_service.h"
 #include "vd/vd_wire.h"
@@ -47,6 +48,10 @@ namespace vd_detail {
 
 // A client that hears ESTALE refreshes its view and retries this many times.
 inline constexpr int kMaxStaleRetries = 3;
+
+// vd/vd_service.h, "Lost messages": resent requests and invalidations.
+using m2m::kMaxResends;
+using m2m::ConnectionBroken;
 
 inline std::shared_ptr<spdlog::logger> Log() {
   static auto logger = Logger("vd");
@@ -273,6 +278,11 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     // served it and the epoch of the view the request was sent in.
     std::function<void(const Result<T>&, bool remote, uint64_t epoch)> inspect;
     int attempt = 0;
+    // Resent after a lost message (MaybeLost) this many times at most:
+    // requests the manager answers the same however often they arrive
+    // (claims, locks, releases, reads; changes carry a request id).
+    int resends = 0;
+    bool resend = false;
   };
 
   // Gets and conflicts wait for the manager's own dirmerge leaves (each up to
@@ -329,6 +339,15 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
                if (!reply && reply.error().code == ESTALE && r->attempt < kMaxStaleRetries) {
                  ++r->attempt;
                  return self->Route(std::move(r));  // with a refreshed view
+               }
+               if (!reply && r->resend && ConnectionBroken(reply.error().code) &&
+                   r->resends < kMaxResends && !self->IsClosed()) {
+                 ++r->resends;
+                 {
+                   std::lock_guard lock(self->mu_);
+                   ++self->stats_.resends;
+                 }
+                 return self->Route(std::move(r));  // to the manager of a refreshed view
                }
                Result<T> v = reply ? r->decode(*reply) : Result<T>(Err(reply.error()));
                if (reply && !v) {
@@ -520,10 +539,17 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
 
   // One parallel round: a one-sided FetchAdd(+1) on each target's slot word
   // (and, for `broadcast`, a kNsDtInval to every other live node); `done`
-  // when every one completed or failed (failures are logged and dropped).
+  // when every one completed or failed. One whose connection broke is
+  // resent while its node is alive (kMaxResends); a node that is declared
+  // dead meanwhile needs none (its DT dies with its epoch); one that still
+  // fails or times out is logged and its sharer dropped.
   void InvalidateSharers(const std::string& path, std::vector<SharerRec> targets, bool broadcast,
                          const ClusterView& view, const std::string& from,
                          std::move_only_function<void()> done);
+  // One of a round's messages to `node`: a kNsDtInval (`bump` false) or the
+  // bump of `slot`; `finish` once it is done, failed or no longer needed.
+  void SendInvalidation(const std::string& path, const std::string& node, bool bump,
+                        uint32_t slot, int attempt, std::function<void()> finish);
 
   void Touch(Resident& r) { lru_.splice(lru_.begin(), lru_, r.lru); }
 
@@ -607,6 +633,14 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   // overlap (a change acknowledged during another's round would be missing
   // from copies not yet invalidated).
   std::unordered_map<std::string, std::vector<std::move_only_function<void()>>> rounds_;
+  // kNsVdUpdate requests with a request id (vd_service.h, "Lost messages").
+  m2m::ReplyCache answered_;
+  std::atomic<uint64_t> request_ids_;  // this node's next request id (seeded at random)
+
+ public:
+  uint64_t NextRequestId() { return request_ids_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
   // Claimed names per directory (see VdChange), guarded by mu_.
   std::unordered_map<std::string, std::map<std::string, Claim>> claims_;
   std::unique_ptr<DirTable> dt_;  // this node's directory table (client side); set once

@@ -176,7 +176,8 @@ m2m::Bytes EncodePathRequest(const std::string& path, const ClusterView& view,
 
 // `changes` is never empty.
 m2m::Bytes EncodeUpdateRequest(const std::string& path, const std::vector<VdChange>& changes,
-                               const ClusterView& view, bool lease_ok, uint64_t holders_hash) {
+                               const ClusterView& view, bool lease_ok, uint64_t holders_hash,
+                               uint64_t request_id) {
   flatbuffers::FlatBufferBuilder b(256 + path.size() + 64 * changes.size());
   auto p = b.CreateString(path);
   auto f = b.CreateString(view.self);
@@ -189,7 +190,7 @@ m2m::Bytes EncodeUpdateRequest(const std::string& path, const std::vector<VdChan
   }
   return Finish(b, wire::Body::UpdateRequest,
                 wire::CreateUpdateRequest(b, p, f, view.epoch, first, more, lease_ok,
-                                          holders_hash));
+                                          holders_hash, request_id));
 }
 
 m2m::Bytes EncodeRecallRequest(const std::string& path, const ClusterView& view, uint64_t lease) {
@@ -319,6 +320,7 @@ Result<UpdateRequestData> DecodeUpdateRequest(const m2m::Bytes& payload) {
   out.epoch = r->epoch();
   out.lease_ok = r->lease_ok();
   out.holders_hash = r->holders_hash();
+  out.request_id = r->request_id();
   auto first = DecodeChange(r->change());
   if (!first) return Err(first.error());
   out.changes.push_back(std::move(*first));

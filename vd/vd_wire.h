@@ -69,6 +69,7 @@ struct UpdateRequestData {
   std::vector<VdChange> changes;  // never empty
   bool lease_ok = false;          // the sender may be lent VD(P)
   uint64_t holders_hash = 0;      // the holders the sender has (0: none)
+  uint64_t request_id = 0;        // the same in a resend (0: none)
 };
 
 // VD(P) lent to a reporter (vd/vd_service.h, "Leases"): every copy of
@@ -112,7 +113,7 @@ m2m::Bytes EncodePathRequest(const std::string& path, const ClusterView& view,
 // `changes` is never empty.
 m2m::Bytes EncodeUpdateRequest(const std::string& path, const std::vector<VdChange>& changes,
                                const ClusterView& view, bool lease_ok = false,
-                               uint64_t holders_hash = 0);
+                               uint64_t holders_hash = 0, uint64_t request_id = 0);
 // A kNsVdRecall request: a PathRequest naming the lease.
 m2m::Bytes EncodeRecallRequest(const std::string& path, const ClusterView& view, uint64_t lease);
 m2m::Bytes EncodeRecalled(const RecalledData& r);

@@ -71,7 +71,9 @@ TEST(ControlSchema, DtAndFilesBytesAsBefore) {
   Json before{{"node", "n2"}, {"lookups", 4u}, {"gets_sent", 1u}, {"messages_per_lookup", 0.25},
               {"dt_invals_received", 0u}, {"notifies_sent", 0u}, {"kernel_invalidations", 0u},
               {"sharer_records", 0u}, {"invalidations_sent", 3u}, {"invalidations_failed", 0u},
-              {"broadcasts_sent", 0u}, {"changes_invalidated", 0u}, {"gets_served", 0u},
+              {"broadcasts_sent", 0u}, {"changes_invalidated", 0u},
+              {"invalidations_resent", 0u}, {"resends", 0u}, {"duplicates_answered", 0u},
+              {"gets_served", 0u},
               {"dirmerges", 0u}, {"updates_applied", 0u}, {"resident", 2u},
               {"leases_granted", 0u}, {"leases_recalled", 0u}, {"leases_taken", 0u},
               {"leases_ended", 0u}, {"leases_held", 0u}, {"table", nullptr}};
@@ -89,12 +91,13 @@ TEST(ControlSchema, DtAndFilesBytesAsBefore) {
   EXPECT_EQ(back->table->patches, 7u);
   EXPECT_EQ(back->messages_per_lookup, 0.25);
 
-  FilesReply f{"n1", 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+  FilesReply f{"n1", 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
   EXPECT_EQ(EncodeReply(f),
             (Json{{"node", "n1"}, {"sessions", 1u}, {"handles", 2u}, {"watches", 3u},
                   {"served", 4u}, {"refused", 5u}, {"callbacks_sent", 6u},
                   {"callbacks_failed", 7u}, {"callbacks_received", 8u},
-                  {"callbacks_refused", 9u}, {"data_bytes", 10u}, {"sessions_expired", 11u}}
+                  {"callbacks_refused", 9u}, {"data_bytes", 10u}, {"sessions_expired", 11u},
+                  {"duplicates_answered", 12u}}
                  .dump()));
 }
 

@@ -1,6 +1,6 @@
 // m2m::FaultyTransport (m2m/faulty_transport.h): with no faults it passes the
 // transport contract suite unchanged; lost requests and lost replies fail the
-// call with ETIMEDOUT (a lost reply after the peer acted); delays let replies
+// call with ECONNRESET (a lost reply after the peer acted); delays let replies
 // overtake each other; the spec parser takes what docs/faults.md shows and
 // refuses the rest. Over the fake network in real-time mode.
 #include "m2m/faulty_transport.h"
@@ -89,7 +89,7 @@ TEST_F(FaultyTransportTest, LostRequestsAndRepliesFailWithETimedOut) {
   for (int i = 0; i < kCalls; ++i) {
     auto r = CallSync(*ep, kEcho, Bytes{std::byte{1}}, std::chrono::seconds(5));
     ASSERT_FALSE(r);
-    EXPECT_EQ(r.error().code, ETIMEDOUT);
+    EXPECT_EQ(r.error().code, ECONNRESET);
   }
   const auto c = faulty_->counts();
   EXPECT_EQ(c.operations, uint64_t{kCalls});

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -161,8 +162,12 @@ class Federation {
  public:
   // `dropping_node`: that node's blocking executor drops every task (as a
   // shut-down pool does).
+  // `wrap`: given each node's index and transport, the transport it uses
+  // (a test's decorator).
+  using Wrap = std::function<std::unique_ptr<m2m::Transport>(int, std::unique_ptr<m2m::Transport>)>;
   explicit Federation(int n, VdServiceOptions options = {}, uint64_t seed = 1,
-                      m2m::LinkModel link = m2m::LinkModel::Rdma(), int dropping_node = -1)
+                      m2m::LinkModel link = m2m::LinkModel::Rdma(), int dropping_node = -1,
+                      const Wrap& wrap = nullptr)
       : net_(Options(seed, link)) {
     for (int i = 0; i < n; ++i) {
       auto node = std::make_unique<Node>();
@@ -170,6 +175,7 @@ class Federation {
       m2m::TransportOptions t;
       t.cluster_key = m2m::Bytes(m2m::kClusterKeyBytes, std::byte{7});
       node->transport = net_.NewTransport(t);
+      if (wrap) node->transport = wrap(i, std::move(node->transport));
       node->svc = std::make_unique<VdService>(options, node->transport.get(), &node->view,
                                               node->fs.get(),
                                               i == dropping_node ? static_cast<Executor*>(&dropping_)
