@@ -48,7 +48,6 @@ Resend ResendOf(fb::Op op) {
   }
 }
 
-
 m2m::Bytes Encode(const RemoteNodeFs::Req& q, uint64_t session, uint64_t budget_us,
                   const std::vector<uint64_t>& releases, uint64_t request_id) {
   flatbuffers::FlatBufferBuilder b(256 + q.data.size() + q.path.size() + q.path2.size() +

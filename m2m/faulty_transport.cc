@@ -76,7 +76,7 @@ class FaultyEndpoint final : public Endpoint {
     inner_->Connect(timeout, std::move(done));
   }
   void Call(uint16_t method, Bytes payload, Timeout timeout, Callback<Bytes> done) override {
-    Run<Bytes>("call " + std::to_string(method), std::move(done), [inner = inner_, method, payload = std::move(payload),
+    Run<Bytes>("call", method, std::move(done), [inner = inner_, method, payload = std::move(payload),
                                  timeout](Callback<Bytes> cb) mutable {
       inner->Call(method, std::move(payload), timeout, std::move(cb));
     });
@@ -86,26 +86,26 @@ class FaultyEndpoint final : public Endpoint {
   }
   void Put(const void* src, size_t len, const RemoteRegion& dst, uint64_t offset,
            Timeout timeout, Callback<void> done) override {
-    Run<void>("put", std::move(done), [inner = inner_, src, len, &dst, offset, timeout](Callback<void> cb) {
+    Run<void>("put", -1, std::move(done), [inner = inner_, src, len, &dst, offset, timeout](Callback<void> cb) {
       inner->Put(src, len, dst, offset, timeout, std::move(cb));
     });
   }
   void Get(void* dst, size_t len, const RemoteRegion& src, uint64_t offset, Timeout timeout,
            Callback<void> done) override {
-    Run<void>("get", std::move(done), [inner = inner_, dst, len, &src, offset, timeout](Callback<void> cb) {
+    Run<void>("get", -1, std::move(done), [inner = inner_, dst, len, &src, offset, timeout](Callback<void> cb) {
       inner->Get(dst, len, src, offset, timeout, std::move(cb));
     });
   }
   void FetchAdd(const RemoteRegion& region, uint64_t offset, uint64_t add, Timeout timeout,
                 Callback<uint64_t> done) override {
-    Run<uint64_t>("fetch-add", std::move(done),
+    Run<uint64_t>("fetch-add", -1, std::move(done),
                   [inner = inner_, &region, offset, add, timeout](Callback<uint64_t> cb) {
                     inner->FetchAdd(region, offset, add, timeout, std::move(cb));
                   });
   }
   void CompareSwap(const RemoteRegion& region, uint64_t offset, uint64_t expected,
                    uint64_t desired, Timeout timeout, Callback<uint64_t> done) override {
-    Run<uint64_t>("compare-swap", std::move(done), [inner = inner_, &region, offset, expected, desired,
+    Run<uint64_t>("compare-swap", -1, std::move(done), [inner = inner_, &region, offset, expected, desired,
                                     timeout](Callback<uint64_t> cb) {
       inner->CompareSwap(region, offset, expected, desired, timeout, std::move(cb));
     });
@@ -117,14 +117,16 @@ class FaultyEndpoint final : public Endpoint {
   // regions stay valid until `done` runs (the Endpoint contract), so a
   // delayed send may still use them.
   template <class T, class Send>
-  void Run(const std::string& what, Callback<T> done, Send send) {
+  // `what` and `method` (-1: none) name the operation in the log.
+  void Run(const char* what, int method, Callback<T> done, Send send) {
     const State::Draw d = s_->Next();
     if (d.fate != State::Fate::kSend || d.disconnect) {
-      SPDLOG_LOGGER_DEBUG(Log(), "injected: {}{} of {} to {}", d.disconnect ? "disconnect, " : "",
+      SPDLOG_LOGGER_DEBUG(Log(), "injected: {}{} of {}{} to {}", d.disconnect ? "disconnect, " : "",
                           d.fate == State::Fate::kDropRequest ? "request lost"
                           : d.fate == State::Fate::kDropReply ? "reply lost"
                                                               : "sent",
-                          what, inner_->address());
+                          what, method < 0 ? std::string() : " " + std::to_string(method),
+                          inner_->address());
     }
     auto go = [inner = inner_, d, send = std::move(send), done = std::move(done)]() mutable {
       if (d.disconnect) inner->Disconnect();

@@ -88,6 +88,9 @@ auto VdService::Impl::Core::OnUpdate(m2m::IncomingCall call, m2m::Responder resp
   if (!valid) return Refuse("kNsVdUpdate", call, std::move(responder), valid.error());
   auto view = cluster_->Current();
   if (auto s = CheckManager(*view, req->path); !s) return responder.Fail(s.error());
+  // Read before the request moves into `serve`.
+  const std::string from = req->from;
+  const uint64_t id = req->request_id;
   auto serve = [self = shared_from_this(), req = std::move(*req),
                 view](m2m::Callback<m2m::Bytes> answer) mutable {
     self->ServeUpdate(
@@ -98,8 +101,6 @@ auto VdService::Impl::Core::OnUpdate(m2m::IncomingCall call, m2m::Responder resp
         },
         req.lease_ok, req.holders_hash);
   };
-  const std::string from = req->from;
-  const uint64_t id = req->request_id;
   if (id != 0) return answered_.ServeOnce(from, id, std::move(responder), std::move(serve));
   serve([responder = std::move(responder)](Result<m2m::Bytes> r) mutable {
     if (!r) return responder.Fail(r.error());

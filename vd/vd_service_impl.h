@@ -278,7 +278,7 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     // served it and the epoch of the view the request was sent in.
     std::function<void(const Result<T>&, bool remote, uint64_t epoch)> inspect;
     int attempt = 0;
-    // Resent after a lost message (MaybeLost) this many times at most:
+    // Resent after a broken connection (ConnectionBroken) this many times at most:
     // requests the manager answers the same however often they arrive
     // (claims, locks, releases, reads; changes carry a request id).
     int resends = 0;
