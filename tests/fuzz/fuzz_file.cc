@@ -251,7 +251,7 @@ m2m::Bytes Request(fb::Op op, const char* path, const char* path2 = nullptr,
   c.groups = {1000, 27};
   c.umask = 022;
   auto cred = fswire::ToWire(b, c);
-  std::vector<fb::DirTemplate> tv = {{0755, 0, 0}, {0700, 1000, 1000}};
+  std::vector<fb::DirTemplate> tv = {{0755, 0, 0, 0}, {0700, 1000, 1000, 0}};
   auto templates = op == fb::Op::kMkdirParents ? b.CreateVectorOfStructs(tv)
                                                : flatbuffers::Offset<flatbuffers::Vector<const fb::DirTemplate*>>();
   fb::FsRequestBuilder rb(b);
