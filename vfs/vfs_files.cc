@@ -205,6 +205,9 @@ Result<size_t> VfsImpl::Write(uint64_t fh, uint64_t offset, std::span<const std:
   Changing();  // its node does not tell this node's session (Inode::lookup_attr)
   FEDFS_TRY(f, FileOf(fh));
   DataChange data_change{*this, f->ino};
+  // The kernel holds its locks of these pages until answered: a drop of
+  // them that other nodes' changes ask for meanwhile waits (PageDrops).
+  PageDrops::Writing writing{page_drops_, f->ino, offset, src.size()};
   if (f->direct) {
     // Written past the kernel's pages (an O_APPEND handle): the page holding
     // the old end may be cached with zeros past it. The next open drops them.

@@ -436,8 +436,20 @@ void VfsImpl::RemoteAttrsChanged(const std::string& node, const std::vector<Hand
     if (data.empty()) {
       k->InvalidateAttrs(ino);
     } else {
-      k->InvalidateData(ino, data.offset, data.length);
+      DropPages(ino, data);
     }
+  }
+}
+
+// The kernel's attributes of `ino` and its pages of `range`; the pages
+// later when this node's own write of them is in flight (PageDrops).
+void VfsImpl::DropPages(uint64_t ino, DataRange range) {
+  KernelCache* k = kernel_.load(std::memory_order_acquire);
+  if (k == nullptr) return;
+  if (page_drops_.DropNowOrLater(ino, range)) {
+    k->InvalidateData(ino, range.offset, range.length);
+  } else {
+    k->InvalidateAttrs(ino);
   }
 }
 
@@ -462,7 +474,7 @@ void VfsImpl::InvalidateAttrsOf(const std::string& path) {
   // A file held here, changed by another node or a local program: its pages
   // too (the kernel drops them only when told, fuse/fuse_ops.cc).
   if (file) {
-    k->InvalidateData(ino, 0, DataRange::kToEnd);
+    DropPages(ino, DataRange{});
   } else {
     k->InvalidateAttrs(ino);
   }

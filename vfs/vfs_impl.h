@@ -50,6 +50,7 @@
 #include "vd/vd.h"
 #include "vd/kernel_cache.h"
 #include "vfs/inode_table.h"
+#include "vfs/page_drops.h"
 #include "vfs/vfs.h"
 
 namespace fedfs::ns {
@@ -724,6 +725,15 @@ class VfsImpl final : public Vfs {
 
   mutable std::mutex remotes_mu_;  // after files_mu_
   std::map<std::string, std::shared_ptr<NodeFs>> remotes_;  // guarded by remotes_mu_
+
+  // Drops of the kernel's pages put off while this node's own writes of
+  // them are in flight (vfs/page_drops.h). Last: its thread stops first.
+  void DropPages(uint64_t ino, DataRange range);
+  PageDrops page_drops_{[this](uint64_t ino, DataRange r) {
+    if (KernelCache* k = kernel_.load(std::memory_order_acquire)) {
+      k->InvalidateData(ino, r.offset, r.length);
+    }
+  }};
 };
 
 }  // namespace fedfs::ns

@@ -127,6 +127,59 @@ TEST_F(KernelPages, ASecondOpenReadsNothingFromTheFilesNode) {
   EXPECT_TRUE(seen) << "n1 kept the pages from before a local program's write";
 }
 
+// n1 and n3 write the same pages of a file held on n2, at once. Each
+// node's drop of the other's change would wait in its kernel's page locks
+// for its own write, whose answer waits for the other's drop
+// (docs/coopcache.md, "Two writers"): then n2's callback to one of them
+// timed out and that node was told nothing more. Neither waits now: no
+// callback fails, and both read the file as n2 has it.
+TEST_F(KernelPages, TwoNodesWritingTheSamePagesDoNotWaitForEachOther) {
+  constexpr size_t kBlocks = 16;
+  ASSERT_TRUE(WriteAt(M("n2", "/f"), 0, std::string(kBlocks * kPage, 'x')));
+  auto failed = [&] {
+    auto j = c_.Ctl("n2", {"files"});
+    EXPECT_TRUE(j.is_object()) << "fedfsctl files failed on n2";
+    return j.is_object() ? j.value("callbacks_failed", uint64_t{0}) : 0;
+  };
+  const uint64_t failed0 = failed();
+  const int fd1 = ::open(M("n1", "/f").c_str(), O_RDWR);
+  const int fd3 = ::open(M("n3", "/f").c_str(), O_RDWR);
+  ASSERT_GE(fd1, 0) << std::strerror(errno);
+  ASSERT_GE(fd3, 0) << std::strerror(errno);
+  ASSERT_EQ(PreadAll(fd1, kBlocks * kPage).size(), kBlocks * kPage);  // pages cached on both
+  ASSERT_EQ(PreadAll(fd3, kBlocks * kPage).size(), kBlocks * kPage);
+  auto writer = [&](int fd, char base, int* errors) {
+    for (int i = 0; i < 1000; ++i) {
+      // Part of a page: the kernel keeps a page a write fills only in part
+      // locked until the write is answered.
+      const std::string block(1000, static_cast<char>(base + i % 26));
+      const off_t off = static_cast<off_t>((i % kBlocks) * kPage + 100);
+      if (::pwrite(fd, block.data(), block.size(), off) != static_cast<ssize_t>(block.size())) {
+        ++*errors;
+      }
+    }
+  };
+  int errors1 = 0, errors3 = 0;
+  std::thread t1(writer, fd1, 'a', &errors1);
+  std::thread t3(writer, fd3, 'A', &errors3);
+  t1.join();
+  t3.join();
+  EXPECT_EQ(errors1, 0);
+  EXPECT_EQ(errors3, 0);
+  EXPECT_EQ(failed() - failed0, 0u) << "a node did not answer n2's callback in time";
+  // A drop put off for a node's own write is made just after it: both
+  // handles read what n2 has once the last of them is.
+  const std::string want = ReadFile(c_.ExportRoot("n2") + "/f");
+  bool same = false;
+  for (int i = 0; i < 50 && !same; ++i) {
+    same = PreadAll(fd1, kBlocks * kPage) == want && PreadAll(fd3, kBlocks * kPage) == want;
+    if (!same) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(same) << "a writer kept pages from before the other's write";
+  ::close(fd1);
+  ::close(fd3);
+}
+
 // The range alone: n2's autonomy watcher off. With it on, inotify reports
 // n2's own write of the file too (it cannot tell who wrote), and that report
 // drops the file's pages whole a little later (docs/coopcache.md).

@@ -311,6 +311,11 @@ std::vector<NsOp> SplitTwoLookupAnswers(const std::vector<NsOp>& history, std::v
 
 }  // namespace
 
+bool OutcomeUnknown(int err) {
+  return err == ETIMEDOUT || err == EIO || err == ECONNRESET || err == ENOTCONN || err == EHOSTDOWN ||
+         err == EAGAIN || err == ECONNABORTED;
+}
+
 HistoryVerdict CheckLinearizable(const std::vector<NsOp>& recorded,
                                  const std::map<std::string, NsType>& initial,
                                  bool unknown_outcomes) {
@@ -321,9 +326,7 @@ HistoryVerdict CheckLinearizable(const std::vector<NsOp>& recorded,
   std::vector<bool> unknown(h.size(), false);
   if (unknown_outcomes) {
     for (size_t i = 0; i < h.size(); ++i) {
-      const int e = h[i].err;
-      if (e == ETIMEDOUT || e == EIO || e == ECONNRESET || e == ENOTCONN || e == EHOSTDOWN ||
-          e == EAGAIN) {
+      if (OutcomeUnknown(h[i].err)) {
         unknown[i] = true;
         h[i].response = HistoryClock::time_point::max();
       }

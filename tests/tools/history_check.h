@@ -18,7 +18,8 @@
 // ETIMEDOUT, ...) cannot be linearized and make the history fail, unless the
 // check is told that outcomes may be unknown (`unknown_outcomes`, for runs
 // with lost messages): then an operation that failed with ETIMEDOUT, EIO,
-// ECONNRESET, ENOTCONN, EHOSTDOWN or EAGAIN may or may not have taken effect,
+// ECONNRESET, ENOTCONN, EHOSTDOWN, EAGAIN or ECONNABORTED (the kernel's answer
+// to calls in flight when a FUSE daemon died) may or may not have taken effect,
 // and is checked as one whose response never came (linearized at any point
 // after its call, with whatever result the model gives, or, equivalently, at
 // the very end).
@@ -108,6 +109,9 @@ struct HistoryVerdict {
 // but not against other nodes'. So it is checked as two lookups at two
 // points of its interval: a exists at the first, b at the same or a later
 // one (an atomic rename's EEXIST is the case of equal points).
+// The errno values above, whose operation may or may not have taken effect.
+bool OutcomeUnknown(int err);
+
 HistoryVerdict CheckLinearizable(const std::vector<NsOp>& history,
                                  const std::map<std::string, NsType>& initial = {},
                                  bool unknown_outcomes = false);
