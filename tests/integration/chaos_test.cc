@@ -23,7 +23,8 @@
 // node.
 //
 // FEDFS_CHAOS_SECONDS (default 60) bounds the faults' time, FEDFS_CHAOS_SEED
-// (default 1) chooses them; FEDFS_CHAOS_REPORT=<file> gets the figures as
+// (default 1) chooses them, FEDFS_CHAOS_FAULTS=0 runs the workload without
+// any; FEDFS_CHAOS_REPORT=<file> gets the figures as
 // JSON (bench/chaos.sh). The fixture deletes its namespaces (and so the
 // links) and the Cluster stops the daemons and clears the mounts whatever
 // happens; a frozen daemon is thawed first.
@@ -375,7 +376,9 @@ TEST_F(Chaos, NothingAcknowledgedIsLostAndEveryOperationIsWhole) {
   std::vector<std::pair<HistoryClock::time_point, std::string>> events;  // the faults, for reports
   std::string recovery_failure;
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (std::chrono::steady_clock::now() < end) {
+  const bool faults = EnvInt("FEDFS_CHAOS_FAULTS", 1) != 0;
+  if (!faults) std::this_thread::sleep_until(end);  // the workload alone
+  while (faults && std::chrono::steady_clock::now() < end) {
     std::this_thread::sleep_for(std::chrono::milliseconds(uniform(1000, 4000)));
     const int n = uniform(0, kNodes - 1);
     const int action = uniform(0, 9);
