@@ -43,6 +43,7 @@ TEST(NameReuse, ACreateInADirectoryMadeWhereOneWasRenamedAwayFindsIt) {
   int failures = 0;
   std::string first;
   for (int round = 0; round < 50; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
     // a made and used through n2 and seen through n1.
     ASSERT_EQ(::mkdir(M("n2", "/ns/a").c_str(), 0755), 0) << std::strerror(errno);
     ASSERT_EQ(Create(M("n1", "/ns/a/f")), 0);
