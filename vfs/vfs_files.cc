@@ -155,11 +155,16 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
   const uint64_t taken = CallbacksTaken();  // before the create (see WatchLocked)
   const uint64_t dir_before = DirChanges();
   std::optional<DirChange> dir_change(std::in_place, *this);  // KeptDirAttr
-  FEDFS_TRY(made, MakeNew<Opened>(c, dir->path, *vd, name, false,
-                                  [&](const std::shared_ptr<NodeFs>& f, const std::string& p) {
-                                    fs = f;
-                                    return f->Create(c, p, flags | O_CREAT, mode);
-                                  }));
+  auto made = MakeNew<Opened>(c, dir->path, *vd, name, false,
+                              [&](const std::shared_ptr<NodeFs>& f, const std::string& p) {
+                                fs = f;
+                                return f->Create(c, p, flags | O_CREAT, mode);
+                              });
+  // The first try's copy of VD(parent) may be stale, its holders those of a
+  // directory since renamed or removed (another made under the name since):
+  // asked again.
+  if (!made && first && made.error().code == ENOENT) return Err(ENOENT, "raced");
+  if (!made) return Err(made.error());
   const auto& [node, op] = *made;
   const bool kernel_ok = (*vd)->kernel_may_cache;
   const DirAfter dir_after = DirAfterFileChange(dir->st_ino, **vd, node, op.parent);

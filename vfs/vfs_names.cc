@@ -261,13 +261,24 @@ Result<EntryOut> VfsImpl::MakeEntry(const Cred& c, uint64_t parent, const std::s
   // The claim decides whether the name exists; this look only saves it when
   // the name is there for sure (a stale copy is asked again).
   FEDFS_TRY(vd, deps_.vds->Peek(dir->path, name));
+  bool fresh = false;
   if ((*vd)->Find(name)) {
     FEDFS_TRY(now, deps_.vds->GetName(dir->path, name));
     if ((*now)->Find(name)) return Err(EEXIST, JoinPath(dir->path, name));
     vd = std::move(now);
+    fresh = true;
   }
   const bool is_dir = type == S_IFDIR;
-  FEDFS_TRY(made, MakeNew<struct stat>(c, dir->path, *vd, name, is_dir, make));
+  auto made = MakeNew<struct stat>(c, dir->path, *vd, name, is_dir, make);
+  if (!made && !fresh && made.error().code == ENOENT) {
+    // A stale copy's holders (of a directory since renamed or removed,
+    // another made under its name since): once more with a fresh copy.
+    FEDFS_TRY(now, deps_.vds->GetName(dir->path, name));
+    if ((*now)->Find(name)) return Err(EEXIST, JoinPath(dir->path, name));
+    vd = std::move(now);
+    made = MakeNew<struct stat>(c, dir->path, *vd, name, is_dir, make);
+  }
+  if (!made) return Err(made.error());
   const auto& [node, st] = *made;
   const mode_t made_type = type != 0 ? type : static_cast<mode_t>(st.st_mode & S_IFMT);
   const bool kernel_ok = (*vd)->kernel_may_cache;

@@ -367,6 +367,7 @@ TEST_F(Chaos, NothingAcknowledgedIsLostAndEveryOperationIsWhole) {
                                             files[pick(files.size())], "--to", "n" + std::to_string(pick(kNodes) + 1)},
                                            60s);
       (res.exit_code == 0 ? counters.migrations_ok : counters.migrations_failed)++;
+      if (res.exit_code != 0) counters.Sample("migrate: " + res.err.substr(0, 200));
       for (int i = 0; i < 10 && !stop.load(); ++i) std::this_thread::sleep_for(100ms);
     }
   });
@@ -498,6 +499,7 @@ TEST_F(Chaos, NothingAcknowledgedIsLostAndEveryOperationIsWhole) {
       {"migrations_failed", counters.migrations_failed.load()},
       {"failed", ::testing::Test::HasFailure()},
   };
+  for (const auto& s : counters.Samples()) std::printf("failed: %s\n", s.c_str());
   std::printf("chaos: %s\n", report.dump().c_str());
   if (const char* path = std::getenv("FEDFS_CHAOS_REPORT"); path != nullptr && *path != '\0') {
     std::ofstream(path) << report.dump() << "\n";

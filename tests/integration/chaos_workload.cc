@@ -38,6 +38,16 @@ struct Header {
 
 }  // namespace
 
+void ChaosCounters::Sample(std::string what) {
+  std::lock_guard lock(mu_);
+  if (samples_.size() < 8) samples_.push_back(std::move(what));
+}
+
+std::vector<std::string> ChaosCounters::Samples() {
+  std::lock_guard lock(mu_);
+  return samples_;
+}
+
 void Violations::Add(std::string what) {
   std::lock_guard lock(mu_);
   v_.push_back(std::move(what));
@@ -131,8 +141,9 @@ DataWorker::DataWorker(MountTable* mounts, std::vector<ChaosFile> files,
   for (size_t i = 0; i < mounts->size(); ++i) roots_.push_back(std::make_unique<MountRoot>(mounts, i));
 }
 
-void DataWorker::Fail(size_t i, int err) {
+void DataWorker::Fail(size_t i, const char* call, int err) {
   counters_->data_errors++;
+  counters_->Sample(std::string(call) + " " + files_[i].path + ": " + std::strerror(err));
   if (open_[i].fd >= 0) ::close(open_[i].fd);
   open_[i] = Open{};  // its unsynced writes stay attempted, never acknowledged
   if (err == ENOTCONN || err == ENOENT || err == EBADF) roots_[files_[i].writer]->Drop();
@@ -149,7 +160,7 @@ void DataWorker::WriteOne(size_t i) {
       return;
     }
     o.fd = ::openat(root, f.path.c_str(), O_RDWR | O_CLOEXEC);
-    if (o.fd < 0) return Fail(i, errno);
+    if (o.fd < 0) return Fail(i, "open", errno);
   }
   const size_t b = std::uniform_int_distribution<size_t>(0, kChaosBlocks - 1)(rng_);
   const uint64_t v = ++f.attempted[b];
@@ -158,11 +169,11 @@ void DataWorker::WriteOne(size_t i) {
     FillSector(f.index, static_cast<uint32_t>(b), s, v, block + s * kChaosSector);
   }
   const ssize_t n = ::pwrite(o.fd, block, kChaosBlock, static_cast<off_t>(b * kChaosBlock));
-  if (n != static_cast<ssize_t>(kChaosBlock)) return Fail(i, n < 0 ? errno : EIO);
+  if (n != static_cast<ssize_t>(kChaosBlock)) return Fail(i, "pwrite", n < 0 ? errno : EIO);
   counters_->writes++;
   o.unsynced.emplace_back(b, v);
   if (std::uniform_int_distribution<int>(0, 3)(rng_) == 0) {
-    if (::fsync(o.fd) != 0) return Fail(i, errno);
+    if (::fsync(o.fd) != 0) return Fail(i, "fsync", errno);
     counters_->fsyncs++;
     for (const auto& [blk, ver] : o.unsynced) f.acked[blk] = std::max(f.acked[blk], ver);
     o.unsynced.clear();
@@ -176,8 +187,10 @@ void DataWorker::ReadOne(size_t i) {
   const std::vector<uint64_t> low = f.acked;  // acknowledged before the open
   const int fd = ::openat(root, f.path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
+    const int e = errno;
     counters_->data_errors++;
-    if (errno == ENOTCONN) roots_[f.reader]->Drop();
+    counters_->Sample("open to read " + f.path + ": " + std::strerror(e));
+    if (e == ENOTCONN) roots_[f.reader]->Drop();
     return;
   }
   std::string bytes(kChaosBlock * kChaosBlocks + 1, '\0');
@@ -195,6 +208,7 @@ void DataWorker::ReadOne(size_t i) {
   ::close(fd);
   if (err != 0) {
     counters_->data_errors++;
+    counters_->Sample("pread " + f.path + ": " + std::strerror(err));
     if (err == ENOTCONN) roots_[f.reader]->Drop();
     return;
   }

@@ -54,6 +54,13 @@ struct ChaosCounters {
   std::atomic<uint64_t> ns_unknown{0};      // of them, outcome unknown
   std::atomic<uint64_t> migrations_ok{0};
   std::atomic<uint64_t> migrations_failed{0};
+  // The first few failures of data calls and migrations, for the report.
+  void Sample(std::string what);
+  std::vector<std::string> Samples();
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> samples_;
 };
 
 // What the workers found wrong (any entry fails the run).
@@ -140,7 +147,7 @@ class DataWorker {
   };
   void WriteOne(size_t i);
   void ReadOne(size_t i);
-  void Fail(size_t i, int err);
+  void Fail(size_t i, const char* call, int err);
 
   std::vector<std::unique_ptr<MountRoot>> roots_;
   std::vector<ChaosFile> files_;

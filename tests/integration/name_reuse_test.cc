@@ -1,10 +1,11 @@
 // A name reused right after its directory was renamed away, seen through
-// another node's mount (label "open": it fails today, docs/faults.md "Chaos
-// run"; needs root and /dev/fuse): three daemons with mounts, the parent
-// directory in every export root before they start. Through n2: mkdir a,
-// rename a to c (RENAME_NOREPLACE), mkdir a; through n1: create a/h fails
-// with ENOENT in most rounds (40 of 50 in one run), and a create through n1
-// in a directory n2 just made fails now and then too.
+// another node's mount (needs root and /dev/fuse): three daemons with
+// mounts, the parent directory in every export root before they start.
+// Through n2: mkdir a, rename a to c (RENAME_NOREPLACE), mkdir a; through
+// n1: create a/h. n1's first try looks at its stale copy of VD(a), whose
+// holders are the old a's (n1 among them): the create there answered
+// ENOENT (40 of 50 rounds) until a create that a stale copy sent astray
+// was tried again with a fresh one (VfsImpl::CreateOnce, MakeEntry).
 #include <fcntl.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -56,10 +57,16 @@ TEST(NameReuse, ACreateInADirectoryMadeWhereOneWasRenamedAwayFindsIt) {
               0)
         << std::strerror(errno);
     ASSERT_EQ(::mkdir(M("n2", "/ns/a").c_str(), 0755), 0) << std::strerror(errno);
-    // Through n1: the new a.
+    // Through n1: the new a, a directory of its own (c keeps the old one's
+    // number, a has another).
     if (const int rc = Create(M("n1", "/ns/a/h")); rc != 0) {
       if (failures++ == 0) first = "round " + std::to_string(round) + ": " + std::strerror(rc);
     }
+    struct stat sa {}, sc {};
+    ASSERT_EQ(::stat(M("n1", "/ns/a").c_str(), &sa), 0) << std::strerror(errno);
+    ASSERT_EQ(::stat(M("n1", "/ns/c").c_str(), &sc), 0) << std::strerror(errno);
+    EXPECT_EQ(sc.st_ino, st.st_ino) << "the renamed directory keeps its number";
+    EXPECT_NE(sa.st_ino, st.st_ino) << "the new directory has a number of its own";
     std::error_code ec;
     fs::remove_all(M("n2", "/ns/a"), ec);
     fs::remove_all(M("n2", "/ns/c"), ec);
