@@ -473,6 +473,9 @@ class VfsImpl final : public Vfs {
   // Removes (parent, name) from the name index (the inode lives on for its
   // remaining lookups/handles).
   void DetachName(uint64_t parent, const std::string& name);
+  // EHOSTDOWN naming `what` while a member of the federation is known dead
+  // (directory rmdir and rename, vfs_names.cc).
+  Status NoDeadMember(const std::string& what) const;
   // Drops the VDs at or beneath `path` everywhere (after a directory moved).
   void ForgetSubtreeVds(const std::string& path);
   // InodeTable::EraseUnused, and the watches of what it erased dropped.

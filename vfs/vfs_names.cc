@@ -418,6 +418,7 @@ Status VfsImpl::RmdirOnce(const Cred& c, uint64_t parent, const std::string& nam
   if (e->type != DT_DIR) return Err(ENOTDIR, JoinPath(dir->path, name));
   const std::string path = JoinPath(dir->path, name);
   const std::vector<std::string> holders = e->holders;
+  if (auto s = NoDeadMember("rmdir " + path); !s) return s;
   if (holders.size() > 1 && deps_.dir_ops != nullptr) {
     if (auto s = deps_.dir_ops->RemoveDir(c, path, holders); !s) return s;
     ForgetSubtreeVds(path);
@@ -458,6 +459,18 @@ Status VfsImpl::RmdirOnce(const Cred& c, uint64_t parent, const std::string& nam
   ForgetSubtreeVds(path);
   DetachName(parent, name);
   return Ok();
+}
+
+// A dead node may hold a part of any directory that no VD shows now (even
+// of one that a single live node holds): removing or renaming it around
+// that node would make the part reappear under the old name when it
+// returns. So directory rmdir and rename wait for the federation to be
+// whole, as the journaled ones do (dirops/dir_ops.h, "Dead nodes").
+Status VfsImpl::NoDeadMember(const std::string& what) const {
+  auto view = deps_.cluster->Current();
+  if (view->dead.empty()) return Ok();
+  return Err(EHOSTDOWN, what + ": node " + view->dead.begin()->first +
+                            " is dead: directory operations wait for it");
 }
 
 void VfsImpl::ForgetSubtreeVds(const std::string& path) {
@@ -513,6 +526,7 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
   const bool src_dir = src.type == DT_DIR;
   std::string node;  // where the rename runs
   if (src_dir) {
+    if (auto s = NoDeadMember("rename " + from); !s) return s;
     const bool single = src.holders.size() == 1 &&
                         (!dst || (dst->holders.size() == 1 && dst->holders[0] == src.holders[0]));
     if (!single) {
