@@ -34,22 +34,22 @@ PageDrops::~PageDrops() {
   if (thread_.joinable()) thread_.join();
 }
 
-PageDrops::InFlight::InFlight(PageDrops& d, uint64_t ino, uint64_t offset, uint64_t length)
+PageDrops::Writing::Writing(PageDrops& d, uint64_t ino, uint64_t offset, uint64_t length)
     : d_(d), ino_(ino) {
   std::lock_guard lock(d_.mu_);
   id_ = d_.next_id_++;
   const uint64_t end = length > DataRange::kToEnd - offset ? DataRange::kToEnd : offset + length;
-  d_.in_flight_[ino].push_back({id_, offset, end});
+  d_.writing_[ino].push_back({id_, offset, end});
 }
 
-PageDrops::InFlight::~InFlight() {
+PageDrops::Writing::~Writing() {
   bool wake = false;
   {
     std::lock_guard lock(d_.mu_);
-    auto it = d_.in_flight_.find(ino_);
-    if (it != d_.in_flight_.end()) {
+    auto it = d_.writing_.find(ino_);
+    if (it != d_.writing_.end()) {
       std::erase_if(it->second, [&](const Span& s) { return s.id == id_; });
-      if (it->second.empty()) d_.in_flight_.erase(it);
+      if (it->second.empty()) d_.writing_.erase(it);
     }
     wake = !d_.pending_.empty();
   }
@@ -57,8 +57,8 @@ PageDrops::InFlight::~InFlight() {
 }
 
 bool PageDrops::OverlapsLocked(uint64_t ino, DataRange range) const {
-  auto it = in_flight_.find(ino);
-  if (it == in_flight_.end()) return false;
+  auto it = writing_.find(ino);
+  if (it == writing_.end()) return false;
   const uint64_t end = EndOf(range);
   return std::any_of(it->second.begin(), it->second.end(),
                      [&](const Span& s) { return s.offset < end && range.offset < s.end; });

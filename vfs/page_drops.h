@@ -1,18 +1,14 @@
 // Drops of the kernel's cached pages of a file that must not wait for this
-// node's own reads and writes of the same pages (docs/coopcache.md, "Two
-// writers"; docs/migration.md, "What runs today").
+// node's own writes of the same pages (docs/coopcache.md, "Two writers").
 //
-// A FUSE READ or WRITE keeps the kernel's page locks of its range until it
-// is answered, and a drop of those pages (KernelCache::InvalidateData)
-// waits for the locks. The answer may itself wait for another node: a
-// write for the file's node, which waits until every other node that has
-// the file open dropped the pages of the change (two nodes writing one file
-// would each wait, in the kernel's page lock, for the other's write); a
-// read of a file that is moving away, for the move, which drops the pages
-// of every node before it switches the name. Each drop of a range that
-// overlaps a read or write of this node still in flight is therefore put
-// off until that call is answered (done on a thread of its own), and the
-// caller goes on at once. Attributes are dropped at once by the caller.
+// A FUSE WRITE keeps the kernel's page locks of its range until it is
+// answered, and the answer waits for the file's node, which waits until
+// every other node that has the file open dropped the pages of the change.
+// Two nodes writing one file would each wait, in the kernel's page lock,
+// for the other's write: each drop of a range that overlaps a write of this
+// node still in flight is therefore put off until that write is answered
+// (done on a thread of its own), and the callback is answered at once.
+// Attributes are dropped at once by the caller.
 #pragma once
 
 #include <condition_variable>
@@ -33,7 +29,7 @@ class PageDrops {
  public:
   // `drop` drops a range of an inode's pages (KernelCache::InvalidateData);
   // it may block on the kernel's page locks. `max_wait` bounds how long a
-  // put-off drop waits for the calls it overlaps (calls that never pause
+  // put-off drop waits for the writes it overlaps (writes that never pause
   // then wait in the kernel instead).
   explicit PageDrops(std::function<void(uint64_t ino, DataRange range)> drop,
                      std::chrono::milliseconds max_wait = std::chrono::milliseconds(1000));
@@ -41,23 +37,23 @@ class PageDrops {
   PageDrops(const PageDrops&) = delete;
   PageDrops& operator=(const PageDrops&) = delete;
 
-  // A read or write of `length` bytes at `offset` of inode `ino` by this
-  // node, in flight from construction to destruction.
-  class InFlight {
+  // A write of `length` bytes at `offset` of inode `ino` by this node, in
+  // flight from construction to destruction.
+  class Writing {
    public:
-    InFlight(PageDrops& d, uint64_t ino, uint64_t offset, uint64_t length);
-    ~InFlight();
-    InFlight(const InFlight&) = delete;
-    InFlight& operator=(const InFlight&) = delete;
+    Writing(PageDrops& d, uint64_t ino, uint64_t offset, uint64_t length);
+    ~Writing();
+    Writing(const Writing&) = delete;
+    Writing& operator=(const Writing&) = delete;
 
    private:
     PageDrops& d_;
     uint64_t ino_, id_;
   };
 
-  // True if `range` of `ino` overlaps no read or write of this node in
-  // flight: the caller drops it now. False: it is dropped once those calls
-  // are answered (or after max_wait), by this object's thread.
+  // True if `range` of `ino` overlaps no write of this node in flight: the
+  // caller drops it now. False: it is dropped once those writes are
+  // answered (or after max_wait), by this object's thread.
   bool DropNowOrLater(uint64_t ino, DataRange range);
 
   // Waits until every drop put off so far was made (tests).
@@ -81,7 +77,7 @@ class PageDrops {
   const std::chrono::milliseconds max_wait_;
   mutable std::mutex mu_;  // leaf lock: never held across drop_
   std::condition_variable changed_;
-  std::unordered_map<uint64_t, std::vector<Span>> in_flight_;  // ino -> calls in flight
+  std::unordered_map<uint64_t, std::vector<Span>> writing_;  // ino -> writes in flight
   uint64_t next_id_ = 1;
   std::deque<Pending> pending_;
   bool dropping_ = false;  // the thread is making a drop (Drain)

@@ -193,10 +193,6 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
 }
 
 Result<size_t> VfsImpl::Read(uint64_t fh, uint64_t offset, std::span<std::byte> dst) {
-  FEDFS_TRY(f, FileOf(fh));
-  // The kernel holds its locks of these pages until answered: a drop of
-  // them meanwhile (a move of the file waits for it) is put off (PageDrops).
-  PageDrops::InFlight reading{page_drops_, f->ino, offset, dst.size()};
   return WithFile(fh, [&](const OpenFile& f) -> Result<size_t> {
     if (deps_.cache != nullptr && f.told && OneLink(f.ino)) return CachedRead(f, offset, dst);
     return f.fs->Read(f.handle, offset, dst);
@@ -216,7 +212,7 @@ Result<size_t> VfsImpl::Write(uint64_t fh, uint64_t offset, std::span<const std:
   DataChange data_change{*this, f->ino};
   // The kernel holds its locks of these pages until answered: a drop of
   // them that other nodes' changes ask for meanwhile waits (PageDrops).
-  PageDrops::InFlight writing{page_drops_, f->ino, offset, src.size()};
+  PageDrops::Writing writing{page_drops_, f->ino, offset, src.size()};
   if (f->direct) {
     // Written past the kernel's pages (an O_APPEND handle): the page holding
     // the old end may be cached with zeros past it. The next open drops them.

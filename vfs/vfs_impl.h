@@ -546,10 +546,8 @@ class VfsImpl final : public Vfs {
   // checked at the open), with the handle's flags less O_CREAT, O_EXCL and
   // O_TRUNC; the handle uses the new one from now on, the old one is
   // released. ESTALE (the original answer) when the path is not held
-  // elsewhere now, or still by the old node after kMoveSwitchWait
-  // (vfs_moved.cc).
+  // elsewhere now (vfs_moved.cc).
   Result<OpenFile> Reopened(uint64_t fh, const OpenFile& stale);
-  static constexpr std::chrono::milliseconds kMoveSwitchWait{5000};
   // `op(const OpenFile&)` on handle `fh`; once more on the handle opened
   // again (Reopened) when its node answered ESTALE: the file moved.
   template <class Op>

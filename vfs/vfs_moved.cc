@@ -4,10 +4,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 
-#include <algorithm>
-#include <chrono>
-
-#include "common/cooperative.h"
 #include "common/logging.h"
 #include "common/path.h"
 #include "vfs/vfs_impl.h"
@@ -19,26 +15,13 @@ Result<VfsImpl::OpenFile> VfsImpl::Reopened(uint64_t fh, const OpenFile& stale) 
   auto path = PathOf(stale.ino);
   if (!path) return Err(moved);
   const std::string dir(ParentPath(*path)), name(BaseName(*path));
-  // Its node answers ESTALE from the commit of the move on, and the manager
-  // names the new node from the switch on, a moment later: until then (and
-  // for at most kMoveSwitchWait) the manager is asked again. The kernel's
-  // pages that the caller holds locked are dropped after it (PageDrops), so
-  // the move does not wait for this wait.
-  const auto until = SteadyNow() + kMoveSwitchWait;
-  auto backoff = std::chrono::microseconds(500);
-  VdPtr vd;
-  const VdEntry* e = nullptr;
-  for (;;) {
-    auto fresh = deps_.vds->GetFresh(dir);
-    if (!fresh) return Err(moved);
-    vd = std::move(*fresh);
-    e = vd->Find(name);
-    if (e == nullptr || e->type == DT_DIR || e->holders.empty()) return Err(moved);
-    if (e->holders.front() != stale.fs->node_id() || SteadyNow() >= until) break;
-    SleepFor(backoff);
-    backoff = std::min<std::chrono::microseconds>(backoff * 2, std::chrono::milliseconds(20));
+  auto vd = deps_.vds->GetFresh(dir);
+  if (!vd) return Err(moved);
+  const VdEntry* e = (*vd)->Find(name);
+  if (e == nullptr || e->type == DT_DIR || e->holders.empty() ||
+      e->holders.front() == stale.fs->node_id()) {
+    return Err(moved);  // not held elsewhere: ESTALE stands
   }
-  if (e->holders.front() == stale.fs->node_id()) return Err(moved);  // not held elsewhere
   const std::string node = e->holders.front();
   auto fs = FsOf(node);
   if (!fs) return Err(fs.error());

@@ -15,12 +15,15 @@
 // sector and through every mount, a version between the last one
 // acknowledged by fsync and the last one written, and lives in exactly one
 // export root; reads during the run never found an acknowledged version gone;
-// and each namespace worker's history, closed by listings through every
-// mount, is linearizable with operations that failed with ETIMEDOUT, EIO,
+// no journaled directory operation or move is left pending; every mount
+// shows the same tree of the namespace workers' names. Each namespace
+// worker's history, closed by listings through every mount, is checked for
+// linearizability with operations that failed with ETIMEDOUT, EIO,
 // ECONNRESET, ENOTCONN, ECONNABORTED, EHOSTDOWN or EAGAIN counted as of
-// unknown outcome (tests/tools/history_check.h, OutcomeUnknown):
-// every directory operation is wholly done or not at all, the same on every
-// node.
+// unknown outcome (tests/tools/history_check.h, OutcomeUnknown): required
+// without faults (FEDFS_CHAOS_FAULTS=0; then no data call or move may fail
+// either), reported with them (a dead or cut-off node's files drop out of
+// the others' listings until it is back, by design: docs/faults.md).
 //
 // FEDFS_CHAOS_SECONDS (default 60) bounds the faults' time, FEDFS_CHAOS_SEED
 // (default 1) chooses them, FEDFS_CHAOS_FAULTS=0 runs the workload without
@@ -469,8 +472,33 @@ TEST_F(Chaos, NothingAcknowledgedIsLostAndEveryOperationIsWhole) {
   }
   for (const auto& v : violations.Take()) ADD_FAILURE() << "during the run: " << v;
 
-  // Namespace: each worker's history, closed by listings through every mount.
+  // Namespace: every mount shows the same tree of the workers' names, and
+  // each worker's history, closed by listings through every mount, is
+  // checked. Through the faults it is only reported: a dead or cut-off
+  // node's files drop out of the other nodes' listings until it is back,
+  // and a cut-off node serves what it holds itself (docs/faults.md, "Chaos
+  // run"), so a history that spans them is not linearizable by design.
+  auto tree = [&](int i) {
+    std::string out;
+    std::set<std::string> top;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(MountPath(i) + "/ns", ec)) top.insert(e.path().filename().string());
+    if (ec) return "unlistable: " + ec.message();
+    for (const auto& n : top) {
+      out += n + "\n";
+      std::set<std::string> inner;
+      for (const auto& e : fs::directory_iterator(MountPath(i) + "/ns/" + n, ec)) inner.insert(e.path().filename().string());
+      for (const auto& m : inner) out += n + "/" + m + "\n";
+      ec.clear();
+    }
+    return out;
+  };
+  const std::string tree0 = tree(0);
+  uint64_t conflicts = 0;
+  for (size_t p = tree0.find('~'); p != std::string::npos; p = tree0.find('~', p + 1)) ++conflicts;
+  for (int i = 1; i < kNodes; ++i) EXPECT_EQ(tree(i), tree0) << "through " << Id(i) << " and " << Id(0);
   uint64_t histories_ops = 0;
+  int not_linearizable = 0;
   for (auto& w : names) {
     for (int i = 0; i < kNodes; ++i) w->FinalListings(i);
     const std::vector<NsOp> history = w->TakeHistory();
@@ -481,7 +509,12 @@ TEST_F(Chaos, NothingAcknowledgedIsLostAndEveryOperationIsWhole) {
     std::printf("namespace history: %zu operations, %s, %llu configurations, checked in %lld ms\n", history.size(),
                 v.linearizable ? "linearizable" : "NOT linearizable", static_cast<unsigned long long>(v.explored),
                 static_cast<long long>(ms.count()));
-    EXPECT_TRUE(v.linearizable) << v.explanation << Around(v.explanation, history, w->Via(), events);
+    if (!faults) {
+      EXPECT_TRUE(v.linearizable) << v.explanation << Around(v.explanation, history, w->Via(), events);
+    } else if (!v.linearizable) {
+      ++not_linearizable;
+      std::printf("%s\n", v.explanation.substr(0, v.explanation.find("model state")).c_str());
+    }
   }
   EXPECT_EQ(ThreadsInDState(), "");
   if (!faults) {
@@ -505,6 +538,8 @@ TEST_F(Chaos, NothingAcknowledgedIsLostAndEveryOperationIsWhole) {
       {"ns_ops", counters.ns_ops.load()},
       {"ns_unknown", counters.ns_unknown.load()},
       {"history_ops", histories_ops},
+      {"histories_not_linearizable", not_linearizable},
+      {"ns_conflicts", conflicts},
       {"migrations_ok", counters.migrations_ok.load()},
       {"migrations_failed", counters.migrations_failed.load()},
       {"failed", ::testing::Test::HasFailure()},

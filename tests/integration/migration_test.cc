@@ -13,8 +13,6 @@
 //    and forth five times;
 //  * a remote write held at the file's gate longer than a remote call may
 //    take completes where the file moved;
-//  * opens by path through every mount find the file while it moves ten
-//    times;
 //  * bad requests (a directory, an unknown node, the node it is on) are
 //    refused with their reason and change nothing, by a dry run too; a
 //    dry run of a move that can be made says so and moves nothing.
@@ -29,9 +27,7 @@
 
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <cstring>
-#include <mutex>
 #include <filesystem>
 #include <map>
 #include <fstream>
@@ -269,65 +265,6 @@ TEST_F(Migration, FioVerifyPassesWhileTheFileMovesBackAndForthFiveTimes) {
   EXPECT_GE(deltas, 1u);
   EXPECT_FALSE(fs::exists(Root("n1") + "/fio/f"));
   for (const std::string& id : ids_) EXPECT_EQ(ListNames(Mnt(id) + "/fio"), std::set<std::string>{"f"}) << id;
-}
-
-// Opens by path through every mount, while the file moves from node to node
-// ten times: each finds it (the name is never missing in between) and reads
-// its bytes.
-TEST_F(Migration, OpensThroughEveryMountFindTheFileWhileItMoves) {
-  fs::create_directories(Root("n1") + "/m");
-  const std::string content(64 * 1024, 'm');
-  { std::ofstream(Root("n1") + "/m/f") << content; }
-  ASSERT_EQ(ReadFileText(Mnt("n2") + "/m/f"), content);
-  std::atomic<bool> stop{false};
-  std::mutex mu;
-  std::map<std::string, int> failures;  // "node: call: error" -> count
-  std::atomic<uint64_t> opens{0};
-  std::vector<std::thread> readers;
-  for (const std::string& id : ids_) {
-    readers.emplace_back([&, id] {
-      std::string buf(content.size() + 1, '\0');
-      while (!stop.load()) {
-        const int fd = ::open((Mnt(id) + "/m/f").c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0) {
-          const int e = errno;
-          std::lock_guard lock(mu);
-          ++failures[id + ": open: " + std::strerror(e)];
-          continue;
-        }
-        const ssize_t n = ::pread(fd, buf.data(), buf.size(), 0);
-        const int e = errno;
-        ::close(fd);
-        opens.fetch_add(1);
-        if (n != static_cast<ssize_t>(content.size()) || buf.compare(0, content.size(), content) != 0) {
-          std::lock_guard lock(mu);
-          ++failures[id + ": read: " + (n < 0 ? std::strerror(e) : std::to_string(n) + " bytes")];
-        }
-      }
-    });
-  }
-  int moved = 0;
-  std::string errors;
-  std::string at = "n1";
-  for (int i = 0; i < 10; ++i) {
-    const std::string to = ids_[static_cast<size_t>((i + 1) % 3)];
-    const CommandResult r = Migrate(c_, ids_[static_cast<size_t>(i % 3)], "/m/f", to);
-    if (r.exit_code == 0) {
-      ++moved;
-      at = to;
-    } else {
-      errors += r.out + r.err;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  stop = true;
-  for (auto& t : readers) t.join();
-  EXPECT_EQ(moved, 10) << errors;
-  std::string why;
-  for (const auto& [what, n] : failures) why += what + " x" + std::to_string(n) + "\n";
-  EXPECT_EQ(why, "") << opens.load() << " opens";
-  EXPECT_GT(opens.load(), 30u);
-  EXPECT_EQ(Holder(c_, "n2", "/m/f"), at);
 }
 
 TEST_F(Migration, BadRequestsAreRefusedWithTheirReason) {

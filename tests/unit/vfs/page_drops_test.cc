@@ -45,7 +45,7 @@ TEST(PageDrops, NoWriteInFlightDropsNow) {
 TEST(PageDrops, WritesOfOtherInodesOrRangesDoNotPutOff) {
   Recorder rec;
   PageDrops d(rec.Fn());
-  PageDrops::InFlight w(d, 7, 8192, 4096);  // [8192, 12288)
+  PageDrops::Writing w(d, 7, 8192, 4096);  // [8192, 12288)
   EXPECT_TRUE(d.DropNowOrLater(8, {8192, 4096}));
   EXPECT_TRUE(d.DropNowOrLater(7, {0, 8192}));
   EXPECT_TRUE(d.DropNowOrLater(7, {12288, 100}));
@@ -56,7 +56,7 @@ TEST(PageDrops, WritesOfOtherInodesOrRangesDoNotPutOff) {
 TEST(PageDrops, OverlappingDropWaitsForTheWriteThenIsMadeOnce) {
   Recorder rec;
   PageDrops d(rec.Fn(), std::chrono::seconds(60));
-  std::optional<PageDrops::InFlight> w;
+  std::optional<PageDrops::Writing> w;
   w.emplace(d, 7, 8192, 4096);
   EXPECT_FALSE(d.DropNowOrLater(7, {10000, 10}));
   EXPECT_FALSE(d.DropNowOrLater(7, DataRange::From(12000)));  // merged with the first
@@ -71,7 +71,7 @@ TEST(PageDrops, OverlappingDropWaitsForTheWriteThenIsMadeOnce) {
 TEST(PageDrops, EveryOverlappingWriteIsWaitedFor) {
   Recorder rec;
   PageDrops d(rec.Fn(), std::chrono::seconds(60));
-  std::optional<PageDrops::InFlight> a, b;
+  std::optional<PageDrops::Writing> a, b;
   a.emplace(d, 7, 0, 4096);
   b.emplace(d, 7, 4096, 4096);
   EXPECT_FALSE(d.DropNowOrLater(7, DataRange{}));
@@ -86,7 +86,7 @@ TEST(PageDrops, EveryOverlappingWriteIsWaitedFor) {
 TEST(PageDrops, AWriteThatNeverEndsDelaysTheDropAtMostMaxWait) {
   Recorder rec;
   PageDrops d(rec.Fn(), std::chrono::milliseconds(100));
-  PageDrops::InFlight w(d, 7, 0, 4096);
+  PageDrops::Writing w(d, 7, 0, 4096);
   const auto start = std::chrono::steady_clock::now();
   EXPECT_FALSE(d.DropNowOrLater(7, {0, 1}));
   d.Drain();
