@@ -380,20 +380,11 @@ Status Migration::Undo(Rec& r) {
 Status Migration::Finish(Rec& r) {
   const dev_t dev = static_cast<dev_t>(r.dev);
   const ino_t ino = static_cast<ino_t>(r.ino);
-  // 6. Opens and reads here wait; whoever caches the file drops it.
+  // 6. Held: changes wait here; reads pass (these bytes are T's copy's,
+  // which takes no write before step 8).
   move_->Hold(dev, ino);
-  if (moved_) moved_(dev, ino, r.path, false);
   Step("mig:held");
-  // 7. T owns the name.
-  MoveMsg m;
-  m.id = r.id;
-  m.path = r.path;
-  m.from = node_id_;
-  if (auto s = Call(r.peer, MethodId(RpcMethod::kMigCommit), EncodeMsg(m), options_.rpc_timeout); !s) {
-    return Err(s.error());
-  }
-  Step("mig:target-told");
-  // 8. The switch (ends the name's lock).
+  // 7. The switch (ends the name's lock): lookups find T's copy from now on.
   const std::string dir(ParentPath(r.path));
   const std::string name(BaseName(r.path));
   if (auto s = update_(dir, {VdChange{VdChange::Kind::kAdd, name, r.type, r.peer},
@@ -404,9 +395,25 @@ Status Migration::Finish(Rec& r) {
     if (Transient(s.error().code)) return s;
     Log()->warn("move {} of {}: switch at the manager: {}", r.id, r.path, s.error().ToString());
   }
+  // Handles here answer ESTALE (each node's Vfs opens them again at T), and
+  // whoever caches the file drops it: no read waits for anything meanwhile
+  // (reads at T pass, writes there wait), so no drop waits for a read that
+  // waits for the move.
   move_->MarkMoved(dev, ino);
-  if (moved_) moved_(dev, ino, r.path, true);
+  if (moved_) {
+    moved_(dev, ino, r.path, false);
+    moved_(dev, ino, r.path, true);
+  }
   Step("mig:switched");
+  // 8. T owns the name and takes writes.
+  MoveMsg m;
+  m.id = r.id;
+  m.path = r.path;
+  m.from = node_id_;
+  if (auto s = Call(r.peer, MethodId(RpcMethod::kMigCommit), EncodeMsg(m), options_.rpc_timeout); !s) {
+    return Err(s.error());
+  }
+  Step("mig:target-told");
   // 9. L's copy goes.
   auto st = local_->Stat(Cred{}, r.path);
   if (st && st->st_dev == dev && st->st_ino == ino) {
@@ -454,6 +461,7 @@ Status Migration::ResolveIn(Rec& r) {
   if (!a) return Err(a.error());
   auto o = DecodeMsg(*a);
   if (!o) return Err(o.error());
+  move_->Thaw(static_cast<dev_t>(r.dev), static_cast<ino_t>(r.ino));
   if (o->state != 1) {
     auto st = local_->Stat(Cred{}, r.path);
     if (st && st->st_dev == r.dev && st->st_ino == r.ino) {
@@ -483,10 +491,13 @@ Status Migration::Recover() {
     std::lock_guard lock(mu_);
     for (const Rec& r : found) pending_.insert(r.Key());
   }
-  // Hold committed files before anything is served.
+  // Hold committed files, and freeze copies placed here, before anything is
+  // served.
   for (const Rec& r : found) {
-    if (r.state == Rec::kCommitted) move_->Hold(static_cast<dev_t>(r.dev),
-                                                static_cast<ino_t>(r.ino));
+    const auto dev = static_cast<dev_t>(r.dev);
+    const auto ino = static_cast<ino_t>(r.ino);
+    if (r.out() && r.state == Rec::kCommitted) move_->Hold(dev, ino);
+    if (!r.out() && r.state == Rec::kPlaced) (void)move_->Freeze(dev, ino);
   }
   if (!found.empty()) Log()->warn("migration: {} moves to resolve", found.size());
   retry_thread_ = std::thread([this] { RetryLoop(); });

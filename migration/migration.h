@@ -18,15 +18,22 @@
 //      nobody holds a lock on it; if it changed since the last copy, one
 //      more delta, frozen ("mig:delta"); else undo (EBUSY, EAGAIN) "mig:frozen"
 //   4. kMigPlace -> T: T journals Placed (synced), links the copy at the
-//      name (hidden in T's listings: incoming); L checks that no local
-//      program changed the file since the freeze (else undo)  "mig:t-placed"
+//      name (hidden in T's listings: incoming) and freezes it there (writes
+//      wait, reads pass); L checks that no local program changed the file
+//      since the freeze (else undo)                            "mig:t-placed"
 //   5. L journals Committed (synced): THE COMMIT POINT        "mig:committed"
-//   6. L holds the file (opens and reads at L wait), tells the sessions that
-//      watch it (they drop what they cache of it)              "mig:held"
-//   7. kMigCommit -> T: T drops its record (the name is T's)  "mig:target-told"
-//   8. the switch at the manager: {add name at T, remove name at L}, which
-//      also ends the lock; the gate turns Moved (ESTALE: the kernel looks the
-//      name up again and finds T's copy)                        "mig:switched"
+//   6. L holds the file: changes wait, reads pass (L's bytes are T's)
+//                                                                 "mig:held"
+//   7. the switch at the manager: {add name at T, remove name at L}, which
+//      also ends the lock; the gate turns Moved (ESTALE: each node's Vfs
+//      opens its handles again at T, the kernel looks the name up again);
+//      then whoever caches the file drops it (the file service's watchers,
+//      this node's kernel: attributes, pages, names). Nothing waits for the
+//      move meanwhile (reads pass at L and T, writes wait at T), so these
+//      drops never wait for a read that waits for them     "mig:switched"
+//   8. kMigCommit -> T: T drops its record and thaws: the name is T's, and
+//      writes land there only now, after every cache dropped the old
+//      bytes                                                "mig:target-told"
 //   9. L unlinks its copy (if still that inode), deletes its record, thaws
 //                                                                "mig:deleted"
 // A failure before 5 undoes: kMigAbort -> T (unlinks what it linked, drops
@@ -44,8 +51,9 @@
 //   * at L: Copying -> kMigAbort to T, then drop; Committed -> hold the file
 //     and roll forward from 6;
 //   * at T: Receiving -> drop (the unnamed file died with the process);
-//     Placed -> kMigOutcome to L: committed -> drop the record; otherwise
-//     unlink the copy (if still that inode) and drop.
+//     Placed -> the copy frozen before anything is served, kMigOutcome to
+//     L: committed -> drop the record and thaw; otherwise unlink the copy
+//     (if still that inode) and drop.
 // A step that needs an unreachable node keeps the record; a background
 // thread retries with backoff. While a record is pending its path is busy:
 // another move of it answers EBUSY.

@@ -271,6 +271,11 @@ void Migration::OnPlace(m2m::IncomingCall call, m2m::Responder r) {
       (void)Erase(r);
       return shared->Fail(linked.error());
     }
+    // Writes wait until L has had every cache drop the file (kMigCommit);
+    // reads pass (migration.h, steps 7 and 8).
+    if (auto f = move_->Freeze(static_cast<dev_t>(r.dev), static_cast<ino_t>(r.ino)); !f) {
+      Log()->warn("move {} of {}: freezing the copy here: {}", r.id, r.path, f.error().ToString());
+    }
     Step("mig:t-placed");
     MoveMsg a;
     a.from = node_id_;
@@ -292,6 +297,7 @@ void Migration::OnCommit(m2m::IncomingCall call, m2m::Responder r) {
     if (rec != nullptr) {
       if (rec->state != Rec::kPlaced) return shared->Fail(Error{EPROTO, "commit before place"});
       if (auto s = Erase(*rec); !s) return shared->Fail(s.error());
+      move_->Thaw(static_cast<dev_t>(rec->dev), static_cast<ino_t>(rec->ino));
       std::lock_guard lock(mu_);
       stats_.received++;
     }
@@ -316,6 +322,7 @@ void Migration::OnAbort(m2m::IncomingCall call, m2m::Responder r) {
     }
     if (rec != nullptr) {
       if (rec->state == Rec::kPlaced) {
+        move_->Thaw(static_cast<dev_t>(rec->dev), static_cast<ino_t>(rec->ino));
         auto st = local_->Stat(Cred{}, rec->path);
         if (st && st->st_dev == rec->dev && st->st_ino == rec->ino) {
           if (auto s = local_->Unlink(Cred{}, rec->path); !s && s.error().code != ENOENT) {

@@ -109,17 +109,9 @@ Result<size_t> LocalNodeFs::Read(Handle h, uint64_t offset, std::span<std::byte>
   if (!f) return Err(f.error());
   if (offset > static_cast<uint64_t>(INT64_MAX)) return Err(EINVAL, "read: offset");
   OpenFile& file = **f;
-  // Another node's read (its server set a GateDeadline) waits while the move
-  // is committed, bounded (then asked again), and learns ESTALE only once
-  // the name is switched; this node's own reads do not wait (MovedCheck).
-  std::optional<MoveGate::Pass> pass;
-  if (GateDeadline()) {
-    auto p = PassFor([&] { return MoveGate::Key{file.dev, file.ino}; }, /*changes=*/false);
-    if (!p) return Err(p.error());
-    pass = std::move(*p);
-  } else if (auto s = MovedCheck(file); !s) {
-    return Err(s.error());
-  }
+  // A read never waits at the gate (nodefs/move_support.h): ESTALE once the
+  // file moved, else its bytes.
+  if (auto s = MovedCheck(file); !s) return Err(s.error());
   auto io = [&] { return pread(file.fd, dst.data(), dst.size(), static_cast<off_t>(offset)); };
   ssize_t n;
   do {

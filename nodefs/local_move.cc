@@ -52,9 +52,7 @@ std::optional<MoveGate::Key> LocalNodeFs::KeyOfPath(const std::string& path) {
 Status LocalNodeFs::MovedCheck(const OpenFile& f) const {
   if (!gate_.Any()) return Ok();
   const MoveGate::State st = gate_.StateOf({f.dev, f.ino});
-  if (st == MoveGate::State::kMoved || st == MoveGate::State::kHeld) {
-    return Err(ESTALE, "file moved to another node");
-  }
+  if (st == MoveGate::State::kMoved) return Err(ESTALE, "file moved to another node");
   return Ok();
 }
 

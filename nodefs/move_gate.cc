@@ -16,7 +16,10 @@ Status MoveGate::Check(const Key& k, Pass& pass, bool changes) {
   auto it = gates_.find(k);
   if (it == gates_.end()) return Ok();
   if (it->second == State::kMoved) return Err(ESTALE, "file moved to another node");
-  if (it->second == State::kFrozen && !changes) return Ok();
+  // Reads pass until the file moved: its bytes here are the new copy's
+  // until that takes a write, which it holds until every node dropped what
+  // it cached (migration/migration.h).
+  if ((it->second == State::kFrozen || it->second == State::kHeld) && !changes) return Ok();
   pass.unlock();  // the move goes on while this operation waits
   auto done = [&] {
     auto i = gates_.find(k);

@@ -34,7 +34,7 @@ class MoveGate {
   State StateOf(const Key& k) const;
   // For an operation on `k` holding `pass` (`changes`: it may change the
   // file): Ok to go on (the pass still held); ESTALE if moved; if it must
-  // wait (frozen and `changes`, or held), releases the pass and waits until
+  // wait (frozen or held, and `changes`), releases the pass and waits until
   // the gate is gone (then EAGAIN: the caller starts again with a new pass)
   // or moved (ESTALE), or until this thread's GateDeadline (move_support.h)
   // if it has one (then kErrMoveWait).

@@ -12,7 +12,9 @@
 //    waits for such operations already running to finish first, so after it
 //    returns the file changes only through a local program (not FedFS);
 //  * Held (Hold): the move is committed and the directory's manager not yet
-//    told: every open and read of the file waits as well;
+//    told: as Frozen (opens for reading and reads pass: the bytes here are
+//    the new copy's, which takes no write before every node dropped what it
+//    cached of the file);
 //  * Moved (MarkMoved): the file now lives elsewhere: waiters and every later
 //    open, read, write... of it answer ESTALE (the kernel then looks the name
 //    up again, and finds the new copy);
@@ -70,7 +72,7 @@ class MoveSupport {
   // Freezes (dev, ino) (see above; lock changes wait too) and says who has
   // it open or locked now. EBUSY if it is gated.
   [[nodiscard]] virtual Result<Frozen> Freeze(dev_t dev, ino_t ino) = 0;
-  // The move is committed: opens and reads wait too (see above).
+  // The move is committed (see above).
   virtual void Hold(dev_t dev, ino_t ino) = 0;
   // The file moved: ESTALE from now on (also without a Freeze first: a
   // restarted source re-arms the gate of a committed move).

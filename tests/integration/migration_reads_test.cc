@@ -1,12 +1,12 @@
-// Reads during moves (label "open": it reproduces an open defect and fails
-// today, docs/migration.md "What runs today"; needs root and /dev/fuse):
-// three daemons with mounts, a file opened and read by path through every
-// mount while it moves from node to node ten times. Reads fail now and then
-// with ESTALE (a read at the file's old node between the commit and the
-// switch is told the file moved while the manager still names the old
-// node), and a move can stall for seconds when a reader's node holds the
-// kernel's page locks of a read that waits at the old node's gate while
-// that node asks it to drop those pages.
+// Reads during moves (needs root and /dev/fuse): three daemons with
+// mounts, a file opened and read by path through every mount while it moves
+// from node to node ten times: every open finds it and every read returns
+// its bytes. Reads used to fail now and then with ESTALE (a read at the
+// file's old node between the commit and the switch was told the file
+// moved while the manager still named the old node), and a move could stall
+// for seconds (a reader's node held the kernel's page locks of a read
+// waiting at the old node's gate while that node asked it to drop those
+// pages); docs/migration.md, "What runs today".
 #include <fcntl.h>
 #include <unistd.h>
 
