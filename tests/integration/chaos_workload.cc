@@ -216,7 +216,10 @@ void DataWorker::ReadOne(size_t i) {
   // Written by this thread only: what it issued is the upper bound.
   const std::string wrong = CheckFileBytes(f, bytes, low, f.attempted);
   counters_->reads_checked++;
-  if (!wrong.empty()) violations_->Add("read through node " + std::to_string(f.reader + 1) + ": " + wrong);
+  if (!wrong.empty()) {
+    violations_->Add("at " + std::to_string(ChaosMs()) + " ms, read through node " +
+                     std::to_string(f.reader + 1) + ": " + wrong);
+  }
 }
 
 void DataWorker::Run(const std::atomic<bool>& stop) {

@@ -30,6 +30,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -40,6 +41,13 @@
 #include "tests/tools/history_check.h"
 
 namespace fedfs::testing {
+
+// Milliseconds since the run's start (its first call), for reports that
+// line up what went wrong with the faults.
+inline long long ChaosMs(HistoryClock::time_point t = HistoryClock::now()) {
+  static const HistoryClock::time_point start = HistoryClock::now();
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t - start).count();
+}
 
 inline constexpr size_t kChaosBlock = 4096;
 inline constexpr size_t kChaosSector = 512;
