@@ -17,9 +17,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -515,7 +517,19 @@ TEST_P(PosixParity, FcntlLocksAndFlock) {
     t.Note("parent F_GETLK type", std::to_string(q.l_type));
     wr.l_type = F_UNLCK;
     t.Call("parent F_SETLK unlock", [&] { return ::fcntl(fd, F_SETLK, &wr); });
-    t.Call("parent flock LOCK_EX|LOCK_NB", [&] { return ::flock(fd, LOCK_EX | LOCK_NB); });
+    // The child's flock went with its last close. Through FUSE that close
+    // returns before the lock is gone: the kernel sends the release that
+    // drops it after the close, asynchronously (docs/namespace.md, "Locks"),
+    // so a conflict right after the child exited is asked again, for up to
+    // 2 s (natively the first try succeeds).
+    t.Call("parent flock LOCK_EX|LOCK_NB", [&] {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+      for (;;) {
+        const int rc = ::flock(fd, LOCK_EX | LOCK_NB);
+        if (rc == 0 || errno != EWOULDBLOCK || std::chrono::steady_clock::now() >= until) return rc;
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+    });
     t.InChild(child_try);
     t.Call("parent flock LOCK_UN", [&] { return ::flock(fd, LOCK_UN); });
     t.Call("parent flock LOCK_SH|LOCK_NB", [&] { return ::flock(fd, LOCK_SH | LOCK_NB); });
