@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <charconv>
+#include <optional>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -43,12 +44,22 @@ struct FaultyTransport::State {
     }
     return d;
   }
+  // For a call: the delay of its duplicate, or nothing.
+  std::optional<std::chrono::microseconds> Duplicate() {
+    if (spec.duplicate <= 0) return std::nullopt;
+    std::lock_guard lock(mu);
+    std::uniform_real_distribution<double> u(0, 1);
+    if (u(rng) >= spec.duplicate) return std::nullopt;
+    duplicated.fetch_add(1, std::memory_order_relaxed);
+    std::uniform_int_distribution<int64_t> us(0, spec.delay_max.count());
+    return std::chrono::microseconds(us(rng));
+  }
 
   const FaultSpec spec;
   std::mutex mu;
   std::mt19937_64 rng;  // GUARDED_BY(mu)
   std::atomic<uint64_t> ops{0}, dropped_requests{0}, dropped_replies{0}, delayed{0},
-      disconnects{0};
+      disconnects{0}, duplicated{0};
   Timers timers{"faults"};
 };
 
@@ -76,6 +87,17 @@ class FaultyEndpoint final : public Endpoint {
     inner_->Connect(timeout, std::move(done));
   }
   void Call(uint16_t method, Bytes payload, Timeout timeout, Callback<Bytes> done) override {
+    if (const auto after = s_->Duplicate()) {
+      SPDLOG_LOGGER_DEBUG(Log(), "injected: duplicate of call {} to {}", method, inner_->address());
+      auto copy = [inner = inner_, method, bytes = payload, timeout]() mutable {
+        inner->Call(method, std::move(bytes), timeout, [](Result<Bytes>) {});
+      };
+      if (after->count() == 0) {
+        copy();
+      } else {
+        s_->timers.After(*after, std::move(copy));
+      }
+    }
     Run<Bytes>("call", method, std::move(done), [inner = inner_, method, payload = std::move(payload),
                                  timeout](Callback<Bytes> cb) mutable {
       inner->Call(method, std::move(payload), timeout, std::move(cb));
@@ -178,7 +200,7 @@ bool ParseDuration(std::string_view v, std::chrono::microseconds* out) {
 std::string FaultSpec::ToString() const {
   return "drop=" + std::to_string(drop) + ",delay=" + std::to_string(delay) + ":" +
          std::to_string(delay_max.count()) + "us,disconnect=" + std::to_string(disconnect) +
-         ",seed=" + std::to_string(seed);
+         ",duplicate=" + std::to_string(duplicate) + ",seed=" + std::to_string(seed);
 }
 
 Result<FaultSpec> ParseFaultSpec(std::string_view text) {
@@ -197,6 +219,8 @@ Result<FaultSpec> ParseFaultSpec(std::string_view text) {
       ok = ParseShare(val, &s.drop);
     } else if (key == "disconnect") {
       ok = ParseShare(val, &s.disconnect);
+    } else if (key == "duplicate") {
+      ok = ParseShare(val, &s.duplicate);
     } else if (key == "delay") {
       const size_t colon = val.find(':');
       ok = colon != std::string_view::npos && ParseShare(val.substr(0, colon), &s.delay) &&
@@ -224,8 +248,8 @@ std::shared_ptr<Endpoint> FaultyTransport::GetEndpoint(const std::string& addr) 
 
 FaultyTransport::Counts FaultyTransport::counts() const {
   auto get = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-  return Counts{get(state_->ops), get(state_->dropped_requests), get(state_->dropped_replies),
-                get(state_->delayed), get(state_->disconnects)};
+  return Counts{get(state_->ops),     get(state_->dropped_requests), get(state_->dropped_replies),
+                get(state_->delayed), get(state_->disconnects),      get(state_->duplicated)};
 }
 
 }  // namespace fedfs::m2m

@@ -2,8 +2,9 @@
 // any transport (the daemon's UCX transport, the fake network): requests
 // lost before they are sent, replies lost after the peer acted (the caller
 // gets ECONNRESET either way: over a reliable transport a message is lost
-// only with its connection), delays (so that messages overtake each other) and broken
-// connections. One-sided operations are delayed, lost or disconnected the
+// only with its connection), delays (so that messages overtake each other),
+// broken connections and duplicated requests (what a resend after a broken
+// connection does to a request the peer got). One-sided operations are delayed, lost or disconnected the
 // same way. Requests served here are not touched: every node injecting its
 // own faults covers both directions. Seeded: one seed, one sequence of
 // decisions (the interleaving still depends on timing).
@@ -35,13 +36,17 @@ struct FaultSpec {
   double delay = 0;       // share of operations delayed ...
   std::chrono::microseconds delay_max{0};  // ... by up to this much (uniform)
   double disconnect = 0;  // share of operations preceded by a broken connection
+  // Share of calls whose request the peer gets twice: a copy is sent too,
+  // delayed by up to delay_max (so it may come before or after the
+  // original), and its answer thrown away.
+  double duplicate = 0;
   uint64_t seed = 1;
 
-  bool Any() const { return drop > 0 || delay > 0 || disconnect > 0; }
+  bool Any() const { return drop > 0 || delay > 0 || disconnect > 0 || duplicate > 0; }
   std::string ToString() const;
 };
 
-// "drop=0.01,delay=0.05:20ms,disconnect=0.001,seed=7" (any subset; delays
+// "drop=0.01,delay=0.05:20ms,disconnect=0.001,duplicate=0.01,seed=7" (any subset; delays
 // in us, ms or s): the spec, or EINVAL naming the bad part.
 Result<FaultSpec> ParseFaultSpec(std::string_view text);
 
@@ -52,7 +57,7 @@ class FaultyTransport final : public TransportDecorator {
 
   struct Counts {
     uint64_t operations = 0, dropped_requests = 0, dropped_replies = 0, delayed = 0,
-             disconnects = 0;
+             disconnects = 0, duplicated = 0;
   };
   Counts counts() const;
 

@@ -193,8 +193,9 @@ std::string Describe(const Variant& v) {
   return std::string(layout[static_cast<int>(v.layout)]) + (v.renames ? "WithRenames" : "NoRenames") +
          (v.turns ? "InTurns" : "") + (v.large ? "Large" : "") +
          (v.faults == nullptr ? ""
-          : std::string_view(v.faults).find("drop") != std::string_view::npos ? "Lossy"
-                                                                               : "Delayed");
+          : std::string_view(v.faults).find("drop") != std::string_view::npos      ? "Lossy"
+          : std::string_view(v.faults).find("duplicate") != std::string_view::npos ? "Duplicated"
+                                                                                    : "Delayed");
 }
 std::string VariantName(const ::testing::TestParamInfo<Variant>& info) { return Describe(info.param); }
 void PrintTo(const Variant& v, std::ostream* os) { *os << Describe(v); }
@@ -418,7 +419,12 @@ INSTANTIATE_TEST_SUITE_P(
                       // (done at the holder, never reported): now resent,
                       // changes served once (m2m/reply_cache.h).
                       Variant{Layout::kSpreadByHash, true, false, false,
-                              "drop=0.005,delay=0.3:3ms,seed=9"}),
+                              "drop=0.005,delay=0.3:3ms,seed=9"},
+                      // Duplicated requests: 2 % of every node's calls are
+                      // sent twice, the copy up to 3 ms apart (before or
+                      // after the original), its answer thrown away.
+                      Variant{Layout::kSpreadByHash, true, false, false,
+                              "duplicate=0.02,delay=0.3:3ms,seed=11"}),
     VariantName);
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -130,20 +131,42 @@ TEST_F(FaultyTransportTest, DelayedRepliesOvertakeEachOtherAndAllArrive) {
   EXPECT_EQ(faulty_->counts().delayed, uint64_t{kCalls});
 }
 
+TEST_F(FaultyTransportTest, DuplicatedCallsReachThePeerTwiceAndAreAnsweredOnce) {
+  FaultSpec s;
+  s.duplicate = 1;
+  s.delay_max = std::chrono::milliseconds(5);  // the copies' delays
+  Start(s);
+  auto ep = client_->GetEndpoint(addr_);
+  constexpr int kCalls = 20;
+  for (int i = 0; i < kCalls; ++i) {
+    auto r = CallSync(*ep, kEcho, Bytes{std::byte(i)}, std::chrono::seconds(5));
+    ASSERT_TRUE(r) << r.error().ToString();
+    ASSERT_EQ(r->size(), 1u);
+    EXPECT_EQ((*r)[0], std::byte(i));  // its own answer, not a copy's
+  }
+  EXPECT_EQ(faulty_->counts().duplicated, uint64_t{kCalls});
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (served_.load() < 2 * kCalls && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(served_.load(), 2 * kCalls);
+}
+
 TEST(FaultSpec, ParsedOrRefused) {
-  auto s = ParseFaultSpec("drop=0.01,delay=0.05:20ms,disconnect=0.001,seed=7");
+  auto s = ParseFaultSpec("drop=0.01,delay=0.05:20ms,disconnect=0.001,duplicate=0.02,seed=7");
   ASSERT_TRUE(s) << s.error().ToString();
   EXPECT_EQ(s->drop, 0.01);
   EXPECT_EQ(s->delay, 0.05);
   EXPECT_EQ(s->delay_max, std::chrono::milliseconds(20));
   EXPECT_EQ(s->disconnect, 0.001);
+  EXPECT_EQ(s->duplicate, 0.02);
   EXPECT_EQ(s->seed, 7u);
   EXPECT_TRUE(s->Any());
   auto none = ParseFaultSpec("");
   ASSERT_TRUE(none);
   EXPECT_FALSE(none->Any());
   for (const char* bad : {"drop=2", "drop", "delay=0.5", "delay=0.5:3h", "loss=0.1", "seed=x",
-                          "drop=-0.1", "delay=0.1:90s"}) {
+                          "drop=-0.1", "delay=0.1:90s", "duplicate=1.5"}) {
     auto r = ParseFaultSpec(bad);
     EXPECT_FALSE(r) << bad;
     if (!r) {
