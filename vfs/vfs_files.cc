@@ -47,14 +47,14 @@ Result<VfsImpl::OpenFile> VfsImpl::AnyFileOf(uint64_t ino) const {
 // change is acknowledged (RemoteAttrsChanged): from an open whose handle is
 // told (the kernel dropped its pages at that open, or kept pages valid
 // before it) until no handle is told and no watch is left (Release,
-// RemoteAttrsChanged), the inode is forgotten, or the session with the node
-// or the membership epoch changed (the node may have forgotten whom it
-// tells). An open outside that keeps nothing: the kernel drops the file's
+// RemoteAttrsChanged), the inode is forgotten, or the node (the file
+// moved), the session with it or the membership epoch changed (the node may
+// have forgotten whom it tells, or never known). An open outside that keeps nothing: the kernel drops the file's
 // pages then.
 uint64_t VfsImpl::AddFile(OpenFile f, bool* keep_pages) {
   const bool pages = options_.keep_remote_pages && f.told;
   CachedIn now;
-  if (pages) now = CachedIn{f.fs->SessionCount(), deps_.cluster->Current()->epoch};
+  if (pages) now = CachedIn{f.fs->node_id(), f.fs->SessionCount(), deps_.cluster->Current()->epoch};
   std::lock_guard lock(files_mu_);
   const uint64_t fh = next_fh_++;
   files_by_ino_.emplace(f.ino, fh);

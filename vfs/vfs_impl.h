@@ -588,10 +588,12 @@ class VfsImpl final : public Vfs {
     uint64_t ino;
     ~DataChange() { vfs.DataChanged(ino); }
   };
-  // The session and membership epoch the blocks of each cached file were
-  // read in: blocks of an older one are dropped (a restarted node forgot
-  // whom it tells). Guarded by cache_mu_ (a leaf).
+  // The node, its session and the membership epoch the blocks of each
+  // cached file were read in: blocks of another are dropped (a restarted
+  // node forgot whom it tells; a node the file moved to was never told
+  // what this one caches). Guarded by cache_mu_ (a leaf).
   struct CachedIn {
+    std::string node;
     uint64_t session = 0, epoch = 0;
     bool operator==(const CachedIn&) const = default;
   };
