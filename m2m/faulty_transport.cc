@@ -55,12 +55,20 @@ struct FaultyTransport::State {
     return std::chrono::microseconds(us(rng));
   }
 
+  // The thread that sends delayed operations, started by the first one (a
+  // spec without delays, as the simulator's, starts none).
+  Timers& Delayer() {
+    std::call_once(timers_once, [this] { timers = std::make_unique<Timers>("faults"); });
+    return *timers;
+  }
+
   const FaultSpec spec;
   std::mutex mu;
   std::mt19937_64 rng;  // GUARDED_BY(mu)
   std::atomic<uint64_t> ops{0}, dropped_requests{0}, dropped_replies{0}, delayed{0},
       disconnects{0}, duplicated{0};
-  Timers timers{"faults"};
+  std::once_flag timers_once;
+  std::unique_ptr<Timers> timers;
 };
 
 namespace {
@@ -95,7 +103,7 @@ class FaultyEndpoint final : public Endpoint {
       if (after->count() == 0) {
         copy();
       } else {
-        s_->timers.After(*after, std::move(copy));
+        s_->Delayer().After(*after, std::move(copy));
       }
     }
     Run<Bytes>("call", method, std::move(done), [inner = inner_, method, payload = std::move(payload),
@@ -159,7 +167,7 @@ class FaultyEndpoint final : public Endpoint {
       send(std::move(done));
     };
     if (d.delay.count() == 0) return go();
-    s_->timers.After(d.delay, std::move(go));
+    s_->Delayer().After(d.delay, std::move(go));
   }
 
   std::shared_ptr<Endpoint> inner_;

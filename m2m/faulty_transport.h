@@ -13,7 +13,8 @@
 // daemon wraps its transport in one when FEDFS_TEST_FAULTS is set.
 //
 // Threads: as the wrapped transport's; delayed operations are sent from a
-// thread of the FaultyTransport's own.
+// thread of the FaultyTransport's own, started by the first of them (without
+// delays no thread is started: the simulator's fibers use it so).
 #pragma once
 
 #include <chrono>

@@ -82,6 +82,14 @@ Status Federation::Build(const SimOptions& o) {
     n->local = std::make_unique<ChargedNodeFs>(n->root.get(), local_cost_);
     n->kv = std::make_unique<ns::MemKv>();
     n->transport = net_->NewTransport(t);
+    if (!o.faults.empty()) {
+      auto spec = m2m::ParseFaultSpec(o.faults);  // validated (ValidateSimOptions)
+      if (!spec) return Err(spec.error());
+      spec->seed += static_cast<uint64_t>(i);
+      auto faulty = std::make_unique<m2m::FaultyTransport>(std::move(n->transport), *spec);
+      n->faults = faulty.get();
+      n->transport = std::move(faulty);
+    }
     node::NodeOptions no = SimNodeOptions(o, i);
     node::NodeEnv env;
     env.transport = n->transport.get();
@@ -101,6 +109,16 @@ Status Federation::Build(const SimOptions& o) {
   }
   PublishViews();
   return Ok();
+}
+
+uint64_t Federation::FaultsInjected() const {
+  uint64_t sum = 0;
+  for (const auto& n : nodes_) {
+    if (n->faults == nullptr) continue;
+    const auto c = n->faults->counts();
+    sum += c.dropped_requests + c.dropped_replies + c.disconnects + c.duplicated;
+  }
+  return sum;
 }
 
 Federation::~Federation() {

@@ -22,6 +22,7 @@
 #include "cluster/cluster.h"
 #include "dirops/kv.h"
 #include "m2m/fake_network.h"
+#include "m2m/faulty_transport.h"
 #include "node/node.h"
 #include "nodefs/mem_node_fs.h"
 
@@ -33,6 +34,7 @@ struct SimNode {
   std::unique_ptr<ChargedNodeFs> local;    // what the node's parts call
   std::unique_ptr<ns::MemKv> kv;
   std::unique_ptr<m2m::Transport> transport;
+  m2m::FaultyTransport* faults = nullptr;  // `transport`, when it injects faults
   ns::SettableClusterView view;            // replaced on membership changes
   std::unique_ptr<node::Node> node;
   bool alive = true;
@@ -57,6 +59,8 @@ class Federation {
   int Index(const std::string& id) const { return std::stoi(id.substr(1)); }
   // N * the largest ring share of a live node (1: perfectly even).
   double RingImbalance() const;
+  // Faults the nodes' transports injected so far (SimOptions::faults).
+  uint64_t FaultsInjected() const;
   int size() const { return static_cast<int>(nodes_.size()); }
   SimNode& node(int i) { return *nodes_[static_cast<size_t>(i)]; }
   m2m::FakeNetwork& net() { return *net_; }

@@ -55,9 +55,9 @@ fedfs::Status MakeOut(const std::string& dir) {
 
 std::string Figures(const fb::RunResult& r) {
   char b[256];
-  std::snprintf(b, sizeof(b), "%.0f ops/s, %.2f msgs/op, %llu errors, %.1fs wall",
+  std::snprintf(b, sizeof(b), "%.0f ops/s, %.2f msgs/op, %llu errors, %llu faults injected, %.1fs wall",
                 r.ops_per_sec, r.msgs_per_op, static_cast<unsigned long long>(r.errors),
-                r.wall_seconds);
+                static_cast<unsigned long long>(r.faults_injected), r.wall_seconds);
   return b;
 }
 
@@ -141,6 +141,9 @@ int main(int argc, char** argv) {
                   "create-stat-shared: files already in /shared (comma-separated list: one run "
                   "per size at each N; a plot of cost vs size)")
       ->delimiter(',');
+  sim->add_option("--faults", o.faults,
+                  "faults every node's transport injects, as FEDFS_TEST_FAULTS (drop, "
+                  "disconnect, duplicate, seed; no delays), e.g. drop=0.01,duplicate=0.01");
   sim->add_option("--out", out, "output directory")->capture_default_str();
 
   auto* study = app.add_subcommand("study", "the default study: N = 8..1024, workloads, DT sweep");

@@ -9,6 +9,8 @@
 // knows how an operation is done.
 #include "bench/sim/sim.h"
 
+#include "m2m/faulty_transport.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -413,6 +415,7 @@ Result<RunResult> Driver::Run() {
 
   out.ops_done = completed_;
   out.errors = errors_;
+  out.faults_injected = f_.FaultsInjected();
   out.sim_seconds = duration<double>(last_done_ - start_).count();
   out.ops_per_sec = out.sim_seconds > 0 ? static_cast<double>(completed_) / out.sim_seconds : 0;
   for (auto& [kind, v] : lat_) {
@@ -508,6 +511,11 @@ Status ValidateSimOptions(const SimOptions& o) {
   if (o.dir_entries > 10'000'000) return Err(EINVAL, "--dir-entries above 10000000");
   if (o.tree_fanout < 1 || o.tree_depth < 1 || o.files_per_dir < 1) {
     return Err(EINVAL, "tree shape must be positive");
+  }
+  if (!o.faults.empty()) {
+    auto spec = m2m::ParseFaultSpec(o.faults);
+    if (!spec) return Err(EINVAL, "--faults: " + spec.error().context);
+    if (spec->delay > 0) return Err(EINVAL, "--faults: no delays in the simulator (the link model has jitter)");
   }
   return Ok();
 }

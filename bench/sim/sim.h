@@ -87,6 +87,11 @@ struct SimOptions {
   // spread round-robin over the nodes (the directory's size; the cost of an
   // operation in it should not grow with it).
   uint64_t dir_entries = 0;
+  // Faults every node's transport injects (m2m/faulty_transport.h, the
+  // FEDFS_TEST_FAULTS syntax, each node seeded with seed + its index): lost
+  // requests and replies, broken connections, duplicated requests. Delays
+  // are refused: the link model's jitter is the simulator's. "": none.
+  std::string faults;
 };
 
 // Validates names and ranges (EINVAL with the reason).
@@ -139,6 +144,7 @@ struct RunResult {
   uint64_t changes = 0;        // VD changes applied (updates)
   double invalidations_per_change = 0;
   uint64_t directories = 0;    // directories in the namespace at the start
+  uint64_t faults_injected = 0;  // lost messages, broken connections, duplicates (whole run)
   double wall_seconds = 0;     // real time the run took (not reproducible)
 };
 

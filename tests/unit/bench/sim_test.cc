@@ -379,6 +379,35 @@ TEST(BenchSim, BadOptionsRefused) {
   o = SimOptions{};
   o.model = "carrier-pigeon";
   EXPECT_EQ(RunSim(o).error().code, EINVAL);
+  o = SimOptions{};
+  o.faults = "drop=2";
+  EXPECT_EQ(RunSim(o).error().code, EINVAL);
+  o.faults = "delay=0.1:1ms";  // the link model's jitter is the simulator's
+  EXPECT_EQ(RunSim(o).error().code, EINVAL);
+}
+
+// Faults in the simulation: every node's transport loses requests and
+// replies, breaks connections and duplicates requests; every operation
+// still completes (answered, or failed with an error the run counts), the
+// faults show in the figures, and one seed gives one run.
+TEST(BenchSim, InjectedFaultsAreSurvivedAndReproducible) {
+  SimOptions o = Small("create-stat-shared");
+  o.faults = "drop=0.01,disconnect=0.002,duplicate=0.02,seed=3";
+  auto a = RunSim(o);
+  ASSERT_TRUE(a) << a.error().ToString();
+  EXPECT_EQ(a->ops_done, o.ops);
+  EXPECT_GT(a->faults_injected, 10u);
+  EXPECT_LT(a->errors, o.ops / 10) << "most operations outlive the faults (resent)";
+  auto b = RunSim(o);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(a->messages, b->messages);
+  EXPECT_EQ(a->faults_injected, b->faults_injected);
+  EXPECT_EQ(a->errors, b->errors);
+  SimOptions none = Small("create-stat-shared");
+  auto c = RunSim(none);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->faults_injected, 0u);
+  EXPECT_EQ(c->errors, 0u);
 }
 
 }  // namespace
