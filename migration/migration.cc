@@ -461,12 +461,15 @@ Status Migration::ResolveIn(Rec& r) {
   if (!a) return Err(a.error());
   auto o = DecodeMsg(*a);
   if (!o) return Err(o.error());
+  // Committed at L: the copy stays frozen (reads pass, writes wait) until
+  // L's kMigCommit, which L sends once every cache dropped the old bytes
+  // (L's record lasts until T answered it).
+  if (o->state == 1) return Err(EAGAIN, "committed at " + r.peer + ": waiting for its commit");
+  // Undone there: the copy goes.
   move_->Thaw(static_cast<dev_t>(r.dev), static_cast<ino_t>(r.ino));
-  if (o->state != 1) {
-    auto st = local_->Stat(Cred{}, r.path);
-    if (st && st->st_dev == r.dev && st->st_ino == r.ino) {
-      if (auto s = local_->Unlink(Cred{}, r.path); !s && s.error().code != ENOENT) return s;
-    }
+  auto st = local_->Stat(Cred{}, r.path);
+  if (st && st->st_dev == r.dev && st->st_ino == r.ino) {
+    if (auto s = local_->Unlink(Cred{}, r.path); !s && s.error().code != ENOENT) return s;
   }
   return Erase(r);
 }

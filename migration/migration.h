@@ -52,8 +52,9 @@
 //     and roll forward from 6;
 //   * at T: Receiving -> drop (the unnamed file died with the process);
 //     Placed -> the copy frozen before anything is served, kMigOutcome to
-//     L: committed -> drop the record and thaw; otherwise unlink the copy
-//     (if still that inode) and drop.
+//     L: committed -> wait, frozen, for L's kMigCommit (L sends it once every
+//     cache dropped the old bytes; it drops the record and thaws);
+//     otherwise unlink the copy (if still that inode) and drop.
 // A step that needs an unreachable node keeps the record; a background
 // thread retries with backoff. While a record is pending its path is busy:
 // another move of it answers EBUSY.
