@@ -251,6 +251,7 @@ void FileService::Impl::DoHello(m2m::IncomingCall call, m2m::Responder& r) {
     cache_tags.rkey.assign(t, t + h->tags_rkey()->size());
   }
   std::vector<Handle> release;
+  bool continued = false;
   {
     MutexLock lock(mu_);
     // A session of the same client node from another process incarnation:
@@ -265,6 +266,11 @@ void FileService::Impl::DoHello(m2m::IncomingCall call, m2m::Responder& r) {
       }
     }
     auto it = sessions_.find(h->session());
+    // Continued: the same session, told of every change it asks for (a
+    // failed callback turned its callbacks off: then not).
+    continued = it != sessions_.end() && it->second.incarnation == h->incarnation() &&
+                it->second.node == node &&
+                it->second.callbacks == (h->attr_callbacks() && ep != nullptr);
     if (it == sessions_.end()) {
       if (sessions_.size() >= opts_.max_sessions) {
         r.Fail(Error{EAGAIN, "too many file service sessions"});
@@ -301,13 +307,14 @@ void FileService::Impl::DoHello(m2m::IncomingCall call, m2m::Responder& r) {
   ReleaseAll(*local_, release);
   log_->debug("session {:x} of {} bound to conn {} ({})", h->session(), node, call.peer.conn_id,
               call.peer.remote_addr);
-  r.Reply(HelloReply());
+  r.Reply(HelloReply(continued));
 }
 
-auto FileService::Impl::HelloReply() -> m2m::Bytes {
+auto FileService::Impl::HelloReply(bool continued) -> m2m::Bytes {
   flatbuffers::FlatBufferBuilder b(64);
   fb::FsHelloReplyBuilder hb(b);
   hb.add_version(fswire::kVersion);
+  hb.add_continued(continued);
   hb.add_max_io(std::min(opts_.slot_size, opts_.max_inline));
   hb.add_releases(true);
   hb.add_session_lease_ms(static_cast<uint64_t>(opts_.session_lease.count()));

@@ -169,7 +169,8 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
 
   void DoHello(m2m::IncomingCall call, m2m::Responder& r);
 
-  m2m::Bytes HelloReply();
+  // `continued`: FsHelloReply.continued (files/fs.fbs).
+  m2m::Bytes HelloReply(bool continued = false);
 
   // What a data request needs from its session, copied under the lock.
   struct SessionView {

@@ -278,7 +278,9 @@ Status RemoteNodeFs::Hello(Clock::time_point deadline, bool renew) {
   max_io_.store(std::max<uint64_t>(h->max_io(), 4096));
   server_releases_.store(h->releases());
   lease_ms_.store(static_cast<int64_t>(h->session_lease_ms()));
-  hellos_.fetch_add(1, std::memory_order_acq_rel);
+  // A renewal of a session the server kept telling of its changes leaves
+  // what this node caches from it valid; any other Hello starts anew.
+  if (!h->continued()) hellos_.fetch_add(1, std::memory_order_acq_rel);
   helloed_.store(true);
   last_call_.store(Clock::now().time_since_epoch().count());
   ScheduleRenewal();

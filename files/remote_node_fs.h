@@ -239,7 +239,7 @@ class RemoteNodeFs final : public NodeFs, public std::enable_shared_from_this<Re
   std::atomic<int64_t> lease_ms_{0};     // the server's session lease (0: none)
   std::atomic<bool> renewal_due_{false};  // a renewal is scheduled
   std::atomic<int64_t> last_call_{0};     // Clock ticks of the last request sent
-  std::atomic<uint64_t> hellos_{0};  // successful Hellos (SessionCount)
+  std::atomic<uint64_t> hellos_{0};  // Hellos that did not continue a session (SessionCount)
   std::atomic<uint64_t> max_io_{0};  // from the server's Hello reply
   std::atomic<bool> server_releases_{false};  // the server takes FsRequest.releases
 

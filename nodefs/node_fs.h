@@ -177,8 +177,10 @@ class NodeFs {
   virtual const std::string& node_id() const = 0;
 
   // Which session with that node this object is in: changes when a new one
-  // starts (RemoteNodeFs: a Hello after the node restarted or the connection
-  // was lost; what that node told of before may not hold). 0 for a local one.
+  // starts (RemoteNodeFs: a Hello that did not continue a session the node
+  // kept telling of its changes: after it restarted, expired the session or
+  // stopped telling this node; what it told of before may not hold). 0 for a
+  // local one.
   virtual uint64_t SessionCount() const { return 0; }
 
   // lstat(2).

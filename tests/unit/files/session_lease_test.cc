@@ -46,8 +46,12 @@ TEST_P(SessionLeaseTest, ARenewedSessionKeepsItsHandlesWhileIdle) {
   auto fs = MakeRenewing();
   auto f = fs->Create(me_, "/kept", O_RDWR, 0644);
   ASSERT_TRUE(f) << f.error().ToString();
+  const uint64_t session = fs->SessionCount();
   std::this_thread::sleep_for(4 * kLease);  // idle: only renewals
   EXPECT_EQ(service_->stats().sessions_expired, 0u);
+  // Renewals continue the session: what the client caches from the server
+  // stays valid (VfsImpl::AddFile keeps the kernel's pages on that).
+  EXPECT_EQ(fs->SessionCount(), session);
   std::vector<std::byte> one(1, std::byte{7});
   auto w = fs->Write(f->handle, 0, one);
   ASSERT_TRUE(w) << w.error().ToString();
