@@ -26,7 +26,7 @@ void VfsImpl::DataChanged(uint64_t ino) {
 Result<size_t> VfsImpl::CachedRead(const OpenFile& f, uint64_t offset, std::span<std::byte> dst) {
   coop::BlockCache& cache = *deps_.cache;
   const size_t block = cache.block_size();
-  const CachedIn now{f.fs->node_id(), f.fs->SessionCount(), deps_.cluster->Current()->epoch};
+  const CachedIn now = CachedInOf(f);
   {
     std::lock_guard lock(cache_mu_);
     auto [it, added] = cached_in_.try_emplace(f.ino, now);

@@ -49,12 +49,12 @@ Result<VfsImpl::OpenFile> VfsImpl::AnyFileOf(uint64_t ino) const {
 // before it) until no handle is told and no watch is left (Release,
 // RemoteAttrsChanged), the inode is forgotten, or the node (the file
 // moved), the session with it or the membership epoch changed (the node may
-// have forgotten whom it tells, or never known). An open outside that keeps nothing: the kernel drops the file's
-// pages then.
+// have forgotten whom it tells, or never known). An open outside that keeps
+// nothing: the kernel drops the file's pages then.
 uint64_t VfsImpl::AddFile(OpenFile f, bool* keep_pages) {
   const bool pages = options_.keep_remote_pages && f.told;
   CachedIn now;
-  if (pages) now = CachedIn{f.fs->node_id(), f.fs->SessionCount(), deps_.cluster->Current()->epoch};
+  if (pages) now = CachedInOf(f);
   std::lock_guard lock(files_mu_);
   const uint64_t fh = next_fh_++;
   files_by_ino_.emplace(f.ino, fh);

@@ -597,6 +597,9 @@ class VfsImpl final : public Vfs {
     uint64_t session = 0, epoch = 0;
     bool operator==(const CachedIn&) const = default;
   };
+  CachedIn CachedInOf(const OpenFile& f) const {
+    return CachedIn{f.fs->node_id(), f.fs->SessionCount(), deps_.cluster->Current()->epoch};
+  }
   std::mutex cache_mu_;
   std::unordered_map<uint64_t, CachedIn> cached_in_;
 

@@ -261,20 +261,24 @@ Result<EntryOut> VfsImpl::MakeEntry(const Cred& c, uint64_t parent, const std::s
   // The claim decides whether the name exists; this look only saves it when
   // the name is there for sure (a stale copy is asked again).
   FEDFS_TRY(vd, deps_.vds->Peek(dir->path, name));
-  bool fresh = false;
-  if ((*vd)->Find(name)) {
+  // VD(parent) from its manager; EEXIST if it has the name.
+  auto fresh = [&]() -> Result<VdPtr> {
     FEDFS_TRY(now, deps_.vds->GetName(dir->path, name));
     if ((*now)->Find(name)) return Err(EEXIST, JoinPath(dir->path, name));
+    return now;
+  };
+  bool peeked = true;
+  if ((*vd)->Find(name)) {
+    FEDFS_TRY(now, fresh());
     vd = std::move(now);
-    fresh = true;
+    peeked = false;
   }
   const bool is_dir = type == S_IFDIR;
   auto made = MakeNew<struct stat>(c, dir->path, *vd, name, is_dir, make);
-  if (!made && !fresh && made.error().code == ENOENT) {
+  if (!made && peeked && made.error().code == ENOENT) {
     // A stale copy's holders (of a directory since renamed or removed,
     // another made under its name since): once more with a fresh copy.
-    FEDFS_TRY(now, deps_.vds->GetName(dir->path, name));
-    if ((*now)->Find(name)) return Err(EEXIST, JoinPath(dir->path, name));
+    FEDFS_TRY(now, fresh());
     vd = std::move(now);
     made = MakeNew<struct stat>(c, dir->path, *vd, name, is_dir, make);
   }

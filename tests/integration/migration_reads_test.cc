@@ -31,12 +31,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-CommandResult Migrate(const Cluster& c, const std::string& via, const std::string& path,
-                      const std::string& to) {
-  return RunCommand({FEDFS_FEDFSCTL_PATH, "--socket", c.Socket(via), "migrate", path, "--to", to},
-                    kNoHang);
-}
-
 // Opens by path through every mount, while the file moves from node to node
 // ten times: each finds it (the name is never missing in between) and reads
 // its bytes.

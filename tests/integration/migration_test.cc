@@ -44,12 +44,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-CommandResult Migrate(const Cluster& c, const std::string& via, const std::string& path,
-                      const std::string& to) {
-  return RunCommand({FEDFS_FEDFSCTL_PATH, "--socket", c.Socket(via), "migrate", path, "--to", to},
-                    kNoHang);
-}
-
 // Content with a hole: 1 MiB of random bytes, 2 MiB unwritten, 300 KiB more.
 std::string MakeContent() {
   std::mt19937_64 rng(42);
