@@ -400,6 +400,7 @@ Status Migration::Finish(Rec& r) {
   // (reads at T pass, writes there wait), so no drop waits for a read that
   // waits for the move.
   move_->MarkMoved(dev, ino);
+  Step("mig:marked");
   if (moved_) {
     moved_(dev, ino, r.path, false);
     moved_(dev, ino, r.path, true);

@@ -26,11 +26,13 @@
 //                                                                 "mig:held"
 //   7. the switch at the manager: {add name at T, remove name at L}, which
 //      also ends the lock; the gate turns Moved (ESTALE: each node's Vfs
-//      opens its handles again at T, the kernel looks the name up again);
+//      opens its handles again at T, the kernel looks the name up again)
+//                                                               "mig:marked"
 //      then whoever caches the file drops it (the file service's watchers,
-//      this node's kernel: attributes, pages, names). Nothing waits for the
-//      move meanwhile (reads pass at L and T, writes wait at T), so these
-//      drops never wait for a read that waits for them     "mig:switched"
+//      this node's kernel: attributes, pages, names). Nothing a read needs
+//      waits for the move meanwhile (reads and opens pass at L and T; writes
+//      and O_TRUNC opens wait at T), so these drops never wait for a read
+//      that waits for them                                  "mig:switched"
 //   8. kMigCommit -> T: T drops its record and thaws: the name is T's, and
 //      writes land there only now, after every cache dropped the old
 //      bytes                                                "mig:target-told"

@@ -12,8 +12,11 @@ Result<Opened> LocalNodeFs::OpenCommon(const Cred& c, const std::string& path, i
                                        mode_t mode, const char* op) {
   flags |= O_CLOEXEC | O_NOCTTY;
   const bool creat = (flags & O_CREAT) != 0;
-  // Opens that may change the file wait while it is frozen for a move.
-  const bool changes = (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC) != 0;
+  // Opens that change the file (O_TRUNC) wait while it is frozen for a
+  // move; an open for writing does not: its writes wait. It may be the
+  // reopen at the new node of a read in flight, which holds the kernel's
+  // page locks that the move's drop of every node's pages waits for.
+  const bool changes = (flags & O_TRUNC) != 0;
   const int asked_flags = flags;
   for (;;) {
   flags = asked_flags;

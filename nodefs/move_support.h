@@ -7,14 +7,15 @@
 //  * none (every file, normally): nothing waits; with no file gated the cost
 //    of the gate is one shared lock per changing operation;
 //  * Frozen (Freeze): operations that would change the file's bytes or
-//    attributes wait: opens for writing or with O_TRUNC, writes, fallocate,
-//    SetAttr, xattr changes, and lock changes. Opens for reading and reads pass. Freeze
-//    waits for such operations already running to finish first, so after it
-//    returns the file changes only through a local program (not FedFS);
+//    attributes wait: opens with O_TRUNC, writes, fallocate, SetAttr, xattr
+//    changes, and lock changes. Other opens (for writing too) and reads
+//    pass. Freeze waits for such operations already running to finish
+//    first, so after it returns the file changes only through a local
+//    program (not FedFS);
 //  * Held (Hold): the move is committed and the directory's manager not yet
-//    told: as Frozen (opens for reading and reads pass: the bytes here are
-//    the new copy's, which takes no write before every node dropped what it
-//    cached of the file);
+//    told: as Frozen (opens and reads pass: the bytes here are the new
+//    copy's, which takes no write before every node dropped what it cached
+//    of the file);
 //  * Moved (MarkMoved): the file now lives elsewhere: waiters and every later
 //    open, read, write... of it answer ESTALE (the kernel then looks the name
 //    up again, and finds the new copy);

@@ -548,17 +548,23 @@ class VfsImpl final : public Vfs {
   // released. ESTALE (the original answer) when the path is not held
   // elsewhere now (vfs_moved.cc).
   Result<OpenFile> Reopened(uint64_t fh, const OpenFile& stale);
-  // `op(const OpenFile&)` on handle `fh`; once more on the handle opened
-  // again (Reopened) when its node answered ESTALE: the file moved.
+  // `op(const OpenFile&)` on handle `fh`; again on the handle opened again
+  // (Reopened) when its node answered ESTALE: the file moved (up to
+  // kMaxReopens times in one operation: it may move on meanwhile).
+  static constexpr int kMaxReopens = 8;
   template <class Op>
   auto WithFile(uint64_t fh, Op op) -> decltype(op(std::declval<const OpenFile&>())) {
     auto f = FileOf(fh);
     if (!f) return Err(f.error());
-    auto r = op(*f);
-    if (r || r.error().code != ESTALE) return r;
-    auto g = Reopened(fh, *f);
-    if (!g) return r;
-    return op(*g);
+    OpenFile at = *f;
+    auto r = op(at);
+    for (int i = 0; i < kMaxReopens && !r && r.error().code == ESTALE; ++i) {
+      auto g = Reopened(fh, at);
+      if (!g) return r;
+      at = *g;
+      r = op(at);
+    }
+    return r;
   }
   // The file-data cache (vfs_cache.cc; docs/coopcache.md, "What runs
   // today"). A read through a told handle of a remote file with one link.

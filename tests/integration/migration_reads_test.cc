@@ -96,5 +96,52 @@ TEST(MigrationReads, OpensThroughEveryMountFindTheFileWhileItMoves) {
   EXPECT_EQ(Holder(c_, "n2", "/m/f"), at);
 }
 
+// A read through a handle opened for writing on another node, made while
+// the move stands between its gate turning Moved and every node's drop of
+// the file (paused there): the read is told ESTALE at L and its handle is
+// opened again at T, where the copy is frozen for writes until kMigCommit.
+// That open used to wait for the thaw (an open for writing), holding the
+// reader's kernel page locks, so L's drop of those pages waited until the
+// callback timed out and the reader's node was told nothing more
+// (Migration.FioVerify... took 60 s and then failed with ESTALE). The read
+// now returns while the move is paused, and no callback fails.
+TEST(MigrationReads, AReadWhoseHandleIsOpenedAgainAtTheTargetHoldsNoDropUp) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root for FUSE mounts";
+  Cluster c_;
+  std::vector<std::string> ids_;
+  ::setenv("FEDFS_TEST_PAUSE_AT", "mig:marked+4000", 1);
+  const std::string started = c_.StartMounted(3, &ids_);
+  ::unsetenv("FEDFS_TEST_PAUSE_AT");
+  ASSERT_EQ(started, "");
+  fs::create_directories(c_.ExportRoot("n1") + "/m");
+  const std::string content(1 << 20, 'r');
+  { std::ofstream(c_.ExportRoot("n1") + "/m/f") << content; }
+  const int fd = ::open((c_.Mountpoint("n2") + "/m/f").c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  auto failed = [&] {
+    auto j = c_.Ctl("n1", {"files"});
+    EXPECT_TRUE(j.is_object()) << "fedfsctl files failed on n1";
+    return j.is_object() ? j.value("callbacks_failed", uint64_t{0}) : 0;
+  };
+  const uint64_t failed0 = failed();
+  CommandResult move;
+  std::thread mover([&] { move = Migrate(c_, "n1", "/m/f", "n3"); });
+  const bool paused =
+      WaitFor([&] { return c_.Log("n1").find("paused at mig:marked") != std::string::npos; }, kNoHang);
+  std::string got(4096, '\0');
+  const ssize_t n = paused ? ::pread(fd, got.data(), got.size(), 768 * 1024) : -1;
+  const int e = errno;
+  const bool during = c_.Log("n1").find("resumed at mig:marked") == std::string::npos;
+  mover.join();
+  ::close(fd);
+  ASSERT_TRUE(paused) << c_.Log("n1");
+  ASSERT_EQ(n, 4096) << std::strerror(e);
+  EXPECT_EQ(got, content.substr(0, 4096));
+  EXPECT_TRUE(during) << "the read waited for the move";
+  EXPECT_EQ(move.exit_code, 0) << move.out << move.err;
+  EXPECT_EQ(failed(), failed0) << c_.Log("n1");
+  EXPECT_EQ(Holder(c_, "n2", "/m/f"), "n3");
+}
+
 }  // namespace
 }  // namespace fedfs::testing
