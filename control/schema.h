@@ -368,6 +368,9 @@ struct FilesReply {
   uint64_t data_bytes = 0;  // read and written for other nodes (inline and one-sided)
   uint64_t sessions_expired = 0;  // ended for want of renewal (timeouts.session_lease_ms)
   uint64_t duplicates_answered = 0;  // resent requests answered the first answer
+  // Changes acknowledged only once a node not told of them dropped its cache
+  // (timeouts.cache_lease_ms).
+  uint64_t lease_waits = 0;
   template <class S, class V>
   static void Fields(S& s, V&& v) {
     v("node", s.node); v("sessions", s.sessions); v("sessions_expired", s.sessions_expired);
@@ -375,6 +378,7 @@ struct FilesReply {
     v("handles", s.handles);
     v("watches", s.watches); v("served", s.served); v("refused", s.refused);
     v("callbacks_sent", s.callbacks_sent); v("callbacks_failed", s.callbacks_failed);
+    v("lease_waits", s.lease_waits);
     v("callbacks_received", s.callbacks_received); v("callbacks_refused", s.callbacks_refused);
     v("data_bytes", s.data_bytes);
   }

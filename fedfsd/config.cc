@@ -410,7 +410,7 @@ DaemonOptions Parse(const std::string& text, const std::string& path, Checker& c
     if (const YAML::Node t = GetMap(c, root, "timeouts")) {
       CheckKeys(c, t, "timeouts.",
                 {"rpc_ms", "heartbeat_interval_ms", "failure_timeout_ms", "connect_ms",
-                 "session_lease_ms"});
+                 "session_lease_ms", "cache_lease_ms"});
       constexpr uint64_t kMaxMs = 3600 * 1000;
       uint64_t v = 0;
       if (GetUint(c, t, "rpc_ms", "timeouts.rpc_ms", 1, kMaxMs, &v)) o.timeouts.rpc = Millis(v);
@@ -426,6 +426,9 @@ DaemonOptions Parse(const std::string& text, const std::string& path, Checker& c
       if (GetUint(c, t, "session_lease_ms", "timeouts.session_lease_ms", 0, kMaxMs, &v)) {
         o.timeouts.session_lease = Millis(v);
       }
+      if (GetUint(c, t, "cache_lease_ms", "timeouts.cache_lease_ms", 0, kMaxMs, &v)) {
+        o.timeouts.cache_lease = Millis(v);
+      }
     }
     if (o.timeouts.session_lease.count() > 0 &&
         o.timeouts.session_lease < 3 * o.timeouts.rpc) {
@@ -433,6 +436,10 @@ DaemonOptions Parse(const std::string& text, const std::string& path, Checker& c
              std::to_string(o.timeouts.session_lease.count()) +
                  " must be 0 (no lease) or at least 3 x timeouts.rpc_ms (" +
                  std::to_string(o.timeouts.rpc.count()) + ")");
+    }
+    if (o.timeouts.cache_lease.count() > 0 && o.timeouts.cache_lease.count() < 1000) {
+      c.Fail("timeouts.cache_lease_ms", std::to_string(o.timeouts.cache_lease.count()) +
+                                            " must be 0 (no bound) or at least 1000");
     }
     if (o.timeouts.failure_timeout <= o.timeouts.heartbeat_interval) {
       c.Fail("timeouts.failure_timeout_ms",

@@ -238,6 +238,7 @@ Status Daemon::StartNamespace(const DaemonOptions& o) {
   no.cache_min_free = o.coopcache.min_free;
   no.files.root_squash = o.security.root_squash;
   no.files.session_lease = o.timeouts.session_lease;
+  no.files.cache_lease = o.timeouts.cache_lease;
   no.files.squash_uid = o.security.squash_uid;
   no.files.squash_gid = o.security.squash_gid;
   no.vfs.entry_timeout = o.fuse.entry_timeout_s;

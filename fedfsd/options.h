@@ -39,6 +39,11 @@ struct TimeoutOptions {
   // A file-service session not renewed for this long ends at its server
   // (files/file_service.h, session_lease); 0: never.
   Millis session_lease{30000};
+  // What a node caches of another's files it uses for at most this long
+  // without an answer from it; a change that node could not be told of is
+  // acknowledged only after it (files/file_service.h, cache_lease); 0: no
+  // such bound.
+  Millis cache_lease{5000};
 };
 
 // The FUSE mount (fuse/fuse_frontend.h, docs/namespace.md "The FUSE mount").

@@ -35,16 +35,25 @@ void FileService::Impl::Tell(std::vector<Target> targets) {
     }
     pending = std::move(again);
   }
-  MutexLock lock(mu_);
-  for (size_t i = 0; i < targets.size(); ++i) {
-    if (answers[i]) continue;
-    callbacks_failed_.fetch_add(1, std::memory_order_relaxed);
-    log_->warn("telling {} of a file's change: {}; it is told no more", targets[i].node,
-               answers[i].error().ToString());
-    if (auto s = sessions_.find(targets[i].session); s != sessions_.end()) {
-      s->second.callbacks = false;
-      ForgetKeysLocked(s->second);
+  Clock::time_point until{};  // the cache lease of the sessions not told
+  {
+    MutexLock lock(mu_);
+    for (size_t i = 0; i < targets.size(); ++i) {
+      if (answers[i]) continue;
+      callbacks_failed_.fetch_add(1, std::memory_order_relaxed);
+      log_->warn("telling {} of a file's change: {}; it is told no more", targets[i].node,
+                 answers[i].error().ToString());
+      if (auto s = sessions_.find(targets[i].session); s != sessions_.end()) {
+        s->second.callbacks = false;
+        ForgetKeysLocked(s->second);
+        until = std::max(until, s->second.seen + opts_.cache_lease + kLeaseMargin);
+      }
     }
+  }
+  if (opts_.cache_lease.count() > 0 && until > Clock::now()) {
+    // Bounded: `seen` is never later than now.
+    lease_waits_.fetch_add(1, std::memory_order_relaxed);
+    std::this_thread::sleep_until(until);
   }
 }
 

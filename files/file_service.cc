@@ -158,6 +158,7 @@ auto FileService::Impl::stats() const -> FileService::Stats {
   s.served = served_.load();
   s.callbacks_sent = callbacks_sent_.load();
   s.callbacks_failed = callbacks_failed_.load();
+  s.lease_waits = lease_waits_.load();
   s.inline_bytes = inline_bytes_.load();
   s.one_sided_bytes = one_sided_bytes_.load();
   s.coop_redirects = coop_redirects_.load();
@@ -318,6 +319,7 @@ auto FileService::Impl::HelloReply(bool continued) -> m2m::Bytes {
   hb.add_max_io(std::min(opts_.slot_size, opts_.max_inline));
   hb.add_releases(true);
   hb.add_session_lease_ms(static_cast<uint64_t>(opts_.session_lease.count()));
+  hb.add_cache_lease_ms(static_cast<uint64_t>(opts_.cache_lease.count()));
   b.Finish(hb.Finish());
   return fswire::Finish(b);
 }

@@ -32,6 +32,15 @@
 //    again within it); after one fails (logged) the session
 //    is told nothing more (its watches end), and its later opens and stats
 //    say so.
+//  * Cut-off clients: a client that cannot be told of a change may still
+//    have the old bytes in its kernel and cache. With `cache_lease` set
+//    (told in the Hello reply), a client uses what it caches of this
+//    server's files for at most cache_lease after sending its last request
+//    that was answered, and drops it all then by itself
+//    (RemoteNodeFs::SessionLost); a change whose callback failed is
+//    acknowledged only once cache_lease passed since the client's last
+//    request arrived here. So no change is acknowledged while a client it
+//    could not tell may still serve the bytes from before it.
 //  * Lost messages: a request with FsRequest.request_id (the operations
 //    that change something) is run once per session and id, and a resend
 //    answered the first answer (m2m/reply_cache.h); RemoteNodeFs resends
@@ -156,6 +165,8 @@ struct FileServiceOptions {
   SelfCache self_cache;
   // Longest wait for a client's answer to an FsAttrChanged. Default 1 s.
   std::chrono::milliseconds callback_timeout{1000};
+  // The cache lease ("Cut-off clients" above). Default 0: none.
+  std::chrono::milliseconds cache_lease{0};
 };
 
 // The credentials a request with `c` runs with under `o` (root squash).
@@ -209,6 +220,7 @@ class FileService final : public AttrObserver {
     uint64_t served = 0;    // requests that ran an operation (success or errno)
     uint64_t callbacks_sent = 0;    // FsAttrChanged sent
     uint64_t callbacks_failed = 0;  // of those, not answered in time (or refused)
+    uint64_t lease_waits = 0;       // changes acknowledged after a cache lease ran out
     // Read/Write data moved, by path: carried in the RPC itself, or one-sided
     // between the pools (the bytes a Read Put into a client's slot, a Write
     // Got from one).

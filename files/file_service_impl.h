@@ -240,7 +240,9 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
 
   // Sends each target its FsAttrChanged (in parallel) and waits for the
   // answers, each for at most callback_timeout. A session that does not
-  // answer in time is logged and told nothing more.
+  // answer in time is logged and told nothing more; with cache_lease, Tell
+  // returns only once cache_lease passed since its last request arrived
+  // (file_service.h, "Cut-off clients").
   void Tell(std::vector<Target> targets);
 
  private:
@@ -318,6 +320,9 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   std::atomic<uint64_t> served_{0};
   std::atomic<uint64_t> callbacks_sent_{0};
   std::atomic<uint64_t> callbacks_failed_{0};
+  std::atomic<uint64_t> lease_waits_{0};
+  // Past a cache lease, for clocks that run a little apart.
+  static constexpr std::chrono::milliseconds kLeaseMargin{100};
   std::atomic<uint64_t> inline_bytes_{0};
   std::atomic<uint64_t> one_sided_bytes_{0};
   std::atomic<uint64_t> coop_redirects_{0};  // reads answered with copies at other clients

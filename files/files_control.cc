@@ -18,6 +18,7 @@ control::FilesReply FilesStatus(const FileService& files, const FsCallbacks& cal
   r.refused = s.refused;
   r.callbacks_sent = s.callbacks_sent;
   r.callbacks_failed = s.callbacks_failed;
+  r.lease_waits = s.lease_waits;
   r.callbacks_received = callbacks.received();
   r.callbacks_refused = callbacks.refused();
   r.data_bytes = s.inline_bytes + s.one_sided_bytes;

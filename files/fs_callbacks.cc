@@ -16,6 +16,7 @@ namespace fb = fswire::fb;
 
 struct FsCallbacks::State : std::enable_shared_from_this<State> {
   OnChanged on_changed;
+  OnLost on_lost;
   Executor* runner = nullptr;
   std::mutex mu;
   std::unordered_map<uint64_t, std::string> nodes;  // session -> node, guarded by mu
@@ -100,6 +101,23 @@ void FsCallbacks::Add(uint64_t session, const std::string& node) {
 void FsCallbacks::Remove(uint64_t session) {
   std::lock_guard lock(state_->mu);
   state_->nodes.erase(session);
+}
+
+void FsCallbacks::SetOnLost(OnLost on_lost) {
+  std::lock_guard lock(state_->mu);
+  state_->on_lost = std::move(on_lost);
+}
+
+void FsCallbacks::Lost(const std::string& node, bool untold) {
+  std::unique_lock lock(state_->mu);  // held while posting: the runner outlives nodes
+  if (!state_->on_lost) return;
+  if (state_->runner == nullptr) {
+    OnLost f = state_->on_lost;
+    lock.unlock();
+    f(node, untold);
+    return;
+  }
+  state_->runner->Post([self = state_, node, untold] { self->on_lost(node, untold); });
 }
 
 uint64_t FsCallbacks::received() const { return state_->received.load(); }

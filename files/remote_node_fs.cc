@@ -269,6 +269,7 @@ Status RemoteNodeFs::Hello(Clock::time_point deadline, bool renew) {
     hb.add_slot_count(static_cast<uint32_t>(slots_->busy.size()));
   }
   b.Finish(hb.Finish());
+  const Clock::time_point sent = Clock::now();
   auto r = m2m::CallSync(*ep_, MethodId(RpcMethod::kFsHello), fswire::Finish(b), Until(deadline));
   if (!r) return Err(r.error());
   const auto* h = fswire::Verify<fb::FsHelloReply>(*r);
@@ -278,34 +279,78 @@ Status RemoteNodeFs::Hello(Clock::time_point deadline, bool renew) {
   max_io_.store(std::max<uint64_t>(h->max_io(), 4096));
   server_releases_.store(h->releases());
   lease_ms_.store(static_cast<int64_t>(h->session_lease_ms()));
+  cache_lease_ms_.store(static_cast<int64_t>(h->cache_lease_ms()));
   // A renewal of a session the server kept telling of its changes leaves
-  // what this node caches from it valid; any other Hello starts anew.
-  if (!h->continued()) hellos_.fetch_add(1, std::memory_order_acq_rel);
+  // what this node caches from it valid; any other Hello starts anew, and
+  // what was cached under the session before (handles still told, watches)
+  // goes: the server no longer tells of its changes.
+  lapsed_.store(false);
+  if (!h->continued()) {
+    const uint64_t before = hellos_.fetch_add(1, std::memory_order_acq_rel);
+    if (before > 0 && opts_.callbacks != nullptr) opts_.callbacks->Lost(node_id_, true);
+  }
+  Heard(sent);
   helloed_.store(true);
   last_call_.store(Clock::now().time_since_epoch().count());
   ScheduleRenewal();
   return Ok();
 }
 
+void RemoteNodeFs::Heard(Clock::time_point sent) {
+  const int64_t t = sent.time_since_epoch().count();
+  int64_t was = heard_.load(std::memory_order_relaxed);
+  while (was < t && !heard_.compare_exchange_weak(was, t, std::memory_order_relaxed)) {
+  }
+}
+
+void RemoteNodeFs::Lapse(const char* why) {
+  if (lapsed_.exchange(true)) return;
+  hellos_.fetch_add(1, std::memory_order_acq_rel);
+  Logger("fs")->warn("session with {}: {}; what this node caches of its files is dropped", node_id_,
+                     why);
+  if (opts_.callbacks != nullptr) opts_.callbacks->Lost(node_id_, false);
+}
+
+RemoteNodeFs::Clock::duration RemoteNodeFs::RenewalPeriod() const {
+  Clock::duration p = Clock::duration::max();
+  if (const auto lease = std::chrono::milliseconds(lease_ms_.load()); lease.count() > 0) {
+    p = lease / 3;
+  }
+  if (const auto cache = std::chrono::milliseconds(cache_lease_ms_.load());
+      cache.count() > 0 && opts_.callbacks != nullptr) {
+    p = std::min<Clock::duration>(p, cache / 5);
+  }
+  return p;
+}
+
 void RemoteNodeFs::ScheduleRenewal() {
-  const auto lease = std::chrono::milliseconds(lease_ms_.load());
-  if (lease.count() <= 0 || opts_.timers == nullptr) return;
+  const Clock::duration period = RenewalPeriod();
+  if (period == Clock::duration::max() || opts_.timers == nullptr) return;
   std::weak_ptr<RemoteNodeFs> self = weak_from_this();
   if (self.expired() || renewal_due_.exchange(true)) return;  // not shared, or one already due
-  opts_.timers->After(lease / 3, [self] {
+  opts_.timers->After(std::chrono::duration_cast<std::chrono::milliseconds>(period), [self] {
     if (auto s = self.lock()) s->Renew();
   });
 }
 
 void RemoteNodeFs::Renew() {
   renewal_due_.store(false);
-  const auto third = std::chrono::milliseconds(lease_ms_.load()) / 3;
-  const auto idle = Clock::now() - Clock::time_point(Clock::duration(last_call_.load()));
-  if (helloed_.load() && idle >= third) {
-    // An idle session: said again, so that its handles and locks stay.
-    if (auto s = Hello(Clock::now() + opts_.rpc_timeout, /*renew=*/true); !s) {
+  const Clock::duration period = RenewalPeriod();
+  const auto since = [](const std::atomic<int64_t>& t) {
+    return Clock::now() - Clock::time_point(Clock::duration(t.load()));
+  };
+  const auto cache = std::chrono::milliseconds(cache_lease_ms_.load());
+  const bool leased = cache.count() > 0 && opts_.callbacks != nullptr;
+  if (helloed_.load() && (since(last_call_) >= period || (leased && since(heard_) >= period))) {
+    // An idle session: said again, so that its handles and locks stay (and
+    // what this node caches of the server's files).
+    if (auto s = Hello(Clock::now() + std::min<Clock::duration>(opts_.rpc_timeout, period), true);
+        !s) {
       Logger("fs")->debug("renewal of the session with {}: {}", node_id_, s.error().ToString());
     }
+  }
+  if (leased && helloed_.load() && since(heard_) >= cache * 3 / 5) {
+    Lapse("no answer within three fifths of the cache lease");
   }
   ScheduleRenewal();
 }
@@ -330,8 +375,13 @@ Result<m2m::Bytes> RemoteNodeFs::Call(const Req& req, Clock::time_point deadline
   for (int attempt = 0;; ++attempt) {
     if (!helloed_.load()) {
       if (auto st = Hello(deadline); !st) return Err(st.error());
+    } else if (lapsed_.load()) {
+      // Nothing is asked before the server says whether it kept telling
+      // this node of changes (else what this node caches meanwhile goes).
+      if (auto st = Hello(deadline, /*renew=*/true); !st) return Err(st.error());
     }
     const auto budget = Until(deadline);
+    const Clock::time_point sent = Clock::now();
     last_call_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
     std::vector<uint64_t> releases;
     if (server_releases_.load(std::memory_order_relaxed)) {
@@ -374,6 +424,7 @@ Result<m2m::Bytes> RemoteNodeFs::Call(const Req& req, Clock::time_point deadline
       continue;
     }
     if (!r) return Err(r.error());
+    Heard(sent);
     if (auto p = Parse(*r); !p) return Err(p.error());
     return r;
   }

@@ -120,6 +120,14 @@ class FsCallbacks {
 
   void Add(uint64_t session, const std::string& node);
   void Remove(uint64_t session);
+  // What this node caches of node `node`'s files may be stale: the session
+  // with it lapsed (`untold` false: the node may still tell of changes), or
+  // the node no longer tells this one of changes through the handles and
+  // watches it gave before (`untold`). `on_lost(node, untold)` drops it, on
+  // `runner` when one is given. Set before use.
+  using OnLost = std::function<void(const std::string& node, bool untold)>;
+  void SetOnLost(OnLost on_lost);
+  void Lost(const std::string& node, bool untold);
   // Callbacks handed to on_changed; refused as malformed.
   uint64_t received() const;
   uint64_t refused() const;
@@ -208,9 +216,21 @@ class RemoteNodeFs final : public NodeFs, public std::enable_shared_from_this<Re
   // `renew`: say it again for a session already said (its lease).
   Status Hello(Clock::time_point deadline, bool renew = false);
   // Keeps the session's lease at the server (FsHelloReply.session_lease_ms):
-  // a Hello after every third of it without a request, through `timers`.
+  // a Hello after every third of it without a request, through `timers`;
+  // with a cache lease (FsHelloReply.cache_lease_ms) and callbacks, after
+  // every fifth of that without an answer, and the session lapses (Lapse)
+  // once three fifths of it passed since the sending of the last request
+  // answered: well before the server acknowledges a change it could not
+  // tell this node of (files/file_service.h, "Cut-off clients").
   void ScheduleRenewal();
   void Renew();
+  Clock::duration RenewalPeriod() const;
+  // A request sent at `sent` was answered.
+  void Heard(Clock::time_point sent);
+  // What this node caches of the server's files is no longer known to be
+  // told of every change: SessionCount moves, FsCallbacks::Lost, and the
+  // next request says Hello first.
+  void Lapse(const char* why);
   Result<size_t> ReadInline(Handle h, uint64_t offset, std::span<std::byte> dst,
                             Clock::time_point deadline);
   Result<size_t> WriteInline(Handle h, uint64_t offset, std::span<const std::byte> src,
@@ -239,6 +259,9 @@ class RemoteNodeFs final : public NodeFs, public std::enable_shared_from_this<Re
   std::atomic<int64_t> lease_ms_{0};     // the server's session lease (0: none)
   std::atomic<bool> renewal_due_{false};  // a renewal is scheduled
   std::atomic<int64_t> last_call_{0};     // Clock ticks of the last request sent
+  std::atomic<int64_t> heard_{0};  // Clock ticks of the sending of the last request answered
+  std::atomic<int64_t> cache_lease_ms_{0};  // the server's cache lease (0: none)
+  std::atomic<bool> lapsed_{false};         // Lapse, and no Hello since
   std::atomic<uint64_t> hellos_{0};  // Hellos that did not continue a session (SessionCount)
   std::atomic<uint64_t> max_io_{0};  // from the server's Hello reply
   std::atomic<bool> server_releases_{false};  // the server takes FsRequest.releases

@@ -167,6 +167,9 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
         hooks->RemoteAttrsChanged(node, handles, data, ended);
       },
       d.env.callbacks);
+  d.fs_callbacks->SetOnLost([hooks = d.hooks](const std::string& node, bool untold) {
+    hooks->RemoteSessionLost(node, untold);
+  });
 
   // VDs, their managers and the directory table.
   ns::VdServiceOptions vdo;

@@ -39,6 +39,11 @@ struct KernelHooks {
     std::shared_lock lock(vfs_mu);
     if (vfs != nullptr) vfs->RemoteAttrsChanged(node, handles, data, ended);
   }
+  // What this node caches of node `node`'s files may be stale.
+  void RemoteSessionLost(const std::string& node, bool untold) {
+    std::shared_lock lock(vfs_mu);
+    if (vfs != nullptr) vfs->RemoteSessionLost(node, untold);
+  }
   // The facade, or nullptr: waits for the callbacks using the one before.
   void SetVfs(ns::VfsImpl* v) {
     std::unique_lock lock(vfs_mu);

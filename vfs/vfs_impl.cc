@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 #include <thread>
 
 #include "common/cooperative.h"
@@ -438,6 +439,64 @@ void VfsImpl::RemoteAttrsChanged(const std::string& node, const std::vector<Hand
     } else {
       DropPages(ino, data);
     }
+  }
+}
+
+void VfsImpl::RemoteSessionLost(const std::string& node, bool untold) {
+  std::set<uint64_t> inos;
+  {
+    std::lock_guard lock(files_mu_);
+    for (auto& [fh, f] : files_) {
+      if (!f.told || f.fs->node_id() != node) continue;
+      inos.insert(f.ino);
+      if (untold) {
+        told_.erase({node, f.handle});
+        f.told = false;
+      }
+    }
+    for (auto it = watched_.begin(); it != watched_.end();) {
+      if (it->first.first != node) {
+        ++it;
+        continue;
+      }
+      inos.insert(it->second);
+      if (!untold) {
+        ++it;
+        continue;
+      }
+      watch_of_.erase(it->second);
+      it = watched_.erase(it);
+    }
+    for (auto it = page_watches_.begin(); it != page_watches_.end();) {
+      if (it->first.first != node) {
+        ++it;
+        continue;
+      }
+      inos.insert(it->second);
+      if (!untold) {
+        ++it;
+        continue;
+      }
+      const auto key = (it++)->first;
+      ErasePageWatchLocked(key);
+    }
+    for (auto it = pages_.begin(); it != pages_.end();) {
+      if (it->second.node == node) {
+        inos.insert(it->first);
+        it = pages_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (uint64_t ino : inos) pages_.erase(ino);
+  }
+  if (!inos.empty()) {
+    Logger("vfs")->info("what this node caches of {} files of {} dropped{}", inos.size(), node,
+                        untold ? " (told of their changes no more)" : "");
+  }
+  for (uint64_t ino : inos) {
+    if (deps_.cache != nullptr) DataChanged(ino);
+    DropPages(ino, DataRange{});
   }
 }
 

@@ -367,6 +367,11 @@ class VfsImpl final : public Vfs {
   // (KernelCache::InvalidateData): not from the transport's progress context.
   void RemoteAttrsChanged(const std::string& node, const std::vector<Handle>& handles,
                           DataRange data = {}, bool ended = false);
+  // What this node caches of node `node`'s files may be stale (FsCallbacks
+  // ::Lost): the kernel's attributes and pages and this node's blocks of
+  // each go, and no open keeps pages from before; `untold`: the handles and
+  // watches `node` gave are told of no more (their files are read anew).
+  void RemoteSessionLost(const std::string& node, bool untold);
 
  private:
   double CoherentAttrTimeout(mode_t type, const std::string& node, nlink_t nlink) const;

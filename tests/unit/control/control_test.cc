@@ -97,7 +97,7 @@ TEST(ControlSchema, DtAndFilesBytesAsBefore) {
                   {"served", 4u}, {"refused", 5u}, {"callbacks_sent", 6u},
                   {"callbacks_failed", 7u}, {"callbacks_received", 8u},
                   {"callbacks_refused", 9u}, {"data_bytes", 10u}, {"sessions_expired", 11u},
-                  {"duplicates_answered", 12u}}
+                  {"duplicates_answered", 12u}, {"lease_waits", 0u}}
                  .dump()));
 }
 
