@@ -213,6 +213,7 @@ Status Daemon::OpenExportRoot(const DaemonOptions& o) {
   });
   local_fs_ = std::move(*local);
   // The journal of multi-node directory operations.
+  restarted_ = ::access((o.state_dir + "/CURRENT").c_str(), F_OK) == 0;
   auto kv = ns::OpenRocksDbKv({o.state_dir});
   if (!kv) return Err(kv.error().code, "state_dir " + o.state_dir + ": " + kv.error().ToString());
   kv_ = std::move(*kv);
@@ -239,6 +240,10 @@ Status Daemon::StartNamespace(const DaemonOptions& o) {
   no.files.root_squash = o.security.root_squash;
   no.files.session_lease = o.timeouts.session_lease;
   no.files.cache_lease = o.timeouts.cache_lease;
+  // Other nodes may cache this node's files from its previous process.
+  if (restarted_ && o.timeouts.cache_lease.count() > 0) {
+    no.files.grace = o.timeouts.cache_lease + std::chrono::milliseconds(200);
+  }
   no.files.squash_uid = o.security.squash_uid;
   no.files.squash_gid = o.security.squash_gid;
   no.vfs.entry_timeout = o.fuse.entry_timeout_s;

@@ -107,6 +107,7 @@ class Daemon {
   std::unique_ptr<ThreadPool> callbacks_pool_;  // the holders' change callbacks
   std::unique_ptr<ns::LocalNodeFs> local_fs_;
   std::unique_ptr<ns::Kv> kv_;
+  bool restarted_ = false;  // the state dir was there: a process of this node ran before
   std::unique_ptr<node::Node> node_;
   std::unique_ptr<ns::LocalWatch> watch_;
   // The watcher, for callbacks that may run before it starts or after it

@@ -518,7 +518,8 @@ Cred SquashCred(const FileServiceOptions& o, Cred c) {
 
 FileService::FileService(FileServiceOptions options, m2m::Transport* transport, NodeFs* local,
                          Executor* blocking)
-    : impl_(std::make_shared<Impl>(options, transport, local, blocking)) {
+    : impl_(std::make_shared<Impl>(options, transport, local, blocking)),
+      grace_until_(std::chrono::steady_clock::now() + options.grace) {
   impl_->StartSweeper();
 }
 
@@ -537,9 +538,12 @@ Status FileService::RegisterHandlers() {
 
 void FileService::DropPeer(const std::string& client_node) { impl_->DropPeer(client_node); }
 
-bool FileService::Interested() const { return impl_->Interested(); }
+bool FileService::Interested() const {
+  return impl_->Interested() || std::chrono::steady_clock::now() < grace_until_;
+}
 
 void FileService::AttrsChanged(dev_t dev, ino_t ino, DataRange data) {
+  if (std::chrono::steady_clock::now() < grace_until_) std::this_thread::sleep_until(grace_until_);
   impl_->AttrsChanged(dev, ino, data);
 }
 

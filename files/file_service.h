@@ -167,6 +167,14 @@ struct FileServiceOptions {
   std::chrono::milliseconds callback_timeout{1000};
   // The cache lease ("Cut-off clients" above). Default 0: none.
   std::chrono::milliseconds cache_lease{0};
+  // After a restart (the daemon sets it to cache_lease + a margin): for this
+  // long from the construction, every change of a regular file made here
+  // through FedFS is acknowledged only once it passed. Clients of the
+  // previous process may still have the file cached, and this one does not
+  // know them: by then each has said Hello again (a new session: it drops
+  // what it cached) or gone without answers for its lease (dropped too).
+  // Default 0.
+  std::chrono::milliseconds grace{0};
 };
 
 // The credentials a request with `c` runs with under `o` (root squash).
@@ -243,6 +251,7 @@ class FileService final : public AttrObserver {
 
  private:
   std::shared_ptr<Impl> impl_;
+  const std::chrono::steady_clock::time_point grace_until_;  // FileServiceOptions::grace
 };
 
 }  // namespace fedfs::ns

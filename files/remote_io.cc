@@ -136,7 +136,8 @@ Result<NodeFs::CoopRead> RemoteNodeFs::ReadCoop(Handle h, uint64_t offset,
 
 Result<size_t> RemoteNodeFs::Write(Handle h, uint64_t offset, std::span<const std::byte> src,
                                    const Writer& by) {
-  const auto deadline = FEDFS_DEADLINE;
+  // Its answer may wait for a callback and the cache lease (ChangeSlack).
+  const auto deadline = FEDFS_DEADLINE + ChangeSlack();
   if (!slots_ || src.size() <= opts_.inline_max) return WriteInline(h, offset, src, by, deadline);
   return SlotIo(h, offset, const_cast<std::byte*>(src.data()), src.size(), &by, deadline);
 }

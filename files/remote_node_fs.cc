@@ -311,6 +311,12 @@ void RemoteNodeFs::Lapse(const char* why) {
   if (opts_.callbacks != nullptr) opts_.callbacks->Lost(node_id_, false);
 }
 
+RemoteNodeFs::Clock::duration RemoteNodeFs::ChangeSlack() const {
+  const auto cache = std::chrono::milliseconds(cache_lease_ms_.load());
+  if (cache.count() <= 0) return Clock::duration::zero();
+  return cache + std::chrono::milliseconds(1500);
+}
+
 RemoteNodeFs::Clock::duration RemoteNodeFs::RenewalPeriod() const {
   Clock::duration p = Clock::duration::max();
   if (const auto lease = std::chrono::milliseconds(lease_ms_.load()); lease.count() > 0) {
@@ -365,13 +371,14 @@ Result<m2m::Bytes> RemoteNodeFs::Call(const Req& req, Clock::time_point deadline
   // A file being moved at the server: its gate answered kErrMoveWait before
   // this call's deadline, nothing done; asked again with the same budget, for
   // as long as the move holds the file (bounded: kMoveWaitMax).
-  const Clock::duration budget0 = deadline - Clock::now();
+  Clock::duration budget0 = deadline - Clock::now();
   const Clock::time_point give_up = Clock::now() + kMoveWaitMax;
   // A request or reply lost with a broken connection: sent again while time
   // is left, with the same id where it must not run twice.
   const Resend how = ResendOf(req.op);
   const uint64_t id = how == Resend::kOnce ? request_ids_.fetch_add(1) : 0;
   int resends = 0;
+  bool slack = how != Resend::kOnce;  // a change's answer may wait (ChangeSlack)
   for (int attempt = 0;; ++attempt) {
     if (!helloed_.load()) {
       if (auto st = Hello(deadline); !st) return Err(st.error());
@@ -379,6 +386,11 @@ Result<m2m::Bytes> RemoteNodeFs::Call(const Req& req, Clock::time_point deadline
       // Nothing is asked before the server says whether it kept telling
       // this node of changes (else what this node caches meanwhile goes).
       if (auto st = Hello(deadline, /*renew=*/true); !st) return Err(st.error());
+    }
+    if (!slack) {
+      slack = true;
+      deadline += ChangeSlack();
+      budget0 += ChangeSlack();
     }
     const auto budget = Until(deadline);
     const Clock::time_point sent = Clock::now();

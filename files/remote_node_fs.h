@@ -225,6 +225,11 @@ class RemoteNodeFs final : public NodeFs, public std::enable_shared_from_this<Re
   void ScheduleRenewal();
   void Renew();
   Clock::duration RenewalPeriod() const;
+  // How much longer than rpc_timeout a change waits for its answer: the
+  // server may hold the answer for a callback that failed and the cache
+  // lease after it (or its restart's grace): cache lease + 1.5 s, 0
+  // without a lease.
+  Clock::duration ChangeSlack() const;
   // A request sent at `sent` was answered.
   void Heard(Clock::time_point sent);
   // What this node caches of the server's files is no longer known to be

@@ -7,8 +7,8 @@
 // (RemoteAttrsChanged), when this node changes the file's data itself
 // (DataChanged: its node does not tell the session that made the change),
 // when the file stops being told (the last told handle released with no
-// watch, the inode forgotten), and when the session with the file's node or
-// the membership epoch changed since it was read. Files with more than one
+// watch, the inode forgotten), and when the file's node or the session with
+// it changed since it was read (CachedIn). Files with more than one
 // link are not cached: each name is its own inode here, and a change
 // through one would not reach the blocks of the other.
 #include "vfs/vfs_impl.h"

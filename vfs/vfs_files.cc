@@ -48,9 +48,9 @@ Result<VfsImpl::OpenFile> VfsImpl::AnyFileOf(uint64_t ino) const {
 // told (the kernel dropped its pages at that open, or kept pages valid
 // before it) until no handle is told and no watch is left (Release,
 // RemoteAttrsChanged), the inode is forgotten, or the node (the file
-// moved), the session with it or the membership epoch changed (the node may
-// have forgotten whom it tells, or never known). An open outside that keeps
-// nothing: the kernel drops the file's pages then.
+// moved) or the session with it changed (the node may have forgotten whom
+// it tells, or never known: CachedIn). An open outside that keeps nothing:
+// the kernel drops the file's pages then.
 uint64_t VfsImpl::AddFile(OpenFile f, bool* keep_pages) {
   const bool pages = options_.keep_remote_pages && f.told;
   CachedIn now;

@@ -599,17 +599,22 @@ class VfsImpl final : public Vfs {
     uint64_t ino;
     ~DataChange() { vfs.DataChanged(ino); }
   };
-  // The node, its session and the membership epoch the blocks of each
-  // cached file were read in: blocks of another are dropped (a restarted
-  // node forgot whom it tells; a node the file moved to was never told
-  // what this one caches). Guarded by cache_mu_ (a leaf).
+  // The node and its session the blocks of each cached file were read in:
+  // blocks of another are dropped (a node the file moved to was never told
+  // what this one caches; a new session, after the node restarted, expired
+  // the session or stopped telling this node, or after the cache lease
+  // lapsed, may have missed changes). The membership epoch is not part of
+  // it: a member's passing suspicion says nothing of what the file's node
+  // told (and a restarted node waits out the cache lease before it
+  // acknowledges a change: FileServiceOptions::grace). Guarded by
+  // cache_mu_ (a leaf).
   struct CachedIn {
     std::string node;
-    uint64_t session = 0, epoch = 0;
+    uint64_t session = 0;
     bool operator==(const CachedIn&) const = default;
   };
   CachedIn CachedInOf(const OpenFile& f) const {
-    return CachedIn{f.fs->node_id(), f.fs->SessionCount(), deps_.cluster->Current()->epoch};
+    return CachedIn{f.fs->node_id(), f.fs->SessionCount()};
   }
   std::mutex cache_mu_;
   std::unordered_map<uint64_t, CachedIn> cached_in_;

@@ -267,6 +267,46 @@ TEST_F(KernelPagesUnwatched, AClosedFilesPagesKeepWhatNoChangeTouched) {
   EXPECT_LE(moved, 2 * kPage);
 }
 
+// n1 has the file open with its pages cached when the file's node n2 is
+// killed and restarted; n3 writes the file at once. The restarted n2 does
+// not know that n1 caches the file: it acknowledges the write only once
+// the cache lease passed since its start (FileServiceOptions::grace), by
+// when n1 has said Hello to it again, learnt that its session is new and
+// dropped the file's pages. n1's open handle then never reads the bytes
+// from before the write: it reads the new ones or fails (its handle died
+// with n2's old process).
+TEST_F(KernelPagesUnwatched, ARestartedFilesNodeWaitsOutTheCacheLeaseSoNoOldPageIsRead) {
+  const std::string data = Random(64 * kPage, 8);
+  ASSERT_TRUE(WriteAt(M("n2", "/r"), 0, data));
+  const int fd = ::open(M("n1", "/r").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_TRUE(PreadAll(fd, data.size()) == data);
+  ASSERT_EQ(c_.Stop("n2", SIGKILL), 128 + SIGKILL);
+  c_.Start("n2", c_.dir() + "/n2.yaml");
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return IsMounted(c_.Mountpoint("n2")) && c_.SeesAlive("n2", ids_) &&
+               c_.SeesAlive("n3", ids_) && c_.SeesAlive("n1", ids_);
+      },
+      std::chrono::seconds(30)));
+  const int wfd = ::open(M("n3", "/r").c_str(), O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(wfd, 0) << std::strerror(errno);
+  const ssize_t wn = ::pwrite(wfd, "NEW!", 4, 0);
+  const int werr = errno;
+  const int closed = ::close(wfd);
+  ASSERT_EQ(wn, 4) << std::strerror(werr);
+  ASSERT_EQ(closed, 0) << std::strerror(errno);
+  std::string got(4, '\0');
+  const ssize_t n = ::pread(fd, got.data(), got.size(), 0);
+  ::close(fd);
+  if (n == 4) {
+    EXPECT_EQ(got, "NEW!") << "n1 read its kernel's page from before the acknowledged write";
+  } else {
+    EXPECT_LT(n, 0) << "a short read of " << n;
+  }
+  EXPECT_EQ(ReadFile(M("n1", "/r")).substr(0, 4), "NEW!");
+}
+
 class KernelPagesOff : public CoopClusterTest {
  protected:
   void SetUp() override { Start(2, kDaemonReads); }
