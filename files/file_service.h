@@ -40,7 +40,10 @@
 //    (RemoteNodeFs::SessionLost); a change whose callback failed is
 //    acknowledged only once cache_lease passed since the client's last
 //    request arrived here. So no change is acknowledged while a client it
-//    could not tell may still serve the bytes from before it.
+//    could not tell may still serve the bytes from before it. A restarted
+//    server knows no client: it waits out the lease from its start (grace).
+//    A client's changes wait that much longer for their answer
+//    (RemoteNodeFs::ChangeSlack).
 //  * Lost messages: a request with FsRequest.request_id (the operations
 //    that change something) is run once per session and id, and a resend
 //    answered the first answer (m2m/reply_cache.h); RemoteNodeFs resends
