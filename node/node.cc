@@ -107,6 +107,7 @@ std::shared_ptr<const ns::ClusterView> EpochView::Current() const {
   // One thread wins each change of epoch and drops the names once.
   if (last_epoch_.compare_exchange_strong(last, v->epoch, std::memory_order_acq_rel) &&
       last != kNoEpoch) {
+    Logger("vfs")->debug("membership epoch {}: the kernel's names are dropped", v->epoch);
     hooks_->DropNames();
   }
   return v;

@@ -62,9 +62,13 @@ uint64_t VfsImpl::AddFile(OpenFile f, bool* keep_pages) {
   if (pages) {
     auto [it, added] = pages_.try_emplace(f.ino, now);
     if (keep_pages != nullptr) *keep_pages = !added && it->second == now;
+    if (keep_pages != nullptr && !added && !(it->second == now)) {
+      Logger("vfs")->debug("inode {}: pages from {} session {} not kept (now {} session {})",
+                           f.ino, it->second.node, it->second.session, now.node, now.session);
+    }
     it->second = now;
-  } else {
-    pages_.erase(f.ino);
+  } else if (pages_.erase(f.ino) != 0) {
+    Logger("vfs")->debug("inode {}: opened without being told: its pages go", f.ino);
   }
   files_.emplace(fh, std::move(f));
   return fh;
@@ -271,7 +275,9 @@ Status VfsImpl::Release(uint64_t fh) {
       told_.erase({f.fs->node_id(), f.handle});
       // Still told through another handle, or as a watch (a create's).
       untold = !ToldLocked(f.ino) && !watch_of_.contains(f.ino);
-      if (!PagesToldLocked(f.ino)) pages_.erase(f.ino);  // before the node stops telling
+      if (!PagesToldLocked(f.ino) && pages_.erase(f.ino) != 0) {  // before the node stops telling
+        Logger("vfs")->debug("inode {}: closed with no watch left: its pages go", f.ino);
+      }
     }
   }
   // The kernel may cache the attributes only while changes are told: drop

@@ -425,7 +425,9 @@ void VfsImpl::RemoteAttrsChanged(const std::string& node, const std::vector<Hand
     // open (AddFile). Before this callback is answered, so that an open
     // racing with a change that is not told sees it.
     for (uint64_t ino : inos) {
-      if (!PagesToldLocked(ino)) pages_.erase(ino);
+      if (!PagesToldLocked(ino) && pages_.erase(ino) != 0) {
+        Logger("vfs")->debug("inode {}: told of no more by {}: its pages go", ino, node);
+      }
     }
   }
   if (!data.empty()) {

@@ -241,30 +241,53 @@ TEST_F(KernelPagesUnwatched, AChangeDropsOnlyItsRangeFromTheKernelsPages) {
 // n1 read the file and closed it: its node keeps telling n1 of changes (the
 // lookup's watch), each change dropping its range only, so the next open
 // keeps the other pages; two changes in a row, with nothing done on n1 in
-// between, are both seen.
+// between, are both seen. A change of the membership epoch drops every name
+// n1's kernel caches, and with the names the inodes of closed files and
+// their pages (a node suspected for a moment under load does it): a round
+// in which n1 did so is not judged, and played again with another file.
+size_t NamesDropped(const Cluster& c, const std::string& id) {
+  const std::string log = c.Log(id);
+  size_t n = 0;
+  for (size_t at = log.find("the kernel's names are dropped"); at != std::string::npos;
+       at = log.find("the kernel's names are dropped", at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
 TEST_F(KernelPagesUnwatched, AClosedFilesPagesKeepWhatNoChangeTouched) {
   constexpr size_t kSize = 1 << 20;
-  std::string data = Random(kSize, 5);
-  ASSERT_TRUE(WriteAt(M("n2", "/h"), 0, data));
-  ASSERT_TRUE(ReadFile(M("n1", "/h")) == data);
-  const std::string one = Random(kPage, 6), two = Random(kPage, 7);
-  ASSERT_TRUE(WriteAt(M("n3", "/h"), 100 * kPage, one));
-  ASSERT_TRUE(WriteAt(M("n3", "/h"), 200 * kPage, two));
-  data.replace(100 * kPage, kPage, one);
-  data.replace(200 * kPage, kPage, two);
-  const uint64_t m0 = Moved(c_, "n2");
-  const int fd = ::open(M("n1", "/h").c_str(), O_RDONLY | O_CLOEXEC);
-  ASSERT_GE(fd, 0) << std::strerror(errno);
-  auto resident = Resident(fd, kSize);
-  ASSERT_EQ(resident.size(), kSize / kPage);
-  for (size_t p = 0; p < resident.size(); ++p) {
-    EXPECT_EQ(resident[p], p != 100 && p != 200) << "page " << p;
+  int judged = 0;
+  for (int round = 0; round < 3 && judged == 0; ++round) {
+    const std::string name = "/h" + std::to_string(round);
+    const size_t drops0 = NamesDropped(c_, "n1");
+    std::string data = Random(kSize, 5 + round);
+    ASSERT_TRUE(WriteAt(M("n2", name), 0, data));
+    ASSERT_TRUE(ReadFile(M("n1", name)) == data);
+    const std::string one = Random(kPage, 6), two = Random(kPage, 7);
+    ASSERT_TRUE(WriteAt(M("n3", name), 100 * kPage, one));
+    ASSERT_TRUE(WriteAt(M("n3", name), 200 * kPage, two));
+    data.replace(100 * kPage, kPage, one);
+    data.replace(200 * kPage, kPage, two);
+    const uint64_t m0 = Moved(c_, "n2");
+    const int fd = ::open(M("n1", name).c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    auto resident = Resident(fd, kSize);
+    ASSERT_EQ(resident.size(), kSize / kPage);
+    EXPECT_TRUE(PreadAll(fd, kSize) == data) << "a change of the closed file was missed";
+    ::close(fd);
+    if (NamesDropped(c_, "n1") != drops0) continue;  // not judged: see above
+    ++judged;
+    std::string wrong;
+    for (size_t p = 0; p < resident.size(); ++p) {
+      if (resident[p] != (p != 100 && p != 200)) wrong += " " + std::to_string(p);
+    }
+    EXPECT_EQ(wrong, "") << "pages resident or not as they should not be";
+    const uint64_t moved = Moved(c_, "n2") - m0;
+    EXPECT_GE(moved, 2 * kPage);
+    EXPECT_LE(moved, 2 * kPage);
   }
-  EXPECT_TRUE(PreadAll(fd, kSize) == data) << "a change of the closed file was missed";
-  ::close(fd);
-  const uint64_t moved = Moved(c_, "n2") - m0;
-  EXPECT_GE(moved, 2 * kPage);
-  EXPECT_LE(moved, 2 * kPage);
+  EXPECT_EQ(judged, 1) << "n1 dropped its names in every round:\n" << c_.Log("n1");
 }
 
 // n1 has the file open with its pages cached when the file's node n2 is

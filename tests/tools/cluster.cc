@@ -18,6 +18,7 @@
 #include <mutex>
 #include <random>
 #include <sstream>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
@@ -439,6 +440,20 @@ std::string Cluster::StartMounted(int count, std::vector<std::string>* ids,
       return id + " did not mount; log:\n" + Log(id);
     }
   }
+  // Settled: every node at the same membership epoch. Each change of epoch
+  // a node sees drops the names its kernel caches, and with them the
+  // inodes of closed files and their pages: a test that keeps pages across
+  // opens would see a late one of the start as a fault.
+  auto settled = [&] {
+    std::set<uint64_t> epochs;
+    for (const auto& id : *ids) {
+      auto s = Status(id);
+      if (!s.is_object() || !s.contains("epoch")) return false;
+      epochs.insert(s["epoch"].get<uint64_t>());
+    }
+    return epochs.size() == 1;
+  };
+  if (!WaitFor(settled, kNoHang)) return "the nodes' membership epochs did not settle";
   return "";
 }
 
