@@ -417,6 +417,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
                     &Daemon::StartMembership,  // its handlers, the cluster view
                     &Daemon::OpenExportRoot,   // LocalNodeFs, the journal's RocksDB
                     &Daemon::StartNamespace,   // the node's parts (node/node.h)
+                    &Daemon::RecoverMoves,     // file moves of a past life: held first
                     &Daemon::Listen,           // peers may call from now on
                     &Daemon::StartControl,     // the control socket
                     &Daemon::StartWatcher,     // autonomy
@@ -439,7 +440,18 @@ Status Daemon::StartMembershipProtocol(const DaemonOptions&) {
   return Ok();
 }
 
+Status Daemon::RecoverMoves(const DaemonOptions&) {
+  if (auto s = node_->RecoverMoves(); !s) {
+    return Err(s.error().code, "file moves' journal: " + s.error().ToString());
+  }
+  return Ok();
+}
+
 Status Daemon::RecoverJournal(const DaemonOptions&) {
+  // Test hook: a pause between listening and the rest of the recovery
+  // (FEDFS_TEST_PAUSE_AT=daemon:listening+MS).
+  static const ns::DirOpsHooks pause = ns::PauseHooksFromEnv();
+  if (pause.at_step) pause.at_step("daemon:listening");
   if (auto s = node_->Recover(); !s) {
     return Err(s.error().code, "journal recovery: " + s.error().ToString());
   }

@@ -91,6 +91,7 @@ class Daemon {
   Status StartControl(const DaemonOptions& o);
   Status StartWatcher(const DaemonOptions& o);
   Status StartMembershipProtocol(const DaemonOptions& o);
+  Status RecoverMoves(const DaemonOptions& o);
   Status RecoverJournal(const DaemonOptions& o);
   Status Mount(const DaemonOptions& o);
 

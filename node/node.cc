@@ -299,8 +299,9 @@ Node::~Node() {
   impl_->fs_callbacks.reset();
 }
 
-Status Node::Recover() {
-  if (auto s = impl_->dir_ops->Recover(); !s) return s;
+Status Node::Recover() { return impl_->dir_ops->Recover(); }
+
+Status Node::RecoverMoves() {
   if (impl_->migration) return impl_->migration->Recover();
   return Ok();
 }

@@ -131,6 +131,11 @@ class Node {
   // Finishes or rolls back the directory operations a previous life of this
   // node left in its journal.
   Status Recover();
+  // The file moves a previous life left in its journal: their files held
+  // (source) or frozen (target) at once, resolved from then on by the
+  // moves' retry thread. Before the transport listens: no peer's write may
+  // land on a copy that the move has already given up.
+  Status RecoverMoves();
 
   // Before the transport shuts down: the facade and the directory operations
   // go (remote sessions say goodbye); the services stay until destruction.
