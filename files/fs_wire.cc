@@ -56,6 +56,13 @@ Status CheckRequest(const fb::FsRequest* req) {
   if (req->releases() != nullptr && req->releases()->size() > kMaxReleases) {
     return Err(EPROTO, "more than " + std::to_string(kMaxReleases) + " releases in one request");
   }
+  // The verifier checks a vector of structs for 4-byte alignment only; a
+  // builder aligns DirTemplate's (a uint64 field) to 8, so a request that
+  // does not was crafted, and reading it would be a misaligned access.
+  if (const auto* t = req->templates(); t != nullptr && t->size() > 0 &&
+      reinterpret_cast<uintptr_t>(t->Data()) % alignof(fb::DirTemplate) != 0) {
+    return Err(EPROTO, "misaligned directory templates");
+  }
   return Ok();
 }
 

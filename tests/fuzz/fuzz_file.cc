@@ -54,8 +54,10 @@ m2m::Bytes Rebuild(const fb::FsRequest* r) {
                         : flatbuffers::Offset<fb::Cred>();
   flatbuffers::Offset<flatbuffers::Vector<const fb::DirTemplate*>> templates;
   if (r->templates()) {
-    std::vector<fb::DirTemplate> t;
-    for (const fb::DirTemplate* d : *r->templates()) t.push_back(*d);
+    // Copied bytewise: a crafted request may have them misaligned (which
+    // CheckRequest refuses; Rebuild runs on every verified request).
+    std::vector<fb::DirTemplate> t(r->templates()->size());
+    if (!t.empty()) std::memcpy(t.data(), r->templates()->Data(), t.size() * sizeof(fb::DirTemplate));
     templates = b.CreateVectorOfStructs(t);
   }
   flatbuffers::Offset<flatbuffers::Vector<const fb::CoopFrame*>> frames;
@@ -120,15 +122,16 @@ void FuzzRequest(const m2m::Bytes& bytes) {
   Touch(r->path2());
   Touch(r->target());
   Touch(r->data());
-  if (r->templates()) {
-    for (const fb::DirTemplate* t : *r->templates()) g_sink = g_sink + t->mode() + t->uid() + t->gid();
-  }
   const auto coop_frames = fswire::CoopFramesOf(*r);
   FUZZ_CHECK(coop_frames.size() == (r->coop_frames() ? r->coop_frames()->size() : 0));
   for (const auto& [frame, tag] : coop_frames) g_sink = g_sink + frame + tag;
   g_sink = g_sink + r->coop_block() + r->coop_replace();
   const Status st = fswire::CheckRequest(r);
   if (st) {
+    // Read by FileService::Run only once checked (aligned: fs_wire.cc).
+    if (r->templates()) {
+      for (const fb::DirTemplate* t : *r->templates()) g_sink = g_sink + t->mode() + t->uid() + t->gid();
+    }
     FUZZ_CHECK(r->version() == fswire::kVersion);
     FUZZ_CHECK(r->op() != fb::Op::kInvalid && r->op() <= fb::Op::kCoopMoved);
     // Every op before kRead but kStatFs, and kAccess, names a path (fs.fbs).
