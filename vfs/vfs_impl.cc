@@ -456,39 +456,27 @@ void VfsImpl::RemoteSessionLost(const std::string& node, bool untold) {
         f.told = false;
       }
     }
-    for (auto it = watched_.begin(); it != watched_.end();) {
-      if (it->first.first != node) {
-        ++it;
-        continue;
+    // The watches `node` gave (both maps are ordered by node first).
+    auto of_node = [&](const auto& m) {
+      std::vector<std::pair<std::pair<std::string, Handle>, uint64_t>> out;
+      for (auto it = m.lower_bound({node, Handle{0}}); it != m.end() && it->first.first == node; ++it) {
+        out.emplace_back(it->first, it->second);
       }
-      inos.insert(it->second);
-      if (!untold) {
-        ++it;
-        continue;
+      return out;
+    };
+    for (const auto& [key, ino] : of_node(watched_)) {
+      inos.insert(ino);
+      if (untold) {
+        watch_of_.erase(ino);
+        watched_.erase(key);
       }
-      watch_of_.erase(it->second);
-      it = watched_.erase(it);
     }
-    for (auto it = page_watches_.begin(); it != page_watches_.end();) {
-      if (it->first.first != node) {
-        ++it;
-        continue;
-      }
-      inos.insert(it->second);
-      if (!untold) {
-        ++it;
-        continue;
-      }
-      const auto key = (it++)->first;
-      ErasePageWatchLocked(key);
+    for (const auto& [key, ino] : of_node(page_watches_)) {
+      inos.insert(ino);
+      if (untold) ErasePageWatchLocked(key);
     }
-    for (auto it = pages_.begin(); it != pages_.end();) {
-      if (it->second.node == node) {
-        inos.insert(it->first);
-        it = pages_.erase(it);
-      } else {
-        ++it;
-      }
+    for (const auto& [ino, in] : pages_) {
+      if (in.node == node) inos.insert(ino);
     }
     for (uint64_t ino : inos) pages_.erase(ino);
   }

@@ -45,16 +45,11 @@ std::string Name(const Crash& c) {
   return s;
 }
 
-class MigrationCrash : public ::testing::TestWithParam<Crash> {};
-
-TEST_P(MigrationCrash, TheFileIsWhollyAtOneEnd) {
-  if (::geteuid() != 0) GTEST_SKIP() << "needs root for FUSE mounts";
-  const Crash k = GetParam();
-  Cluster c;
-  const std::vector<std::string> ids{"n1", "n2", "n3"};
-  std::map<std::string, std::string> configs;
+// Each node's config (every other node a peer; state_dir <dir>/<id>-state).
+std::map<std::string, std::string> Configs(Cluster& c, const std::vector<std::string>& ids) {
   std::vector<std::string> addrs;
   for (size_t i = 0; i < ids.size(); ++i) addrs.push_back("127.0.0.1:" + std::to_string(FreePort()));
+  std::map<std::string, std::string> configs;
   for (size_t i = 0; i < ids.size(); ++i) {
     NodeConfig nc;
     nc.id = ids[i];
@@ -62,8 +57,19 @@ TEST_P(MigrationCrash, TheFileIsWhollyAtOneEnd) {
     for (size_t j = 0; j < ids.size(); ++j) {
       if (j != i) nc.peers.push_back(addrs[j]);
     }
-    configs[ids[i]] = c.WriteConfig(nc);  // state_dir <dir>/<id>-state
+    configs[ids[i]] = c.WriteConfig(nc);
   }
+  return configs;
+}
+
+class MigrationCrash : public ::testing::TestWithParam<Crash> {};
+
+TEST_P(MigrationCrash, TheFileIsWhollyAtOneEnd) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root for FUSE mounts";
+  const Crash k = GetParam();
+  Cluster c;
+  const std::vector<std::string> ids{"n1", "n2", "n3"};
+  std::map<std::string, std::string> configs = Configs(c, ids);
   auto root = [&](const std::string& id) { return c.ExportRoot(id); };
   auto mnt = [&](const std::string& id) { return c.Mountpoint(id); };
 
@@ -158,18 +164,7 @@ TEST(MigrationRestart, AWriteToTheRestartedSourceBeforeItResolvesIsNotLost) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root for FUSE mounts";
   Cluster c;
   const std::vector<std::string> ids{"n1", "n2", "n3"};
-  std::map<std::string, std::string> configs;
-  std::vector<std::string> addrs;
-  for (size_t i = 0; i < ids.size(); ++i) addrs.push_back("127.0.0.1:" + std::to_string(FreePort()));
-  for (size_t i = 0; i < ids.size(); ++i) {
-    NodeConfig nc;
-    nc.id = ids[i];
-    nc.listen = addrs[i];
-    for (size_t j = 0; j < ids.size(); ++j) {
-      if (j != i) nc.peers.push_back(addrs[j]);
-    }
-    configs[ids[i]] = c.WriteConfig(nc);
-  }
+  std::map<std::string, std::string> configs = Configs(c, ids);
   auto mnt = [&](const std::string& id) { return c.Mountpoint(id); };
   const std::string content(256 << 10, 'c');
   fs::create_directories(c.ExportRoot("n1") + "/d");
