@@ -88,6 +88,30 @@ void VdServiceClient::Release(const std::string& path, const std::string& name) 
   }
 }
 
+Result<bool> VdServiceClient::AddNew(const std::string& path, const std::string& name,
+                                     uint8_t type, const std::string& node) {
+  auto backoff = std::chrono::microseconds(100);
+  const auto deadline = SteadyNow() + std::chrono::seconds(10);  // as WaitOutBusy
+  for (;;) {
+    auto r = ns::AddNewVdSync(*s_, path, VdChange{VdChange::Kind::kAddNew, name, type, node});
+    if (r) return r;
+    // A manager of an older version: claimed only.
+    if (r.error().code == EPROTO) return VdClient::AddNew(path, name, type, node);
+    if (r.error().code != EAGAIN || SteadyNow() > deadline) return Err(r.error());
+    SleepFor(backoff);
+    backoff = std::min(backoff * 2, std::chrono::microseconds(20'000));
+  }
+}
+
+void VdServiceClient::Created(const std::string& path, const std::string& name) {
+  // Not waited for: the entry is at the manager already, and no other node
+  // can take the name before the claim ends (nor this one: its kernel holds
+  // the directory until the create returns).
+  s_->Update(path, VdChange{VdChange::Kind::kRelease, name, 0, self_}, [path, name](Status s) {
+    if (!s) Logger("vfs")->debug("release of {} in {}: {}", name, path, s.error().ToString());
+  });
+}
+
 Status VdServiceClient::Apply(const std::string& path, const std::vector<ns::VdEdit>& edits) {
   std::vector<VdChange> changes;
   for (const ns::VdEdit& e : edits) {

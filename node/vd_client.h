@@ -35,6 +35,9 @@ class VdServiceClient final : public ns::VdClient {
                       const std::string& claim) override;
   Result<NameRead> LockRead(const std::string& path, const std::string& name) override;
   void Release(const std::string& path, const std::string& name) override;
+  Result<bool> AddNew(const std::string& path, const std::string& name, uint8_t type,
+                      const std::string& node) override;
+  void Created(const std::string& path, const std::string& name) override;
   Status Apply(const std::string& path, const std::vector<ns::VdEdit>& edits) override;
 
  private:

@@ -110,25 +110,65 @@ auto VdService::Impl::Core::ServeClaimOf(const std::string& path, std::string na
       path, std::move(done),
       [self = shared_from_this(), path, name = std::move(name), lock = std::move(lock),
        from](const Snapshot& cur) -> Result<UpdateOutcome> {
-        if (lock) {
-          if (Status busy = self->BusyLocked(path, *lock, from); !busy) return Err(busy.error());
-        }
-        const std::string full = JoinPath(path, name);
-        if (cur.state->copies.count(name) != 0 || cur.vd->Find(name) != nullptr) {
-          return Err(EEXIST, full + " exists");
-        }
-        // A node that did not answer may hold the name: wait (the client
-        // retries) until it answers or is declared dead.
-        if (!cur.vd->cacheable) return Err(EAGAIN, full + ": a live node's listing is missing");
-        // A claim is waited out too: its create may still fail, so EEXIST
-        // now would report a name that never exists.
-        if (Status busy = self->BusyLocked(path, name, from); !busy) return Err(busy.error());
-        const Claim held = self->HoldBy(from);
-        auto& claims = self->claims_[path];
-        claims[name] = held;
-        if (lock) claims[*lock] = held;
+        if (Status s = self->ClaimLocked(path, name, lock, from, cur); !s) return Err(s.error());
         // No holders: a claim patches nothing (they were thousands of node
         // ids per create at 1,024 nodes).
+        UpdateOutcome o;
+        o.prev_version = o.version = cur.vd->version;
+        return o;
+      });
+}
+
+auto VdService::Impl::Core::ClaimLocked(const std::string& path, const std::string& name,
+                                        const std::optional<std::string>& lock,
+                                        const std::string& from, const Snapshot& cur) -> Status {
+  if (lock) {
+    if (Status busy = BusyLocked(path, *lock, from); !busy) return busy;
+  }
+  const std::string full = JoinPath(path, name);
+  if (cur.state->copies.count(name) != 0 || cur.vd->Find(name) != nullptr) {
+    return Err(EEXIST, full + " exists");
+  }
+  // A node that did not answer may hold the name: wait (the client
+  // retries) until it answers or is declared dead.
+  if (!cur.vd->cacheable) return Err(EAGAIN, full + ": a live node's listing is missing");
+  // A claim is waited out too: its create may still fail, so EEXIST
+  // now would report a name that never exists.
+  if (Status busy = BusyLocked(path, name, from); !busy) return busy;
+  const Claim held = HoldBy(from);
+  auto& claims = claims_[path];
+  claims[name] = held;
+  if (lock) claims[*lock] = held;
+  return Ok();
+}
+
+auto VdService::Impl::Core::ServeAddNew(const std::string& path, VdChange add,
+                                        const std::string& from, const ClusterView& view,
+                                        m2m::Callback<UpdateOutcome> done, bool lease_ok,
+                                        uint64_t holders_hash) -> void {
+  add.kind = VdChange::Kind::kAdd;
+  auto claim_only = std::make_shared<bool>(false);
+  DecideSettled(
+      path,
+      [self = shared_from_this(), path, add, from, view, holders_hash, claim_only,
+       done = std::move(done)](Result<UpdateOutcome> o) mutable {
+        if (!o || *claim_only) return done(std::move(o));
+        self->ServeUpdate(path, {std::move(add)}, from, view, std::move(done), false,
+                          holders_hash, /*adding=*/true);
+      },
+      [self = shared_from_this(), path, name = add.name, from, view, lease_ok,
+       claim_only](const Snapshot& cur) -> Result<UpdateOutcome> {
+        // Lent with a kAdd's reply, not with this one: the borrower would
+        // serve P before its entry is made, and a recall could not wait
+        // for it (MaybeLendLocked).
+        if (lease_ok) {
+          if (auto it = self->resident_.find(path); it != self->resident_.end()) {
+            *claim_only = self->LendsNextLocked(path, it->second, from, view);
+          }
+        }
+        if (Status s = self->ClaimLocked(path, name, std::nullopt, from, cur); !s) {
+          return Err(s.error());
+        }
         UpdateOutcome o;
         o.prev_version = o.version = cur.vd->version;
         return o;
@@ -448,6 +488,20 @@ auto VdService::Impl::Core::FinishLocked(Build& build) -> Result<Snapshot> {
       vd_internal::ApplyAdd(*state, c.node, c.name, c.type, c.id);
     } else {
       vd_internal::ApplyRemove(*state, c.node, c.name);
+    }
+  }
+  // Entries added by a kAddNew whose node may not have made them yet (their
+  // claim has not ended): of live claimants and holders only.
+  if (auto cl = claims_.find(build.path); cl != claims_.end()) {
+    const auto now = SteadyNow();
+    const auto view = cluster_->Current();
+    for (const auto& [name, claim] : cl->second) {
+      if (!claim.add || claim.expires <= now || !view->IsAlive(claim.node) ||
+          !view->IsAlive(claim.add->node)) {
+        continue;
+      }
+      vd_internal::ApplyAdd(*state, claim.add->node, claim.add->name, claim.add->type,
+                            claim.add->id);
     }
   }
   auto vd = std::make_shared<VirtualDirectory>();

@@ -46,28 +46,8 @@ auto VdService::Impl::Core::MaybeLendLocked(const std::string& path, Resident& r
     r.streak = 0;
   }
   if (++r.streak < options_.lend_after) return std::nullopt;
-  const VirtualDirectory& vd = *r.snap.vd;
-  if (!vd.cacheable || vd.epoch != view.epoch) return std::nullopt;
-  if (builds_.contains(path) || rounds_.contains(path) || lent_.contains(path)) {
-    return std::nullopt;
-  }
-  if (auto c = claims_.find(path); c != claims_.end()) {
-    const auto now = SteadyNow();
-    std::erase_if(c->second, [&](const auto& kv) { return kv.second.expires <= now; });
-    if (!c->second.empty()) return std::nullopt;
-    claims_.erase(c);
-  }
-  if (broadcast_all_ || broadcast_paths_.contains(path)) return std::nullopt;
-  if (auto s = sharers_.find(path); s != sharers_.end()) {
-    for (const SharerRec& rec : s->second) {
-      if (rec.node != from) return std::nullopt;  // another node holds a copy
-    }
-  }
+  if (!LendableLocked(path, r, from, view)) return std::nullopt;
   const auto now = SteadyNow();
-  if (auto t = recalled_at_.find(path); t != recalled_at_.end()) {
-    if (now < t->second + options_.lend_cooldown) return std::nullopt;
-    recalled_at_.erase(t);
-  }
   // Every copy of every name, by holder.
   const MergeState& st = *r.snap.state;
   std::map<std::string, std::vector<DirEntry>> by_node;
@@ -94,6 +74,44 @@ auto VdService::Impl::Core::MaybeLendLocked(const std::string& path, Resident& r
   }
   r.streak = 0;
   return l;
+}
+
+auto VdService::Impl::Core::LendableLocked(const std::string& path, const Resident& r,
+                                           const std::string& from, const ClusterView& view)
+    -> bool {
+  const VirtualDirectory& vd = *r.snap.vd;
+  if (!vd.cacheable || vd.epoch != view.epoch) return false;
+  if (builds_.contains(path) || rounds_.contains(path) || lent_.contains(path)) return false;
+  const auto now = SteadyNow();
+  if (auto c = claims_.find(path); c != claims_.end()) {
+    std::erase_if(c->second, [&](const auto& kv) { return kv.second.expires <= now; });
+    if (!c->second.empty()) return false;
+    claims_.erase(c);
+  }
+  if (broadcast_all_ || broadcast_paths_.contains(path)) return false;
+  if (auto s = sharers_.find(path); s != sharers_.end()) {
+    for (const SharerRec& rec : s->second) {
+      if (rec.node != from) return false;  // another node holds a copy
+    }
+  }
+  if (auto t = recalled_at_.find(path); t != recalled_at_.end()) {
+    if (now < t->second + options_.lend_cooldown) return false;
+    recalled_at_.erase(t);
+  }
+  return true;
+}
+
+auto VdService::Impl::Core::LendsNextLocked(const std::string& path, Resident& r,
+                                            const std::string& from, const ClusterView& view)
+    -> bool {
+  if (options_.lend_after == 0 || from == view.self || !view.IsAlive(from)) return false;
+  if (r.streak_node != from) {
+    r.streak_node = from;
+    r.streak = 0;
+  }
+  if (r.streak + 1 >= options_.lend_after && LendableLocked(path, r, from, view)) return true;
+  ++r.streak;
+  return false;
 }
 
 auto VdService::Impl::Core::SendRecall(const std::string& path) -> void {

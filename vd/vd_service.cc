@@ -255,8 +255,10 @@ auto VdService::Impl::Core::UpdateOutcomeOf(
   const bool lease_ok = !here && options_.lend_after > 0;
   const auto asked = SteadyNow();
   const bool own = !here && dt_ && std::ranges::any_of(changes, [](const VdChange& c) {
-    return c.kind == VdChange::Kind::kAdd || c.kind == VdChange::Kind::kRemove;
+    return c.kind == VdChange::Kind::kAdd || c.kind == VdChange::Kind::kRemove ||
+           c.kind == VdChange::Kind::kAddNew;
   });
+  const bool adding = changes.front().kind == VdChange::Kind::kAddNew;
   // The holders this node's copy has: not sent back if unchanged.
   uint64_t holders_hash = 0;
   if (own) {
@@ -283,10 +285,18 @@ auto VdService::Impl::Core::UpdateOutcomeOf(
   };
   r->decode = [](const m2m::Bytes& b) { return DecodeUpdateReply(b); };
   if (own || lease_ok) {
-    r->inspect = [self, path, own, asked](const Result<UpdateOutcome>& o, bool remote, uint64_t) {
+    r->inspect = [self, path, own, adding, asked](const Result<UpdateOutcome>& o, bool remote,
+                                                  uint64_t) {
       if (!remote) return;  // served here: this node keeps no DT copy of its own VDs
       if (own) {
-        if (!o) return self->dt_->Invalidate(path);
+        if (!o) {
+          // A kAddNew refused (the name exists or is held; an older
+          // manager) changed nothing.
+          const int e = o.error().code;
+          if (adding && (e == EEXIST || e == EAGAIN || e == EPROTO)) return;
+          return self->dt_->Invalidate(path);
+        }
+        if (adding && !o->added) return;  // only claimed: nothing changed
         std::optional<std::vector<std::string>> holders;
         if (!o->same_holders) holders = o->holders;
         self->dt_->Patch(path, o->prev_version, o->version, o->keys, o->fresh, std::move(holders),
@@ -416,19 +426,23 @@ auto VdService::Impl::Core::ServeConflicts(const std::string& path,
 auto VdService::Impl::Core::ServeUpdate(const std::string& path, std::vector<VdChange> changes,
                                         const std::string& from, const ClusterView& view,
                                         m2m::Callback<UpdateOutcome> done, bool lease_ok,
-                                        uint64_t holders_hash) -> void {
+                                        uint64_t holders_hash, bool adding) -> void {
   if (RecallFirst(path, [&] {
         return std::move_only_function<void()>(
             [self = shared_from_this(), path, changes = std::move(changes), from, view,
-             done = std::move(done), lease_ok, holders_hash]() mutable {
+             done = std::move(done), lease_ok, holders_hash, adding]() mutable {
               self->ServeUpdate(path, std::move(changes), from, view, std::move(done), lease_ok,
-                                holders_hash);
+                                holders_hash, adding);
             });
       })) {
     return;
   }
   if (changes.size() == 1 && changes[0].kind == VdChange::Kind::kLockRead) {
     return ServeLockRead(path, std::move(changes[0].name), from, std::move(done));
+  }
+  if (changes.size() == 1 && changes[0].kind == VdChange::Kind::kAddNew) {
+    return ServeAddNew(path, std::move(changes[0]), from, view, std::move(done), lease_ok,
+                       holders_hash);
   }
   if (changes.size() == 1 &&
       (changes[0].kind == VdChange::Kind::kClaim || changes[0].kind == VdChange::Kind::kRelease ||
@@ -452,13 +466,16 @@ auto VdService::Impl::Core::ServeUpdate(const std::string& path, std::vector<VdC
     // are not invalidated yet.
     if (rounds_.contains(path)) {
       QueueBehindRoundLocked(path, [self = shared_from_this(), path, changes, from, view,
-                                    done = std::move(done), lease_ok, holders_hash]() mutable {
+                                    done = std::move(done), lease_ok, holders_hash,
+                                    adding]() mutable {
         self->ServeUpdate(path, std::move(changes), from, view, std::move(done), lease_ok,
-                          holders_hash);
+                          holders_hash, adding);
       });
       return;
     }
-    for (const VdChange& c : changes) EndClaimLocked(path, c.name, from);
+    if (!adding) {
+      for (const VdChange& c : changes) EndClaimLocked(path, c.name, from);
+    }
     auto b = builds_.find(path);
     if (b != builds_.end()) {  // replayed after the merge
       for (const VdChange& c : changes) b->second->pending.push_back(c);
@@ -467,6 +484,19 @@ auto VdService::Impl::Core::ServeUpdate(const std::string& path, std::vector<VdC
     if (it != resident_.end() && it->second.snap.vd->epoch != view.epoch) {
       EvictLocked(it);
       it = resident_.end();
+    }
+    if (adding) {
+      // Added where P is resident or being built; the claim keeps the entry
+      // for a rebuild until it ends (FinishLocked). Otherwise only claimed.
+      o.added = it != resident_.end() || b != builds_.end();
+      if (o.added) {
+        if (auto cl = claims_.find(path); cl != claims_.end()) {
+          if (auto h = cl->second.find(changes[0].name);
+              h != cl->second.end() && h->second.node == from) {
+            h->second.add = changes[0];
+          }
+        }
+      }
     }
     if (it != resident_.end()) {
       // Snapshots are immutable once handed out. Copying one costs O(entries)
@@ -641,6 +671,16 @@ void VdService::LockRead(const std::string& path, const std::string& name,
         if (!o->read_vd) return done(Err(EPROTO, "VD lock-read without its VD"));
         done(NameRead{std::move(o->read_vd), o->held});
       });
+}
+
+void VdService::AddNew(const std::string& path, VdChange add,
+                       std::move_only_function<void(Result<bool>)> done) {
+  add.kind = VdChange::Kind::kAddNew;
+  impl_->core->UpdateOutcomeOf(path, {std::move(add)},
+                               [done = std::move(done)](Result<UpdateOutcome> o) mutable {
+                                 if (!o) return done(Err(o.error()));
+                                 done(o->added);
+                               });
 }
 
 void VdService::Conflicts(const std::string& path,

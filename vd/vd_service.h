@@ -154,9 +154,20 @@ struct VdServiceOptions {
 // its real name is `name` (EAGAIN as kLock while another node holds it). An
 // operation that changes a name thus reads it under its lock in the same
 // round trip, instead of a lookup, a lock and a second lookup.
+//
+// kAddNew is a kClaim and the kAdd of the entry it claims in one round trip
+// (a create in a directory managed elsewhere; docs/namespace.md, "Creates in
+// one round trip"): where the claim is granted and VD(P) is resident (or
+// being built), the manager adds the entry at once (version + 1, sharers
+// invalidated before the answer, as a kAdd) and keeps the claim, with the
+// entry to add again should VD(P) be rebuilt meanwhile, until the sender's
+// kRelease (it made the entry on its node) or kRemove (it could not). Its
+// answer says whether the entry was added (UpdateOutcome::added); if not,
+// the name is only claimed, and the sender reports the kAdd after making
+// the entry, as after a kClaim.
 struct VdChange {
   enum class Kind : uint8_t {
-    kAdd = 0, kRemove = 1, kClaim = 2, kRelease = 3, kLock = 4, kLockRead = 5
+    kAdd = 0, kRemove = 1, kClaim = 2, kRelease = 3, kLock = 4, kLockRead = 5, kAddNew = 6
   };
   Kind kind = Kind::kAdd;
   std::string name;  // real name in the node's export root
@@ -219,6 +230,12 @@ class VdService {
   };
   void LockRead(const std::string& path, const std::string& name,
                 std::move_only_function<void(Result<NameRead>)> done);
+  // kAddNew of `add` (a kAdd) in VD(P) (see VdChange): Ok(true) when the
+  // entry was added (then ended by a kRelease or a kRemove of its name from
+  // this node), Ok(false) when the name is only claimed (then ended as a
+  // kClaim). EEXIST and EAGAIN as a kClaim; EPROTO from a manager that does
+  // not know kAddNew (an older version): nothing was held.
+  void AddNew(const std::string& path, VdChange add, std::move_only_function<void(Result<bool>)> done);
   void Conflicts(const std::string& path,
                  std::move_only_function<void(Result<std::vector<Conflict>>)> done);
   // One parallel round of kNsVdDrop(path) to every live node (this one
@@ -289,6 +306,7 @@ Status UpdateVdSync(VdService& s, const std::string& path, VdChange change);
 Status UpdateManyVdSync(VdService& s, const std::string& path, std::vector<VdChange> changes);
 Result<VdService::NameRead> LockReadVdSync(VdService& s, const std::string& path,
                                            const std::string& name);
+Result<bool> AddNewVdSync(VdService& s, const std::string& path, VdChange add);
 Status DropSubtreeSync(VdService& s, const std::string& path);
 
 }  // namespace fedfs::ns

@@ -127,9 +127,14 @@ inline Status ValidateChanges(const std::vector<VdChange>& changes) {
   for (const VdChange& c : changes) {
     if (auto s = ValidateChange(c); !s) return s;
     const bool claim = c.kind == VdChange::Kind::kClaim || c.kind == VdChange::Kind::kRelease ||
-                       c.kind == VdChange::Kind::kLock || c.kind == VdChange::Kind::kLockRead;
+                       c.kind == VdChange::Kind::kLock || c.kind == VdChange::Kind::kLockRead ||
+                       c.kind == VdChange::Kind::kAddNew;
+    if (c.kind == VdChange::Kind::kAddNew && (c.type == DT_DIR || c.type == DT_UNKNOWN)) {
+      return Err(EINVAL, "a VD add-new of a directory or of no type");
+    }
     if (claim && changes.size() > 1 && !IsLockAndClaim(changes)) {
-      return Err(EINVAL, "a VD claim, lock or release goes alone (or a lock with one claim)");
+      return Err(EINVAL,
+                 "a VD claim, add-new, lock or release goes alone (or a lock with one claim)");
     }
   }
   return Ok();
@@ -378,10 +383,11 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   // resident VD(P) at once, invalidates the other sharers of P, then answers
   // what they did (version 0 when P is not resident: the next get rebuilds
   // it). Claims and releases: see ServeClaim.
-  // `lease_ok`: the reporter may be lent P (MaybeLendLocked).
+  // `lease_ok`: the reporter may be lent P (MaybeLendLocked). `adding`: the
+  // kAdd of a kAddNew (ServeAddNew): its claim is kept, with the entry.
   void ServeUpdate(const std::string& path, std::vector<VdChange> changes, const std::string& from,
                    const ClusterView& view, m2m::Callback<UpdateOutcome> done,
-                   bool lease_ok = false, uint64_t holders_hash = 0);
+                   bool lease_ok = false, uint64_t holders_hash = 0, bool adding = false);
 
   // --- Leases (vd_lease.cc; docs/namespace.md, "Leases") ---
 
@@ -430,6 +436,16 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   // lease to hand out with the reply, if P may be lent to `from` now.
   std::optional<LeaseData> MaybeLendLocked(const std::string& path, Resident& r,
                                            const std::string& from, const ClusterView& view);
+  // Under mu_: whether P may be lent to `from` now, its run of changes
+  // aside (no sharer but `from`, no claim, round, build or recent recall).
+  bool LendableLocked(const std::string& path, const Resident& r, const std::string& from,
+                      const ClusterView& view);
+  // Under mu_, before a kAddNew of `from` is applied: whether the change
+  // would lend P (then the name is only claimed, and P lent with the kAdd
+  // that follows); otherwise the change is counted in the run as
+  // MaybeLendLocked counts it.
+  bool LendsNextLocked(const std::string& path, Resident& r, const std::string& from,
+                       const ClusterView& view);
 
   // Holder side: whether this node serves P itself now (a lease held in this
   // epoch and not expired; an ended one is cleaned up, a renewal sent when due).
@@ -453,6 +469,9 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   struct Claim {
     std::string node;
     std::chrono::steady_clock::time_point expires;
+    // A kAddNew's entry, added already: added again to VD(P) if it is
+    // rebuilt before the claim ends (the export roots may not have it yet).
+    std::optional<VdChange> add;
   };
 
   std::chrono::steady_clock::duration ClaimLifetime() const { return 4 * options_.rpc_timeout; }
@@ -495,6 +514,18 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
                      m2m::Callback<UpdateOutcome> done);
   void ServeClaimOf(const std::string& path, std::string name, std::optional<std::string> lock,
                     const std::string& from, m2m::Callback<UpdateOutcome> done);
+  // Under mu_: the checks of a claim of `name` (with a lock of `lock`) on
+  // `cur` (EEXIST, EAGAIN), then the hold recorded.
+  Status ClaimLocked(const std::string& path, const std::string& name,
+                     const std::optional<std::string>& lock, const std::string& from,
+                     const Snapshot& cur);
+  // kAddNew (see VdChange): the claim decided as ServeClaimOf, then the kAdd
+  // applied as ServeUpdate does with the claim kept (`adding`); only claimed
+  // where VD(P) is not resident nor being built, or where the kAdd would
+  // lend P (MaybeLendLocked: lent with the kAdd that follows instead).
+  void ServeAddNew(const std::string& path, VdChange add, const std::string& from,
+                   const ClusterView& view, m2m::Callback<UpdateOutcome> done, bool lease_ok,
+                   uint64_t holders_hash);
 
   // --- Sharers (manager side; see the header) ---
 

@@ -85,6 +85,15 @@ Result<VdService::NameRead> LockReadVdSync(VdService& s, const std::string& path
   }
 }
 
+Result<bool> AddNewVdSync(VdService& s, const std::string& path, VdChange add) {
+  CatchupDeadline deadline(s);
+  for (;;) {
+    // ESTALE added and held nothing: asked again.
+    auto r = WaitFor<Result<bool>>([&](auto done) { s.AddNew(path, add, std::move(done)); });
+    if (r || r.error().code != ESTALE || !deadline.Retry()) return r;
+  }
+}
+
 Status UpdateVdSync(VdService& s, const std::string& path, VdChange change) {
   return UpdateManyVdSync(s, path, {std::move(change)});
 }

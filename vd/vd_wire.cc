@@ -100,6 +100,7 @@ Result<VdChange> DecodeChange(const wire::Change* c) {
     case wire::ChangeKind::Release: out.kind = VdChange::Kind::kRelease; break;
     case wire::ChangeKind::Lock: out.kind = VdChange::Kind::kLock; break;
     case wire::ChangeKind::LockRead: out.kind = VdChange::Kind::kLockRead; break;
+    case wire::ChangeKind::AddNew: out.kind = VdChange::Kind::kAddNew; break;
     default: return Err(EPROTO, "VD update with an unknown change kind");
   }
   auto name = Need(c->name(), "change.name");
@@ -274,7 +275,7 @@ m2m::Bytes EncodeUpdateReply(const UpdateOutcome& o) {
   return Finish(b, wire::Body::UpdateReply,
                 wire::CreateUpdateReply(b, o.version, o.prev_version, keys, entries, holders,
                                         lease, o.sharer, o.same_holders, o.read, read, o.held,
-                                        o.names_sharer));
+                                        o.names_sharer, o.added));
 }
 
 Result<PathRequestData> DecodePathRequest(const m2m::Bytes& payload) {
@@ -429,6 +430,7 @@ Result<UpdateOutcome> DecodeUpdateReply(const m2m::Bytes& payload) {
   o.read = r->read();
   o.held = r->held();
   o.names_sharer = r->names_sharer();
+  o.added = r->added();
   if (o.read) {
     const auto* part = r->read_vd();
     if (part == nullptr) return Err(EPROTO, "VD lock-read without its VD");

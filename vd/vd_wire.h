@@ -103,6 +103,7 @@ struct UpdateOutcome {
   std::shared_ptr<const VirtualDirectory> read_vd;
   bool held = false;
   bool names_sharer = false;  // `sharer` is a names-only record
+  bool added = false;  // a kAddNew's entry was added (else only claimed)
 };
 
 // `from` and `epoch` are view.self and view.epoch.

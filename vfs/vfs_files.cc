@@ -159,11 +159,18 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
   const uint64_t taken = CallbacksTaken();  // before the create (see WatchLocked)
   const uint64_t dir_before = DirChanges();
   std::optional<DirChange> dir_change(std::in_place, *this);  // KeptDirAttr
-  auto made = MakeNew<Opened>(c, dir->path, *vd, name, false,
-                              [&](const std::shared_ptr<NodeFs>& f, const std::string& p) {
-                                fs = f;
-                                return f->Create(c, p, flags | O_CREAT, mode);
-                              });
+  // Only what a create reads of VD(parent) is kept (no entries): unshared,
+  // the manager changes VD(P) in place (vd_service.cc) when it adds the
+  // entry with the claim.
+  *vd = PartialOf(*vd, name);
+  NewEntry owed = NewEntry::kClaimed;
+  auto made = MakeNew<Opened>(
+      c, dir->path, *vd, name, false,
+      [&](const std::shared_ptr<NodeFs>& f, const std::string& p) {
+        fs = f;
+        return f->Create(c, p, flags | O_CREAT, mode);
+      },
+      DT_REG, &owed);
   // The first try's copy of VD(parent) may be stale, its holders those of a
   // directory since renamed or removed (another made under the name since):
   // asked again.
@@ -172,8 +179,12 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
   const auto& [node, op] = *made;
   const bool kernel_ok = (*vd)->kernel_may_cache;
   const DirAfter dir_after = DirAfterFileChange(dir->st_ino, **vd, node, op.parent);
-  vd->reset();  // unshared, the manager changes VD(P) in place (vd_service.cc)
-  ReportAdd(dir->path, name, DT_REG, node);
+  vd->reset();
+  if (owed == NewEntry::kAdded) {
+    deps_.vds->Created(dir->path, name);
+  } else if (owed == NewEntry::kClaimed) {
+    ReportAdd(dir->path, name, DT_REG, node);
+  }
   dir_change.reset();
   KeepDirAfter(parent, dir_after, dir_before);
   Child ch{name, name, S_IFREG, node, op.st};

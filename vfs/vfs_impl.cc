@@ -601,7 +601,8 @@ Status VfsImpl::EnsureDirOn(const Cred& c, const std::string& node, const std::s
 }
 
 Result<std::string> VfsImpl::PlaceNew(const Cred& c, const std::string& dir_path,
-                                      const VdPtr& dir_vd, const std::string& path, bool is_dir) {
+                                      const VdPtr& dir_vd, const std::string& path, bool is_dir,
+                                      uint8_t add_type, NewEntry* added) {
   auto view = deps_.cluster->Current();
   std::string node = view->self;
   if (deps_.place) {
@@ -634,6 +635,11 @@ Result<std::string> VfsImpl::PlaceNew(const Cred& c, const std::string& dir_path
   const std::string name(BaseName(path));
   // EEXIST only once the manager lists the name (a claim in flight is
   // waited out), and its round has reached this node's copy.
+  if (add_type != 0) {
+    FEDFS_TRY(a, deps_.vds->AddNew(dir_path, name, add_type, node));
+    *added = *a ? NewEntry::kAdded : NewEntry::kClaimed;
+    return node;
+  }
   if (auto s = deps_.vds->Claim(dir_path, name); !s) return Err(s.error());
   return node;
 }

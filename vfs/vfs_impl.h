@@ -155,6 +155,21 @@ class VdClient {
   virtual void Release(const std::string& path, const std::string& name) {
     (void)path, (void)name;
   }
+  // Claim(path, name) and, where the manager can, the Add of its entry
+  // (`type`, not a directory, on `node`) in the same call (VdChange::kAddNew,
+  // docs/namespace.md "Creates in one round trip"): true when added -- then
+  // ended by Created once the entry is made, or by Remove(path, name, node)
+  // if it could not be -- false when only claimed (ended as a Claim: Add
+  // after the entry is made, or Release). The default claims only.
+  virtual Result<bool> AddNew(const std::string& path, const std::string& name, uint8_t type,
+                              const std::string& node) {
+    (void)type, (void)node;
+    if (auto s = Claim(path, name); !s) return Err(s.error());
+    return false;
+  }
+  // The entry AddNew added is made: its claim ends (without waiting for the
+  // manager where the client can).
+  virtual void Created(const std::string& path, const std::string& name) { Release(path, name); }
   // Several changes of directory `path` at once (a rename within it is seen
   // whole or not at all). The default applies them one by one.
   virtual Status Apply(const std::string& path, const std::vector<VdEdit>& edits) {
@@ -490,11 +505,20 @@ class VfsImpl final : public Vfs {
   // Opened with these flags, the kernel must write the handle directly.
   static bool AppendOnly(int flags);
 
+  // What a new entry's caller still owes its directory's manager.
+  enum class NewEntry {
+    kClaimed,   // the name is claimed: ReportAdd once made (ReleaseNew if not)
+    kAdded,     // claimed and added (VdClient::AddNew): Created once made
+    kReported,  // nothing: the entry is reported (MakeNew)
+  };
   // Placement + missing parents on the chosen node, and the claim of the
-  // name there (VdClient::Claim); returns the node. The caller releases the
-  // claim if its create fails (ReleaseNew).
+  // name there (VdClient::Claim; with `add_type`, not 0, VdClient::AddNew of
+  // an entry of that type, saying which in `*added`); returns the node. The
+  // caller releases the claim if its create fails (ReleaseNew; Remove if
+  // added).
   Result<std::string> PlaceNew(const Cred& c, const std::string& dir_path, const VdPtr& dir_vd,
-                               const std::string& path, bool is_dir);
+                               const std::string& path, bool is_dir, uint8_t add_type = 0,
+                               NewEntry* added = nullptr);
   void ReleaseNew(const std::string& dir_path, const std::string& name);
   // Room (vfs_room.cc): the live node other than `except` with the most free
   // bytes, at least `need` ("" if none); whether this node has less than
@@ -507,11 +531,13 @@ class VfsImpl final : public Vfs {
   Result<size_t> WriteForRoom(uint64_t fh, uint64_t offset, std::span<const std::byte> src,
                               const Writer& by, Error full);
   // PlaceNew, then make(shared_ptr<NodeFs>, path) on the chosen node; a failed make
-  // releases the claim. The node and what make returned.
+  // releases the claim (removes the entry if added). The node and what make
+  // returned; `*owed` (not null with `add_type`) what the caller still owes.
   template <class T, class Make>
   Result<std::pair<std::string, T>> MakeNew(const Cred& c, const std::string& dir_path,
                                             const VdPtr& dir_vd, const std::string& name,
-                                            bool is_dir, Make make);
+                                            bool is_dir, Make make, uint8_t add_type = 0,
+                                            NewEntry* owed = nullptr);
   // SetXattr and RemoveXattr: EPERM for kLocationXattr; else change(NodeFs&,
   // path) -> Status on the holder of a file, or on every holder of a
   // directory in VD order: the first holder's error is the answer, the
