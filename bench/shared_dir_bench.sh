@@ -37,6 +37,9 @@
 #              mount, `placement: {policy: local}` (the default, written out):
 #              every file is created on the creating process's node, so the
 #              other phases reach it on another node
+#   fedfs-2rt  fedfs with `directory_table: {add_new: false}`: a create's
+#              claim and add as two calls in a row (not in the default
+#              TARGETS; name it to compare)
 # Prints a table: one row per variant and phase, ops/s per target, and the
 # ratios fedfs/glusterfs and fedfs/mergerfs; then every iteration's value;
 # then the FUSE servers' wake-ups per operation: the voluntary context
@@ -133,11 +136,17 @@ setup_glusterfs() {
 
 setup_fedfs() {
   local first=${#PIDS[@]}
-  start_fedfs fedfs "$N" "placement: {policy: local}" || return 1
+  start_fedfs fedfs "$N" "placement: {policy: local}${FEDFS_EXTRA:+
+$FEDFS_EXTRA}" || return 1
   SERVER_PIDS=("${PIDS[@]:first}")
   local i
   for ((i = 0; i < N; i++)); do MNT+=("$FEDFS_DIR/mnt$i"); done
 }
+# fedfs-2rt: fedfs with a create's claim and add as two calls to the
+# directory's manager (directory_table.add_new: false), as before
+# docs/namespace.md's "Creates in one round trip": the same build, side by
+# side.
+setup_fedfs-2rt() { FEDFS_EXTRA="directory_table: {add_new: false}" setup_fedfs; }
 
 # ---- measurements -----------------------------------------------------------------
 PHASES=(create stat open remove)

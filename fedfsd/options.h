@@ -98,6 +98,10 @@ struct DirectoryTableConfig {
   // records the node for names only) in a VD with more entries than this
   // (docs/namespace.md, "Large directories"); 0: always whole.
   size_t whole_max_entries = 16384;
+  // A create claims its name and adds its entry in one call to the
+  // directory's manager (docs/namespace.md, "Creates in one round trip");
+  // false: a claim, then the add.
+  bool add_new = true;
 };
 
 // The node's cache of other nodes' file data (docs/coopcache.md): `size`

@@ -90,6 +90,7 @@ void VdServiceClient::Release(const std::string& path, const std::string& name) 
 
 Result<bool> VdServiceClient::AddNew(const std::string& path, const std::string& name,
                                      uint8_t type, const std::string& node) {
+  if (!s_->options().add_new) return VdClient::AddNew(path, name, type, node);
   auto backoff = std::chrono::microseconds(100);
   const auto deadline = SteadyNow() + std::chrono::seconds(10);  // as WaitOutBusy
   for (;;) {

@@ -124,6 +124,10 @@ struct VdServiceOptions {
   // not copied to every node that stats one of them (docs/namespace.md,
   // "Large directories"). 0: always whole.
   size_t whole_max_entries = 16384;
+  // A create of a file asks for kAddNew (its claim and its entry in one
+  // call; VdChange) rather than a kClaim and then a kAdd. Only the asking
+  // side reads it: a manager serves both.
+  bool add_new = true;
 };
 
 // A change to one entry of VD(P), made on `node`.

@@ -78,7 +78,18 @@ class MergeVds final : public VdClient {
     const bool held = e != nullptr && e->RealName() == name;
     return NameRead{PartialOf(*vd, name), held};
   }
+  // As a manager answers kAddNew when `add_new`: claimed and added in one
+  // call, ended by Created.
+  Result<bool> AddNew(const std::string& path, const std::string& name, uint8_t type,
+                      const std::string& node) override {
+    if (!add_new) return VdClient::AddNew(path, name, type, node);
+    added_new.push_back(name + "@" + node + ":" + std::to_string(type));
+    return true;
+  }
+  void Created(const std::string&, const std::string& name) override { created.push_back(name); }
   int gets = 0, adds = 0, removes = 0, locks = 0, lock_reads = 0;
+  bool add_new = false;
+  std::vector<std::string> added_new, created;
   bool complete = true;              // false: as if a live node's listing were missing
   std::function<void()> on_get;      // runs inside every Get
 
@@ -298,6 +309,26 @@ TEST_F(VfsTest, CreatePlacesOnTheChosenNodeWithParents) {
   auto again = vfs_->Create(cred_, q, "new", 0640, O_WRONLY | O_EXCL);
   ASSERT_FALSE(again);
   EXPECT_EQ(again.error().code, EEXIST);
+}
+
+// A create whose manager adds the entry with the claim (kAddNew) reports
+// nothing after the file is made but the end of the claim (Created); a
+// mkdir still claims, then adds.
+TEST_F(VfsTest, ACreateAddsItsEntryWithTheClaimAndThenEndsTheClaim) {
+  vds_->add_new = true;
+  MakeVfs("b");
+  auto made = vfs_->Create(cred_, kRootIno, "new", 0640, O_WRONLY);
+  ASSERT_TRUE(made) << made.error().ToString();
+  ASSERT_TRUE(vfs_->Release(made->second.fh));
+  EXPECT_TRUE(fs::exists(dir_ + "/b/new"));
+  EXPECT_EQ(vds_->added_new, std::vector<std::string>{"new@b:" + std::to_string(DT_REG)});
+  EXPECT_EQ(vds_->created, std::vector<std::string>{"new"});
+  EXPECT_EQ(vds_->adds, 0);
+  EXPECT_EQ(vds_->removes, 0);
+  auto dir = vfs_->Mkdir(cred_, kRootIno, "d", 0750);
+  ASSERT_TRUE(dir) << dir.error().ToString();
+  EXPECT_EQ(vds_->added_new.size(), 1u);
+  EXPECT_EQ(vds_->adds, 1);
 }
 
 // A placement that fails (a fixed node that is not alive) fails the create
