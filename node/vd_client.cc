@@ -88,14 +88,18 @@ void VdServiceClient::Release(const std::string& path, const std::string& name) 
   }
 }
 
-Result<bool> VdServiceClient::AddNew(const std::string& path, const std::string& name,
-                                     uint8_t type, const std::string& node) {
+Result<uint64_t> VdServiceClient::AddNew(const std::string& path, const std::string& name,
+                                         uint8_t type, const std::string& node) {
   if (!s_->options().add_new) return VdClient::AddNew(path, name, type, node);
   auto backoff = std::chrono::microseconds(100);
   const auto deadline = SteadyNow() + std::chrono::seconds(10);  // as WaitOutBusy
+  // Names this claim: a release sent for an earlier claim of the same name
+  // by this node (not waited for, it may arrive late) does not end it.
+  const uint64_t token = tokens_.fetch_add(1, std::memory_order_relaxed) + 1;
   for (;;) {
-    auto r = ns::AddNewVdSync(*s_, path, VdChange{VdChange::Kind::kAddNew, name, type, node});
-    if (r) return r;
+    auto r = ns::AddNewVdSync(*s_, path,
+                              VdChange{VdChange::Kind::kAddNew, name, type, node, token});
+    if (r) return *r ? token : uint64_t{0};
     // A manager of an older version: claimed only.
     if (r.error().code == EPROTO) return VdClient::AddNew(path, name, type, node);
     if (r.error().code != EAGAIN || SteadyNow() > deadline) return Err(r.error());
@@ -104,11 +108,12 @@ Result<bool> VdServiceClient::AddNew(const std::string& path, const std::string&
   }
 }
 
-void VdServiceClient::Created(const std::string& path, const std::string& name) {
+void VdServiceClient::Created(const std::string& path, const std::string& name, uint64_t token) {
   // Not waited for: the entry is at the manager already, and no other node
-  // can take the name before the claim ends (nor this one: its kernel holds
-  // the directory until the create returns).
-  s_->Update(path, VdChange{VdChange::Kind::kRelease, name, 0, self_}, [path, name](Status s) {
+  // can take the name before the claim ends. The token keeps it from ending
+  // a later hold of this node (a lock or claim the manager saw first).
+  s_->Update(path, VdChange{VdChange::Kind::kRelease, name, 0, self_, token},
+             [path, name](Status s) {
     if (!s) Logger("vfs")->debug("release of {} in {}: {}", name, path, s.error().ToString());
   });
 }

@@ -7,6 +7,8 @@
 // Threads: any thread that may block (FUSE workers, the journal's).
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -35,9 +37,9 @@ class VdServiceClient final : public ns::VdClient {
                       const std::string& claim) override;
   Result<NameRead> LockRead(const std::string& path, const std::string& name) override;
   void Release(const std::string& path, const std::string& name) override;
-  Result<bool> AddNew(const std::string& path, const std::string& name, uint8_t type,
-                      const std::string& node) override;
-  void Created(const std::string& path, const std::string& name) override;
+  Result<uint64_t> AddNew(const std::string& path, const std::string& name, uint8_t type,
+                          const std::string& node) override;
+  void Created(const std::string& path, const std::string& name, uint64_t token) override;
   Status Apply(const std::string& path, const std::vector<ns::VdEdit>& edits) override;
 
  private:
@@ -45,6 +47,7 @@ class VdServiceClient final : public ns::VdClient {
 
   ns::VdService* s_;
   std::string self_;
+  std::atomic<uint64_t> tokens_{0};  // AddNew's claims, numbered
 };
 
 }  // namespace fedfs::node

@@ -24,11 +24,12 @@ auto VdService::Impl::Core::BusyLocked(const std::string& path, const std::strin
 }
 
 auto VdService::Impl::Core::EndClaimLocked(const std::string& path, const std::string& name,
-                                           const std::string& node) -> void {
+                                           const std::string& node, uint64_t token) -> void {
   auto p = claims_.find(path);
   if (p == claims_.end()) return;
   auto c = p->second.find(name);
-  if (c != p->second.end() && c->second.node == node) {
+  if (c != p->second.end() && c->second.node == node &&
+      (token == 0 || c->second.token == token)) {
     p->second.erase(c);
   }
   if (p->second.empty()) claims_.erase(p);
@@ -40,7 +41,7 @@ auto VdService::Impl::Core::ServeClaim(const std::string& path, VdChange change,
   if (change.kind == VdChange::Kind::kRelease) {
     {
       std::lock_guard lock(mu_);
-      EndClaimLocked(path, change.name, from);
+      EndClaimLocked(path, change.name, from, change.id);
     }
     MaybeReturn(path);  // a lent P's return may have waited for it
     return done(UpdateOutcome{});
@@ -147,6 +148,7 @@ auto VdService::Impl::Core::ServeAddNew(const std::string& path, VdChange add,
                                         m2m::Callback<UpdateOutcome> done, bool lease_ok,
                                         uint64_t holders_hash) -> void {
   add.kind = VdChange::Kind::kAdd;
+  const uint64_t token = std::exchange(add.id, 0);  // a file's entry has no id
   auto claim_only = std::make_shared<bool>(false);
   DecideSettled(
       path,
@@ -156,8 +158,8 @@ auto VdService::Impl::Core::ServeAddNew(const std::string& path, VdChange add,
         self->ServeUpdate(path, {std::move(add)}, from, view, std::move(done), false,
                           holders_hash, /*adding=*/true);
       },
-      [self = shared_from_this(), path, name = add.name, from, view, lease_ok,
-       claim_only](const Snapshot& cur) -> Result<UpdateOutcome> {
+      [self = shared_from_this(), path, name = add.name, from, view, lease_ok, claim_only,
+       token](const Snapshot& cur) -> Result<UpdateOutcome> {
         // Lent with a kAdd's reply, not with this one: the borrower would
         // serve P before its entry is made, and a recall could not wait
         // for it (MaybeLendLocked).
@@ -169,6 +171,7 @@ auto VdService::Impl::Core::ServeAddNew(const std::string& path, VdChange add,
         if (Status s = self->ClaimLocked(path, name, std::nullopt, from, cur); !s) {
           return Err(s.error());
         }
+        self->claims_[path][name].token = token;
         UpdateOutcome o;
         o.prev_version = o.version = cur.vd->version;
         return o;

@@ -168,7 +168,10 @@ struct VdServiceOptions {
 // kRelease (it made the entry on its node) or kRemove (it could not). Its
 // answer says whether the entry was added (UpdateOutcome::added); if not,
 // the name is only claimed, and the sender reports the kAdd after making
-// the entry, as after a kClaim.
+// the entry, as after a kClaim. A kAddNew's `id` is a token of the sender's
+// choosing (not 0) that its kRelease names again (`id`): the release, which
+// the sender does not wait for, ends that claim only, never a later hold of
+// the same name by the same node that reached the manager first.
 struct VdChange {
   enum class Kind : uint8_t {
     kAdd = 0, kRemove = 1, kClaim = 2, kRelease = 3, kLock = 4, kLockRead = 5, kAddNew = 6

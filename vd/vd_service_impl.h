@@ -472,6 +472,9 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     // A kAddNew's entry, added already: added again to VD(P) if it is
     // rebuilt before the claim ends (the export roots may not have it yet).
     std::optional<VdChange> add;
+    // A kAddNew's claim: the token its kRelease names (VdChange::id); a
+    // release naming another token leaves this hold alone.
+    uint64_t token = 0;
   };
 
   std::chrono::steady_clock::duration ClaimLifetime() const { return 4 * options_.rpc_timeout; }
@@ -489,8 +492,10 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     return Claim{node, SteadyNow() + ClaimLifetime()};
   }
 
-  // Ends the claim or lock of `name` in `path` by `node`, if any.
-  void EndClaimLocked(const std::string& path, const std::string& name, const std::string& node);
+  // Ends the claim or lock of `name` in `path` by `node`, if any (with a
+  // `token`, not 0: only the kAddNew claim of that token).
+  void EndClaimLocked(const std::string& path, const std::string& name, const std::string& node,
+                      uint64_t token = 0);
 
   // kClaim: EEXIST if `name` is in VD(P) (built if needed), EAGAIN if another
   // node holds it (unexpired); else claimed. kRelease: the hold ends. Holds

@@ -163,7 +163,7 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
   // the manager changes VD(P) in place (vd_service.cc) when it adds the
   // entry with the claim.
   *vd = PartialOf(*vd, name);
-  NewEntry owed = NewEntry::kClaimed;
+  NewName owed;
   auto made = MakeNew<Opened>(
       c, dir->path, *vd, name, false,
       [&](const std::shared_ptr<NodeFs>& f, const std::string& p) {
@@ -180,9 +180,9 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
   const bool kernel_ok = (*vd)->kernel_may_cache;
   const DirAfter dir_after = DirAfterFileChange(dir->st_ino, **vd, node, op.parent);
   vd->reset();
-  if (owed == NewEntry::kAdded) {
-    deps_.vds->Created(dir->path, name);
-  } else if (owed == NewEntry::kClaimed) {
+  if (owed.owed == NewEntry::kAdded) {
+    deps_.vds->Created(dir->path, name, owed.token);
+  } else if (owed.owed == NewEntry::kClaimed) {
     ReportAdd(dir->path, name, DT_REG, node);
   }
   dir_change.reset();

@@ -602,7 +602,7 @@ Status VfsImpl::EnsureDirOn(const Cred& c, const std::string& node, const std::s
 
 Result<std::string> VfsImpl::PlaceNew(const Cred& c, const std::string& dir_path,
                                       const VdPtr& dir_vd, const std::string& path, bool is_dir,
-                                      uint8_t add_type, NewEntry* added) {
+                                      uint8_t add_type, NewName* added) {
   auto view = deps_.cluster->Current();
   std::string node = view->self;
   if (deps_.place) {
@@ -637,7 +637,7 @@ Result<std::string> VfsImpl::PlaceNew(const Cred& c, const std::string& dir_path
   // waited out), and its round has reached this node's copy.
   if (add_type != 0) {
     FEDFS_TRY(a, deps_.vds->AddNew(dir_path, name, add_type, node));
-    *added = *a ? NewEntry::kAdded : NewEntry::kClaimed;
+    *added = NewName{*a != 0 ? NewEntry::kAdded : NewEntry::kClaimed, *a};
     return node;
   }
   if (auto s = deps_.vds->Claim(dir_path, name); !s) return Err(s.error());

@@ -157,19 +157,24 @@ class VdClient {
   }
   // Claim(path, name) and, where the manager can, the Add of its entry
   // (`type`, not a directory, on `node`) in the same call (VdChange::kAddNew,
-  // docs/namespace.md "Creates in one round trip"): true when added -- then
-  // ended by Created once the entry is made, or by Remove(path, name, node)
-  // if it could not be -- false when only claimed (ended as a Claim: Add
-  // after the entry is made, or Release). The default claims only.
-  virtual Result<bool> AddNew(const std::string& path, const std::string& name, uint8_t type,
-                              const std::string& node) {
+  // docs/namespace.md "Creates in one round trip"): the claim's token (not
+  // 0) when added -- then ended by Created with that token once the entry is
+  // made, or by Remove(path, name, node) if it could not be -- 0 when only
+  // claimed (ended as a Claim: Add after the entry is made, or Release).
+  // The default claims only.
+  virtual Result<uint64_t> AddNew(const std::string& path, const std::string& name, uint8_t type,
+                                  const std::string& node) {
     (void)type, (void)node;
     if (auto s = Claim(path, name); !s) return Err(s.error());
-    return false;
+    return uint64_t{0};
   }
-  // The entry AddNew added is made: its claim ends (without waiting for the
-  // manager where the client can).
-  virtual void Created(const std::string& path, const std::string& name) { Release(path, name); }
+  // The entry AddNew added (with claim `token`) is made: that claim ends,
+  // and no later one of this node (without waiting for the manager where
+  // the client can).
+  virtual void Created(const std::string& path, const std::string& name, uint64_t token) {
+    (void)token;
+    Release(path, name);
+  }
   // Several changes of directory `path` at once (a rename within it is seen
   // whole or not at all). The default applies them one by one.
   virtual Status Apply(const std::string& path, const std::vector<VdEdit>& edits) {
@@ -511,6 +516,10 @@ class VfsImpl final : public Vfs {
     kAdded,     // claimed and added (VdClient::AddNew): Created once made
     kReported,  // nothing: the entry is reported (MakeNew)
   };
+  struct NewName {
+    NewEntry owed = NewEntry::kClaimed;
+    uint64_t token = 0;  // kAdded: the claim's (VdClient::Created)
+  };
   // Placement + missing parents on the chosen node, and the claim of the
   // name there (VdClient::Claim; with `add_type`, not 0, VdClient::AddNew of
   // an entry of that type, saying which in `*added`); returns the node. The
@@ -518,7 +527,7 @@ class VfsImpl final : public Vfs {
   // added).
   Result<std::string> PlaceNew(const Cred& c, const std::string& dir_path, const VdPtr& dir_vd,
                                const std::string& path, bool is_dir, uint8_t add_type = 0,
-                               NewEntry* added = nullptr);
+                               NewName* added = nullptr);
   void ReleaseNew(const std::string& dir_path, const std::string& name);
   // Room (vfs_room.cc): the live node other than `except` with the most free
   // bytes, at least `need` ("" if none); whether this node has less than
@@ -537,7 +546,7 @@ class VfsImpl final : public Vfs {
   Result<std::pair<std::string, T>> MakeNew(const Cred& c, const std::string& dir_path,
                                             const VdPtr& dir_vd, const std::string& name,
                                             bool is_dir, Make make, uint8_t add_type = 0,
-                                            NewEntry* owed = nullptr);
+                                            NewName* owed = nullptr);
   // SetXattr and RemoveXattr: EPERM for kLocationXattr; else change(NodeFs&,
   // path) -> Status on the holder of a file, or on every holder of a
   // directory in VD order: the first holder's error is the answer, the

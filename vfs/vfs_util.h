@@ -106,9 +106,9 @@ template <class T, class Make>
 Result<std::pair<std::string, T>> VfsImpl::MakeNew(const Cred& c, const std::string& dir_path,
                                                    const VdPtr& dir_vd, const std::string& name,
                                                    bool is_dir, Make make, uint8_t add_type,
-                                                   NewEntry* owed) {
+                                                   NewName* owed) {
   const std::string path = JoinPath(dir_path, name);
-  NewEntry added = NewEntry::kClaimed;
+  NewName added;
   FEDFS_TRY(node, PlaceNew(c, dir_path, dir_vd, path, is_dir, add_type, &added));
   if (owed != nullptr) *owed = added;
   auto fs = FsOf(*node);
@@ -123,18 +123,18 @@ Result<std::pair<std::string, T>> VfsImpl::MakeNew(const Cred& c, const std::str
       Result<T> again = make(*other_fs, path);
       if (again) {
         room_creates_.fetch_add(1, std::memory_order_relaxed);
-        if (added == NewEntry::kAdded) {
+        if (added.owed == NewEntry::kAdded) {
           // The entry moves to the other node in one change (its claim ends).
           ReportEdits(dir_path, {VdEdit{false, name, 0, *node, 0},
                                  VdEdit{true, name, add_type, other, 0}});
-          *owed = NewEntry::kReported;
+          owed->owed = NewEntry::kReported;
         }
         return std::make_pair(other, std::move(*again));
       }
     }
   }
   if (!made) {
-    if (added == NewEntry::kAdded) {
+    if (added.owed == NewEntry::kAdded) {
       ReportRemove(dir_path, name, *node);  // ends the claim too
     } else {
       ReleaseNew(dir_path, name);

@@ -16,9 +16,9 @@ using namespace vd_test;
 int Code(const Status& s) { return s ? 0 : s.error().code; }
 
 Result<bool> AddNew(Federation& f, int node, const std::string& dir, const std::string& name,
-                    const std::string& on) {
+                    const std::string& on, uint64_t token = 0) {
   std::optional<Result<bool>> out;
-  f.svc(node).AddNew(dir, VdChange{VdChange::Kind::kAdd, name, DT_REG, on},
+  f.svc(node).AddNew(dir, VdChange{VdChange::Kind::kAdd, name, DT_REG, on, token},
                      [&](Result<bool> r) { out = std::move(r); });
   f.net().RunUntilIdle();
   if (!out) return Err(EIO, "never completed");
@@ -131,6 +131,35 @@ TEST(AddNew, ARebuildBeforeTheReleaseKeepsTheEntry) {
   auto after = f.Get(0, p);
   ASSERT_TRUE(after);
   EXPECT_EQ((*after)->Find("new"), nullptr);
+}
+
+// The release a creator does not wait for names its claim's token: arriving
+// after a later hold of the same name by the same node (its unlink's lock,
+// its next create's claim), it leaves that hold alone.
+TEST(AddNew, ALateReleaseEndsOnlyItsOwnClaim) {
+  Federation f(3, NoLeases());
+  const std::string p = PathManagedBy(f, "n0");
+  Populate(f, p);
+  auto r = AddNew(f, 2, p, "new", "n2", 7);
+  ASSERT_TRUE(r && *r);
+  f.fs(2).AddFile(p + "/new");
+  // n2 unlinks it before its release of claim 7 reached the manager: the
+  // lock is n2's own, so granted, and the removal ends it.
+  ASSERT_TRUE(f.Update(2, p, Held(VdChange::Kind::kLock, "new", 2)));
+  f.fs(2).Remove(p + "/new");
+  ASSERT_TRUE(f.Update(2, p, Remove("n2", "new")));
+  // n2 creates it again (claim 8), and the late release of 7 arrives.
+  auto again = AddNew(f, 2, p, "new", "n2", 8);
+  ASSERT_TRUE(again && *again);
+  VdChange late = Held(VdChange::Kind::kRelease, "new", 2);
+  late.id = 7;
+  ASSERT_TRUE(f.Update(2, p, late));
+  EXPECT_EQ(Code(f.Update(1, p, Held(VdChange::Kind::kLock, "new", 1))), EAGAIN)
+      << "a late release ended a later claim";
+  VdChange own = Held(VdChange::Kind::kRelease, "new", 2);
+  own.id = 8;
+  ASSERT_TRUE(f.Update(2, p, own));
+  EXPECT_TRUE(f.Update(1, p, Held(VdChange::Kind::kLock, "new", 1)));
 }
 
 // A directory one node fills alone is still lent to it: the change that

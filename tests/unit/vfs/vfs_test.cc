@@ -80,13 +80,15 @@ class MergeVds final : public VdClient {
   }
   // As a manager answers kAddNew when `add_new`: claimed and added in one
   // call, ended by Created.
-  Result<bool> AddNew(const std::string& path, const std::string& name, uint8_t type,
-                      const std::string& node) override {
+  Result<uint64_t> AddNew(const std::string& path, const std::string& name, uint8_t type,
+                          const std::string& node) override {
     if (!add_new) return VdClient::AddNew(path, name, type, node);
     added_new.push_back(name + "@" + node + ":" + std::to_string(type));
-    return true;
+    return uint64_t{41} + added_new.size();
   }
-  void Created(const std::string&, const std::string& name) override { created.push_back(name); }
+  void Created(const std::string&, const std::string& name, uint64_t token) override {
+    created.push_back(name + "#" + std::to_string(token));
+  }
   int gets = 0, adds = 0, removes = 0, locks = 0, lock_reads = 0;
   bool add_new = false;
   std::vector<std::string> added_new, created;
@@ -322,7 +324,7 @@ TEST_F(VfsTest, ACreateAddsItsEntryWithTheClaimAndThenEndsTheClaim) {
   ASSERT_TRUE(vfs_->Release(made->second.fh));
   EXPECT_TRUE(fs::exists(dir_ + "/b/new"));
   EXPECT_EQ(vds_->added_new, std::vector<std::string>{"new@b:" + std::to_string(DT_REG)});
-  EXPECT_EQ(vds_->created, std::vector<std::string>{"new"});
+  EXPECT_EQ(vds_->created, std::vector<std::string>{"new#42"});  // with its claim's token
   EXPECT_EQ(vds_->adds, 0);
   EXPECT_EQ(vds_->removes, 0);
   auto dir = vfs_->Mkdir(cred_, kRootIno, "d", 0750);
