@@ -102,6 +102,17 @@ Result<uint64_t> VdServiceClient::AddNew(const std::string& path, const std::str
     if (r) return *r ? token : uint64_t{0};
     // A manager of an older version: claimed only.
     if (r.error().code == EPROTO) return VdClient::AddNew(path, name, type, node);
+    const int e = r.error().code;
+    if (e != EAGAIN && e != EEXIST && e != ESTALE && e != ENOENT && e != EINVAL) {
+      // No answer (a timeout, a lost connection): the entry may have been
+      // added. Undone where the claim of this token still holds (never
+      // another creator's entry); otherwise it lapses with its claim.
+      VdChange undo{VdChange::Kind::kRemove, name, 0, node, token};
+      if (auto u = ns::UpdateVdSync(*s_, path, std::move(undo)); !u) {
+        Logger("vfs")->warn("undo of the add of {} in {}: {}", name, path, u.error().ToString());
+      }
+      return Err(r.error());
+    }
     if (r.error().code != EAGAIN || SteadyNow() > deadline) return Err(r.error());
     SleepFor(backoff);
     backoff = std::min(backoff * 2, std::chrono::microseconds(20'000));

@@ -453,6 +453,21 @@ auto VdService::Impl::Core::ServeUpdate(const std::string& path, std::vector<VdC
     return ServeClaimOf(path, std::move(changes[1].name), std::move(changes[0].name), from,
                         std::move(done));
   }
+  if (changes.size() == 1 && changes[0].kind == VdChange::Kind::kRemove && changes[0].id != 0) {
+    // The undo of a kAddNew whose answer did not arrive: only while that
+    // claim (its token) is held, so never another creator's entry.
+    bool held = false;
+    {
+      std::lock_guard lock(mu_);
+      if (auto cl = claims_.find(path); cl != claims_.end()) {
+        auto h = cl->second.find(changes[0].name);
+        held = h != cl->second.end() && h->second.node == from &&
+               h->second.token == changes[0].id;
+      }
+    }
+    if (!held) return done(UpdateOutcome{});
+    changes[0].id = 0;
+  }
   UpdateOutcome o;
   std::vector<SharerRec> targets;
   bool broadcast = false;

@@ -171,7 +171,9 @@ struct VdServiceOptions {
 // the entry, as after a kClaim. A kAddNew's `id` is a token of the sender's
 // choosing (not 0) that its kRelease names again (`id`): the release, which
 // the sender does not wait for, ends that claim only, never a later hold of
-// the same name by the same node that reached the manager first.
+// the same name by the same node that reached the manager first. A kRemove
+// with an `id` (not 0) is the undo of the kAddNew of that token whose answer
+// did not arrive: applied only while that claim holds, else a no-op.
 struct VdChange {
   enum class Kind : uint8_t {
     kAdd = 0, kRemove = 1, kClaim = 2, kRelease = 3, kLock = 4, kLockRead = 5, kAddNew = 6

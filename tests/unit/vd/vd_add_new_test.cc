@@ -162,6 +162,29 @@ TEST(AddNew, ALateReleaseEndsOnlyItsOwnClaim) {
   EXPECT_TRUE(f.Update(1, p, Held(VdChange::Kind::kLock, "new", 1)));
 }
 
+// The undo of an add whose answer was lost names its token: applied while
+// that claim holds, a no-op once another creator holds the name.
+TEST(AddNew, AnUndoRemovesOnlyWhileItsClaimHolds) {
+  Federation f(3, NoLeases());
+  const std::string p = PathManagedBy(f, "n0");
+  Populate(f, p);
+  auto r = AddNew(f, 2, p, "new", "n1", 9);
+  ASSERT_TRUE(r && *r);
+  VdChange undo = Remove("n1", "new");
+  undo.id = 9;
+  ASSERT_TRUE(f.Update(2, p, undo));
+  auto gone = f.Get(0, p);
+  ASSERT_TRUE(gone);
+  EXPECT_EQ((*gone)->Find("new"), nullptr);
+  // n1 creates the name on itself now; n2's undo arrives again (a resend).
+  auto other = AddNew(f, 1, p, "new", "n1", 3);
+  ASSERT_TRUE(other && *other);
+  ASSERT_TRUE(f.Update(2, p, undo));
+  auto kept = f.Get(0, p);
+  ASSERT_TRUE(kept);
+  EXPECT_NE((*kept)->Find("new"), nullptr) << "an undo removed another creator's entry";
+}
+
 // A directory one node fills alone is still lent to it: the change that
 // would lend it is only claimed, and the kAdd that follows lends it.
 TEST(AddNew, ADirectoryFilledByOneNodeIsStillLent) {
