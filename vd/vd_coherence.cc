@@ -158,12 +158,19 @@ auto VdService::Impl::Core::ServeAddNew(const std::string& path, VdChange add,
         self->ServeUpdate(path, {std::move(add)}, from, view, std::move(done), false,
                           holders_hash, /*adding=*/true);
       },
-      [self = shared_from_this(), path, name = add.name, from, view, lease_ok, claim_only,
-       token](const Snapshot& cur) -> Result<UpdateOutcome> {
-        // Lent with a kAdd's reply, not with this one: the borrower would
-        // serve P before its entry is made, and a recall could not wait
-        // for it (MaybeLendLocked).
-        if (lease_ok) {
+      [self = shared_from_this(), path, name = add.name, node = add.node, from, view, lease_ok,
+       claim_only, token](const Snapshot& cur) -> Result<UpdateOutcome> {
+        const auto& holders = cur.state->holders;
+        if (std::find(holders.begin(), holders.end(), node) == holders.end()) {
+          // Not a holder of P here: the creator's copy that chose it may be
+          // stale (a directory renamed away there), and its create may fail
+          // with ENOENT. Only claimed; the kAdd after the file makes the
+          // node a holder.
+          *claim_only = true;
+        } else if (lease_ok) {
+          // Lent with a kAdd's reply, not with this one: the borrower would
+          // serve P before its entry is made, and a recall could not wait
+          // for it (MaybeLendLocked).
           if (auto it = self->resident_.find(path); it != self->resident_.end()) {
             *claim_only = self->LendsNextLocked(path, it->second, from, view);
           }

@@ -3,6 +3,7 @@
 // network in simulated mode (the federation: vd_federation.h).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <optional>
 #include <string>
 
@@ -104,6 +105,31 @@ TEST(AddNew, RefusedLikeAClaim) {
   ASSERT_TRUE(vd);
   EXPECT_EQ((*vd)->Find("x"), nullptr);
   EXPECT_EQ((*vd)->Find("f2")->holders, std::vector<std::string>{"n2"});
+}
+
+// A node that does not hold the directory (at the manager) gets the claim
+// only: the copy that chose it may be stale, and its create may fail; the
+// kAdd after the file makes it a holder.
+TEST(AddNew, OnANodeWithoutTheDirectoryOnlyClaimed) {
+  Federation f(3, NoLeases());
+  const std::string p = PathManagedBy(f, "n0");
+  f.fs(0).AddDir(p);
+  f.fs(1).AddDir(p);
+  auto r = AddNew(f, 1, p, "new", "n2");
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_FALSE(*r);
+  auto vd = f.Get(0, p);
+  ASSERT_TRUE(vd);
+  EXPECT_EQ((*vd)->Find("new"), nullptr);
+  EXPECT_EQ(Code(f.Update(2, p, Held(VdChange::Kind::kLock, "new", 2))), EAGAIN);  // claimed
+  f.fs(2).AddDir(p);
+  f.fs(2).AddFile(p + "/new");
+  ASSERT_TRUE(f.Update(1, p, Add("n2", "new")));
+  auto after = f.Get(0, p);
+  ASSERT_TRUE(after);
+  ASSERT_NE((*after)->Find("new"), nullptr);
+  EXPECT_NE(std::find((*after)->holders.begin(), (*after)->holders.end(), "n2"),
+            (*after)->holders.end());
 }
 
 // The export roots may not have the entry yet while its claim lasts: a VD
