@@ -262,25 +262,33 @@ Result<EntryOut> VfsImpl::MakeEntry(const Cred& c, uint64_t parent, const std::s
   // the name is there for sure (a stale copy is asked again).
   FEDFS_TRY(vd, deps_.vds->Peek(dir->path, name));
   // VD(parent) from its manager; EEXIST if it has the name.
+  // Only what a new entry reads of VD(parent) is kept (no entries):
+  // unshared, the manager changes VD(P) in place when it adds the entry
+  // with the claim (AddNew).
   auto fresh = [&]() -> Result<VdPtr> {
     FEDFS_TRY(now, deps_.vds->GetName(dir->path, name));
     if ((*now)->Find(name)) return Err(EEXIST, JoinPath(dir->path, name));
-    return now;
+    return PartialOf(*now, name);
   };
   bool peeked = true;
   if ((*vd)->Find(name)) {
     FEDFS_TRY(now, fresh());
     vd = std::move(now);
     peeked = false;
+  } else {
+    *vd = PartialOf(*vd, name);
   }
   const bool is_dir = type == S_IFDIR;
-  auto made = MakeNew<struct stat>(c, dir->path, *vd, name, is_dir, make);
+  // A directory's identity is known once it is made: claimed, then added.
+  const uint8_t add_type = type != 0 && !is_dir ? DtFromMode(type) : 0;
+  NewName owed;
+  auto made = MakeNew<struct stat>(c, dir->path, *vd, name, is_dir, make, add_type, &owed);
   if (!made && peeked && made.error().code == ENOENT) {
     // A stale copy's holders (of a directory since renamed or removed,
     // another made under its name since): once more with a fresh copy.
     FEDFS_TRY(now, fresh());
     vd = std::move(now);
-    made = MakeNew<struct stat>(c, dir->path, *vd, name, is_dir, make);
+    made = MakeNew<struct stat>(c, dir->path, *vd, name, is_dir, make, add_type, &owed);
   }
   if (!made) return Err(made.error());
   const auto& [node, st] = *made;
@@ -290,7 +298,11 @@ Result<EntryOut> VfsImpl::MakeEntry(const Cred& c, uint64_t parent, const std::s
   // A directory is held by no one node; its identity is its first copy's
   // (nodefs/dir_id.h).
   const uint64_t dir_id = is_dir ? DirIdOf(node, st.st_ino) : 0;
-  ReportAdd(dir->path, name, DtFromMode(made_type), node, dir_id);
+  if (owed.owed == NewEntry::kAdded) {
+    deps_.vds->Created(dir->path, name, owed.token);
+  } else if (owed.owed == NewEntry::kClaimed) {
+    ReportAdd(dir->path, name, DtFromMode(made_type), node, dir_id);
+  }
   Child ch{name, name, made_type, is_dir ? std::string() : node, st};
   ch.cacheable = kernel_ok;
   if (is_dir) {
@@ -304,7 +316,9 @@ Result<EntryOut> VfsImpl::MakeEntry(const Cred& c, uint64_t parent, const std::s
 
 Result<EntryOut> VfsImpl::Mknod(const Cred& c, uint64_t parent, const std::string& name,
                                 mode_t mode, dev_t rdev) {
-  return MakeEntry(c, parent, name, 0,
+  // mknod(2) makes a regular file where the mode names no type.
+  const mode_t type = (mode & S_IFMT) != 0 ? (mode & S_IFMT) : S_IFREG;
+  return MakeEntry(c, parent, name, type,
                    [&](const std::shared_ptr<NodeFs>& fs, const std::string& p) {
                      return fs->Mknod(c, p, mode, rdev);
                    });

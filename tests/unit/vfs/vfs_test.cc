@@ -331,6 +331,16 @@ TEST_F(VfsTest, ACreateAddsItsEntryWithTheClaimAndThenEndsTheClaim) {
   ASSERT_TRUE(dir) << dir.error().ToString();
   EXPECT_EQ(vds_->added_new.size(), 1u);
   EXPECT_EQ(vds_->adds, 1);
+  // A symlink and a FIFO: added with their claims too.
+  ASSERT_TRUE(vfs_->Symlink(cred_, "new", kRootIno, "ln"));
+  ASSERT_TRUE(vfs_->Mknod(cred_, kRootIno, "fifo", S_IFIFO | 0600, 0));
+  EXPECT_EQ(vds_->added_new,
+            (std::vector<std::string>{"new@b:" + std::to_string(DT_REG),
+                                      "ln@b:" + std::to_string(DT_LNK),
+                                      "fifo@b:" + std::to_string(DT_FIFO)}));
+  EXPECT_EQ(vds_->created, (std::vector<std::string>{"new#42", "ln#43", "fifo#44"}));
+  EXPECT_EQ(vds_->adds, 1);
+  EXPECT_TRUE(fs::is_symlink(dir_ + "/b/ln"));
 }
 
 // A placement that fails (a fixed node that is not alive) fails the create
