@@ -100,6 +100,11 @@ auto VdService::Impl::Core::DecideSettled(
         o = decide(cur);
       }
     }
+    // The snapshot is let go first: `done` may change VD(P) (a kAddNew's
+    // add), which copies the whole VD and merge state while another
+    // reference to them is held (O(entries) per create: measured 3.5x
+    // fewer creates per second in a directory each).
+    { [[maybe_unused]] Snapshot gone = std::move(*s); }
     done(std::move(o));
   });
 }
