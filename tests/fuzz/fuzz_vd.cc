@@ -90,7 +90,7 @@ void FuzzUpdate(const m2m::Bytes& payload) {
   if (!r) return;
   FUZZ_CHECK(!r->changes.empty() && r->changes.size() <= kMaxChangesPerUpdate);
   for (const VdChange& c : r->changes) {
-    FUZZ_CHECK(static_cast<uint8_t>(c.kind) <= static_cast<uint8_t>(VdChange::Kind::kLockRead));
+    FUZZ_CHECK(static_cast<uint8_t>(c.kind) <= static_cast<uint8_t>(VdChange::Kind::kAddNew));
   }
   auto back = DecodeUpdateRequest(EncodeUpdateRequest(r->path, r->changes, View(r->from, r->epoch)));
   FUZZ_CHECK(back.has_value());
@@ -150,7 +150,8 @@ void FuzzUpdateReply(const m2m::Bytes& payload) {
   FUZZ_CHECK(SameAll(back->fresh, r->fresh, SameEntry));
   FUZZ_CHECK(back->sharer == r->sharer && back->names_sharer == r->names_sharer &&
              back->same_holders == r->same_holders && back->read == r->read &&
-             back->held == r->held && (back->read_vd != nullptr) == (r->read_vd != nullptr));
+             back->held == r->held && back->added == r->added &&
+             (back->read_vd != nullptr) == (r->read_vd != nullptr));
   if (r->read_vd) {
     FUZZ_CHECK(back->read_vd->path == r->read_vd->path &&
                back->read_vd->version == r->read_vd->version &&
@@ -202,6 +203,11 @@ void MakeSeeds(fuzz::Seeds& s) {
   add("path_get_name", kPath, EncodePathRequest("/a", view, nullptr, false, "f", 77, true));
   add("update_lock_read", kUpdate,
       EncodeUpdateRequest("/a", {{VdChange::Kind::kLockRead, "f", 0, "n1"}}, view));
+  add("update_add_new", kUpdate,
+      EncodeUpdateRequest("/a", {{VdChange::Kind::kAddNew, "f", DT_REG, "n2", 7}}, view));
+  UpdateOutcome added = o;
+  added.added = true;
+  add("update_reply_added", kUpdateReply, EncodeUpdateReply(added));
   UpdateOutcome lr;
   lr.version = 6;
   lr.read = true;
