@@ -15,6 +15,8 @@
 #   mergerfs    Debian's mergerfs over one branch, its defaults (which include
 #               default_permissions) + allow_other
 #   fedfs1      FedFS, 1 node
+#   fedfs1-2rt  FedFS, 1 node, `directory_table: {add_new: false}` (a create's
+#               claim and add as two calls; not in the default TARGETS)
 #   fedfs1-dev  FedFS, 1 node, requests over /dev/fuse only (fuse.io_uring:
 #               false), for comparison: the other FedFS targets take them over
 #               io_uring (the run turns the fuse module's switch on, see URING)
@@ -129,6 +131,7 @@ setup_mergerfs() {
 # start_fedfs (bench/lib.sh): <tag> <nodes> <placement yaml or "">
 setup_fedfs1() { start_fedfs fedfs1 1 ""; }
 setup_fedfs1-dev() { start_fedfs fedfs1dev 1 "fuse: {io_uring: false}"; }
+setup_fedfs1-2rt() { start_fedfs fedfs12rt 1 "directory_table: {add_new: false}"; }
 setup_fedfs3-loc() { start_fedfs fedfs3loc 3 ""; }
 setup_fedfs3-rem() { start_fedfs fedfs3rem 3 "placement: {policy: local, rules: [{prefix: /, node: n1}]}"; }
 setup_fedfs3-remc() {
