@@ -68,17 +68,11 @@ Status VdServiceClient::LockAndClaim(const std::string& path, const std::string&
 
 Result<ns::VdClient::NameRead> VdServiceClient::LockRead(const std::string& path,
                                                         const std::string& name) {
-  auto backoff = std::chrono::microseconds(100);
-  const auto deadline = SteadyNow() + std::chrono::seconds(10);  // as WaitOutBusy
-  for (;;) {
-    auto r = ns::LockReadVdSync(*s_, path, name);
-    if (r) return NameRead{std::move(r->part), r->held};
-    // A manager of an older version: asked, locked and asked again.
-    if (r.error().code == EPROTO) return VdClient::LockRead(path, name);
-    if (r.error().code != EAGAIN || SteadyNow() > deadline) return Err(r.error());
-    SleepFor(backoff);
-    backoff = std::min(backoff * 2, std::chrono::microseconds(20'000));
-  }
+  auto r = RetryWhileBusy([&] { return ns::LockReadVdSync(*s_, path, name); });
+  if (r) return NameRead{std::move(r->part), r->held};
+  // A manager of an older version: asked, locked and asked again.
+  if (r.error().code == EPROTO) return VdClient::LockRead(path, name);
+  return Err(r.error());
 }
 
 void VdServiceClient::Release(const std::string& path, const std::string& name) {
@@ -91,32 +85,26 @@ void VdServiceClient::Release(const std::string& path, const std::string& name) 
 Result<uint64_t> VdServiceClient::AddNew(const std::string& path, const std::string& name,
                                          uint8_t type, const std::string& node) {
   if (!s_->options().add_new) return VdClient::AddNew(path, name, type, node);
-  auto backoff = std::chrono::microseconds(100);
-  const auto deadline = SteadyNow() + std::chrono::seconds(10);  // as WaitOutBusy
   // Names this claim: a release sent for an earlier claim of the same name
   // by this node (not waited for, it may arrive late) does not end it.
   const uint64_t token = tokens_.fetch_add(1, std::memory_order_relaxed) + 1;
-  for (;;) {
-    auto r = ns::AddNewVdSync(*s_, path,
-                              VdChange{VdChange::Kind::kAddNew, name, type, node, token});
-    if (r) return *r ? token : uint64_t{0};
-    // A manager of an older version: claimed only.
-    if (r.error().code == EPROTO) return VdClient::AddNew(path, name, type, node);
-    const int e = r.error().code;
-    if (e != EAGAIN && e != EEXIST && e != ESTALE && e != ENOENT && e != EINVAL) {
-      // No answer (a timeout, a lost connection): the entry may have been
-      // added. Undone where the claim of this token still holds (never
-      // another creator's entry); otherwise it lapses with its claim.
-      VdChange undo{VdChange::Kind::kRemove, name, 0, node, token};
-      if (auto u = ns::UpdateVdSync(*s_, path, std::move(undo)); !u) {
-        Logger("vfs")->warn("undo of the add of {} in {}: {}", name, path, u.error().ToString());
-      }
-      return Err(r.error());
+  auto r = RetryWhileBusy([&] {
+    return ns::AddNewVdSync(*s_, path, VdChange{VdChange::Kind::kAddNew, name, type, node, token});
+  });
+  if (r) return *r ? token : uint64_t{0};
+  const int e = r.error().code;
+  // A manager of an older version: claimed only.
+  if (e == EPROTO) return VdClient::AddNew(path, name, type, node);
+  if (e != EAGAIN && e != EEXIST && e != ESTALE && e != ENOENT && e != EINVAL) {
+    // No answer (a timeout, a lost connection): the entry may have been
+    // added. Undone where the claim of this token still holds (never
+    // another creator's entry); otherwise it lapses with its claim.
+    VdChange undo{VdChange::Kind::kRemove, name, 0, node, token};
+    if (auto u = ns::UpdateVdSync(*s_, path, std::move(undo)); !u) {
+      Logger("vfs")->warn("undo of the add of {} in {}: {}", name, path, u.error().ToString());
     }
-    if (r.error().code != EAGAIN || SteadyNow() > deadline) return Err(r.error());
-    SleepFor(backoff);
-    backoff = std::min(backoff * 2, std::chrono::microseconds(20'000));
   }
+  return Err(r.error());
 }
 
 void VdServiceClient::Created(const std::string& path, const std::string& name, uint64_t token) {
@@ -140,15 +128,7 @@ Status VdServiceClient::Apply(const std::string& path, const std::vector<ns::VdE
 }
 
 Status VdServiceClient::WaitOutBusy(const std::string& path, const std::vector<VdChange>& changes) {
-  auto backoff = std::chrono::microseconds(100);
-  // SteadyNow/SleepFor: simulated time on the simulator's fibers.
-  const auto deadline = SteadyNow() + std::chrono::seconds(10);
-  for (;;) {
-    Status s = ns::UpdateManyVdSync(*s_, path, changes);
-    if (s || s.error().code != EAGAIN || SteadyNow() > deadline) return s;
-    SleepFor(backoff);
-    backoff = std::min(backoff * 2, std::chrono::microseconds(20'000));
-  }
+  return RetryWhileBusy([&] { return ns::UpdateManyVdSync(*s_, path, changes); });
 }
 
 }  // namespace fedfs::node

@@ -7,11 +7,15 @@
 // Threads: any thread that may block (FUSE workers, the journal's).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "common/cooperative.h"
 #include "vd/vd_service.h"
 #include "vfs/vfs_impl.h"
 
@@ -44,6 +48,20 @@ class VdServiceClient final : public ns::VdClient {
 
  private:
   Status WaitOutBusy(const std::string& path, const std::vector<ns::VdChange>& changes);
+  // Asks `ask()` again while it answers EAGAIN (another node holds the
+  // name), backing off from 100 us to 20 ms, for up to 10 s; its last
+  // answer. SteadyNow/SleepFor: simulated time on the simulator's fibers.
+  template <class Ask>
+  static auto RetryWhileBusy(Ask ask) -> decltype(ask()) {
+    auto backoff = std::chrono::microseconds(100);
+    const auto deadline = SteadyNow() + std::chrono::seconds(10);
+    for (;;) {
+      auto r = ask();
+      if (r || r.error().code != EAGAIN || SteadyNow() > deadline) return r;
+      SleepFor(backoff);
+      backoff = std::min(backoff * 2, std::chrono::microseconds(20'000));
+    }
+  }
 
   ns::VdService* s_;
   std::string self_;

@@ -40,11 +40,7 @@ std::chrono::steady_clock::duration LeaseMargin(std::chrono::milliseconds term) 
 auto VdService::Impl::Core::MaybeLendLocked(const std::string& path, Resident& r,
                                             const std::string& from, const ClusterView& view)
     -> std::optional<LeaseData> {
-  if (options_.lend_after == 0 || from == view.self || !view.IsAlive(from)) return std::nullopt;
-  if (r.streak_node != from) {
-    r.streak_node = from;
-    r.streak = 0;
-  }
+  if (!InRunLocked(r, from, view)) return std::nullopt;
   if (++r.streak < options_.lend_after) return std::nullopt;
   if (!LendableLocked(path, r, from, view)) return std::nullopt;
   const auto now = SteadyNow();
@@ -76,6 +72,16 @@ auto VdService::Impl::Core::MaybeLendLocked(const std::string& path, Resident& r
   return l;
 }
 
+auto VdService::Impl::Core::InRunLocked(Resident& r, const std::string& from,
+                                        const ClusterView& view) -> bool {
+  if (options_.lend_after == 0 || from == view.self || !view.IsAlive(from)) return false;
+  if (r.streak_node != from) {
+    r.streak_node = from;
+    r.streak = 0;
+  }
+  return true;
+}
+
 auto VdService::Impl::Core::LendableLocked(const std::string& path, const Resident& r,
                                            const std::string& from, const ClusterView& view)
     -> bool {
@@ -104,11 +110,7 @@ auto VdService::Impl::Core::LendableLocked(const std::string& path, const Reside
 auto VdService::Impl::Core::LendsNextLocked(const std::string& path, Resident& r,
                                             const std::string& from, const ClusterView& view)
     -> bool {
-  if (options_.lend_after == 0 || from == view.self || !view.IsAlive(from)) return false;
-  if (r.streak_node != from) {
-    r.streak_node = from;
-    r.streak = 0;
-  }
+  if (!InRunLocked(r, from, view)) return false;
   if (r.streak + 1 >= options_.lend_after && LendableLocked(path, r, from, view)) return true;
   ++r.streak;
   return false;

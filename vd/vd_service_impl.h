@@ -436,6 +436,10 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   // lease to hand out with the reply, if P may be lent to `from` now.
   std::optional<LeaseData> MaybeLendLocked(const std::string& path, Resident& r,
                                            const std::string& from, const ClusterView& view);
+  // Under mu_: whether a change of P by `from` may count toward a lease
+  // (leases on, `from` another live node); `r`'s run restarts at `from`
+  // when the last change was another node's.
+  bool InRunLocked(Resident& r, const std::string& from, const ClusterView& view);
   // Under mu_: whether P may be lent to `from` now, its run of changes
   // aside (no sharer but `from`, no claim, round, build or recent recall).
   bool LendableLocked(const std::string& path, const Resident& r, const std::string& from,

@@ -179,12 +179,7 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
   const auto& [node, op] = *made;
   const bool kernel_ok = (*vd)->kernel_may_cache;
   const DirAfter dir_after = DirAfterFileChange(dir->st_ino, **vd, node, op.parent);
-  vd->reset();
-  if (owed.owed == NewEntry::kAdded) {
-    deps_.vds->Created(dir->path, name, owed.token);
-  } else if (owed.owed == NewEntry::kClaimed) {
-    ReportAdd(dir->path, name, DT_REG, node);
-  }
+  ReportNew(dir->path, name, DT_REG, node, 0, owed);
   dir_change.reset();
   KeepDirAfter(parent, dir_after, dir_before);
   Child ch{name, name, S_IFREG, node, op.st};

@@ -648,6 +648,15 @@ void VfsImpl::ReleaseNew(const std::string& dir_path, const std::string& name) {
   deps_.vds->Release(dir_path, name);
 }
 
+void VfsImpl::ReportNew(const std::string& dir_path, const std::string& name, uint8_t type,
+                        const std::string& node, uint64_t id, const NewName& owed) {
+  if (owed.owed == NewEntry::kAdded) {
+    deps_.vds->Created(dir_path, name, owed.token);
+  } else if (owed.owed == NewEntry::kClaimed) {
+    ReportAdd(dir_path, name, type, node, id);
+  }
+}
+
 
 bool VfsImpl::ReportEdits(const std::string& dir, const std::vector<VdEdit>& edits) {
   if (auto s = deps_.vds->Apply(dir, edits); !s) {

@@ -56,8 +56,6 @@
 
 namespace fedfs::ns {
 
-using VdPtr = std::shared_ptr<const VirtualDirectory>;
-
 
 // Multi-node directory operations (dirops/dir_ops.h), when wired.
 class DirOpsClient {
@@ -396,6 +394,10 @@ class VfsImpl final : public Vfs {
                                const std::string& path, bool is_dir, uint8_t add_type = 0,
                                NewName* added = nullptr);
   void ReleaseNew(const std::string& dir_path, const std::string& name);
+  // What a made entry still owes its directory's manager (`owed`, from
+  // MakeNew): the end of its claim (VdClient::Created), or its kAdd.
+  void ReportNew(const std::string& dir_path, const std::string& name, uint8_t type,
+                 const std::string& node, uint64_t id, const NewName& owed);
   // Room (vfs_room.cc): the live node other than `except` with the most free
   // bytes, at least `need` ("" if none); whether this node has less than
   // on_full.min_free free (a statvfs at most every 100 ms: it is asked on

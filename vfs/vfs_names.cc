@@ -294,15 +294,10 @@ Result<EntryOut> VfsImpl::MakeEntry(const Cred& c, uint64_t parent, const std::s
   const auto& [node, st] = *made;
   const mode_t made_type = type != 0 ? type : static_cast<mode_t>(st.st_mode & S_IFMT);
   const bool kernel_ok = (*vd)->kernel_may_cache;
-  vd->reset();  // unshared, the manager changes VD(P) in place (vd_service.cc)
   // A directory is held by no one node; its identity is its first copy's
   // (nodefs/dir_id.h).
   const uint64_t dir_id = is_dir ? DirIdOf(node, st.st_ino) : 0;
-  if (owed.owed == NewEntry::kAdded) {
-    deps_.vds->Created(dir->path, name, owed.token);
-  } else if (owed.owed == NewEntry::kClaimed) {
-    ReportAdd(dir->path, name, DtFromMode(made_type), node, dir_id);
-  }
+  ReportNew(dir->path, name, DtFromMode(made_type), node, dir_id, owed);
   Child ch{name, name, made_type, is_dir ? std::string() : node, st};
   ch.cacheable = kernel_ok;
   if (is_dir) {

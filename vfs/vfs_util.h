@@ -127,7 +127,7 @@ Result<std::pair<std::string, T>> VfsImpl::MakeNew(const Cred& c, const std::str
           // The entry moves to the other node in one change (its claim ends).
           ReportEdits(dir_path, {VdEdit{false, name, 0, *node, 0},
                                  VdEdit{true, name, add_type, other, 0}});
-          owed->owed = NewEntry::kReported;
+          if (owed != nullptr) owed->owed = NewEntry::kReported;
         }
         return std::make_pair(other, std::move(*again));
       }

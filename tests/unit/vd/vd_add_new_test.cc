@@ -30,10 +30,23 @@ VdChange Held(VdChange::Kind kind, const std::string& name, int node) {
   return VdChange{kind, name, 0, Name(node)};
 }
 
+// A change naming a kAddNew's claim token (its release or undo).
+VdChange WithToken(VdChange c, uint64_t token) {
+  c.id = token;
+  return c;
+}
+
 VdServiceOptions NoLeases() {
   VdServiceOptions o;
   o.lend_after = 0;
   return o;
+}
+
+// A directory managed by n0 on every node (Populate).
+std::string PopulatedDir(Federation& f) {
+  const std::string p = PathManagedBy(f, "n0");
+  Populate(f, p);
+  return p;
 }
 
 // One request: the entry is listed everywhere once the call returns (the
@@ -41,8 +54,7 @@ VdServiceOptions NoLeases() {
 // file; the name stays held by the creator until its release.
 TEST(AddNew, TheEntryIsAddedAndHeldInOneRequest) {
   Federation f(3, NoLeases());
-  const std::string p = PathManagedBy(f, "n0");
-  Populate(f, p);
+  const std::string p = PopulatedDir(f);
   ASSERT_TRUE(f.Get(1, p));  // n1 shares a copy
   ASSERT_TRUE(f.Get(2, p));
   f.net().ResetStats();
@@ -76,8 +88,7 @@ TEST(AddNew, TheEntryIsAddedAndHeldInOneRequest) {
 // free again.
 TEST(AddNew, ARemoveUndoesItAndEndsTheClaim) {
   Federation f(3, NoLeases());
-  const std::string p = PathManagedBy(f, "n0");
-  Populate(f, p);
+  const std::string p = PopulatedDir(f);
   ASSERT_TRUE(f.Get(1, p));
   auto r = AddNew(f, 2, p, "new", "n2");
   ASSERT_TRUE(r && *r);
@@ -164,8 +175,7 @@ TEST(AddNew, ARebuildBeforeTheReleaseKeepsTheEntry) {
 // its next create's claim), it leaves that hold alone.
 TEST(AddNew, ALateReleaseEndsOnlyItsOwnClaim) {
   Federation f(3, NoLeases());
-  const std::string p = PathManagedBy(f, "n0");
-  Populate(f, p);
+  const std::string p = PopulatedDir(f);
   auto r = AddNew(f, 2, p, "new", "n2", 7);
   ASSERT_TRUE(r && *r);
   f.fs(2).AddFile(p + "/new");
@@ -177,14 +187,10 @@ TEST(AddNew, ALateReleaseEndsOnlyItsOwnClaim) {
   // n2 creates it again (claim 8), and the late release of 7 arrives.
   auto again = AddNew(f, 2, p, "new", "n2", 8);
   ASSERT_TRUE(again && *again);
-  VdChange late = Held(VdChange::Kind::kRelease, "new", 2);
-  late.id = 7;
-  ASSERT_TRUE(f.Update(2, p, late));
+  ASSERT_TRUE(f.Update(2, p, WithToken(Held(VdChange::Kind::kRelease, "new", 2), 7)));
   EXPECT_EQ(Code(f.Update(1, p, Held(VdChange::Kind::kLock, "new", 1))), EAGAIN)
       << "a late release ended a later claim";
-  VdChange own = Held(VdChange::Kind::kRelease, "new", 2);
-  own.id = 8;
-  ASSERT_TRUE(f.Update(2, p, own));
+  ASSERT_TRUE(f.Update(2, p, WithToken(Held(VdChange::Kind::kRelease, "new", 2), 8)));
   EXPECT_TRUE(f.Update(1, p, Held(VdChange::Kind::kLock, "new", 1)));
 }
 
@@ -192,12 +198,10 @@ TEST(AddNew, ALateReleaseEndsOnlyItsOwnClaim) {
 // that claim holds, a no-op once another creator holds the name.
 TEST(AddNew, AnUndoRemovesOnlyWhileItsClaimHolds) {
   Federation f(3, NoLeases());
-  const std::string p = PathManagedBy(f, "n0");
-  Populate(f, p);
+  const std::string p = PopulatedDir(f);
   auto r = AddNew(f, 2, p, "new", "n1", 9);
   ASSERT_TRUE(r && *r);
-  VdChange undo = Remove("n1", "new");
-  undo.id = 9;
+  const VdChange undo = WithToken(Remove("n1", "new"), 9);
   ASSERT_TRUE(f.Update(2, p, undo));
   auto gone = f.Get(0, p);
   ASSERT_TRUE(gone);
@@ -217,8 +221,7 @@ TEST(AddNew, ADirectoryFilledByOneNodeIsStillLent) {
   VdServiceOptions o;
   o.lend_after = 3;
   Federation f(3, o);
-  const std::string p = PathManagedBy(f, "n0");
-  Populate(f, p);
+  const std::string p = PopulatedDir(f);
   int claimed_only = 0;
   for (int i = 0; i < 6 && f.svc(1).stats().leases_taken == 0; ++i) {
     const std::string name = "c" + std::to_string(i);
