@@ -124,11 +124,19 @@ start_ptll() {
 # starts <nodes> daemons, each with its export root and mountpoint under
 # $WORK/<tag>, waits until every node sees all of them alive; DIR = node 0's
 # mountpoint, FEDFS_DIR = $WORK/<tag> (n<i>.sock are the control sockets).
+# Every call starts a new federation: the state directories of an earlier
+# call with the same tag (an earlier round) are removed first, since a node
+# started over an existing one is a restarted node, whose changes of
+# regular files wait out the cache lease for the first seconds after its
+# start (docs/faults.md, "A restarted node does not know who caches its
+# files"); a round measures a running federation, not that wait. The
+# export roots stay.
 start_fedfs() {
   local tag=$1 n=$2 common=$3 only_i=${4:-} only_yaml=${5:-}
   [ "$HAVE_FEDFS" = 1 ] || return 1
   local d=$WORK/$tag
   mkdir -p "$d"
+  rm -rf "$d"/state*
   (umask 077; "$FEDFSCTL" keygen >"$d/key")
   local base=$((20000 + RANDOM % 12000))  # below the ephemeral range (32768-)
   local pids=() i
