@@ -392,7 +392,7 @@ DaemonOptions Parse(const std::string& text, const std::string& path, Checker& c
     }
 
     if (const YAML::Node t = GetMap(c, root, "transport")) {
-      CheckKeys(c, t, "transport.", {"tls", "net_devices", "max_message_bytes", "spin_us"});
+      CheckKeys(c, t, "transport.", {"tls", "net_devices", "max_message_bytes", "spin_us", "spin_pending_us"});
       if (GetString(c, t, "tls", "transport.tls", false, &o.transport.tls) &&
           o.transport.tls.empty()) {
         c.Fail("transport.tls", "must not be empty (e.g. \"tcp\")");
@@ -404,6 +404,9 @@ DaemonOptions Parse(const std::string& text, const std::string& path, Checker& c
       }
       if (GetUint(c, t, "spin_us", "transport.spin_us", 0, 1000000, &v)) {
         o.transport.spin_us = static_cast<uint32_t>(v);
+      }
+      if (GetUint(c, t, "spin_pending_us", "transport.spin_pending_us", 0, 1000000, &v)) {
+        o.transport.spin_pending_us = static_cast<uint32_t>(v);
       }
     }
 

@@ -157,6 +157,7 @@ Status Daemon::StartTransport(const DaemonOptions& o) {
   ucx.tls = o.transport.tls;
   ucx.net_devices = o.transport.net_devices;
   ucx.spin_us = o.transport.spin_us;
+  ucx.spin_pending_us = o.transport.spin_pending_us;
   // (The bootstrap listener binds with SO_REUSEADDR: a restarted daemon gets
   // its port back at once, although the connections of its previous life
   // linger in TIME_WAIT for a minute.)

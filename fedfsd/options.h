@@ -28,6 +28,8 @@ struct TransportConfig {
   // How long the progress thread busy-polls after its last event before it
   // sleeps in epoll (m2m::UcxOptions::spin_us).
   uint32_t spin_us = 50;
+  // The same while an answer is due (m2m::UcxOptions::spin_pending_us).
+  uint32_t spin_pending_us = 400;
 };
 
 // Timeouts, all in milliseconds in the YAML file.

@@ -187,6 +187,7 @@ int Core::DrainQueue() {
 
 void Core::Run() {
   const auto spin = std::chrono::microseconds(ucx_.spin_us);
+  const auto spin_pending = spin + std::chrono::microseconds(ucx_.spin_pending_us);
   while (true) {
     int work = DrainQueue();
     if (const auto now = Clock::now(); now >= next_boot_poll_) {
@@ -205,7 +206,9 @@ void Core::Run() {
     if (work > 0) continue;
 
     bool busy = false;
-    const auto spin_end = Clock::now() + spin;
+    // Longer while an answer is due (UcxOptions::spin_pending_us).
+    const bool due = !ops_.empty() || serving_.load(std::memory_order_relaxed) > 0;
+    const auto spin_end = Clock::now() + (due ? spin_pending : spin);
     while (Clock::now() < spin_end) {
       if (has_work_.load(std::memory_order_acquire) || ucp_worker_progress(worker_) != 0) {
         busy = true;

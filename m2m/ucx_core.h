@@ -243,6 +243,10 @@ class Core : public std::enable_shared_from_this<Core> {
   Status Start();
   void Shutdown();
   bool OnProgressThread() const { return std::this_thread::get_id() == thread_id_; }
+  // Requests handed to their handlers and not answered yet (a ResponderImpl
+  // alive): the progress thread spins longer while there are any
+  // (UcxOptions::spin_pending_us).
+  std::atomic<int64_t> serving_{0};
 
   // Queues fn for the progress thread. False (fn dropped) once it has stopped.
   bool Post(std::move_only_function<void()> fn);
@@ -420,7 +424,12 @@ class EndpointImpl final : public Endpoint, public std::enable_shared_from_this<
 class ResponderImpl final : public Responder::Impl {
  public:
   ResponderImpl(std::weak_ptr<Core> core, uint64_t conn_id, uint64_t call_id)
-      : core_(std::move(core)), conn_id_(conn_id), call_id_(call_id) {}
+      : core_(std::move(core)), conn_id_(conn_id), call_id_(call_id) {
+    if (auto c = core_.lock()) c->serving_.fetch_add(1, std::memory_order_relaxed);
+  }
+  ~ResponderImpl() override {
+    if (auto c = core_.lock()) c->serving_.fetch_sub(1, std::memory_order_relaxed);
+  }
   void Send(Result<Bytes> reply) override {
     auto core = core_.lock();
     if (!core) return;

@@ -93,6 +93,15 @@ struct UcxOptions {
   // epoll costs ~20 us on this class of machine; polling costs one core.
   // Default 50 us.
   uint32_t spin_us = 50;
+  // The same while an answer is due: an operation of this transport is in
+  // flight (a call awaiting its reply, a one-sided operation awaiting its
+  // completion) or a request it received is with its handler (awaiting the
+  // reply). The event that ends such a wait comes within a round trip or a
+  // handler's run, typically 30-300 us here, and sleeping through it costs a
+  // wake-up of this thread on top of the wait (one per message each way).
+  // Default 400 us; at most spin_us + this after each event while a wait
+  // lasts (a call left unanswered for long costs that much once per event).
+  uint32_t spin_pending_us = 400;
   // Whether the progress thread calls sched_yield() between polls while it
   // spins, so that runnable threads sharing its core (the application thread
   // that a completion just woke) are not starved. Default true.

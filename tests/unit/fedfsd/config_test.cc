@@ -112,7 +112,7 @@ TEST_F(ConfigTest, GoodConfigParsesWithDefaults) {
 TEST_F(ConfigTest, FullConfigParses) {
   auto o = Parse(Good("+",
                       "control_socket: ctl.sock\nlog_level: debug\n"
-                      "transport: {tls: \"tcp,sm\", net_devices: lo, max_message_bytes: 8388608, spin_us: 400}\n"
+                      "transport: {tls: \"tcp,sm\", net_devices: lo, max_message_bytes: 8388608, spin_us: 400, spin_pending_us: 900}\n"
                       "timeouts: {rpc_ms: 100, heartbeat_interval_ms: 50, failure_timeout_ms: 400, "
                       "connect_ms: 70}\n"
                       "ring: {vnodes: 64}\nfuse: {spin_us: 0, io_uring: false}"));
@@ -124,6 +124,7 @@ TEST_F(ConfigTest, FullConfigParses) {
   EXPECT_EQ(o->transport.net_devices, "lo");
   EXPECT_EQ(o->transport.max_message_bytes, 8388608u);
   EXPECT_EQ(o->transport.spin_us, 400u);
+  EXPECT_EQ(o->transport.spin_pending_us, 900u);
   EXPECT_EQ(o->timeouts.failure_timeout.count(), 400);
   EXPECT_EQ(o->timeouts.connect.count(), 70);
   EXPECT_EQ(o->ring.vnodes, 64u);
@@ -182,6 +183,8 @@ TEST_F(ConfigTest, BadConfigsNameTheFieldInOneLine) {
        {"field 'transport.max_message_bytes'"}},
       {"spin for more than a second", "+", "transport: {spin_us: 2000000}",
        {"field 'transport.spin_us'"}},
+      {"spin while an answer is due for more than a second", "+",
+       "transport: {spin_pending_us: 2000000}", {"field 'transport.spin_pending_us'"}},
       {"FUSE workers spin for more than a second", "+", "fuse: {spin_us: 1000001}",
        {"field 'fuse.spin_us'"}},
       {"io_uring not a boolean", "+", "fuse: {io_uring: maybe}", {"field 'fuse.io_uring'"}},
