@@ -85,6 +85,7 @@ void KernelNotifier::Detach() {
 
 void KernelNotifier::InvalidateNames() {
   if (!Coherent()) return;
+  marks_.Clear();  // before the drop (KernelNameMarks::Clear)
   names_epoch_.fetch_add(1, std::memory_order_acq_rel);  // before the kernel hears of it
   std::shared_lock lock(mu_);
   fuse_session* se = session_;

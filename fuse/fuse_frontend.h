@@ -43,6 +43,10 @@ class KernelNotifier final : public ns::KernelCache {
   void InvalidateAttrs(uint64_t ino) override;
   void InvalidateData(uint64_t ino, uint64_t offset, uint64_t length) override;
   uint64_t NamesEpoch() const override { return names_epoch_.load(std::memory_order_acquire); }
+  void NamesFrom(const std::string& dir) override { marks_.Mark(dir); }
+  void InvalidateNamesOf(const std::string& dir) override {
+    if (marks_.Marked(dir)) InvalidateNames();
+  }
 
   void Enable(bool epoch_supported);   // from the INIT handshake
   void Attach(struct fuse_session* se);
@@ -53,6 +57,7 @@ class KernelNotifier final : public ns::KernelCache {
   mutable std::shared_mutex mu_;          // guards session_ against Detach
   struct fuse_session* session_ = nullptr;
   std::atomic<uint64_t> names_epoch_{0};  // InvalidateNames calls
+  ns::KernelNameMarks marks_;             // directories named since the last one
 };
 
 // A mount's requests by operation: how many, how long each took to answer

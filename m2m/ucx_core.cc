@@ -185,9 +185,22 @@ int Core::DrainQueue() {
   return static_cast<int>(tasks.size());
 }
 
+namespace {
+// A sched_yield that took this long ran another thread: see Run().
+constexpr auto kContendedYield = std::chrono::microseconds(30);
+}  // namespace
+
 void Core::Run() {
   const auto spin = std::chrono::microseconds(ucx_.spin_us);
   const auto spin_pending = spin + std::chrono::microseconds(ucx_.spin_pending_us);
+  // The gaps between bursts of work (from running out of work to the next
+  // event), smoothed (1/4 of each new one). While events keep coming at
+  // gaps shorter than spin_pending, the next one is waited for spinning
+  // (twice the gap) rather than asleep: a client's next request, a
+  // server's next call. Idle, the gap grows and the spin falls back.
+  Clock::duration gap = std::chrono::seconds(1);
+  Clock::time_point idle_since{};
+  bool idle = false;
   while (true) {
     int work = DrainQueue();
     if (const auto now = Clock::now(); now >= next_boot_poll_) {
@@ -203,12 +216,25 @@ void Core::Run() {
     FireTimers();
     if (has_orphans_.load(std::memory_order_relaxed)) DestroyOrphanRkeys();
     if (stopping_) break;
-    if (work > 0) continue;
+    if (work > 0) {
+      if (idle) {
+        gap = (3 * gap + (Clock::now() - idle_since)) / 4;
+        idle = false;
+      }
+      continue;
+    }
+    if (!idle) {
+      idle_since = Clock::now();
+      idle = true;
+    }
 
     bool busy = false;
-    // Longer while an answer is due (UcxOptions::spin_pending_us).
+    // Longer while an answer is due or events come at short gaps
+    // (UcxOptions::spin_pending_us).
     const bool due = !ops_.empty() || serving_.load(std::memory_order_relaxed) > 0;
-    const auto spin_end = Clock::now() + (due ? spin_pending : spin);
+    Clock::duration limit = due ? spin_pending : spin;
+    if (2 * gap < spin_pending && 2 * gap > limit) limit = 2 * gap;
+    const auto spin_end = Clock::now() + limit;
     while (Clock::now() < spin_end) {
       if (has_work_.load(std::memory_order_acquire) || ucp_worker_progress(worker_) != 0) {
         busy = true;
@@ -216,8 +242,14 @@ void Core::Run() {
       }
       // Let a thread that waits for this core run (e.g. the application
       // thread our last completion woke): on small machines the progress
-      // threads would otherwise starve it for a whole time slice.
-      if (ucx_.spin_yield) sched_yield();
+      // threads would otherwise starve it for a whole time slice. A yield
+      // that gave the core away for a while says the CPUs are busy: the
+      // spin then ends (the time it takes is better spent by others).
+      if (ucx_.spin_yield) {
+        const auto before = Clock::now();
+        sched_yield();
+        if (Clock::now() - before > kContendedYield) break;
+      }
     }
     if (busy || !events_.empty()) continue;
 

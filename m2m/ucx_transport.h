@@ -99,8 +99,11 @@ struct UcxOptions {
   // reply). The event that ends such a wait comes within a round trip or a
   // handler's run, typically 30-300 us here, and sleeping through it costs a
   // wake-up of this thread on top of the wait (one per message each way).
-  // Default 400 us; at most spin_us + this after each event while a wait
-  // lasts (a call left unanswered for long costs that much once per event).
+  // Also while events come at short gaps (their smoothed gap under half of
+  // spin_us + this): the thread then spins twice the gap, so that the next
+  // request of a busy client or server finds it awake. Default 400 us; at
+  // most spin_us + this after each event while a wait lasts (a call left
+  // unanswered for long costs that much once per event); idle, nothing.
   uint32_t spin_pending_us = 400;
   // Whether the progress thread calls sched_yield() between polls while it
   // spins, so that runnable threads sharing its core (the application thread

@@ -568,4 +568,14 @@ auto VdService::Impl::Core::DropKernelNames() -> void {
   ++stats_.kernel_invalidations;
 }
 
+auto VdService::Impl::Core::DropKernelNamesOf(const std::string& path) -> void {
+  KernelCache* k = kernel_.load(std::memory_order_acquire);
+  if (k == nullptr || !k->Coherent()) return;
+  const uint64_t before = k->NamesEpoch();
+  k->InvalidateNamesOf(path);
+  if (k->NamesEpoch() == before) return;  // none of P's names went to the kernel
+  std::lock_guard lock(mu_);
+  ++stats_.kernel_invalidations;
+}
+
 }  // namespace fedfs::ns

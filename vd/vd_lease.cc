@@ -159,20 +159,12 @@ auto VdService::Impl::Core::SendRecall(const std::string& path) -> void {
 auto VdService::Impl::Core::EndLent(const std::string& path, uint64_t id, uint64_t version)
     -> void {
   std::vector<std::move_only_function<void()>> waiting;
-  const auto view = cluster_->Current();
   {
     std::lock_guard lock(mu_);
     auto it = lent_.find(path);
     if (it == lent_.end() || it->second.id != id) return;
     waiting = std::move(it->second.waiting);
-    const std::string holder = it->second.node;
     lent_.erase(it);
-    // The holder's kernel keeps the names it was handed from the lease: it
-    // is told of P's next change like any sharer with `notify` (recorded
-    // before anything that waited is served, so no change comes first).
-    if (view->live.contains(holder) && holder != view->self) {
-      RecordSharerLocked(path, holder, nullptr, /*notify=*/true, /*names=*/false);
-    }
     lease_count_.fetch_sub(1, std::memory_order_acq_rel);
     version_floor_ = std::max(version_floor_, version);
     // Rebuilt from the export roots at its next use: they hold every change
@@ -280,10 +272,10 @@ auto VdService::Impl::Core::HeldHere(const std::string& path, const ClusterView&
       id = h.id;
     }
   }
-  // This node's kernel may hold names of P served from the lease. Its
-  // manager tells it of P's next change (EndLent records this node as a
-  // sharer with `notify`), but not a manager of another epoch.
-  if (ended && epoch_changed) DropKernelNames();
+  // This node's kernel may hold names of P served from the lease, of which
+  // no one will tell it now: dropped before the lease is given back (if it
+  // got any since its names were last dropped; a new epoch drops them all).
+  if (ended) epoch_changed ? DropKernelNames() : DropKernelNamesOf(path);
   for (auto& r : answer) r.Reply(EncodeRecalled(RecalledData{true, version}));
   if (ended) {
     if (epoch_changed) {
@@ -367,8 +359,7 @@ auto VdService::Impl::Core::MaybeReturn(const std::string& path) -> void {
     version = version_floor_;
     EndHeldLocked(it, &answer);
   }
-  // The names this node's kernel got from the lease stay: the manager tells
-  // it of P's next change (EndLent).
+  DropKernelNamesOf(path);  // names served from the lease: no one tells this kernel of P now
   for (auto& r : answer) r.Reply(EncodeRecalled(RecalledData{true, version}));
 }
 

@@ -115,7 +115,7 @@ auto VdService::Impl::Core::OnDtInval(m2m::IncomingCall call, m2m::Responder res
     return Refuse("kNsDtInval", call, std::move(responder), s.error());
   }
   if (dt_) dt_->Invalidate(req->path);
-  DropKernelNames();
+  DropKernelNamesOf(req->path);  // after the table's copy: a lookup now reads anew
   {
     std::lock_guard lock(mu_);
     ++stats_.dt_invals_received;
@@ -595,7 +595,7 @@ auto VdService::Impl::Core::ServeUpdate(const std::string& path, std::vector<VdC
   MaybeReturn(path);
   // This node's kernel may hold names of P; the reporter's own kernel saw
   // its change happen. A lent P changes where this node does not see it.
-  if ((changed || o.lease) && from != view.self) DropKernelNames();
+  if ((changed || o.lease) && from != view.self) DropKernelNamesOf(path);
   if (targets.empty() && !broadcast) return done(std::move(o));
   InvalidateSharers(
       path, std::move(targets), broadcast, view, from,

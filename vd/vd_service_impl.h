@@ -721,6 +721,8 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     return k != nullptr && k->Coherent();
   }
   void DropKernelNames();
+  // The kernel's names of directory `path` only (KernelCache::InvalidateNamesOf).
+  void DropKernelNamesOf(const std::string& path);
 
  private:
 };

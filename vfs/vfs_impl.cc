@@ -252,6 +252,10 @@ void VfsImpl::AwaitVd(const std::string& dir, const std::string& name,
   }
 }
 
+void VfsImpl::NamesFrom(const std::string& dir) const {
+  if (KernelCache* k = kernel_.load(std::memory_order_acquire)) k->NamesFrom(dir);
+}
+
 uint64_t VfsImpl::NamesEpoch() const {
   KernelCache* k = kernel_.load(std::memory_order_acquire);
   return k != nullptr ? k->NamesEpoch() : 0;

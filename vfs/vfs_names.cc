@@ -27,6 +27,7 @@ Result<EntryOut> VfsImpl::Lookup(const Cred& c, uint64_t parent, const std::stri
   if (auto s = ValidateName(name); !s) return Err(s.error());
   auto dir = ResolveDir(parent);
   if (!dir) return Err(dir.error());
+  NamesFrom(dir->path);
   bool absent = false;
   auto ch = LookupChild(c, dir->path, name, &absent);
   if (!ch) {
@@ -258,6 +259,7 @@ Result<EntryOut> VfsImpl::MakeEntry(const Cred& c, uint64_t parent, const std::s
   const uint64_t names_epoch = NamesEpoch();
   if (auto s = ValidateName(name); !s) return Err(s.error());
   FEDFS_TRY(dir, ResolveDir(parent));
+  NamesFrom(dir->path);
   // The claim decides whether the name exists; this look only saves it when
   // the name is there for sure (a stale copy is asked again).
   FEDFS_TRY(vd, deps_.vds->Peek(dir->path, name));
@@ -345,6 +347,7 @@ Result<EntryOut> VfsImpl::Link(const Cred& c, uint64_t ino, uint64_t new_parent,
   FEDFS_TRY(src, Resolve(ino));
   if (IsDir(src->type)) return Err(EPERM, src->path + " is a directory");
   FEDFS_TRY(dir, ResolveDir(new_parent));
+  NamesFrom(dir->path);
   FEDFS_TRY(vd, deps_.vds->GetName(dir->path, new_name));
   if ((*vd)->Find(new_name)) return Err(EEXIST, JoinPath(dir->path, new_name));
   // A hard link lives on the file's node, in a directory that node holds.
@@ -514,6 +517,9 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
   if ((flags & RENAME_EXCHANGE) && (flags & RENAME_NOREPLACE)) return Err(EINVAL, "rename flags");
   FEDFS_TRY(sdir, ResolveDir(parent));
   FEDFS_TRY(ddir, ResolveDir(new_parent));
+  // The kernel keeps the name it moves (and, exchanged, the other one).
+  NamesFrom(sdir->path);
+  NamesFrom(ddir->path);
   FEDFS_TRY(svd, deps_.vds->GetName(sdir->path, name));
   const VdEntry* se = (*svd)->Find(name);
   if (se == nullptr) return Err(ENOENT, JoinPath(sdir->path, name));

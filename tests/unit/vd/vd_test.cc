@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "nodefs/dir_id.h"
+#include "vd/kernel_cache.h"
 #include "vd/vd_internal.h"
 
 namespace fedfs::ns {
@@ -403,6 +404,26 @@ TEST(DirMergeIds, ChangesKeepTheIdKnownAndDropItWithTheLastDirectoryCopy) {
   EXPECT_TRUE(vd_internal::ApplyAdd(*st, "n1", "d", DT_DIR, 77));
   vd_internal::RefreshEntries(*st, "d", &entries);
   EXPECT_EQ(entries.Find("d")->id, 77u);
+}
+
+// The record of directories whose names went to the kernel since the last
+// drop: marked ones only, until the drop clears them; past its bound,
+// every directory counts as marked until then.
+TEST(KernelNameMarks, MarkedUntilTheNextDropAndAllPastTheBound) {
+  KernelNameMarks m(3);
+  EXPECT_FALSE(m.Marked("/a"));
+  m.Mark("/a");
+  m.Mark("/b");
+  EXPECT_TRUE(m.Marked("/a"));
+  EXPECT_TRUE(m.Marked("/b"));
+  EXPECT_FALSE(m.Marked("/c"));
+  m.Clear();
+  EXPECT_FALSE(m.Marked("/a"));
+  for (const char* d : {"/a", "/b", "/c", "/d"}) m.Mark(d);
+  EXPECT_TRUE(m.Marked("/never"));  // past the bound: unknown, so all
+  m.Clear();
+  EXPECT_FALSE(m.Marked("/never"));
+  EXPECT_FALSE(m.Marked("/a"));
 }
 
 }  // namespace

@@ -453,6 +453,55 @@ TEST_F(VfsTest, MissingNamesAreNegativeEntriesOnlyWhileTheKernelCanBeToldOtherwi
   vfs_->SetKernelCache(nullptr);
 }
 
+// A request that may hand the kernel names of a directory says so before it
+// reads that directory (KernelCache::NamesFrom), so that a drop for one
+// directory (InvalidateNamesOf) skips only directories none of whose names
+// went to the kernel since the last drop: lookups (present and missing
+// names), creates, mkdir and both directories of a rename.
+TEST_F(VfsTest, ARequestMarksItsDirectoryForTheKernelBeforeReadingIt) {
+  struct MarkingKernel final : KernelCache {
+    bool Coherent() const override { return true; }
+    void InvalidateNames() override { ++epoch; }
+    uint64_t NamesEpoch() const override { return epoch; }
+    void InvalidateAttrs(uint64_t) override {}
+    void NamesFrom(const std::string& dir) override { marks.insert(dir); }
+    uint64_t epoch = 0;
+    std::set<std::string> marks;
+  } kernel;
+  Put("a", "/d/x", "ax");
+  Put("a", "/e/y", "ay");
+  MakeVfs();
+  vfs_->SetKernelCache(&kernel);
+  const uint64_t d = Look(kRootIno, "d");
+  const uint64_t e = Look(kRootIno, "e");
+  EXPECT_EQ(kernel.marks, std::set<std::string>{"/"});
+  // Every read of a VD comes after the mark of the request's directories.
+  std::set<std::string> unmarked_reads;
+  std::set<std::string> expect;
+  vds_->on_get = [&] {
+    for (const auto& m : expect) {
+      if (!kernel.marks.contains(m)) unmarked_reads.insert(m);
+    }
+  };
+  auto step = [&](std::set<std::string> dirs, auto&& op) {
+    kernel.marks.clear();
+    expect = dirs;
+    op();
+    EXPECT_EQ(kernel.marks, dirs);
+  };
+  step({"/d"}, [&] { EXPECT_NE(Look(d, "x"), 0u); });
+  step({"/e"}, [&] {
+    auto miss = vfs_->Lookup(cred_, e, "nope");  // a negative entry
+    EXPECT_TRUE(miss && miss->ino == 0u);
+  });
+  step({"/d"}, [&] { EXPECT_TRUE(vfs_->Create(cred_, d, "new", 0644, O_WRONLY)); });
+  step({"/e"}, [&] { EXPECT_TRUE(vfs_->Mkdir(cred_, e, "sub", 0755)); });
+  step({"/d", "/e"}, [&] { EXPECT_TRUE(vfs_->Rename(cred_, d, "x", e, "z", 0)); });
+  EXPECT_TRUE(unmarked_reads.empty()) << *unmarked_reads.begin();
+  vds_->on_get = nullptr;
+  vfs_->SetKernelCache(nullptr);
+}
+
 // A directory is listed only when every node's directory of that path lets
 // the caller read it (each node checks, as it sees the caller); a node whose
 // directory is gone since the VD was built contributes no names.
