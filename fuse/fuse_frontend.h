@@ -43,7 +43,10 @@ class KernelNotifier final : public ns::KernelCache {
   void InvalidateAttrs(uint64_t ino) override;
   void InvalidateData(uint64_t ino, uint64_t offset, uint64_t length) override;
   uint64_t NamesEpoch() const override { return names_epoch_.load(std::memory_order_acquire); }
-  void NamesFrom(const std::string& dir) override { marks_.Mark(dir); }
+  // Not counted while names are not cached (no drop needs them then).
+  void NamesFrom(const std::string& dir) override {
+    if (Coherent()) marks_.Mark(dir);
+  }
   void InvalidateNamesOf(const std::string& dir) override {
     if (marks_.Marked(dir)) InvalidateNames();
   }

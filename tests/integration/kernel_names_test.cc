@@ -48,13 +48,9 @@ class KernelNames : public ::testing::Test {
   std::string M(const std::string& id, const std::string& rel) const {
     return c_.Mountpoint(id) + rel;
   }
-  nlohmann::json Dt(const std::string& id) const {
+  int64_t DtValue(const std::string& id, const char* field) const {
     auto j = c_.Ctl(id, {"dt"});
     EXPECT_TRUE(j.is_object()) << "fedfsctl dt on " << id;
-    return j;
-  }
-  int64_t DtValue(const std::string& id, const char* field) const {
-    auto j = Dt(id);
     return j.is_object() ? j.value(field, int64_t{-1}) : -1;
   }
   // A fresh path "/p<i>" that `manager` manages.
