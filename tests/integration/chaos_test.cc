@@ -62,6 +62,7 @@
 #include <memory>
 #include <random>
 #include <sstream>
+#include <ctime>
 #include <thread>
 
 #include "tests/integration/chaos_workload.h"
@@ -111,10 +112,9 @@ std::string ThreadsInDState() {
   return out;
 }
 
-// The operations of a history around those an explanation names (#N),
-// with the node each went through and the faults meanwhile.
-std::string Around(const std::string& explanation, const std::vector<NsOp>& h, const std::vector<int>& via,
-                   const std::vector<std::pair<HistoryClock::time_point, std::string>>& events) {
+// The indexes of the operations an explanation names (#N), widened by 25
+// before and 5 after; lo > hi if it names none.
+std::pair<size_t, size_t> NamedRange(const std::string& explanation, const std::vector<NsOp>& h) {
   size_t lo = h.size(), hi = 0;
   for (size_t p = explanation.find('#'); p != std::string::npos; p = explanation.find('#', p + 1)) {
     if (p + 1 >= explanation.size() || !std::isdigit(static_cast<unsigned char>(explanation[p + 1]))) continue;
@@ -124,9 +124,16 @@ std::string Around(const std::string& explanation, const std::vector<NsOp>& h, c
       hi = std::max(hi, i);
     }
   }
-  if (lo > hi || h.empty()) return "";
-  lo = lo > 25 ? lo - 25 : 0;
-  hi = std::min(h.size() - 1, hi + 5);
+  if (lo > hi || h.empty()) return {1, 0};
+  return {lo > 25 ? lo - 25 : 0, std::min(h.size() - 1, hi + 5)};
+}
+
+// The operations of a history around those an explanation names (#N),
+// with the node each went through and the faults meanwhile.
+std::string Around(const std::string& explanation, const std::vector<NsOp>& h, const std::vector<int>& via,
+                   const std::vector<std::pair<HistoryClock::time_point, std::string>>& events) {
+  const auto [lo, hi] = NamedRange(explanation, h);
+  if (lo > hi) return "";
   const auto t0 = h.front().invoke;
   auto ms = [&](HistoryClock::time_point t) {
     return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(t - t0).count());
@@ -269,6 +276,39 @@ class Chaos : public ::testing::Test {
       if (!c_->Running(Id(i)) || !Mounted(i) || !c_->SeesAlive(Id(i), ids_)) return false;
     }
     return true;
+  }
+
+  // The daemons' log lines about the namespace workers' names ("ns/")
+  // logged while the operations an explanation names ran (give or take
+  // 20 ms), at most 150 per node: their timestamps (local time, to the
+  // millisecond) compared as text.
+  std::string LogsAround(const std::string& explanation, const std::vector<NsOp>& h) {
+    const auto [lo, hi] = NamedRange(explanation, h);
+    if (lo > hi) return "";
+    auto stamp = [](HistoryClock::time_point t) {
+      const auto wall = std::chrono::system_clock::now() - (HistoryClock::now() - t);
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(wall.time_since_epoch()).count();
+      const std::time_t secs = static_cast<std::time_t>(ms / 1000);
+      std::tm tm{};
+      ::localtime_r(&secs, &tm);
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03lld", tm.tm_year + 1900, tm.tm_mon + 1,
+                    tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<long long>(ms % 1000));
+      return std::string(buf);
+    };
+    const std::string from = stamp(h[lo].invoke - 20ms), to = stamp(h[hi].response + 20ms);
+    std::string out = "daemon log lines about ns/ from " + from + " to " + to + ":\n";
+    for (const auto& id : ids_) {
+      std::istringstream in(c_->Log(id));
+      int n = 0;
+      for (std::string line; std::getline(in, line) && n < 150;) {
+        const std::string t = line.substr(0, from.size());
+        if (t < from || t > to || line.find("ns/") == std::string::npos) continue;
+        out += "  " + line + "\n";
+        ++n;
+      }
+    }
+    return out;
   }
 
   std::string Logs() {
@@ -529,7 +569,8 @@ TEST_F(ChaosWorkload, NothingFailsNothingIsLostAndEveryHistoryIsLinearizable) {
                 v.linearizable ? "linearizable" : "NOT linearizable", static_cast<unsigned long long>(v.explored),
                 static_cast<long long>(ms.count()));
     if (!faults) {
-      EXPECT_TRUE(v.linearizable) << v.explanation << Around(v.explanation, history, w->Via(), events);
+      EXPECT_TRUE(v.linearizable) << v.explanation << Around(v.explanation, history, w->Via(), events)
+                                  << LogsAround(v.explanation, history);
     } else if (!v.linearizable) {
       ++not_linearizable;
       std::printf("%s\n", v.explanation.substr(0, v.explanation.find("model state")).c_str());
