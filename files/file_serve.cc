@@ -206,6 +206,9 @@ auto FileService::Impl::RunOp(const m2m::PeerInfo& peer, const fb::FsRequest* re
     case fb::Op::kStat:
       if (req->watch()) return WatchedStat(session, cred, path);
       return StatOrErr(local_->Stat(cred, path));
+    case fb::Op::kStatMany:
+      // One name, `length` checked (CheckRequest).
+      return StatMany(session, cred, path, req->names()->Get(0)->str(), req->length());
     case fb::Op::kAccess:
       return status_or(local_->Access(cred, path, req->flags()));
     case fb::Op::kListDir: {

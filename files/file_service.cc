@@ -2,6 +2,10 @@
 // Impl's declaration is in file_service_impl.h.
 #include "files/file_service_impl.h"
 
+#include <dirent.h>
+
+#include <algorithm>
+
 namespace fedfs::ns {
 
 using namespace files_detail;
@@ -440,11 +444,12 @@ void FileService::Impl::UnwatchLocked(Session& s, const FileKey& key) {
   ForgetOpenerLocked(key, s.id, id);
 }
 
-auto FileService::Impl::WatchedStat(uint64_t session, const Cred& cred, const std::string& path)
-    -> Result<m2m::Bytes> {
+auto FileService::Impl::StatAndWatch(uint64_t session, const Cred& cred, const std::string& path)
+    -> Result<Watched> {
   const uint64_t since = watch_gen_.load() + 1;
   auto st = local_->Stat(cred, path);
-  if (!st || !S_ISREG(st->st_mode) || st->st_nlink != 1) return StatOrErr(st);
+  if (!st) return Err(st.error());
+  if (!S_ISREG(st->st_mode) || st->st_nlink != 1) return Watched{*st, std::nullopt};
   const FileKey key{st->st_dev, st->st_ino};
   bool fresh = false;
   std::vector<uint64_t> evicted;
@@ -454,7 +459,7 @@ auto FileService::Impl::WatchedStat(uint64_t session, const Cred& cred, const st
     id = WatchLocked(session, key, since, &fresh, &evicted);
   }
   if (!evicted.empty()) TellEnded(session, std::move(evicted));
-  if (!id) return StatOrErr(st);
+  if (!id) return Watched{*st, std::nullopt};
   if (fresh) {
     // A change between the first stat and the watch (made by this request
     // or a concurrent one) was not told: stat again. Another file under
@@ -465,11 +470,69 @@ auto FileService::Impl::WatchedStat(uint64_t session, const Cred& cred, const st
       if (auto it = sessions_.find(session); it != sessions_.end()) {
         UnwatchLocked(it->second, key);
       }
-      return StatOrErr(again);
+      if (!again) return Err(again.error());
+      return Watched{*again, std::nullopt};
     }
     st = again;
   }
-  return OpenedReply(*id, *st, true);  // the watch is named like an open handle
+  return Watched{*st, id};
+}
+
+auto FileService::Impl::WatchedStat(uint64_t session, const Cred& cred, const std::string& path)
+    -> Result<m2m::Bytes> {
+  auto w = StatAndWatch(session, cred, path);
+  if (!w) return Err(w.error());
+  if (!w->id) return StatOrErr(w->st);
+  return OpenedReply(*w->id, w->st, true);  // the watch is named like an open handle
+}
+
+auto FileService::Impl::StatMany(uint64_t session, const Cred& cred, const std::string& dir,
+                                 const std::string& first, size_t along) -> Result<m2m::Bytes> {
+  std::vector<std::string> names{first};
+  if (along > 0) {
+    // The regular files after `first` in byte order, as the caller may
+    // list them (none if it may not read the directory).
+    if (auto list = local_->ListDir(cred, dir); list && list->size() <= kStatManyListMax) {
+      std::vector<std::string> after;
+      for (DirEntry& e : *list) {
+        if ((e.type == DT_REG || e.type == DT_UNKNOWN) && e.name > first) after.push_back(std::move(e.name));
+      }
+      if (after.size() > along) {
+        std::nth_element(after.begin(), after.begin() + static_cast<ptrdiff_t>(along), after.end());
+        after.resize(along);
+      }
+      std::sort(after.begin(), after.end());
+      names.insert(names.end(), std::make_move_iterator(after.begin()),
+                   std::make_move_iterator(after.end()));
+    }
+  }
+  flatbuffers::FlatBufferBuilder b(64 + names.size() * 200);
+  std::vector<flatbuffers::Offset<fb::NamedStat>> out;
+  out.reserve(names.size());
+  for (const std::string& n : names) {
+    auto w = StatAndWatch(session, cred, JoinPath(dir, n));
+    if (!w && n != first) continue;  // gone meanwhile
+    const auto name = b.CreateString(n);
+    fb::NamedStatBuilder nb(b);
+    nb.add_name(name);
+    if (!w) {
+      nb.add_err(w.error().code);
+    } else {
+      const fb::Stat st = fswire::ToWire(w->st);
+      nb.add_stat(&st);
+      if (w->id) {
+        nb.add_attr_callbacks(true);
+        nb.add_watch(*w->id);
+      }
+    }
+    out.push_back(nb.Finish());
+  }
+  auto v = b.CreateVector(out);
+  fb::FsReplyBuilder rb(b);
+  rb.add_version(fswire::kVersion);
+  rb.add_stats(v);
+  b.Finish(rb.Finish());
+  return fswire::Finish(b);
 }
 
 void FileService::Impl::TellEnded(uint64_t session, std::vector<uint64_t> ids) {

@@ -210,6 +210,17 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   // Stat with `watch` (see fs.fbs): the file is watched before the stat
   // whose answer is sent, so every change after that stat is told.
   Result<m2m::Bytes> WatchedStat(uint64_t session, const Cred& cred, const std::string& path);
+  struct Watched {
+    struct stat st;
+    std::optional<uint64_t> id;  // the watch, if the file is watched
+  };
+  Result<Watched> StatAndWatch(uint64_t session, const Cred& cred, const std::string& path);
+  // kStatMany: StatAndWatch of `first` in `dir` and of up to `along`
+  // regular files after it there (byte order), in one reply. A directory
+  // of more than kStatManyListMax entries answers `first` only.
+  static constexpr size_t kStatManyListMax = 1 << 16;
+  Result<m2m::Bytes> StatMany(uint64_t session, const Cred& cred, const std::string& dir,
+                              const std::string& first, size_t along);
 
   // Tells `session` that watches `ids` ended (evicted), and waits for its
   // answer as AttrsChanged does.

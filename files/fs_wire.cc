@@ -43,7 +43,7 @@ Status CheckRequest(const fb::FsRequest* req) {
     return Err(EPROTO, "unsupported fs wire version " + std::to_string(req->version()));
   }
   const fb::Op op = req->op();
-  if (op == fb::Op::kInvalid || op > fb::Op::kCoopMoved) return Err(EPROTO, "unknown op");
+  if (op == fb::Op::kInvalid || op > fb::Op::kStatMany) return Err(EPROTO, "unknown op");
   if (IsPathOp(op)) {
     if (req->path() == nullptr) return Err(EINVAL, "missing path");
     if (auto st = ValidateGlobalPath(req->path()->string_view()); !st) return st;
@@ -55,6 +55,16 @@ Status CheckRequest(const fb::FsRequest* req) {
   if (HasNul(req->target())) return Err(EINVAL, "NUL inside a symlink target or xattr name");
   if (req->releases() != nullptr && req->releases()->size() > kMaxReleases) {
     return Err(EPROTO, "more than " + std::to_string(kMaxReleases) + " releases in one request");
+  }
+  if (op == fb::Op::kStatMany) {
+    if (req->names() == nullptr || req->names()->size() != 1 || req->length() > kMaxStatMany) {
+      return Err(EPROTO, "a kStatMany names one entry and up to " + std::to_string(kMaxStatMany) +
+                             " to follow it");
+    }
+    for (const flatbuffers::String* n : *req->names()) {
+      if (n == nullptr) return Err(EINVAL, "a kStatMany name is missing");
+      if (auto st = ValidateName(n->string_view()); !st) return st;
+    }
   }
   // The verifier checks a vector of structs for 4-byte alignment only; a
   // builder aligns DirTemplate's (a uint64 field) to 8, so a request that

@@ -25,6 +25,8 @@ namespace fb = fedfs::ns::wire;
 inline constexpr uint32_t kVersion = 1;
 // Most handles one FsRequest may release (FsRequest.releases).
 inline constexpr size_t kMaxReleases = 256;
+// Most entries one kStatMany may ask for after the one it names.
+inline constexpr size_t kMaxStatMany = 128;
 // The server answers ENOTCONN when a request names a session that is unknown
 // or not bound to the connection it arrived on: the client says Hello again
 // (new connection, or the server restarted) and retries once.

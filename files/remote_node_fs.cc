@@ -7,6 +7,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "common/path.h"
 #include "common/logging.h"
 #include "common/rpc_methods.h"
 #include "common/wait.h"
@@ -67,6 +68,8 @@ m2m::Bytes Encode(const RemoteNodeFs::Req& q, uint64_t session, uint64_t budget_
     for (const auto& d : *q.templates) t.emplace_back(d.mode, d.uid, d.gid, d.id);
     templates = b.CreateVectorOfStructs(t);
   }
+  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> names;
+  if (q.names) names = b.CreateVectorOfStrings(*q.names);
   auto rel = releases.empty() ? flatbuffers::Offset<flatbuffers::Vector<uint64_t>>()
                               : b.CreateVector(releases);
   flatbuffers::Offset<flatbuffers::Vector<const fb::CoopFrame*>> coop_frames;
@@ -92,6 +95,7 @@ m2m::Bytes Encode(const RemoteNodeFs::Req& q, uint64_t session, uint64_t budget_
   if (!target.IsNull()) rb.add_target(target);
   if (!data.IsNull()) rb.add_data(data);
   if (!templates.IsNull()) rb.add_templates(templates);
+  if (!names.IsNull()) rb.add_names(names);
   if (!rel.IsNull()) rb.add_releases(rel);
   rb.add_flags(q.flags);
   rb.add_mode(q.mode);
@@ -471,6 +475,38 @@ Result<WatchedStat> RemoteNodeFs::StatWatched(const Cred& c, const std::string& 
   if (rep->stat() == nullptr) return Err(EPROTO, "reply without stat");
   WatchedStat out{fswire::FromWire(*rep->stat()), std::nullopt};
   if (rep->attr_callbacks() && opts_.callbacks != nullptr) out.watch = rep->handle();
+  return out;
+}
+
+Result<std::vector<NodeFs::NamedWatchedStat>> RemoteNodeFs::StatWatchedAlong(
+    const Cred& c, const std::string& dir, const std::string& name, size_t along) {
+  const bool watch = opts_.callbacks != nullptr;
+  const std::vector<std::string> names{name};
+  auto r = Call({.op = fb::Op::kStatMany, .cred = &c, .path = dir,
+                 .length = std::min(along, fswire::kMaxStatMany), .names = &names, .watch = watch},
+                FEDFS_DEADLINE);
+  if (!r) return Err(r.error());
+  const auto* stats = Root(*r)->stats();
+  if (stats == nullptr || stats->size() == 0 || stats->Get(0)->name() == nullptr ||
+      stats->Get(0)->name()->string_view() != name) {
+    return Err(EPROTO, "a kStatMany reply without the name asked for first");
+  }
+  std::vector<NamedWatchedStat> out;
+  out.reserve(stats->size());
+  for (const fb::NamedStat* n : *stats) {
+    if (n->name() == nullptr || !ValidateName(n->name()->string_view())) {
+      return Err(EPROTO, "a kStatMany answer without a valid name");
+    }
+    if (n->err() != 0) {
+      out.emplace_back(n->name()->str(), Err(n->err(), "stat"));
+    } else if (n->stat() == nullptr) {
+      out.emplace_back(n->name()->str(), Err(EPROTO, "kStatMany answer without stat"));
+    } else {
+      WatchedStat w{fswire::FromWire(*n->stat()), std::nullopt};
+      if (n->attr_callbacks() && watch) w.watch = n->watch();
+      out.emplace_back(n->name()->str(), std::move(w));
+    }
+  }
   return out;
 }
 

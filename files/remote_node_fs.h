@@ -157,6 +157,8 @@ class RemoteNodeFs final : public NodeFs, public std::enable_shared_from_this<Re
 
   Result<struct stat> Stat(const Cred& c, const std::string& path) override;
   Result<WatchedStat> StatWatched(const Cred& c, const std::string& path) override;
+  Result<std::vector<NamedWatchedStat>> StatWatchedAlong(const Cred& c, const std::string& dir,
+                                                         const std::string& name, size_t along) override;
   Status Access(const Cred& c, const std::string& path, int mode) override;
   Result<std::vector<DirEntry>> ListDir(const Cred& c, const std::string& path) override;
   Result<struct stat> Mkdir(const Cred& c, const std::string& path, mode_t mode) override;

@@ -41,6 +41,7 @@ struct RemoteNodeFs::Req {
   const LockRange* lock = nullptr;
   const SetAttrRequest* sa = nullptr;
   const std::vector<DirTemplate>* templates = nullptr;
+  const std::vector<std::string>* names = nullptr;  // kStatMany
   bool watch = false;
   bool kill_setid = false;
   bool parent_attr = false;

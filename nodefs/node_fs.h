@@ -196,6 +196,18 @@ class NodeFs {
     if (!st) return Err(st.error());
     return WatchedStat{*st, std::nullopt};
   }
+  // StatWatched of entry `name` of directory `dir` (first, named so) and,
+  // in the same request to a remote node, of up to `along` regular files
+  // that follow it there in byte order, as the caller may list them
+  // (files/fs_wire.h, kMaxStatMany). Default: `name` only.
+  using NamedWatchedStat = std::pair<std::string, Result<WatchedStat>>;
+  virtual Result<std::vector<NamedWatchedStat>> StatWatchedAlong(const Cred& c, const std::string& dir,
+                                                                 const std::string& name, size_t along) {
+    (void)along;
+    std::vector<NamedWatchedStat> out;
+    out.emplace_back(name, StatWatched(c, dir == "/" ? "/" + name : dir + "/" + name));
+    return out;
+  }
   // access(2) for the caller's effective rights (faccessat with AT_EACCESS:
   // its uid, gid and groups; root's capabilities): Ok, or EACCES (the errno
   // of the check), ENOENT, ... A final symlink is followed, beneath the root.

@@ -192,9 +192,8 @@ Result<VfsImpl::Child> VfsImpl::ChildFromEntry(const Cred& c, const std::string&
   // A remote file: its node is asked to tell of its changes, so that the
   // getattr after this lookup needs no second request (Remember, LookupAttr).
   if (e.type == DT_REG && Watchable(ch.node)) {
-    ch.taken = CallbacksTaken();
     ch.changes = local_changes_.load(std::memory_order_acquire);
-    auto ws = (*fs)->StatWatched(c, path);
+    auto ws = StatForLookup(c, dir_path, ch.real_name, ch.node, **fs, &ch.taken);
     if (!ws) return Err(ws.error());
     st = ws->st;
     if (S_ISREG(ws->st.st_mode) && ws->st.st_nlink == 1) ch.watch = ws->watch;
@@ -406,6 +405,7 @@ void VfsImpl::RemoteAttrsChanged(const std::string& node, const std::vector<Hand
     ++callbacks_taken_;
     for (Handle h : handles) {
       const std::pair<std::string, Handle> key{node, h};
+      ErasePrefetchedLocked(key);
       if (auto it = told_.find(key); it != told_.end()) inos.push_back(it->second);
       // A watch is used once for attributes: the next GetAttr watches again
       // (the node keeps it, or ended it and this was the word). For the
@@ -478,6 +478,11 @@ void VfsImpl::RemoteSessionLost(const std::string& node, bool untold) {
     for (const auto& [key, ino] : of_node(page_watches_)) {
       inos.insert(ino);
       if (untold) ErasePageWatchLocked(key);
+    }
+    for (auto it = prefetch_of_.lower_bound({node, Handle{0}});
+         it != prefetch_of_.end() && it->first.first == node;) {
+      prefetched_.erase(it->second);
+      it = prefetch_of_.erase(it);
     }
     for (const auto& [ino, in] : pages_) {
       if (in.node == node) inos.insert(ino);

@@ -31,6 +31,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -268,6 +269,14 @@ class VfsImpl final : public Vfs {
   // before the watch was known here) or the inode is gone. True if kept.
   bool WatchLocked(uint64_t ino, const std::string& node, Handle watch, uint64_t taken);
   uint64_t CallbacksTaken() const;
+  // A lookup's StatWatched of `real_name` in `dir_path` on `node` (a remote
+  // regular file): from attributes fetched along with an earlier lookup's
+  // if there are such, else asked, with the names after it in this node's
+  // copy of VD(dir_path) that `node` holds when lookups there keep asking
+  // `node` (vfs_prefetch.cc). *taken: callbacks_taken_ for WatchLocked.
+  Result<WatchedStat> StatForLookup(const Cred& c, const std::string& dir_path,
+                                    const std::string& real_name, const std::string& node,
+                                    NodeFs& fs, uint64_t* taken);
   // A file on `node` may be watched for this node's kernel caches: they are
   // coherent and the node is another.
   bool Watchable(const std::string& node) const;
@@ -586,6 +595,27 @@ class VfsImpl final : public Vfs {
   std::map<std::pair<std::string, Handle>, uint64_t> watched_;
   std::unordered_map<uint64_t, std::pair<std::string, Handle>> watch_of_;
   uint64_t callbacks_taken_ = 0;  // RemoteAttrsChanged calls; guarded by files_mu_
+  // Attributes of remote files fetched along with a lookup's, for the
+  // lookups that come next (vfs_prefetch.cc): by global path, with the
+  // watch their node keeps them exact by, and back. Guarded by files_mu_.
+  struct Prefetched {
+    std::string node;
+    Handle watch = 0;
+    struct stat st {};
+    uint64_t changes = 0;  // local_changes_ when asked
+    std::chrono::steady_clock::time_point at;
+  };
+  std::unordered_map<std::string, Prefetched> prefetched_;
+  std::map<std::pair<std::string, Handle>, std::string> prefetch_of_;
+  std::deque<std::string> prefetch_order_;  // oldest first (may name gone ones)
+  // The directory and node of the last lookups that asked a node, and how
+  // many in a row did (a scan: then their neighbours are asked along).
+  std::string scan_dir_, scan_node_;
+  int scan_misses_ = 0;
+  bool along_served_ = true;  // a lookup used names asked along since the last such ask
+  int along_skip_ = 0;        // misses still to ask for one name only
+  uint64_t prefetch_hits_ = 0, prefetch_asked_ = 0;
+  void ErasePrefetchedLocked(const std::pair<std::string, Handle>& key);  // files_mu_ held
   // Operations of this node that may change a remote file's attributes
   // (its node does not tell the session that made the change): a lookup's
   // attributes are no answer for a getattr after one (Inode::lookup_attr).
