@@ -60,6 +60,12 @@ m2m::Bytes Rebuild(const fb::FsRequest* r) {
     if (!t.empty()) std::memcpy(t.data(), r->templates()->Data(), t.size() * sizeof(fb::DirTemplate));
     templates = b.CreateVectorOfStructs(t);
   }
+  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> names;
+  if (r->names()) {
+    std::vector<flatbuffers::Offset<flatbuffers::String>> n;
+    for (const flatbuffers::String* s : *r->names()) n.push_back(b.CreateString(s ? s->str() : std::string()));
+    names = b.CreateVector(n);
+  }
   flatbuffers::Offset<flatbuffers::Vector<const fb::CoopFrame*>> frames;
   if (r->coop_frames()) {
     std::vector<fb::CoopFrame> f;
@@ -79,6 +85,7 @@ m2m::Bytes Rebuild(const fb::FsRequest* r) {
   if (!target.IsNull()) rb.add_target(target);
   if (!data.IsNull()) rb.add_data(data);
   if (!templates.IsNull()) rb.add_templates(templates);
+  if (!names.IsNull()) rb.add_names(names);
   rb.add_flags(r->flags());
   rb.add_mode(r->mode());
   rb.add_rdev(r->rdev());
@@ -133,7 +140,13 @@ void FuzzRequest(const m2m::Bytes& bytes) {
       for (const fb::DirTemplate* t : *r->templates()) g_sink = g_sink + t->mode() + t->uid() + t->gid();
     }
     FUZZ_CHECK(r->version() == fswire::kVersion);
-    FUZZ_CHECK(r->op() != fb::Op::kInvalid && r->op() <= fb::Op::kCoopMoved);
+    FUZZ_CHECK(r->op() != fb::Op::kInvalid && r->op() <= fb::Op::kStatMany);
+    // A kStatMany names one valid entry and at most kMaxStatMany after it.
+    if (r->op() == fb::Op::kStatMany) {
+      FUZZ_CHECK(r->names() != nullptr && r->names()->size() == 1 && r->names()->Get(0) != nullptr &&
+                 ValidateName(r->names()->Get(0)->string_view()));
+      FUZZ_CHECK(r->length() <= fswire::kMaxStatMany);
+    }
     // Every op before kRead but kStatFs, and kAccess, names a path (fs.fbs).
     if ((r->op() < fb::Op::kRead && r->op() != fb::Op::kStatFs) || r->op() == fb::Op::kAccess) {
       FUZZ_CHECK(r->path() != nullptr && ValidateGlobalPath(r->path()->string_view()));
@@ -168,8 +181,13 @@ void FuzzRequest(const m2m::Bytes& bytes) {
   FUZZ_CHECK((b->coop_frames() == nullptr) == (r->coop_frames() == nullptr));
   FUZZ_CHECK(fswire::CoopFramesOf(*b) == fswire::CoopFramesOf(*r));
   const Status st2 = fswire::CheckRequest(b);
-  FUZZ_CHECK(st.has_value() == st2.has_value());
-  if (!st) FUZZ_CHECK(st.error().code == st2.error().code);
+  // Rebuild lays the templates out aligned: a refusal of the original's
+  // layout (misaligned templates) is the one answer the copy may not share.
+  const bool layout = !st && st.error().context.find("misaligned") != std::string::npos;
+  if (!layout) {
+    FUZZ_CHECK(st.has_value() == st2.has_value());
+    if (!st) FUZZ_CHECK(st.error().code == st2.error().code);
+  }
 }
 
 void FuzzHello(const m2m::Bytes& bytes) {
@@ -257,6 +275,9 @@ m2m::Bytes Request(fb::Op op, const char* path, const char* path2 = nullptr,
   std::vector<fb::DirTemplate> tv = {{0755, 0, 0, 0}, {0700, 1000, 1000, 0}};
   auto templates = op == fb::Op::kMkdirParents ? b.CreateVectorOfStructs(tv)
                                                : flatbuffers::Offset<flatbuffers::Vector<const fb::DirTemplate*>>();
+  const std::vector<std::string> one{"f001"};
+  auto names = op == fb::Op::kStatMany ? b.CreateVectorOfStrings(one)
+                                       : flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>>();
   fb::FsRequestBuilder rb(b);
   rb.add_version(fswire::kVersion);
   rb.add_session(0x1122334455667788);
@@ -267,6 +288,7 @@ m2m::Bytes Request(fb::Op op, const char* path, const char* path2 = nullptr,
   if (!t.IsNull()) rb.add_target(t);
   if (!d.IsNull()) rb.add_data(d);
   if (!templates.IsNull()) rb.add_templates(templates);
+  if (!names.IsNull()) rb.add_names(names);
   rb.add_mode(0644);
   rb.add_handle(5);
   rb.add_has_handle(op == fb::Op::kRead || op == fb::Op::kWrite);
@@ -282,6 +304,7 @@ void MakeSeeds(fuzz::Seeds& s) {
     s.Add(name, std::string(1, static_cast<char>(w)), bytes);
   };
   add("req_stat", kRequest, Request(fb::Op::kStat, "/a/b"));
+  add("req_stat_many", kRequest, Request(fb::Op::kStatMany, "/a"));
   add("req_rename", kRequest, Request(fb::Op::kRename, "/a", "/b"));
   add("req_symlink", kRequest, Request(fb::Op::kSymlink, "/l", nullptr, "../target"));
   add("req_mkdir_parents", kRequest, Request(fb::Op::kMkdirParents, "/x/y/z"));
