@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "common/path.h"
 #include "common/result.h"
 
 namespace fedfs::ns {
@@ -205,7 +206,7 @@ class NodeFs {
                                                                  const std::string& name, size_t along) {
     (void)along;
     std::vector<NamedWatchedStat> out;
-    out.emplace_back(name, StatWatched(c, dir == "/" ? "/" + name : dir + "/" + name));
+    out.emplace_back(name, StatWatched(c, JoinPath(dir, name)));
     return out;
   }
   // access(2) for the caller's effective rights (faccessat with AT_EACCESS:

@@ -30,8 +30,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -271,9 +271,9 @@ class VfsImpl final : public Vfs {
   uint64_t CallbacksTaken() const;
   // A lookup's StatWatched of `real_name` in `dir_path` on `node` (a remote
   // regular file): from attributes fetched along with an earlier lookup's
-  // if there are such, else asked, with the names after it in this node's
-  // copy of VD(dir_path) that `node` holds when lookups there keep asking
-  // `node` (vfs_prefetch.cc). *taken: callbacks_taken_ for WatchLocked.
+  // if there are such, else asked, along with the regular files after it in
+  // `node`'s listing when lookups there keep asking `node`
+  // (vfs_prefetch.cc). *taken: callbacks_taken_ for WatchLocked.
   Result<WatchedStat> StatForLookup(const Cred& c, const std::string& dir_path,
                                     const std::string& real_name, const std::string& node,
                                     NodeFs& fs, uint64_t* taken);
@@ -614,7 +614,6 @@ class VfsImpl final : public Vfs {
   int scan_misses_ = 0;
   bool along_served_ = true;  // a lookup used names asked along since the last such ask
   int along_skip_ = 0;        // misses still to ask for one name only
-  uint64_t prefetch_hits_ = 0, prefetch_asked_ = 0;
   void ErasePrefetchedLocked(const std::pair<std::string, Handle>& key);  // files_mu_ held
   // Operations of this node that may change a remote file's attributes
   // (its node does not tell the session that made the change): a lookup's

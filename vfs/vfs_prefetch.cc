@@ -4,8 +4,9 @@
 // a job reading its neighbour's outputs) would cost one round trip to that
 // node per file. Once two lookups in a row asked the same node for files of
 // the same directory, the next one asks, in the same request (kStatMany),
-// for up to kAlong more names that follow its own in this node's copy of
-// the VD and that the node holds. The node watches each of them as it
+// for up to kAlong more: the regular files that follow its name in the
+// node's own listing of the directory (byte order, as the asker may list
+// it). The node watches each of them as it
 // watches a looked-up file (StatWatched): it tells this node of every later
 // change, and the change drops the kept attributes (RemoteAttrsChanged). A
 // later lookup of such a name answers from them, with the watch, as if it
@@ -56,7 +57,6 @@ Result<WatchedStat> VfsImpl::StatForLookup(const Cred& c, const std::string& dir
       prefetched_.erase(it);
       if (p.node == node && p.changes == changes && now - p.at < kKeptFor) {
         *taken = callbacks_taken_;
-        ++prefetch_hits_;
         along_served_ = true;
         return WatchedStat{p.st, p.watch};
       }
@@ -91,7 +91,6 @@ Result<WatchedStat> VfsImpl::StatForLookup(const Cred& c, const std::string& dir
   if (!many) return fs.StatWatched(c, path);  // e.g. a node that does not know kStatMany
   {
     std::lock_guard lock(files_mu_);
-    ++prefetch_asked_;
     if (callbacks_taken_ == *taken) {
       for (size_t i = 1; i < many->size(); ++i) {
         const auto& [name, w] = (*many)[i];
@@ -104,8 +103,8 @@ Result<WatchedStat> VfsImpl::StatForLookup(const Cred& c, const std::string& dir
         prefetched_[p] = Prefetched{node, *w->watch, w->st, changes, now};
         prefetch_order_.push_back(std::move(p));
       }
-      while (prefetch_order_.size() > kKeptMax ||
-             (!prefetch_order_.empty() && prefetched_.size() > kKeptMax)) {
+      // Every kept path is in prefetch_order_: bounding it bounds them.
+      while (prefetch_order_.size() > kKeptMax) {
         if (auto it = prefetched_.find(prefetch_order_.front()); it != prefetched_.end()) {
           prefetch_of_.erase({it->second.node, it->second.watch});
           prefetched_.erase(it);
