@@ -361,6 +361,15 @@ bool VfsImpl::WatchLocked(uint64_t ino, const std::string& node, Handle watch, u
   const std::pair<std::string, Handle> key{node, watch};
   if (auto old = watched_.find(key); old != watched_.end()) watch_of_.erase(old->second);
   DropWatchLocked(ino);
+  // The node keeps one watch per file of its own, named by the file's
+  // number there, until this node's session ends: the watch of a file gone
+  // names the next file given its number. The inode whose pages it kept
+  // told of is told through it no more.
+  if (auto pw = page_watches_.find(key); pw != page_watches_.end() && pw->second != ino) {
+    const uint64_t other = pw->second;
+    ErasePageWatchLocked(key);
+    if (!PagesToldLocked(other)) pages_.erase(other);
+  }
   watched_[key] = ino;
   watch_of_[ino] = key;
   return true;
@@ -416,14 +425,16 @@ void VfsImpl::RemoteAttrsChanged(const std::string& node, const std::vector<Hand
         watch_of_.erase(it->second);
         watched_.erase(it);
       }
+      uint64_t paged = 0;
       if (auto it = page_watches_.find(key); it != page_watches_.end()) {
-        watched = it->second;
+        paged = it->second;
         if (ended) ErasePageWatchLocked(key);
       } else if (watched != 0 && !ended && options_.keep_remote_pages) {
         page_watches_.emplace(key, watched);
         page_watch_of_.emplace(watched, key);
       }
       if (watched != 0) inos.push_back(watched);
+      if (paged != 0 && paged != watched) inos.push_back(paged);
     }
     // No longer told of the file: the kernel's pages of it go at its next
     // open (AddFile). Before this callback is answered, so that an open

@@ -469,6 +469,9 @@ class VfsImpl final : public Vfs {
   // released. ESTALE (the original answer) when the path is not held
   // elsewhere now (vfs_moved.cc).
   Result<OpenFile> Reopened(uint64_t fh, const OpenFile& stale);
+  // The path inode `ino` had when another file (for Reopened: the moved
+  // file itself, found at its new node) took its name (vfs_moved.cc).
+  Result<std::string> FormerPathOf(uint64_t ino) const;
   // `op(const OpenFile&)` on handle `fh`; again on the handle opened again
   // (Reopened) when its node answered ESTALE: the file moved (up to
   // kMaxReopens times in one operation: it may move on meanwhile).

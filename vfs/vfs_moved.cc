@@ -13,20 +13,32 @@ namespace fedfs::ns {
 Result<VfsImpl::OpenFile> VfsImpl::Reopened(uint64_t fh, const OpenFile& stale) {
   const Error moved{ESTALE, "the file moved"};
   auto path = PathOf(stale.ino);
-  if (!path) return Err(moved);
+  if (!path) path = FormerPathOf(stale.ino);
+  if (!path) {
+    Logger("vfs")->debug("inode {}: its file moved from {}; its path: {}", stale.ino, stale.fs->node_id(),
+                         path.error().ToString());
+    return Err(moved);
+  }
   const std::string dir(ParentPath(*path)), name(BaseName(*path));
   auto vd = deps_.vds->GetFresh(dir);
-  if (!vd) return Err(moved);
-  const VdEntry* e = (*vd)->Find(name);
+  const VdEntry* e = vd ? (*vd)->Find(name) : nullptr;
   if (e == nullptr || e->type == DT_DIR || e->holders.empty() ||
       e->holders.front() == stale.fs->node_id()) {
+    Logger("vfs")->debug("{}: its file moved from {}, but {}", *path, stale.fs->node_id(),
+                         !vd ? "its directory: " + vd.error().ToString()
+                             : e == nullptr ? std::string("no such name now")
+                                            : "no other node holds it now");
     return Err(moved);  // not held elsewhere: ESTALE stands
   }
   const std::string node = e->holders.front();
   auto fs = FsOf(node);
   if (!fs) return Err(fs.error());
   auto op = (*fs)->Open(Cred{}, *path, stale.flags & ~(O_CREAT | O_EXCL | O_TRUNC));
-  if (!op) return Err(op.error());
+  if (!op) {
+    Logger("vfs")->debug("{}: its file moved from {} to {}, which did not open it: {}", *path,
+                         stale.fs->node_id(), node, op.error().ToString());
+    return Err(op.error());
+  }
   OpenFile now = stale;
   now.fs = *fs;
   now.handle = op->handle;
@@ -45,6 +57,9 @@ Result<VfsImpl::OpenFile> VfsImpl::Reopened(uint64_t fh, const OpenFile& stale) 
     if (stale.told) told_.erase({stale.fs->node_id(), stale.handle});
     if (now.told) told_.emplace(std::make_pair(node, now.handle), stale.ino);
     pages_.erase(stale.ino);  // the next open keeps no page
+    // Watches of the file at its old node tell of nothing more.
+    DropWatchLocked(stale.ino);
+    DropPageWatchesLocked(stale.ino);
     it->second.fs = now.fs;
     it->second.handle = now.handle;
     it->second.told = now.told;
@@ -60,6 +75,18 @@ Result<VfsImpl::OpenFile> VfsImpl::Reopened(uint64_t fh, const OpenFile& stale) 
   (void)stale.fs->Release(stale.handle);  // best effort: the old copy is gone
   Logger("vfs")->info("a handle of {} follows it from {} to {}", *path, stale.fs->node_id(), node);
   return now;
+}
+
+// A lookup through this node found the file at its new node first and gave
+// it a new inode (the number differs there): the old one was unlinked as
+// replaced, its name taken by the moved file.
+Result<std::string> VfsImpl::FormerPathOf(uint64_t ino) const {
+  std::lock_guard lock(mu_);
+  const Inode* n = table_.Find(ino);
+  if (n == nullptr || !n->replaced || S_ISDIR(n->type)) return Err(ENOENT, "inode " + std::to_string(ino));
+  std::string dir = table_.Path(n->parent);
+  if (dir.empty()) return Err(ENOENT, "inode " + std::to_string(ino) + ": its directory was removed");
+  return JoinPath(dir, n->real_name);
 }
 
 }  // namespace fedfs::ns

@@ -344,5 +344,40 @@ TEST_F(KernelPagesOff, EveryOpenReadsTheFileAgain) {
   EXPECT_GE(Moved(c_, "n2") - m0, data.size());
 }
 
+// A node keeps a watch of a file until the watcher's session ends, and the
+// file's number may name another file once it is gone (ext4 gives a freed
+// inode number to the next file made nearby). n1 had watched /a, held on
+// n2, and kept its pages; /a went and /b got its number, so n2 answered
+// n1's lookup of /b with /a's watch. A change of /b then dropped the pages
+// of /a's inode only, and n1 read /b as it was (the chaos run's reads, one
+// write behind, after a file moved back to a node it had left).
+TEST_F(KernelPagesUnwatched, AWatchThatNamesAnotherFileNowDropsThatFilesPages) {
+  const std::string a = Random(64 * 1024, 2);
+  ASSERT_TRUE(WriteAt(M("n2", "/a"), 0, a));
+  struct stat st {};
+  ASSERT_EQ(::stat(M("n1", "/a").c_str(), &st), 0) << std::strerror(errno);  // n2 watches it for n1
+  ASSERT_TRUE(ReadFile(M("n1", "/a")) == a);
+  ASSERT_TRUE(WriteAt(M("n2", "/a"), 0, "told"));  // the watch told of once: kept for the pages
+  ASSERT_TRUE(ReadFile(M("n1", "/a")).starts_with("told"));
+  ASSERT_EQ(::stat((c_.ExportRoot("n2") + "/a").c_str(), &st), 0);
+  const ino_t was = st.st_ino;
+  ASSERT_EQ(::unlink(M("n2", "/a").c_str()), 0) << std::strerror(errno);
+  // The next files made there, until one gets /a's number.
+  std::string b;
+  for (int i = 0; i < 64 && b.empty(); ++i) {
+    const std::string name = "/b" + std::to_string(i);
+    ASSERT_TRUE(WriteAt(M("n2", name), 0, Random(64 * 1024, 3)));
+    ASSERT_EQ(::stat((c_.ExportRoot("n2") + name).c_str(), &st), 0);
+    if (st.st_ino == was) b = name;
+  }
+  ASSERT_FALSE(b.empty()) << "no new file got the number of the one removed";
+  ASSERT_EQ(::stat(M("n1", b).c_str(), &st), 0) << std::strerror(errno);  // n2 answers with /a's watch
+  std::string data = ReadFile(M("n1", b));
+  ASSERT_EQ(data.size(), 64u * 1024);
+  ASSERT_TRUE(WriteAt(M("n2", b), 0, "changed on n2"));
+  data.replace(0, 13, "changed on n2");
+  EXPECT_TRUE(ReadFile(M("n1", b)) == data) << "n1 kept its pages of " << b << " from before the change";
+}
+
 }  // namespace
 }  // namespace fedfs::testing
