@@ -341,6 +341,25 @@ TEST_F(VfsTest, ACreateAddsItsEntryWithTheClaimAndThenEndsTheClaim) {
   EXPECT_EQ(vds_->created, (std::vector<std::string>{"new#42", "ln#43", "fifo#44"}));
   EXPECT_EQ(vds_->adds, 1);
   EXPECT_TRUE(fs::is_symlink(dir_ + "/b/ln"));
+  // A hard link too, on its file's node; one that fails at the holder (its
+  // file removed there behind FedFS' back) removes the entry it added.
+  const uint64_t f = Look(kRootIno, "new");
+  auto l = vfs_->Link(cred_, f, kRootIno, "hard");
+  ASSERT_TRUE(l) << l.error().ToString();
+  EXPECT_EQ(l->attr.st_nlink, 2u);
+  EXPECT_EQ(vds_->added_new.back(), "hard@b:" + std::to_string(DT_REG));
+  EXPECT_EQ(vds_->created.back(), "hard#45");
+  EXPECT_EQ(vds_->adds, 1);
+  Put("b", "/gone", "x");
+  const uint64_t gone = Look(kRootIno, "gone");
+  ASSERT_TRUE(fs::remove(dir_ + "/b/gone"));
+  auto failed = vfs_->Link(cred_, gone, kRootIno, "hard2");
+  ASSERT_FALSE(failed);
+  EXPECT_EQ(failed.error().code, ENOENT);
+  EXPECT_EQ(vds_->added_new.back(), "hard2@b:" + std::to_string(DT_REG));
+  EXPECT_EQ(vds_->removes, 1);
+  EXPECT_EQ(vds_->created.size(), 4u);
+  EXPECT_FALSE(fs::exists(dir_ + "/b/hard2"));
 }
 
 // A placement that fails (a fixed node that is not alive) fails the create
