@@ -74,5 +74,46 @@ TEST(NameReuse, ACreateInADirectoryMadeWhereOneWasRenamedAwayFindsIt) {
   EXPECT_EQ(failures, 0) << "first: " << first;
 }
 
+// A directory removed through one node and made again through another, whose
+// kernel had looked up a file in it: the new directory may get the old one's
+// number (ext4 hands a freed inode number to the next directory made), and
+// the file's name must not be found in it. Through n3: mkdir p, create p/f,
+// stat p/f; through n1: unlink p/f, rmdir p; through n3: mkdir p, then
+// create p/f with O_EXCL succeeds and stat p/g fails with ENOENT.
+TEST(NameReuse, ADirectoryMadeAgainHoldsNoneOfTheOldOnesNames) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root for FUSE mounts";
+  Cluster c;
+  std::vector<std::string> ids;
+  const std::string e = c.StartMounted(3, &ids);
+  ASSERT_TRUE(e.empty()) << e;
+  auto M = [&](const std::string& id, const std::string& rel) { return c.Mountpoint(id) + rel; };
+  for (const auto& id : ids) fs::create_directories(c.ExportRoot(id) + "/ns");
+  int same_number = 0;
+  for (int round = 0; round < 50; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    ASSERT_EQ(::mkdir(M("n3", "/ns/p").c_str(), 0755), 0) << std::strerror(errno);
+    struct stat was {}, st {};
+    ASSERT_EQ(::stat(M("n3", "/ns/p").c_str(), &was), 0);
+    ASSERT_EQ(Create(M("n3", "/ns/p/f")), 0);
+    ASSERT_EQ(Create(M("n3", "/ns/p/g")), 0);
+    ASSERT_EQ(::stat(M("n3", "/ns/p/f").c_str(), &st), 0);
+    ASSERT_EQ(::stat(M("n3", "/ns/p/g").c_str(), &st), 0);
+    ASSERT_EQ(::unlink(M("n1", "/ns/p/f").c_str()), 0) << std::strerror(errno);
+    ASSERT_EQ(::unlink(M("n1", "/ns/p/g").c_str()), 0) << std::strerror(errno);
+    ASSERT_EQ(::rmdir(M("n1", "/ns/p").c_str()), 0) << std::strerror(errno);
+    ASSERT_EQ(::mkdir(M("n3", "/ns/p").c_str(), 0755), 0) << std::strerror(errno);
+    struct stat now {};
+    ASSERT_EQ(::stat(M("n3", "/ns/p").c_str(), &now), 0);
+    if (now.st_ino == was.st_ino) ++same_number;
+    const int fd = ::open(M("n3", "/ns/p/f").c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+    EXPECT_GE(fd, 0) << std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    EXPECT_NE(::stat(M("n3", "/ns/p/g").c_str(), &st), 0);
+    std::error_code ec;
+    fs::remove_all(M("n3", "/ns/p"), ec);
+  }
+  std::printf("the new directory had the old one's number in %d of 50 rounds\n", same_number);
+}
+
 }  // namespace
 }  // namespace fedfs::testing
