@@ -207,6 +207,57 @@ void LocalWatch::DropWatchLocked(int wd, std::vector<std::string>* lost) {
   lost->insert(lost->end(), gone.begin(), gone.end());
 }
 
+bool LocalWatch::RemapMovedLocked(int wd) {
+  auto wit = by_wd_.find(wd);
+  if (wit == by_wd_.end()) return false;
+  std::vector<std::pair<std::string, std::string>> moves;
+  for (const auto& p : wit->second.paths) {
+    auto m = moved_to_.find(p);
+    // Its IN_MOVED_TO a few events ago, or it moved where nothing watched
+    // saw it arrive (an entry left by such a move is not used later).
+    if (m == moved_to_.end() || events_ - m->second.second > kMoveEvents) return false;
+    // The new path still names another watched directory: one this move
+    // replaced (an empty one, about to go) or, with RENAME_EXCHANGE, the
+    // other one, which moves next. Lost, as before.
+    if (auto taken = by_path_.find(m->second.first); taken != by_path_.end() && taken->second != wd) {
+      return false;
+    }
+    moves.emplace_back(p, m->second.first);
+  }
+  for (const auto& [from, to] : moves) {
+    moved_to_.erase(from);
+    RemapPathsLocked(from, to);
+  }
+  return true;
+}
+
+void LocalWatch::RemapPathsLocked(const std::string& from, const std::string& to) {
+  if (from == "/" || from == to) return;
+  std::vector<std::string> olds{from};
+  for (auto it = ordered_paths_.lower_bound(from + "/"); it != ordered_paths_.lower_bound(from + "0"); ++it) {
+    olds.push_back(*it);
+  }
+  for (const std::string& old : olds) {
+    auto pit = by_path_.find(old);
+    if (pit == by_path_.end()) continue;
+    const int wd = pit->second;
+    const std::string now = to + old.substr(from.size());
+    by_path_.erase(pit);
+    ordered_paths_.erase(old);
+    auto& paths = by_wd_.at(wd).paths;
+    paths.erase(std::remove(paths.begin(), paths.end(), old), paths.end());
+    // A path beneath that still names another watch (of a directory gone
+    // meanwhile, whose IN_DELETE_SELF is still queued): it goes.
+    if (auto taken = by_path_.find(now); taken != by_path_.end() && taken->second != wd) {
+      RemovePathLocked(now, /*rm_watch=*/true);
+    }
+    if (by_path_.emplace(now, wd).second) {
+      ordered_paths_.insert(now);
+      paths.push_back(now);
+    }
+  }
+}
+
 void LocalWatch::AddLostLocked(std::vector<std::string> dirs) {
   lost_from_callers_.insert(lost_from_callers_.end(), std::make_move_iterator(dirs.begin()),
                             std::make_move_iterator(dirs.end()));
@@ -335,9 +386,31 @@ size_t LocalWatch::ReadEvents() {
       }
       auto it = by_wd_.find(ev->wd);
       if (it == by_wd_.end()) continue;  // unwatched since the event was queued
+      if (ev->mask & IN_DELETE_SELF) {
+        // Removed: it was empty, the events of what it held came before
+        // this one, and its parent's IN_DELETE reports its name. Nothing
+        // was missed (FedFS' own rmdir used to drop the VDs and the kernel
+        // names of the federation through this).
+        std::vector<std::string> gone;
+        DropWatchLocked(ev->wd, &gone);
+        continue;
+      }
+      if ((ev->mask & IN_MOVE_SELF) && RemapMovedLocked(ev->wd)) continue;
       if (ev->mask & kSelfGone) {
         DropWatchLocked(ev->wd, &lost);
         continue;
+      }
+      if ((ev->mask & IN_ISDIR) && (ev->mask & (IN_MOVED_FROM | IN_MOVED_TO)) && ev->len > 0 &&
+          ev->cookie != 0 && !it->second.paths.empty()) {
+        const std::string path = JoinPath(it->second.paths.front(), ev->name);
+        if (moved_from_.size() >= kMaxMoves) moved_from_.clear();
+        if (moved_to_.size() >= kMaxMoves) moved_to_.clear();
+        if (ev->mask & IN_MOVED_FROM) {
+          moved_from_[ev->cookie] = path;
+        } else if (auto m = moved_from_.find(ev->cookie); m != moved_from_.end()) {
+          moved_to_[m->second] = {path, events_};
+          moved_from_.erase(m);
+        }
       }
       if ((ev->mask & kAttrMask) && opts_.on_attr) {
         for (const auto& p : it->second.paths) {

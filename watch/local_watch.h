@@ -35,10 +35,17 @@
 //    on_change. Reported are: every watched directory on a queue overflow
 //    (IN_Q_OVERFLOW; the watches stay); the directory evicted by the
 //    max_watches bound (no longer watched); a watched directory that was
-//    itself removed, renamed or moved away, or whose file system went away
-//    (IN_DELETE_SELF, IN_MOVE_SELF, IN_IGNORED, IN_UNMOUNT), together with
-//    every watched directory at or beneath its path (no longer watched).
-//    Unwatch() is not reported.
+//    itself moved to where no watched directory saw it arrive, or whose
+//    file system went away (IN_MOVE_SELF, IN_IGNORED, IN_UNMOUNT), together
+//    with every watched directory at or beneath its path (no longer
+//    watched): events in it after the move would be taken for its old path.
+//    A watched directory renamed from one watched directory to another
+//    (FedFS' own renames among them) keeps its watch, and those beneath it
+//    theirs, under the new paths, unless the new path names another watched
+//    directory still (a rename over an empty one, RENAME_EXCHANGE: lost as
+//    above); one that was removed (IN_DELETE_SELF) is unwatched. Neither is
+//    reported: their parents' kRemove and kAdd tell of them. Unwatch() is
+//    not reported.
 //
 // Paths. Directories are named by global paths (common/path.h); a path
 // that fails ValidateGlobalPath is refused with EINVAL. A directory is opened
@@ -186,6 +193,13 @@ class LocalWatch {
   void RemovePathLocked(const std::string& path, bool rm_watch);
   void DropWatchLocked(int wd, std::vector<std::string>* lost);
   void AddLostLocked(std::vector<std::string> dirs);
+  // A watched directory renamed from `from` to `to` within watched
+  // directories (its IN_MOVED_FROM and IN_MOVED_TO read before its
+  // IN_MOVE_SELF): it and the watched directories beneath it keep their
+  // watches under the new paths (watch `wd`: false when a path of it has
+  // no known destination, then it is lost as before).
+  bool RemapMovedLocked(int wd);
+  void RemapPathsLocked(const std::string& from, const std::string& to);
 
   const std::string export_root_;
   const LocalWatchOptions opts_;
@@ -201,6 +215,16 @@ class LocalWatch {
   std::set<std::string> ordered_paths_;  // by_path_'s keys, for subtree ranges
   std::list<int> lru_;                   // wds, least recently (re)watched first
   std::vector<std::string> lost_from_callers_;  // evictions by Watch, for the thread
+  // Directories moved within watched ones, for their IN_MOVE_SELF (the
+  // kernel queues IN_MOVED_FROM, IN_MOVED_TO, then IN_MOVE_SELF): the old
+  // path by cookie until its IN_MOVED_TO, then old path -> new path. Each
+  // bounded by kMaxMoves (cleared past it: a move then reads as lost).
+  // A destination is used only within kMoveEvents events of its
+  // IN_MOVED_TO (concurrent renames may interleave their events).
+  static constexpr size_t kMaxMoves = 1024;
+  static constexpr uint64_t kMoveEvents = 64;
+  std::unordered_map<uint32_t, std::string> moved_from_;
+  std::unordered_map<std::string, std::pair<std::string, uint64_t>> moved_to_;  // new path, events_
   uint64_t events_ = 0, changes_delivered_ = 0, overflows_ = 0, lost_dirs_ = 0;
 
   std::mutex ignore_mu_;

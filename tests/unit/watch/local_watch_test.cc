@@ -231,12 +231,19 @@ TEST_F(LocalWatchTest, MovesInFromAndOutToUnwatchedPlaces) {
                                                     Add("/w", "z", DT_REG)}));
 }
 
-TEST_F(LocalWatchTest, RemovedOrRenamedWatchedDirectoryIsLost) {
+// A watched directory moved where no watched directory sees it arrive is
+// lost (events in it after the move would be taken for its old path), with
+// the watched directories beneath it. One renamed between watched
+// directories keeps its watches under the new paths, and a removed one is
+// unwatched (it was empty): neither is lost, their parents report them, so
+// FedFS' own rmdir and rename drop nothing anywhere.
+TEST_F(LocalWatchTest, MovedAwayWatchedDirectoryIsLostARenamedOrRemovedOneIsNot) {
   Mkdir("/x");
   Mkdir("/d");
   Mkdir("/d/e");
   Mkdir("/d/e/f");
   Mkdir("/d-x");  // sorts between "/d" and "/d/e": must not be taken for the subtree
+  Mkdir("/u");    // not watched
   StartWatch();
   for (const char* p : {"/", "/x", "/d", "/d/e", "/d/e/f", "/d-x"}) {
     ASSERT_TRUE(watch_->Watch(p)) << p;
@@ -244,22 +251,48 @@ TEST_F(LocalWatchTest, RemovedOrRenamedWatchedDirectoryIsLost) {
   EXPECT_EQ(watch_->stats().watches, 6u);
 
   ASSERT_EQ(::rmdir(R("/x").c_str()), 0);
-  ASSERT_TRUE(col_.WaitFor([](const auto&, const auto& lost) { return !lost.empty(); }));
-  EXPECT_EQ(col_.TakeLost(), (std::vector<std::string>{"/x"}));
   EXPECT_EQ(Settle(), (std::vector<LocalChange>{Rm("/", "x", DT_DIR)}));
+  EXPECT_TRUE(col_.TakeLost().empty());
+  EXPECT_EQ(watch_->stats().watches, 5u);
 
+  // Renamed within "/": its watches follow, and a change in it is reported
+  // under the new path.
   ASSERT_EQ(::rename(R("/d").c_str(), R("/d2").c_str()), 0);
-  ASSERT_TRUE(col_.WaitFor([](const auto&, const auto& lost) { return lost.size() >= 3; }));
   EXPECT_EQ(Settle(), (std::vector<LocalChange>{Rm("/", "d", DT_DIR), Add("/", "d2", DT_DIR)}));
-  EXPECT_EQ(col_.TakeLost(), (std::vector<std::string>{"/d", "/d/e", "/d/e/f"}));
+  Touch("/d2/e/n");
+  EXPECT_EQ(Settle("/d2/e"), (std::vector<LocalChange>{Add("/d2/e", "n", DT_REG)}));
+  EXPECT_TRUE(col_.TakeLost().empty());
+  EXPECT_EQ(watch_->stats().watches, 5u);
+  ASSERT_TRUE(watch_->Watch("/d2/e/f"));  // already watched under its new path
+  EXPECT_EQ(watch_->stats().watches, 5u);
+
+  // Two watched directories exchanged: the first to move is lost, the
+  // other keeps its watch under its new path.
+  Mkdir("/y");
+  ASSERT_TRUE(watch_->Watch("/y"));
+  ASSERT_EQ(::renameat2(AT_FDCWD, R("/y").c_str(), AT_FDCWD, R("/d-x").c_str(), RENAME_EXCHANGE), 0);
+  ASSERT_TRUE(col_.WaitFor([](const auto&, const auto& lost) { return !lost.empty(); }));
+  EXPECT_EQ(col_.TakeLost(), (std::vector<std::string>{"/y"}));
+  (void)Settle();
+  Touch("/y/was-d-x");
+  EXPECT_EQ(Settle("/y"), (std::vector<LocalChange>{Add("/y", "was-d-x", DT_REG)}));
+  ASSERT_EQ(::rmdir(R("/d-x").c_str()), 0);  // the old /y, unwatched now
+  (void)Settle();
+  EXPECT_EQ(watch_->stats().watches, 5u);
+
+  // Moved into an unwatched directory: lost, with what is beneath it.
+  ASSERT_EQ(::rename(R("/d2").c_str(), R("/u/d2").c_str()), 0);
+  ASSERT_TRUE(col_.WaitFor([](const auto&, const auto& lost) { return lost.size() >= 3; }));
+  EXPECT_EQ(Settle(), (std::vector<LocalChange>{Rm("/", "d2", DT_DIR)}));
+  EXPECT_EQ(col_.TakeLost(), (std::vector<std::string>{"/d2", "/d2/e", "/d2/e/f"}));
   auto s = watch_->stats();
-  EXPECT_EQ(s.watches, 2u);  // "/" and "/d-x"
+  EXPECT_EQ(s.watches, 2u);  // "/" and "/y" (the old /d-x)
   EXPECT_EQ(s.lost_dirs, 4u);
 
   // The moved directory can be watched again under its new name.
-  ASSERT_TRUE(watch_->Watch("/d2/e"));
-  Touch("/d2/e/n");
-  EXPECT_EQ(Settle("/d2/e"), (std::vector<LocalChange>{Add("/d2/e", "n", DT_REG)}));
+  ASSERT_TRUE(watch_->Watch("/u/d2/e"));
+  Touch("/u/d2/e/m");
+  EXPECT_EQ(Settle("/u/d2/e"), (std::vector<LocalChange>{Add("/u/d2/e", "m", DT_REG)}));
 }
 
 TEST_F(LocalWatchTest, MaxWatchesEvictsLeastRecentlyWatched) {
