@@ -386,16 +386,19 @@ size_t LocalWatch::ReadEvents() {
       }
       auto it = by_wd_.find(ev->wd);
       if (it == by_wd_.end()) continue;  // unwatched since the event was queued
-      if (ev->mask & IN_DELETE_SELF) {
+      const bool is_root =
+          std::find(it->second.paths.begin(), it->second.paths.end(), "/") != it->second.paths.end();
+      if ((ev->mask & IN_DELETE_SELF) && !is_root) {
         // Removed: it was empty, the events of what it held came before
         // this one, and its parent's IN_DELETE reports its name. Nothing
         // was missed (FedFS' own rmdir used to drop the VDs and the kernel
-        // names of the federation through this).
+        // names of the federation through this). Not the export root: no
+        // parent tells of it.
         std::vector<std::string> gone;
         DropWatchLocked(ev->wd, &gone);
         continue;
       }
-      if ((ev->mask & IN_MOVE_SELF) && RemapMovedLocked(ev->wd)) continue;
+      if ((ev->mask & IN_MOVE_SELF) && !is_root && RemapMovedLocked(ev->wd)) continue;
       if (ev->mask & kSelfGone) {
         DropWatchLocked(ev->wd, &lost);
         continue;
