@@ -33,14 +33,21 @@ int Create(const std::string& p) {
   return 0;
 }
 
-TEST(NameReuse, ACreateInADirectoryMadeWhereOneWasRenamedAwayFindsIt) {
-  if (::geteuid() != 0) GTEST_SKIP() << "needs root for FUSE mounts";
+// Three daemons with mounts, and /ns made in every export root.
+class NameReuse : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root for FUSE mounts";
+    const std::string e = c.StartMounted(3, &ids);
+    ASSERT_TRUE(e.empty()) << e;
+    for (const auto& id : ids) fs::create_directories(c.ExportRoot(id) + "/ns");
+  }
+  std::string M(const std::string& id, const std::string& rel) const { return c.Mountpoint(id) + rel; }
   Cluster c;
   std::vector<std::string> ids;
-  const std::string e = c.StartMounted(3, &ids);
-  ASSERT_TRUE(e.empty()) << e;
-  auto M = [&](const std::string& id, const std::string& rel) { return c.Mountpoint(id) + rel; };
-  for (const auto& id : ids) fs::create_directories(c.ExportRoot(id) + "/ns");
+};
+
+TEST_F(NameReuse, ACreateInADirectoryMadeWhereOneWasRenamedAwayFindsIt) {
   int failures = 0;
   std::string first;
   for (int round = 0; round < 50; ++round) {
@@ -80,14 +87,7 @@ TEST(NameReuse, ACreateInADirectoryMadeWhereOneWasRenamedAwayFindsIt) {
 // the file's name must not be found in it. Through n3: mkdir p, create p/f,
 // stat p/f; through n1: unlink p/f, rmdir p; through n3: mkdir p, then
 // create p/f with O_EXCL succeeds and stat p/g fails with ENOENT.
-TEST(NameReuse, ADirectoryMadeAgainHoldsNoneOfTheOldOnesNames) {
-  if (::geteuid() != 0) GTEST_SKIP() << "needs root for FUSE mounts";
-  Cluster c;
-  std::vector<std::string> ids;
-  const std::string e = c.StartMounted(3, &ids);
-  ASSERT_TRUE(e.empty()) << e;
-  auto M = [&](const std::string& id, const std::string& rel) { return c.Mountpoint(id) + rel; };
-  for (const auto& id : ids) fs::create_directories(c.ExportRoot(id) + "/ns");
+TEST_F(NameReuse, ADirectoryMadeAgainHoldsNoneOfTheOldOnesNames) {
   int same_number = 0;
   for (int round = 0; round < 50; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
