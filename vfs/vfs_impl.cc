@@ -652,16 +652,30 @@ Result<std::string> VfsImpl::PlaceNew(const Cred& c, const std::string& dir_path
                         dir_path, s.error().ToString(), dir_vd->holders.front());
     node = dir_vd->holders.front();
   }
-  const std::string name(BaseName(path));
   // EEXIST only once the manager lists the name (a claim in flight is
   // waited out), and its round has reached this node's copy.
+  FEDFS_TRY(claimed, ClaimNew(dir_path, std::string(BaseName(path)), add_type, node));
+  if (added != nullptr) *added = *claimed;
+  return node;
+}
+
+Result<VfsImpl::NewName> VfsImpl::ClaimNew(const std::string& dir_path, const std::string& name,
+                                           uint8_t add_type, const std::string& node) {
   if (add_type != 0) {
     FEDFS_TRY(a, deps_.vds->AddNew(dir_path, name, add_type, node));
-    *added = NewName{*a != 0 ? NewEntry::kAdded : NewEntry::kClaimed, *a};
-    return node;
+    return NewName{*a != 0 ? NewEntry::kAdded : NewEntry::kClaimed, *a};
   }
   if (auto s = deps_.vds->Claim(dir_path, name); !s) return Err(s.error());
-  return node;
+  return NewName{};
+}
+
+void VfsImpl::AbandonNew(const std::string& dir_path, const std::string& name,
+                         const std::string& node, const NewName& owed) {
+  if (owed.owed == NewEntry::kAdded) {
+    ReportRemove(dir_path, name, node);  // ends the claim too
+  } else {
+    ReleaseNew(dir_path, name);
+  }
 }
 
 void VfsImpl::ReleaseNew(const std::string& dir_path, const std::string& name) {

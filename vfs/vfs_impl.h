@@ -406,6 +406,14 @@ class VfsImpl final : public Vfs {
                                const std::string& path, bool is_dir, uint8_t add_type = 0,
                                NewName* added = nullptr);
   void ReleaseNew(const std::string& dir_path, const std::string& name);
+  // The claim of `name` in `dir_path` for an entry on `node`, with the entry
+  // itself where the manager can when `add_type` is not 0 (VdClient::AddNew).
+  Result<NewName> ClaimNew(const std::string& dir_path, const std::string& name, uint8_t add_type,
+                           const std::string& node);
+  // An entry that could not be made: its claim ends (ReleaseNew), or the
+  // entry added with it is removed, which ends it too.
+  void AbandonNew(const std::string& dir_path, const std::string& name, const std::string& node,
+                  const NewName& owed);
   // What a made entry still owes its directory's manager (`owed`, from
   // MakeNew): the end of its claim (VdClient::Created), or its kAdd.
   void ReportNew(const std::string& dir_path, const std::string& name, uint8_t type,

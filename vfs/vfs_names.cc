@@ -357,27 +357,17 @@ Result<EntryOut> VfsImpl::Link(const Cred& c, uint64_t ino, uint64_t new_parent,
   }
   const std::string path = JoinPath(dir->path, new_name);
   // The claim and the entry in one call where the manager can, as a create
-  // ("Creates in one round trip", docs/namespace.md): a token, else claimed
-  // only (0).
-  const uint8_t type = DtFromMode(src->type);
-  FEDFS_TRY(token, deps_.vds->AddNew(dir->path, new_name, type, src->node));
+  // ("Creates in one round trip", docs/namespace.md).
+  FEDFS_TRY(owed, ClaimNew(dir->path, new_name, DtFromMode(src->type), src->node));
   auto fs = FsOf(src->node);
   auto st = fs ? (*fs)->Link(c, src->path, path) : Result<struct stat>(Err(fs.error()));
   if (!st) {
-    if (*token != 0) {
-      ReportRemove(dir->path, new_name, src->node);  // ends the claim too
-    } else {
-      ReleaseNew(dir->path, new_name);
-    }
+    AbandonNew(dir->path, new_name, src->node, *owed);
     return Err(st.error());
   }
   const bool kernel_ok = (*vd)->kernel_may_cache;
   vd->reset();  // unshared, the manager changes VD(P) in place (vd_service.cc)
-  if (*token != 0) {
-    deps_.vds->Created(dir->path, new_name, *token);
-  } else {
-    ReportAdd(dir->path, new_name, DtFromMode(st->st_mode), src->node);
-  }
+  ReportNew(dir->path, new_name, DtFromMode(st->st_mode), src->node, 0, *owed);
   // The new name is a kernel inode of its own: the old name's cached link
   // count is now wrong (non-blocking; safe inside this request).
   if (KernelCache* k = kernel_.load(std::memory_order_acquire)) k->InvalidateAttrs(ino);

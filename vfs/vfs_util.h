@@ -134,11 +134,7 @@ Result<std::pair<std::string, T>> VfsImpl::MakeNew(const Cred& c, const std::str
     }
   }
   if (!made) {
-    if (added.owed == NewEntry::kAdded) {
-      ReportRemove(dir_path, name, *node);  // ends the claim too
-    } else {
-      ReleaseNew(dir_path, name);
-    }
+    AbandonNew(dir_path, name, *node, added);
     return Err(made.error());
   }
   return std::make_pair(std::move(*node), std::move(*made));
