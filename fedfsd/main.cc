@@ -66,7 +66,9 @@ void WaitJoined(const fedfs::daemon::Daemon& d, const fedfs::daemon::DaemonOptio
 
 size_t AliveCount(const fedfs::daemon::Daemon& d) {
   size_t n = 0;
-  for (const auto& [id, m] : d.Snapshot()->members) {
+  // Held here: a range over a member of the temporary would outlive it.
+  const auto view = d.Snapshot();
+  for (const auto& [id, m] : view->members) {
     n += m.state == fedfs::daemon::MemberState::kAlive ? 1 : 0;
   }
   return n;

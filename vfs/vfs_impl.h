@@ -453,8 +453,11 @@ class VfsImpl final : public Vfs {
   void AwaitVd(const std::string& dir, const std::string& name,
                const std::function<bool(const VdEntry*)>& settled);
   bool ReportEdits(const std::string& dir, const std::vector<VdEdit>& edits);
+  // `hold_first`: both names are held before they are read (a retry, see
+  // the .cc).
   Status RenameOnce(const Cred& c, uint64_t parent, const std::string& name,
-                    uint64_t new_parent, const std::string& new_name, unsigned flags);
+                    uint64_t new_parent, const std::string& new_name, unsigned flags,
+                    bool hold_first);
   // `first`: the first try (may look at a stale copy, see the .cc).
   Result<std::pair<EntryOut, FileOut>> CreateOnce(const Cred& c, uint64_t parent,
                                                   const std::string& name, mode_t mode,

@@ -499,22 +499,29 @@ void VfsImpl::ForgetSubtreeVds(const std::string& path) {
   }
 }
 
-// A rename to a new name claims it first; losing that claim to a concurrent
-// create starts over (the name now exists: a replace).
+// A rename reads its two names, then holds them (a lock, or a claim of a new
+// name) and checks them again: one call to the manager within a directory.
+// Another node may change them in between; then it starts over, holding both
+// names before it reads them, so that the second try cannot lose a race (a
+// bounded number of first-style tries made a rename in a busy shared
+// directory fail with EEXIST, which rename(2) never returns).
 Status VfsImpl::Rename(const Cred& c, uint64_t parent, const std::string& name,
                        uint64_t new_parent, const std::string& new_name, unsigned flags) {
   Changing();  // its node does not tell this node's session (Inode::lookup_attr)
   DirChange dir_change(*this);  // KeptDirAttr
   for (int attempt = 0;; ++attempt) {
-    Status s = RenameOnce(c, parent, name, new_parent, new_name, flags);
+    Status s = RenameOnce(c, parent, name, new_parent, new_name, flags, attempt > 0);
     const bool raced = !s && s.error().code == EEXIST && s.error().context == "raced";
     if (!raced) return s;
-    if (attempt == 4) return Err(EEXIST, "rename: " + new_name + " keeps being created");
+    // Held first, only the source's entry can have changed before it was
+    // held: each try after the first follows another node's finished change.
+    if (attempt == 64) return Err(EAGAIN, "rename: " + name + " keeps changing");
   }
 }
 
 Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& name,
-                           uint64_t new_parent, const std::string& new_name, unsigned flags) {
+                           uint64_t new_parent, const std::string& new_name, unsigned flags,
+                           bool hold_first) {
   if (auto s = ValidateName(new_name); !s) return Err(s.error());
   if ((flags & RENAME_EXCHANGE) && (flags & RENAME_NOREPLACE)) return Err(EINVAL, "rename flags");
   FEDFS_TRY(sdir, ResolveDir(parent));
@@ -533,6 +540,17 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
   // existing name (it exists: it is the source).
   if (from == to) return (flags & RENAME_NOREPLACE) ? Status(Err(EEXIST, to)) : Ok();
   if (src.type == DT_DIR && PathWithin(to, from)) return Err(EINVAL, "rename into itself");
+  // The source's name, and the destination's if it exists, are held until
+  // the change is reported.
+  NameLocks locks(deps_.vds);
+  if (hold_first) {
+    // Both names held, then read: no other node changes them in between. A
+    // lock of a name that does not exist holds it as a claim does.
+    if (auto s = locks.Take({{sdir->path, sreal}, {ddir->path, new_name}}); !s) return s;
+    FEDFS_TRY(again, deps_.vds->GetName(sdir->path, name));
+    if (!SameEntry((*again)->Find(name), src)) return Err(EEXIST, "raced");
+    svd = std::move(again);
+  }
   // A partial VD holds one name: the destination's is asked for apart.
   FEDFS_TRY(dvd, sdir->path == ddir->path && !(*svd)->partial
                      ? Result<VdPtr>(*svd)
@@ -589,12 +607,10 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
       dst.reset();
     }
   }
-  const bool claimed = !dst && !remote_dst;
-  // The source's name, and the destination's if it exists, are held until
-  // the change is reported; then what was read before holding them is
-  // checked again (another node may have changed them meanwhile: start
-  // over).
-  NameLocks locks(deps_.vds);
+  // A new name is claimed, unless it is held already. What was read before
+  // the names were held is checked again once they are (another node may
+  // have changed them meanwhile: start over).
+  const bool claimed = !dst && !remote_dst && !hold_first;
   // Within one directory, the lock on the source and the claim of the new
   // name are one call to the manager; otherwise the locks (in order), then
   // the claim.
@@ -604,7 +620,7 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
     if (s || s.error().code != EEXIST) return s;
     return Err(EEXIST, "raced");
   };
-  {
+  if (!hold_first) {
     if (lock_and_claim) {
       if (Status s = raced_if_exists(locks.TakeWithClaim(sdir->path, sreal, new_name)); !s) {
         return s;

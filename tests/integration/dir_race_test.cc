@@ -5,6 +5,11 @@
 // /x everywhere, or /y everywhere), never a mix (dirops/dir_ops.h, "Two
 // coordinators": name locks at the managers).
 //
+// And plain renames racing with creates and other renames of three names in
+// one directory, from two threads on each of three mounts: rename(2) without
+// flags answers 0 or ENOENT there, never EEXIST (a rename that lost its
+// claim or lock to another node five times in a row once gave up so).
+//
 // The Cluster stops the daemons by pid, unmounts and removes its temporary
 // directory whatever happens.
 #include <sys/stat.h>
@@ -17,8 +22,13 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fcntl.h>
+
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <mutex>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -93,6 +103,52 @@ TEST(DirRace, OverlappingRenamesOfTwoCoordinatorsEndInOneOrderOnEveryNode) {
     for (const auto& id : ids) ASSERT_TRUE(is_dir(R(id, "/a/b"))) << id;
   }
   std::printf("orders: n1 first %d, n2 first %d\n", first_order, second_order);
+}
+
+TEST(DirRace, PlainRenamesRacingInOneDirectoryAnswerOnlyZeroOrEnoent) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root for FUSE mounts";
+  Cluster c;
+  std::vector<std::string> ids;
+  // Files spread over the nodes by name: most renames cross nodes.
+  const std::string e =
+      c.StartMounted(3, &ids, "placement: {policy: local, rules: [{prefix: /s, policy: hash}]}\n");
+  ASSERT_TRUE(e.empty()) << e;
+  ASSERT_EQ(::mkdir((c.Mountpoint("n1") + "/s").c_str(), 0755), 0) << std::strerror(errno);
+  const char* const names[] = {"a", "b", "c"};
+  std::mutex mu;
+  std::map<int, int> rename_errors;  // errno -> count
+  int renames = 0;
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < 2 * ids.size(); ++t) {
+    threads.emplace_back([&, t] {
+      const std::string dir = c.Mountpoint(ids[t / 2]) + "/s/";
+      std::mt19937 rng(static_cast<unsigned>(t) + 1);
+      std::uniform_int_distribution<int> pick(0, 2);
+      for (int i = 0; i < 500; ++i) {
+        const std::string a = dir + names[pick(rng)];
+        if (pick(rng) == 0) {
+          const int fd = ::open(a.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+          if (fd >= 0) ::close(fd);
+          continue;
+        }
+        const std::string b = dir + names[pick(rng)];
+        const int rc = ::rename(a.c_str(), b.c_str()) == 0 ? 0 : errno;
+        std::lock_guard lock(mu);
+        ++renames;
+        ++rename_errors[rc];
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  std::string seen;
+  for (const auto& [err, n] : rename_errors) {
+    seen += std::string(err == 0 ? "ok" : std::strerror(err)) + ": " + std::to_string(n) + "; ";
+  }
+  std::printf("%d renames: %s\n", renames, seen.c_str());
+  for (const auto& [err, n] : rename_errors) {
+    EXPECT_TRUE(err == 0 || err == ENOENT) << n << " renames answered " << std::strerror(err);
+  }
+  EXPECT_GT(rename_errors[0], 0) << "no rename succeeded";
 }
 
 }  // namespace
