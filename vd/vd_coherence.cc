@@ -544,6 +544,9 @@ auto VdService::Impl::Core::FinishLocked(Build& build) -> Result<Snapshot> {
   }
   Snapshot snap{std::move(vd), std::move(state)};
   if (build.dropped) return snap;  // the directory moved while it was merged
+  // Built for a read of a P whose lease here ended meanwhile: served, not
+  // kept (no one would tell this node of P's changes).
+  if (!ServedHereLocked(build.path)) return snap;
 
   auto it = resident_.find(build.path);
   if (it != resident_.end()) {

@@ -268,8 +268,20 @@ auto VdService::Impl::Core::UpdateOutcomeOf(
     if (own) self->dt_->EndOwnChange(path);  // after the patch (inspect runs first)
     done(std::move(v));
   };
-  // Served at once, as Route would (no Routed to build).
-  if (here) return ServeUpdate(path, std::move(changes), view->self, *view, std::move(finish));
+  // Served at once, as Route would (no Routed to build); at M(P) when the
+  // lease of P here ended meanwhile.
+  if (here) {
+    std::vector<VdChange> again = changes;
+    return ServeUpdate(
+        path, std::move(changes), view->self, *view,
+        [self, path, again = std::move(again), finish = std::move(finish)](
+            Result<UpdateOutcome> o) mutable {
+          if (!o && o.error().code == EAGAIN && o.error().context.starts_with(kLeaseEnded)) {
+            return self->UpdateOutcomeOf(path, std::move(again), std::move(finish));
+          }
+          finish(std::move(o));
+        });
+  }
   if (own) dt_->BeginOwnChange(path);
   auto r = std::make_shared<Routed<UpdateOutcome>>();
   r->path = path;
@@ -476,6 +488,11 @@ auto VdService::Impl::Core::ServeUpdate(const std::string& path, std::vector<VdC
   {
     std::lock_guard lock(mu_);
     if (closed_) return done(Err(ESHUTDOWN, "VD service closed"));
+    // This node's own change of a P that was lent here: not applied to a
+    // copy here once the lease ended (ServedHereLocked).
+    if (from == view.self) {
+      if (Status s = ServedHereLocked(path); !s) return done(Err(s.error()));
+    }
     // One round per directory at a time: a change acknowledged while an
     // earlier one's round is in flight would be missing from copies that
     // are not invalidated yet.

@@ -53,6 +53,12 @@ inline constexpr int kMaxStaleRetries = 3;
 using m2m::kMaxResends;
 using m2m::ConnectionBroken;
 
+// The context of the EAGAIN a node answers its own operation with when it
+// found P lent to it but serves the operation after the lease ended (it
+// neither manages nor holds P any more): the operation goes to M(P) instead
+// (UpdateOutcomeOf).
+inline constexpr std::string_view kLeaseEnded = "the lease ended: ";
+
 inline std::shared_ptr<spdlog::logger> Log() {
   static auto logger = Logger("vd");
   return logger;
@@ -464,8 +470,14 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   // recalls to answer are moved to `answer`.
   void EndHeldLocked(std::unordered_map<std::string, Held>::iterator it,
                      std::vector<m2m::Responder>* answer);
-  // EAGAIN while P's lease is being returned (claims and locks then go to M(P)).
+  // EAGAIN while P's lease is being returned (claims and locks then go to
+  // M(P)), or once it ended (kLeaseEnded): this node neither manages P nor
+  // holds its lease, and an operation that found P lent here must not decide
+  // on a copy of P here.
   Status ReturningLocked(const std::string& path) const;
+  // EAGAIN (kLeaseEnded) when this node neither manages P nor holds its
+  // lease.
+  Status ServedHereLocked(const std::string& path) const;
   bool AnyLeases() const { return lease_count_.load(std::memory_order_acquire) > 0; }
 
   // --- Claims (see VdChange) ---

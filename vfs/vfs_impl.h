@@ -28,6 +28,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -453,6 +454,9 @@ class VfsImpl final : public Vfs {
   void AwaitVd(const std::string& dir, const std::string& name,
                const std::function<bool(const VdEntry*)>& settled);
   bool ReportEdits(const std::string& dir, const std::vector<VdEdit>& edits);
+  // Whether `path` was being renamed away by this node; if so, waits until
+  // that rename ended (the table names the inode anew) and says true.
+  bool RenamedAway(const std::string& path);
   // `hold_first`: both names are held before they are read (a retry, see
   // the .cc).
   Status RenameOnce(const Cred& c, uint64_t parent, const std::string& name,
@@ -594,6 +598,11 @@ class VfsImpl final : public Vfs {
 
   mutable std::mutex mu_;
   InodeTable table_;  // guarded by mu_
+  // Paths (real names) this node is renaming away: from before the holder's
+  // rename until the table moves the name. A getattr of an inode by such a
+  // path that finds it gone waits for the move (RenamedAway). Guarded by mu_.
+  std::multiset<std::string> renaming_;
+  std::condition_variable renamed_;
 
   mutable std::mutex files_mu_;  // after mu_
   std::unordered_map<uint64_t, OpenFile> files_;  // guarded by files_mu_

@@ -60,6 +60,15 @@ void VfsImpl::Forget(uint64_t ino, uint64_t nlookup) {
   MaybeEraseLocked(ino);
 }
 
+bool VfsImpl::RenamedAway(const std::string& path) {
+  std::unique_lock lock(mu_);
+  if (!renaming_.contains(path)) return false;
+  // A rename's calls end within their own timeouts; past this bound it is
+  // answered as gone.
+  return renamed_.wait_for(lock, std::chrono::seconds(30),
+                           [&] { return !renaming_.contains(path); });
+}
+
 Result<struct stat> VfsImpl::GetAttr(const Cred& c, uint64_t ino, std::optional<uint64_t> fh) {
   auto r = Resolve(ino);
   if (!r) {
@@ -117,6 +126,13 @@ Result<struct stat> VfsImpl::GetAttr(const Cred& c, uint64_t ino, std::optional<
     }
   } else {
     st = (*fs)->Stat(c, r->path);
+  }
+  if (!st && st.error().code == ENOENT && RenamedAway(r->path)) {
+    // This node's own rename in flight moved it: the kernel, which has not
+    // moved its name yet, gets the file's attributes by its new name (an
+    // ENOENT here, with the new name's absence still cached by the kernel,
+    // showed the file under neither name).
+    return GetAttr(c, ino, fh);
   }
   if (!st && st.error().code == ENOENT) {
     // Removed or renamed on its node since the kernel looked it up: through
@@ -647,6 +663,23 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
   if (claimed && !lock_and_claim) {
     if (Status s = raced_if_exists(deps_.vds->Claim(ddir->path, new_name)); !s) return s;
   }
+  // Known as being renamed away until the table names the inode anew (a
+  // getattr meanwhile waits for it: RenamedAway).
+  {
+    std::lock_guard lock(mu_);
+    renaming_.insert(from);
+  }
+  struct Unmark {
+    VfsImpl* vfs;
+    std::string from;
+    ~Unmark() {
+      {
+        std::lock_guard lock(vfs->mu_);
+        vfs->renaming_.erase(vfs->renaming_.find(from));
+      }
+      vfs->renamed_.notify_all();
+    }
+  } unmark{this, from};
   Status done = EnsureDirOn(c, node, ddir->path, *dvd);
   auto fs = FsOf(node);
   if (done && !fs) done = Err(fs.error());

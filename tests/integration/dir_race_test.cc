@@ -151,5 +151,55 @@ TEST(DirRace, PlainRenamesRacingInOneDirectoryAnswerOnlyZeroOrEnoent) {
   EXPECT_GT(rename_errors[0], 0) << "no rename succeeded";
 }
 
+// A stat of a file this node is renaming away, through a name the kernel
+// still has, answers the file (its attributes by its new name) until the
+// rename returns: an ENOENT there, with the new name's absence still cached
+// by the kernel, showed the file under neither name (the history test saw
+// it once). One thread renames x to y through n1 while another stats x,
+// then y, through n1 again and again, and a third changes x's mode through
+// n3 (so that n1's kernel asks for x's attributes); the file is on n2.
+TEST(DirRace, AFileBeingRenamedIsSeenUnderOneOfItsNamesByTheRenamingNode) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root for FUSE mounts";
+  Cluster c;
+  std::vector<std::string> ids;
+  const std::string e =
+      c.StartMounted(3, &ids, "placement: {policy: local, rules: [{prefix: /r, node: n2}]}\n");
+  ASSERT_TRUE(e.empty()) << e;
+  const std::string dir = c.Mountpoint("n1") + "/r";
+  ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0) << std::strerror(errno);
+  const std::string x = dir + "/x", y = dir + "/y";
+  int neither = 0;
+  for (int round = 0; round < 300 && neither == 0; ++round) {
+    const int fd = ::open(x.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    ::close(fd);
+    struct stat st {};
+    ASSERT_EQ(::stat(x.c_str(), &st), 0);   // the kernel has x
+    ASSERT_NE(::stat(y.c_str(), &st), 0);   // and y's absence
+    std::atomic<bool> done{false};
+    // Another node changes x meanwhile: n1's kernel asks for x's
+    // attributes anew rather than keep them.
+    std::thread chmods([&, other = c.Mountpoint("n3") + "/r/x"] {
+      for (mode_t m = 0600; !done.load(); m ^= 0044) ::chmod(other.c_str(), m);
+    });
+    std::thread stats([&] {
+      while (!done.load()) {
+        struct stat a {}, b {};
+        if (::stat(x.c_str(), &a) != 0 && errno == ENOENT && ::stat(y.c_str(), &b) != 0 &&
+            errno == ENOENT && !done.load()) {
+          ++neither;
+        }
+      }
+    });
+    const int rc = ::rename(x.c_str(), y.c_str()) == 0 ? 0 : errno;
+    done = true;
+    stats.join();
+    chmods.join();
+    ASSERT_EQ(rc, 0) << std::strerror(rc);
+    ASSERT_EQ(::unlink(y.c_str()), 0) << std::strerror(errno);
+  }
+  EXPECT_EQ(neither, 0) << "a stat of x, then of y, both ENOENT while x was renamed to y";
+}
+
 }  // namespace
 }  // namespace fedfs::testing

@@ -316,5 +316,50 @@ TEST(Leases, EverySequenceOfChangesIsSeenByTheNextReadAnywhere) {
   EXPECT_EQ(served_alone, granted);
 }
 
+
+// A create in a lent directory that decided to serve itself just before the
+// lease went back (its copy of P had been evicted, so it waited for a
+// dirmerge while the recall came and went) is served by the manager: a
+// claim and entry taken on the former holder would be known to no one else,
+// and the file it makes then missing from every listing (the history test
+// lost a file so).
+TEST(Leases, ACreateServedAfterItsLeaseWentBackGoesToTheManager) {
+  VdServiceOptions o = LendAfter(2);
+  o.max_resident_vds = 1;
+  Federation f(3, o);
+  const std::string p = PathManagedBy(f, "n0");
+  const std::string q = PathManagedBy(f, "n1");
+  Populate(f, p);
+  Populate(f, q);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(Create(f, 1, p, "a" + std::to_string(i)));
+  ASSERT_EQ(f.svc(1).stats().leases_held, 1u);
+  ASSERT_TRUE(f.Get(1, q));  // n1 keeps one VD: its lent copy of p goes
+  ASSERT_EQ(f.svc(1).stats().leases_held, 1u);
+  // n1's dirmerge of p waits for n2's listing; the recall does not.
+  m2m::LinkModel slow;
+  slow.base_latency = std::chrono::milliseconds(5);
+  f.net().SetLinkModel("n1", "n2", slow);
+  std::optional<Result<bool>> added;
+  f.svc(1).AddNew(p, VdChange{VdChange::Kind::kAdd, "x", DT_REG, "n1", 1},
+                  [&](Result<bool> r) { added = std::move(r); });
+  std::optional<Result<VdPtr>> read;
+  f.svc(2).Get(p, [&](Result<VdPtr> r) { read = std::move(r); });
+  f.net().RunUntilIdle();
+  ASSERT_TRUE(read && *read);
+  EXPECT_EQ(NameSet(***read).count("x"), 0u);  // read before the create
+  EXPECT_EQ(f.svc(1).stats().leases_held, 0u);
+  ASSERT_TRUE(added && *added) << (added ? added->error().ToString() : "never completed");
+  EXPECT_TRUE(**added);
+  f.fs(1).AddFile(p + "/x");
+  VdChange release{VdChange::Kind::kRelease, "x", 0, "n1"};
+  release.id = 1;
+  ASSERT_TRUE(f.Update(1, p, release));
+  for (int reader : {0, 2}) {
+    auto vd = f.Get(reader, p);
+    ASSERT_TRUE(vd) << vd.error().ToString();
+    EXPECT_EQ(NameSet(**vd).count("x"), 1u) << "n" << reader;
+  }
+}
+
 }  // namespace
 }  // namespace fedfs::ns
