@@ -445,22 +445,39 @@ auto VdService::Impl::Core::EnsureResident(const std::string& path, Waiter waite
       auto guard = std::make_unique<LocalLeaf>(shared_from_this(), build, i);
       blocking_->Post([guard = std::move(guard)]() mutable { guard->Run(); });
     } else {
-      auto ep = transport_->GetEndpoint(addr);
-      ep->Call(
-          MethodId(RpcMethod::kNsListLocal), EncodePathRequest(path, *view),
-          std::chrono::duration_cast<m2m::Timeout>(options_.rpc_timeout),
-          [self = shared_from_this(), build, i, node](Result<m2m::Bytes> reply) {
-            Result<std::vector<DirEntry>> r =
-                reply ? DecodeListing(*reply) : Result<std::vector<DirEntry>>(Err(reply.error()));
-            if (!r && r.error().code == EPROTO) {
-              Log()->warn("bad listing of {} from {}: {}", build->path, node, r.error().ToString());
-            }
-            self->LeafDone(build, i, std::move(r));
-          });
+      ListRemote(build, i, node, addr, view, 0);
     }
     ++i;
   }
   LeafDone(build, kIssued, Result<std::vector<DirEntry>>(std::vector<DirEntry>{}));
+}
+
+auto VdService::Impl::Core::ListRemote(const std::shared_ptr<Build>& build, size_t i,
+                                       std::string node, std::string addr,
+                                       std::shared_ptr<const ClusterView> view, int resends)
+    -> void {
+  auto ep = transport_->GetEndpoint(addr);
+  ep->Call(MethodId(RpcMethod::kNsListLocal), EncodePathRequest(build->path, *view),
+           std::chrono::duration_cast<m2m::Timeout>(options_.rpc_timeout),
+           [self = shared_from_this(), build, i, node, addr, view,
+            resends](Result<m2m::Bytes> reply) mutable {
+             if (!reply && ConnectionBroken(reply.error().code) && resends < kMaxResends &&
+                 !self->IsClosed()) {
+               {
+                 std::lock_guard lock(self->mu_);
+                 ++self->stats_.resends;
+               }
+               return self->ListRemote(build, i, std::move(node), std::move(addr),
+                                       std::move(view), resends + 1);
+             }
+             Result<std::vector<DirEntry>> r =
+                 reply ? DecodeListing(*reply) : Result<std::vector<DirEntry>>(Err(reply.error()));
+             if (!r && r.error().code == EPROTO) {
+               Log()->warn("bad listing of {} from {}: {}", build->path, node,
+                           r.error().ToString());
+             }
+             self->LeafDone(build, i, std::move(r));
+           });
 }
 
 auto VdService::Impl::Core::LeafDone(const std::shared_ptr<Build>& build, size_t i,

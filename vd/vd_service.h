@@ -36,7 +36,8 @@
 //
 // Lost messages (docs/faults.md; m2m/reply_cache.h). A request whose
 // connection broke (its message or reply may have been lost) is resent, to
-// the manager of a refreshed view, up to kMaxResends times. A
+// the manager of a refreshed view, up to kMaxResends times; so is a
+// dirmerge's listing (to its node). A
 // change carries a request id: the manager serves each id once and answers
 // a resend the first answer (kept for a minute), so a change whose reply was
 // lost is never applied twice. A sharer's invalidation whose connection

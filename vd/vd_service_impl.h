@@ -653,6 +653,11 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   // One leaf answered (or `kIssued`: every leaf was sent). The last one merges,
   // makes the VD resident and answers the waiters.
   void LeafDone(const std::shared_ptr<Build>& build, size_t i, Result<std::vector<DirEntry>> r);
+  // Asks `node` (at `addr`) for its listing of the build's path, leaf `i`;
+  // sent again (up to kMaxResends) when the connection lost it: a listing
+  // left out is a VD served without that node's names.
+  void ListRemote(const std::shared_ptr<Build>& build, size_t i, std::string node,
+                  std::string addr, std::shared_ptr<const ClusterView> view, int resends);
 
   Result<Snapshot> FinishLocked(Build& build);
 

@@ -1,7 +1,8 @@
 // VdService under lost messages (vd/vd_service.h, "Lost messages"): a change
 // whose reply was lost is resent and answered the first answer, never
 // applied again after another node's change; an invalidation whose
-// connection broke is resent, so the sharer's copy never stays stale.
+// connection broke is resent, so the sharer's copy never stays stale; a
+// dirmerge's listing whose connection broke is asked for again.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -161,6 +162,31 @@ TEST(VdLostMessages, AnInvalidationWhoseConnectionBrokeIsSentAgain) {
   auto vd = f.Get(2, p);  // not the old copy
   ASSERT_TRUE(vd);
   EXPECT_NE((*vd)->Find("z"), nullptr);
+}
+
+// A dirmerge's listing whose connection broke is asked for again: the VD
+// has every node's names and is kept, not served without that node's names
+// (the history test under lost messages saw such a listing once).
+TEST(VdLostMessages, AListingWhoseConnectionBrokeIsAskedForAgain) {
+  LosingTransport* n1 = nullptr;
+  Federation f{3, {}, 1, m2m::LinkModel::Rdma(), -1,
+               [&](int i, std::unique_ptr<m2m::Transport> t) -> std::unique_ptr<m2m::Transport> {
+                 if (i != 1) return t;
+                 auto l = std::make_unique<LosingTransport>(std::move(t),
+                                                            MethodId(RpcMethod::kNsListLocal));
+                 n1 = l.get();
+                 return l;
+               }};
+  ASSERT_NE(n1, nullptr);
+  const std::string p = PathManagedBy(f, "n0");
+  Populate(f, p);
+  auto vd = f.Get(2, p);
+  ASSERT_TRUE(vd) << vd.error().ToString();
+  EXPECT_TRUE(n1->reply_lost);
+  EXPECT_NE((*vd)->Find("f1"), nullptr);  // n1's names
+  EXPECT_TRUE((*vd)->cacheable);
+  EXPECT_EQ(f.svc(0).stats().resends, 1u);
+  EXPECT_EQ(f.svc(0).stats().resident, 1u);
 }
 
 }  // namespace
