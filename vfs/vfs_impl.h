@@ -282,6 +282,7 @@ class VfsImpl final : public Vfs {
   // coherent and the node is another.
   bool Watchable(const std::string& node) const;
   class NameLocks;
+  class RenamingAway;
   Status RmdirOnce(const Cred& c, uint64_t parent, const std::string& name);
 
  public:

@@ -663,23 +663,8 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
   if (claimed && !lock_and_claim) {
     if (Status s = raced_if_exists(deps_.vds->Claim(ddir->path, new_name)); !s) return s;
   }
-  // Known as being renamed away until the table names the inode anew (a
-  // getattr meanwhile waits for it: RenamedAway).
-  {
-    std::lock_guard lock(mu_);
-    renaming_.insert(from);
-  }
-  struct Unmark {
-    VfsImpl* vfs;
-    std::string from;
-    ~Unmark() {
-      {
-        std::lock_guard lock(vfs->mu_);
-        vfs->renaming_.erase(vfs->renaming_.find(from));
-      }
-      vfs->renamed_.notify_all();
-    }
-  } unmark{this, from};
+  // Known as being renamed away until the table names the inode anew.
+  RenamingAway renaming(this, from);
   Status done = EnsureDirOn(c, node, ddir->path, *dvd);
   auto fs = FsOf(node);
   if (done && !fs) done = Err(fs.error());

@@ -56,6 +56,30 @@ inline bool Unlisted(const VdEntry* e) { return e == nullptr; }
 
 namespace fedfs::ns {
 
+// A path this node is renaming away, from construction to destruction
+// (renaming_): a getattr that finds the file gone there waits for it
+// (RenamedAway).
+class VfsImpl::RenamingAway {
+ public:
+  RenamingAway(VfsImpl* vfs, std::string path) : vfs_(vfs), path_(std::move(path)) {
+    std::lock_guard lock(vfs_->mu_);
+    vfs_->renaming_.insert(path_);
+  }
+  RenamingAway(const RenamingAway&) = delete;
+  RenamingAway& operator=(const RenamingAway&) = delete;
+  ~RenamingAway() {
+    {
+      std::lock_guard lock(vfs_->mu_);
+      vfs_->renaming_.erase(vfs_->renaming_.find(path_));
+    }
+    vfs_->renamed_.notify_all();
+  }
+
+ private:
+  VfsImpl* vfs_;
+  std::string path_;
+};
+
 // The name locks (VdClient::Lock, which waits out another node's hold) of
 // one operation: taken in (directory, name) order, so two operations never
 // wait for each other in a cycle. Released at the end unless the
