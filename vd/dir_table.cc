@@ -123,7 +123,10 @@ DirTable::VdPtr DirTable::FindLocked(const std::string& path, const std::string*
   ++stats_.misses;
   if (slot.vd != nullptr) {
     ++stats_.stale;
-    if (stale != nullptr) *stale = true;
+    if (stale != nullptr) {
+      if (word != slot.stale_seen) *stale = true;
+      slot.stale_seen = word;
+    }
     if (names_only != nullptr && slot.vd->partial) *names_only = true;
   }
   return nullptr;
@@ -164,6 +167,7 @@ void DirTable::InstallNamesOnly(const Ticket& t, const std::string& name, VdPtr 
   slot.vd = std::move(skeleton);
   ++stats_.skeletons;
   slot.expected = t.word;
+  slot.stale_seen = t.word;
   slot.epoch = epoch;
   slot.referenced = true;
   // An absence is not kept: the creation of a name bumps nothing here.
@@ -221,6 +225,7 @@ void DirTable::Install(const Ticket& t, VdPtr vd, uint64_t epoch) {
   bytes_ += slot.bytes;
   slot.vd = std::move(vd);
   slot.expected = t.word;
+  slot.stale_seen = t.word;
   slot.epoch = epoch;
   slot.referenced = true;
   // The byte bound: evict other entries (CLOCK order) until under it.

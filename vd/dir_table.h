@@ -86,7 +86,9 @@ class DirTable {
   // A hit for one name: the whole copy if valid (as Find), else the entry of
   // `name` fetched since the copy went stale, if still valid. Counts a hit or
   // a miss.
-  // *stale (optional): the miss found the copy invalidated (or a skeleton).
+  // *stale (optional): the miss found the copy invalidated (or a skeleton)
+  // by a bump that no earlier miss reported: true once per change that
+  // reached the slot, not at every lookup of a copy that stays stale.
   // *names_only (optional): the miss found a skeleton (see "Names only").
   VdPtr FindName(const std::string& path, const std::string& name, uint64_t epoch,
                  bool* stale = nullptr, bool* names_only = nullptr);
@@ -175,6 +177,7 @@ class DirTable {
     VdPtr vd;
     std::unordered_map<std::string, Named> names;
     uint64_t expected = 0;
+    uint64_t stale_seen = 0;  // the word when a miss last reported the copy stale
     uint64_t epoch = 0;
     uint64_t generation = 0;
     size_t bytes = 0;

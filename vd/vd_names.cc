@@ -179,17 +179,39 @@ auto VdService::Impl::Core::OnGetName(m2m::IncomingCall call, m2m::Responder res
   // answer is not to be kept.
   const bool names = req->names && req->sharer.has_value();
   auto recorded = std::make_shared<bool>(!req->names);
+  // A whole sharer whose copy went stale, looking names up in a directory
+  // that has stopped changing: the whole VD, so that its next lookups there
+  // need no message (and its kernel may cache them) until the next change.
+  bool whole = false;
+  if (req->sharer && !req->names && !uncached) {
+    std::lock_guard lock(mu_);
+    whole = QuietLocked(req->path, view->epoch);
+  }
   ServeGet(
       req->path, req->from, std::move(req->sharer), req->notify,
       [responder = std::move(responder), uncached, name = std::move(req->name),
-       holders_hash = req->holders_hash, recorded](Result<VdPtr> vd) mutable {
+       holders_hash = req->holders_hash, recorded, whole](Result<VdPtr> vd) mutable {
         if (!vd) return responder.Fail(vd.error());
+        if (whole && *recorded && !(*vd)->partial && (*vd)->cacheable) {
+          return responder.Reply(EncodeVd(**vd, false));
+        }
         // The entry of `name` only, and what a lookup needs besides.
         const VdPtr part = PartialOf(*vd, name);
         const bool same = holders_hash != 0 && HoldersHash(part->holders) == holders_hash;
         responder.Reply(EncodeVd(*part, uncached || !*recorded || !part->cacheable, same));
       },
       names, recorded);
+}
+
+auto VdService::Impl::Core::QuietLocked(const std::string& path, uint64_t epoch) const -> bool {
+  auto it = resident_.find(path);
+  if (closed_ || it == resident_.end() || lent_.contains(path) || rounds_.contains(path)) {
+    return false;
+  }
+  const VirtualDirectory& vd = *it->second.snap.vd;
+  return vd.epoch == epoch && vd.entries.size() <= options_.whole_max_entries &&
+         (it->second.changed == std::chrono::steady_clock::time_point{} ||
+          it->second.changed + options_.quiet_after <= SteadyNow());
 }
 
 auto VdService::Impl::Core::ServeLookupGet(PathRequestData req, m2m::Responder responder,

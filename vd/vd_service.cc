@@ -596,6 +596,7 @@ auto VdService::Impl::Core::ServeUpdate(const std::string& path, std::vector<VdC
       o.names_sharer = names_only;
     }
     if (changed) {
+      if (it != resident_.end()) it->second.changed = SteadyNow();
       targets = TakeSharersLocked(path, from, additive);
       broadcast = broadcast_all_ || broadcast_paths_.erase(path) > 0;
       if (!targets.empty() || broadcast) {

@@ -119,6 +119,11 @@ struct VdServiceOptions {
   // directory's summary (docs/namespace.md, "Names in a busy directory");
   // without a copy here, or past max_sharers_per_vd, unrecorded. 0: never.
   std::chrono::milliseconds churn_gap{50};
+  // A manager answers a name lookup of a whole sharer (a node whose copy
+  // went stale) with the whole VD once the VD has not changed for this long
+  // and has at most whole_max_entries entries: its next lookups there need
+  // no message (docs/namespace.md, "Quiet again"). 0: at once.
+  std::chrono::milliseconds quiet_after{250};
   // A lookup that finds no copy here asks for the whole VD, but a manager
   // answers it for the name only (and records the node for names only) when
   // the VD has more entries than this: a directory of a million names is

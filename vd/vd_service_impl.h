@@ -261,6 +261,9 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     // The node whose changes came last, and how many in a row (leases).
     std::string streak_node;
     uint32_t streak = 0;
+    // When a change was last applied (SteadyNow; unset: none since it was
+    // built). A VD unchanged for options_.quiet_after is quiet (QuietLocked).
+    std::chrono::steady_clock::time_point changed{};
   };
 
   // One dirmerge in flight.
@@ -719,6 +722,12 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   std::unordered_map<std::string, Churn> churn_;
 
  public:
+  // Manager side: VD(path) is resident in this epoch, not lent, has at most
+  // whole_max_entries entries and has not changed for quiet_after: a name
+  // lookup of a whole sharer there is answered with the whole VD
+  // (OnGetName; docs/namespace.md, "Quiet again").
+  bool QuietLocked(const std::string& path, uint64_t epoch) const;
+
   // Whether `path` was notified here within kBusyFor.
   bool Busy(const std::string& path) const {
     std::lock_guard lock(mu_);

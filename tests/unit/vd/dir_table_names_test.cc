@@ -9,6 +9,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "vd_federation.h"
 
@@ -80,6 +81,66 @@ TEST(DirTableNames, ALookupInAStaleCopyFetchesThatNameOnly) {
   EXPECT_FALSE((*whole)->partial);
   EXPECT_EQ(NameSet(**whole).count("f0"), 0u);
   EXPECT_EQ(NameSet(**whole).count("big7"), 1u);
+}
+
+// A stale copy in a directory that stopped changing (docs/namespace.md,
+// "Quiet again"): the next name lookup there brings the whole VD back, and
+// the lookups after it need no message until the next change.
+TEST(DirTableNames, AQuietDirectoryIsFetchedWholeAgain) {
+  VdServiceOptions o = NoLeases();
+  o.quiet_after = std::chrono::milliseconds(100);  // SteadyNow is the real clock here
+  Federation f(3, o);
+  const std::string p = PathManagedBy(f, "n0");
+  Populate(f, p);
+  for (int i = 0; i < 50; ++i) f.fs(2).AddFile(p + "/big" + std::to_string(i));
+  ASSERT_TRUE(f.Get(1, p));
+  f.fs(2).AddFile(p + "/x");
+  ASSERT_TRUE(f.Update(2, p, Add("n2", "x")));  // n1's copy goes stale
+  // Just changed: one name.
+  auto vd = GetName(f, 1, p, "big1");
+  ASSERT_TRUE(vd);
+  EXPECT_TRUE((*vd)->partial);
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));  // quiet for longer
+  f.net().ResetStats();
+  vd = GetName(f, 1, p, "big2");
+  ASSERT_TRUE(vd);
+  ASSERT_NE((*vd)->Find("big2"), nullptr);
+  EXPECT_EQ(f.Requests(kVdGetName), 1u);
+  f.net().ResetStats();
+  for (const char* n : {"big3", "x", "absent", ""}) {
+    auto again = GetName(f, 1, p, n);
+    ASSERT_TRUE(again) << n;
+    EXPECT_EQ((*again)->Find("x") != nullptr, std::string(n) == "x") << n;
+  }
+  EXPECT_EQ(f.net().TotalStats().messages_sent, 0u);  // from the whole copy
+  // The next change makes it stale, and is seen.
+  f.fs(2).Remove(p + "/x");
+  ASSERT_TRUE(f.Update(2, p, Remove("n2", "x")));
+  auto gone = GetName(f, 1, p, "x");
+  ASSERT_TRUE(gone);
+  EXPECT_EQ((*gone)->Find("x"), nullptr);
+}
+
+// A copy that stays stale is one change, not one per lookup: looking many
+// names up in it after a single change does not make the directory busy
+// (names only), so once it is quiet a lookup brings the whole VD back.
+TEST(DirTableNames, LookupsInACopyThatStaysStaleAreNotChurn) {
+  VdServiceOptions o;
+  o.lend_after = 0;
+  o.churn_gap = std::chrono::milliseconds(60000);  // every test step is "within" it
+  o.quiet_after = std::chrono::milliseconds(100);
+  Federation f(3, o);
+  const std::string p = PathManagedBy(f, "n0");
+  Populate(f, p);
+  ASSERT_TRUE(f.Get(1, p));
+  f.fs(2).AddFile(p + "/c0");
+  ASSERT_TRUE(f.Update(2, p, Add("n2", "c0")));  // stale once
+  for (const char* n : {"a", "b", "c"}) ASSERT_TRUE(GetName(f, 1, p, n));
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));  // quiet, within kBusyFor
+  ASSERT_TRUE(GetName(f, 1, p, "d"));  // whole: not a names-only lookup
+  f.net().ResetStats();
+  for (const char* n : {"e", "c0"}) ASSERT_TRUE(GetName(f, 1, p, n));
+  EXPECT_EQ(f.net().TotalStats().messages_sent, 0u);
 }
 
 // The holders come back only when they are not those of the stale copy.
