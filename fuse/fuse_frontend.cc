@@ -111,15 +111,16 @@ void KernelNotifier::InvalidateNames() {
                std::strerror(e));
 }
 
-void KernelNotifier::InvalidateAttrs(uint64_t ino) {
+bool KernelNotifier::InvalidateAttrs(uint64_t ino) {
   std::shared_lock lock(mu_);
   fuse_session* se = session_;
-  if (se == nullptr) return;
+  if (se == nullptr) return true;
   // Attributes only (offset < 0): takes no inode lock in the kernel.
   const int rc = fuse_lowlevel_notify_inval_inode(se, ino, -1, 0);
   if (rc != 0 && rc != -ENOENT && rc != -ENODEV) {
     Log()->warn("invalidating the attributes of inode {}: {}", ino, std::strerror(-rc));
   }
+  return rc != -ENOENT;
 }
 
 void KernelNotifier::InvalidateData(uint64_t ino, uint64_t offset, uint64_t length) {
@@ -129,7 +130,10 @@ void KernelNotifier::InvalidateData(uint64_t ino, uint64_t offset, uint64_t leng
   // len 0 is "to the end" for the kernel; a range that ends past what off_t
   // holds is too.
   const uint64_t max_off = static_cast<uint64_t>(std::numeric_limits<off_t>::max());
-  if (offset > max_off) return InvalidateAttrs(ino);  // no page is there
+  if (offset > max_off) {
+    InvalidateAttrs(ino);  // no page is there
+    return;
+  }
   const off_t len = length > max_off - offset ? 0 : static_cast<off_t>(length);
   const int rc = fuse_lowlevel_notify_inval_inode(se, ino, static_cast<off_t>(offset), len);
   if (rc != 0 && rc != -ENOENT && rc != -ENODEV) {

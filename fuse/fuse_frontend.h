@@ -40,7 +40,7 @@ class KernelNotifier final : public ns::KernelCache {
  public:
   bool Coherent() const override { return coherent_.load(std::memory_order_acquire); }
   void InvalidateNames() override;
-  void InvalidateAttrs(uint64_t ino) override;
+  bool InvalidateAttrs(uint64_t ino) override;
   void InvalidateData(uint64_t ino, uint64_t offset, uint64_t length) override;
   uint64_t NamesEpoch() const override { return names_epoch_.load(std::memory_order_acquire); }
   // Not counted while names are not cached (no drop needs them then).

@@ -52,8 +52,9 @@ class KernelCache {
     (void)dir;
     InvalidateNames();
   }
-  // The kernel's cached attributes of FUSE inode `ino` are stale.
-  virtual void InvalidateAttrs(uint64_t ino) = 0;
+  // The kernel's cached attributes of FUSE inode `ino` are stale. False: the
+  // kernel has no inode `ino` (not yet, or no longer); true otherwise.
+  virtual bool InvalidateAttrs(uint64_t ino) = 0;
   // Its attributes and the pages it caches of bytes [offset, offset +
   // length) are stale (length DataRange::kToEnd: to the end). Unlike the
   // calls above this may block: it waits for the pages being read in (whose

@@ -42,13 +42,17 @@ class InodeTable {
     // between a stat's lookup and its getattr).
     struct stat last {};
     // `last` is a remote file's attributes from a lookup that its node
-    // watches for this node, handed to the kernel uncached (it may not have
-    // the inode yet, so a drop could not reach it): the getattr that follows
-    // may answer them (VfsImpl::GetAttr), while this node changed no file
-    // since (`lookup_mark`, VfsImpl::local_changes_) and for a short while.
+    // watches for this node: when the reply handed them to the kernel
+    // uncached (VfsImpl::Remember), the getattr that follows may answer
+    // them (VfsImpl::GetAttr), while this node changed no file since
+    // (`lookup_mark`, VfsImpl::local_changes_) and for a short while.
     bool lookup_attr = false;
     uint64_t lookup_mark = 0;
     std::chrono::steady_clock::time_point lookup_at{};
+    // Attributes went to the kernel cacheable in a reply (a lookup's) that
+    // the kernel may not have made its inode from yet: an invalidation that
+    // finds no inode is tried again (VfsImpl::DropKernelAttrs).
+    bool attrs_unsure = false;
   };
 
   // The table with the root directory as inode `root_ino`, never erased.

@@ -265,20 +265,34 @@ EntryOut VfsImpl::Remember(uint64_t parent, const Child& ch, uint64_t names_epoc
   out.attr = ch.st;
   out.attr_timeout = options_.attr_timeout;
   out.entry_timeout = options_.entry_timeout;
-  if (KernelCache* k = kernel_.load(std::memory_order_acquire);
-      k != nullptr && ch.cacheable && k->Coherent() && k->NamesEpoch() == names_epoch) {
+  if (KernelCache* kc = kernel_.load(std::memory_order_acquire);
+      kc != nullptr && ch.cacheable && kc->Coherent() && kc->NamesEpoch() == names_epoch) {
     out.entry_timeout = std::max(out.entry_timeout, options_.coherent_entry_timeout);
     out.attr_timeout = CoherentAttrTimeout(ch.type, ch.node, ch.st.st_nlink);
   }
+  KernelCache* const k = kernel_.load(std::memory_order_acquire);
   std::lock_guard lock(mu_);
   // Attributes its node tells the changes of: the getattr that follows
-  // this lookup may answer them (the kernel keeps that answer).
+  // this lookup may answer them (the kernel keeps that answer). So may the
+  // kernel keep them from this reply at once, as it would that getattr's
+  // (AttrTimeout), when nothing that LookupAttr checks stands against it:
+  // this node changed no file since it asked, and no handle of it is open
+  // here. A change told meanwhile moved the kernel's attr_version, and the
+  // kernel then drops these attributes (as a racing getattr's).
   auto watched = [&] {
     if (ch.watch && WatchLocked(out.ino, ch.node, *ch.watch, ch.taken)) {
       Inode& n = *table_.Find(out.ino);
       n.lookup_attr = true;
       n.lookup_mark = ch.changes;
       n.lookup_at = SteadyNow();
+      if (k != nullptr && k->Coherent() &&
+          ch.changes == local_changes_.load(std::memory_order_acquire)) {
+        std::lock_guard files_lock(files_mu_);  // order: mu_, files_mu_
+        if (!files_by_ino_.contains(out.ino)) {
+          out.attr_timeout =
+              std::max(out.attr_timeout, options_.coherent_remote_open_attr_timeout);
+        }
+      }
     }
   };
   if (const auto known = table_.Named(parent, ch.name)) {
@@ -291,6 +305,7 @@ EntryOut VfsImpl::Remember(uint64_t parent, const Child& ch, uint64_t names_epoc
       out.attr.st_ino = n.st_ino;
       n.last = out.attr;
       watched();
+      n.attrs_unsure = n.attrs_unsure || out.attr_timeout > 0;
       return out;
     }
     // Replaced behind our back: the old inode keeps its remaining lookups.
@@ -309,6 +324,7 @@ EntryOut VfsImpl::Remember(uint64_t parent, const Child& ch, uint64_t names_epoc
   out.ino = table_.Add(std::move(n));
   out.generation = 1;
   watched();
+  table_.Find(out.ino)->attrs_unsure = out.attr_timeout > 0;
   return out;
 }
 
@@ -452,10 +468,49 @@ void VfsImpl::RemoteAttrsChanged(const std::string& node, const std::vector<Hand
   if (k == nullptr) return;
   for (uint64_t ino : inos) {
     if (data.empty()) {
-      k->InvalidateAttrs(ino);
+      DropKernelAttrs(*k, ino);
     } else {
       DropPages(ino, data);
+      if (AttrsUnsure(ino)) DropKernelAttrs(*k, ino);
     }
+  }
+}
+
+bool VfsImpl::AttrsUnsure(uint64_t ino) const {
+  std::lock_guard lock(mu_);
+  const Inode* n = table_.Find(ino);
+  return n != nullptr && n->attrs_unsure;
+}
+
+// The kernel makes the inode of a lookup's reply after it read the reply:
+// an invalidation in between finds no inode (the kernel says so), and the
+// reply's attributes would then be cached after the change. So while
+// attributes went out that way (Inode::attrs_unsure), one that found no
+// inode is tried again until the kernel has it, or this node no longer
+// does (the kernel forgot it: it had made it, or never will), or for at
+// most kHangGuard.
+void VfsImpl::DropKernelAttrs(KernelCache& k, uint64_t ino) {
+  constexpr auto kHangGuard = std::chrono::seconds(2);
+  const auto give_up = SteadyNow() + kHangGuard;
+  auto backoff = std::chrono::microseconds(50);
+  for (;;) {
+    const bool found = k.InvalidateAttrs(ino);
+    {
+      std::lock_guard lock(mu_);
+      Inode* n = table_.Find(ino);
+      if (n == nullptr || !n->attrs_unsure) return;
+      if (found) {
+        n->attrs_unsure = false;  // the kernel has it: later drops reach it
+        return;
+      }
+    }
+    if (SteadyNow() >= give_up) {
+      Logger("vfs")->warn("inode {}: the kernel has not made it {} s after its lookup's reply",
+                          ino, kHangGuard.count());
+      return;
+    }
+    SleepFor(backoff);
+    backoff = std::min(backoff * 2, std::chrono::microseconds(5000));
   }
 }
 
@@ -544,8 +599,9 @@ void VfsImpl::InvalidateAttrsOf(const std::string& path) {
   // too (the kernel drops them only when told, fuse/fuse_ops.cc).
   if (file) {
     DropPages(ino, DataRange{});
+    if (AttrsUnsure(ino)) DropKernelAttrs(*k, ino);
   } else {
-    k->InvalidateAttrs(ino);
+    DropKernelAttrs(*k, ino);
   }
 }
 

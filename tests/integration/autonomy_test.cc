@@ -752,7 +752,8 @@ TEST_F(Autonomy, OpenRemoteFileAttributesAreCachedAndToldOfChanges) {
 
 // A file held on n2 that n1 only stats, never opens: the holder watches it
 // for n1 from n1's lookup on, so n1's first stat costs one request at the
-// holder (the lookup's; no getattr follows it), n1's kernel keeps its
+// holder (the lookup's; the kernel keeps the lookup's attributes, so no
+// getattr follows it), n1's kernel keeps its
 // attributes (50 stats reach the holder at most a few times), and every
 // change of them --
 // through n3's mount, n2's own mount, n1's own, a local program on n2 -- is
@@ -772,11 +773,18 @@ TEST_F(Autonomy, StatRemoteFileAttributesAreCachedAndToldOfChanges) {
   };
   struct stat dir_st {};
   ASSERT_EQ(::stat(M("n1", "/wf").c_str(), &dir_st), 0) << std::strerror(errno);
+  auto getattrs = [&] {  // FUSE getattr requests n1 answered so far
+    const double v = MetricSample(Ctl("n1", {"metrics"}).value("text", ""),
+                                  "fedfs_fuse_op_duration_seconds_count{node=\"n1\",op=\"getattr\"}");
+    return v < 0 ? 0.0 : v;
+  };
+  const double getattrs_before = getattrs();
   const auto before = Ctl("n2", {"files"});
   ASSERT_EQ(stat_of(f1).st_size, 2);
   const auto first = Ctl("n2", {"files"});
   ASSERT_TRUE(before.is_object() && first.is_object());
   EXPECT_EQ(first["served"].get<int64_t>() - before["served"].get<int64_t>(), 1) << first.dump();
+  EXPECT_EQ(getattrs(), getattrs_before);
   ASSERT_EQ(stat_of(f1).st_size, 2);
 
   const auto s0 = Ctl("n2", {"files"});

@@ -27,13 +27,8 @@
 namespace fedfs::testing {
 namespace {
 
-// The value of the sample `series` (name{labels} exactly as printed), or -1.
 double Sample(const std::string& text, const std::string& series) {
-  const std::string key = "\n" + series + " ";
-  const auto at = ("\n" + text).find(key);
-  if (at == std::string::npos) return -1;
-  const auto start = at + key.size() - 1;  // in text (one char shorter)
-  return std::stod(text.substr(start, text.find('\n', start) - start));
+  return MetricSample(text, series);
 }
 
 // A Prometheus server for the life of this object, stopped by pid.

@@ -165,6 +165,14 @@ std::string ReadFileText(const std::string& path) {
   return ss.str();
 }
 
+double MetricSample(const std::string& text, const std::string& series) {
+  const std::string key = "\n" + series + " ";
+  const auto at = ("\n" + text).find(key);
+  if (at == std::string::npos) return -1;
+  const auto start = at + key.size() - 1;  // in text (one char shorter)
+  return std::stod(text.substr(start, text.find('\n', start) - start));
+}
+
 std::string DescribeExit(int code) {
   if (code > 128) {
     return "killed by signal " + std::to_string(code - 128) + " (" + ::strsignal(code - 128) + ")";

@@ -70,6 +70,10 @@ uint16_t FreePort();
 // The text of a file ("" if it cannot be read).
 std::string ReadFileText(const std::string& path);
 
+// The value of the sample `series` (name{labels} exactly as printed) in a
+// Prometheus text exposition, or -1 if it is not there.
+double MetricSample(const std::string& text, const std::string& series);
+
 // Names in a directory (without "." and ".."); {"<errno N>"} if it cannot be
 // listed.
 std::set<std::string> ListNames(const std::string& dir);

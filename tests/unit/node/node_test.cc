@@ -46,7 +46,7 @@ class CountingKernel final : public ns::KernelCache {
   bool Coherent() const override { return true; }
   void InvalidateNames() override { ++names; }
   uint64_t NamesEpoch() const override { return names.load(); }
-  void InvalidateAttrs(uint64_t) override {}
+  bool InvalidateAttrs(uint64_t) override { return true; }
   std::atomic<uint64_t> names{0};
 };
 

@@ -138,7 +138,7 @@ TEST(Leases, TheHoldersKernelDropsItsNamesBeforeGivingTheLeaseBack) {
     bool Coherent() const override { return true; }
     void InvalidateNames() override { ++names; }
     uint64_t NamesEpoch() const override { return static_cast<uint64_t>(names); }
-    void InvalidateAttrs(uint64_t) override {}
+    bool InvalidateAttrs(uint64_t) override { return true; }
     int names = 0;
   } k;
   Federation f(3, LendAfter(2));

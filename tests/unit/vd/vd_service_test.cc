@@ -708,7 +708,10 @@ class CountingKernel final : public KernelCache {
   bool Coherent() const override { return coherent; }
   void InvalidateNames() override { ++names; }
   uint64_t NamesEpoch() const override { return static_cast<uint64_t>(names); }
-  void InvalidateAttrs(uint64_t) override { ++attrs; }
+  bool InvalidateAttrs(uint64_t) override {
+    ++attrs;
+    return true;
+  }
   bool coherent = true;
   int names = 0;
   int attrs = 0;

@@ -105,7 +105,7 @@ class CoherentKernel final : public KernelCache {
   bool Coherent() const override { return true; }
   void InvalidateNames() override { ++epoch; }
   uint64_t NamesEpoch() const override { return epoch; }
-  void InvalidateAttrs(uint64_t) override {}
+  bool InvalidateAttrs(uint64_t) override { return true; }
   uint64_t epoch = 0;
 };
 
@@ -472,6 +472,40 @@ TEST_F(VfsTest, MissingNamesAreNegativeEntriesOnlyWhileTheKernelCanBeToldOtherwi
   vfs_->SetKernelCache(nullptr);
 }
 
+// A lookup hands the kernel a file's attributes to cache; the kernel makes
+// the inode only after it read that reply, so a change told in between
+// finds no inode (KernelCache::InvalidateAttrs says false). The drop is
+// tried again until the kernel has the inode, else the reply's attributes
+// would stay cached after the change; once it had it, a drop is one call.
+TEST_F(VfsTest, AnAttributeDropThatFindsNoInodeYetIsTriedAgain) {
+  struct LateKernel final : KernelCache {
+    bool Coherent() const override { return true; }
+    void InvalidateNames() override {}
+    uint64_t NamesEpoch() const override { return 0; }
+    bool InvalidateAttrs(uint64_t) override {
+      ++calls;
+      return calls > missing;  // the first `missing` calls find no inode
+    }
+    int calls = 0;
+    int missing = 0;
+  } kernel;
+  Put("a", "/d/x", "ax");
+  MakeVfs();
+  vfs_->SetKernelCache(&kernel);
+  const uint64_t d = Look(kRootIno, "d");
+  auto e = vfs_->Lookup(cred_, d, "x");
+  ASSERT_TRUE(e) << e.error().ToString();
+  ASSERT_GT(e->attr_timeout, 0);  // a file held here: cached by the kernel
+  kernel.missing = 3;
+  vfs_->InvalidateAttrsOf("/d/x");  // changed by a local program
+  EXPECT_EQ(kernel.calls, 4);       // the pages' drop, two more, then found
+  kernel.calls = 0;
+  kernel.missing = 1;
+  vfs_->InvalidateAttrsOf("/d/x");
+  EXPECT_EQ(kernel.calls, 1);  // the kernel had it: not tried again
+  vfs_->SetKernelCache(nullptr);
+}
+
 // A request that may hand the kernel names of a directory says so before it
 // reads that directory (KernelCache::NamesFrom), so that a drop for one
 // directory (InvalidateNamesOf) skips only directories none of whose names
@@ -482,7 +516,7 @@ TEST_F(VfsTest, ARequestMarksItsDirectoryForTheKernelBeforeReadingIt) {
     bool Coherent() const override { return true; }
     void InvalidateNames() override { ++epoch; }
     uint64_t NamesEpoch() const override { return epoch; }
-    void InvalidateAttrs(uint64_t) override {}
+    bool InvalidateAttrs(uint64_t) override { return true; }
     void NamesFrom(const std::string& dir) override { marks.insert(dir); }
     uint64_t epoch = 0;
     std::set<std::string> marks;
