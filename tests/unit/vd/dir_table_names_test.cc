@@ -27,6 +27,14 @@ VdServiceOptions NoLeases() {
   return o;
 }
 
+// Every test step is "within" churn_gap: two changes in a row are churn.
+VdServiceOptions ChurnAlways() {
+  VdServiceOptions o;
+  o.lend_after = 0;
+  o.churn_gap = std::chrono::milliseconds(60000);
+  return o;
+}
+
 Result<VdPtr> GetName(Federation& f, int from, const std::string& path, const std::string& name) {
   std::optional<Result<VdPtr>> out;
   f.svc(from).GetName(path, name, [&](Result<VdPtr> r) { out = std::move(r); });
@@ -125,9 +133,7 @@ TEST(DirTableNames, AQuietDirectoryIsFetchedWholeAgain) {
 // names up in it after a single change does not make the directory busy
 // (names only), so once it is quiet a lookup brings the whole VD back.
 TEST(DirTableNames, LookupsInACopyThatStaysStaleAreNotChurn) {
-  VdServiceOptions o;
-  o.lend_after = 0;
-  o.churn_gap = std::chrono::milliseconds(60000);  // every test step is "within" it
+  VdServiceOptions o = ChurnAlways();
   o.quiet_after = std::chrono::milliseconds(100);
   Federation f(3, o);
   const std::string p = PathManagedBy(f, "n0");
@@ -198,10 +204,7 @@ TEST(DirTableNames, ANodesOwnChangeKeepsItsNamesInAStaleCopy) {
 // exists is kept, and the creation of new names bumps nothing here; an
 // absent name is asked for every time; a change of a kept name bumps.
 TEST(DirTableNames, ADirectoryThatKeepsChangingIsLookedUpForNamesOnly) {
-  VdServiceOptions o;
-  o.lend_after = 0;
-  o.churn_gap = std::chrono::milliseconds(60000);  // every test step is "within" it
-  Federation f(3, o);
+  Federation f(3, ChurnAlways());
   const std::string p = PathManagedBy(f, "n0");
   Populate(f, p);
   ASSERT_TRUE(f.Get(1, p));
@@ -273,9 +276,7 @@ TEST(DirTableNames, ADirectoryThatKeepsChangingIsLookedUpForNamesOnly) {
 // Past max_sharers_per_vd, names-only readers are not recorded (asked for
 // every time), and the directory does not turn to broadcasts.
 TEST(DirTableNames, NamesOnlyReadersPastTheBoundAreNotRecorded) {
-  VdServiceOptions o;
-  o.lend_after = 0;
-  o.churn_gap = std::chrono::milliseconds(60000);
+  VdServiceOptions o = ChurnAlways();
   o.max_sharers_per_vd = 1;
   Federation f(4, o);
   const std::string p = PathManagedBy(f, "n0");
