@@ -216,6 +216,11 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   // then costs its manager no bump for them; each lookup costs one small
   // request, as a stale copy would anyway.
   bool Churning(const std::string& path, bool stale);
+  // Manager side: VD(path) is resident in this epoch, not lent, has at most
+  // whole_max_entries entries and has not changed for quiet_after: a name
+  // lookup of a whole sharer there is answered with the whole VD
+  // (OnGetName; docs/namespace.md, "Quiet again").
+  bool QuietLocked(const std::string& path, uint64_t epoch) const;
   // One kNsVdGetName of `name` that records no sharer; the answer is not kept.
   // `have`: the holders of this node's stale copy (not sent back if unchanged).
   void GetUnrecorded(const std::string& path, const std::string& name, bool coherent,
@@ -722,12 +727,6 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   std::unordered_map<std::string, Churn> churn_;
 
  public:
-  // Manager side: VD(path) is resident in this epoch, not lent, has at most
-  // whole_max_entries entries and has not changed for quiet_after: a name
-  // lookup of a whole sharer there is answered with the whole VD
-  // (OnGetName; docs/namespace.md, "Quiet again").
-  bool QuietLocked(const std::string& path, uint64_t epoch) const;
-
   // Whether `path` was notified here within kBusyFor.
   bool Busy(const std::string& path) const {
     std::lock_guard lock(mu_);

@@ -265,12 +265,11 @@ EntryOut VfsImpl::Remember(uint64_t parent, const Child& ch, uint64_t names_epoc
   out.attr = ch.st;
   out.attr_timeout = options_.attr_timeout;
   out.entry_timeout = options_.entry_timeout;
-  if (KernelCache* kc = kernel_.load(std::memory_order_acquire);
-      kc != nullptr && ch.cacheable && kc->Coherent() && kc->NamesEpoch() == names_epoch) {
+  KernelCache* const k = kernel_.load(std::memory_order_acquire);
+  if (k != nullptr && ch.cacheable && k->Coherent() && k->NamesEpoch() == names_epoch) {
     out.entry_timeout = std::max(out.entry_timeout, options_.coherent_entry_timeout);
     out.attr_timeout = CoherentAttrTimeout(ch.type, ch.node, ch.st.st_nlink);
   }
-  KernelCache* const k = kernel_.load(std::memory_order_acquire);
   std::lock_guard lock(mu_);
   // Attributes its node tells the changes of: the getattr that follows
   // this lookup may answer them (the kernel keeps that answer). So may the
@@ -471,7 +470,6 @@ void VfsImpl::RemoteAttrsChanged(const std::string& node, const std::vector<Hand
       DropKernelAttrs(*k, ino);
     } else {
       DropPages(ino, data);
-      if (AttrsUnsure(ino)) DropKernelAttrs(*k, ino);
     }
   }
 }
@@ -572,8 +570,11 @@ void VfsImpl::DropPages(uint64_t ino, DataRange range) {
   if (k == nullptr) return;
   if (page_drops_.DropNowOrLater(ino, range)) {
     k->InvalidateData(ino, range.offset, range.length);
+    // That does not say whether the kernel had the inode: while a reply
+    // may still make it, its attributes are dropped as DropKernelAttrs does.
+    if (AttrsUnsure(ino)) DropKernelAttrs(*k, ino);
   } else {
-    k->InvalidateAttrs(ino);
+    DropKernelAttrs(*k, ino);
   }
 }
 
@@ -599,7 +600,6 @@ void VfsImpl::InvalidateAttrsOf(const std::string& path) {
   // too (the kernel drops them only when told, fuse/fuse_ops.cc).
   if (file) {
     DropPages(ino, DataRange{});
-    if (AttrsUnsure(ino)) DropKernelAttrs(*k, ino);
   } else {
     DropKernelAttrs(*k, ino);
   }

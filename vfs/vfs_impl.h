@@ -252,11 +252,6 @@ class VfsImpl final : public Vfs {
   // attributes and pages of that range, and this node's cached blocks of
   // them, are dropped. May block on the kernel's page locks
   // (KernelCache::InvalidateData): not from the transport's progress context.
-  // The kernel's attributes of `ino` dropped, again if it had no such inode
-  // yet while a reply that made it may be on its way (Inode::attrs_unsure).
-  // May sleep: never from the transport's progress context.
-  void DropKernelAttrs(KernelCache& k, uint64_t ino);
-  bool AttrsUnsure(uint64_t ino) const;
   void RemoteAttrsChanged(const std::string& node, const std::vector<Handle>& handles,
                           DataRange data = {}, bool ended = false);
   // What this node caches of node `node`'s files may be stale (FsCallbacks
@@ -714,6 +709,12 @@ class VfsImpl final : public Vfs {
 
   mutable std::mutex remotes_mu_;  // after files_mu_
   std::map<std::string, std::shared_ptr<NodeFs>> remotes_;  // guarded by remotes_mu_
+
+  // The kernel's attributes of `ino` dropped, again if it had no such inode
+  // yet while a reply that made it may be on its way (Inode::attrs_unsure).
+  // May sleep: never from the transport's progress context.
+  void DropKernelAttrs(KernelCache& k, uint64_t ino);
+  bool AttrsUnsure(uint64_t ino) const;
 
   // Drops of the kernel's pages put off while this node's own writes of
   // them are in flight (vfs/page_drops.h). Last: its thread stops first.

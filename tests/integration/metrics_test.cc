@@ -27,10 +27,6 @@
 namespace fedfs::testing {
 namespace {
 
-double Sample(const std::string& text, const std::string& series) {
-  return MetricSample(text, series);
-}
-
 // A Prometheus server for the life of this object, stopped by pid.
 class Prometheus {
  public:
@@ -122,26 +118,26 @@ class MetricsTest : public ::testing::Test {
 TEST_F(MetricsTest, FedfsctlMetricsIsValidPrometheusText) {
   const std::string t = Text("n1");
   ASSERT_NE(t, "");
-  EXPECT_GE(Sample(t, "fedfs_fuse_op_duration_seconds_count{node=\"n1\",op=\"create\"}"), 20) << t;
-  EXPECT_GE(Sample(t, "fedfs_fuse_op_duration_seconds_count{node=\"n1\",op=\"mkdir\"}"), 1);
-  EXPECT_EQ(Sample(t, "fedfs_fuse_op_duration_seconds_count{node=\"n1\",op=\"fallocate\"}"), 0);
-  EXPECT_GE(Sample(t, "fedfs_fuse_op_duration_seconds_bucket{node=\"n1\",op=\"create\",le=\"+Inf\"}"), 20);
-  EXPECT_EQ(Sample(t, "fedfs_membership_alive{node=\"n1\"}"), 3);
+  EXPECT_GE(MetricSample(t, "fedfs_fuse_op_duration_seconds_count{node=\"n1\",op=\"create\"}"), 20) << t;
+  EXPECT_GE(MetricSample(t, "fedfs_fuse_op_duration_seconds_count{node=\"n1\",op=\"mkdir\"}"), 1);
+  EXPECT_EQ(MetricSample(t, "fedfs_fuse_op_duration_seconds_count{node=\"n1\",op=\"fallocate\"}"), 0);
+  EXPECT_GE(MetricSample(t, "fedfs_fuse_op_duration_seconds_bucket{node=\"n1\",op=\"create\",le=\"+Inf\"}"), 20);
+  EXPECT_EQ(MetricSample(t, "fedfs_membership_alive{node=\"n1\"}"), 3);
   for (const char* m : {"n1", "n2", "n3"}) {
-    EXPECT_EQ(Sample(t, std::string("fedfs_member_up{node=\"n1\",member=\"") + m + "\"}"), 1) << m;
+    EXPECT_EQ(MetricSample(t, std::string("fedfs_member_up{node=\"n1\",member=\"") + m + "\"}"), 1) << m;
   }
-  EXPECT_GE(Sample(t, "fedfs_transport_served_total{node=\"n1\"}"), 1);
+  EXPECT_GE(MetricSample(t, "fedfs_transport_served_total{node=\"n1\"}"), 1);
   EXPECT_NE(t.find("fedfs_transport_calls_total{node=\"n1\",peer=\"n2\",addr=\""), std::string::npos) << t;
   EXPECT_NE(t.find("# TYPE fedfs_dt_dirmerge_duration_seconds histogram"), std::string::npos);
   EXPECT_NE(t.find("# TYPE fedfs_dt_lookups_total counter"), std::string::npos);
   EXPECT_NE(t.find("# TYPE fedfs_files_handles gauge"), std::string::npos);
   EXPECT_NE(t.find("# TYPE fedfs_cache_hits_total counter"), std::string::npos);
   EXPECT_NE(t.find("# TYPE fedfs_migration_done_total counter"), std::string::npos);
-  EXPECT_EQ(Sample(t, "fedfs_journal_recovered_total{node=\"n1\"}"), 0);
+  EXPECT_EQ(MetricSample(t, "fedfs_journal_recovered_total{node=\"n1\"}"), 0);
   // Dirmerges happened at some manager of the federation.
   double dirmerges = 0;
   for (const auto& id : ids_) {
-    dirmerges += Sample(Text(id), "fedfs_dt_dirmerge_duration_seconds_count{node=\"" + id + "\"}");
+    dirmerges += MetricSample(Text(id), "fedfs_dt_dirmerge_duration_seconds_count{node=\"" + id + "\"}");
   }
   EXPECT_GE(dirmerges, 1);
 
