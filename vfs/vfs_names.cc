@@ -20,6 +20,24 @@ namespace fedfs::ns {
 
 using namespace vfs_detail;
 
+namespace {
+
+// A directory this node renamed (or exchanged) takes the names its kernel
+// caches beneath it, present and missing, along to their new paths: the
+// kernel moves the directory's dentry with its children when the reply
+// arrives. No manager of those paths handed them to this node, so none
+// would tell it of their next change, and this node's own change of the
+// parents drops nothing here ("Kernel caches", docs/namespace.md): a
+// missing name kept that way hid a file that another node then created
+// there (the chaos run). So they are dropped, all at once as the kernel
+// takes it, after the table names the moved inodes anew: a lookup after
+// the drop reads the new paths, one in flight goes out uncached.
+void DropMovedNames(KernelCache* k) {
+  if (k != nullptr && k->Coherent()) k->InvalidateNames();
+}
+
+}  // namespace
+
 // ---------------------------------------------------------------- names
 
 Result<EntryOut> VfsImpl::Lookup(const Cred& c, uint64_t parent, const std::string& name) {
@@ -596,6 +614,7 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
         table_.Unlink(new_parent, new_name);
         if (auto ino = table_.TakeName(parent, name)) table_.Move(*ino, new_parent, new_name);
       }
+      DropMovedNames(kernel_.load(std::memory_order_acquire));
       return Ok();
     }
     node = src.holders[0];
@@ -721,15 +740,20 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
     if (ReportEdits(sdir->path, src_edits) && d) locks.Reported();
   }
 
-  std::lock_guard lock(mu_);
-  const std::optional<uint64_t> s_ino = table_.TakeName(parent, name);
-  const std::optional<uint64_t> d_ino = table_.TakeName(new_parent, new_name);
-  if (flags & RENAME_EXCHANGE) {
-    if (s_ino) table_.Move(*s_ino, new_parent, new_name);
-    if (d_ino) table_.Move(*d_ino, parent, sreal);
-  } else {
-    if (d_ino) table_.Find(*d_ino)->linked = false;
-    if (s_ino) table_.Move(*s_ino, new_parent, new_name);
+  {
+    std::lock_guard lock(mu_);
+    const std::optional<uint64_t> s_ino = table_.TakeName(parent, name);
+    const std::optional<uint64_t> d_ino = table_.TakeName(new_parent, new_name);
+    if (flags & RENAME_EXCHANGE) {
+      if (s_ino) table_.Move(*s_ino, new_parent, new_name);
+      if (d_ino) table_.Move(*d_ino, parent, sreal);
+    } else {
+      if (d_ino) table_.Find(*d_ino)->linked = false;
+      if (s_ino) table_.Move(*s_ino, new_parent, new_name);
+    }
+  }
+  if (src_dir || ((flags & RENAME_EXCHANGE) && dst && dst->type == DT_DIR)) {
+    DropMovedNames(kernel_.load(std::memory_order_acquire));
   }
   return Ok();
 }
