@@ -28,7 +28,8 @@
 // FEDFS_CHAOS_SECONDS (default 60) bounds the faults' time, FEDFS_CHAOS_SEED
 // (default 1) chooses them, FEDFS_CHAOS_FAULTS=0 runs the workload without
 // any; FEDFS_CHAOS_REPORT=<file> gets the figures as
-// JSON (bench/chaos.sh). The fixture deletes its namespaces (and so the
+// JSON (bench/chaos.sh); FEDFS_TEST_KEEP_LOGS=<dir> gets each daemon's
+// whole log when the run fails. The fixture deletes its namespaces (and so the
 // links) and the Cluster stops the daemons and clears the mounts whatever
 // happens; a frozen daemon is thawed first.
 #include <dirent.h>
@@ -195,6 +196,7 @@ class Chaos : public ::testing::Test {
     for (const auto& id : ids_) {
       if (frozen_ == id && c_->Running(id)) ::kill(c_->pid(id), SIGCONT);
     }
+    KeepLogs();
     c_.reset();  // the daemons stop before their namespaces go
     if (!created_) return;
     for (const auto& ns : ns_) RunCommand({"ip", "netns", "del", ns}, 10s);
@@ -203,6 +205,21 @@ class Chaos : public ::testing::Test {
   }
 
   std::string Id(int i) const { return ids_[static_cast<size_t>(i)]; }
+
+  // FEDFS_TEST_KEEP_LOGS=<dir>: the whole logs of a failing run (debug
+  // level, every life of each daemon) are copied there, for a closer look
+  // than the report's excerpts (as in namespace_history_test.cc).
+  void KeepLogs() {
+    const char* keep = std::getenv("FEDFS_TEST_KEEP_LOGS");
+    if (keep == nullptr || *keep == '\0' || !HasFailure() || c_ == nullptr) return;
+    std::error_code ec;
+    fs::create_directories(keep, ec);
+    for (const auto& id : ids_) {
+      const std::string to = std::string(keep) + "/chaos-" + std::to_string(::getpid()) + "-" + id + ".log";
+      std::ofstream(to) << c_->Log(id);
+      std::printf("kept %s\n", to.c_str());
+    }
+  }
 
   // `ip netns exec` gives each daemon a mount namespace of its own (with
   // the network namespace's /sys, where UCX finds its devices): its mount is

@@ -555,6 +555,35 @@ TEST_F(VfsTest, ARequestMarksItsDirectoryForTheKernelBeforeReadingIt) {
   vfs_->SetKernelCache(nullptr);
 }
 
+// A directory renamed through this node takes the names the kernel caches
+// beneath it to their new paths (the kernel moves the dentry with its
+// children), where no manager would tell this node of their changes: its
+// kernel's names are dropped once the rename is done. A missing name kept
+// that way hid a file another node then created there (the chaos run). A
+// file's rename moves no names: nothing is dropped.
+TEST_F(VfsTest, ADirectoryRenamedHereDropsTheKernelsNamesAFileRenamedDoesNot) {
+  Put("a", "/d/sub/x", "ax");
+  Put("a", "/d/y", "ay");
+  MakeVfs();
+  CoherentKernel kernel;
+  vfs_->SetKernelCache(&kernel);
+  const uint64_t d = Look(kRootIno, "d");
+  const uint64_t sub = Look(d, "sub");
+  auto missing = vfs_->Lookup(cred_, sub, "f");  // the kernel may keep it missing
+  ASSERT_TRUE(missing) << missing.error().ToString();
+  ASSERT_EQ(missing->ino, 0u);
+  const uint64_t before = kernel.epoch;
+  ASSERT_TRUE(vfs_->Rename(cred_, d, "y", d, "z", 0));
+  EXPECT_EQ(kernel.epoch, before);  // a file: no names beneath it
+  ASSERT_TRUE(vfs_->Rename(cred_, d, "sub", d, "moved", 0));
+  EXPECT_GT(kernel.epoch, before);  // the kernel's names beneath it are dropped
+  // Looked up again, under the new path.
+  Put("a", "/d/moved/f", "af");
+  EXPECT_NE(Look(sub, "f"), 0u);
+  EXPECT_NE(Look(sub, "x"), 0u);
+  vfs_->SetKernelCache(nullptr);
+}
+
 // A directory is listed only when every node's directory of that path lets
 // the caller read it (each node checks, as it sees the caller); a node whose
 // directory is gone since the VD was built contributes no names.
