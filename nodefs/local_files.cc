@@ -210,7 +210,7 @@ Status LocalNodeFs::Release(Handle h) {
   }
   // The last handle of a file that moved away: its gate goes (move_support.h).
   if (last && gate_.Any() && gate_.StateOf({f->dev, f->ino}) == MoveGate::State::kMoved) {
-    gate_.Thaw({f->dev, f->ino});
+    DropGate({f->dev, f->ino});
   }
   return Ok();  // f and the dropped lock descriptions close here, unlocked
 }

@@ -95,7 +95,20 @@ void LocalNodeFs::Thaw(dev_t dev, ino_t ino) {
       return;  // Release drops it with the last handle
     }
   }
-  gate_.Thaw(key);
+  DropGate(key);
+}
+
+void LocalNodeFs::DropGate(const MoveGate::Key& k) {
+  gate_.Thaw(k);
+  int pin = -1;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = pinned_.find(k); it != pinned_.end()) {
+      pin = it->second;
+      pinned_.erase(it);
+    }
+  }
+  if (pin >= 0) ::close(pin);  // after the gate: the number may be given again now
 }
 
 Result<int> LocalNodeFs::CreateUnnamed(const std::string& dir) {

@@ -12,6 +12,7 @@ LocalNodeFs::LocalNodeFs(std::string node_id, std::string export_root, int root_
 LocalNodeFs::~LocalNodeFs() {
   handles_.clear();
   inodes_.clear();
+  for (const auto& [key, fd] : pinned_) ::close(fd);
   ::close(root_fd_);
 }
 
@@ -339,7 +340,31 @@ Status LocalNodeFs::Unlink(const Cred& c, const std::string& path) {
   AttrObserver* o = Observer();
   struct stat was {};
   if (o != nullptr && fstatat(p.dir, p.name.c_str(), &was, AT_SYMLINK_NOFOLLOW) != 0) o = nullptr;
-  if (unlinkat(p.dir, p.name.c_str(), 0) != 0) return SysErr("unlink", path);
+  // A gated file's name going: its inode is pinned until its gate goes.
+  int pin = -1;
+  MoveGate::Key key;
+  if (gate_.Any()) {
+    struct stat st {};
+    if (fstatat(p.dir, p.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+        gate_.StateOf({st.st_dev, st.st_ino}) != MoveGate::State::kNone) {
+      key = {st.st_dev, st.st_ino};
+      pin = openat(p.dir, p.name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    }
+  }
+  if (unlinkat(p.dir, p.name.c_str(), 0) != 0) {
+    const int e = errno;
+    if (pin >= 0) ::close(pin);
+    return SysErr("unlink", path, e);
+  }
+  if (pin >= 0) {
+    {
+      std::lock_guard lock(mu_);
+      if (pinned_.try_emplace(key, pin).second) pin = -1;  // else pinned already
+    }
+    if (pin >= 0) ::close(pin);
+    // The gate went meanwhile (its DropGate found no pin yet): so does the pin.
+    if (gate_.StateOf(key) == MoveGate::State::kNone) DropGate(key);
+  }
   Tell(o, was, DataRange::None());
   return Ok();
 }

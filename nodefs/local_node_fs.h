@@ -216,6 +216,8 @@ class LocalNodeFs final : public NodeFs, public MoveSupport {
   // kernel's pages of the file before it switches the name).
   Status MovedCheck(const OpenFile& f) const;
   MoveGate gate_;
+  // Drops the gate of a file, then its pin (pinned_) if it has one.
+  void DropGate(const MoveGate::Key& k);
   struct Parent;
   static Result<std::string> FGetXattr(const Cred& c, int fd, const std::string& what,
                                        const std::string& name, size_t size, size_t* needed);
@@ -274,6 +276,12 @@ class LocalNodeFs final : public NodeFs, public MoveSupport {
   Handle next_handle_ = 1;                                          // GUARDED_BY(mu_)
   std::unordered_map<Handle, std::shared_ptr<OpenFile>> handles_;   // GUARDED_BY(mu_)
   std::unordered_map<InodeKey, InodeLocks, InodeKeyHash> inodes_;   // GUARDED_BY(mu_)
+  // Gated files whose last name went here (a moved file's copy, the move's
+  // last step: migration/): an O_PATH descriptor of each keeps its inode,
+  // and so its number, until its gate goes (DropGate). Else a file created
+  // here meanwhile could be given that number and meet the gate: its create
+  // made the file, then answered ESTALE, and the kernel's retry EEXIST.
+  std::unordered_map<InodeKey, int, InodeKeyHash> pinned_;          // GUARDED_BY(mu_)
 };
 
 }  // namespace fedfs::ns

@@ -158,6 +158,33 @@ TEST_F(MoveSupportTest, LocksAreCountedAndLockChangesWaitWhileFrozen) {
   (void)fs_->Release(h->handle);
 }
 
+// The move's last step unlinks the moved file's copy while its gate still
+// stands: files created meanwhile must not get its inode number (ext4 gives
+// a freed one again at once) and meet the gate (ESTALE, the file left made;
+// the kernel's retry then answered EEXIST). Its inode stays pinned until
+// the gate goes. (On tmpfs, which never gives a number again, this passes
+// either way.)
+TEST_F(MoveSupportTest, AFileMadeWhileAMovedFilesGateStandsIsNotGated) {
+  ASSERT_TRUE(fs_->Freeze(st_.st_dev, st_.st_ino).has_value());
+  fs_->Hold(st_.st_dev, st_.st_ino);
+  fs_->MarkMoved(st_.st_dev, st_.st_ino);
+  ASSERT_TRUE(fs_->Unlink(Cred{}, "/f").has_value());  // the move's last step
+  for (int i = 0; i < 20; ++i) {
+    const std::string name = "/g" + std::to_string(i);
+    auto c = fs_->Create(Cred{}, name, O_WRONLY | O_EXCL, 0644);
+    ASSERT_TRUE(c.has_value()) << name << ": " << c.error().ToString();
+    struct stat st {};
+    ASSERT_EQ(::stat((root_ + name).c_str(), &st), 0);
+    EXPECT_FALSE(st.st_dev == st_.st_dev && st.st_ino == st_.st_ino);
+    EXPECT_TRUE(fs_->Write(c->handle, 0, Bytes("x")).has_value());
+    ASSERT_TRUE(fs_->Release(c->handle).has_value());
+  }
+  fs_->Thaw(st_.st_dev, st_.st_ino);
+  auto after = fs_->Create(Cred{}, "/h", O_WRONLY | O_EXCL, 0644);
+  ASSERT_TRUE(after.has_value()) << after.error().ToString();
+  ASSERT_TRUE(fs_->Release(after->handle).has_value());
+}
+
 TEST_F(MoveSupportTest, AnUnnamedFileIsInvisibleUntilLinkedAndNeverReplaces) {
   ASSERT_TRUE(fs_->Mkdir(Cred{}, "/d", 0755).has_value());
   auto fd = fs_->CreateUnnamed("/d");
