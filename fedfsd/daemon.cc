@@ -224,6 +224,7 @@ Status Daemon::OpenExportRoot(const DaemonOptions& o) {
 Status Daemon::StartNamespace(const DaemonOptions& o) {
   pool_ = std::make_unique<ThreadPool>(8, "blocking");
   callbacks_pool_ = std::make_unique<ThreadPool>(2, "callbacks");
+  unlinks_pool_ = std::make_unique<ThreadPool>(4, "unlinks");
   node::NodeOptions no;
   no.node_id = o.node_id;
   no.address = o.listen;
@@ -287,6 +288,7 @@ Status Daemon::StartNamespace(const DaemonOptions& o) {
   env.move = local_fs_.get();
   env.pool = pool_.get();
   env.callbacks = callbacks_pool_.get();
+  env.unlinks = unlinks_pool_.get();
   env.tag_of = [m = membership_.get()](const std::string& node) { return m->TagOf(node); };
   auto n = node::Node::Create(std::move(no), std::move(env));
   if (!n) return Err(n.error().code, n.error().context);
@@ -484,6 +486,7 @@ void Daemon::Stop() {
   if (transport_) transport_->Shutdown();
   // No handler runs after Shutdown: drain the pools, then the services.
   callbacks_pool_.reset();
+  unlinks_pool_.reset();
   pool_.reset();
   if (local_fs_) local_fs_->SetAttrObserver(nullptr);
   node_.reset();

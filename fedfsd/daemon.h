@@ -106,6 +106,7 @@ class Daemon {
   std::unique_ptr<ns::ClusterViewSource> cluster_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<ThreadPool> callbacks_pool_;  // the holders' change callbacks
+  std::unique_ptr<ThreadPool> unlinks_pool_;    // unlinks made for other nodes (NodeEnv)
   std::unique_ptr<ns::LocalNodeFs> local_fs_;
   std::unique_ptr<ns::Kv> kv_;
   bool restarted_ = false;  // the state dir was there: a process of this node ran before

@@ -147,8 +147,12 @@ auto FileService::Impl::HandlePath(uint64_t session, uint64_t rh) -> std::string
 auto FileService::Impl::Run(const m2m::PeerInfo& peer, const fb::FsRequest* req,
                             Clock::time_point arrival) -> Result<m2m::Bytes> {
   t_serving_session = req->session();
+  if (req->op() == fb::Op::kUnlink && req->for_node() != nullptr) {
+    t_serving_for_node = req->for_node()->str();
+  }
   Result<m2m::Bytes> r = RunOp(peer, req, arrival);
   t_serving_session = 0;
+  t_serving_for_node.clear();
   if (!r || !opts_.on_change) return r;
   switch (req->op()) {
     case fb::Op::kSetAttr:

@@ -564,12 +564,16 @@ void FileService::Impl::AttrsChanged(dev_t dev, ino_t ino, DataRange data) {
     for (const auto& [session, rhs] : by_session) {
       auto s = sessions_.find(session);
       if (s == sessions_.end() || s->second.ep == nullptr) continue;
+      if (!t_serving_for_node.empty() && s->second.node == t_serving_for_node) continue;
       targets.push_back(
           {session, s->second.ep, AttrChangedMessage(session, rhs, data), s->second.node});
     }
   }
   Tell(std::move(targets));
 }
+
+FileService::ServingFor::ServingFor(const std::string& node) { t_serving_for_node = node; }
+FileService::ServingFor::~ServingFor() { t_serving_for_node.clear(); }
 
 Cred SquashCred(const FileServiceOptions& o, Cred c) {
   if (!o.root_squash) return c;

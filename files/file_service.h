@@ -21,7 +21,9 @@
 //    acknowledged: {session, the handles and watches it has the file as,
 //    the bytes the change may have altered (none for attributes only)}.
 //    Not told to the session whose request made the change (its kernel saw
-//    it). A watch comes from a Stat with `watch` of a regular file with one
+//    it), nor, for an unlink made for another node (FsRequest.for_node, a
+//    directory's manager unlinking for the node that asked it), to that
+//    node's sessions. A watch comes from a Stat with `watch` of a regular file with one
 //    link: the file is recorded before the stat whose answer is sent, and
 //    the reply names the watch in `handle`; it lasts across the changes it
 //    tells of; one watch per file and session, at most
@@ -212,6 +214,18 @@ class FileService final : public AttrObserver {
   // more. It is not forwarded again (this node's disk has it).
   void ForgetOwnCopy(uint64_t dev, uint64_t ino, uint64_t block, uint64_t index, uint32_t frame,
                      uint64_t tag);
+
+  // While one lives, the changes this thread makes through this node's
+  // LocalNodeFs are not told to the sessions of node `node` (an unlink a
+  // directory's manager makes here for that node, whose kernel saw it;
+  // FsRequest.for_node for one made through another node). One thread.
+  class ServingFor {
+   public:
+    explicit ServingFor(const std::string& node);
+    ~ServingFor();
+    ServingFor(const ServingFor&) = delete;
+    ServingFor& operator=(const ServingFor&) = delete;
+  };
 
   // AttrObserver: true while some session is told of some file's changes;
   // AttrsChanged tells the sessions that have file (dev, ino) open (see the

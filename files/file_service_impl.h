@@ -92,6 +92,9 @@ namespace files_detail {
 // The session whose request this thread is serving (0: none). Its own
 // changes are not told back to it: its kernel saw them happen.
 inline thread_local uint64_t t_serving_session = 0;
+// The node the change this thread makes is made for (FsRequest.for_node,
+// FileService::ServingFor; empty: none): its sessions are not told either.
+inline thread_local std::string t_serving_for_node;
 
 using FileKey = std::pair<dev_t, ino_t>;
 

@@ -57,7 +57,8 @@ m2m::Bytes Encode(const RemoteNodeFs::Req& q, uint64_t session, uint64_t budget_
     return s.empty() ? flatbuffers::Offset<flatbuffers::String>()
                      : b.CreateString(s.data(), s.size());
   };
-  auto path = str(q.path), path2 = str(q.path2), target = str(q.target);
+  auto path = str(q.path), path2 = str(q.path2), target = str(q.target),
+       for_node = str(q.for_node);
   auto data = q.data.empty() ? flatbuffers::Offset<flatbuffers::Vector<uint8_t>>()
                              : b.CreateVector(reinterpret_cast<const uint8_t*>(q.data.data()),
                                               q.data.size());
@@ -93,6 +94,7 @@ m2m::Bytes Encode(const RemoteNodeFs::Req& q, uint64_t session, uint64_t budget_
   if (!path.IsNull()) rb.add_path(path);
   if (!path2.IsNull()) rb.add_path2(path2);
   if (!target.IsNull()) rb.add_target(target);
+  if (!for_node.IsNull()) rb.add_for_node(for_node);
   if (!data.IsNull()) rb.add_data(data);
   if (!templates.IsNull()) rb.add_templates(templates);
   if (!names.IsNull()) rb.add_names(names);
@@ -570,7 +572,16 @@ Status RemoteNodeFs::Unlink(const Cred& c, const std::string& path) {
 
 Result<std::optional<struct stat>> RemoteNodeFs::UnlinkSeeingParent(const Cred& c,
                                                                     const std::string& path) {
-  auto r = Call({.op = fb::Op::kUnlink, .cred = &c, .path = path, .parent_attr = true},
+  return UnlinkFor(c, path, {});
+}
+
+Result<std::optional<struct stat>> RemoteNodeFs::UnlinkFor(const Cred& c, const std::string& path,
+                                                           const std::string& for_node) {
+  auto r = Call({.op = fb::Op::kUnlink,
+                 .cred = &c,
+                 .path = path,
+                 .parent_attr = true,
+                 .for_node = for_node},
                 FEDFS_DEADLINE);
   if (!r) return Err(r.error());
   const auto* rep = Root(*r);

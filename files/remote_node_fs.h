@@ -172,6 +172,10 @@ class RemoteNodeFs final : public NodeFs, public std::enable_shared_from_this<Re
   Status Unlink(const Cred& c, const std::string& path) override;
   Result<std::optional<struct stat>> UnlinkSeeingParent(const Cred& c,
                                                         const std::string& path) override;
+  // UnlinkSeeingParent made for node `for_node` (FsRequest.for_node): the
+  // server does not tell that node's sessions of the change either.
+  Result<std::optional<struct stat>> UnlinkFor(const Cred& c, const std::string& path,
+                                               const std::string& for_node);
   Status Rename(const Cred& c, const std::string& from, const std::string& to,
                 unsigned flags) override;
   Result<struct stat> Link(const Cred& c, const std::string& existing,

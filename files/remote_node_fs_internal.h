@@ -45,6 +45,7 @@ struct RemoteNodeFs::Req {
   bool watch = false;
   bool kill_setid = false;
   bool parent_attr = false;
+  std::string_view for_node;  // FsRequest.for_node
   const NodeFs::CoopAsk* coop = nullptr;
   const NodeFs::CoopBlock* fwd = nullptr;  // kCoopEvict, kCoopStore, kCoopMoved
 };

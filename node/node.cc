@@ -188,6 +188,20 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
       m->Annotate(path, entries);
     }
   };
+  if (d.env.unlinks != nullptr) {
+    vdo.unlink_at = [self = impl.get()](
+                        const ns::Cred& c, const std::string& holder, const std::string& path,
+                        const std::string& origin,
+                        std::move_only_function<void(Result<std::optional<struct stat>>)> done) {
+      self->env.unlinks->Post(
+          [self, c, holder, path, origin, done = std::move(done)]() mutable {
+            done(self->UnlinkFor(c, holder, path, origin));
+          });
+    };
+    // The manager waits for the file's node, which may wait for its
+    // callbacks and cache lease (RemoteNodeFs::ChangeSlack), plus margin.
+    vdo.unlink_timeout = 2 * opt.rpc_timeout + opt.files.cache_lease + std::chrono::seconds(2);
+  }
   d.vd_service =
       std::make_unique<ns::VdService>(vdo, tr, d.cluster.get(), d.env.local, d.env.pool);
   d.vd_service->RegisterHandlers();
@@ -235,6 +249,10 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
     return ns::ChoosePlacement(placement, view, path, free_bytes);  // EHOSTDOWN fails the create
   };
   d.vfs = std::make_unique<ns::VfsImpl>(opt.vfs, std::move(deps));
+  {
+    std::unique_lock lock(d.unlink_mu);
+    d.unlink_vfs = d.vfs.get();
+  }
   if (d.peers != nullptr && opt.cache_forward > 0) {
     d.forward_port =
         std::make_unique<NodeForwardPort>(d.vfs.get(), d.file_service.get(), opt.node_id);
@@ -307,7 +325,30 @@ Status Node::RecoverMoves() {
   return Ok();
 }
 
+Result<std::optional<struct stat>> Node::Impl::UnlinkFor(const ns::Cred& c,
+                                                        const std::string& holder,
+                                                        const std::string& path,
+                                                        const std::string& origin) {
+  std::shared_lock lock(unlink_mu);
+  if (unlink_vfs == nullptr) return Err(ESHUTDOWN, "the node is stopping");
+  ns::NodeFs* fs = unlink_vfs->NodeFsFor(holder);
+  if (fs == nullptr) return Err(EHOSTDOWN, "node " + holder + " is not alive");
+  if (holder == options.node_id) {
+    // Served here as the file service serves another node's unlink: its
+    // caller squashed, that node's sessions not told of it.
+    ns::FileService::ServingFor quiet(origin);
+    const ns::Cred as = origin == options.node_id ? c : ns::SquashCred(options.files, c);
+    return fs->UnlinkSeeingParent(as, path);
+  }
+  if (auto* remote = dynamic_cast<ns::RemoteNodeFs*>(fs)) return remote->UnlinkFor(c, path, origin);
+  return fs->UnlinkSeeingParent(c, path);
+}
+
 void Node::StopClients() {
+  {
+    std::unique_lock lock(impl_->unlink_mu);  // waits for the unlinks made for others
+    impl_->unlink_vfs = nullptr;
+  }
   if (impl_->vfs) impl_->vfs->SetMover(nullptr);
   if (impl_->migration) impl_->migration->Stop();  // waits for its moves in progress
   if (impl_->vfs) impl_->vfs->SetDirOps(nullptr);

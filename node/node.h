@@ -115,6 +115,13 @@ struct NodeEnv {
   // which may wait for its page locks. Optional (null: on the transport's
   // progress context, for a node without a FUSE mount).
   Executor* callbacks = nullptr;
+  // Where this node, as a directory's manager, has files unlinked for the
+  // nodes that ask it to (kUnlink, docs/namespace.md "Unlinks in one call"):
+  // each task waits for the file's node. Not `pool`: a file's node serves
+  // the unlink on its own pool, and two managers' pools could wait on each
+  // other. Optional (null: this node unlinks for no one, and the nodes that
+  // ask it unlink by themselves).
+  Executor* unlinks = nullptr;
   // The tag (st_ino high bits) of another node; optional (VfsDeps::tag_of).
   std::function<uint16_t(const std::string& node)> tag_of;
 };

@@ -91,6 +91,14 @@ struct Node::Impl {
   std::unique_ptr<ns::Migration> migration;
   // What the VD service's listings consult (set once the object exists).
   std::atomic<ns::Migration*> annotate{nullptr};
+  // The facade, for the unlinks this node makes for others (UnlinkFor);
+  // null before it exists and from StopClients on, which waits for them.
+  std::shared_mutex unlink_mu;
+  ns::VfsImpl* unlink_vfs = nullptr;
+  // As VdServiceOptions::unlink_at, run on env.unlinks.
+  Result<std::optional<struct stat>> UnlinkFor(const ns::Cred& c, const std::string& holder,
+                                               const std::string& path,
+                                               const std::string& origin);
 };
 
 }  // namespace fedfs::node

@@ -75,6 +75,15 @@ Result<ns::VdClient::NameRead> VdServiceClient::LockRead(const std::string& path
   return Err(r.error());
 }
 
+Result<ns::VdClient::Unlinked> VdServiceClient::Unlink(const std::string& path,
+                                                      const std::string& name,
+                                                      const ns::Cred& cred) {
+  if (s_->ServesHere(path)) return Err(ENOSYS, "served here");
+  auto r = RetryWhileBusy([&] { return ns::UnlinkVdSync(*s_, path, name, cred); });
+  if (!r) return Err(r.error());
+  return Unlinked{std::move(r->part), r->unlinked, std::move(r->parent)};
+}
+
 void VdServiceClient::Release(const std::string& path, const std::string& name) {
   if (auto s = ns::UpdateVdSync(*s_, path, VdChange{VdChange::Kind::kRelease, name, 0, self_});
       !s) {

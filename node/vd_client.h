@@ -41,6 +41,10 @@ class VdServiceClient final : public ns::VdClient {
                       const std::string& claim) override;
   Result<NameRead> LockRead(const std::string& path, const std::string& name) override;
   void Release(const std::string& path, const std::string& name) override;
+  // Not asked where the directory is served here (its lock and report cost
+  // no message there).
+  Result<Unlinked> Unlink(const std::string& path, const std::string& name,
+                          const ns::Cred& cred) override;
   Result<uint64_t> AddNew(const std::string& path, const std::string& name, uint8_t type,
                           const std::string& node) override;
   void Created(const std::string& path, const std::string& name, uint64_t token) override;

@@ -248,17 +248,17 @@ auto VdService::Impl::Core::UpdateOutcomeOf(
   // version (patching with one would drop the cached copy: a refetch of
   // the whole VD per unlink or rename).
   auto view = cluster_->Current();
-  const std::string& manager = view->Manager(path);
   // Managed here (or lent here): this node keeps no DT copy of its own VDs
   // to patch or to guard.
-  const bool here = !manager.empty() && (manager == view->self || HeldHere(path, *view));
+  const bool here = ServesHere(path, *view);
   const bool lease_ok = !here && options_.lend_after > 0;
   const auto asked = SteadyNow();
   const bool own = !here && dt_ && std::ranges::any_of(changes, [](const VdChange& c) {
     return c.kind == VdChange::Kind::kAdd || c.kind == VdChange::Kind::kRemove ||
-           c.kind == VdChange::Kind::kAddNew;
+           c.kind == VdChange::Kind::kAddNew || c.kind == VdChange::Kind::kUnlink;
   });
   const bool adding = changes.front().kind == VdChange::Kind::kAddNew;
+  const bool unlinking = changes.front().kind == VdChange::Kind::kUnlink;
   // The holders this node's copy has: not sent back if unchanged.
   uint64_t holders_hash = 0;
   if (own) {
@@ -288,6 +288,12 @@ auto VdService::Impl::Core::UpdateOutcomeOf(
   r->method = MethodId(RpcMethod::kNsVdUpdate);
   // The manager waits for its sharers' invalidations (up to rpc_timeout).
   r->timeout = 2 * std::chrono::duration_cast<m2m::Timeout>(options_.rpc_timeout);
+  if (unlinking) {
+    // The manager waits for the file's node too, and a resend elsewhere
+    // could not know the unlink was done.
+    r->timeout = std::chrono::duration_cast<m2m::Timeout>(options_.unlink_timeout);
+    r->resend_same_epoch = true;
+  }
   r->encode = [path, changes, lease_ok, holders_hash, id = NextRequestId()](const ClusterView& v) {
     return EncodeUpdateRequest(path, changes, v, lease_ok, holders_hash, id);
   };
@@ -297,8 +303,8 @@ auto VdService::Impl::Core::UpdateOutcomeOf(
   };
   r->decode = [](const m2m::Bytes& b) { return DecodeUpdateReply(b); };
   if (own || lease_ok) {
-    r->inspect = [self, path, own, adding, asked](const Result<UpdateOutcome>& o, bool remote,
-                                                  uint64_t) {
+    r->inspect = [self, path, own, adding, unlinking, asked](const Result<UpdateOutcome>& o,
+                                                             bool remote, uint64_t) {
       if (!remote) return;  // served here: this node keeps no DT copy of its own VDs
       if (own) {
         if (!o) {
@@ -306,9 +312,12 @@ auto VdService::Impl::Core::UpdateOutcomeOf(
           // manager) changed nothing.
           const int e = o.error().code;
           if (adding && (e == EEXIST || e == EAGAIN || e == EPROTO)) return;
+          // A kUnlink that no node tried changed nothing either.
+          if (unlinking && (e == ENOSYS || e == EPROTO || e == EAGAIN)) return;
           return self->dt_->Invalidate(path);
         }
         if (adding && !o->added) return;  // only claimed: nothing changed
+        if (unlinking && !o->unlinked) return;  // read only: the sender unlinks itself
         std::optional<std::vector<std::string>> holders;
         if (!o->same_holders) holders = o->holders;
         self->dt_->Patch(path, o->prev_version, o->version, o->keys, o->fresh, std::move(holders),
@@ -451,6 +460,10 @@ auto VdService::Impl::Core::ServeUpdate(const std::string& path, std::vector<VdC
   }
   if (changes.size() == 1 && changes[0].kind == VdChange::Kind::kLockRead) {
     return ServeLockRead(path, std::move(changes[0].name), from, std::move(done));
+  }
+  if (changes.size() == 1 && changes[0].kind == VdChange::Kind::kUnlink) {
+    return ServeUnlink(path, std::move(changes[0]), from, view, std::move(done), lease_ok,
+                       holders_hash);
   }
   if (changes.size() == 1 && changes[0].kind == VdChange::Kind::kAddNew) {
     return ServeAddNew(path, std::move(changes[0]), from, view, std::move(done), lease_ok,
@@ -714,6 +727,25 @@ void VdService::AddNew(const std::string& path, VdChange add,
                                  if (!o) return done(Err(o.error()));
                                  done(o->added);
                                });
+}
+
+void VdService::Unlink(const std::string& path, const std::string& name, const Cred& cred,
+                       std::move_only_function<void(Result<Unlinked>)> done) {
+  VdChange change{VdChange::Kind::kUnlink, name, 0, impl_->core->SelfId()};
+  change.cred = cred;
+  impl_->core->UpdateOutcomeOf(path, {std::move(change)},
+                               [done = std::move(done)](Result<UpdateOutcome> o) mutable {
+                                 if (!o) return done(Err(o.error()));
+                                 if (!o->read || !o->read_vd) {
+                                   return done(Err(EPROTO, "VD unlink answered without its entry"));
+                                 }
+                                 done(Unlinked{std::move(o->read_vd), o->unlinked,
+                                               std::move(o->parent)});
+                               });
+}
+
+bool VdService::ServesHere(const std::string& path) {
+  return impl_->core->ServesHere(path, *impl_->core->View());
 }
 
 void VdService::Conflicts(const std::string& path,

@@ -134,6 +134,23 @@ struct VdServiceOptions {
   // call; VdChange) rather than a kClaim and then a kAdd. Only the asking
   // side reads it: a manager serves both.
   bool add_new = true;
+  // A manager's unlink of a file on its node (kUnlink, docs/namespace.md
+  // "Unlinks in one call"): `holder` unlinks `path` (global, real name) as
+  // `cred`, on behalf of node `origin` (whose sessions that node does not
+  // tell of the change: its kernel saw it), and `done` gets the directory's
+  // attributes at that node right after (none: unknown) or the errno. Called
+  // on the transport's progress context or a blocking thread; it must not
+  // block (the daemon runs it on its blocking executor). Unset: this node
+  // answers a kUnlink ENOSYS and the asker unlinks by itself.
+  using UnlinkAt = std::function<void(
+      const Cred& cred, const std::string& holder, const std::string& path,
+      const std::string& origin,
+      std::move_only_function<void(Result<std::optional<struct stat>>)> done)>;
+  UnlinkAt unlink_at;
+  // How long a kUnlink waits for its answer: the manager's call to the
+  // file's node may wait for that node's callbacks and cache lease
+  // (files/file_service.h). Default 2 x rpc_timeout + 7 s.
+  std::chrono::milliseconds unlink_timeout{11000};
 };
 
 // A change to one entry of VD(P), made on `node`.
@@ -180,15 +197,29 @@ struct VdServiceOptions {
 // the same name by the same node that reached the manager first. A kRemove
 // with an `id` (not 0) is the undo of the kAddNew of that token whose answer
 // did not arrive: applied only while that claim holds, else a no-op.
+//
+// kUnlink is an unlink in one call (docs/namespace.md, "Unlinks in one
+// call"): `name` is a visible name, `cred` the caller. The manager takes
+// the name as a kLockRead for the sender would; when it names a file (not
+// a directory) under its own real name, it has the file's node unlink it
+// (VdServiceOptions::unlink_at, as `cred`), then applies the kRemove as if
+// the sender had reported it, and answers once: `unlinked`, the name's
+// entry before (`read_vd`), the directory's attributes at that node, and
+// what the removal did, as a kRemove's answer. The node's errno fails the
+// call (the name released, nothing applied). Otherwise (no such name, an
+// alias, a directory) it answers the lock-read, nothing held, and the
+// sender unlinks by itself.
 struct VdChange {
   enum class Kind : uint8_t {
-    kAdd = 0, kRemove = 1, kClaim = 2, kRelease = 3, kLock = 4, kLockRead = 5, kAddNew = 6
+    kAdd = 0, kRemove = 1, kClaim = 2, kRelease = 3, kLock = 4, kLockRead = 5, kAddNew = 6,
+    kUnlink = 7
   };
   Kind kind = Kind::kAdd;
   std::string name;  // real name in the node's export root
   uint8_t type = 0;  // DT_* (kAdd)
   std::string node;
   uint64_t id = 0;   // kAdd of a directory: its id (nodefs/dir_id.h), 0 unknown
+  Cred cred;         // kUnlink: the caller
 };
 
 using VdPtr = std::shared_ptr<const VirtualDirectory>;
@@ -251,6 +282,22 @@ class VdService {
   // kClaim). EEXIST and EAGAIN as a kClaim; EPROTO from a manager that does
   // not know kAddNew (an older version): nothing was held.
   void AddNew(const std::string& path, VdChange add, std::move_only_function<void(Result<bool>)> done);
+  // kUnlink of visible `name` in VD(P) as `cred` (see VdChange): `unlinked`
+  // with the name's entry before and the directory's attributes at the
+  // file's node, or, not unlinked, the name read as LockRead answers it
+  // with nothing held (the caller unlinks by itself). ENOSYS from a manager
+  // without VdServiceOptions::unlink_at, EPROTO from one that does not know
+  // kUnlink: nothing was held. The file node's errno as is.
+  struct Unlinked {
+    VdPtr part;  // partial: the name's entry before (or none)
+    bool unlinked = false;
+    std::optional<struct stat> parent;
+  };
+  void Unlink(const std::string& path, const std::string& name, const Cred& cred,
+              std::move_only_function<void(Result<Unlinked>)> done);
+  // P is served by this node: it is P's manager, or P is lent here. Its
+  // changes then cost no message to the manager.
+  bool ServesHere(const std::string& path);
   void Conflicts(const std::string& path,
                  std::move_only_function<void(Result<std::vector<Conflict>>)> done);
   // One parallel round of kNsVdDrop(path) to every live node (this one
@@ -322,6 +369,8 @@ Status UpdateManyVdSync(VdService& s, const std::string& path, std::vector<VdCha
 Result<VdService::NameRead> LockReadVdSync(VdService& s, const std::string& path,
                                            const std::string& name);
 Result<bool> AddNewVdSync(VdService& s, const std::string& path, VdChange add);
+Result<VdService::Unlinked> UnlinkVdSync(VdService& s, const std::string& path,
+                                         const std::string& name, const Cred& cred);
 Status DropSubtreeSync(VdService& s, const std::string& path);
 
 }  // namespace fedfs::ns

@@ -134,13 +134,14 @@ inline Status ValidateChanges(const std::vector<VdChange>& changes) {
     if (auto s = ValidateChange(c); !s) return s;
     const bool claim = c.kind == VdChange::Kind::kClaim || c.kind == VdChange::Kind::kRelease ||
                        c.kind == VdChange::Kind::kLock || c.kind == VdChange::Kind::kLockRead ||
-                       c.kind == VdChange::Kind::kAddNew;
+                       c.kind == VdChange::Kind::kAddNew || c.kind == VdChange::Kind::kUnlink;
     if (c.kind == VdChange::Kind::kAddNew && (c.type == DT_DIR || c.type == DT_UNKNOWN)) {
       return Err(EINVAL, "a VD add-new of a directory or of no type");
     }
     if (claim && changes.size() > 1 && !IsLockAndClaim(changes)) {
       return Err(EINVAL,
-                 "a VD claim, add-new, lock or release goes alone (or a lock with one claim)");
+                 "a VD claim, add-new, unlink, lock or release goes alone (or a lock with one "
+                 "claim)");
     }
   }
   return Ok();
@@ -230,6 +231,12 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   void UpdateMany(const std::string& path, std::vector<VdChange> changes,
                   std::move_only_function<void(Status)> done);
   std::string SelfId() const { return cluster_->Current()->self; }
+  // Managed here, or lent here (HeldHere).
+  bool ServesHere(const std::string& path, const ClusterView& view) {
+    const std::string& manager = view.Manager(path);
+    return !manager.empty() && (manager == view.self || HeldHere(path, view));
+  }
+  std::shared_ptr<const ClusterView> View() const { return cluster_->Current(); }
   // As UpdateMany, with the manager's outcome (a kLockRead's answer).
   void UpdateOutcomeOf(const std::string& path, std::vector<VdChange> changes,
                        std::move_only_function<void(Result<UpdateOutcome>)> done);
@@ -302,6 +309,11 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     // (claims, locks, releases, reads; changes carry a request id).
     int resends = 0;
     bool resend = false;
+    // Resent only to the manager it went to, in the membership epoch it
+    // went in (a kUnlink: a new manager, or one that restarted, would not
+    // know it was done, and would answer ENOENT).
+    bool resend_same_epoch = false;
+    uint64_t sent_epoch = 0;
   };
 
   // Gets and conflicts wait for the manager's own dirmerge leaves (each up to
@@ -349,6 +361,11 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
       ++stats_.gets_sent;
     }
     const uint64_t epoch = view->epoch;
+    if (r->resend_same_epoch && r->resends > 0 && epoch != r->sent_epoch) {
+      return r->done(Err(ECONNRESET, "the membership changed while " + r->path +
+                                         " was changed: its outcome is unknown"));
+    }
+    r->sent_epoch = epoch;
     auto ep = transport_->GetEndpoint(addr->second);
     auto payload = r->encode(*view);
     const uint16_t method = r->method;
@@ -360,7 +377,9 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
                  return self->Route(std::move(r));  // with a refreshed view
                }
                if (!reply && r->resend && ConnectionBroken(reply.error().code) &&
-                   r->resends < kMaxResends && !self->IsClosed()) {
+                   r->resends < kMaxResends && !self->IsClosed() &&
+                   (!r->resend_same_epoch ||
+                    self->cluster_->Current()->epoch == r->sent_epoch)) {
                  ++r->resends;
                  {
                    std::lock_guard lock(self->mu_);
@@ -468,6 +487,7 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   // Holder side: whether this node serves P itself now (a lease held in this
   // epoch and not expired; an ended one is cleaned up, a renewal sent when due).
   bool HeldHere(const std::string& path, const ClusterView& view);
+
   // Installs the lease of an update's reply (its request left at `asked`).
   void InstallLease(const std::string& path, const UpdateOutcome& o,
                     std::chrono::steady_clock::time_point asked);
@@ -541,6 +561,11 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   // kLockRead (see VdChange): the lock decided and the name read in one step.
   void ServeLockRead(const std::string& path, std::string name, const std::string& from,
                      m2m::Callback<UpdateOutcome> done);
+  // kUnlink (see VdChange; vd_unlink.cc): a kLockRead for `from`, the
+  // file's node's unlink (options_.unlink_at), then the kRemove as ServeUpdate.
+  void ServeUnlink(const std::string& path, VdChange change, const std::string& from,
+                   const ClusterView& view, m2m::Callback<UpdateOutcome> done, bool lease_ok,
+                   uint64_t holders_hash);
   void ServeClaimOf(const std::string& path, std::string name, std::optional<std::string> lock,
                     const std::string& from, m2m::Callback<UpdateOutcome> done);
   // Under mu_: the checks of a claim of `name` (with a lock of `lock`) on

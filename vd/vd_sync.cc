@@ -94,6 +94,17 @@ Result<bool> AddNewVdSync(VdService& s, const std::string& path, VdChange add) {
   }
 }
 
+Result<VdService::Unlinked> UnlinkVdSync(VdService& s, const std::string& path,
+                                         const std::string& name, const Cred& cred) {
+  CatchupDeadline deadline(s);
+  for (;;) {
+    // ESTALE held and unlinked nothing: asked again.
+    auto r = WaitFor<Result<VdService::Unlinked>>(
+        [&](auto done) { s.Unlink(path, name, cred, std::move(done)); });
+    if (r || r.error().code != ESTALE || !deadline.Retry()) return r;
+  }
+}
+
 Status UpdateVdSync(VdService& s, const std::string& path, VdChange change) {
   return UpdateManyVdSync(s, path, {std::move(change)});
 }

@@ -26,7 +26,12 @@ flatbuffers::Offset<wire::Change> EncodeChange(flatbuffers::FlatBufferBuilder& b
                                                const VdChange& c) {
   auto n = b.CreateString(c.name);
   auto node = b.CreateString(c.node);
-  return wire::CreateChange(b, static_cast<wire::ChangeKind>(c.kind), n, c.type, node, c.id);
+  flatbuffers::Offset<wire::Cred> cred;
+  if (c.kind == VdChange::Kind::kUnlink) {
+    cred = wire::CreateCred(b, c.cred.uid, c.cred.gid, b.CreateVector(c.cred.groups));
+  }
+  return wire::CreateChange(b, static_cast<wire::ChangeKind>(c.kind), n, c.type, node, c.id,
+                            cred);
 }
 
 flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> Strings(
@@ -101,7 +106,18 @@ Result<VdChange> DecodeChange(const wire::Change* c) {
     case wire::ChangeKind::Lock: out.kind = VdChange::Kind::kLock; break;
     case wire::ChangeKind::LockRead: out.kind = VdChange::Kind::kLockRead; break;
     case wire::ChangeKind::AddNew: out.kind = VdChange::Kind::kAddNew; break;
+    case wire::ChangeKind::Unlink: out.kind = VdChange::Kind::kUnlink; break;
     default: return Err(EPROTO, "VD update with an unknown change kind");
+  }
+  if (out.kind == VdChange::Kind::kUnlink) {
+    const wire::Cred* cred = c->cred();
+    if (cred == nullptr) return Err(EPROTO, "VD unlink without its caller");
+    out.cred.uid = cred->uid();
+    out.cred.gid = cred->gid();
+    if (cred->groups() != nullptr) {
+      if (cred->groups()->size() > kMaxGroups) return Err(EPROTO, "VD unlink with too many groups");
+      out.cred.groups.assign(cred->groups()->begin(), cred->groups()->end());
+    }
   }
   auto name = Need(c->name(), "change.name");
   if (!name) return Err(name.error());
@@ -272,10 +288,19 @@ m2m::Bytes EncodeUpdateReply(const UpdateOutcome& o) {
     const m2m::Bytes part = EncodeVd(*o.read_vd, !o.read_vd->cacheable, false);
     read = b.CreateVector(reinterpret_cast<const uint8_t*>(part.data()), part.size());
   }
+  std::optional<wire::DirStat> parent;
+  if (o.parent) {
+    const struct stat& st = *o.parent;
+    parent.emplace(st.st_dev, st.st_ino, st.st_mode, st.st_nlink, st.st_uid, st.st_gid,
+                   st.st_size, st.st_blksize, st.st_blocks, st.st_atim.tv_sec,
+                   st.st_atim.tv_nsec, st.st_mtim.tv_sec, st.st_mtim.tv_nsec, st.st_ctim.tv_sec,
+                   st.st_ctim.tv_nsec);
+  }
   return Finish(b, wire::Body::UpdateReply,
                 wire::CreateUpdateReply(b, o.version, o.prev_version, keys, entries, holders,
                                         lease, o.sharer, o.same_holders, o.read, read, o.held,
-                                        o.names_sharer, o.added));
+                                        o.names_sharer, o.added, o.unlinked,
+                                        parent ? &*parent : nullptr));
 }
 
 Result<PathRequestData> DecodePathRequest(const m2m::Bytes& payload) {
@@ -431,6 +456,24 @@ Result<UpdateOutcome> DecodeUpdateReply(const m2m::Bytes& payload) {
   o.held = r->held();
   o.names_sharer = r->names_sharer();
   o.added = r->added();
+  o.unlinked = r->unlinked();
+  if (o.unlinked && !r->read()) return Err(EPROTO, "VD unlink answer without its entry");
+  if (const wire::DirStat* p = r->parent(); p != nullptr) {
+    struct stat st {};
+    st.st_dev = p->dev();
+    st.st_ino = p->ino();
+    st.st_mode = p->mode();
+    st.st_nlink = p->nlink();
+    st.st_uid = p->uid();
+    st.st_gid = p->gid();
+    st.st_size = p->size();
+    st.st_blksize = p->blksize();
+    st.st_blocks = p->blocks();
+    st.st_atim = {p->atime_sec(), p->atime_nsec()};
+    st.st_mtim = {p->mtime_sec(), p->mtime_nsec()};
+    st.st_ctim = {p->ctime_sec(), p->ctime_nsec()};
+    o.parent = st;
+  }
   if (o.read) {
     const auto* part = r->read_vd();
     if (part == nullptr) return Err(EPROTO, "VD lock-read without its VD");

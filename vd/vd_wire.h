@@ -13,7 +13,8 @@
 //  * DecodePathRequest: a sharer slot must have an rkey, a non-zero length
 //    that is a multiple of 8, and the slot's word inside that length;
 //  * DecodeUpdateRequest: 1..kMaxChangesPerUpdate changes of a known kind,
-//    each with a name and a node (validating names is the service's work);
+//    each with a name and a node (validating names is the service's work),
+//    a kUnlink with its caller (at most kMaxGroups groups);
 //  * DecodeVd, DecodeUpdateReply: entries strictly sorted by name (lookups
 //    rely on it); DecodeVd counts the subdirectories;
 //  * a lease (DecodeUpdateReply): every holder with a node id, each once.
@@ -39,6 +40,7 @@ namespace fedfs::ns::vdcodec {
 inline constexpr uint16_t kVersion = 1;
 inline constexpr size_t kMaxPayloadBytes = 1u << 30;
 inline constexpr size_t kMaxChangesPerUpdate = 16;
+inline constexpr size_t kMaxGroups = 65536;  // NGROUPS_MAX
 
 // A directory-table slot named in a kNsVdGet.
 struct SharerSlotData {
@@ -104,6 +106,11 @@ struct UpdateOutcome {
   bool held = false;
   bool names_sharer = false;  // `sharer` is a names-only record
   bool added = false;  // a kAddNew's entry was added (else only claimed)
+  // A kUnlink's answer (VdService::Unlink): the file's node unlinked it
+  // and the removal was applied (with `read`, `read_vd` and `held`);
+  // `parent`: the directory's attributes at that node right after.
+  bool unlinked = false;
+  std::optional<struct stat> parent;
 };
 
 // `from` and `epoch` are view.self and view.epoch.

@@ -4,10 +4,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/result.h"
+#include "nodefs/node_fs.h"
 #include "vd/vd.h"
 
 namespace fedfs::ns {
@@ -106,6 +108,24 @@ class VdClient {
       Release(path, name);
       if (e2 == nullptr || attempt == 3) return NameRead{std::move(*again), false};
     }
+  }
+  // Unlinks visible `name` of directory `path` as `cred` in one call to
+  // its manager, which has the file's node unlink it and applies the
+  // removal (VdChange::kUnlink, docs/namespace.md "Unlinks in one call"):
+  // `unlinked` with the name's entry before and the directory's attributes
+  // at that node; or, not unlinked, the name as the manager read it (none:
+  // no such name) with nothing held, for the caller to unlink by itself.
+  // ENOSYS: not asked (the directory is served here, or no manager unlinks
+  // for others); the caller unlinks by itself. The default: ENOSYS.
+  struct Unlinked {
+    VdPtr part;
+    bool unlinked = false;
+    std::optional<struct stat> parent;
+  };
+  virtual Result<Unlinked> Unlink(const std::string& path, const std::string& name,
+                                  const Cred& cred) {
+    (void)path, (void)name, (void)cred;
+    return Err(ENOSYS, "no unlink in one call");
   }
   // Ends a claim whose create failed, or a lock whose operation did not
   // report a change.

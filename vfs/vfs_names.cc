@@ -416,6 +416,27 @@ Status VfsImpl::Unlink(const Cred& c, uint64_t parent, const std::string& name) 
   const uint64_t dir_before = DirChanges();
   std::optional<DirChange> dir_change(std::in_place, *this);  // KeptDirAttr
   FEDFS_TRY(dir, ResolveDir(parent));
+  // In one call to a manager elsewhere, which has the file's node unlink it
+  // (docs/namespace.md "Unlinks in one call").
+  auto one = deps_.vds->Unlink(dir->path, name, c);
+  if (!one && one.error().code != ENOSYS && one.error().code != EPROTO) {
+    if (one.error().code == ENOENT) AwaitVd(dir->path, name, Unlisted);  // removed meanwhile
+    return Err(one.error());
+  }
+  if (one) {
+    const VdEntry* e = one->part->Find(name);
+    if (e == nullptr) return Err(ENOENT, JoinPath(dir->path, name));
+    if (e->type == DT_DIR) return Err(EISDIR, JoinPath(dir->path, name));
+    if (one->unlinked && !e->holders.empty()) {
+      const DirAfter dir_after =
+          DirAfterFileChange(dir->st_ino, *one->part, e->holders.front(), one->parent);
+      DetachName(parent, name);
+      dir_change.reset();
+      KeepDirAfter(parent, dir_after, dir_before);
+      return Ok();
+    }
+    // An alias (a conflict copy): unlinked here, as below.
+  }
   NameLocks locks(deps_.vds);
   // The name read under its lock, in one round trip to the manager; an
   // alias (a conflict copy, whose real name differs) is read, then its real

@@ -1,0 +1,81 @@
+// VdService: an unlink in one call to the directory's manager (kUnlink,
+// vd/vd_service.h; docs/namespace.md "Unlinks in one call").
+#include "vd/vd_service_impl.h"
+
+namespace fedfs::ns {
+
+using namespace vd_detail;
+
+auto VdService::Impl::Core::ServeUnlink(const std::string& path, VdChange change,
+                                        const std::string& from, const ClusterView& view,
+                                        m2m::Callback<UpdateOutcome> done, bool lease_ok,
+                                        uint64_t holders_hash) -> void {
+  if (!options_.unlink_at) return done(Err(ENOSYS, "this manager does not unlink for others"));
+  std::string name = change.name;
+  // The name held for the sender, as its own kLockRead would hold it: its
+  // kRemove below ends the hold, or a release when the unlink failed.
+  auto release = [self = shared_from_this(), path, name, from] {
+    self->ServeClaim(path, VdChange{VdChange::Kind::kRelease, name, 0, from}, from,
+                     [path, name](Result<UpdateOutcome> r) {
+                       if (!r) {
+                         Log()->debug("release of {} after an unlink: {}", JoinPath(path, name),
+                                      r.error().ToString());
+                       }
+                     });
+  };
+  ServeLockRead(
+      path, name, from,
+      [self = shared_from_this(), path, name, cred = std::move(change.cred), from, view,
+       done = std::move(done), lease_ok, holders_hash,
+       release](Result<UpdateOutcome> read) mutable {
+        if (!read || !read->held) return done(std::move(read));  // the sender unlinks itself
+        const VdEntry* e = read->read_vd->Find(name);
+        if (e == nullptr || e->type == DT_DIR || e->holders.empty()) {
+          release();
+          read->held = false;
+          return done(std::move(read));
+        }
+        const std::string holder = e->holders.front();
+        VdPtr part = read->read_vd;
+        self->options_.unlink_at(
+            cred, holder, JoinPath(path, name), from,
+            [self, path, name, holder, from, view, part, done = std::move(done), lease_ok,
+             holders_hash, release](Result<std::optional<struct stat>> gone) mutable {
+              if (!gone) {
+                release();
+                return done(Err(gone.error()));
+              }
+              auto answer = [part, parent = *gone](UpdateOutcome o) {
+                o.read = true;
+                o.read_vd = part;
+                o.held = true;
+                o.unlinked = true;
+                o.parent = parent;
+                return o;
+              };
+              self->ServeUpdate(
+                  path, {VdChange{VdChange::Kind::kRemove, name, 0, holder}}, from, view,
+                  [self, path, name, holder, from, view, answer,
+                   done = std::move(done)](Result<UpdateOutcome> o) mutable {
+                    if (o) return done(answer(std::move(*o)));
+                    // The file is gone: the unlink succeeded. The removal is
+                    // reported again where P is served now when this node
+                    // served it for itself (its lease ended meanwhile); else
+                    // the entry stays until the hold lapses and a rebuild.
+                    Log()->warn("removal of {} after its unlink: {}", JoinPath(path, name),
+                                o.error().ToString());
+                    if (from == view.self) {
+                      return self->UpdateOutcomeOf(
+                          path, {VdChange{VdChange::Kind::kRemove, name, 0, holder}},
+                          [answer, done = std::move(done)](Result<UpdateOutcome>) mutable {
+                            done(answer(UpdateOutcome{}));
+                          });
+                    }
+                    done(answer(UpdateOutcome{}));
+                  },
+                  lease_ok, holders_hash);
+            });
+      });
+}
+
+}  // namespace fedfs::ns
