@@ -61,6 +61,8 @@ control::DtReply DtStatus(const VdService& vds, const std::string& self) {
   r.leases_taken = s.leases_taken;
   r.leases_ended = s.leases_ended;
   r.leases_held = s.leases_held;
+  r.unlinks_asked = s.unlinks_asked;
+  r.unlinks_made = s.unlinks_made;
   if (s.has_dt) {
     control::DtTableRow t;
     t.capacity = s.dt.capacity;

@@ -289,6 +289,10 @@ auto VdService::Impl::Core::UpdateOutcomeOf(
   // The manager waits for its sharers' invalidations (up to rpc_timeout).
   r->timeout = 2 * std::chrono::duration_cast<m2m::Timeout>(options_.rpc_timeout);
   if (unlinking) {
+    {
+      std::lock_guard lock(mu_);
+      ++stats_.unlinks_asked;
+    }
     // The manager waits for the file's node too, and a resend elsewhere
     // could not know the unlink was done.
     r->timeout = std::chrono::duration_cast<m2m::Timeout>(options_.unlink_timeout);

@@ -338,6 +338,10 @@ class VdService {
     uint64_t leases_taken = 0;
     uint64_t leases_ended = 0;
     uint64_t leases_held = 0;
+    // Unlinks in one call (kUnlink): asked of managers elsewhere (client
+    // side), and files unlinked for the nodes that asked (manager side).
+    uint64_t unlinks_asked = 0;
+    uint64_t unlinks_made = 0;
     bool has_dt = false;
     DirTable::Stats dt;            // this node's directory table (if has_dt)
   };

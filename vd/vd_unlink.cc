@@ -45,6 +45,10 @@ auto VdService::Impl::Core::ServeUnlink(const std::string& path, VdChange change
                 release();
                 return done(Err(gone.error()));
               }
+              {
+                std::lock_guard lock(self->mu_);
+                ++self->stats_.unlinks_made;
+              }
               auto answer = [part, parent = *gone](UpdateOutcome o) {
                 o.read = true;
                 o.read_vd = part;

@@ -91,6 +91,8 @@ TEST(Unlink, OneCallToTheManagerUnlinksAtTheFilesNodeAndRemovesTheEntry) {
   EXPECT_EQ(h.calls[0].origin, "n1");
   EXPECT_EQ(h.calls[0].cred.uid, 1000u);
   EXPECT_EQ(h.calls[0].cred.gid, 100u);
+  EXPECT_EQ(f.svc(1).stats().unlinks_asked, 1u);
+  EXPECT_EQ(f.svc(0).stats().unlinks_made, 1u);
   // Gone everywhere: n1's copy (patched from the answer, no new get), n2's
   // (invalidated), the manager's.
   for (int i : {1, 2, 0}) {
@@ -116,6 +118,7 @@ TEST(Unlink, AnErrorOfTheFilesNodeChangesNothingAndReleasesTheName) {
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, EACCES);
   EXPECT_EQ(h.calls.size(), 1u);
+  EXPECT_EQ(f.svc(0).stats().unlinks_made, 0u);
   auto vd = f.Get(2, p);
   ASSERT_TRUE(vd);
   EXPECT_NE((*vd)->Find("f2"), nullptr);
