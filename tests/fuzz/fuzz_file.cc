@@ -128,6 +128,7 @@ void FuzzRequest(const m2m::Bytes& bytes) {
   Touch(r->path());
   Touch(r->path2());
   Touch(r->target());
+  Touch(r->for_node());
   Touch(r->data());
   const auto coop_frames = fswire::CoopFramesOf(*r);
   FUZZ_CHECK(coop_frames.size() == (r->coop_frames() ? r->coop_frames()->size() : 0));

@@ -34,7 +34,8 @@ ClusterView View(const std::string& from, uint64_t epoch) {
 
 bool Same(const VdChange& a, const VdChange& b) {
   return a.kind == b.kind && a.name == b.name && a.type == b.type && a.node == b.node &&
-         a.id == b.id;
+         a.id == b.id && a.cred.uid == b.cred.uid && a.cred.gid == b.cred.gid &&
+         a.cred.groups == b.cred.groups;
 }
 bool Same(const VdEntry& a, const VdEntry& b) {
   return a.name == b.name && a.real_name == b.real_name && a.type == b.type &&
@@ -90,7 +91,10 @@ void FuzzUpdate(const m2m::Bytes& payload) {
   if (!r) return;
   FUZZ_CHECK(!r->changes.empty() && r->changes.size() <= kMaxChangesPerUpdate);
   for (const VdChange& c : r->changes) {
-    FUZZ_CHECK(static_cast<uint8_t>(c.kind) <= static_cast<uint8_t>(VdChange::Kind::kAddNew));
+    FUZZ_CHECK(static_cast<uint8_t>(c.kind) <= static_cast<uint8_t>(VdChange::Kind::kUnlink));
+    // Only a kUnlink carries its caller.
+    if (c.kind != VdChange::Kind::kUnlink) FUZZ_CHECK(c.cred.uid == 0 && c.cred.groups.empty());
+    FUZZ_CHECK(c.cred.groups.size() <= kMaxGroups);
   }
   auto back = DecodeUpdateRequest(EncodeUpdateRequest(r->path, r->changes, View(r->from, r->epoch)));
   FUZZ_CHECK(back.has_value());
@@ -151,7 +155,16 @@ void FuzzUpdateReply(const m2m::Bytes& payload) {
   FUZZ_CHECK(back->sharer == r->sharer && back->names_sharer == r->names_sharer &&
              back->same_holders == r->same_holders && back->read == r->read &&
              back->held == r->held && back->added == r->added &&
+             back->unlinked == r->unlinked && back->parent.has_value() == r->parent.has_value() &&
              (back->read_vd != nullptr) == (r->read_vd != nullptr));
+  // An unlink's answer carries the entry it removed.
+  if (r->unlinked) FUZZ_CHECK(r->read && r->read_vd != nullptr);
+  if (r->parent) {
+    FUZZ_CHECK(back->parent->st_mode == r->parent->st_mode &&
+               back->parent->st_mtim.tv_sec == r->parent->st_mtim.tv_sec &&
+               back->parent->st_mtim.tv_nsec == r->parent->st_mtim.tv_nsec &&
+               back->parent->st_nlink == r->parent->st_nlink);
+  }
   if (r->read_vd) {
     FUZZ_CHECK(back->read_vd->path == r->read_vd->path &&
                back->read_vd->version == r->read_vd->version &&
@@ -221,6 +234,17 @@ void MakeSeeds(fuzz::Seeds& s) {
   part->entries = std::vector<VdEntry>{{"f", "", DT_REG, {"n2"}, false}};
   lr.read_vd = part;
   add("update_reply_lock_read", kUpdateReply, EncodeUpdateReply(lr));
+  VdChange unlink{VdChange::Kind::kUnlink, "f", 0, "n1"};
+  unlink.cred = Cred{1000, 100, {100, 27}};
+  add("update_unlink", kUpdate, EncodeUpdateRequest("/a", {unlink}, view, true, 9, 77));
+  UpdateOutcome ul = lr;
+  ul.unlinked = true;
+  struct stat parent {};
+  parent.st_mode = S_IFDIR | 0755;
+  parent.st_nlink = 3;
+  parent.st_mtim = {1234, 5678};
+  ul.parent = parent;
+  add("update_reply_unlinked", kUpdateReply, EncodeUpdateReply(ul));
 }
 
 }  // namespace
