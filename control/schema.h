@@ -337,9 +337,9 @@ struct DtReply {
   // as a holder, taken, ended and held now.
   uint64_t leases_granted = 0, leases_recalled = 0;
   uint64_t leases_taken = 0, leases_ended = 0, leases_held = 0;
-  // Unlinks in one call (docs/namespace.md): asked of other managers, and
+  // Unlinks and renames in one call (docs/namespace.md): asked of other managers, and
   // made as a manager for other nodes.
-  uint64_t unlinks_asked = 0, unlinks_made = 0;
+  uint64_t unlinks_asked = 0, unlinks_made = 0, renames_asked = 0, renames_made = 0;
   std::optional<DtTableRow> table;  // null: no table (directory_table.entries: 0)
   template <class S, class V>
   static void Fields(S& s, V&& v) {
@@ -356,7 +356,8 @@ struct DtReply {
     v("resident", s.resident); v("leases_granted", s.leases_granted);
     v("leases_recalled", s.leases_recalled); v("leases_taken", s.leases_taken);
     v("leases_ended", s.leases_ended); v("leases_held", s.leases_held);
-    v("unlinks_asked", s.unlinks_asked); v("unlinks_made", s.unlinks_made); v("table", s.table);
+    v("unlinks_asked", s.unlinks_asked); v("unlinks_made", s.unlinks_made);
+    v("renames_asked", s.renames_asked); v("renames_made", s.renames_made); v("table", s.table);
   }
 };
 

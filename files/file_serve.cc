@@ -147,7 +147,8 @@ auto FileService::Impl::HandlePath(uint64_t session, uint64_t rh) -> std::string
 auto FileService::Impl::Run(const m2m::PeerInfo& peer, const fb::FsRequest* req,
                             Clock::time_point arrival) -> Result<m2m::Bytes> {
   t_serving_session = req->session();
-  if (req->op() == fb::Op::kUnlink && req->for_node() != nullptr) {
+  if ((req->op() == fb::Op::kUnlink || req->op() == fb::Op::kRename) &&
+      req->for_node() != nullptr) {
     t_serving_for_node = req->for_node()->str();
   }
   Result<m2m::Bytes> r = RunOp(peer, req, arrival);

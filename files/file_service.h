@@ -21,9 +21,9 @@
 //    acknowledged: {session, the handles and watches it has the file as,
 //    the bytes the change may have altered (none for attributes only)}.
 //    Not told to the session whose request made the change (its kernel saw
-//    it), nor, for an unlink made for another node (FsRequest.for_node, a
-//    directory's manager unlinking for the node that asked it), to that
-//    node's sessions. A watch comes from a Stat with `watch` of a regular file with one
+//    it), nor, for an unlink or rename made for another node
+//    (FsRequest.for_node, a directory's manager acting for the node that
+//    asked it), to that node's sessions. A watch comes from a Stat with `watch` of a regular file with one
 //    link: the file is recorded before the stat whose answer is sent, and
 //    the reply names the watch in `handle`; it lasts across the changes it
 //    tells of; one watch per file and session, at most
@@ -216,8 +216,8 @@ class FileService final : public AttrObserver {
                      uint64_t tag);
 
   // While one lives, the changes this thread makes through this node's
-  // LocalNodeFs are not told to the sessions of node `node` (an unlink a
-  // directory's manager makes here for that node, whose kernel saw it;
+  // LocalNodeFs are not told to the sessions of node `node` (an unlink or
+  // rename a directory's manager makes here for that node, whose kernel saw it;
   // FsRequest.for_node for one made through another node). One thread.
   class ServingFor {
    public:

@@ -591,11 +591,17 @@ Result<std::optional<struct stat>> RemoteNodeFs::UnlinkFor(const Cred& c, const 
 
 Status RemoteNodeFs::Rename(const Cred& c, const std::string& from, const std::string& to,
                             unsigned flags) {
+  return RenameFor(c, from, to, flags, {});
+}
+
+Status RemoteNodeFs::RenameFor(const Cred& c, const std::string& from, const std::string& to,
+                               unsigned flags, const std::string& for_node) {
   return StatusOf(Call({.op = fb::Op::kRename,
                         .cred = &c,
                         .path = from,
                         .path2 = to,
-                        .flags = static_cast<int32_t>(flags)},
+                        .flags = static_cast<int32_t>(flags),
+                        .for_node = for_node},
                        FEDFS_DEADLINE));
 }
 

@@ -176,6 +176,9 @@ class RemoteNodeFs final : public NodeFs, public std::enable_shared_from_this<Re
   // server does not tell that node's sessions of the change either.
   Result<std::optional<struct stat>> UnlinkFor(const Cred& c, const std::string& path,
                                                const std::string& for_node);
+  // Rename made for node `for_node`, likewise.
+  Status RenameFor(const Cred& c, const std::string& from, const std::string& to, unsigned flags,
+                   const std::string& for_node);
   Status Rename(const Cred& c, const std::string& from, const std::string& to,
                 unsigned flags) override;
   Result<struct stat> Link(const Cred& c, const std::string& existing,

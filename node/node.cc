@@ -198,6 +198,15 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
             done(self->UnlinkFor(c, holder, path, origin));
           });
     };
+    vdo.rename_at = [self = impl.get()](const ns::Cred& c, const std::string& holder,
+                                        const std::string& from, const std::string& to,
+                                        unsigned flags, const std::string& origin,
+                                        std::move_only_function<void(Status)> done) {
+      self->env.unlinks->Post(
+          [self, c, holder, from, to, flags, origin, done = std::move(done)]() mutable {
+            done(self->RenameFor(c, holder, from, to, flags, origin));
+          });
+    };
     // The manager waits for the file's node, which may wait for its
     // callbacks and cache lease (RemoteNodeFs::ChangeSlack), plus margin.
     vdo.unlink_timeout = 2 * opt.rpc_timeout + opt.files.cache_lease + std::chrono::seconds(2);
@@ -342,6 +351,24 @@ Result<std::optional<struct stat>> Node::Impl::UnlinkFor(const ns::Cred& c,
   }
   if (auto* remote = dynamic_cast<ns::RemoteNodeFs*>(fs)) return remote->UnlinkFor(c, path, origin);
   return fs->UnlinkSeeingParent(c, path);
+}
+
+Status Node::Impl::RenameFor(const ns::Cred& c, const std::string& holder,
+                             const std::string& from, const std::string& to, unsigned flags,
+                             const std::string& origin) {
+  std::shared_lock lock(unlink_mu);
+  if (unlink_vfs == nullptr) return Err(ESHUTDOWN, "the node is stopping");
+  ns::NodeFs* fs = unlink_vfs->NodeFsFor(holder);
+  if (fs == nullptr) return Err(EHOSTDOWN, "node " + holder + " is not alive");
+  if (holder == options.node_id) {
+    ns::FileService::ServingFor quiet(origin);  // as UnlinkFor
+    const ns::Cred as = origin == options.node_id ? c : ns::SquashCred(options.files, c);
+    return fs->Rename(as, from, to, flags);
+  }
+  if (auto* remote = dynamic_cast<ns::RemoteNodeFs*>(fs)) {
+    return remote->RenameFor(c, from, to, flags, origin);
+  }
+  return fs->Rename(c, from, to, flags);
 }
 
 void Node::StopClients() {

@@ -116,7 +116,7 @@ struct NodeEnv {
   // progress context, for a node without a FUSE mount).
   Executor* callbacks = nullptr;
   // Where this node, as a directory's manager, has files unlinked for the
-  // nodes that ask it to (kUnlink, docs/namespace.md "Unlinks in one call"):
+  // nodes that ask it to (kUnlink, docs/namespace.md "Unlinks and renames in one call"):
   // each task waits for the file's node. Not `pool`: a file's node serves
   // the unlink on its own pool, and two managers' pools could wait on each
   // other. Optional (null: this node unlinks for no one, and the nodes that

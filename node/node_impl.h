@@ -99,6 +99,9 @@ struct Node::Impl {
   Result<std::optional<struct stat>> UnlinkFor(const ns::Cred& c, const std::string& holder,
                                                const std::string& path,
                                                const std::string& origin);
+  // As VdServiceOptions::rename_at, run on env.unlinks.
+  Status RenameFor(const ns::Cred& c, const std::string& holder, const std::string& from,
+                   const std::string& to, unsigned flags, const std::string& origin);
 };
 
 }  // namespace fedfs::node

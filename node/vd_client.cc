@@ -84,6 +84,16 @@ Result<ns::VdClient::Unlinked> VdServiceClient::Unlink(const std::string& path,
   return Unlinked{std::move(r->part), r->unlinked, std::move(r->parent)};
 }
 
+Result<ns::VdClient::Renamed> VdServiceClient::Rename(const std::string& path,
+                                                     const std::string& name,
+                                                     const std::string& to, unsigned flags,
+                                                     const ns::Cred& cred) {
+  if (s_->ServesHere(path)) return Err(ENOSYS, "served here");
+  auto r = RetryWhileBusy([&] { return ns::RenameVdSync(*s_, path, name, to, flags, cred); });
+  if (!r) return Err(r.error());
+  return Renamed{std::move(r->part), r->renamed};
+}
+
 void VdServiceClient::Release(const std::string& path, const std::string& name) {
   if (auto s = ns::UpdateVdSync(*s_, path, VdChange{VdChange::Kind::kRelease, name, 0, self_});
       !s) {

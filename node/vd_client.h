@@ -45,6 +45,8 @@ class VdServiceClient final : public ns::VdClient {
   // no message there).
   Result<Unlinked> Unlink(const std::string& path, const std::string& name,
                           const ns::Cred& cred) override;
+  Result<Renamed> Rename(const std::string& path, const std::string& name, const std::string& to,
+                         unsigned flags, const ns::Cred& cred) override;
   Result<uint64_t> AddNew(const std::string& path, const std::string& name, uint8_t type,
                           const std::string& node) override;
   void Created(const std::string& path, const std::string& name, uint64_t token) override;

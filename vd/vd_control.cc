@@ -63,6 +63,8 @@ control::DtReply DtStatus(const VdService& vds, const std::string& self) {
   r.leases_held = s.leases_held;
   r.unlinks_asked = s.unlinks_asked;
   r.unlinks_made = s.unlinks_made;
+  r.renames_asked = s.renames_asked;
+  r.renames_made = s.renames_made;
   if (s.has_dt) {
     control::DtTableRow t;
     t.capacity = s.dt.capacity;

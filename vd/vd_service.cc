@@ -255,10 +255,13 @@ auto VdService::Impl::Core::UpdateOutcomeOf(
   const auto asked = SteadyNow();
   const bool own = !here && dt_ && std::ranges::any_of(changes, [](const VdChange& c) {
     return c.kind == VdChange::Kind::kAdd || c.kind == VdChange::Kind::kRemove ||
-           c.kind == VdChange::Kind::kAddNew || c.kind == VdChange::Kind::kUnlink;
+           c.kind == VdChange::Kind::kAddNew || c.kind == VdChange::Kind::kUnlink ||
+           c.kind == VdChange::Kind::kRename;
   });
   const bool adding = changes.front().kind == VdChange::Kind::kAddNew;
-  const bool unlinking = changes.front().kind == VdChange::Kind::kUnlink;
+  const bool renaming = changes.front().kind == VdChange::Kind::kRename;
+  // Done at the file's node by the manager (kUnlink, kRename).
+  const bool unlinking = changes.front().kind == VdChange::Kind::kUnlink || renaming;
   // The holders this node's copy has: not sent back if unchanged.
   uint64_t holders_hash = 0;
   if (own) {
@@ -291,7 +294,7 @@ auto VdService::Impl::Core::UpdateOutcomeOf(
   if (unlinking) {
     {
       std::lock_guard lock(mu_);
-      ++stats_.unlinks_asked;
+      ++(renaming ? stats_.renames_asked : stats_.unlinks_asked);
     }
     // The manager waits for the file's node too, and a resend elsewhere
     // could not know the unlink was done.
@@ -317,11 +320,12 @@ auto VdService::Impl::Core::UpdateOutcomeOf(
           const int e = o.error().code;
           if (adding && (e == EEXIST || e == EAGAIN || e == EPROTO)) return;
           // A kUnlink that no node tried changed nothing either.
-          if (unlinking && (e == ENOSYS || e == EPROTO || e == EAGAIN)) return;
+          if (unlinking && (e == ENOSYS || e == EPROTO || e == EAGAIN || e == EEXIST)) return;
           return self->dt_->Invalidate(path);
         }
         if (adding && !o->added) return;  // only claimed: nothing changed
-        if (unlinking && !o->unlinked) return;  // read only: the sender unlinks itself
+        // Read only: the sender unlinks or renames by itself.
+        if (unlinking && !o->unlinked && !o->renamed) return;
         std::optional<std::vector<std::string>> holders;
         if (!o->same_holders) holders = o->holders;
         self->dt_->Patch(path, o->prev_version, o->version, o->keys, o->fresh, std::move(holders),
@@ -464,6 +468,10 @@ auto VdService::Impl::Core::ServeUpdate(const std::string& path, std::vector<VdC
   }
   if (changes.size() == 1 && changes[0].kind == VdChange::Kind::kLockRead) {
     return ServeLockRead(path, std::move(changes[0].name), from, std::move(done));
+  }
+  if (changes.size() == 1 && changes[0].kind == VdChange::Kind::kRename) {
+    return ServeRename(path, std::move(changes[0]), from, view, std::move(done), lease_ok,
+                       holders_hash);
   }
   if (changes.size() == 1 && changes[0].kind == VdChange::Kind::kUnlink) {
     return ServeUnlink(path, std::move(changes[0]), from, view, std::move(done), lease_ok,
@@ -745,6 +753,23 @@ void VdService::Unlink(const std::string& path, const std::string& name, const C
                                  }
                                  done(Unlinked{std::move(o->read_vd), o->unlinked,
                                                std::move(o->parent)});
+                               });
+}
+
+void VdService::Rename(const std::string& path, const std::string& name, const std::string& to,
+                       unsigned flags, const Cred& cred,
+                       std::move_only_function<void(Result<Renamed>)> done) {
+  VdChange change{VdChange::Kind::kRename, name, 0, impl_->core->SelfId()};
+  change.cred = cred;
+  change.to = to;
+  change.flags = flags;
+  impl_->core->UpdateOutcomeOf(path, {std::move(change)},
+                               [done = std::move(done)](Result<UpdateOutcome> o) mutable {
+                                 if (!o) return done(Err(o.error()));
+                                 if (!o->read || !o->read_vd) {
+                                   return done(Err(EPROTO, "VD rename answered without its entry"));
+                                 }
+                                 done(Renamed{std::move(o->read_vd), o->renamed});
                                });
 }
 

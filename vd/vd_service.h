@@ -135,7 +135,7 @@ struct VdServiceOptions {
   // side reads it: a manager serves both.
   bool add_new = true;
   // A manager's unlink of a file on its node (kUnlink, docs/namespace.md
-  // "Unlinks in one call"): `holder` unlinks `path` (global, real name) as
+  // "Unlinks and renames in one call"): `holder` unlinks `path` (global, real name) as
   // `cred`, on behalf of node `origin` (whose sessions that node does not
   // tell of the change: its kernel saw it), and `done` gets the directory's
   // attributes at that node right after (none: unknown) or the errno. Called
@@ -147,6 +147,14 @@ struct VdServiceOptions {
       const std::string& origin,
       std::move_only_function<void(Result<std::optional<struct stat>>)> done)>;
   UnlinkAt unlink_at;
+  // The same for a rename within one directory (kRename): `holder` renames
+  // `from` to `to` (global, real names) with rename(2)'s `flags` as `cred`
+  // for node `origin`. Unset: a kRename answers ENOSYS.
+  using RenameAt = std::function<void(
+      const Cred& cred, const std::string& holder, const std::string& from,
+      const std::string& to, unsigned flags, const std::string& origin,
+      std::move_only_function<void(Status)> done)>;
+  RenameAt rename_at;
   // How long a kUnlink waits for its answer: the manager's call to the
   // file's node may wait for that node's callbacks and cache lease
   // (files/file_service.h). Default 2 x rpc_timeout + 7 s.
@@ -209,17 +217,31 @@ struct VdServiceOptions {
 // call (the name released, nothing applied). Otherwise (no such name, an
 // alias, a directory) it answers the lock-read, nothing held, and the
 // sender unlinks by itself.
+//
+// kRename is a rename within one directory in one call, of a file (not a
+// directory) to a new name (`to`, absent; `flags` 0 or RENAME_NOREPLACE):
+// the manager takes the old name's lock and the new name's claim for the
+// sender as a kLock with a kClaim would (EEXIST: the new name exists,
+// nothing held), reads the old name's entry, has its one node rename it
+// (VdServiceOptions::rename_at, as `cred`, never replacing), then applies
+// both names' changes at once as if the sender had reported them, and
+// answers `renamed` with the old entry. The node's errno fails the call
+// (both names released). An old name that is absent, an alias, a
+// directory or on several nodes is answered not renamed (both released):
+// the sender renames by itself.
 struct VdChange {
   enum class Kind : uint8_t {
     kAdd = 0, kRemove = 1, kClaim = 2, kRelease = 3, kLock = 4, kLockRead = 5, kAddNew = 6,
-    kUnlink = 7
+    kUnlink = 7, kRename = 8
   };
   Kind kind = Kind::kAdd;
   std::string name;  // real name in the node's export root
   uint8_t type = 0;  // DT_* (kAdd)
   std::string node;
   uint64_t id = 0;   // kAdd of a directory: its id (nodefs/dir_id.h), 0 unknown
-  Cred cred;         // kUnlink: the caller
+  Cred cred;         // kUnlink, kRename: the caller
+  std::string to;    // kRename: the new name
+  uint32_t flags = 0;  // kRename: 0 or RENAME_NOREPLACE
 };
 
 using VdPtr = std::shared_ptr<const VirtualDirectory>;
@@ -295,6 +317,16 @@ class VdService {
   };
   void Unlink(const std::string& path, const std::string& name, const Cred& cred,
               std::move_only_function<void(Result<Unlinked>)> done);
+  // kRename of file `name` to absent `to` in VD(P) as `cred` (see
+  // VdChange): `renamed` with the old name's entry before; not renamed:
+  // the sender renames by itself (nothing held). EEXIST: `to` exists
+  // (nothing held). ENOSYS, EPROTO as Unlink; the file node's errno as is.
+  struct Renamed {
+    VdPtr part;  // partial: the old name's entry before (or none)
+    bool renamed = false;
+  };
+  void Rename(const std::string& path, const std::string& name, const std::string& to,
+              unsigned flags, const Cred& cred, std::move_only_function<void(Result<Renamed>)> done);
   // P is served by this node: it is P's manager, or P is lent here. Its
   // changes then cost no message to the manager.
   bool ServesHere(const std::string& path);
@@ -338,10 +370,13 @@ class VdService {
     uint64_t leases_taken = 0;
     uint64_t leases_ended = 0;
     uint64_t leases_held = 0;
-    // Unlinks in one call (kUnlink): asked of managers elsewhere (client
-    // side), and files unlinked for the nodes that asked (manager side).
+    // Unlinks and renames in one call (kUnlink, kRename): asked of managers
+    // elsewhere (client side), and made for the nodes that asked (manager
+    // side).
     uint64_t unlinks_asked = 0;
     uint64_t unlinks_made = 0;
+    uint64_t renames_asked = 0;  // kRename, likewise
+    uint64_t renames_made = 0;
     bool has_dt = false;
     DirTable::Stats dt;            // this node's directory table (if has_dt)
   };
@@ -373,6 +408,9 @@ Status UpdateManyVdSync(VdService& s, const std::string& path, std::vector<VdCha
 Result<VdService::NameRead> LockReadVdSync(VdService& s, const std::string& path,
                                            const std::string& name);
 Result<bool> AddNewVdSync(VdService& s, const std::string& path, VdChange add);
+Result<VdService::Renamed> RenameVdSync(VdService& s, const std::string& path,
+                                        const std::string& name, const std::string& to,
+                                        unsigned flags, const Cred& cred);
 Result<VdService::Unlinked> UnlinkVdSync(VdService& s, const std::string& path,
                                          const std::string& name, const Cred& cred);
 Status DropSubtreeSync(VdService& s, const std::string& path);

@@ -18,6 +18,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <atomic>
 #include <list>
@@ -134,14 +135,20 @@ inline Status ValidateChanges(const std::vector<VdChange>& changes) {
     if (auto s = ValidateChange(c); !s) return s;
     const bool claim = c.kind == VdChange::Kind::kClaim || c.kind == VdChange::Kind::kRelease ||
                        c.kind == VdChange::Kind::kLock || c.kind == VdChange::Kind::kLockRead ||
-                       c.kind == VdChange::Kind::kAddNew || c.kind == VdChange::Kind::kUnlink;
+                       c.kind == VdChange::Kind::kAddNew || c.kind == VdChange::Kind::kUnlink ||
+                       c.kind == VdChange::Kind::kRename;
+    if (c.kind == VdChange::Kind::kRename) {
+      if (auto s = ValidateName(c.to); !s) return s;
+      if (c.to == c.name) return Err(EINVAL, "a VD rename onto its own name");
+      if (c.flags != 0 && c.flags != RENAME_NOREPLACE) return Err(EINVAL, "VD rename flags");
+    }
     if (c.kind == VdChange::Kind::kAddNew && (c.type == DT_DIR || c.type == DT_UNKNOWN)) {
       return Err(EINVAL, "a VD add-new of a directory or of no type");
     }
     if (claim && changes.size() > 1 && !IsLockAndClaim(changes)) {
       return Err(EINVAL,
-                 "a VD claim, add-new, unlink, lock or release goes alone (or a lock with one "
-                 "claim)");
+                 "a VD claim, add-new, unlink, rename, lock or release goes alone (or a lock "
+                 "with one claim)");
     }
   }
   return Ok();
@@ -564,6 +571,12 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   // kUnlink (see VdChange; vd_unlink.cc): a kLockRead for `from`, the
   // file's node's unlink (options_.unlink_at), then the kRemove as ServeUpdate.
   void ServeUnlink(const std::string& path, VdChange change, const std::string& from,
+                   const ClusterView& view, m2m::Callback<UpdateOutcome> done, bool lease_ok,
+                   uint64_t holders_hash);
+  // kRename (see VdChange; vd_unlink.cc): the lock and the claim for `from`
+  // (ServeClaimOf), the old name read, the file's node's rename
+  // (options_.rename_at), then both names' changes as ServeUpdate.
+  void ServeRename(const std::string& path, VdChange change, const std::string& from,
                    const ClusterView& view, m2m::Callback<UpdateOutcome> done, bool lease_ok,
                    uint64_t holders_hash);
   void ServeClaimOf(const std::string& path, std::string name, std::optional<std::string> lock,

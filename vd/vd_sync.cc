@@ -94,6 +94,18 @@ Result<bool> AddNewVdSync(VdService& s, const std::string& path, VdChange add) {
   }
 }
 
+Result<VdService::Renamed> RenameVdSync(VdService& s, const std::string& path,
+                                        const std::string& name, const std::string& to,
+                                        unsigned flags, const Cred& cred) {
+  CatchupDeadline deadline(s);
+  for (;;) {
+    // ESTALE held and renamed nothing: asked again.
+    auto r = WaitFor<Result<VdService::Renamed>>(
+        [&](auto done) { s.Rename(path, name, to, flags, cred, std::move(done)); });
+    if (r || r.error().code != ESTALE || !deadline.Retry()) return r;
+  }
+}
+
 Result<VdService::Unlinked> UnlinkVdSync(VdService& s, const std::string& path,
                                          const std::string& name, const Cred& cred) {
   CatchupDeadline deadline(s);

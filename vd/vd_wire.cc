@@ -27,11 +27,17 @@ flatbuffers::Offset<wire::Change> EncodeChange(flatbuffers::FlatBufferBuilder& b
   auto n = b.CreateString(c.name);
   auto node = b.CreateString(c.node);
   flatbuffers::Offset<wire::Cred> cred;
-  if (c.kind == VdChange::Kind::kUnlink) {
+  flatbuffers::Offset<flatbuffers::String> to;
+  uint32_t flags = 0;
+  if (c.kind == VdChange::Kind::kUnlink || c.kind == VdChange::Kind::kRename) {
     cred = wire::CreateCred(b, c.cred.uid, c.cred.gid, b.CreateVector(c.cred.groups));
   }
+  if (c.kind == VdChange::Kind::kRename) {
+    to = b.CreateString(c.to);
+    flags = c.flags;
+  }
   return wire::CreateChange(b, static_cast<wire::ChangeKind>(c.kind), n, c.type, node, c.id,
-                            cred);
+                            cred, to, flags);
 }
 
 flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> Strings(
@@ -107,9 +113,16 @@ Result<VdChange> DecodeChange(const wire::Change* c) {
     case wire::ChangeKind::LockRead: out.kind = VdChange::Kind::kLockRead; break;
     case wire::ChangeKind::AddNew: out.kind = VdChange::Kind::kAddNew; break;
     case wire::ChangeKind::Unlink: out.kind = VdChange::Kind::kUnlink; break;
+    case wire::ChangeKind::Rename: out.kind = VdChange::Kind::kRename; break;
     default: return Err(EPROTO, "VD update with an unknown change kind");
   }
-  if (out.kind == VdChange::Kind::kUnlink) {
+  if (out.kind == VdChange::Kind::kRename) {
+    auto to = Need(c->to(), "change.to");
+    if (!to) return Err(to.error());
+    out.to = std::move(*to);
+    out.flags = c->flags();
+  }
+  if (out.kind == VdChange::Kind::kUnlink || out.kind == VdChange::Kind::kRename) {
     const wire::Cred* cred = c->cred();
     if (cred == nullptr) return Err(EPROTO, "VD unlink without its caller");
     out.cred.uid = cred->uid();
@@ -300,7 +313,7 @@ m2m::Bytes EncodeUpdateReply(const UpdateOutcome& o) {
                 wire::CreateUpdateReply(b, o.version, o.prev_version, keys, entries, holders,
                                         lease, o.sharer, o.same_holders, o.read, read, o.held,
                                         o.names_sharer, o.added, o.unlinked,
-                                        parent ? &*parent : nullptr));
+                                        parent ? &*parent : nullptr, o.renamed));
 }
 
 Result<PathRequestData> DecodePathRequest(const m2m::Bytes& payload) {
@@ -457,7 +470,10 @@ Result<UpdateOutcome> DecodeUpdateReply(const m2m::Bytes& payload) {
   o.names_sharer = r->names_sharer();
   o.added = r->added();
   o.unlinked = r->unlinked();
-  if (o.unlinked && !r->read()) return Err(EPROTO, "VD unlink answer without its entry");
+  o.renamed = r->renamed();
+  if ((o.unlinked || o.renamed) && !r->read()) {
+    return Err(EPROTO, "VD unlink or rename answer without its entry");
+  }
   if (const wire::DirStat* p = r->parent(); p != nullptr) {
     struct stat st {};
     st.st_dev = p->dev();

@@ -14,7 +14,8 @@
 //    that is a multiple of 8, and the slot's word inside that length;
 //  * DecodeUpdateRequest: 1..kMaxChangesPerUpdate changes of a known kind,
 //    each with a name and a node (validating names is the service's work),
-//    a kUnlink with its caller (at most kMaxGroups groups);
+//    a kUnlink with its caller (at most kMaxGroups groups), a kRename with
+//    its caller and its new name;
 //  * DecodeVd, DecodeUpdateReply: entries strictly sorted by name (lookups
 //    rely on it); DecodeVd counts the subdirectories;
 //  * a lease (DecodeUpdateReply): every holder with a node id, each once.
@@ -111,6 +112,7 @@ struct UpdateOutcome {
   // `parent`: the directory's attributes at that node right after.
   bool unlinked = false;
   std::optional<struct stat> parent;
+  bool renamed = false;  // a kRename's answer (with `read`, `read_vd`)
 };
 
 // `from` and `epoch` are view.self and view.epoch.

@@ -111,7 +111,7 @@ class VdClient {
   }
   // Unlinks visible `name` of directory `path` as `cred` in one call to
   // its manager, which has the file's node unlink it and applies the
-  // removal (VdChange::kUnlink, docs/namespace.md "Unlinks in one call"):
+  // removal (VdChange::kUnlink, docs/namespace.md "Unlinks and renames in one call"):
   // `unlinked` with the name's entry before and the directory's attributes
   // at that node; or, not unlinked, the name as the manager read it (none:
   // no such name) with nothing held, for the caller to unlink by itself.
@@ -126,6 +126,20 @@ class VdClient {
                                   const Cred& cred) {
     (void)path, (void)name, (void)cred;
     return Err(ENOSYS, "no unlink in one call");
+  }
+  // Renames file `name` of directory `path` to the absent `to` as `cred`
+  // (`flags` 0 or RENAME_NOREPLACE) in one call to its manager, likewise
+  // (VdChange::kRename): `renamed` with the old name's entry before; not
+  // renamed: the caller renames by itself. EEXIST: `to` exists now. ENOSYS:
+  // not asked. The default: ENOSYS.
+  struct Renamed {
+    VdPtr part;
+    bool renamed = false;
+  };
+  virtual Result<Renamed> Rename(const std::string& path, const std::string& name,
+                                 const std::string& to, unsigned flags, const Cred& cred) {
+    (void)path, (void)name, (void)to, (void)flags, (void)cred;
+    return Err(ENOSYS, "no rename in one call");
   }
   // Ends a claim whose create failed, or a lock whose operation did not
   // report a change.

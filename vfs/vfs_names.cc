@@ -417,7 +417,7 @@ Status VfsImpl::Unlink(const Cred& c, uint64_t parent, const std::string& name) 
   std::optional<DirChange> dir_change(std::in_place, *this);  // KeptDirAttr
   FEDFS_TRY(dir, ResolveDir(parent));
   // In one call to a manager elsewhere, which has the file's node unlink it
-  // (docs/namespace.md "Unlinks in one call").
+  // (docs/namespace.md "Unlinks and renames in one call").
   auto one = deps_.vds->Unlink(dir->path, name, c);
   if (!one && one.error().code != ENOSYS && one.error().code != EPROTO) {
     if (one.error().code == ENOENT) AwaitVd(dir->path, name, Unlisted);  // removed meanwhile
@@ -616,6 +616,33 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
   const std::optional<VdEntry> dst_read = dst;  // as read, before the decisions below
   if (dst && (flags & RENAME_NOREPLACE)) return Err(EEXIST, to);
   if (!dst && (flags & RENAME_EXCHANGE)) return Err(ENOENT, to);
+  // A file renamed to a new name within one directory managed elsewhere:
+  // one call to its manager, which has the file's node rename it
+  // (docs/namespace.md "Unlinks and renames in one call").
+  if (!dst && !hold_first && sdir->path == ddir->path && src.type != DT_DIR && sreal == name &&
+      src.holders.size() == 1 && (flags & ~unsigned{RENAME_NOREPLACE}) == 0) {
+    RenamingAway renaming(this, from);
+    auto one = deps_.vds->Rename(sdir->path, name, new_name, flags, c);
+    if (one && one->renamed) {
+      std::lock_guard lock(mu_);
+      const std::optional<uint64_t> s_ino = table_.TakeName(parent, name);
+      const std::optional<uint64_t> d_ino = table_.TakeName(new_parent, new_name);
+      if (d_ino) table_.Find(*d_ino)->linked = false;
+      if (s_ino) table_.Move(*s_ino, new_parent, new_name);
+      return Ok();
+    }
+    if (!one) {
+      const int e = one.error().code;
+      // The new name exists (at the manager, or at the file's node): a
+      // replace, held first on the next try.
+      if (e == EEXIST) {
+        return (flags & RENAME_NOREPLACE) ? Status(Err(EEXIST, to)) : Status(Err(EEXIST, "raced"));
+      }
+      if (e == ENOENT) AwaitVd(sdir->path, name, Unlisted);  // removed meanwhile
+      if (e != ENOSYS && e != EPROTO) return Err(one.error());
+    }
+    // Not renamed there (or not asked): renamed here, as below.
+  }
 
   const bool src_dir = src.type == DT_DIR;
   std::string node;  // where the rename runs

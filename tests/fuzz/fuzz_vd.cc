@@ -35,7 +35,7 @@ ClusterView View(const std::string& from, uint64_t epoch) {
 bool Same(const VdChange& a, const VdChange& b) {
   return a.kind == b.kind && a.name == b.name && a.type == b.type && a.node == b.node &&
          a.id == b.id && a.cred.uid == b.cred.uid && a.cred.gid == b.cred.gid &&
-         a.cred.groups == b.cred.groups;
+         a.cred.groups == b.cred.groups && a.to == b.to && a.flags == b.flags;
 }
 bool Same(const VdEntry& a, const VdEntry& b) {
   return a.name == b.name && a.real_name == b.real_name && a.type == b.type &&
@@ -91,9 +91,12 @@ void FuzzUpdate(const m2m::Bytes& payload) {
   if (!r) return;
   FUZZ_CHECK(!r->changes.empty() && r->changes.size() <= kMaxChangesPerUpdate);
   for (const VdChange& c : r->changes) {
-    FUZZ_CHECK(static_cast<uint8_t>(c.kind) <= static_cast<uint8_t>(VdChange::Kind::kUnlink));
-    // Only a kUnlink carries its caller.
-    if (c.kind != VdChange::Kind::kUnlink) FUZZ_CHECK(c.cred.uid == 0 && c.cred.groups.empty());
+    FUZZ_CHECK(static_cast<uint8_t>(c.kind) <= static_cast<uint8_t>(VdChange::Kind::kRename));
+    // Only a kUnlink or kRename carries its caller, only a kRename its new name.
+    if (c.kind != VdChange::Kind::kUnlink && c.kind != VdChange::Kind::kRename) {
+      FUZZ_CHECK(c.cred.uid == 0 && c.cred.groups.empty());
+    }
+    if (c.kind != VdChange::Kind::kRename) FUZZ_CHECK(c.to.empty() && c.flags == 0);
     FUZZ_CHECK(c.cred.groups.size() <= kMaxGroups);
   }
   auto back = DecodeUpdateRequest(EncodeUpdateRequest(r->path, r->changes, View(r->from, r->epoch)));
@@ -155,10 +158,11 @@ void FuzzUpdateReply(const m2m::Bytes& payload) {
   FUZZ_CHECK(back->sharer == r->sharer && back->names_sharer == r->names_sharer &&
              back->same_holders == r->same_holders && back->read == r->read &&
              back->held == r->held && back->added == r->added &&
-             back->unlinked == r->unlinked && back->parent.has_value() == r->parent.has_value() &&
+             back->unlinked == r->unlinked && back->renamed == r->renamed &&
+             back->parent.has_value() == r->parent.has_value() &&
              (back->read_vd != nullptr) == (r->read_vd != nullptr));
   // An unlink's answer carries the entry it removed.
-  if (r->unlinked) FUZZ_CHECK(r->read && r->read_vd != nullptr);
+  if (r->unlinked || r->renamed) FUZZ_CHECK(r->read && r->read_vd != nullptr);
   if (r->parent) {
     FUZZ_CHECK(back->parent->st_mode == r->parent->st_mode &&
                back->parent->st_mtim.tv_sec == r->parent->st_mtim.tv_sec &&
@@ -245,6 +249,14 @@ void MakeSeeds(fuzz::Seeds& s) {
   parent.st_mtim = {1234, 5678};
   ul.parent = parent;
   add("update_reply_unlinked", kUpdateReply, EncodeUpdateReply(ul));
+  VdChange rename{VdChange::Kind::kRename, "f", 0, "n1"};
+  rename.cred = Cred{1000, 100, {100}};
+  rename.to = "g";
+  rename.flags = 1;  // RENAME_NOREPLACE
+  add("update_rename", kUpdate, EncodeUpdateRequest("/a", {rename}, view, true, 9, 78));
+  UpdateOutcome rn = lr;
+  rn.renamed = true;
+  add("update_reply_renamed", kUpdateReply, EncodeUpdateReply(rn));
 }
 
 }  // namespace

@@ -231,18 +231,19 @@ class NamespaceHistory : public ::testing::TestWithParam<Variant> {
     }
   }
 
-  // Leases lent by all nodes so far, and directory-table skeletons kept
-  // (fedfsctl dt --json).
-  uint64_t DtSum(bool skeletons) const {
+  // A counter of `fedfsctl dt --json` summed over all nodes so far: a
+  // top-level one (leases_granted, unlinks_made, ...), or the directory
+  // table's (`table` set: skeletons).
+  uint64_t DtSum(const std::string& field, bool table = false) const {
     uint64_t n = 0;
     for (const auto& id : ids_) {
       auto r = RunCommand({FEDFS_FEDFSCTL_PATH, "--socket", c_.Socket(id), "dt", "--json"}, kNoHang);
       auto j = nlohmann::json::parse(r.out, nullptr, false);
       if (r.exit_code != 0 || !j.is_object()) continue;
-      if (!skeletons) {
-        n += j.value("leases_granted", uint64_t{0});
+      if (!table) {
+        n += j.value(field, uint64_t{0});
       } else if (j.contains("table") && j["table"].is_object()) {
-        n += j["table"].value("skeletons", uint64_t{0});
+        n += j["table"].value(field, uint64_t{0});
       }
     }
     return n;
@@ -355,10 +356,22 @@ TEST_P(NamespaceHistory, RandomHistoriesAreLinearizable) {
     const bool lossy = v.faults != nullptr && std::string_view(v.faults).find("drop") != std::string_view::npos;
     ASSERT_NO_FATAL_FAILURE(RunHistory(rel, seed, v.renames, v.turns, lossy));
   }
-  const uint64_t leases = DtSum(false);
-  const uint64_t skeletons = DtSum(true);
-  std::printf("leases granted: %llu, lookups answered for names only: %llu\n",
-              static_cast<unsigned long long>(leases), static_cast<unsigned long long>(skeletons));
+  const uint64_t leases = DtSum("leases_granted");
+  const uint64_t skeletons = DtSum("skeletons", true);
+  const uint64_t unlinks = DtSum("unlinks_made");
+  const uint64_t renames = DtSum("renames_made");
+  std::printf("leases granted: %llu, lookups answered for names only: %llu, unlinks and renames "
+              "made by managers: %llu, %llu\n",
+              static_cast<unsigned long long>(leases), static_cast<unsigned long long>(skeletons),
+              static_cast<unsigned long long>(unlinks), static_cast<unsigned long long>(renames));
+  // All nodes at once: the nodes other than a directory's manager unlink
+  // (and rename within it) in one call to it.
+  if (!v.turns) {
+    EXPECT_GT(unlinks, 0u);
+    if (v.renames) {
+      EXPECT_GT(renames, 0u);
+    }
+  }
   // Taking turns, each node changes the directory alone for a while.
   if (v.turns) {
     EXPECT_GT(leases, 0u);

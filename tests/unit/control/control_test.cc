@@ -76,7 +76,9 @@ TEST(ControlSchema, DtAndFilesBytesAsBefore) {
               {"gets_served", 0u},
               {"dirmerges", 0u}, {"updates_applied", 0u}, {"resident", 2u},
               {"leases_granted", 0u}, {"leases_recalled", 0u}, {"leases_taken", 0u},
-              {"leases_ended", 0u}, {"leases_held", 0u}, {"table", nullptr}};
+              {"leases_ended", 0u}, {"leases_held", 0u}, {"unlinks_asked", 0u},
+              {"unlinks_made", 0u}, {"renames_asked", 0u}, {"renames_made", 0u},
+              {"table", nullptr}};
   EXPECT_EQ(EncodeReply(d), before.dump());
   d.table = DtTableRow{4096, 64, 3, 100, 10, 2, 1, 0, 5, 6, 7};
   before["table"] = Json{{"capacity", 4096u}, {"max_bytes", 64u}, {"occupancy", 3u},

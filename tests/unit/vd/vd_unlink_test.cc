@@ -1,10 +1,12 @@
-// kUnlink (vd/vd_service.h, VdChange; VdService::Unlink): an unlink in one
-// call to the directory's manager, which has the file's node unlink it
-// (VdServiceOptions::unlink_at, here a fake that removes the name from that
-// node's in-memory export root) and applies the removal. Over the fake
+// kUnlink and kRename (vd/vd_service.h, VdChange; VdService::Unlink,
+// Rename): an unlink, or a rename within one directory, in one call to the
+// directory's manager, which has the file's node make it
+// (VdServiceOptions::unlink_at, rename_at, here fakes that change that
+// node's in-memory export root) and applies the change. Over the fake
 // network in simulated mode (the federation: vd_federation.h).
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,6 +27,8 @@ struct Holders {
   struct Call {
     Cred cred;
     std::string holder, path, origin;
+    std::string to;  // a rename's new path
+    unsigned flags = 0;
   };
   std::vector<Call> calls;
   Federation* f = nullptr;
@@ -46,9 +50,33 @@ struct Holders {
                           done(std::optional<struct stat>(st));
                         });
     };
+    o.rename_at = [this](const Cred& c, const std::string& holder, const std::string& from,
+                         const std::string& to, unsigned flags, const std::string& origin,
+                         std::move_only_function<void(Status)> done) {
+      calls.push_back({c, holder, from, origin, to, flags});
+      f->net().Schedule(std::chrono::microseconds(20),
+                        [this, holder, from, to, done = std::move(done)]() mutable {
+                          if (fail != 0) return done(Err(fail, "refused by the test"));
+                          MemFs& fs = f->fs(holder.back() - '0');
+                          fs.Remove(from);
+                          fs.AddFile(to);
+                          done(Ok());
+                        });
+    };
     return o;
   }
 };
+
+Result<VdService::Renamed> Rename(Federation& f, int node, const std::string& dir,
+                                  const std::string& name, const std::string& to,
+                                  unsigned flags = 0) {
+  std::optional<Result<VdService::Renamed>> out;
+  f.svc(node).Rename(dir, name, to, flags, Cred{1000, 100},
+                     [&](Result<VdService::Renamed> r) { out = std::move(r); });
+  f.net().RunUntilIdle();
+  if (!out) return Err(EIO, "never completed");
+  return std::move(*out);
+}
 
 Result<VdService::Unlinked> Unlink(Federation& f, int node, const std::string& dir,
                                    const std::string& name, const Cred& c = Cred{1000, 100}) {
@@ -171,6 +199,91 @@ TEST(Unlink, WithoutTheHookTheManagerAnswersEnosys) {
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, ENOSYS);
   EXPECT_EQ(Code(Lock(f, 2, p, "f2")), 0);
+}
+
+// n1 renames f2 (on n2) to g in a directory managed by n0: one request
+// from n1, the file's node asked once (never replacing), both names'
+// changes seen at once everywhere, both names free again.
+TEST(Rename, OneCallToTheManagerRenamesAtTheFilesNodeAndChangesBothNames) {
+  Holders h;
+  Federation f(3, h.Options());
+  h.f = &f;
+  const std::string p = PathManagedBy(f, "n0");
+  Populate(f, p);
+  ASSERT_TRUE(f.Get(1, p));
+  ASSERT_TRUE(f.Get(2, p));
+  f.net().ResetStats();
+  auto r = Rename(f, 1, p, "f2", "g");
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_TRUE(r->renamed);
+  EXPECT_EQ(f.Requests(kVdUpdate), 1u);
+  EXPECT_EQ(f.Requests(kVdGet), 0u);
+  ASSERT_NE(r->part->Find("f2"), nullptr);
+  ASSERT_EQ(h.calls.size(), 1u);
+  EXPECT_EQ(h.calls[0].holder, "n2");
+  EXPECT_EQ(h.calls[0].path, p + "/f2");
+  EXPECT_EQ(h.calls[0].to, p + "/g");
+  EXPECT_EQ(h.calls[0].flags, unsigned{RENAME_NOREPLACE});
+  EXPECT_EQ(h.calls[0].origin, "n1");
+  EXPECT_EQ(f.svc(1).stats().renames_asked, 1u);
+  EXPECT_EQ(f.svc(0).stats().renames_made, 1u);
+  for (int i : {1, 2, 0}) {
+    auto vd = f.Get(i, p);
+    ASSERT_TRUE(vd);
+    EXPECT_EQ((*vd)->Find("f2"), nullptr) << "node " << i;
+    ASSERT_NE((*vd)->Find("g"), nullptr) << "node " << i;
+    EXPECT_EQ((*vd)->Find("g")->holders, std::vector<std::string>{"n2"}) << "node " << i;
+  }
+  EXPECT_EQ(Code(Lock(f, 2, p, "g")), 0);
+  EXPECT_TRUE(f.Update(2, p, VdChange{VdChange::Kind::kClaim, "f2", 0, "n2"}));
+}
+
+// A new name that exists: EEXIST, nothing held, the file's node not asked
+// (the caller replaces it by itself). The file's node's errno: both names
+// released, nothing changed.
+TEST(Rename, AnExistingNewNameOrAnErrorOfTheFilesNodeChangesNothing) {
+  Holders h;
+  Federation f(3, h.Options());
+  h.f = &f;
+  const std::string p = PathManagedBy(f, "n0");
+  Populate(f, p);
+  auto exists = Rename(f, 1, p, "f2", "f1");
+  ASSERT_FALSE(exists);
+  EXPECT_EQ(exists.error().code, EEXIST);
+  EXPECT_TRUE(h.calls.empty());
+  EXPECT_EQ(Code(Lock(f, 2, p, "f2")), 0);
+  ASSERT_TRUE(f.Update(2, p, VdChange{VdChange::Kind::kRelease, "f2", 0, "n2"}));
+  h.fail = EACCES;
+  auto refused = Rename(f, 1, p, "f2", "g");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, EACCES);
+  EXPECT_EQ(h.calls.size(), 1u);
+  auto vd = f.Get(2, p);
+  ASSERT_TRUE(vd);
+  EXPECT_NE((*vd)->Find("f2"), nullptr);
+  EXPECT_EQ((*vd)->Find("g"), nullptr);
+  EXPECT_EQ(Code(Lock(f, 2, p, "f2")), 0);
+  EXPECT_EQ(Code(Lock(f, 2, p, "g")), 0);
+}
+
+// A directory, or a name that does not exist: not renamed, both names
+// released, the file's node not asked.
+TEST(Rename, ADirectoryOrAnAbsentNameIsNotRenamedThere) {
+  Holders h;
+  Federation f(3, h.Options());
+  h.f = &f;
+  const std::string p = PathManagedBy(f, "n0");
+  Populate(f, p);
+  for (const char* name : {"sub", "nope"}) {
+    auto r = Rename(f, 1, p, name, "g");
+    ASSERT_TRUE(r) << name << ": " << r.error().ToString();
+    EXPECT_FALSE(r->renamed) << name;
+    EXPECT_EQ(Code(Lock(f, 2, p, name)), 0) << name;
+    EXPECT_EQ(Code(Lock(f, 2, p, "g")), 0) << name;
+    ASSERT_TRUE(f.Update(2, p, VdChange{VdChange::Kind::kRelease, name, 0, "n2"}));
+    ASSERT_TRUE(f.Update(2, p, VdChange{VdChange::Kind::kRelease, "g", 0, "n2"}));
+  }
+  EXPECT_TRUE(h.calls.empty());
 }
 
 }  // namespace
