@@ -338,37 +338,19 @@ Result<std::optional<struct stat>> Node::Impl::UnlinkFor(const ns::Cred& c,
                                                         const std::string& holder,
                                                         const std::string& path,
                                                         const std::string& origin) {
-  std::shared_lock lock(unlink_mu);
-  if (unlink_vfs == nullptr) return Err(ESHUTDOWN, "the node is stopping");
-  ns::NodeFs* fs = unlink_vfs->NodeFsFor(holder);
-  if (fs == nullptr) return Err(EHOSTDOWN, "node " + holder + " is not alive");
-  if (holder == options.node_id) {
-    // Served here as the file service serves another node's unlink: its
-    // caller squashed, that node's sessions not told of it.
-    ns::FileService::ServingFor quiet(origin);
-    const ns::Cred as = origin == options.node_id ? c : ns::SquashCred(options.files, c);
-    return fs->UnlinkSeeingParent(as, path);
-  }
-  if (auto* remote = dynamic_cast<ns::RemoteNodeFs*>(fs)) return remote->UnlinkFor(c, path, origin);
-  return fs->UnlinkSeeingParent(c, path);
+  return AtHolder(
+      c, holder, origin,
+      [&](ns::NodeFs* fs, const ns::Cred& as) { return fs->UnlinkSeeingParent(as, path); },
+      [&](ns::RemoteNodeFs* fs) { return fs->UnlinkFor(c, path, origin); });
 }
 
 Status Node::Impl::RenameFor(const ns::Cred& c, const std::string& holder,
                              const std::string& from, const std::string& to, unsigned flags,
                              const std::string& origin) {
-  std::shared_lock lock(unlink_mu);
-  if (unlink_vfs == nullptr) return Err(ESHUTDOWN, "the node is stopping");
-  ns::NodeFs* fs = unlink_vfs->NodeFsFor(holder);
-  if (fs == nullptr) return Err(EHOSTDOWN, "node " + holder + " is not alive");
-  if (holder == options.node_id) {
-    ns::FileService::ServingFor quiet(origin);  // as UnlinkFor
-    const ns::Cred as = origin == options.node_id ? c : ns::SquashCred(options.files, c);
-    return fs->Rename(as, from, to, flags);
-  }
-  if (auto* remote = dynamic_cast<ns::RemoteNodeFs*>(fs)) {
-    return remote->RenameFor(c, from, to, flags, origin);
-  }
-  return fs->Rename(c, from, to, flags);
+  return AtHolder(
+      c, holder, origin,
+      [&](ns::NodeFs* fs, const ns::Cred& as) { return fs->Rename(as, from, to, flags); },
+      [&](ns::RemoteNodeFs* fs) { return fs->RenameFor(c, from, to, flags, origin); });
 }
 
 void Node::StopClients() {

@@ -11,6 +11,7 @@
 #include "common/timers.h"
 #include "dirops/kv.h"
 #include "coopcache/peer_fetch.h"
+#include "files/file_service.h"
 #include "files/remote_node_fs.h"
 #include "node/node.h"
 #include "node/vd_client.h"
@@ -102,6 +103,25 @@ struct Node::Impl {
   // As VdServiceOptions::rename_at, run on env.unlinks.
   Status RenameFor(const ns::Cred& c, const std::string& holder, const std::string& from,
                    const std::string& to, unsigned flags, const std::string& origin);
+  // A change made at the file's node `holder` for node `origin` (UnlinkFor,
+  // RenameFor): `remote(fs)` at another node (FsRequest.for_node);
+  // `local(fs, cred)` here, served as the file service serves another
+  // node's change (the caller squashed, that node's sessions not told of
+  // it: its kernel saw it), or through any other NodeFs.
+  template <class Local, class Remote>
+  auto AtHolder(const ns::Cred& c, const std::string& holder, const std::string& origin,
+                Local local, Remote remote) -> decltype(local(nullptr, c)) {
+    std::shared_lock lock(unlink_mu);
+    if (unlink_vfs == nullptr) return Err(ESHUTDOWN, "the node is stopping");
+    ns::NodeFs* fs = unlink_vfs->NodeFsFor(holder);
+    if (fs == nullptr) return Err(EHOSTDOWN, "node " + holder + " is not alive");
+    if (holder == options.node_id) {
+      ns::FileService::ServingFor quiet(origin);
+      return local(fs, origin == options.node_id ? c : ns::SquashCred(options.files, c));
+    }
+    if (auto* r = dynamic_cast<ns::RemoteNodeFs*>(fs)) return remote(r);
+    return local(fs, c);
+  }
 };
 
 }  // namespace fedfs::node
