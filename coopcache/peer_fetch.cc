@@ -59,11 +59,22 @@ Status PeerFetch::Fetch(const PeerCopy& c, std::byte* dst) {
     remote_errors_.fetch_add(1, std::memory_order_relaxed);
     return Err(im.error());
   }
-  // The bytes, then the tag: the tag read after the bytes vouches for them.
-  Status st = m2m::GetSync(*im->ep, dst, c.length, *im->data, off, timeout_);
-  uint64_t tag = 0;
+  // The tag, the bytes, the tag again: both reads must find the tag the
+  // holder named. The one after the bytes proves no rewrite began since the
+  // first (a frame's tag goes to 0 before its bytes change, and a tag is
+  // never used twice); the one before proves the bytes were there: a holder
+  // names a reader's frame as soon as the reader asks, before it is filled,
+  // and bytes read then are the frame's old block.
+  const uint64_t tag_off = uint64_t{c.frame} * 8;
+  uint64_t before = 0, tag = 0;
+  Status st = m2m::GetSync(*im->ep, &before, sizeof before, *im->tags, tag_off, timeout_);
+  if (st && before != c.tag) {
+    tag_misses_.fetch_add(1, std::memory_order_relaxed);
+    return Err(ESTALE, "the peer's frame holds another block");
+  }
+  if (st) st = m2m::GetSync(*im->ep, dst, c.length, *im->data, off, timeout_);
   if (st && after_bytes_) after_bytes_();
-  if (st) st = m2m::GetSync(*im->ep, &tag, sizeof tag, *im->tags, uint64_t{c.frame} * 8, timeout_);
+  if (st) st = m2m::GetSync(*im->ep, &tag, sizeof tag, *im->tags, tag_off, timeout_);
   if (!st) {
     remote_errors_.fetch_add(1, std::memory_order_relaxed);
     // A region the peer no longer has (it restarted): import again next time.

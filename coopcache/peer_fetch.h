@@ -5,9 +5,11 @@
 //    (Create), and their descriptors handed to every holder this node reads
 //    from (Regions, in the file service's Hello), so that a holder may send
 //    another reader here.
-//  * Fetch reads a block from a peer's cache one-sidedly: the bytes, then
-//    the frame's tag; the bytes count only if the tag is the one the holder
-//    named (block_cache.h, "Cooperation"). Anything else (a moved tag, a
+//  * Fetch reads a block from a peer's cache one-sidedly: the frame's tag,
+//    the bytes, the tag again; the bytes count only if both reads find the
+//    tag the holder named (block_cache.h, "Cooperation"): the first proves
+//    the frame was filled (a holder names a frame before its reader filled
+//    it), the second that no rewrite began meanwhile. Anything else (a moved tag, a
 //    dead or unreachable peer, a region it no longer has) is an error the
 //    caller answers by asking the holder for the bytes.
 //
@@ -58,8 +60,9 @@ class PeerFetch {
   // ESTALE: the tag moved; other errors: the peer could not be read.
   Status Fetch(const PeerCopy& c, std::byte* dst);
 
-  // Tests: runs between the read of a copy's bytes and that of its tag (to
-  // force the race of a fetch with the peer's reuse of the frame).
+  // Tests: runs between the read of a copy's bytes and the second read of
+  // its tag (to force the races of a fetch with the peer's reuse or fill of
+  // the frame).
   void SetAfterBytesHookForTest(std::function<void()> hook) { after_bytes_ = std::move(hook); }
 
   struct Stats {

@@ -1,8 +1,10 @@
 // PeerFetch (coopcache/peer_fetch.h) over the fake network: a block read
 // from a peer's registered cache, and every way the copy can be wrong found
 // out: the peer reused the frame (before the read, or between the bytes and
-// the tag: the race forced with the test hook), a tag never published, a
-// copy outside the peer's regions, a peer that is gone.
+// the tag: the race forced with the test hook), a frame published only
+// after its bytes were read (its old bytes under the new tag: the race the
+// simulator's read-remote workload found), a tag never published, a copy
+// outside the peer's regions, a peer that is gone.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -93,6 +95,35 @@ TEST_F(PeerFetchTest, AFrameReusedBetweenTheBytesAndTheTagIsFoundOut) {
   PeerCopy now = copy;
   now.tag = 0;  // not what the frame carries
   EXPECT_FALSE(a.peers->Fetch(now, dst.data()));
+}
+
+// A holder names a reader's frame as soon as the reader asks for the block,
+// before the bytes are there. Another reader that reads the frame's bytes
+// then (the frame's old block) and its tag after the publish must not take
+// the old bytes for the new block.
+TEST_F(PeerFetchTest, AFramePublishedAfterItsBytesWereReadIsFoundOut) {
+  Keep(c, 1, 0, 0x11);
+  c.cache->Clear();  // the frame's bytes stay 0x11: its next block lands over them
+  auto s = c.cache->Reserve(2, 0, c.cache->Generation(2));
+  ASSERT_TRUE(s);
+  PeerCopy early{c.addr, c.peers->data_region(), c.peers->tags_region(), kBlock, s->frame, s->tag,
+                 kBlock};
+  bool published = false;
+  auto publish = [&] {
+    std::vector<std::byte> b(kBlock, std::byte{0x22});
+    EXPECT_TRUE(c.cache->Publish(*s, 2, 0, c.cache->Generation(2), b, 0));
+    published = true;
+  };
+  a.peers->SetAfterBytesHookForTest(publish);
+  auto st = a.peers->Fetch(early, dst.data());
+  a.peers->SetAfterBytesHookForTest(nullptr);
+  ASSERT_FALSE(st) << "read the frame's old bytes (0x" << std::hex
+                   << static_cast<int>(dst[0]) << ") as the new block";
+  EXPECT_EQ(st.error().code, ESTALE);
+  // Once published, the same copy reads the new bytes.
+  if (!published) publish();  // the fetch gave up before the bytes
+  ASSERT_TRUE(a.peers->Fetch(early, dst.data()));
+  EXPECT_EQ(dst[0], std::byte{0x22});
 }
 
 TEST_F(PeerFetchTest, AnInvalidatedOrClearedCopyIsFoundOut) {
