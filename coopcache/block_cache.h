@@ -31,8 +31,9 @@
 // so that peers read a block one-sidedly. A frame's tag is 0 while it is
 // free, reserved or being rewritten, and a value never used before by this
 // object (from a random start) while it holds one block's bytes: a peer that
-// reads a frame's bytes and then its tag, and finds the tag it was told,
-// read those bytes whole. A fill for peers to find goes Reserve (a frame
+// reads a frame's tag, its bytes and its tag again, and finds the tag it was
+// told both times, read those bytes whole (the first read matters: a holder
+// may name a frame before it is filled). A fill for peers to find goes Reserve (a frame
 // and the tag it will have) -> Publish (bytes stored, tag set) or Abandon.
 //
 // Forwarding (docs/coopcache.md, "N-chance forwarding"): a block published

@@ -134,7 +134,8 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
     if (!cache) return Err(cache.error().code, "coopcache: " + cache.error().context);
     d.cache = std::move(*cache);
     d.memory_guard = std::make_unique<coop::MemoryGuard>(
-        d.cache.get(), coop::MemoryGuardOptions{.min_free_bytes = opt.cache_min_free});
+        d.cache.get(), coop::MemoryGuardOptions{.min_free_bytes = opt.cache_min_free,
+                                                 .start_thread = opt.cache_guard});
     // Its memory, readable by the other nodes (docs/coopcache.md): without a
     // listen address no peer could reach it.
     if (!opt.address.empty() && opt.share_cache) {

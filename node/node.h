@@ -81,6 +81,9 @@ struct NodeOptions {
   // The cache shrinks while the machine has less memory available than
   // this (coopcache/memory_guard.h); 0: 5% of its memory.
   uint64_t cache_min_free = 0;
+  // Whether that check runs (a thread of its own reading the machine's
+  // memory); false in the simulator, whose nodes share one process.
+  bool cache_guard = true;
   // Root squash and the file service's limits (its on_change is the Node's).
   ns::FileServiceOptions files;
   ns::VfsOptions vfs;

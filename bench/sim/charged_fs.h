@@ -4,8 +4,11 @@
 // in a fiber -- the facade's own calls, the file service's on behalf of
 // other nodes, the VD service's local listings -- and then forwards it.
 // Without it a node's work on its own export root would take no time at
-// all (SimOptions::local_op_us). A call on the main context (setup) costs
-// nothing. Bench-only: the daemon's LocalNodeFs takes real time.
+// all (SimOptions::local_op_us). A Read costs `read_cost` more (the disk
+// behind the export root: SimOptions::disk_read_us; the model has no page
+// cache, so every read reaches it) and is counted (reads(), read_bytes()).
+// A call on the main context (setup) costs nothing and is not counted.
+// Bench-only: the daemon's LocalNodeFs takes real time.
 #pragma once
 
 #include <chrono>
@@ -20,7 +23,14 @@ namespace fedfs::bench {
 class ChargedNodeFs final : public ns::NodeFs {
  public:
   // `inner` outlives this object.
-  ChargedNodeFs(ns::NodeFs* inner, std::chrono::nanoseconds cost) : inner_(inner), cost_(cost) {}
+  ChargedNodeFs(ns::NodeFs* inner, std::chrono::nanoseconds cost,
+                std::chrono::nanoseconds read_cost = {})
+      : inner_(inner), cost_(cost), read_cost_(read_cost) {}
+
+  // Reads made in fibers (the facade's and those served for other nodes),
+  // and the bytes they returned.
+  uint64_t reads() const { return reads_; }
+  uint64_t read_bytes() const { return read_bytes_; }
 
   const std::string& node_id() const override { return inner_->node_id(); }
   Result<struct stat> Stat(const ns::Cred& c, const std::string& path) override {
@@ -125,7 +135,12 @@ class ChargedNodeFs final : public ns::NodeFs {
   }
   Result<size_t> Read(ns::Handle h, uint64_t offset, std::span<std::byte> dst) override {
     Charge();
-    return inner_->Read(h, offset, dst);
+    if (SuspendableContext() == nullptr) return inner_->Read(h, offset, dst);
+    if (read_cost_.count() > 0) SleepFor(read_cost_);
+    auto n = inner_->Read(h, offset, dst);
+    ++reads_;
+    if (n) read_bytes_ += *n;
+    return n;
   }
   using NodeFs::Write;
   Result<size_t> Write(ns::Handle h, uint64_t offset, std::span<const std::byte> src,
@@ -169,6 +184,9 @@ class ChargedNodeFs final : public ns::NodeFs {
 
   ns::NodeFs* inner_;
   const std::chrono::nanoseconds cost_;
+  const std::chrono::nanoseconds read_cost_;
+  uint64_t reads_ = 0;       // the simulation's one thread only
+  uint64_t read_bytes_ = 0;
 };
 
 }  // namespace fedfs::bench

@@ -53,6 +53,14 @@ node::NodeOptions SimNodeOptions(const SimOptions& o, int i) {
   no.dt_entries = o.dt_capacity;  // 0: no directory table
   no.vfs.node_tag = static_cast<uint16_t>(i + 1);
   no.placement.policy = o.placement;
+  if (o.cache_bytes > 0) {
+    no.cache.size_bytes = o.cache_bytes;
+    no.cache.block_bytes = o.cache_block;
+    no.share_cache = o.cache_coop;
+    no.cache_forward = 0;
+    no.cache_guard = false;
+    no.remote_callbacks = true;
+  }
   return no;
 }
 
@@ -61,6 +69,7 @@ Federation::Federation(const SimOptions& o, const m2m::LinkModel& link)
       fibers_(std::make_unique<FiberScheduler>(*net_)),
       pool_(std::make_unique<FiberExecutor>(fibers_.get())),
       local_cost_(nanoseconds(static_cast<int64_t>(o.local_op_us * 1000))),
+      disk_read_cost_(nanoseconds(static_cast<int64_t>(o.disk_read_us * 1000))),
       vnodes_(o.vnodes) {}
 
 Result<std::unique_ptr<Federation>> Federation::Create(const SimOptions& o) {
@@ -79,7 +88,7 @@ Status Federation::Build(const SimOptions& o) {
     auto n = std::make_unique<SimNode>();
     n->id = NodeName(i);
     n->root = std::make_unique<ns::MemNodeFs>(n->id);
-    n->local = std::make_unique<ChargedNodeFs>(n->root.get(), local_cost_);
+    n->local = std::make_unique<ChargedNodeFs>(n->root.get(), local_cost_, disk_read_cost_);
     n->kv = std::make_unique<ns::MemKv>();
     n->transport = net_->NewTransport(t);
     if (!o.faults.empty()) {

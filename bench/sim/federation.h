@@ -79,13 +79,16 @@ class Federation {
   std::unique_ptr<FiberScheduler> fibers_;
   std::unique_ptr<FiberExecutor> pool_;
   const m2m::SimDuration local_cost_;
+  const m2m::SimDuration disk_read_cost_;
   const uint32_t vnodes_;
   std::vector<std::unique_ptr<SimNode>> nodes_;
   uint64_t epoch_ = 0;
 };
 
 // Node i's options: the daemon's defaults (fedfsd's NodeOptions) but for
-// what the simulation varies (directory table, placement), with id NodeId(i)
+// what the simulation varies (directory table, placement, the file-data
+// cache: without the memory check's thread or forwarding's; with it, the
+// holders' callbacks, which keep its blocks exact), with id NodeId(i)
 // as its address and tag i + 1. Shared with tests that wire the same nodes
 // over other environments.
 node::NodeOptions SimNodeOptions(const SimOptions& o, int i);

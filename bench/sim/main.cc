@@ -4,7 +4,7 @@
 //                   [--latency-us X] [--bandwidth B/s] [--seed S] [--ops N]
 //                   [--workload W] [--zipf-s 0.99] [--dt-capacity 0,44,...]
 //                   [--clients C] [--concurrency K] [--dir-entries 100,1000,...]
-//                   [--out DIR]
+//                   [--cache 0,4MiB,...] [--coop on,off] [--out DIR]
 //   fedfs-bench study --out DIR     the default study (a few minutes)
 //
 // Writes CSV (one file per run, header row), summary.md and PNG plots
@@ -58,7 +58,18 @@ std::string Figures(const fb::RunResult& r) {
   std::snprintf(b, sizeof(b), "%.0f ops/s, %.2f msgs/op, %llu errors, %llu faults injected, %.1fs wall",
                 r.ops_per_sec, r.msgs_per_op, static_cast<unsigned long long>(r.errors),
                 static_cast<unsigned long long>(r.faults_injected), r.wall_seconds);
-  return b;
+  std::string out = b;
+  if (const auto it = r.per_op.find("read"); it != r.per_op.end() && r.ops_done > 0) {
+    const double ops = static_cast<double>(r.ops_done);
+    std::snprintf(b, sizeof(b),
+                  "; reads: %.2f local hits, %.2f peer hits, %.2f disk reads per read, mean "
+                  "%.1f µs, %llu bad",
+                  static_cast<double>(r.cache_hits) / ops, static_cast<double>(r.peer_hits) / ops,
+                  static_cast<double>(r.disk_reads) / ops, it->second.mean_us,
+                  static_cast<unsigned long long>(r.bad_reads));
+    out += b;
+  }
+  return out;
 }
 
 // The DT capacity sweep of the study: capacities as fractions of the
@@ -115,9 +126,37 @@ int main(int argc, char** argv) {
   sim->add_option("--ops", o.ops, "operations per run")->capture_default_str();
   sim->add_option("--workload", o.workload,
                   "create-stat-private | create-stat-shared | fanout-wide | fanout-deep | "
-                  "hot-dir | zipf-lookup | churn")
+                  "hot-dir | zipf-lookup | churn | read-remote")
       ->capture_default_str();
-  sim->add_option("--zipf-s", o.zipf_s, "Zipf exponent of zipf-lookup")->capture_default_str();
+  sim->add_option("--zipf-s", o.zipf_s,
+                  "Zipf exponent of zipf-lookup (files) and read-remote (blocks); 0: uniform")
+      ->capture_default_str();
+  std::vector<uint64_t> caches;
+  sim->add_option("--cache", caches,
+                  "each node's cache of other nodes' file data, bytes (e.g. 16MiB; comma-separated "
+                  "list: one run per size; default 0, none)")
+      ->delimiter(',')
+      ->transform(CLI::AsSizeValue(false));
+  sim->add_option("--cache-block", o.cache_block, "the cache's block, bytes (power of two)")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  std::vector<std::string> coops;
+  sim->add_option("--coop", coops,
+                  "on: the caches cooperate (blocks read from other nodes' memory); off: each "
+                  "caches alone (comma-separated list: a run each; default on)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"on", "off"}));
+  sim->add_option("--read-files", o.read_files, "read-remote: files of the working set on node 0")
+      ->capture_default_str();
+  sim->add_option("--file-bytes", o.file_bytes, "read-remote: bytes per file")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  sim->add_option("--read-bytes", o.read_bytes, "read-remote: bytes per read (block-aligned)")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  sim->add_option("--disk-read-us", o.disk_read_us,
+                  "simulated time of a read of an export root (its disk; no page cache)")
+      ->capture_default_str();
   sim->add_option("--dt-capacity", capacities,
                   "directory-table entries per node, 0: none (comma-separated list: a hit-ratio "
                   "sweep; default 4096, the daemon's)")
@@ -162,19 +201,28 @@ int main(int argc, char** argv) {
     data.command = cmd;
     std::vector<fb::RunResult> rows;
     if (dir_entries.empty()) dir_entries.push_back(o.dir_entries);
+    if (caches.empty()) caches.push_back(o.cache_bytes);
+    if (coops.empty()) coops.push_back(o.cache_coop ? "on" : "off");
     for (int n : nodes) {
       for (uint64_t entries : dir_entries) {
         for (size_t cap : capacities) {
+         for (uint64_t cache : caches) {
+          for (const std::string& coop : coops) {
           fb::SimOptions run = o;
           run.nodes = n;
           run.dt_capacity = cap;
           run.dir_entries = entries;
+          run.cache_bytes = cache;
+          run.cache_coop = coop == "on";
           Step("sim " + run.workload + " N=" + std::to_string(n) + " dt=" + std::to_string(cap) +
-               (entries > 0 ? " entries=" + std::to_string(entries) : std::string()));
+               (entries > 0 ? " entries=" + std::to_string(entries) : std::string()) +
+               (cache > 0 ? " cache=" + std::to_string(cache) + " coop=" + coop : std::string()));
           auto r = fb::RunSim(run, Progress());
           if (!r) return Fail(r.error());
           Step("  " + Figures(*r));
           rows.push_back(*r);
+          if (run.workload == "read-remote") data.cache.push_back(*r);
+          if (cache != caches.front() || coop != coops.front()) continue;
           const bool first_cap = cap == capacities.front();
           if (first_cap && entries == dir_entries.front()) data.scaling.push_back(*r);
           if (capacities.size() > 1 && n == nodes.back() && entries == dir_entries.front()) {
@@ -183,6 +231,8 @@ int main(int argc, char** argv) {
           if (dir_entries.size() > 1 && first_cap && n == nodes.back()) {
             data.dir_size.push_back(*r);
           }
+          }
+         }
         }
       }
       fb::SimOptions dm = o;

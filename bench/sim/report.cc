@@ -88,6 +88,18 @@ std::vector<std::string> RunRow(const RunResult& r) {
                  std::to_string(o.dir_entries)}) {
     v.push_back(x);
   }
+  const OpStats* rd = Op(r, "read");
+  for (auto x : {std::to_string(rd ? rd->count : 0), F(rd ? rd->p50_us : 0),
+                 F(rd ? rd->p99_us : 0), F(rd ? rd->mean_us : 0), std::to_string(o.cache_bytes),
+                 std::to_string(o.cache_block), std::to_string(o.cache_coop ? 1 : 0),
+                 std::to_string(o.read_files), std::to_string(o.file_bytes),
+                 std::to_string(o.read_bytes), F(o.zipf_s), F(o.disk_read_us),
+                 std::to_string(r.cache_hits), std::to_string(r.cache_misses),
+                 std::to_string(r.peer_hits), std::to_string(r.tag_misses),
+                 std::to_string(r.disk_reads), std::to_string(r.disk_read_bytes),
+                 std::to_string(r.bad_reads)}) {
+    v.push_back(x);
+  }
   return v;
 }
 
@@ -197,7 +209,10 @@ const std::vector<std::string>& RunCsvColumns() {
       "fs_meta_requests", "gets_served", "dirmerges", "updates_applied", "mgr_max", "mgr_mean",
       "mgr_imbalance", "dt_measured", "dt_hits", "dt_misses", "dt_hit_ratio", "invalidations",
       "changes", "invalidations_per_change", "vnodes", "dirs_per_client", "warmup_ops",
-      "ring_imbalance", "warmup_messages", "warmup_dirmerges", "dir_entries"};
+      "ring_imbalance", "warmup_messages", "warmup_dirmerges", "dir_entries", "read_count",
+      "read_p50_us", "read_p99_us", "read_mean_us", "cache_bytes", "cache_block", "cache_coop",
+      "read_files", "file_bytes", "read_bytes", "zipf_s", "disk_read_us", "cache_hits",
+      "cache_misses", "peer_hits", "tag_misses", "disk_reads", "disk_read_bytes", "bad_reads"};
   return c;
 }
 

@@ -35,6 +35,7 @@ struct ReportData {
   std::vector<RunResult> load;           // manager-load runs (many directories)
   std::vector<RunResult> dir_size;       // one workload over --dir-entries
   std::vector<PlacementResult> placement;  // ring placement of directories
+  std::vector<RunResult> cache;          // read-remote runs (cooperative caching)
   std::string dt_note;                   // why DT figures are missing, if they are
 };
 

@@ -20,6 +20,8 @@
 
 #include "bench/sim/federation.h"
 #include "bench/sim/path_client.h"
+#include "bench/sim/reads.h"
+#include "bench/sim/zipf.h"
 #include "common/cooperative.h"
 #include "common/path.h"
 #include "common/rpc_methods.h"
@@ -35,7 +37,7 @@ const std::vector<std::string>& Workloads() {
   static const std::vector<std::string> w = {"create-stat-private", "create-stat-shared",
                                              "fanout-wide",         "fanout-deep",
                                              "hot-dir",             "zipf-lookup",
-                                             "churn"};
+                                             "churn",               "read-remote"};
   return w;
 }
 
@@ -63,13 +65,31 @@ std::string MethodName(uint16_t m) {
 struct Totals {
   m2m::TrafficStats traffic;
   std::vector<ns::VdService::Stats> vd;
+  // Summed over the nodes: their caches, and their export roots' reads.
+  uint64_t cache_hits = 0, cache_misses = 0, peer_hits = 0, tag_misses = 0;
+  uint64_t disk_reads = 0, disk_read_bytes = 0;
 };
 
 Totals Snapshot(Federation& f) {
   Totals t;
   t.traffic = f.net().TotalStats();
   t.vd.reserve(static_cast<size_t>(f.size()));
-  for (int i = 0; i < f.size(); ++i) t.vd.push_back(f.node(i).node->vd_service().stats());
+  for (int i = 0; i < f.size(); ++i) {
+    SimNode& n = f.node(i);
+    t.vd.push_back(n.node->vd_service().stats());
+    t.disk_reads += n.local->reads();
+    t.disk_read_bytes += n.local->read_bytes();
+    if (const coop::BlockCache* c = n.node->cache()) {
+      const auto s = c->stats();
+      t.cache_hits += s.hits;
+      t.cache_misses += s.misses;
+    }
+    if (const coop::PeerFetch* p = n.node->peers()) {
+      const auto s = p->stats();
+      t.peer_hits += s.remote_hits;
+      t.tag_misses += s.tag_misses;
+    }
+  }
   return t;
 }
 
@@ -89,29 +109,10 @@ std::map<std::string, uint64_t> RequestsBetween(const m2m::TrafficStats& before,
 
 // ---- Workloads -----------------------------------------------------------------
 
-// Zipf(s) over ranks 0..n-1 by inverse CDF.
-class Zipf {
- public:
-  Zipf(size_t n, double s) : cdf_(n) {
-    double sum = 0;
-    for (size_t i = 0; i < n; ++i) {
-      sum += 1.0 / std::pow(static_cast<double>(i + 1), s);
-      cdf_[i] = sum;
-    }
-    for (double& c : cdf_) c /= sum;
-  }
-  size_t operator()(std::mt19937_64& rng) const {
-    double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
-    return static_cast<size_t>(std::lower_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin());
-  }
-
- private:
-  std::vector<double> cdf_;
-};
-
 struct OpSpec {
-  std::string kind;  // create | stat | unlink | lookup
+  std::string kind;  // create | stat | unlink | lookup | read
   std::string path;
+  RemoteReads::Op read;  // read
 };
 
 // Per (client, slot) generator state.
@@ -143,7 +144,11 @@ class Driver {
   bool Perform(int node, const OpSpec& spec);
   void Finish(const std::string& kind, SimDuration t0, bool ok);
   void MaybeChurn();
-  int ClientNode(int client) const { return client % f_.size(); }
+  // read-remote: node 0 holds the files and runs no client.
+  int ClientNode(int client) const {
+    if (reads_) return 1 + client % (f_.size() - 1);
+    return client % f_.size();
+  }
   PathClient& Client(int node);
   // Client `client`'s j-th private directory.
   std::string ClientDir(int client, uint64_t j = 0) const {
@@ -178,6 +183,7 @@ class Driver {
   std::vector<std::string> hot_files_;
   std::vector<std::string> tree_files_;
   std::unique_ptr<Zipf> zipf_;
+  std::unique_ptr<RemoteReads> reads_;  // read-remote
   // Churn.
   std::vector<uint64_t> churn_at_;
   size_t churn_next_ = 0;
@@ -186,11 +192,12 @@ class Driver {
 
 uint64_t Driver::Setup() {
   const int n = f_.size();
-  const int clients = o_.clients > 0 ? o_.clients : n;
+  const std::string& w = o_.workload;
+  if (w == "read-remote") reads_ = std::make_unique<RemoteReads>(o_, f_);
+  const int clients = o_.clients > 0 ? o_.clients : (reads_ ? n - 1 : n);
   for (int c = 0; c < clients; ++c) {
     for (int s = 0; s < o_.concurrency; ++s) slots_.push_back(Slot{c, s});
   }
-  const std::string& w = o_.workload;
   uint64_t dirs = 0;
   if (w == "create-stat-private" || w == "churn") {
     const auto per = static_cast<uint64_t>(o_.dirs_per_client);
@@ -220,6 +227,9 @@ uint64_t Driver::Setup() {
       f_.SetupFile(h % n, hot_files_.back());
     }
     dirs = 1;
+  } else if (w == "read-remote") {
+    reads_->Setup();
+    dirs = 2;
   } else if (w == "zipf-lookup") {
     std::vector<std::string> level{"/z"};
     for (int d = 0; d < o_.tree_depth; ++d) {
@@ -255,26 +265,27 @@ uint64_t Driver::Setup() {
 OpSpec Driver::Next(Slot& s) {
   const std::string& w = o_.workload;
   const std::string tag = std::to_string(s.client) + "-" + std::to_string(s.index) + "-";
-  if (w == "zipf-lookup") return OpSpec{"lookup", tree_files_[(*zipf_)(rng_)]};
+  if (w == "zipf-lookup") return OpSpec{"lookup", tree_files_[(*zipf_)(rng_)], {}};
+  if (reads_) return OpSpec{"read", {}, reads_->Next(rng_)};
   if (w == "hot-dir") {
     const size_t r = Uniform(100);
     if (r < 5 || (r < 10 && s.mine.empty())) {
       std::string p = "/hot/c" + tag + std::to_string(s.made++);
       s.mine.push_back(p);
-      return OpSpec{"create", p};
+      return OpSpec{"create", p, {}};
     }
     if (r < 10) {
       std::string p = s.mine.back();
       s.mine.pop_back();
-      return OpSpec{"unlink", p};
+      return OpSpec{"unlink", p, {}};
     }
     // Stat a pre-existing file (never one being removed by another slot).
-    return OpSpec{"stat", hot_files_[Uniform(hot_files_.size())]};
+    return OpSpec{"stat", hot_files_[Uniform(hot_files_.size())], {}};
   }
   // Create/stat pairs: create a new file, then stat it.
   if (!s.create_next) {
     s.create_next = true;
-    return OpSpec{"stat", s.last};
+    return OpSpec{"stat", s.last, {}};
   }
   s.create_next = false;
   std::string dir;
@@ -287,7 +298,7 @@ OpSpec Driver::Next(Slot& s) {
     for (size_t l = 1; l <= depth; ++l) dir += "/l" + std::to_string(l);
   }
   s.last = ns::JoinPath(dir, "f" + tag + std::to_string(s.made++));
-  return OpSpec{"create", s.last};
+  return OpSpec{"create", s.last, {}};
 }
 
 PathClient& Driver::Client(int node) {
@@ -298,6 +309,7 @@ PathClient& Driver::Client(int node) {
 }
 
 bool Driver::Perform(int node, const OpSpec& spec) {
+  if (spec.kind == "read") return reads_->Perform(node, spec.read);
   PathClient& pc = Client(node);
   if (o_.resolve == "walk") return pc.Run(PathOp{spec.kind, spec.path, {}}).ok();
   const std::string dir(ns::ParentPath(spec.path));
@@ -476,6 +488,20 @@ Result<RunResult> Driver::Run() {
     out.invalidations_per_change =
         static_cast<double>(out.invalidations) / static_cast<double>(out.changes);
   }
+  if (o_.cache_bytes > 0) {
+    out.cache_measured = true;
+    out.cache_hits = after.cache_hits - before.cache_hits;
+    out.cache_misses = after.cache_misses - before.cache_misses;
+    out.peer_hits = after.peer_hits - before.peer_hits;
+    out.tag_misses = after.tag_misses - before.tag_misses;
+  }
+  out.disk_reads = after.disk_reads - before.disk_reads;
+  out.disk_read_bytes = after.disk_read_bytes - before.disk_read_bytes;
+  if (reads_) {
+    out.bad_reads = reads_->bad_reads();
+    f_.fibers().Spawn([this] { reads_->CloseAll(); });
+    f_.net().RunUntilIdle();
+  }
   out.wall_seconds =
       duration<double>(std::chrono::steady_clock::now() - wall0).count();
   return out;
@@ -501,7 +527,26 @@ Status ValidateSimOptions(const SimOptions& o) {
     return Err(EINVAL, "--placement must be local or hash");
   }
   if (o.local_op_us < 0) return Err(EINVAL, "--local-op-us must not be negative");
-  if (o.zipf_s <= 0) return Err(EINVAL, "--zipf-s must be positive");
+  if (o.zipf_s < 0) return Err(EINVAL, "--zipf-s must not be negative");
+  if (o.workload == "read-remote") {
+    if (o.nodes < 2) return Err(EINVAL, "read-remote needs at least 2 nodes");
+    if (o.read_bytes == 0 || o.read_bytes % 8 != 0 || o.read_bytes > (uint64_t{16} << 20)) {
+      return Err(EINVAL, "--read-bytes must be a multiple of 8 in (0, 16 MiB]");
+    }
+    if (o.file_bytes == 0 || o.file_bytes % o.read_bytes != 0 || o.file_bytes > (uint64_t{1} << 30)) {
+      return Err(EINVAL, "--file-bytes must be a multiple of --read-bytes, at most 1 GiB");
+    }
+    if (o.read_files == 0 || o.read_files * (o.file_bytes / o.read_bytes) > (uint64_t{1} << 24)) {
+      return Err(EINVAL, "--read-files: between 1 and 2^24 blocks of --read-bytes in all");
+    }
+    if (o.read_files * o.file_bytes > (uint64_t{16} << 30)) {
+      return Err(EINVAL, "--read-files x --file-bytes above 16 GiB (held in memory)");
+    }
+  }
+  if (o.disk_read_us < 0) return Err(EINVAL, "--disk-read-us must not be negative");
+  if (o.cache_bytes > 0 && (o.cache_block == 0 || o.cache_bytes < o.cache_block)) {
+    return Err(EINVAL, "--cache must hold at least one --cache-block");
+  }
   if (o.workload == "churn" && o.nodes < 2) return Err(EINVAL, "churn needs at least 2 nodes");
   if (o.vnodes < 1) return Err(EINVAL, "--vnodes must be at least 1");
   if (o.dirs_per_client < 1) return Err(EINVAL, "--dirs-per-client must be at least 1");
@@ -547,7 +592,7 @@ Result<ScriptResult> RunScript(const SimOptions& options, const std::vector<std:
   ScriptResult out;
   for (int i = 0; i < f.size(); ++i) out.ids.push_back(f.node(i).id);
   out.before = Snapshot(f).vd;
-  for (const auto& op : ops) out.ok.push_back(d.RunOne(op.node, OpSpec{op.kind, op.path}));
+  for (const auto& op : ops) out.ok.push_back(d.RunOne(op.node, OpSpec{op.kind, op.path, {}}));
   out.after = Snapshot(f).vd;
   return out;
 }

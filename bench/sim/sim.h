@@ -51,9 +51,30 @@ struct SimOptions {
   uint64_t seed = 1;
   uint64_t ops = 10000;
   // create-stat-private | create-stat-shared | fanout-wide | fanout-deep |
-  // hot-dir | zipf-lookup | churn
+  // hot-dir | zipf-lookup | churn | read-remote
   std::string workload = "create-stat-private";
+  // Zipf exponent of zipf-lookup (files) and read-remote (blocks); 0 is
+  // uniform.
   double zipf_s = 0.99;
+  // read-remote: node 0 holds read_files files of file_bytes each under
+  // /data; a client on every other node keeps each file it reads open and
+  // reads read_bytes at a block-aligned offset drawn by Zipf(zipf_s) over
+  // all the blocks of the working set (a seeded permutation of their
+  // ranks), checking the bytes. Node 0 runs no client.
+  uint64_t read_files = 64;
+  uint64_t file_bytes = uint64_t{1} << 20;
+  uint64_t read_bytes = uint64_t{64} << 10;
+  // Simulated time charged per read of an export root (its disk: the model
+  // has no page cache), on top of local_op_us.
+  double disk_read_us = 100;
+  // Each node's cache of other nodes' file data (docs/coopcache.md;
+  // node::NodeOptions::cache): 0 (default) none. cache_block: its blocks.
+  // cache_coop: its blocks readable by the other nodes and theirs read
+  // (false: each node caches alone, "no cooperation"). N-chance forwarding
+  // is off here: its worker is a thread of its own.
+  uint64_t cache_bytes = 0;
+  uint64_t cache_block = uint64_t{64} << 10;
+  bool cache_coop = true;
   int clients = 0;       // 0: one per node (client i runs on node i mod N)
   int concurrency = 1;   // operations in flight per client
   std::string resolve = "walk";       // walk: Get every directory of the path; parent: only the parent
@@ -145,6 +166,20 @@ struct RunResult {
   double invalidations_per_change = 0;
   uint64_t directories = 0;    // directories in the namespace at the start
   uint64_t faults_injected = 0;  // lost messages, broken connections, duplicates (whole run)
+  // The file-data caches (cache_bytes > 0), summed over the nodes, measured
+  // phase: reads answered from the node's own cache (blocks), blocks read
+  // from another node's cache (one-sided), reads of export roots (each a
+  // disk read in the model: the file's node's reads for the others, and its
+  // own) and their bytes, and reads whose bytes were not the file's (must
+  // be 0).
+  bool cache_measured = false;
+  uint64_t cache_hits = 0;
+  uint64_t cache_misses = 0;
+  uint64_t peer_hits = 0;
+  uint64_t tag_misses = 0;
+  uint64_t disk_reads = 0;
+  uint64_t disk_read_bytes = 0;
+  uint64_t bad_reads = 0;
   double wall_seconds = 0;     // real time the run took (not reproducible)
 };
 

@@ -1,0 +1,96 @@
+// The read-remote workload (bench/sim/reads.h).
+#include "bench/sim/reads.h"
+
+#include <fcntl.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+
+#include "bench/sim/path_client.h"
+
+namespace fedfs::bench {
+
+namespace {
+
+// Setup runs on a MemNodeFs with the driver's own paths: a failure is a bug
+// of the simulator.
+template <typename T>
+void OrDie(const T& r, const std::string& what) {
+  if (r) return;
+  std::fprintf(stderr, "sim: setting up %s: %s\n", what.c_str(), r.error().ToString().c_str());
+  std::abort();
+}
+
+const ns::Cred kRoot{0, 0, {}, 022};
+
+}  // namespace
+
+RemoteReads::RemoteReads(const SimOptions& o, Federation& f) : o_(o), f_(f) {}
+
+std::string RemoteReads::Path(uint64_t file) { return "/data/f" + std::to_string(file); }
+
+void RemoteReads::Setup() {
+  blocks_per_file_ = o_.file_bytes / o_.read_bytes;
+  ns::NodeFs& root = *f_.node(0).root;
+  f_.SetupDir(0, "/data");
+  std::vector<uint64_t> words(o_.file_bytes / 8);
+  for (uint64_t k = 0; k < o_.read_files; ++k) {
+    for (uint64_t w = 0; w < words.size(); ++w) words[w] = Word(k, w * 8);
+    auto opened = root.Create(ns::Cred{}, Path(k), O_WRONLY, 0644);
+    OrDie(opened, Path(k));
+    auto n = root.Write(opened->handle, 0,
+                        std::as_bytes(std::span<const uint64_t>(words.data(), words.size())));
+    OrDie(n, Path(k));
+    OrDie(root.Release(opened->handle), Path(k));
+  }
+  const uint64_t blocks = o_.read_files * blocks_per_file_;
+  rank_.resize(blocks);
+  std::iota(rank_.begin(), rank_.end(), 0u);
+  std::mt19937_64 perm(o_.seed * 0x2545f4914f6cdd1dULL + 11);
+  std::shuffle(rank_.begin(), rank_.end(), perm);
+  zipf_ = std::make_unique<Zipf>(blocks, o_.zipf_s);
+}
+
+RemoteReads::Op RemoteReads::Next(std::mt19937_64& rng) {
+  const uint64_t block = rank_[(*zipf_)(rng)];
+  return Op{block / blocks_per_file_, (block % blocks_per_file_) * o_.read_bytes};
+}
+
+bool RemoteReads::Perform(int node, const Op& op) {
+  ns::Vfs& vfs = f_.node(node).node->vfs();
+  const auto key = std::make_pair(node, op.file);
+  auto it = open_.find(key);
+  if (it == open_.end()) {
+    PathClient pc(&vfs, kRoot);
+    std::vector<uint64_t> held;  // kept: the file stays known while open
+    auto ino = pc.Walk(Path(op.file), &held);
+    if (!ino) return false;
+    auto fo = vfs.Open(kRoot, *ino, O_RDONLY);
+    if (!fo) return false;
+    it = open_.find(key);  // another fiber of this node may have opened it meanwhile
+    if (it != open_.end()) {
+      // An extra handle of a file open already: nothing rides on its release.
+      vfs.Release(fo->fh).IgnoreError();
+    } else {
+      it = open_.emplace(key, fo->fh).first;
+    }
+  }
+  std::vector<uint64_t> buf(o_.read_bytes / 8);
+  auto n = vfs.Read(it->second, op.offset, std::as_writable_bytes(std::span<uint64_t>(buf)));
+  if (!n) return false;
+  bool right = *n == o_.read_bytes;
+  for (uint64_t w = 0; right && w < buf.size(); ++w) right = buf[w] == Word(op.file, op.offset + w * 8);
+  if (!right) ++bad_reads_;
+  return right;
+}
+
+void RemoteReads::CloseAll() {
+  // At the end of the run: a release that fails changes no figure.
+  for (const auto& [key, fh] : open_) f_.node(key.first).node->vfs().Release(fh).IgnoreError();
+  open_.clear();
+}
+
+}  // namespace fedfs::bench
