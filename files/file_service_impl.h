@@ -48,6 +48,7 @@ class SlotPool {
     return Ok();
   }
   int Acquire(Clock::time_point deadline) {
+    if (SuspendableContext() != nullptr) return AcquireInFiber(deadline);
     MutexLock lock(mu_);
     if (!mu_.WaitUntil(cv_, deadline, [&]() FEDFS_REQUIRES(mu_) { return !free_.empty(); })) {
       return -1;
@@ -67,6 +68,25 @@ class SlotPool {
   size_t slot_size() const { return slot_size_; }
 
  private:
+  // A fiber of the simulator (common/cooperative.h) looks every 20 µs of
+  // simulated time: a wait on cv_ would block the thread every fiber runs
+  // on, and with it the release it waits for.
+  int AcquireInFiber(Clock::time_point deadline) {
+    while (true) {
+      {
+        MutexLock lock(mu_);
+        if (!free_.empty()) {
+          int s = free_.back();
+          free_.pop_back();
+          return s;
+        }
+      }
+      const auto now = Clock::now();
+      if (now >= deadline) return -1;
+      SleepFor(std::min<Clock::duration>(deadline - now, std::chrono::microseconds(20)));
+    }
+  }
+
   std::unique_ptr<m2m::LocalRegion> region_;
   size_t slot_size_ = 0;
   Mutex mu_;

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/cooperative.h"
 #include "common/rpc_methods.h"
 #include "files/fs_wire.h"
 #include "files/remote_node_fs.h"
@@ -60,7 +61,9 @@ struct RemoteNodeFs::Slots {
   std::vector<Clock::time_point> usable_after;  // guarded by mu
 
   // Up to `want` slots (at least one, waiting until `deadline`); empty at the
-  // deadline.
+  // deadline. A fiber of the simulator (common/cooperative.h) looks every
+  // 20 µs of simulated time: a wait on `cv` would block the thread every
+  // fiber runs on, and with it the release it waits for.
   std::vector<int> Acquire(size_t want, Clock::time_point deadline) {
     std::unique_lock lock(mu);
     std::vector<int> got;
@@ -77,6 +80,12 @@ struct RemoteNodeFs::Slots {
         got.push_back(static_cast<int>(i));
       }
       if (!got.empty() || now >= deadline) return got;
+      if (SuspendableContext() != nullptr) {
+        lock.unlock();
+        SleepFor(std::min<Clock::duration>(wake - now, std::chrono::microseconds(20)));
+        lock.lock();
+        continue;
+      }
       cv.wait_until(lock, wake);
     }
   }

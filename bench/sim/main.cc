@@ -221,7 +221,10 @@ int main(int argc, char** argv) {
           if (!r) return Fail(r.error());
           Step("  " + Figures(*r));
           rows.push_back(*r);
-          if (run.workload == "read-remote") data.cache.push_back(*r);
+          if (run.workload == "read-remote") {
+            data.cache.push_back(*r);  // its own section: no creates or stats to plot
+            continue;
+          }
           if (cache != caches.front() || coop != coops.front()) continue;
           const bool first_cap = cap == capacities.front();
           if (first_cap && entries == dir_entries.front()) data.scaling.push_back(*r);

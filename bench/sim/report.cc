@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 extern char** environ;
 
@@ -480,6 +481,67 @@ Status WriteReport(const std::string& out, const ReportData& d, std::string* plo
                            "set ylabel 'bytes per operation'\nset yrange [0:*]\n"
                            "set title 'Network bytes per operation vs directory size'\n"
                            "plot 'dir_size.dat' u 1:2 w lp t 'bytes/op'\n");
+  }
+
+  if (!d.cache.empty()) {
+    const SimOptions& o = d.cache.front().options;
+    md << "## Cooperative caching (`cache_disk_reads.png`)\n\n"
+       << "Workload `read-remote`: node 0 holds " << o.read_files << " files of " << o.file_bytes
+       << " bytes; a client on every other node reads " << o.read_bytes
+       << " bytes at a time (Zipf s = " << F(o.zipf_s)
+       << " over the blocks), each read checked; a read of an export root costs "
+       << F(o.disk_read_us)
+       << " µs (its disk; no page cache). Per read: answered from the node's own cache, "
+          "read one-sidedly from another node's cache, read at node 0 (its disk); tag misses "
+          "are copies named by node 0 that had moved on (read again from node 0).\n\n"
+          "| N | cache MiB/node | coop | own hits | peers' memory | disk reads | tag misses | "
+          "read p50 µs | p99 µs | mean µs | msgs/read | bad reads |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+    std::ostringstream dat;
+    std::vector<std::string> series;
+    int prev_nodes = -1;
+    int prev_coop = -1;
+    // One series per (N, coop), along the cache size.
+    std::vector<RunResult> rows = d.cache;
+    std::stable_sort(rows.begin(), rows.end(), [](const RunResult& a, const RunResult& b) {
+      const auto& x = a.options;
+      const auto& y = b.options;
+      return std::make_tuple(x.nodes, !x.cache_coop, x.cache_bytes) <
+             std::make_tuple(y.nodes, !y.cache_coop, y.cache_bytes);
+    });
+    for (const auto& r : rows) {
+      const double ops = static_cast<double>(std::max<uint64_t>(1, r.ops_done));
+      const OpStats* rd = Op(r, "read");
+      const double mib = static_cast<double>(r.options.cache_bytes) / (1 << 20);
+      md << "| " << r.options.nodes << " | " << F(mib) << " | "
+         << (r.options.cache_coop ? "on" : "off") << " | " << F(r.cache_hits / ops) << " | "
+         << F(r.peer_hits / ops) << " | " << F(r.disk_reads / ops) << " | "
+         << F(r.tag_misses / ops) << " | " << F(rd ? rd->p50_us : 0) << " | "
+         << F(rd ? rd->p99_us : 0) << " | " << F(rd ? rd->mean_us : 0) << " | "
+         << F(r.msgs_per_op) << " | " << r.bad_reads << " |\n";
+      const int coop = r.options.cache_coop ? 1 : 0;
+      if (r.options.nodes != prev_nodes || coop != prev_coop) {
+        if (!series.empty()) dat << "\n\n";
+        dat << "# N=" << r.options.nodes << " coop=" << coop
+            << ": cache_mib disk_reads_per_read mean_us\n";
+        series.push_back("N=" + std::to_string(r.options.nodes) + (coop ? " coop" : " alone"));
+        prev_nodes = r.options.nodes;
+        prev_coop = coop;
+      }
+      dat << F(mib) << " " << F(r.disk_reads / ops) << " " << F(rd ? rd->mean_us : 0) << "\n";
+    }
+    md << "\n";
+    if (auto s = WriteFile(out + "/cache.dat", dat.str()); !s) return s;
+    std::string plot = "plot ";
+    for (size_t i = 0; i < series.size(); ++i) {
+      plot += (i ? ", " : "") + std::string("'cache.dat' index ") + std::to_string(i) +
+              " u 1:2 w lp t '" + series[i] + "'";
+    }
+    plots.emplace_back("cache_disk_reads",
+                       "set xlabel 'cache per node (MiB)'\nset ylabel 'disk reads per read'\n"
+                       "set yrange [0:*]\nset key top right\n"
+                       "set title 'Disk reads per read, with and without cooperation'\n" +
+                           plot + "\n");
   }
 
   if (!d.workloads.empty()) {

@@ -79,6 +79,21 @@ TEST(SimCache, SameSeedSameFigures) {
   EXPECT_EQ(a->per_op.at("read").p99_us, b->per_op.at("read").p99_us);
 }
 
+// 44 reads in flight at node 0, more than its file service has slots:
+// they queue for them in simulated time (a wait on a condition variable
+// blocked the simulation's one thread until the reads timed out).
+TEST(SimCache, ReadersQueueForTheServersSlots) {
+  SimOptions o = Reads(false, 0);
+  o.nodes = 12;
+  o.ops = 2000;
+  o.warmup_ops = 0;
+  auto r = RunSim(o);
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(r->errors, 0u);
+  EXPECT_EQ(r->bad_reads, 0u);
+  EXPECT_LT(r->per_op.at("read").p99_us, 100'000.0);
+}
+
 TEST(SimCache, BadOptionsRefused) {
   SimOptions o = Reads(true);
   o.nodes = 1;
