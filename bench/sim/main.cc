@@ -185,7 +185,8 @@ int main(int argc, char** argv) {
                   "disconnect, duplicate, seed; no delays), e.g. drop=0.01,duplicate=0.01");
   sim->add_option("--out", out, "output directory")->capture_default_str();
 
-  auto* study = app.add_subcommand("study", "the default study: N = 8..1024, workloads, DT sweep");
+  auto* study = app.add_subcommand(
+      "study", "the default study: N = 8..1024, workloads, DT sweep, cooperative caching");
   study->add_option("--out", out, "output directory")->capture_default_str();
   study->add_option("--seed", o.seed, "seed")->capture_default_str();
 
@@ -338,8 +339,34 @@ int main(int argc, char** argv) {
       break;
     }
   }
+  // Cooperative caching: 16 MiB of files on node 0 read uniformly in 64 KiB
+  // blocks by every other node, each node's cache from an eighth of that to
+  // all of it, with and without cooperation, steady state.
+  for (int n : {4, 16, 64}) {
+    for (uint64_t mib : {2, 4, 8, 16}) {
+      for (bool coop : {true, false}) {
+        fb::SimOptions run = base;
+        run.nodes = n;
+        run.workload = "read-remote";
+        run.zipf_s = 0;
+        run.read_files = 64;
+        run.file_bytes = uint64_t{256} << 10;
+        run.read_bytes = uint64_t{64} << 10;
+        run.cache_bytes = mib << 20;
+        run.cache_block = uint64_t{64} << 10;
+        run.cache_coop = coop;
+        run.warmup_ops = 20000;
+        run.ops = 20000;
+        auto r = run_one(run, "cache N=" + std::to_string(n) + " " + std::to_string(mib) +
+                                  " MiB" + (coop ? " coop" : " alone"));
+        if (!r) return Fail(r.error());
+        data.cache.push_back(*r);
+      }
+    }
+  }
   for (auto [name, rows] : {std::pair{"scaling", &data.scaling}, std::pair{"workloads", &data.workloads},
-                            std::pair{"dt", &data.dt_sweep}, std::pair{"load", &data.load}}) {
+                            std::pair{"dt", &data.dt_sweep}, std::pair{"load", &data.load},
+                            std::pair{"cache", &data.cache}}) {
     if (rows->empty()) continue;
     if (auto s = fb::WriteRunsCsv(out + "/" + name + ".csv", *rows); !s) return Fail(s.error());
   }
