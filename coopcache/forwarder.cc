@@ -1,5 +1,6 @@
 #include "coopcache/forwarder.h"
 
+#include "common/cooperative.h"
 #include "common/logging.h"
 
 namespace fedfs::coop {
@@ -7,7 +8,7 @@ namespace fedfs::coop {
 Forwarder::Forwarder(ForwarderOptions options, uint64_t block_size, ForwardPort* port)
     : opts_(options), block_(block_size), port_(port) {
   for (size_t i = 0; i < opts_.max_pending; ++i) spare_.emplace_back();
-  worker_ = std::thread([this] { Run(); });
+  if (opts_.runner == nullptr) worker_ = std::thread([this] { Run(); });
 }
 
 Forwarder::~Forwarder() { Stop(); }
@@ -21,6 +22,24 @@ void Forwarder::Stop() {
   cv_.notify_all();
   idle_cv_.notify_all();
   if (worker_.joinable()) worker_.join();
+  WaitIdle([&] { return !pumping_; });
+}
+
+// Waits for `done` (under mu_): in a fiber of the simulator
+// (common/cooperative.h) by looking every 20 µs of simulated time, as a
+// wait on a condition variable would block the thread the Pump runs on.
+template <class Pred>
+void Forwarder::WaitIdle(Pred done) {
+  std::unique_lock lock(mu_);
+  while (!done()) {
+    if (SuspendableContext() == nullptr) {
+      idle_cv_.wait(lock, done);
+      return;
+    }
+    lock.unlock();
+    SleepFor(std::chrono::microseconds(20));
+    lock.lock();
+  }
 }
 
 void Forwarder::OnEvict(const Evicted& e) {
@@ -42,11 +61,30 @@ void Forwarder::OnEvict(const Evicted& e) {
   f.bytes.assign(e.bytes.begin(), e.bytes.end());  // capacity kept across uses
   queue_.push_back(std::move(f));
   cv_.notify_one();
+  if (opts_.runner != nullptr && !pumping_) {
+    pumping_ = true;
+    opts_.runner->Post([this] { Pump(); });
+  }
 }
 
 void Forwarder::Drain() {
+  WaitIdle([&] { return stop_ || (queue_.empty() && !busy_ && !pumping_); });
+}
+
+void Forwarder::Pump() {
   std::unique_lock lock(mu_);
-  idle_cv_.wait(lock, [&] { return stop_ || (queue_.empty() && !busy_); });
+  while (!stop_ && !queue_.empty()) {
+    Forward f = std::move(queue_.front());
+    queue_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    ForwardOne(f);
+    lock.lock();
+    busy_ = false;
+    spare_.push_back(std::move(f.bytes));
+  }
+  pumping_ = false;
+  idle_cv_.notify_all();
 }
 
 void Forwarder::Run() {

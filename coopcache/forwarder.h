@@ -18,7 +18,8 @@
 //
 // Never blocks the reader: OnEvict (the BlockCache's evict sink, under its
 // mutex) copies the block into one of `max_pending` staging buffers or, all
-// busy, drops it (counted). One worker thread does the rest.
+// busy, drops it (counted). One worker thread does the rest, or, with
+// `runner`, one task at a time posted there (the simulator's fibers).
 //
 // The ForwardPort is implemented above this library (it talks to other
 // nodes through the file service).
@@ -34,6 +35,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "common/executor.h"
 
 #include "common/result.h"
 #include "coopcache/block_cache.h"
@@ -73,6 +76,10 @@ struct ForwarderOptions {
   uint32_t max_recirc = 2;  // 0: never forward
   size_t max_pending = 8;   // staging buffers
   Hints* hints = nullptr;   // where forwarded blocks went are recorded (null: not)
+  // Where the forwards run: null, a thread of the Forwarder's own; else
+  // tasks posted there, one at a time (never run inline: OnEvict runs under
+  // the cache's mutex). Must outlive the object.
+  Executor* runner = nullptr;
 };
 
 class Forwarder {
@@ -101,6 +108,10 @@ class Forwarder {
 
  private:
   void Run();
+  // With a runner: forwards until the queue is empty (one task at a time).
+  void Pump();
+  template <class Pred>
+  void WaitIdle(Pred done);
   void ForwardOne(Forward& f);
 
   const ForwarderOptions opts_;
@@ -111,6 +122,7 @@ class Forwarder {
   std::deque<Forward> queue_;              // guarded by mu_
   std::vector<std::vector<std::byte>> spare_;  // staging buffers not in use
   bool busy_ = false, stop_ = false;
+  bool pumping_ = false;  // a Pump is posted or running (with a runner)
   Stats stats_;
   std::thread worker_;
 };

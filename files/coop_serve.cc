@@ -3,6 +3,7 @@
 // file's node it forgets evicted copies and names a peer for the last one;
 // as that peer it keeps a forwarded block in this node's cache, where
 // other readers find it one-sidedly.
+#include <algorithm>
 #include <random>
 
 #include "coopcache/block_cache.h"
@@ -67,6 +68,10 @@ auto FileService::Impl::DoCoopEvict(const fb::FsRequest* req, uint64_t session)
         nodes.push_back(&s.node);
       }
     }
+    // By id, each once (not in the sessions' order: their ids are random).
+    std::sort(nodes.begin(), nodes.end(), [](auto* a, auto* b) { return *a < *b; });
+    nodes.erase(std::unique(nodes.begin(), nodes.end(), [](auto* a, auto* b) { return *a == *b; }),
+                nodes.end());
     // This node's own cache too (its own file's block, named to readers
     // like any other copy).
     const FileServiceOptions::SelfCache& me = opts_.self_cache;
@@ -74,10 +79,7 @@ auto FileService::Impl::DoCoopEvict(const fb::FsRequest* req, uint64_t session)
         opts_.cache->block_size() == req->coop_block()) {
       nodes.push_back(&me.node);
     }
-    if (!nodes.empty()) {
-      thread_local std::minstd_rand rng{std::random_device{}()};
-      target = *nodes[rng() % nodes.size()];
-    }
+    if (!nodes.empty()) target = *nodes[forward_rng_() % nodes.size()];
   }
   if (target.empty()) return EmptyReply();
   coop_forward_asked_.fetch_add(1, std::memory_order_relaxed);

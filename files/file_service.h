@@ -168,6 +168,10 @@ struct FileServiceOptions {
     m2m::RegionDesc data, tags;
   };
   SelfCache self_cache;
+  // Seeds the choice of the node an evicted last copy is forwarded to (among
+  // the nodes, by id, with a cache of the block's size); 0 (default): a
+  // random seed. The simulator sets it, so that one seed gives one run.
+  uint64_t forward_seed = 0;
   // Longest wait for a client's answer to an FsAttrChanged. Default 1 s.
   std::chrono::milliseconds callback_timeout{1000};
   // The cache lease ("Cut-off clients" above). Default 0: none.

@@ -11,6 +11,7 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <random>
 #include <set>
 #include <thread>
 #include <unordered_map>
@@ -160,7 +161,13 @@ struct Session {
 class FileService::Impl : public std::enable_shared_from_this<Impl> {
  public:
   Impl(FileServiceOptions o, m2m::Transport* t, NodeFs* local, Executor* blocking)
-      : opts_(o), transport_(t), local_(local), blocking_(blocking), log_(Logger("fs")) {}
+      : opts_(o),
+        transport_(t),
+        local_(local),
+        blocking_(blocking),
+        log_(Logger("fs")),
+        forward_rng_(static_cast<std::minstd_rand::result_type>(
+            o.forward_seed != 0 ? o.forward_seed : std::random_device{}())) {}
 
   // The FileService is going away (the Impl may live on inside the
   // transport's handlers): refuse everything from now on and release every
@@ -363,6 +370,8 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   coop::HolderDirectory dir_;                // who caches which blocks (leaf lock)
   std::atomic<uint64_t> coop_epoch_{0};      // membership epoch dir_ was last checked in
   std::atomic<uint64_t> coop_forward_asked_{0}, coop_stored_{0};
+  // Picks forwarding targets (FileServiceOptions::forward_seed).
+  std::minstd_rand forward_rng_ FEDFS_GUARDED_BY(mu_);
 
   mutable Mutex mu_;  // leaf lock: never held across a call into local_ or the transport
   std::unordered_map<uint64_t, Session> sessions_ FEDFS_GUARDED_BY(mu_);

@@ -267,7 +267,9 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
     d.forward_port =
         std::make_unique<NodeForwardPort>(d.vfs.get(), d.file_service.get(), opt.node_id);
     d.forwarder = std::make_unique<coop::Forwarder>(
-        coop::ForwarderOptions{.max_recirc = opt.cache_forward, .hints = d.hints.get()},
+        coop::ForwarderOptions{.max_recirc = opt.cache_forward,
+                               .hints = d.hints.get(),
+                               .runner = opt.cache_forward_on_pool ? d.env.pool : nullptr},
         d.cache->block_size(),
         d.forward_port.get());
     d.cache->SetEvictSink([fw = d.forwarder.get()](const coop::Evicted& e) { fw->OnEvict(e); });

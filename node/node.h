@@ -78,6 +78,9 @@ struct NodeOptions {
   // is the last copy in the federation's memory is forwarded to a peer's
   // cache (0: never). Needs share_cache.
   uint32_t cache_forward = 2;
+  // Whether forwarding runs on NodeEnv::pool instead of a thread of its own
+  // (the simulator, whose nodes share one thread).
+  bool cache_forward_on_pool = false;
   // The cache shrinks while the machine has less memory available than
   // this (coopcache/memory_guard.h); 0: 5% of its memory.
   uint64_t cache_min_free = 0;

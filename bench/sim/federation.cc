@@ -57,7 +57,9 @@ node::NodeOptions SimNodeOptions(const SimOptions& o, int i) {
     no.cache.size_bytes = o.cache_bytes;
     no.cache.block_bytes = o.cache_block;
     no.share_cache = o.cache_coop;
-    no.cache_forward = 0;
+    no.cache_forward = o.cache_coop ? o.cache_forward : 0;
+    no.cache_forward_on_pool = true;
+    no.files.forward_seed = o.seed * 1000003 + static_cast<uint64_t>(i) + 1;
     no.cache_guard = false;
     no.remote_callbacks = true;
   }

@@ -146,6 +146,9 @@ int main(int argc, char** argv) {
                   "caches alone (comma-separated list: a run each; default on)")
       ->delimiter(',')
       ->check(CLI::IsMember({"on", "off"}));
+  sim->add_option("--cache-forward", o.cache_forward,
+                  "N-chance forwarding's recirculation limit with --coop on (0: off)")
+      ->capture_default_str();
   sim->add_option("--read-files", o.read_files, "read-remote: files of the working set on node 0")
       ->capture_default_str();
   sim->add_option("--file-bytes", o.file_bytes, "read-remote: bytes per file")
@@ -341,10 +344,12 @@ int main(int argc, char** argv) {
   }
   // Cooperative caching: 16 MiB of files on node 0 read uniformly in 64 KiB
   // blocks by every other node, each node's cache from an eighth of that to
-  // all of it, with and without cooperation, steady state.
+  // all of it, alone, cooperating, and cooperating with N-chance forwarding
+  // (the daemon's default), steady state.
   for (int n : {4, 16, 64}) {
     for (uint64_t mib : {2, 4, 8, 16}) {
-      for (bool coop : {true, false}) {
+      for (int way : {0, 1, 2}) {
+        const bool coop = way > 0;
         fb::SimOptions run = base;
         run.nodes = n;
         run.workload = "read-remote";
@@ -355,10 +360,11 @@ int main(int argc, char** argv) {
         run.cache_bytes = mib << 20;
         run.cache_block = uint64_t{64} << 10;
         run.cache_coop = coop;
+        run.cache_forward = way == 2 ? 2 : 0;
         run.warmup_ops = 20000;
         run.ops = 20000;
         auto r = run_one(run, "cache N=" + std::to_string(n) + " " + std::to_string(mib) +
-                                  " MiB" + (coop ? " coop" : " alone"));
+                                  " MiB" + (way == 2 ? " fwd" : coop ? " coop" : " alone"));
         if (!r) return Fail(r.error());
         data.cache.push_back(*r);
       }

@@ -98,7 +98,8 @@ std::vector<std::string> RunRow(const RunResult& r) {
                  std::to_string(r.cache_hits), std::to_string(r.cache_misses),
                  std::to_string(r.peer_hits), std::to_string(r.tag_misses),
                  std::to_string(r.disk_reads), std::to_string(r.disk_read_bytes),
-                 std::to_string(r.bad_reads)}) {
+                 std::to_string(r.bad_reads), std::to_string(o.cache_forward),
+                 std::to_string(r.forwarded)}) {
     v.push_back(x);
   }
   return v;
@@ -213,7 +214,8 @@ const std::vector<std::string>& RunCsvColumns() {
       "ring_imbalance", "warmup_messages", "warmup_dirmerges", "dir_entries", "read_count",
       "read_p50_us", "read_p99_us", "read_mean_us", "cache_bytes", "cache_block", "cache_coop",
       "read_files", "file_bytes", "read_bytes", "zipf_s", "disk_read_us", "cache_hits",
-      "cache_misses", "peer_hits", "tag_misses", "disk_reads", "disk_read_bytes", "bad_reads"};
+      "cache_misses", "peer_hits", "tag_misses", "disk_reads", "disk_read_bytes", "bad_reads",
+      "cache_forward", "forwarded"};
   return c;
 }
 
@@ -493,40 +495,43 @@ Status WriteReport(const std::string& out, const ReportData& d, std::string* plo
        << F(o.disk_read_us)
        << " µs (its disk; no page cache). Per read: answered from the node's own cache, "
           "read one-sidedly from another node's cache, read at node 0 (its disk); tag misses "
-          "are copies named by node 0 that had moved on (read again from node 0).\n\n"
-          "| N | cache MiB/node | coop | own hits | peers' memory | disk reads | tag misses | "
-          "read p50 µs | p99 µs | mean µs | msgs/read | bad reads |\n"
-          "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+          "are copies named by node 0 that had moved on (read again from node 0); forwards are "
+          "evicted last copies stored in another node's cache (N-chance). Ways: alone (no "
+          "cooperation), coop (peers' memory, no forwarding), fwd N (and forwarding, N "
+          "recirculations). Own hits count the hits after a forwarded block was fetched back "
+          "too.\n\n"
+          "| N | cache MiB/node | way | own hits | peers' memory | disk reads | tag misses | "
+          "forwards | read p50 µs | p99 µs | mean µs | msgs/read | bad reads |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     std::ostringstream dat;
     std::vector<std::string> series;
-    int prev_nodes = -1;
-    int prev_coop = -1;
-    // One series per (N, coop), along the cache size.
+    // One series per (N, way), along the cache size.
+    auto way = [](const SimOptions& x) {
+      if (!x.cache_coop) return std::string("alone");
+      return x.cache_forward > 0 ? "fwd " + std::to_string(x.cache_forward) : std::string("coop");
+    };
     std::vector<RunResult> rows = d.cache;
-    std::stable_sort(rows.begin(), rows.end(), [](const RunResult& a, const RunResult& b) {
-      const auto& x = a.options;
-      const auto& y = b.options;
-      return std::make_tuple(x.nodes, !x.cache_coop, x.cache_bytes) <
-             std::make_tuple(y.nodes, !y.cache_coop, y.cache_bytes);
+    std::stable_sort(rows.begin(), rows.end(), [&](const RunResult& a, const RunResult& b) {
+      return std::make_tuple(a.options.nodes, way(a.options), a.options.cache_bytes) <
+             std::make_tuple(b.options.nodes, way(b.options), b.options.cache_bytes);
     });
+    std::string prev;
     for (const auto& r : rows) {
       const double ops = static_cast<double>(std::max<uint64_t>(1, r.ops_done));
       const OpStats* rd = Op(r, "read");
       const double mib = static_cast<double>(r.options.cache_bytes) / (1 << 20);
-      md << "| " << r.options.nodes << " | " << F(mib) << " | "
-         << (r.options.cache_coop ? "on" : "off") << " | " << F(r.cache_hits / ops) << " | "
-         << F(r.peer_hits / ops) << " | " << F(r.disk_reads / ops) << " | "
-         << F(r.tag_misses / ops) << " | " << F(rd ? rd->p50_us : 0) << " | "
+      md << "| " << r.options.nodes << " | " << F(mib) << " | " << way(r.options) << " | "
+         << F(r.cache_hits / ops) << " | " << F(r.peer_hits / ops) << " | "
+         << F(r.disk_reads / ops) << " | " << F(r.tag_misses / ops) << " | "
+         << F(r.forwarded / ops) << " | " << F(rd ? rd->p50_us : 0) << " | "
          << F(rd ? rd->p99_us : 0) << " | " << F(rd ? rd->mean_us : 0) << " | "
          << F(r.msgs_per_op) << " | " << r.bad_reads << " |\n";
-      const int coop = r.options.cache_coop ? 1 : 0;
-      if (r.options.nodes != prev_nodes || coop != prev_coop) {
+      const std::string name = "N=" + std::to_string(r.options.nodes) + " " + way(r.options);
+      if (name != prev) {
         if (!series.empty()) dat << "\n\n";
-        dat << "# N=" << r.options.nodes << " coop=" << coop
-            << ": cache_mib disk_reads_per_read mean_us\n";
-        series.push_back("N=" + std::to_string(r.options.nodes) + (coop ? " coop" : " alone"));
-        prev_nodes = r.options.nodes;
-        prev_coop = coop;
+        dat << "# " << name << ": cache_mib disk_reads_per_read mean_us\n";
+        series.push_back(name);
+        prev = name;
       }
       dat << F(mib) << " " << F(r.disk_reads / ops) << " " << F(rd ? rd->mean_us : 0) << "\n";
     }

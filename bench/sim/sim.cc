@@ -66,7 +66,7 @@ struct Totals {
   m2m::TrafficStats traffic;
   std::vector<ns::VdService::Stats> vd;
   // Summed over the nodes: their caches, and their export roots' reads.
-  uint64_t cache_hits = 0, cache_misses = 0, peer_hits = 0, tag_misses = 0;
+  uint64_t cache_hits = 0, cache_misses = 0, peer_hits = 0, tag_misses = 0, forwarded = 0;
   uint64_t disk_reads = 0, disk_read_bytes = 0;
 };
 
@@ -89,6 +89,7 @@ Totals Snapshot(Federation& f) {
       t.peer_hits += s.remote_hits;
       t.tag_misses += s.tag_misses;
     }
+    if (const coop::Forwarder* fw = n.node->forwarder()) t.forwarded += fw->stats().forwarded;
   }
   return t;
 }
@@ -494,6 +495,7 @@ Result<RunResult> Driver::Run() {
     out.cache_misses = after.cache_misses - before.cache_misses;
     out.peer_hits = after.peer_hits - before.peer_hits;
     out.tag_misses = after.tag_misses - before.tag_misses;
+    out.forwarded = after.forwarded - before.forwarded;
   }
   out.disk_reads = after.disk_reads - before.disk_reads;
   out.disk_read_bytes = after.disk_read_bytes - before.disk_read_bytes;

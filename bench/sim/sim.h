@@ -70,11 +70,13 @@ struct SimOptions {
   // Each node's cache of other nodes' file data (docs/coopcache.md;
   // node::NodeOptions::cache): 0 (default) none. cache_block: its blocks.
   // cache_coop: its blocks readable by the other nodes and theirs read
-  // (false: each node caches alone, "no cooperation"). N-chance forwarding
-  // is off here: its worker is a thread of its own.
+  // (false: each node caches alone, "no cooperation"). cache_forward: N-chance
+  // forwarding's recirculation limit (0: off; 2, the daemon's default),
+  // with cache_coop only; it runs on the simulation's fibers.
   uint64_t cache_bytes = 0;
   uint64_t cache_block = uint64_t{64} << 10;
   bool cache_coop = true;
+  uint32_t cache_forward = 2;
   int clients = 0;       // 0: one per node (client i runs on node i mod N)
   int concurrency = 1;   // operations in flight per client
   std::string resolve = "walk";       // walk: Get every directory of the path; parent: only the parent
@@ -177,6 +179,7 @@ struct RunResult {
   uint64_t cache_misses = 0;
   uint64_t peer_hits = 0;
   uint64_t tag_misses = 0;
+  uint64_t forwarded = 0;  // blocks forwarded to another node's cache (N-chance)
   uint64_t disk_reads = 0;
   uint64_t disk_read_bytes = 0;
   uint64_t bad_reads = 0;

@@ -6,7 +6,8 @@
 // PeerFetch read the tag before the bytes (bad_reads 35 of 3,000); the
 // figures move as the cache's design says (cooperation halves the disk
 // reads of a working set that fits the federation's memory but no node's);
-// and one seed gives the same figures.
+// N-chance forwarding runs on the simulation's fibers and cuts them further;
+// and one seed gives the same figures (forwarding's choice of node seeded).
 #include <gtest/gtest.h>
 
 #include "bench/sim/sim.h"
@@ -14,7 +15,7 @@
 namespace fedfs::bench {
 namespace {
 
-SimOptions Reads(bool coop, uint64_t cache = uint64_t{4} << 20) {
+SimOptions Reads(bool coop, uint64_t cache = uint64_t{4} << 20, uint32_t forward = 0) {
   SimOptions o;
   o.nodes = 4;  // node 0 holds the files; three readers
   o.workload = "read-remote";
@@ -25,6 +26,7 @@ SimOptions Reads(bool coop, uint64_t cache = uint64_t{4} << 20) {
   o.cache_bytes = cache;  // 4 MiB each: half the working set, 12 MiB in all
   o.cache_block = uint64_t{64} << 10;
   o.cache_coop = coop;
+  o.cache_forward = forward;
   o.concurrency = 4;
   o.ops = 3000;
   o.warmup_ops = 3000;
@@ -68,14 +70,28 @@ TEST(SimCache, WithoutACacheEveryReadGoesToTheFilesNode) {
   EXPECT_EQ(r->disk_read_bytes, uint64_t{3000} << 16);
 }
 
+// N-chance forwarding (on its fibers): the last copy of an evicted block
+// goes to another node's cache, so fewer reads reach node 0's disk.
+TEST(SimCache, ForwardingKeepsLastCopiesInTheFederation) {
+  auto plain = RunSim(Reads(true, uint64_t{2} << 20, 0));
+  auto fwd = RunSim(Reads(true, uint64_t{2} << 20, 2));
+  ASSERT_TRUE(plain && fwd);
+  EXPECT_EQ(fwd->bad_reads, 0u);
+  EXPECT_EQ(fwd->errors, 0u);
+  EXPECT_EQ(plain->forwarded, 0u);
+  EXPECT_GT(fwd->forwarded, 0u);
+  EXPECT_LT(fwd->disk_reads, plain->disk_reads);
+}
+
 TEST(SimCache, SameSeedSameFigures) {
-  auto a = RunSim(Reads(true));
-  auto b = RunSim(Reads(true));
+  auto a = RunSim(Reads(true, uint64_t{4} << 20, 2));
+  auto b = RunSim(Reads(true, uint64_t{4} << 20, 2));
   ASSERT_TRUE(a && b);
   EXPECT_EQ(a->messages, b->messages);
   EXPECT_EQ(a->peer_hits, b->peer_hits);
   EXPECT_EQ(a->tag_misses, b->tag_misses);
   EXPECT_EQ(a->disk_reads, b->disk_reads);
+  EXPECT_EQ(a->forwarded, b->forwarded);
   EXPECT_EQ(a->per_op.at("read").p99_us, b->per_op.at("read").p99_us);
 }
 
