@@ -146,14 +146,13 @@ auto FileService::Impl::HandlePath(uint64_t session, uint64_t rh) -> std::string
 
 auto FileService::Impl::Run(const m2m::PeerInfo& peer, const fb::FsRequest* req,
                             Clock::time_point arrival) -> Result<m2m::Bytes> {
-  t_serving_session = req->session();
+  Serving().session = req->session();
   if ((req->op() == fb::Op::kUnlink || req->op() == fb::Op::kRename) &&
       req->for_node() != nullptr) {
-    t_serving_for_node = req->for_node()->str();
+    Serving().for_node = req->for_node()->str();
   }
   Result<m2m::Bytes> r = RunOp(peer, req, arrival);
-  t_serving_session = 0;
-  t_serving_for_node.clear();
+  Serving() = {};
   if (!r || !opts_.on_change) return r;
   switch (req->op()) {
     case fb::Op::kSetAttr:

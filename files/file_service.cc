@@ -559,12 +559,12 @@ void FileService::Impl::AttrsChanged(dev_t dev, ino_t ino, DataRange data) {
     if (it == openers_.end()) return;
     std::map<uint64_t, std::vector<uint64_t>> by_session;
     for (const auto& [session, rh] : it->second) {
-      if (session != t_serving_session) by_session[session].push_back(rh);
+      if (session != Serving().session) by_session[session].push_back(rh);
     }
     for (const auto& [session, rhs] : by_session) {
       auto s = sessions_.find(session);
       if (s == sessions_.end() || s->second.ep == nullptr) continue;
-      if (!t_serving_for_node.empty() && s->second.node == t_serving_for_node) continue;
+      if (!Serving().for_node.empty() && s->second.node == Serving().for_node) continue;
       targets.push_back(
           {session, s->second.ep, AttrChangedMessage(session, rhs, data), s->second.node});
     }
@@ -572,8 +572,8 @@ void FileService::Impl::AttrsChanged(dev_t dev, ino_t ino, DataRange data) {
   Tell(std::move(targets));
 }
 
-FileService::ServingFor::ServingFor(const std::string& node) { t_serving_for_node = node; }
-FileService::ServingFor::~ServingFor() { t_serving_for_node.clear(); }
+FileService::ServingFor::ServingFor(const std::string& node) { Serving().for_node = node; }
+FileService::ServingFor::~ServingFor() { Serving().for_node.clear(); }
 
 Cred SquashCred(const FileServiceOptions& o, Cred c) {
   if (!o.root_squash) return c;

@@ -110,12 +110,24 @@ inline std::string Str(const flatbuffers::String* s) { return s ? s->str() : std
 
 namespace files_detail {
 
-// The session whose request this thread is serving (0: none). Its own
-// changes are not told back to it: its kernel saw them happen.
-inline thread_local uint64_t t_serving_session = 0;
-// The node the change this thread makes is made for (FsRequest.for_node,
-// FileService::ServingFor; empty: none): its sessions are not told either.
-inline thread_local std::string t_serving_for_node;
+// What this thread serves: `session`, the session whose request it is (0:
+// none; its own changes are not told back to it: its kernel saw them
+// happen), and `for_node`, the node the change is made for (FsRequest.
+// for_node, FileService::ServingFor; empty: none; its sessions are not
+// told either). Per fiber in the simulator (common/cooperative.h), whose
+// fibers share one thread and suspend while they serve.
+struct ServingState {
+  uint64_t session = 0;
+  std::string for_node;
+};
+inline ServingState& Serving() {
+  if (Cooperative* co = SuspendableContext(); co != nullptr) [[unlikely]] {
+    static std::map<Cooperative::FiberId, ServingState> by_fiber;  // its one thread only
+    return by_fiber[co->Current()];
+  }
+  thread_local ServingState state;
+  return state;
+}
 
 using FileKey = std::pair<dev_t, ino_t>;
 

@@ -259,6 +259,11 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
     return ns::ChoosePlacement(placement, view, path, free_bytes);  // EHOSTDOWN fails the create
   };
   d.vfs = std::make_unique<ns::VfsImpl>(opt.vfs, std::move(deps));
+  // The file-data cache is kept exact by the holders' callbacks whether or
+  // not a kernel caches too (SetKernelCache wires the facade for the
+  // kernel's sake): without this, a node with no mount -- the simulator's --
+  // kept serving blocks that another node had since written.
+  if (d.cache != nullptr) d.hooks->SetVfs(d.vfs.get());
   {
     std::unique_lock lock(d.unlink_mu);
     d.unlink_vfs = d.vfs.get();

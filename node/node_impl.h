@@ -19,7 +19,8 @@
 namespace fedfs::node {
 
 // What callbacks reach that may run before the mount exists or after Stop:
-// the kernel's caches and the facade, both null unless the kernel caches.
+// the kernel's caches and the facade, both null unless the kernel caches
+// (the facade is also wired when the node has a file-data cache).
 struct KernelHooks {
   std::atomic<ns::KernelCache*> kernel{nullptr};
   std::shared_mutex vfs_mu;  // held (shared) while `vfs` is used: unwiring waits

@@ -9,9 +9,20 @@
 // cache, so every read reaches it) and is counted (reads(), read_bytes()).
 // A call on the main context (setup) costs nothing and is not counted.
 // Bench-only: the daemon's LocalNodeFs takes real time.
+//
+// It also tells an AttrObserver (the node's file service, SetAttrObserver)
+// of the changes of regular files' data and attributes that LocalNodeFs
+// tells of in the daemon -- writes, fallocate, setattr, opens with O_TRUNC
+// -- after each succeeded, so that the file's node tells the other nodes
+// caching it. (MemNodeFs tells no one; unlinks, renames, links and xattrs
+// are not told here.)
 #pragma once
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
 #include <chrono>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,6 +37,9 @@ class ChargedNodeFs final : public ns::NodeFs {
   ChargedNodeFs(ns::NodeFs* inner, std::chrono::nanoseconds cost,
                 std::chrono::nanoseconds read_cost = {})
       : inner_(inner), cost_(cost), read_cost_(read_cost) {}
+
+  // Where changes are told (null: nowhere). Set before the node serves.
+  void SetAttrObserver(ns::AttrObserver* o) { observer_ = o; }
 
   // Reads made in fibers (the facade's and those served for other nodes),
   // and the bytes they returned.
@@ -93,7 +107,12 @@ class ChargedNodeFs final : public ns::NodeFs {
                               std::optional<ns::Handle> handle,
                               const ns::SetAttrRequest& req) override {
     Charge();
-    return inner_->SetAttr(c, path, handle, req);
+    auto st = inner_->SetAttr(c, path, handle, req);
+    if (st) {
+      Tell(*st, req.size ? ns::DataRange::From(static_cast<uint64_t>(*req.size))
+                         : ns::DataRange::None());
+    }
+    return st;
   }
   Result<struct statvfs> StatFs() override {
     Charge();
@@ -126,12 +145,12 @@ class ChargedNodeFs final : public ns::NodeFs {
   }
   Result<ns::Opened> Open(const ns::Cred& c, const std::string& path, int flags) override {
     Charge();
-    return inner_->Open(c, path, flags);
+    return Opening(inner_->Open(c, path, flags), flags);
   }
   Result<ns::Opened> Create(const ns::Cred& c, const std::string& path, int flags,
                             mode_t mode) override {
     Charge();
-    return inner_->Create(c, path, flags, mode);
+    return Opening(inner_->Create(c, path, flags, mode), flags);
   }
   Result<size_t> Read(ns::Handle h, uint64_t offset, std::span<std::byte> dst) override {
     Charge();
@@ -146,7 +165,9 @@ class ChargedNodeFs final : public ns::NodeFs {
   Result<size_t> Write(ns::Handle h, uint64_t offset, std::span<const std::byte> src,
                        const ns::Writer& by) override {
     Charge();
-    return inner_->Write(h, offset, src, by);
+    auto n = inner_->Write(h, offset, src, by);
+    if (n) TellHandle(h, ns::DataRange{offset, src.size()});
+    return n;
   }
   Status Flush(ns::Handle h, uint64_t lock_owner) override {
     Charge();
@@ -158,10 +179,13 @@ class ChargedNodeFs final : public ns::NodeFs {
   }
   Status Fallocate(ns::Handle h, int mode, uint64_t offset, uint64_t len) override {
     Charge();
-    return inner_->Fallocate(h, mode, offset, len);
+    auto st = inner_->Fallocate(h, mode, offset, len);
+    if (st) TellHandle(h, ns::DataRange::From(offset));
+    return st;
   }
   Status Release(ns::Handle h) override {
     Charge();
+    files_.erase(h);
     return inner_->Release(h);
   }
   Result<ns::LockRange> GetLk(ns::Handle h, uint64_t owner, const ns::LockRange& want) override {
@@ -181,10 +205,30 @@ class ChargedNodeFs final : public ns::NodeFs {
   void Charge() const {
     if (cost_.count() > 0 && SuspendableContext() != nullptr) SleepFor(cost_);
   }
+  ns::AttrObserver* Observer() const {
+    return observer_ != nullptr && observer_->Interested() ? observer_ : nullptr;
+  }
+  void Tell(const struct stat& st, ns::DataRange data) const {
+    if (ns::AttrObserver* o = Observer(); o != nullptr && S_ISREG(st.st_mode)) {
+      o->AttrsChanged(st.st_dev, st.st_ino, data);
+    }
+  }
+  void TellHandle(ns::Handle h, ns::DataRange data) const {
+    if (auto it = files_.find(h); it != files_.end()) Tell(it->second, data);
+  }
+  // Keeps the file's identity for the handle's writes; tells of a truncation.
+  Result<ns::Opened> Opening(Result<ns::Opened> o, int flags) {
+    if (!o) return o;
+    files_[o->handle] = o->st;
+    if (flags & O_TRUNC) Tell(o->st, ns::DataRange::From(0));
+    return o;
+  }
 
   ns::NodeFs* inner_;
   const std::chrono::nanoseconds cost_;
   const std::chrono::nanoseconds read_cost_;
+  ns::AttrObserver* observer_ = nullptr;
+  std::map<ns::Handle, struct stat> files_;  // open handles' files (identity, type)
   uint64_t reads_ = 0;       // the simulation's one thread only
   uint64_t read_bytes_ = 0;
 };

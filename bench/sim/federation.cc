@@ -112,6 +112,9 @@ Status Federation::Build(const SimOptions& o) {
     auto built = node::Node::Create(std::move(no), std::move(env));
     if (!built) return Err(EIO, "node " + n->id + ": " + built.error().ToString());
     n->node = std::move(*built);
+    // The file service hears of changes made on the export root, as the
+    // daemon wires its LocalNodeFs.
+    n->local->SetAttrObserver(&n->node->file_service());
     nodes_.push_back(std::move(n));
   }
   for (auto& n : nodes_) {
@@ -145,7 +148,10 @@ Federation::~Federation() {
     if (n->transport) n->transport->Shutdown();
   }
   net_->RunUntilIdle();
-  for (auto& n : nodes_) n->node.reset();
+  for (auto& n : nodes_) {
+    n->local->SetAttrObserver(nullptr);
+    n->node.reset();
+  }
   nodes_.clear();
   pool_.reset();
   fibers_.reset();

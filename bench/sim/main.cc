@@ -151,6 +151,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   sim->add_option("--read-files", o.read_files, "read-remote: files of the working set on node 0")
       ->capture_default_str();
+  sim->add_option("--write-percent", o.write_percent,
+                  "read-remote: percent of operations that write a block (each read checked "
+                  "against the writes acknowledged)")
+      ->capture_default_str();
   sim->add_option("--file-bytes", o.file_bytes, "read-remote: bytes per file")
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();

@@ -38,7 +38,7 @@ void RemoteReads::Setup() {
   f_.SetupDir(0, "/data");
   std::vector<uint64_t> words(o_.file_bytes / 8);
   for (uint64_t k = 0; k < o_.read_files; ++k) {
-    for (uint64_t w = 0; w < words.size(); ++w) words[w] = Word(k, w * 8);
+    for (uint64_t w = 0; w < words.size(); ++w) words[w] = Word(k, w * 8, 0);
     auto opened = root.Create(ns::Cred{}, Path(k), O_WRONLY, 0644);
     OrDie(opened, Path(k));
     auto n = root.Write(opened->handle, 0,
@@ -47,6 +47,9 @@ void RemoteReads::Setup() {
     OrDie(root.Release(opened->handle), Path(k));
   }
   const uint64_t blocks = o_.read_files * blocks_per_file_;
+  issued_.assign(blocks, 0);
+  acked_.assign(blocks, 0);
+  writing_.assign(blocks, false);
   rank_.resize(blocks);
   std::iota(rank_.begin(), rank_.end(), 0u);
   std::mt19937_64 perm(o_.seed * 0x2545f4914f6cdd1dULL + 11);
@@ -56,7 +59,13 @@ void RemoteReads::Setup() {
 
 RemoteReads::Op RemoteReads::Next(std::mt19937_64& rng) {
   const uint64_t block = rank_[(*zipf_)(rng)];
-  return Op{block / blocks_per_file_, (block % blocks_per_file_) * o_.read_bytes};
+  const bool write = o_.write_percent > 0 && rng() % 100 < o_.write_percent && !writing_[block];
+  return Op{block / blocks_per_file_, (block % blocks_per_file_) * o_.read_bytes, write};
+}
+
+void RemoteReads::Fill(const Op& op, uint64_t version, std::vector<uint64_t>* words) const {
+  words->resize(o_.read_bytes / 8);
+  for (uint64_t w = 0; w < words->size(); ++w) (*words)[w] = Word(op.file, op.offset + w * 8, version);
 }
 
 bool RemoteReads::Perform(int node, const Op& op) {
@@ -68,7 +77,7 @@ bool RemoteReads::Perform(int node, const Op& op) {
     std::vector<uint64_t> held;  // kept: the file stays known while open
     auto ino = pc.Walk(Path(op.file), &held);
     if (!ino) return false;
-    auto fo = vfs.Open(kRoot, *ino, O_RDONLY);
+    auto fo = vfs.Open(kRoot, *ino, o_.write_percent > 0 ? O_RDWR : O_RDONLY);
     if (!fo) return false;
     it = open_.find(key);  // another fiber of this node may have opened it meanwhile
     if (it != open_.end()) {
@@ -78,11 +87,29 @@ bool RemoteReads::Perform(int node, const Op& op) {
       it = open_.emplace(key, fo->fh).first;
     }
   }
-  std::vector<uint64_t> buf(o_.read_bytes / 8);
+  const uint64_t b = Block(op);
+  std::vector<uint64_t> buf;
+  if (op.write) {
+    const uint64_t version = ++issued_[b];
+    writing_[b] = true;
+    Fill(op, version, &buf);
+    auto n = vfs.Write(it->second, op.offset, std::as_bytes(std::span<const uint64_t>(buf)),
+                       ns::Writer{false, kRoot});
+    writing_[b] = false;
+    if (!n || *n != o_.read_bytes) return false;
+    acked_[b] = static_cast<uint32_t>(version);
+    return true;
+  }
+  const uint64_t lo = acked_[b];
+  buf.resize(o_.read_bytes / 8);
   auto n = vfs.Read(it->second, op.offset, std::as_writable_bytes(std::span<uint64_t>(buf)));
   if (!n) return false;
+  const uint64_t hi = issued_[b];
   bool right = *n == o_.read_bytes;
-  for (uint64_t w = 0; right && w < buf.size(); ++w) right = buf[w] == Word(op.file, op.offset + w * 8);
+  for (uint64_t w = 0; right && w < buf.size(); ++w) {
+    const uint64_t version = buf[w] & 0xffffff;
+    right = buf[w] - version == Word(op.file, op.offset + w * 8, 0) && version >= lo && version <= hi;
+  }
   if (!right) ++bad_reads_;
   return right;
 }

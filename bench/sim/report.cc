@@ -99,7 +99,10 @@ std::vector<std::string> RunRow(const RunResult& r) {
                  std::to_string(r.peer_hits), std::to_string(r.tag_misses),
                  std::to_string(r.disk_reads), std::to_string(r.disk_read_bytes),
                  std::to_string(r.bad_reads), std::to_string(o.cache_forward),
-                 std::to_string(r.forwarded)}) {
+                 std::to_string(r.forwarded), std::to_string(o.write_percent),
+                 std::to_string(Op(r, "write") ? Op(r, "write")->count : 0),
+                 F(Op(r, "write") ? Op(r, "write")->p50_us : 0),
+                 F(Op(r, "write") ? Op(r, "write")->p99_us : 0)}) {
     v.push_back(x);
   }
   return v;
@@ -215,7 +218,8 @@ const std::vector<std::string>& RunCsvColumns() {
       "read_p50_us", "read_p99_us", "read_mean_us", "cache_bytes", "cache_block", "cache_coop",
       "read_files", "file_bytes", "read_bytes", "zipf_s", "disk_read_us", "cache_hits",
       "cache_misses", "peer_hits", "tag_misses", "disk_reads", "disk_read_bytes", "bad_reads",
-      "cache_forward", "forwarded"};
+      "cache_forward", "forwarded", "write_percent", "write_count", "write_p50_us",
+      "write_p99_us"};
   return c;
 }
 
@@ -491,6 +495,9 @@ Status WriteReport(const std::string& out, const ReportData& d, std::string* plo
        << "Workload `read-remote`: node 0 holds " << o.read_files << " files of " << o.file_bytes
        << " bytes; a client on every other node reads " << o.read_bytes
        << " bytes at a time (Zipf s = " << F(o.zipf_s)
+       << (o.write_percent > 0 ? "; " + std::to_string(o.write_percent) +
+                                     " % of the operations write a block instead"
+                               : std::string())
        << " over the blocks), each read checked; a read of an export root costs "
        << F(o.disk_read_us)
        << " µs (its disk; no page cache). Per read: answered from the node's own cache, "
@@ -517,8 +524,8 @@ Status WriteReport(const std::string& out, const ReportData& d, std::string* plo
     });
     std::string prev;
     for (const auto& r : rows) {
-      const double ops = static_cast<double>(std::max<uint64_t>(1, r.ops_done));
       const OpStats* rd = Op(r, "read");
+      const double ops = static_cast<double>(std::max<uint64_t>(1, rd ? rd->count : 0));
       const double mib = static_cast<double>(r.options.cache_bytes) / (1 << 20);
       md << "| " << r.options.nodes << " | " << F(mib) << " | " << way(r.options) << " | "
          << F(r.cache_hits / ops) << " | " << F(r.peer_hits / ops) << " | "

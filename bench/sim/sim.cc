@@ -267,7 +267,10 @@ OpSpec Driver::Next(Slot& s) {
   const std::string& w = o_.workload;
   const std::string tag = std::to_string(s.client) + "-" + std::to_string(s.index) + "-";
   if (w == "zipf-lookup") return OpSpec{"lookup", tree_files_[(*zipf_)(rng_)], {}};
-  if (reads_) return OpSpec{"read", {}, reads_->Next(rng_)};
+  if (reads_) {
+    const RemoteReads::Op r = reads_->Next(rng_);
+    return OpSpec{r.write ? "write" : "read", {}, r};
+  }
   if (w == "hot-dir") {
     const size_t r = Uniform(100);
     if (r < 5 || (r < 10 && s.mine.empty())) {
@@ -310,7 +313,7 @@ PathClient& Driver::Client(int node) {
 }
 
 bool Driver::Perform(int node, const OpSpec& spec) {
-  if (spec.kind == "read") return reads_->Perform(node, spec.read);
+  if (spec.kind == "read" || spec.kind == "write") return reads_->Perform(node, spec.read);
   PathClient& pc = Client(node);
   if (o_.resolve == "walk") return pc.Run(PathOp{spec.kind, spec.path, {}}).ok();
   const std::string dir(ns::ParentPath(spec.path));
@@ -540,6 +543,13 @@ Status ValidateSimOptions(const SimOptions& o) {
     }
     if (o.read_files == 0 || o.read_files * (o.file_bytes / o.read_bytes) > (uint64_t{1} << 24)) {
       return Err(EINVAL, "--read-files: between 1 and 2^24 blocks of --read-bytes in all");
+    }
+    if (o.read_files >= 65535 || o.file_bytes > (uint64_t{128} << 20)) {
+      return Err(EINVAL, "--read-files below 65535, --file-bytes at most 128 MiB");
+    }
+    if (o.write_percent > 100) return Err(EINVAL, "--write-percent above 100");
+    if (o.ops + o.warmup_ops >= (uint64_t{1} << 24)) {
+      return Err(EINVAL, "read-remote: --ops and --warmup below 2^24 in all");
     }
     if (o.read_files * o.file_bytes > (uint64_t{16} << 30)) {
       return Err(EINVAL, "--read-files x --file-bytes above 16 GiB (held in memory)");

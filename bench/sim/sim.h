@@ -62,6 +62,10 @@ struct SimOptions {
   // all the blocks of the working set (a seeded permutation of their
   // ranks), checking the bytes. Node 0 runs no client.
   uint64_t read_files = 64;
+  // read-remote: the share of operations (percent) that write a whole
+  // block (read_bytes) instead, each a new version of it, every read then
+  // checked against the versions acknowledged (bench/sim/reads.h).
+  uint32_t write_percent = 0;
   uint64_t file_bytes = uint64_t{1} << 20;
   uint64_t read_bytes = uint64_t{64} << 10;
   // Simulated time charged per read of an export root (its disk: the model
