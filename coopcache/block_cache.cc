@@ -126,7 +126,7 @@ bool BlockCache::EvictOneLocked() {
   if (from.tail == kNone) return false;  // every frame reserved
   const uint32_t victim = from.tail;
   const Frame& v = frames_[victim];
-  if (sink_ && !v.origin.holder.empty() && v.generation == GenerationLocked(v.file)) {
+  if (sink_ && !v.origin.holder.empty() && CurrentLocked(v)) {
     ++stats_.evicted_to_sink;
     sink_(Evicted{v.origin, v.file, v.generation, v.index, victim,
                   std::atomic_ref<uint64_t>(tags_[victim]).load(std::memory_order_relaxed),
@@ -149,7 +149,23 @@ uint32_t BlockCache::TakeFrame() {
 
 uint64_t BlockCache::GenerationLocked(uint64_t file) const {
   auto it = files_.find(file);
-  return it == files_.end() ? floor_ : it->second.generation;
+  return it == files_.end() ? floor_ : it->second.latest;
+}
+
+bool BlockCache::FetchValidLocked(uint64_t file, uint64_t index, uint64_t generation) const {
+  auto it = files_.find(file);
+  if (it == files_.end()) return generation == floor_;
+  const FileRec& r = it->second;
+  if (generation < r.generation || generation < r.ranges_floor) return false;
+  for (const Range& g : r.ranges) {
+    if (g.stamp > generation && index >= g.first && index <= g.last) return false;
+  }
+  return true;
+}
+
+bool BlockCache::CurrentLocked(const Frame& fr) const {
+  auto it = files_.find(fr.file);
+  return it != files_.end() && fr.generation >= it->second.generation;
 }
 
 uint64_t BlockCache::Generation(uint64_t file) const {
@@ -166,7 +182,7 @@ std::optional<size_t> BlockCache::Get(uint64_t file, uint64_t index, std::span<s
   }
   const uint32_t f = it->second;
   Frame& fr = frames_[f];
-  if (fr.generation != GenerationLocked(file)) {
+  if (!CurrentLocked(fr)) {
     ++stats_.stale;
     ++stats_.misses;
     FreeFrame(f);
@@ -183,14 +199,14 @@ std::optional<size_t> BlockCache::Get(uint64_t file, uint64_t index, std::span<s
 bool BlockCache::Has(uint64_t file, uint64_t index) const {
   std::lock_guard lock(mu_);
   auto it = index_.find(Key{file, index});
-  return it != index_.end() && frames_[it->second].generation == GenerationLocked(file);
+  return it != index_.end() && CurrentLocked(frames_[it->second]);
 }
 
 bool BlockCache::Put(uint64_t file, uint64_t index, uint64_t generation,
                      std::span<const std::byte> data) {
   if (data.size() > block_) return false;
   std::lock_guard lock(mu_);
-  if (generation != GenerationLocked(file)) {
+  if (!FetchValidLocked(file, index, generation)) {
     ++stats_.puts_refused;
     return false;
   }
@@ -222,7 +238,7 @@ void BlockCache::IndexLocked(uint32_t f, uint64_t file, uint64_t index, uint64_t
     FreeFrame(it->second);  // a concurrent fill of the same block: the newer stays
   }
   index_.emplace(Key{file, index}, f);
-  auto [rec, added] = files_.try_emplace(file, FileRec{generation, 0});
+  auto [rec, added] = files_.try_emplace(file, FileRec{generation, 0, generation, 0, {}});
   ++rec->second.blocks;
   Frame& fr = frames_[f];
   fr.file = file;
@@ -245,9 +261,8 @@ void BlockCache::IndexLocked(uint32_t f, uint64_t file, uint64_t index, uint64_t
 
 auto BlockCache::Reserve(uint64_t file, uint64_t index, uint64_t generation)
     -> std::optional<Slot> {
-  (void)index;
   std::lock_guard lock(mu_);
-  if (generation != GenerationLocked(file)) return std::nullopt;
+  if (!FetchValidLocked(file, index, generation)) return std::nullopt;
   const uint32_t f = TakeFrame();
   if (f == kNone) return std::nullopt;
   frames_[f].queue = Queue::kReserved;
@@ -265,7 +280,7 @@ bool BlockCache::Publish(const Slot& slot, uint64_t file, uint64_t index, uint64
   Frame& fr = frames_[slot.frame];
   if (fr.queue != Queue::kReserved) return false;
   --stats_.reserved;
-  if (length > block_ || generation != GenerationLocked(file)) {
+  if (length > block_ || !FetchValidLocked(file, index, generation)) {
     ++stats_.puts_refused;
     fr.queue = Queue::kFree;
     free_.push_back(slot.frame);
@@ -292,7 +307,9 @@ void BlockCache::Abandon(const Slot& slot) {
 void BlockCache::InvalidateFile(uint64_t file) {
   std::lock_guard lock(mu_);
   if (auto it = files_.find(file); it != files_.end()) {
-    it->second.generation = next_generation_++;
+    FileRec& r = it->second;
+    r.generation = r.latest = next_generation_++;
+    r.ranges.clear();  // the whole-file stamp covers them
   } else {
     // No block of it here: only a fetch in flight could be spoiled. Moving
     // the floor refuses every such fetch of a file without a record,
@@ -300,6 +317,28 @@ void BlockCache::InvalidateFile(uint64_t file) {
     floor_ = next_generation_++;
   }
   ++stats_.invalidations;
+}
+
+void BlockCache::InvalidateRange(uint64_t file, uint64_t first, uint64_t last) {
+  if (last < first) return;
+  if (last - first >= kMaxRangeBlocks) return InvalidateFile(file);
+  std::lock_guard lock(mu_);
+  ++stats_.invalidations;
+  auto it = files_.find(file);
+  if (it == files_.end()) {
+    floor_ = next_generation_++;  // as InvalidateFile: only fetches in flight
+    return;
+  }
+  FileRec& r = it->second;
+  r.latest = next_generation_++;
+  r.ranges.push_back({r.latest, first, last});
+  if (r.ranges.size() > kMaxRanges) {
+    r.ranges_floor = r.ranges.front().stamp;
+    r.ranges.erase(r.ranges.begin());
+  }
+  for (uint64_t i = first; i <= last; ++i) {
+    if (auto f = index_.find(Key{file, i}); f != index_.end()) FreeFrame(f->second);
+  }
 }
 
 void BlockCache::Clear() {

@@ -3,15 +3,19 @@
 // `block_bytes`, for the data of files held on other nodes.
 //
 // Files and generations. A file is named by a 64-bit key chosen by the user
-// (the mount's inode number of the file). Every file has a generation;
-// InvalidateFile moves it, and a block is returned only while the file's
-// generation is the one the block was stored under. A reader takes the
-// generation (Generation) before it asks the file's node for the bytes, and
-// Puts them with it: bytes fetched before an invalidation that raced with
-// the fetch are refused, never returned later. Generations only grow, per
-// file, for the life of the object (a file's record may be dropped while it
-// has no block: it then answers `floor_`, which moved past every generation
-// handed out before).
+// (the mount's inode number of the file). Every invalidation draws a stamp
+// from one counter that only grows: InvalidateFile stamps the whole file,
+// InvalidateRange a run of its blocks (whose blocks go at once; the others
+// stay). A file's generation (Generation) is its latest stamp. A reader
+// takes it before it asks the file's node for the bytes, and Puts them with
+// it: they are refused if the file, or a range holding their block, was
+// invalidated since -- bytes fetched before an invalidation that raced with
+// the fetch are never returned later. A block is returned while no
+// whole-file invalidation followed the generation it was stored under. A
+// file keeps its last kMaxRanges range stamps; a fetch older than those it
+// forgot is refused. (A file's record may be dropped while it has no block:
+// it then answers `floor_`, which moved past every stamp handed out
+// before.)
 //
 // Replacement (scan-resistant, as 2Q): a new block enters the probation
 // queue (FIFO); a hit there promotes it to the protected queue (LRU). A
@@ -143,6 +147,12 @@ class BlockCache {
   bool Has(uint64_t file, uint64_t index) const;
   // Every block of `file` stops being returned (O(1); freed as found).
   void InvalidateFile(uint64_t file);
+  // Blocks first..last of `file` go (at once); fetches of them in flight
+  // are refused, those of its other blocks not. A run of more than
+  // kMaxRangeBlocks is InvalidateFile.
+  static constexpr uint64_t kMaxRangeBlocks = 256;
+  static constexpr size_t kMaxRanges = 16;
+  void InvalidateRange(uint64_t file, uint64_t first, uint64_t last);
   // Drops every block and gives the memory back (fedfsctl cache drop).
   void Clear();
   // Memory pressure (memory_guard.h): at most `blocks` frames hold blocks
@@ -189,9 +199,15 @@ class BlockCache {
   struct KeyHash {
     size_t operator()(const Key& k) const noexcept;
   };
+  struct Range {
+    uint64_t stamp, first, last;
+  };
   struct FileRec {
-    uint64_t generation = 0;
+    uint64_t generation = 0;  // the last whole-file stamp
     size_t blocks = 0;
+    uint64_t latest = 0;       // the last stamp, whole or range (Generation)
+    uint64_t ranges_floor = 0;  // range stamps up to this are forgotten
+    std::vector<Range> ranges;  // the last kMaxRanges range stamps, oldest first
   };
 
   BlockCache(const BlockCacheOptions& options, std::byte* arena, size_t arena_bytes,
@@ -208,6 +224,10 @@ class BlockCache {
   uint32_t TakeFrame();        // a free frame, evicting one if none (or at the limit)
   bool EvictOneLocked();       // the replacement victim goes; false: none
   uint64_t GenerationLocked(uint64_t file) const;
+  // Whether bytes of block `index` fetched under `generation` may be stored.
+  bool FetchValidLocked(uint64_t file, uint64_t index, uint64_t generation) const;
+  // Whether frame f's block is current (no whole-file stamp since).
+  bool CurrentLocked(const Frame& fr) const;
   std::byte* Data(uint32_t f) { return arena_ + size_t{f} * block_; }
 
   const size_t block_;

@@ -128,6 +128,33 @@ void HolderDirectory::DropFile(const FileId& f) {
   floor_ = next_version_++;
 }
 
+void HolderDirectory::DropRange(const FileId& f, uint64_t offset, uint64_t length) {
+  if (length == 0) return;
+  {
+    std::lock_guard lock(mu_);
+    auto it = files_.find(f);
+    if (it != files_.end() && it->second.block_size > 0 && length != UINT64_MAX &&
+        offset <= UINT64_MAX - length) {
+      FileRec& rec = it->second;
+      const uint64_t first = offset / rec.block_size;
+      const uint64_t last = (offset + length - 1) / rec.block_size;
+      if (last - first < 256) {
+        for (uint64_t i = first; i <= last; ++i) {
+          if (auto b = rec.blocks.find(i); b != rec.blocks.end()) {
+            copies_ -= b->second.size();
+            --blocks_;
+            rec.blocks.erase(b);
+          }
+        }
+        rec.version = next_version_++;
+        ++stats_.dropped_ranges;
+        return;
+      }
+    }
+  }
+  DropFile(f);
+}
+
 void HolderDirectory::DropAll() {
   std::lock_guard lock(mu_);
   files_.clear();

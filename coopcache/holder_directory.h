@@ -6,7 +6,8 @@
 // It is a hint, never the truth: a reader sent to a copy checks the frame's
 // tag after reading its bytes (coopcache/peer_fetch.h), and goes back to
 // the holder when it moved. What it must never do is name a copy of bytes
-// older than the file's last change: DropFile is called after every change
+// older than the file's last change: DropFile (or DropRange, for the
+// blocks a change touched) is called after every change
 // of a file's data and before that change is acknowledged (the file
 // service's AttrsChanged), and Record takes the version the fetch began
 // under, refusing a copy whose fetch a change overtook.
@@ -83,6 +84,11 @@ class HolderDirectory {
                 uint32_t frame, uint64_t tag);
   // The file's data changed: no copy of it is named again.
   void DropFile(const FileId& f);
+  // The file's bytes [offset, offset + length) changed: the copies of the
+  // blocks holding them are forgotten, the others stay named, and every
+  // fetch of the file in flight is refused at Record. A range to the end
+  // (length UINT64_MAX), or of more than 256 blocks, is DropFile.
+  void DropRange(const FileId& f, uint64_t offset, uint64_t length);
   // Every copy is forgotten (the membership changed).
   void DropAll();
   // The session ended: its copies are forgotten.
@@ -91,7 +97,7 @@ class HolderDirectory {
 
   struct Stats {
     uint64_t files = 0, blocks = 0, copies = 0;
-    uint64_t recorded = 0, refused = 0, dropped_files = 0, found = 0;
+    uint64_t recorded = 0, refused = 0, dropped_files = 0, found = 0, dropped_ranges = 0;
     uint64_t evicted = 0, evicted_last = 0;
   };
   Stats stats() const;

@@ -550,7 +550,8 @@ void FileService::Impl::TellEnded(uint64_t session, std::vector<uint64_t> ids) {
 void FileService::Impl::AttrsChanged(dev_t dev, ino_t ino, DataRange data) {
   // No reader is sent to a copy of the file's blocks from before the change.
   if (!data.empty()) {
-    dir_.DropFile(coop::FileId{static_cast<uint64_t>(dev), static_cast<uint64_t>(ino)});
+    dir_.DropRange(coop::FileId{static_cast<uint64_t>(dev), static_cast<uint64_t>(ino)},
+                   data.offset, data.length);
   }
   std::vector<Target> targets;
   {

@@ -3,8 +3,9 @@
 //
 // A block of a remote file is kept while this node is told of the file's
 // changes without a gap: from a handle open with attr_callbacks, or a watch
-// (vfs_impl.cc, WatchLocked). It goes when a callback names the file
-// (RemoteAttrsChanged), when this node changes the file's data itself
+// (vfs_impl.cc, WatchLocked). It goes when a callback names bytes of it
+// (RemoteAttrsChanged: the blocks holding them; the whole file for a change
+// to its end), when this node changes the file's data itself
 // (DataChanged: its node does not tell the session that made the change),
 // when the file stops being told (the last told handle released with no
 // watch, the inode forgotten), and when the file's node or the session with
@@ -19,8 +20,14 @@
 
 namespace fedfs::ns {
 
-void VfsImpl::DataChanged(uint64_t ino) {
-  if (deps_.cache != nullptr) deps_.cache->InvalidateFile(ino);
+void VfsImpl::DataChanged(uint64_t ino, DataRange data) {
+  if (deps_.cache == nullptr || data.empty()) return;
+  const uint64_t block = deps_.cache->block_size();
+  if (data.length == DataRange::kToEnd || data.offset > UINT64_MAX - data.length) {
+    deps_.cache->InvalidateFile(ino);
+    return;
+  }
+  deps_.cache->InvalidateRange(ino, data.offset / block, (data.offset + data.length - 1) / block);
 }
 
 Result<size_t> VfsImpl::CachedRead(const OpenFile& f, uint64_t offset, std::span<std::byte> dst) {

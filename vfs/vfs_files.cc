@@ -220,7 +220,9 @@ Result<size_t> VfsImpl::Write(uint64_t fh, uint64_t offset, std::span<const std:
                               const Writer& by) {
   Changing();  // its node does not tell this node's session (Inode::lookup_attr)
   FEDFS_TRY(f, FileOf(fh));
-  DataChange data_change{*this, f->ino};
+  // An O_APPEND handle (direct) writes where the file ends at its node.
+  DataChange data_change{*this, f->ino,
+                         f->direct ? DataRange{} : DataRange{offset, src.size()}};
   // The kernel holds its locks of these pages until answered: a drop of
   // them that other nodes' changes ask for meanwhile waits (PageDrops).
   PageDrops::Writing writing{page_drops_, f->ino, offset, src.size()};

@@ -461,7 +461,7 @@ void VfsImpl::RemoteAttrsChanged(const std::string& node, const std::vector<Hand
     }
   }
   if (!data.empty()) {
-    for (uint64_t ino : inos) DataChanged(ino);  // its cached blocks (vfs_cache.cc)
+    for (uint64_t ino : inos) DataChanged(ino, data);  // its cached blocks (vfs_cache.cc)
   }
   KernelCache* k = kernel_.load(std::memory_order_acquire);
   if (k == nullptr) return;

@@ -524,15 +524,17 @@ class VfsImpl final : public Vfs {
   // (coop::Hints) into this node's cache; false: no usable hint.
   bool HintedFill(const OpenFile& f, uint64_t index);
   bool OneLink(uint64_t ino) const;  // a regular file with one link (mu_)
-  // This node changed the data of `ino` (its node tells other sessions,
-  // not this one): its cached blocks go.
-  void DataChanged(uint64_t ino);
+  // The bytes `data` of `ino` changed (this node changed them: its node
+  // tells other sessions, not this one; or its node told it): its cached
+  // blocks holding them go, the whole file's for a range to the end.
+  void DataChanged(uint64_t ino, DataRange data = {});
   // DataChanged when it goes out of scope: after the change, so that a read
   // that fetched the old bytes meanwhile cannot keep them.
   struct DataChange {
     VfsImpl& vfs;
     uint64_t ino;
-    ~DataChange() { vfs.DataChanged(ino); }
+    DataRange data{};
+    ~DataChange() { vfs.DataChanged(ino, data); }
   };
   // The node and its session the blocks of each cached file were read in:
   // blocks of another are dropped (a node the file moved to was never told

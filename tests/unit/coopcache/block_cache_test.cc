@@ -46,6 +46,59 @@ TEST(BlockCache, OptionsAreChecked) {
   EXPECT_EQ((*c)->capacity_blocks(), 256u);  // the remainder is not used
 }
 
+// A change of some bytes drops the blocks holding them, not the file's
+// others; a fetch in flight of a dropped block is refused, of another not.
+TEST(BlockCache, ARangeInvalidationDropsItsBlocksOnly) {
+  auto c = Make(8);
+  for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(PutNow(*c, 1, i, static_cast<uint8_t>(0x10 + i)));
+  ASSERT_TRUE(PutNow(*c, 2, 1, 0x21));
+  const uint64_t before = c->Generation(1);
+  c->InvalidateRange(1, 1, 2);
+  EXPECT_EQ(Fill(*c, 1, 0), 0x10);
+  EXPECT_EQ(Fill(*c, 1, 1), -1);
+  EXPECT_EQ(Fill(*c, 1, 2), -1);
+  EXPECT_EQ(Fill(*c, 1, 3), 0x13);
+  EXPECT_EQ(Fill(*c, 2, 1), 0x21);  // another file
+  EXPECT_NE(c->Generation(1), before);
+  EXPECT_FALSE(c->Put(1, 1, before, Bytes(kBlock, 0x99)));  // fetched before the change
+  EXPECT_TRUE(c->Put(1, 5, before, Bytes(kBlock, 0x15)));   // a block it did not touch
+  EXPECT_TRUE(c->Put(1, 1, c->Generation(1), Bytes(kBlock, 0x31)));
+  EXPECT_EQ(Fill(*c, 1, 1), 0x31);
+  // The same through a reservation.
+  const uint64_t g = c->Generation(1);
+  auto in = c->Reserve(1, 3, g);
+  auto out = c->Reserve(1, 6, g);
+  ASSERT_TRUE(in && out);
+  c->InvalidateRange(1, 3, 3);
+  EXPECT_FALSE(c->Publish(*in, 1, 3, g, Bytes(kBlock, 0x43), 0));
+  EXPECT_TRUE(c->Publish(*out, 1, 6, g, Bytes(kBlock, 0x46), 0));
+  EXPECT_EQ(Fill(*c, 1, 3), -1);
+  EXPECT_EQ(Fill(*c, 1, 6), 0x46);
+  // A whole-file invalidation still drops them all.
+  c->InvalidateFile(1);
+  EXPECT_EQ(Fill(*c, 1, 0), -1);
+  EXPECT_EQ(Fill(*c, 1, 6), -1);
+}
+
+// A file remembers its last kMaxRanges ranges: a fetch older than the ones
+// it forgot is refused whatever its block; a long range is the whole file.
+TEST(BlockCache, AFetchOlderThanTheRangesRememberedIsRefused) {
+  auto c = Make(8);
+  ASSERT_TRUE(PutNow(*c, 1, 0, 0x10));
+  const uint64_t old = c->Generation(1);
+  for (size_t k = 0; k <= BlockCache::kMaxRanges; ++k) c->InvalidateRange(1, 7, 7);
+  EXPECT_FALSE(c->Put(1, 1, old, Bytes(kBlock, 0x11)));
+  EXPECT_EQ(Fill(*c, 1, 0), 0x10);  // stored blocks outside them stay
+  const uint64_t g = c->Generation(1);
+  c->InvalidateRange(1, 100, 100 + BlockCache::kMaxRangeBlocks);
+  EXPECT_EQ(Fill(*c, 1, 0), -1);
+  EXPECT_FALSE(c->Put(1, 1, g, Bytes(kBlock, 0x11)));
+  // A file without blocks here: every fetch of a file without a record goes.
+  const uint64_t none = c->Generation(9);
+  c->InvalidateRange(9, 0, 0);
+  EXPECT_FALSE(c->Put(9, 3, none, Bytes(kBlock, 0x93)));
+}
+
 TEST(BlockCache, AStoredBlockIsReturnedWithItsLength) {
   auto c = Make(8);
   EXPECT_EQ(Fill(*c, 1, 0), -1);

@@ -39,6 +39,29 @@ TEST(HolderDirectory, AReaderIsSentToTheRunOfBlocksOthersKeep) {
   EXPECT_EQ(d.stats().copies, 3u);
 }
 
+// A change of some bytes forgets the copies of the blocks holding them:
+// the others are still named; every fetch in flight is refused.
+TEST(HolderDirectory, ARangeChangeForgetsItsBlocksCopiesOnly) {
+  HolderDirectory d;
+  auto fr = Frames(5, 4, 100);
+  std::vector<uint32_t> len{kBlock, kBlock, kBlock, kBlock};
+  ASSERT_TRUE(d.Record(kF, d.Version(kF), 7, kBlock, 0, fr, len, false));
+  const uint64_t before = d.Version(kF);
+  d.DropRange(kF, kBlock + 10, kBlock);  // bytes in blocks 1 and 2
+  EXPECT_EQ(d.Find(kF, kBlock, 0, 4, 8).size(), 1u);  // block 0 only: the run ends at 1
+  EXPECT_TRUE(d.Find(kF, kBlock, 1, 2, 8).empty());
+  auto three = d.Find(kF, kBlock, 3, 1, 8);
+  ASSERT_EQ(three.size(), 1u);
+  EXPECT_EQ(three[0].second.frame, 8u);
+  EXPECT_EQ(d.stats().copies, 2u);
+  std::vector<uint32_t> one{kBlock};
+  EXPECT_FALSE(d.Record(kF, before, 9, kBlock, 0, Frames(1, 1, 500), one, false));
+  // A change to the end forgets the file.
+  d.DropRange(kF, 2 * kBlock, UINT64_MAX);
+  EXPECT_TRUE(d.Find(kF, kBlock, 0, 4, 8).empty());
+  EXPECT_EQ(d.stats().copies, 0u);
+}
+
 TEST(HolderDirectory, AFetchOvertakenByAChangeIsNotRecorded) {
   HolderDirectory d;
   const uint64_t v = d.Version(kF);
