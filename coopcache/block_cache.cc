@@ -152,11 +152,13 @@ uint64_t BlockCache::GenerationLocked(uint64_t file) const {
   return it == files_.end() ? floor_ : it->second.latest;
 }
 
-bool BlockCache::FetchValidLocked(uint64_t file, uint64_t index, uint64_t generation) const {
+bool BlockCache::FetchValidLocked(uint64_t file, uint64_t index, uint64_t generation,
+                                  bool short_block) const {
   auto it = files_.find(file);
   if (it == files_.end()) return generation == floor_;
   const FileRec& r = it->second;
   if (generation < r.generation || generation < r.ranges_floor) return false;
+  if (short_block && generation < r.latest) return false;
   for (const Range& g : r.ranges) {
     if (g.stamp > generation && index >= g.first && index <= g.last) return false;
   }
@@ -206,7 +208,7 @@ bool BlockCache::Put(uint64_t file, uint64_t index, uint64_t generation,
                      std::span<const std::byte> data) {
   if (data.size() > block_) return false;
   std::lock_guard lock(mu_);
-  if (!FetchValidLocked(file, index, generation)) {
+  if (!FetchValidLocked(file, index, generation, data.size() < block_)) {
     ++stats_.puts_refused;
     return false;
   }
@@ -238,8 +240,9 @@ void BlockCache::IndexLocked(uint32_t f, uint64_t file, uint64_t index, uint64_t
     FreeFrame(it->second);  // a concurrent fill of the same block: the newer stays
   }
   index_.emplace(Key{file, index}, f);
-  auto [rec, added] = files_.try_emplace(file, FileRec{generation, 0, generation, 0, {}});
+  auto [rec, added] = files_.try_emplace(file, FileRec{generation, 0, generation, UINT64_MAX, 0, {}});
   ++rec->second.blocks;
+  if (length < block_) rec->second.partial = index;
   Frame& fr = frames_[f];
   fr.file = file;
   fr.index = index;
@@ -262,7 +265,7 @@ void BlockCache::IndexLocked(uint32_t f, uint64_t file, uint64_t index, uint64_t
 auto BlockCache::Reserve(uint64_t file, uint64_t index, uint64_t generation)
     -> std::optional<Slot> {
   std::lock_guard lock(mu_);
-  if (!FetchValidLocked(file, index, generation)) return std::nullopt;
+  if (!FetchValidLocked(file, index, generation, false)) return std::nullopt;
   const uint32_t f = TakeFrame();
   if (f == kNone) return std::nullopt;
   frames_[f].queue = Queue::kReserved;
@@ -280,7 +283,7 @@ bool BlockCache::Publish(const Slot& slot, uint64_t file, uint64_t index, uint64
   Frame& fr = frames_[slot.frame];
   if (fr.queue != Queue::kReserved) return false;
   --stats_.reserved;
-  if (length > block_ || !FetchValidLocked(file, index, generation)) {
+  if (length > block_ || !FetchValidLocked(file, index, generation, length < block_)) {
     ++stats_.puts_refused;
     fr.queue = Queue::kFree;
     free_.push_back(slot.frame);
@@ -332,6 +335,11 @@ void BlockCache::InvalidateRange(uint64_t file, uint64_t first, uint64_t last) {
   FileRec& r = it->second;
   r.latest = next_generation_++;
   r.ranges.push_back({r.latest, first, last});
+  // A short block elsewhere: the change may have grown the file past it.
+  if (r.partial != UINT64_MAX && (r.partial < first || r.partial > last)) {
+    if (auto f = index_.find(Key{file, r.partial}); f != index_.end()) FreeFrame(f->second);
+  }
+  r.partial = UINT64_MAX;
   if (r.ranges.size() > kMaxRanges) {
     r.ranges_floor = r.ranges.front().stamp;
     r.ranges.erase(r.ranges.begin());

@@ -13,7 +13,10 @@
 // the fetch are never returned later. A block is returned while no
 // whole-file invalidation followed the generation it was stored under. A
 // file keeps its last kMaxRanges range stamps; a fetch older than those it
-// forgot is refused. (A file's record may be dropped while it has no block:
+// forgot is refused. A block stored short (the file ended in it) goes with
+// every range invalidation of the file, and is stored only if nothing of the
+// file was invalidated since its fetch began: a write past it may have grown
+// the file. (A file's record may be dropped while it has no block:
 // it then answers `floor_`, which moved past every stamp handed out
 // before.)
 //
@@ -206,6 +209,7 @@ class BlockCache {
     uint64_t generation = 0;  // the last whole-file stamp
     size_t blocks = 0;
     uint64_t latest = 0;       // the last stamp, whole or range (Generation)
+    uint64_t partial = UINT64_MAX;  // a block stored short (the file ended in it)
     uint64_t ranges_floor = 0;  // range stamps up to this are forgotten
     std::vector<Range> ranges;  // the last kMaxRanges range stamps, oldest first
   };
@@ -224,8 +228,10 @@ class BlockCache {
   uint32_t TakeFrame();        // a free frame, evicting one if none (or at the limit)
   bool EvictOneLocked();       // the replacement victim goes; false: none
   uint64_t GenerationLocked(uint64_t file) const;
-  // Whether bytes of block `index` fetched under `generation` may be stored.
-  bool FetchValidLocked(uint64_t file, uint64_t index, uint64_t generation) const;
+  // Whether bytes of block `index` fetched under `generation` may be stored;
+  // a short block (the file ended in it) only if nothing of the file was
+  // invalidated since: a write elsewhere may have grown the file past it.
+  bool FetchValidLocked(uint64_t file, uint64_t index, uint64_t generation, bool short_block) const;
   // Whether frame f's block is current (no whole-file stamp since).
   bool CurrentLocked(const Frame& fr) const;
   std::byte* Data(uint32_t f) { return arena_ + size_t{f} * block_; }

@@ -1,6 +1,7 @@
 #include "coopcache/holder_directory.h"
 
 #include <algorithm>
+#include <iterator>
 
 namespace fedfs::coop {
 
@@ -139,11 +140,21 @@ void HolderDirectory::DropRange(const FileId& f, uint64_t offset, uint64_t lengt
       const uint64_t first = offset / rec.block_size;
       const uint64_t last = (offset + length - 1) / rec.block_size;
       if (last - first < 256) {
+        auto drop = [&](std::map<uint64_t, std::vector<Copy>>::iterator b) {
+          copies_ -= b->second.size();
+          --blocks_;
+          rec.blocks.erase(b);
+        };
         for (uint64_t i = first; i <= last; ++i) {
-          if (auto b = rec.blocks.find(i); b != rec.blocks.end()) {
-            copies_ -= b->second.size();
-            --blocks_;
-            rec.blocks.erase(b);
+          if (auto b = rec.blocks.find(i); b != rec.blocks.end()) drop(b);
+        }
+        // A short block (the file ended in it) past them: the change may
+        // have grown the file past its end.
+        if (!rec.blocks.empty()) {
+          auto b = std::prev(rec.blocks.end());
+          if (std::any_of(b->second.begin(), b->second.end(),
+                          [&](const Copy& c) { return c.length < rec.block_size; })) {
+            drop(b);
           }
         }
         rec.version = next_version_++;

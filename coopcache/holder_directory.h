@@ -85,7 +85,8 @@ class HolderDirectory {
   // The file's data changed: no copy of it is named again.
   void DropFile(const FileId& f);
   // The file's bytes [offset, offset + length) changed: the copies of the
-  // blocks holding them are forgotten, the others stay named, and every
+  // blocks holding them, and of a short last block (the change may have
+  // grown the file past it), are forgotten, the others stay named, and every
   // fetch of the file in flight is refused at Record. A range to the end
   // (length UINT64_MAX), or of more than 256 blocks, is DropFile.
   void DropRange(const FileId& f, uint64_t offset, uint64_t length);

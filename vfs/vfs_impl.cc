@@ -424,6 +424,7 @@ void VfsImpl::ErasePageWatchLocked(const std::pair<std::string, Handle>& key) {
 void VfsImpl::RemoteAttrsChanged(const std::string& node, const std::vector<Handle>& handles,
                                  DataRange data, bool ended) {
   std::vector<uint64_t> inos;
+  std::vector<uint64_t> untold;  // told of no more: every cached block goes
   {
     std::lock_guard lock(files_mu_);
     ++callbacks_taken_;
@@ -455,13 +456,22 @@ void VfsImpl::RemoteAttrsChanged(const std::string& node, const std::vector<Hand
     // open (AddFile). Before this callback is answered, so that an open
     // racing with a change that is not told sees it.
     for (uint64_t ino : inos) {
-      if (!PagesToldLocked(ino) && pages_.erase(ino) != 0) {
+      if (PagesToldLocked(ino)) continue;
+      untold.push_back(ino);
+      if (pages_.erase(ino) != 0) {
         Logger("vfs")->debug("inode {}: told of no more by {}: its pages go", ino, node);
       }
     }
   }
-  if (!data.empty()) {
-    for (uint64_t ino : inos) DataChanged(ino, data);  // its cached blocks (vfs_cache.cc)
+  // Its cached blocks (vfs_cache.cc): those holding the bytes named, or all
+  // of them when this was the last way this node is told of the file (a
+  // later change's callback would find nothing to name here).
+  for (uint64_t ino : inos) {
+    if (std::find(untold.begin(), untold.end(), ino) != untold.end()) {
+      DataChanged(ino);
+    } else if (!data.empty()) {
+      DataChanged(ino, data);
+    }
   }
   KernelCache* k = kernel_.load(std::memory_order_acquire);
   if (k == nullptr) return;

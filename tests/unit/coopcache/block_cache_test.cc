@@ -80,6 +80,23 @@ TEST(BlockCache, ARangeInvalidationDropsItsBlocksOnly) {
   EXPECT_EQ(Fill(*c, 1, 6), -1);
 }
 
+// A write past the end of the file grows it: its short last block, stored
+// or being fetched, no longer ends it, wherever the write was.
+TEST(BlockCache, AShortBlockGoesWithAnyRangeInvalidation) {
+  auto c = Make(8);
+  ASSERT_TRUE(PutNow(*c, 1, 0, 0x10));
+  ASSERT_TRUE(PutNow(*c, 1, 1, 0x11, 100));  // the file ends 100 bytes into block 1
+  const uint64_t g = c->Generation(1);
+  c->InvalidateRange(1, 5, 5);
+  EXPECT_EQ(Fill(*c, 1, 0), 0x10);
+  EXPECT_EQ(Fill(*c, 1, 1), -1);
+  EXPECT_FALSE(c->Put(1, 1, g, Bytes(100, 0x11)));   // short, fetched before the change
+  EXPECT_TRUE(c->Put(1, 2, g, Bytes(kBlock, 0x12)));  // whole, outside it
+  auto s = c->Reserve(1, 3, g);
+  ASSERT_TRUE(s);
+  EXPECT_FALSE(c->Publish(*s, 1, 3, g, Bytes(10, 0x13), 0));
+}
+
 // A file remembers its last kMaxRanges ranges: a fetch older than the ones
 // it forgot is refused whatever its block; a long range is the whole file.
 TEST(BlockCache, AFetchOlderThanTheRangesRememberedIsRefused) {
