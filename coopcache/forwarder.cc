@@ -71,18 +71,20 @@ void Forwarder::Drain() {
   WaitIdle([&] { return stop_ || (queue_.empty() && !busy_ && !pumping_); });
 }
 
+void Forwarder::ForwardFront(std::unique_lock<std::mutex>& lock) {
+  Forward f = std::move(queue_.front());
+  queue_.pop_front();
+  busy_ = true;
+  lock.unlock();
+  ForwardOne(f);
+  lock.lock();
+  busy_ = false;
+  spare_.push_back(std::move(f.bytes));
+}
+
 void Forwarder::Pump() {
   std::unique_lock lock(mu_);
-  while (!stop_ && !queue_.empty()) {
-    Forward f = std::move(queue_.front());
-    queue_.pop_front();
-    busy_ = true;
-    lock.unlock();
-    ForwardOne(f);
-    lock.lock();
-    busy_ = false;
-    spare_.push_back(std::move(f.bytes));
-  }
+  while (!stop_ && !queue_.empty()) ForwardFront(lock);
   pumping_ = false;
   idle_cv_.notify_all();
 }
@@ -92,14 +94,7 @@ void Forwarder::Run() {
   while (true) {
     cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
     if (stop_) return;
-    Forward f = std::move(queue_.front());
-    queue_.pop_front();
-    busy_ = true;
-    lock.unlock();
-    ForwardOne(f);
-    lock.lock();
-    busy_ = false;
-    spare_.push_back(std::move(f.bytes));
+    ForwardFront(lock);
     if (queue_.empty()) idle_cv_.notify_all();
   }
 }

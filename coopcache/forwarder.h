@@ -108,6 +108,8 @@ class Forwarder {
 
  private:
   void Run();
+  // Forwards the queue's first block (mu_ held by `lock`; released meanwhile).
+  void ForwardFront(std::unique_lock<std::mutex>& lock);
   // With a runner: forwards until the queue is empty (one task at a time).
   void Pump();
   template <class Pred>
