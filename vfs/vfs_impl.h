@@ -283,6 +283,9 @@ class VfsImpl final : public Vfs {
   bool Watchable(const std::string& node) const;
   class NameLocks;
   class RenamingAway;
+  // Whether inode `ino` no longer has `path` (a rename here moved it since
+  // `path` was resolved).
+  bool MovedSince(uint64_t ino, const std::string& path);
   Status RmdirOnce(const Cred& c, uint64_t parent, const std::string& name);
 
  public:

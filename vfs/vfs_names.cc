@@ -69,6 +69,11 @@ bool VfsImpl::RenamedAway(const std::string& path) {
                            [&] { return !renaming_.contains(path); });
 }
 
+bool VfsImpl::MovedSince(uint64_t ino, const std::string& path) {
+  auto now = Resolve(ino);
+  return now && now->path != path;
+}
+
 Result<struct stat> VfsImpl::GetAttr(const Cred& c, uint64_t ino, std::optional<uint64_t> fh) {
   auto r = Resolve(ino);
   if (!r) {
@@ -127,11 +132,13 @@ Result<struct stat> VfsImpl::GetAttr(const Cred& c, uint64_t ino, std::optional<
   } else {
     st = (*fs)->Stat(c, r->path);
   }
-  if (!st && st.error().code == ENOENT && RenamedAway(r->path)) {
-    // This node's own rename in flight moved it: the kernel, which has not
-    // moved its name yet, gets the file's attributes by its new name (an
-    // ENOENT here, with the new name's absence still cached by the kernel,
-    // showed the file under neither name).
+  if (!st && st.error().code == ENOENT && (RenamedAway(r->path) || MovedSince(ino, r->path))) {
+    // This node's own rename in flight moved it, or moved it while the
+    // file's node was asked (the rename done, its answer maybe not yet seen
+    // by the kernel): the kernel, which has not moved its name yet, gets
+    // the file's attributes by its new name (an ENOENT here, with the new
+    // name's absence still cached by the kernel, showed the file under
+    // neither name).
     return GetAttr(c, ino, fh);
   }
   if (!st && st.error().code == ENOENT) {
