@@ -149,7 +149,7 @@ uint32_t BlockCache::TakeFrame() {
 
 uint64_t BlockCache::GenerationLocked(uint64_t file) const {
   auto it = files_.find(file);
-  return it == files_.end() ? floor_ : it->second.latest;
+  return it == files_.end() ? floor_ : it->second.Latest();
 }
 
 bool BlockCache::FetchValidLocked(uint64_t file, uint64_t index, uint64_t generation,
@@ -158,7 +158,7 @@ bool BlockCache::FetchValidLocked(uint64_t file, uint64_t index, uint64_t genera
   if (it == files_.end()) return generation == floor_;
   const FileRec& r = it->second;
   if (generation < r.generation || generation < r.ranges_floor) return false;
-  if (short_block && generation < r.latest) return false;
+  if (short_block && generation < r.Latest()) return false;
   for (const Range& g : r.ranges) {
     if (g.stamp > generation && index >= g.first && index <= g.last) return false;
   }
@@ -240,7 +240,7 @@ void BlockCache::IndexLocked(uint32_t f, uint64_t file, uint64_t index, uint64_t
     FreeFrame(it->second);  // a concurrent fill of the same block: the newer stays
   }
   index_.emplace(Key{file, index}, f);
-  auto [rec, added] = files_.try_emplace(file, FileRec{generation, 0, generation, UINT64_MAX, 0, {}});
+  auto [rec, added] = files_.try_emplace(file, FileRec{generation, 0, UINT64_MAX, 0, {}});
   ++rec->second.blocks;
   if (length < block_) rec->second.partial = index;
   Frame& fr = frames_[f];
@@ -311,7 +311,7 @@ void BlockCache::InvalidateFile(uint64_t file) {
   std::lock_guard lock(mu_);
   if (auto it = files_.find(file); it != files_.end()) {
     FileRec& r = it->second;
-    r.generation = r.latest = next_generation_++;
+    r.generation = next_generation_++;
     r.ranges.clear();  // the whole-file stamp covers them
   } else {
     // No block of it here: only a fetch in flight could be spoiled. Moving
@@ -333,8 +333,7 @@ void BlockCache::InvalidateRange(uint64_t file, uint64_t first, uint64_t last) {
     return;
   }
   FileRec& r = it->second;
-  r.latest = next_generation_++;
-  r.ranges.push_back({r.latest, first, last});
+  r.ranges.push_back({next_generation_++, first, last});
   // A short block elsewhere: the change may have grown the file past it.
   if (r.partial != UINT64_MAX && (r.partial < first || r.partial > last)) {
     if (auto f = index_.find(Key{file, r.partial}); f != index_.end()) FreeFrame(f->second);

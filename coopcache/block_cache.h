@@ -208,10 +208,11 @@ class BlockCache {
   struct FileRec {
     uint64_t generation = 0;  // the last whole-file stamp
     size_t blocks = 0;
-    uint64_t latest = 0;       // the last stamp, whole or range (Generation)
     uint64_t partial = UINT64_MAX;  // a block stored short (the file ended in it)
     uint64_t ranges_floor = 0;  // range stamps up to this are forgotten
-    std::vector<Range> ranges;  // the last kMaxRanges range stamps, oldest first
+    std::vector<Range> ranges;  // the last kMaxRanges range stamps since `generation`, oldest first
+    // The last stamp, whole or range (Generation).
+    uint64_t Latest() const { return ranges.empty() ? generation : ranges.back().stamp; }
   };
 
   BlockCache(const BlockCacheOptions& options, std::byte* arena, size_t arena_bytes,

@@ -220,10 +220,16 @@ void Federation::SetupDir(int i, const std::string& dir) {
   SetupOrDie(node(i).root->MkdirParents(ns::JoinPath(dir, "x"), {}), dir);
 }
 
-void Federation::SetupFile(int i, const std::string& path) {
+void Federation::SetupFile(int i, const std::string& path, std::span<const std::byte> data) {
   SetupDir(i, std::string(ns::ParentPath(path)));
-  auto o = node(i).root->Create(ns::Cred{}, path, O_WRONLY, 0644);
-  SetupOrDie(o ? node(i).root->Release(o->handle) : Status(Err(o.error())), path);
+  ns::NodeFs& root = *node(i).root;
+  auto o = root.Create(ns::Cred{}, path, O_WRONLY, 0644);
+  SetupOrDie(o ? Status(Ok()) : Status(Err(o.error())), path);
+  if (!data.empty()) {
+    auto n = root.Write(o->handle, 0, data);
+    SetupOrDie(n ? Status(Ok()) : Status(Err(n.error())), path);
+  }
+  SetupOrDie(root.Release(o->handle), path);
 }
 
 }  // namespace fedfs::bench

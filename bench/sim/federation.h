@@ -13,6 +13,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -69,7 +70,8 @@ class Federation {
 
   // Setup, as local programs would: direct MemNodeFs calls, no messages.
   void SetupDir(int i, const std::string& dir);
-  void SetupFile(int i, const std::string& path);
+  // A file of `data` (empty by default).
+  void SetupFile(int i, const std::string& path, std::span<const std::byte> data = {});
 
  private:
   Federation(const SimOptions& o, const m2m::LinkModel& link);

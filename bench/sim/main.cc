@@ -72,6 +72,32 @@ std::string Figures(const fb::RunResult& r) {
   return out;
 }
 
+// The runs of `fedfs-bench sim` at N = `n`: `o` for every combination of
+// directory size, DT capacity, cache size and cooperation ("on"/"off").
+std::vector<fb::SimOptions> Sweep(const fb::SimOptions& o, int n,
+                                  const std::vector<uint64_t>& dir_entries,
+                                  const std::vector<size_t>& capacities,
+                                  const std::vector<uint64_t>& caches,
+                                  const std::vector<std::string>& coops) {
+  std::vector<fb::SimOptions> runs;
+  for (uint64_t entries : dir_entries) {
+    for (size_t cap : capacities) {
+      for (uint64_t cache : caches) {
+        for (const std::string& coop : coops) {
+          fb::SimOptions run = o;
+          run.nodes = n;
+          run.dt_capacity = cap;
+          run.dir_entries = entries;
+          run.cache_bytes = cache;
+          run.cache_coop = coop == "on";
+          runs.push_back(run);
+        }
+      }
+    }
+  }
+  return runs;
+}
+
 // The DT capacity sweep of the study: capacities as fractions of the
 // directories of the zipf-lookup tree.
 std::vector<size_t> StudyCapacities(uint64_t dirs) {
@@ -212,38 +238,32 @@ int main(int argc, char** argv) {
     if (caches.empty()) caches.push_back(o.cache_bytes);
     if (coops.empty()) coops.push_back(o.cache_coop ? "on" : "off");
     for (int n : nodes) {
-      for (uint64_t entries : dir_entries) {
-        for (size_t cap : capacities) {
-         for (uint64_t cache : caches) {
-          for (const std::string& coop : coops) {
-          fb::SimOptions run = o;
-          run.nodes = n;
-          run.dt_capacity = cap;
-          run.dir_entries = entries;
-          run.cache_bytes = cache;
-          run.cache_coop = coop == "on";
-          Step("sim " + run.workload + " N=" + std::to_string(n) + " dt=" + std::to_string(cap) +
-               (entries > 0 ? " entries=" + std::to_string(entries) : std::string()) +
-               (cache > 0 ? " cache=" + std::to_string(cache) + " coop=" + coop : std::string()));
-          auto r = fb::RunSim(run, Progress());
-          if (!r) return Fail(r.error());
-          Step("  " + Figures(*r));
-          rows.push_back(*r);
-          if (run.workload == "read-remote") {
-            data.cache.push_back(*r);  // its own section: no creates or stats to plot
-            continue;
-          }
-          if (cache != caches.front() || coop != coops.front()) continue;
-          const bool first_cap = cap == capacities.front();
-          if (first_cap && entries == dir_entries.front()) data.scaling.push_back(*r);
-          if (capacities.size() > 1 && n == nodes.back() && entries == dir_entries.front()) {
-            data.dt_sweep.push_back(*r);
-          }
-          if (dir_entries.size() > 1 && first_cap && n == nodes.back()) {
-            data.dir_size.push_back(*r);
-          }
-          }
-         }
+      for (const fb::SimOptions& run : Sweep(o, n, dir_entries, capacities, caches, coops)) {
+        const uint64_t entries = run.dir_entries;
+        const size_t cap = run.dt_capacity;
+        Step("sim " + run.workload + " N=" + std::to_string(n) + " dt=" + std::to_string(cap) +
+             (entries > 0 ? " entries=" + std::to_string(entries) : std::string()) +
+             (run.cache_bytes > 0 ? " cache=" + std::to_string(run.cache_bytes) +
+                                        " coop=" + (run.cache_coop ? "on" : "off")
+                                  : std::string()));
+        auto r = fb::RunSim(run, Progress());
+        if (!r) return Fail(r.error());
+        Step("  " + Figures(*r));
+        rows.push_back(*r);
+        if (run.workload == "read-remote") {
+          data.cache.push_back(*r);  // its own section: no creates or stats to plot
+          continue;
+        }
+        if (run.cache_bytes != caches.front() || (run.cache_coop ? "on" : "off") != coops.front()) {
+          continue;
+        }
+        const bool first_cap = cap == capacities.front();
+        if (first_cap && entries == dir_entries.front()) data.scaling.push_back(*r);
+        if (capacities.size() > 1 && n == nodes.back() && entries == dir_entries.front()) {
+          data.dt_sweep.push_back(*r);
+        }
+        if (dir_entries.size() > 1 && first_cap && n == nodes.back()) {
+          data.dir_size.push_back(*r);
         }
       }
       fb::SimOptions dm = o;

@@ -4,9 +4,6 @@
 #include <fcntl.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <numeric>
 
 #include "bench/sim/path_client.h"
@@ -14,15 +11,6 @@
 namespace fedfs::bench {
 
 namespace {
-
-// Setup runs on a MemNodeFs with the driver's own paths: a failure is a bug
-// of the simulator.
-template <typename T>
-void OrDie(const T& r, const std::string& what) {
-  if (r) return;
-  std::fprintf(stderr, "sim: setting up %s: %s\n", what.c_str(), r.error().ToString().c_str());
-  std::abort();
-}
 
 const ns::Cred kRoot{0, 0, {}, 022};
 
@@ -34,17 +22,10 @@ std::string RemoteReads::Path(uint64_t file) { return "/data/f" + std::to_string
 
 void RemoteReads::Setup() {
   blocks_per_file_ = o_.file_bytes / o_.read_bytes;
-  ns::NodeFs& root = *f_.node(0).root;
-  f_.SetupDir(0, "/data");
   std::vector<uint64_t> words(o_.file_bytes / 8);
   for (uint64_t k = 0; k < o_.read_files; ++k) {
     for (uint64_t w = 0; w < words.size(); ++w) words[w] = Word(k, w * 8, 0);
-    auto opened = root.Create(ns::Cred{}, Path(k), O_WRONLY, 0644);
-    OrDie(opened, Path(k));
-    auto n = root.Write(opened->handle, 0,
-                        std::as_bytes(std::span<const uint64_t>(words.data(), words.size())));
-    OrDie(n, Path(k));
-    OrDie(root.Release(opened->handle), Path(k));
+    f_.SetupFile(0, Path(k), std::as_bytes(std::span<const uint64_t>(words)));
   }
   const uint64_t blocks = o_.read_files * blocks_per_file_;
   issued_.assign(blocks, 0);
