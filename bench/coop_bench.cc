@@ -4,10 +4,9 @@
 //
 //   local hit     BlockCache::Get in this process
 //   remote hit    PeerFetch::Fetch from the peer's registered cache (the
-//                 bytes, then the frame's tag: two one-sided gets)
+//                 bytes and the frame's trailer, two one-sided gets at
+//                 once, and the check of the bytes)
 //   raw get       one transport get of the same size from the same memory
-//   raw get+tag   that get and then an 8-byte get of the tag (what a
-//                 remote hit does, without PeerFetch around it)
 //   holder read   RemoteNodeFs::Read of the same size from the peer's file
 //                 service (its page cache; the file was just written)
 //
@@ -172,7 +171,7 @@ int main(int argc, char** argv) {
 
   struct Row {
     size_t size;
-    Lat local, remote, raw, raw2, holder;
+    Lat local, remote, raw, holder;
   };
   std::vector<Row> rows;
   {
@@ -212,9 +211,7 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < kBlocks; ++i) (*mine)->Put(2, i, (*mine)->Generation(2), dst);
       auto region = ep->Import(copy.data);
       if (!region) Die("import: " + region.error().ToString());
-      Row row{size, {}, {}, {}, {}, {}};
-      auto tags = ep->Import(copy.tags);
-      if (!tags) Die("import: " + tags.error().ToString());
+      Row row{size, {}, {}, {}, {}};
       auto pick = [&] { return rng() % kBlocks; };
       // Warm-up: connections, imports, page cache.
       for (size_t i = 0; i < 50; ++i) {
@@ -245,15 +242,6 @@ int main(int argc, char** argv) {
             }
           },
           [&] {
-            const uint32_t fr = frames[pick()].first;
-            uint64_t tag = 0;
-            if (!m2m::GetSync(*ep, dst.data(), size, **region, uint64_t{fr} * size,
-                              std::chrono::seconds(5)) ||
-                !m2m::GetSync(*ep, &tag, 8, **tags, uint64_t{fr} * 8, std::chrono::seconds(5))) {
-              Die("get");
-            }
-          },
-          [&] {
             auto n = holder.Read(h->handle, pick() * size, dst);
             if (!n || *n != size) Die("holder read");
           },
@@ -266,7 +254,7 @@ int main(int argc, char** argv) {
           us[p].push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
         }
       }
-      Lat* out[] = {&row.local, &row.remote, &row.raw, &row.raw2, &row.holder};
+      Lat* out[] = {&row.local, &row.remote, &row.raw, &row.holder};
       for (size_t p = 0; p < paths.size(); ++p) {
         std::sort(us[p].begin(), us[p].end());
         *out[p] = Lat{us[p][us[p].size() / 2], us[p][us[p].size() * 99 / 100]};
@@ -292,7 +280,6 @@ int main(int argc, char** argv) {
     line("local hit", r.local);
     line("remote hit", r.remote);
     line("raw get", r.raw);
-    line("raw get+tag", r.raw2);
     line("holder read", r.holder);
     std::printf("%-10s %-14s %9.2fx %9.2fx   (target p50 <= 1.5x)\n", b.c_str(),
                 "remote/raw", r.remote.p50 / r.raw.p50, r.remote.p99 / r.raw.p99);

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <random>
 
+#include <xxhash.h>
+
 namespace fedfs::coop {
 
 size_t BlockCache::KeyHash::operator()(const Key& k) const noexcept {
@@ -37,7 +39,7 @@ Result<std::unique_ptr<BlockCache>> BlockCache::Create(const BlockCacheOptions& 
   // (measured: the faults of a first fill cost more than the copies on a
   // small VM). Best effort.
   ::madvise(p, bytes, MADV_HUGEPAGE);
-  const size_t tag_bytes = bytes / o.block_bytes * sizeof(uint64_t);
+  const size_t tag_bytes = bytes / o.block_bytes * kTrailerBytes;
   void* t = ::mmap(nullptr, tag_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (t == MAP_FAILED) {
     const int e = errno;
@@ -69,15 +71,23 @@ BlockCache::BlockCache(const BlockCacheOptions& o, std::byte* arena, size_t aren
 
 BlockCache::~BlockCache() {
   ::munmap(arena_, arena_bytes_);
-  ::munmap(tags_, frames_.size() * sizeof(uint64_t));
+  ::munmap(tags_, frames_.size() * kTrailerBytes);
 }
 
-// A frame's tag goes to 0 before its bytes change and to its new value after
-// they are stored (release): a peer that read the bytes and then the tag it
-// expected read no byte of a rewrite. The fence keeps the stores of a
-// rewrite after the store of 0.
+uint64_t BlockCache::Check(std::span<const std::byte> bytes, uint64_t tag) {
+  return XXH3_64bits_withSeed(bytes.data(), bytes.size(), tag);
+}
+
+// A frame's tag goes to 0 before its bytes change; after they are stored its
+// check is set, then its tag (release). A reader needs no order among these:
+// the check ties the bytes to the tag (see "Cooperation" in the header). The
+// fence keeps the stores of a rewrite after the store of 0.
 void BlockCache::SetTag(uint32_t f, uint64_t tag) {
-  std::atomic_ref<uint64_t>(tags_[f]).store(tag, std::memory_order_release);
+  if (tag != 0) {
+    const uint64_t check = Check({Data(f), frames_[f].length}, tag);
+    std::atomic_ref<uint64_t>(tags_[2 * size_t{f} + 1]).store(check, std::memory_order_relaxed);
+  }
+  std::atomic_ref<uint64_t>(tags_[2 * size_t{f}]).store(tag, std::memory_order_release);
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
@@ -129,7 +139,7 @@ bool BlockCache::EvictOneLocked() {
   if (sink_ && !v.origin.holder.empty() && CurrentLocked(v)) {
     ++stats_.evicted_to_sink;
     sink_(Evicted{v.origin, v.file, v.generation, v.index, victim,
-                  std::atomic_ref<uint64_t>(tags_[victim]).load(std::memory_order_relaxed),
+                  std::atomic_ref<uint64_t>(tags_[2 * size_t{victim}]).load(std::memory_order_relaxed),
                   std::span<const std::byte>(Data(victim), v.length)});
   }
   FreeFrame(victim);
@@ -235,7 +245,7 @@ bool BlockCache::Put(uint64_t file, uint64_t index, uint64_t generation,
 }
 
 void BlockCache::IndexLocked(uint32_t f, uint64_t file, uint64_t index, uint64_t generation,
-                             size_t length, Queue q) {
+                             size_t length, Queue q, uint64_t tag) {
   if (auto it = index_.find(Key{file, index}); it != index_.end()) {
     FreeFrame(it->second);  // a concurrent fill of the same block: the newer stays
   }
@@ -251,7 +261,7 @@ void BlockCache::IndexLocked(uint32_t f, uint64_t file, uint64_t index, uint64_t
   fr.origin = {};
   stats_.bytes_used += fr.length;
   PushHead(q, f);
-  SetTag(f, NextTagLocked());
+  SetTag(f, tag != 0 ? tag : NextTagLocked());
   ++stats_.puts;
   // Records of files without blocks: dropped once they outnumber the
   // blocks; floor_ then moves past every generation handed out, so that a
@@ -291,10 +301,9 @@ bool BlockCache::Publish(const Slot& slot, uint64_t file, uint64_t index, uint64
   }
   if (!data.empty()) std::memcpy(Data(slot.frame), data.data(), data.size());
   fr.queue = Queue::kFree;  // IndexLocked links it
-  IndexLocked(slot.frame, file, index, generation, length, Queue::kProbation);
+  // With the tag the holder was told.
+  IndexLocked(slot.frame, file, index, generation, length, Queue::kProbation, slot.tag);
   if (origin != nullptr) fr.origin = *origin;
-  // The tag the holder was told, not the one IndexLocked took.
-  SetTag(slot.frame, slot.tag);
   return true;
 }
 

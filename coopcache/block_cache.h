@@ -34,14 +34,17 @@
 //
 // Cooperation (docs/coopcache.md, "Blocks fetched from peers' memory"): the
 // blocks live in one arena, and every frame (a block's place in it) has a
-// 64-bit tag in a second array; both may be registered with the transport
-// so that peers read a block one-sidedly. A frame's tag is 0 while it is
-// free, reserved or being rewritten, and a value never used before by this
-// object (from a random start) while it holds one block's bytes: a peer that
-// reads a frame's tag, its bytes and its tag again, and finds the tag it was
-// told both times, read those bytes whole (the first read matters: a holder
-// may name a frame before it is filled). A fill for peers to find goes Reserve (a frame
-// and the tag it will have) -> Publish (bytes stored, tag set) or Abandon.
+// trailer of two 64-bit words in a second array, its tag and its check; both
+// may be registered with the transport so that peers read a block
+// one-sidedly. A frame's tag is 0 while it is free, reserved or being
+// rewritten, and a value never used before by this object (from a random
+// start) while it holds one block's bytes; its check is then
+// Check(bytes, tag). A peer reads the bytes and the trailer at once (in any
+// order, even torn): the bytes are the block the tag names iff the tag is
+// the one it was told and the check is that of the bytes it read under that
+// tag (odds of a false match 2^-64 per read). A fill for peers to find goes
+// Reserve (a frame and the tag it will have) -> Publish (bytes stored, tag
+// and check set) or Abandon.
 //
 // Forwarding (docs/coopcache.md, "N-chance forwarding"): a block published
 // with an Origin (the file's node, the file's id there, how often it was
@@ -141,11 +144,15 @@ class BlockCache {
     sink_ = std::move(sink);
   }
   void Abandon(const Slot& slot);
-  // The arena and the tag array (one uint64 per frame), for registration.
+  // The arena and the trailer array (kTrailerBytes per frame: the tag, then
+  // the check), for registration.
+  static constexpr size_t kTrailerBytes = 2 * sizeof(uint64_t);
   std::span<std::byte> arena() { return {arena_, arena_bytes_}; }
   std::span<std::byte> tags() {
-    return {reinterpret_cast<std::byte*>(tags_), frames_.size() * sizeof(uint64_t)};
+    return {reinterpret_cast<std::byte*>(tags_), frames_.size() * kTrailerBytes};
   }
+  // The check of a block's bytes published under `tag` (see "Cooperation").
+  static uint64_t Check(std::span<const std::byte> bytes, uint64_t tag);
   // Whether Get would hit, without counting it or moving the block.
   bool Has(uint64_t file, uint64_t index) const;
   // Every block of `file` stops being returned (O(1); freed as found).
@@ -217,11 +224,13 @@ class BlockCache {
 
   BlockCache(const BlockCacheOptions& options, std::byte* arena, size_t arena_bytes,
              uint64_t* tags);
-  void SetTag(uint32_t f, uint64_t tag);  // see "Cooperation" above
+  // Tag 0, or `tag` with the check of the frame's bytes (see "Cooperation").
+  void SetTag(uint32_t f, uint64_t tag);
   uint64_t NextTagLocked();
-  // Indexes frame f (filled, tag 0) as block `index` of `file`.
+  // Indexes frame f (filled, tag 0) as block `index` of `file` and sets its
+  // tag (`tag`, or a new one when 0).
   void IndexLocked(uint32_t f, uint64_t file, uint64_t index, uint64_t generation, size_t length,
-                   Queue q);
+                   Queue q, uint64_t tag = 0);
   List& ListOf(Queue q) { return q == Queue::kProbation ? probation_ : protected_; }
   void Unlink(uint32_t f);
   void PushHead(Queue q, uint32_t f);
@@ -241,7 +250,7 @@ class BlockCache {
   const unsigned probation_percent_;
   std::byte* const arena_;
   const size_t arena_bytes_;
-  uint64_t* const tags_;  // one per frame, accessed as atomics
+  uint64_t* const tags_;  // two words per frame (tag, check), accessed as atomics
   mutable std::mutex mu_;
   std::vector<Frame> frames_;
   std::vector<uint32_t> free_;

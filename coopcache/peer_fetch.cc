@@ -1,5 +1,8 @@
 #include "coopcache/peer_fetch.h"
 
+#include <algorithm>
+
+#include "common/wait.h"
 #include "coopcache/block_cache.h"
 
 namespace fedfs::coop {
@@ -48,47 +51,86 @@ auto PeerFetch::Import(const PeerCopy& c) -> Result<Imported> {
 }
 
 Status PeerFetch::Fetch(const PeerCopy& c, std::byte* dst) {
-  const uint64_t off = uint64_t{c.frame} * c.block_size;
-  if (c.block_size == 0 || c.length > c.block_size || off + c.length > c.data.length ||
-      (uint64_t{c.frame} + 1) * sizeof(uint64_t) > c.tags.length) {
-    remote_errors_.fetch_add(1, std::memory_order_relaxed);
-    return Err(EPROTO, "a peer copy outside the peer's regions");
+  std::byte* const d[] = {dst};
+  return std::move(FetchAll({&c, 1}, d)[0]);
+}
+
+std::vector<Status> PeerFetch::FetchAll(std::span<const PeerCopy> copies,
+                                        std::span<std::byte* const> dst) {
+  constexpr uint64_t kTrailer = BlockCache::kTrailerBytes;
+  const size_t n = std::min(copies.size(), dst.size());
+  std::vector<Status> out(n, Ok());
+  struct Want {
+    size_t copy;
+    Imported im;
+    uint64_t trailer[2] = {0, 0};
+  };
+  std::vector<Want> wants;
+  wants.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const PeerCopy& c = copies[i];
+    const uint64_t off = uint64_t{c.frame} * c.block_size;
+    if (c.block_size == 0 || c.length > c.block_size || off + c.length > c.data.length ||
+        (uint64_t{c.frame} + 1) * kTrailer > c.tags.length) {
+      remote_errors_.fetch_add(1, std::memory_order_relaxed);
+      out[i] = Err(EPROTO, "a peer copy outside the peer's regions");
+      continue;
+    }
+    auto im = Import(c);
+    if (!im) {
+      remote_errors_.fetch_add(1, std::memory_order_relaxed);
+      out[i] = Err(im.error());
+      continue;
+    }
+    wants.push_back(Want{i, std::move(*im)});
   }
-  auto im = Import(c);
-  if (!im) {
-    remote_errors_.fetch_add(1, std::memory_order_relaxed);
-    return Err(im.error());
+  // Two rounds, each with one get per copy in flight at once: the bytes,
+  // then the trailers (tests may swap them and run a hook between). Their
+  // order does not matter to the check, which ties the bytes to the tag.
+  auto round = [&](bool trailers) {
+    return WaitForAll<Status>(wants.size(), [&](size_t k, m2m::Callback<void> done) {
+      Want& w = wants[k];
+      const PeerCopy& c = copies[w.copy];
+      if (trailers) {
+        w.im.ep->Get(w.trailer, kTrailer, *w.im.tags, uint64_t{c.frame} * kTrailer, timeout_,
+                     std::move(done));
+      } else {
+        w.im.ep->Get(dst[w.copy], c.length, *w.im.data, uint64_t{c.frame} * c.block_size,
+                     timeout_, std::move(done));
+      }
+    });
+  };
+  std::vector<Status> first, second;
+  if (!wants.empty()) {
+    first = round(trailer_first_);
+    if (between_) between_();
+    second = round(!trailer_first_);
   }
-  // The tag, the bytes, the tag again: both reads must find the tag the
-  // holder named. The one after the bytes proves no rewrite began since the
-  // first (a frame's tag goes to 0 before its bytes change, and a tag is
-  // never used twice); the one before proves the bytes were there: a holder
-  // names a reader's frame as soon as the reader asks, before it is filled,
-  // and bytes read then are the frame's old block.
-  const uint64_t tag_off = uint64_t{c.frame} * 8;
-  uint64_t before = 0, tag = 0;
-  Status st = m2m::GetSync(*im->ep, &before, sizeof before, *im->tags, tag_off, timeout_);
-  if (st && before != c.tag) {
-    tag_misses_.fetch_add(1, std::memory_order_relaxed);
-    return Err(ESTALE, "the peer's frame holds another block");
+  for (size_t k = 0; k < wants.size(); ++k) {
+    const Want& w = wants[k];
+    const PeerCopy& c = copies[w.copy];
+    Status& st = out[w.copy];
+    if (!first[k]) st = std::move(first[k]);
+    else if (!second[k]) st = std::move(second[k]);
+    if (!st) {
+      remote_errors_.fetch_add(1, std::memory_order_relaxed);
+      // A region the peer no longer has (it restarted): import again next time.
+      std::lock_guard lock(mu_);
+      peers_.erase(c.addr);
+      continue;
+    }
+    if (w.trailer[0] != c.tag) {
+      tag_misses_.fetch_add(1, std::memory_order_relaxed);
+      st = Err(ESTALE, "the peer's frame holds another block");
+    } else if (w.trailer[1] != BlockCache::Check({dst[w.copy], c.length}, c.tag)) {
+      tag_misses_.fetch_add(1, std::memory_order_relaxed);
+      st = Err(ESTALE, "the peer's frame changed while it was read");
+    } else {
+      remote_hits_.fetch_add(1, std::memory_order_relaxed);
+      remote_bytes_.fetch_add(c.length, std::memory_order_relaxed);
+    }
   }
-  if (st) st = m2m::GetSync(*im->ep, dst, c.length, *im->data, off, timeout_);
-  if (st && after_bytes_) after_bytes_();
-  if (st) st = m2m::GetSync(*im->ep, &tag, sizeof tag, *im->tags, tag_off, timeout_);
-  if (!st) {
-    remote_errors_.fetch_add(1, std::memory_order_relaxed);
-    // A region the peer no longer has (it restarted): import again next time.
-    std::lock_guard lock(mu_);
-    peers_.erase(c.addr);
-    return st;
-  }
-  if (tag != c.tag) {
-    tag_misses_.fetch_add(1, std::memory_order_relaxed);
-    return Err(ESTALE, "the peer's frame moved on");
-  }
-  remote_hits_.fetch_add(1, std::memory_order_relaxed);
-  remote_bytes_.fetch_add(c.length, std::memory_order_relaxed);
-  return Ok();
+  return out;
 }
 
 auto PeerFetch::stats() const -> Stats {

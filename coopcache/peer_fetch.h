@@ -1,17 +1,18 @@
 // PeerFetch: one node's side of cooperative caching over the transport
 // (docs/coopcache.md, "Blocks fetched from peers' memory").
 //
-//  * Its BlockCache's arena and tag array are registered with the transport
+//  * Its BlockCache's arena and trailer array are registered with the transport
 //    (Create), and their descriptors handed to every holder this node reads
 //    from (Regions, in the file service's Hello), so that a holder may send
 //    another reader here.
-//  * Fetch reads a block from a peer's cache one-sidedly: the frame's tag,
-//    the bytes, the tag again; the bytes count only if both reads find the
-//    tag the holder named (block_cache.h, "Cooperation"): the first proves
-//    the frame was filled (a holder names a frame before its reader filled
-//    it), the second that no rewrite began meanwhile. Anything else (a moved tag, a
-//    dead or unreachable peer, a region it no longer has) is an error the
-//    caller answers by asking the holder for the bytes.
+//  * Fetch reads a block from a peer's cache one-sidedly: the frame's bytes,
+//    then its trailer (tag and check); the bytes count only if the trailer
+//    carries the tag the holder named and the check of those bytes under it
+//    (block_cache.h, "Cooperation"). That finds out a frame reused before,
+//    during or after the read, and one not yet filled (a holder names a
+//    reader's frame before its bytes are there). Anything else (a moved
+//    tag, a dead or unreachable peer, a region it no longer has) is an
+//    error the caller answers by asking the holder for the bytes.
 //
 // Threads: thread-safe; Fetch blocks (never call it on the transport's
 // progress context).
@@ -24,7 +25,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "common/result.h"
 #include "m2m/transport.h"
@@ -37,7 +40,7 @@ class BlockCache;
 struct PeerCopy {
   std::string addr;         // the peer's transport address
   m2m::RegionDesc data;     // its arena
-  m2m::RegionDesc tags;     // its tag array
+  m2m::RegionDesc tags;     // its trailer array (tag and check per frame)
   uint64_t block_size = 0;  // its blocks
   uint32_t frame = 0;
   uint64_t tag = 0;
@@ -52,20 +55,29 @@ class PeerFetch {
   ~PeerFetch();
 
   BlockCache* cache() const { return cache_; }
-  // This node's arena and tag array, for holders.
+  // This node's arena and trailer array, for holders.
   m2m::RegionDesc data_region() const { return data_->Export(); }
   m2m::RegionDesc tags_region() const { return tags_->Export(); }
 
   // Reads `c.length` bytes of the copy into dst (at least c.length long).
-  // ESTALE: the tag moved; other errors: the peer could not be read.
+  // ESTALE: the tag moved, or the bytes are not the block it names; other
+  // errors: the peer could not be read.
   Status Fetch(const PeerCopy& c, std::byte* dst);
+  // Fetch of copies[i] into dst[i] for every i in two rounds of gets in
+  // flight at once (every copy's bytes, then every trailer): two round
+  // trips for a run of blocks. A Status per copy.
+  std::vector<Status> FetchAll(std::span<const PeerCopy> copies, std::span<std::byte* const> dst);
 
-  // Tests: runs between the read of a copy's bytes and the second read of
-  // its tag (to force the races of a fetch with the peer's reuse or fill of
-  // the frame).
-  void SetAfterBytesHookForTest(std::function<void()> hook) { after_bytes_ = std::move(hook); }
+  // Tests: the trailers first (or the bytes first, as always without
+  // this), `hook` run between the two rounds, to force each race of a
+  // fetch with the peer's reuse or fill of the frame.
+  void SetBetweenGetsHookForTest(bool trailer_first, std::function<void()> hook) {
+    trailer_first_ = trailer_first;
+    between_ = std::move(hook);
+  }
 
   struct Stats {
+    // tag_misses: the trailer named another block, or the check failed
     uint64_t remote_hits = 0, remote_bytes = 0, tag_misses = 0, remote_errors = 0;
   };
   Stats stats() const;
@@ -84,7 +96,8 @@ class PeerFetch {
   m2m::Transport* const transport_;
   const std::chrono::nanoseconds timeout_;
   std::unique_ptr<m2m::LocalRegion> data_, tags_;
-  std::function<void()> after_bytes_;
+  bool trailer_first_ = false;
+  std::function<void()> between_;
   std::mutex mu_;
   std::map<std::string, Imported> peers_;  // by address, guarded by mu_
   std::atomic<uint64_t> remote_hits_{0}, remote_bytes_{0}, tag_misses_{0}, remote_errors_{0};

@@ -205,25 +205,35 @@ auto VfsImpl::CoopMiss(const OpenFile& f, uint64_t first, uint64_t last, uint64_
       abandon(k);
       return Filled{n, n < count * block};
     }
-    // Copies of the leading blocks at other nodes.
+    // Copies of the leading blocks at other nodes, read all at once.
     size_t k = 0, n = 0;
     bool ok = true, eof = false;
+    std::vector<coop::PeerCopy> pcs;
+    std::vector<std::byte*> dsts;
     for (const auto& c : r->copies) {
-      if (k >= count || c.index != first + k || c.length > block) {
+      const size_t j = pcs.size();
+      if (j >= count || c.index != first + j || c.length > block) {
         ok = false;
         break;
       }
-      const coop::PeerCopy pc = PeerCopyOf(c, block);
-      if (auto st = deps_.peers->Fetch(pc, slots[k].data); !st) {
-        ok = false;
-        break;
-      }
-      std::memcpy(into + n, slots[k].data, c.length);
-      n += c.length;
-      ++k;
-      if (c.length < block) {
-        eof = true;
-        break;
+      pcs.push_back(PeerCopyOf(c, block));
+      dsts.push_back(slots[j].data);
+      if (c.length < block) break;  // the file ends in it
+    }
+    if (ok) {
+      auto got = deps_.peers->FetchAll(pcs, dsts);
+      for (; k < got.size(); ++k) {
+        if (!got[k]) {
+          ok = false;
+          break;
+        }
+        std::memcpy(into + n, slots[k].data, pcs[k].length);
+        n += pcs[k].length;
+        if (pcs[k].length < block) {
+          eof = true;
+          ++k;
+          break;
+        }
       }
     }
     if (!ok) {

@@ -278,7 +278,7 @@ TEST(BlockCache, RandomOperationsAgreeWithAModel) {
 // The tag of frame f as a peer would read it.
 uint64_t TagOf(BlockCache& c, uint32_t f) {
   uint64_t t;
-  std::memcpy(&t, c.tags().data() + size_t{f} * 8, 8);
+  std::memcpy(&t, c.tags().data() + size_t{f} * BlockCache::kTrailerBytes, 8);
   return t;
 }
 

@@ -1,9 +1,9 @@
 // PeerFetch (coopcache/peer_fetch.h) over the fake network: a block read
 // from a peer's registered cache, and every way the copy can be wrong found
-// out: the peer reused the frame (before the read, or between the bytes and
-// the tag: the race forced with the test hook), a frame published only
-// after its bytes were read (its old bytes under the new tag: the race the
-// simulator's read-remote workload found), a tag never published, a copy
+// out: the peer reused the frame (before the read, or between the two gets,
+// in either order: the races forced with the test hook), a frame published
+// only after its bytes were read (its old bytes under the new tag: the race
+// the simulator's read-remote workload found), a tag never published, a copy
 // outside the peer's regions, a peer that is gone.
 #include <gtest/gtest.h>
 
@@ -84,17 +84,46 @@ TEST_F(PeerFetchTest, AFrameReusedBeforeTheReadIsFoundOut) {
   EXPECT_EQ(a.peers->stats().remote_hits, 0u);
 }
 
-TEST_F(PeerFetchTest, AFrameReusedBetweenTheBytesAndTheTagIsFoundOut) {
+TEST_F(PeerFetchTest, AFrameReusedBetweenTheBytesAndTheTrailerIsFoundOut) {
   PeerCopy copy = Keep(c, 1, 0, 0x11);
-  a.peers->SetAfterBytesHookForTest([&] { Keep(c, 2, 0, 0x22); });
+  a.peers->SetBetweenGetsHookForTest(false, [&] { Keep(c, 2, 0, 0x22); });
   auto st = a.peers->Fetch(copy, dst.data());
   ASSERT_FALSE(st);
   EXPECT_EQ(st.error().code, ESTALE);
-  // Without the hook the same copy of the new block reads fine.
-  a.peers->SetAfterBytesHookForTest(nullptr);
-  PeerCopy now = copy;
-  now.tag = 0;  // not what the frame carries
-  EXPECT_FALSE(a.peers->Fetch(now, dst.data()));
+  // Without the hook a copy of what the frame holds now reads fine, and one
+  // naming another tag does not.
+  a.peers->SetBetweenGetsHookForTest(false, nullptr);
+  PeerCopy now = Keep(c, 3, 0, 0x33);
+  ASSERT_TRUE(a.peers->Fetch(now, dst.data()));
+  EXPECT_EQ(dst[0], std::byte{0x33});
+  now.tag = copy.tag;
+  EXPECT_EQ(a.peers->Fetch(now, dst.data()).error().code, ESTALE);
+}
+
+// The trailer read first still names the old block; the bytes read after
+// the reuse are the new one's. Only the check can tell.
+TEST_F(PeerFetchTest, AFrameReusedBetweenTheTrailerAndTheBytesIsFoundOut) {
+  PeerCopy copy = Keep(c, 1, 0, 0x11);
+  a.peers->SetBetweenGetsHookForTest(true, [&] { Keep(c, 2, 0, 0x22); });
+  auto st = a.peers->Fetch(copy, dst.data());
+  a.peers->SetBetweenGetsHookForTest(true, nullptr);
+  ASSERT_FALSE(st) << "read another block's bytes (0x" << std::hex << static_cast<int>(dst[0])
+                   << ") under the old tag";
+  EXPECT_EQ(st.error().code, ESTALE);
+  EXPECT_EQ(a.peers->stats().tag_misses, 1u);
+}
+
+// A rewrite caught half done: the trailer of the old block, bytes partly
+// the old block's and partly another's.
+TEST_F(PeerFetchTest, BytesTornByARewriteAreFoundOut) {
+  PeerCopy copy = Keep(c, 1, 0, 0x11);
+  a.peers->SetBetweenGetsHookForTest(true, [&] {
+    std::memset(c.cache->arena().data() + size_t{copy.frame} * kBlock + kBlock / 2, 0x22, 64);
+  });
+  auto st = a.peers->Fetch(copy, dst.data());
+  a.peers->SetBetweenGetsHookForTest(true, nullptr);
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.error().code, ESTALE);
 }
 
 // A holder names a reader's frame as soon as the reader asks for the block,
@@ -114,9 +143,9 @@ TEST_F(PeerFetchTest, AFramePublishedAfterItsBytesWereReadIsFoundOut) {
     EXPECT_TRUE(c.cache->Publish(*s, 2, 0, c.cache->Generation(2), b, 0));
     published = true;
   };
-  a.peers->SetAfterBytesHookForTest(publish);
+  a.peers->SetBetweenGetsHookForTest(false, publish);  // the bytes, the publish, the trailer
   auto st = a.peers->Fetch(early, dst.data());
-  a.peers->SetAfterBytesHookForTest(nullptr);
+  a.peers->SetBetweenGetsHookForTest(false, nullptr);
   ASSERT_FALSE(st) << "read the frame's old bytes (0x" << std::hex
                    << static_cast<int>(dst[0]) << ") as the new block";
   EXPECT_EQ(st.error().code, ESTALE);
