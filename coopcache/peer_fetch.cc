@@ -84,34 +84,46 @@ std::vector<Status> PeerFetch::FetchAll(std::span<const PeerCopy> copies,
     }
     wants.push_back(Want{i, std::move(*im)});
   }
-  // Two rounds, each with one get per copy in flight at once: the bytes,
-  // then the trailers (tests may swap them and run a hook between). Their
-  // order does not matter to the check, which ties the bytes to the tag.
-  auto round = [&](bool trailers) {
-    return WaitForAll<Status>(wants.size(), [&](size_t k, m2m::Callback<void> done) {
-      Want& w = wants[k];
-      const PeerCopy& c = copies[w.copy];
-      if (trailers) {
-        w.im.ep->Get(w.trailer, kTrailer, *w.im.tags, uint64_t{c.frame} * kTrailer, timeout_,
-                     std::move(done));
-      } else {
-        w.im.ep->Get(dst[w.copy], c.length, *w.im.data, uint64_t{c.frame} * c.block_size,
-                     timeout_, std::move(done));
-      }
-    });
+  // Every copy's bytes and trailer, all in flight at once: one round trip.
+  // Their order does not matter to the check, which ties the bytes to the
+  // tag. Tests run them in two rounds (the trailers first or the bytes
+  // first), the hook between.
+  auto get = [&](size_t k, bool trailer, m2m::Callback<void> done) {
+    Want& w = wants[k];
+    const PeerCopy& c = copies[w.copy];
+    if (trailer) {
+      w.im.ep->Get(w.trailer, kTrailer, *w.im.tags, uint64_t{c.frame} * kTrailer, timeout_,
+                   std::move(done));
+    } else {
+      w.im.ep->Get(dst[w.copy], c.length, *w.im.data, uint64_t{c.frame} * c.block_size,
+                   timeout_, std::move(done));
+    }
   };
-  std::vector<Status> first, second;
-  if (!wants.empty()) {
-    first = round(trailer_first_);
-    if (between_) between_();
-    second = round(!trailer_first_);
+  std::vector<Status> bytes(wants.size(), Ok()), trailers(wants.size(), Ok());
+  if (!wants.empty() && !between_) {
+    auto all = WaitForAll<Status>(2 * wants.size(), [&](size_t g, m2m::Callback<void> done) {
+      get(g / 2, g % 2 == 1, std::move(done));
+    });
+    for (size_t k = 0; k < wants.size(); ++k) {
+      bytes[k] = std::move(all[2 * k]);
+      trailers[k] = std::move(all[2 * k + 1]);
+    }
+  } else if (!wants.empty()) {
+    auto round = [&](bool trailer) {
+      return WaitForAll<Status>(wants.size(), [&](size_t k, m2m::Callback<void> done) {
+        get(k, trailer, std::move(done));
+      });
+    };
+    (trailer_first_ ? trailers : bytes) = round(trailer_first_);
+    between_();
+    (trailer_first_ ? bytes : trailers) = round(!trailer_first_);
   }
   for (size_t k = 0; k < wants.size(); ++k) {
     const Want& w = wants[k];
     const PeerCopy& c = copies[w.copy];
     Status& st = out[w.copy];
-    if (!first[k]) st = std::move(first[k]);
-    else if (!second[k]) st = std::move(second[k]);
+    if (!bytes[k]) st = std::move(bytes[k]);
+    else if (!trailers[k]) st = std::move(trailers[k]);
     if (!st) {
       remote_errors_.fetch_add(1, std::memory_order_relaxed);
       // A region the peer no longer has (it restarted): import again next time.

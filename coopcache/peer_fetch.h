@@ -5,8 +5,9 @@
 //    (Create), and their descriptors handed to every holder this node reads
 //    from (Regions, in the file service's Hello), so that a holder may send
 //    another reader here.
-//  * Fetch reads a block from a peer's cache one-sidedly: the frame's bytes,
-//    then its trailer (tag and check); the bytes count only if the trailer
+//  * Fetch reads a block from a peer's cache one-sidedly: the frame's bytes
+//    and its trailer (tag and check), two gets in flight at once (one round
+//    trip); the bytes count only if the trailer
 //    carries the tag the holder named and the check of those bytes under it
 //    (block_cache.h, "Cooperation"). That finds out a frame reused before,
 //    during or after the read, and one not yet filled (a holder names a
@@ -63,14 +64,13 @@ class PeerFetch {
   // ESTALE: the tag moved, or the bytes are not the block it names; other
   // errors: the peer could not be read.
   Status Fetch(const PeerCopy& c, std::byte* dst);
-  // Fetch of copies[i] into dst[i] for every i in two rounds of gets in
-  // flight at once (every copy's bytes, then every trailer): two round
-  // trips for a run of blocks. A Status per copy.
+  // Fetch of copies[i] into dst[i] for every i, all their gets in flight at
+  // once (one round trip for a run of blocks); a Status per copy.
   std::vector<Status> FetchAll(std::span<const PeerCopy> copies, std::span<std::byte* const> dst);
 
-  // Tests: the trailers first (or the bytes first, as always without
-  // this), `hook` run between the two rounds, to force each race of a
-  // fetch with the peer's reuse or fill of the frame.
+  // Tests: the gets in two rounds, the trailers first or the bytes first,
+  // `hook` run between them, to force each race of a fetch with the peer's
+  // reuse or fill of the frame. No hook: all at once.
   void SetBetweenGetsHookForTest(bool trailer_first, std::function<void()> hook) {
     trailer_first_ = trailer_first;
     between_ = std::move(hook);
