@@ -47,11 +47,11 @@ Result<std::unique_ptr<BlockCache>> BlockCache::Create(const BlockCacheOptions& 
     return Err(e, "mapping the block cache's tags");
   }
   return std::unique_ptr<BlockCache>(
-      new BlockCache(o, static_cast<std::byte*>(p), bytes, static_cast<uint64_t*>(t)));
+      new BlockCache(o, static_cast<std::byte*>(p), bytes, static_cast<Trailer*>(t)));
 }
 
 BlockCache::BlockCache(const BlockCacheOptions& o, std::byte* arena, size_t arena_bytes,
-                       uint64_t* tags)
+                       Trailer* tags)
     : block_(o.block_bytes),
       probation_percent_(o.probation_percent),
       arena_(arena),
@@ -85,9 +85,9 @@ uint64_t BlockCache::Check(std::span<const std::byte> bytes, uint64_t tag) {
 void BlockCache::SetTag(uint32_t f, uint64_t tag) {
   if (tag != 0) {
     const uint64_t check = Check({Data(f), frames_[f].length}, tag);
-    std::atomic_ref<uint64_t>(tags_[2 * size_t{f} + 1]).store(check, std::memory_order_relaxed);
+    std::atomic_ref<uint64_t>(tags_[f].check).store(check, std::memory_order_relaxed);
   }
-  std::atomic_ref<uint64_t>(tags_[2 * size_t{f}]).store(tag, std::memory_order_release);
+  std::atomic_ref<uint64_t>(tags_[f].tag).store(tag, std::memory_order_release);
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
@@ -139,7 +139,7 @@ bool BlockCache::EvictOneLocked() {
   if (sink_ && !v.origin.holder.empty() && CurrentLocked(v)) {
     ++stats_.evicted_to_sink;
     sink_(Evicted{v.origin, v.file, v.generation, v.index, victim,
-                  std::atomic_ref<uint64_t>(tags_[2 * size_t{victim}]).load(std::memory_order_relaxed),
+                  std::atomic_ref<uint64_t>(tags_[victim].tag).load(std::memory_order_relaxed),
                   std::span<const std::byte>(Data(victim), v.length)});
   }
   FreeFrame(victim);

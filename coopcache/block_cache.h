@@ -144,9 +144,13 @@ class BlockCache {
     sink_ = std::move(sink);
   }
   void Abandon(const Slot& slot);
-  // The arena and the trailer array (kTrailerBytes per frame: the tag, then
-  // the check), for registration.
-  static constexpr size_t kTrailerBytes = 2 * sizeof(uint64_t);
+  // A frame's trailer (see "Cooperation"), as peers read it.
+  struct Trailer {
+    uint64_t tag = 0;
+    uint64_t check = 0;
+  };
+  static constexpr size_t kTrailerBytes = sizeof(Trailer);
+  // The arena and the trailer array (one Trailer per frame), for registration.
   std::span<std::byte> arena() { return {arena_, arena_bytes_}; }
   std::span<std::byte> tags() {
     return {reinterpret_cast<std::byte*>(tags_), frames_.size() * kTrailerBytes};
@@ -223,7 +227,7 @@ class BlockCache {
   };
 
   BlockCache(const BlockCacheOptions& options, std::byte* arena, size_t arena_bytes,
-             uint64_t* tags);
+             Trailer* tags);
   // Tag 0, or `tag` with the check of the frame's bytes (see "Cooperation").
   void SetTag(uint32_t f, uint64_t tag);
   uint64_t NextTagLocked();
@@ -250,7 +254,7 @@ class BlockCache {
   const unsigned probation_percent_;
   std::byte* const arena_;
   const size_t arena_bytes_;
-  uint64_t* const tags_;  // two words per frame (tag, check), accessed as atomics
+  Trailer* const tags_;  // one per frame, its words accessed as atomics
   mutable std::mutex mu_;
   std::vector<Frame> frames_;
   std::vector<uint32_t> free_;

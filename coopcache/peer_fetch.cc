@@ -63,7 +63,7 @@ std::vector<Status> PeerFetch::FetchAll(std::span<const PeerCopy> copies,
   struct Want {
     size_t copy;
     Imported im;
-    uint64_t trailer[2] = {0, 0};
+    BlockCache::Trailer trailer;
   };
   std::vector<Want> wants;
   wants.reserve(n);
@@ -92,7 +92,7 @@ std::vector<Status> PeerFetch::FetchAll(std::span<const PeerCopy> copies,
     Want& w = wants[k];
     const PeerCopy& c = copies[w.copy];
     if (trailer) {
-      w.im.ep->Get(w.trailer, kTrailer, *w.im.tags, uint64_t{c.frame} * kTrailer, timeout_,
+      w.im.ep->Get(&w.trailer, kTrailer, *w.im.tags, uint64_t{c.frame} * kTrailer, timeout_,
                    std::move(done));
     } else {
       w.im.ep->Get(dst[w.copy], c.length, *w.im.data, uint64_t{c.frame} * c.block_size,
@@ -131,10 +131,10 @@ std::vector<Status> PeerFetch::FetchAll(std::span<const PeerCopy> copies,
       peers_.erase(c.addr);
       continue;
     }
-    if (w.trailer[0] != c.tag) {
+    if (w.trailer.tag != c.tag) {
       tag_misses_.fetch_add(1, std::memory_order_relaxed);
       st = Err(ESTALE, "the peer's frame holds another block");
-    } else if (w.trailer[1] != BlockCache::Check({dst[w.copy], c.length}, c.tag)) {
+    } else if (w.trailer.check != BlockCache::Check({dst[w.copy], c.length}, c.tag)) {
       tag_misses_.fetch_add(1, std::memory_order_relaxed);
       st = Err(ESTALE, "the peer's frame changed while it was read");
     } else {
