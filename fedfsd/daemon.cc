@@ -412,6 +412,8 @@ Status Daemon::Mount(const DaemonOptions& o) {
   return Ok();
 }
 
+std::string Daemon::FuseConnection() const { return mount_ ? mount_->connection_id() : ""; }
+
 Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
   std::unique_ptr<Daemon> d(new Daemon());
   using Step = Status (Daemon::*)(const DaemonOptions&);

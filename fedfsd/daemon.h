@@ -77,6 +77,10 @@ class Daemon {
 
   std::shared_ptr<const MembershipView> Snapshot() const { return membership_->Snapshot(); }
 
+  // The mount's FUSE connection (fuse::FuseMount::connection_id); empty
+  // without a mount or after Stop.
+  std::string FuseConnection() const;
+
  private:
   Daemon();
 

@@ -25,6 +25,7 @@
 #include "fedfsd/daemon.h"
 #include "fedfsd/local_daemons.h"
 #include "fedfsd/service_notify.h"
+#include "fuse/death_guard.h"
 
 namespace {
 
@@ -123,10 +124,29 @@ int Run(const std::string& config_path, bool clear_stale_mount) {
   auto log = fedfs::Logger("daemon");
   ServiceNotifier service;
   service.Status("starting");
+  // A child of this thread that aborts the mount's FUSE connection if this
+  // thread dies with it open (SIGKILL while another thread waits on the
+  // mount in the kernel would otherwise leave the mount hung; fuse/
+  // death_guard.h). Forked before the daemon's threads exist.
+  std::unique_ptr<fedfs::fuse::DeathGuard> guard;
+  if (opts->fuse.mount) {
+    if (auto g = fedfs::fuse::DeathGuard::Start(); g) {
+      guard = std::move(*g);
+    } else {
+      log->warn("{}; a killed daemon's mount may stay hung until its connection is aborted",
+                g.error().context);
+    }
+  }
   auto daemon = Daemon::Start(*opts);
   if (!daemon) {
     std::fprintf(stderr, "fedfsd: %s\n", daemon.error().context.c_str());
     return kExitStart;
+  }
+  if (guard) {
+    if (fedfs::Status s = guard->Arm((*daemon)->FuseConnection()); !s) {
+      log->warn("{}; a killed daemon's mount may stay hung until its connection is aborted",
+                s.error().context);
+    }
   }
   // READY for systemd (Type=notify) once mounted and joined.
   WaitJoined(**daemon, *opts);
@@ -145,6 +165,7 @@ int Run(const std::string& config_path, bool clear_stale_mount) {
   service.Stopping();
   (*daemon)->Stop();
   daemon->reset();
+  guard.reset();  // the mount is gone: the guard exits without aborting
   log->info("stopped");
   return 0;
 }

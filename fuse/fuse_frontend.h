@@ -148,6 +148,9 @@ class FuseMount {
   void Unmount();
 
   const std::string& mountpoint() const { return options_.mountpoint; }
+  // The connection's name under /sys/fs/fuse/connections (the kernel's
+  // device number of the mount); empty if it could not be found.
+  const std::string& connection_id() const { return conn_id_; }
 
   // This mount's kernel caches. Shared so that it can outlive the mount:
   // after Unmount its calls do nothing.
