@@ -43,9 +43,13 @@ bool AbortConnection(const char* id) {
   if (fd < 0 && errno == ENOENT) {
     // No such connection, or fusectl not mounted: mount it where only this
     // process sees it (fusectl is one instance, whatever mounts it) and look
-    // again. Where that is not allowed, the first answer stands.
-    if (::unshare(CLONE_NEWNS) == 0 && ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
-        ::mount("fusectl", "/sys/fs/fuse/connections", "fusectl", 0, nullptr) == 0) {
+    // again. Where a private namespace is refused (systemd's
+    // RestrictNamespaces=), mount it for everyone, as many systems do at
+    // boot (and as FuseMount::Unmount does when it must abort).
+    const bool own = ::unshare(CLONE_NEWNS) == 0 &&
+                     ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0;
+    (void)own;
+    if (::mount("fusectl", "/sys/fs/fuse/connections", "fusectl", 0, nullptr) == 0) {
       fd = ::open(path, O_WRONLY | O_CLOEXEC);
     }
   }

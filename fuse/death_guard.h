@@ -13,7 +13,8 @@
 // that thread to die (PR_SET_PDEATHSIG) and then aborts the armed connection
 // through fusectl (/sys/fs/fuse/connections/<id>/abort; when the system has
 // not mounted fusectl, the child mounts it in a private mount namespace of its
-// own, which changes nothing outside it). The write then fails with ENOTCONN,
+// own, which changes nothing outside it, or, where new namespaces are
+// refused, where the system would). The write then fails with ECONNABORTED,
 // frees its pages, and the stuck thread and the process end.
 //
 // Contract:
