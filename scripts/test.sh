@@ -22,6 +22,9 @@
 # - after the run, whatever the tests left behind (mounts, network
 #   namespaces, tracefs instances, loop devices, temp dirs; TMPDIR is a
 #   directory of the run's) is listed and fails the run.
+# The release run ends with the chaos run (label chaos): 60 s of kills,
+# freezes and cut links under data and namespace workers, seed 1
+# (CHAOS_SECONDS, CHAOS_SEED to change them).
 # Then, with the release build, the deployment test: the Ansible role against
 # three systemd-nspawn hosts (tests/deploy/ansible_test.sh, docs/deploy.md).
 # Then every libFuzzer target (scripts/fuzz.sh, docs/fuzzing.md) runs for
@@ -105,6 +108,13 @@ for cfg in "${configs[@]}"; do
   run_ctest "$dir" unit -L unit -j2 --timeout 300
   echo "== $cfg: integration tests"
   run_ctest "$dir" integration -L integration -j1 --timeout 600 "${skip[@]}"
+  if [ "$cfg" = release ]; then
+    # docs/faults.md, "Chaos run": one fixed schedule of faults, so that a
+    # failure here replays with the same seed (bench/chaos.sh runs others).
+    echo "== $cfg: chaos run, ${CHAOS_SECONDS:-60} s of faults (seed ${CHAOS_SEED:-1})"
+    FEDFS_CHAOS_SECONDS=${CHAOS_SECONDS:-60} FEDFS_CHAOS_SEED=${CHAOS_SEED:-1} \
+      run_ctest "$dir" chaos -L chaos -j1 --timeout 900
+  fi
   if [ -n "$uring" ] && [ "$cfg" = asan ]; then
     echo Y >"$MACHINE_URING"
     echo "== $cfg: mount and POSIX parity suites over io_uring"

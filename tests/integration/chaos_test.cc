@@ -486,9 +486,26 @@ TEST_F(ChaosWorkload, NothingFailsNothingIsLostAndEveryHistoryIsLinearizable) {
       ++freezes;
     } else {
       const std::string& hd = hub_dev_[static_cast<size_t>(n)];
-      RunCommand({"ip", "-n", hub_, "link", "set", hd, "down"}, 10s);
+      // `ip` has taken several seconds here under load (once more than the
+      // 10 s it was given, leaving the link down for good: the federation
+      // "did not come back" for a reason of the test's own). Each change is
+      // waited for and tried again; a link that cannot be restored is the
+      // test's failure, said as such.
+      auto set = [&](const char* state) {
+        CommandResult r;
+        for (int attempt = 0; attempt < 5; ++attempt) {
+          r = RunCommand({"ip", "-n", hub_, "link", "set", hd, state}, 60s);
+          if (r.exit_code == 0) return std::string();
+        }
+        return "ip link set " + hd + " " + state + " failed: " + r.err;
+      };
+      std::string bad = set("down");
       std::this_thread::sleep_for(hold);
-      RunCommand({"ip", "-n", hub_, "link", "set", hd, "up"}, 10s);
+      if (std::string up = set("up"); !up.empty()) bad += (bad.empty() ? "" : "; ") + up;
+      if (!bad.empty()) {
+        recovery_failure = "the test could not cut or restore a link: " + bad;
+        break;
+      }
       ++cuts;
     }
     events.emplace_back(HistoryClock::now(), id + " restored");
@@ -510,6 +527,9 @@ TEST_F(ChaosWorkload, NothingFailsNothingIsLostAndEveryHistoryIsLinearizable) {
     }
   }
   for (auto& t : threads) t.join();
+  if (!recovery_failure.empty()) {
+    for (const auto& [t, what] : events) recovery_failure += "\nfault at " + std::to_string(ChaosMs(t)) + " ms: " + what;
+  }
   ASSERT_TRUE(recovery_failure.empty()) << recovery_failure << "\n" << Logs();
   ASSERT_TRUE(ended) << stuck << "\n" << Logs();
   for (const auto& h : hung_kills_) ADD_FAILURE() << h;
