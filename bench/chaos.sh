@@ -38,7 +38,8 @@ print(f"faults      {r['kills']} kills + restarts, {r['freezes']} freezes, {r['c
 print(f"data        {r['writes']} writes, {r['fsyncs']} fsyncs acknowledged, {r['reads_checked']} reads "
       f"checked during the run, {r['files_checked']} file checks after, {r['data_errors']} calls failed")
 print(f"namespace   {r['ns_ops']} operations ({r['ns_unknown']} of unknown outcome), "
-      f"{r['history_ops']} checked with the final listings")
+      f"{r['history_ops']} checked with the final listings: {r['histories_not_linearizable']} "
+      f"histories not linearizable, {r.get('histories_undecided', 0)} too large to decide")
 print(f"hung kills  {r['hung_kills']} daemons did not end on SIGKILL")
 print(f"migrations  {r['migrations_ok']} done, {r['migrations_failed']} refused or failed")
 print("verdict     " + ("FAILED (see the test's output above)" if r['failed'] else

@@ -594,7 +594,7 @@ TEST_F(ChaosWorkload, NothingFailsNothingIsLostAndEveryHistoryIsLinearizable) {
   for (size_t p = tree0.find('~'); p != std::string::npos; p = tree0.find('~', p + 1)) ++conflicts;
   for (int i = 1; i < kNodes; ++i) EXPECT_EQ(tree(i), tree0) << "through " << Id(i) << " and " << Id(0);
   uint64_t histories_ops = 0;
-  int not_linearizable = 0;
+  int not_linearizable = 0, undecided = 0;
   for (auto& w : names) {
     for (int i = 0; i < kNodes; ++i) w->FinalListings(i);
     const std::vector<NsOp> history = w->TakeHistory();
@@ -603,11 +603,14 @@ TEST_F(ChaosWorkload, NothingFailsNothingIsLostAndEveryHistoryIsLinearizable) {
     const HistoryVerdict v = CheckLinearizable(history, {}, /*unknown_outcomes=*/true);
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
     std::printf("namespace history: %zu operations, %s, %llu configurations, checked in %lld ms\n", history.size(),
-                v.linearizable ? "linearizable" : "NOT linearizable", static_cast<unsigned long long>(v.explored),
+                v.linearizable ? "linearizable" : v.gave_up ? "undecided (the search's budget)" : "NOT linearizable",
+                static_cast<unsigned long long>(v.explored),
                 static_cast<long long>(ms.count()));
     if (!faults) {
       EXPECT_TRUE(v.linearizable) << v.explanation << Around(v.explanation, history, w->Via(), events)
                                   << LogsAround(v.explanation, history);
+    } else if (v.gave_up) {
+      ++undecided;
     } else if (!v.linearizable) {
       ++not_linearizable;
       std::printf("%s\n", v.explanation.substr(0, v.explanation.find("model state")).c_str());
@@ -636,6 +639,7 @@ TEST_F(ChaosWorkload, NothingFailsNothingIsLostAndEveryHistoryIsLinearizable) {
       {"ns_unknown", counters.ns_unknown.load()},
       {"history_ops", histories_ops},
       {"histories_not_linearizable", not_linearizable},
+      {"histories_undecided", undecided},
       {"ns_conflicts", conflicts},
       {"migrations_ok", counters.migrations_ok.load()},
       {"migrations_failed", counters.migrations_failed.load()},

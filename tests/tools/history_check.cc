@@ -258,6 +258,10 @@ struct Entry {
 };
 
 constexpr uint64_t kMaxExplored = 20'000'000;
+// The memo's keys hold a bit per operation: a history of a chaos run of
+// half an hour (about 100,000 operations per worker, thousands of unknown
+// outcomes) filled 24 GiB before this bound.
+constexpr uint64_t kMaxMemoBytes = uint64_t{2} << 30;
 
 }  // namespace
 
@@ -393,6 +397,7 @@ HistoryVerdict CheckLinearizable(const std::vector<NsOp>& recorded,
     return (linearized[static_cast<size_t>(op) / 8] & static_cast<char>(1u << (op % 8))) != 0;
   };
   std::unordered_set<std::string> memo;
+  uint64_t memo_bytes = 0;
   struct Frame {
     int entry;
     Model::State state;
@@ -406,9 +411,11 @@ HistoryVerdict CheckLinearizable(const std::vector<NsOp>& recorded,
   int cur = H.next;
   Model::State next;
   while (H.next >= 0) {
-    if (++verdict.explored > kMaxExplored) {
-      verdict.explanation = "search gave up after " + std::to_string(kMaxExplored) +
-                            " configurations (history too large or too concurrent)\n";
+    if (++verdict.explored > kMaxExplored || memo_bytes > kMaxMemoBytes) {
+      verdict.explanation = "search gave up after " + std::to_string(verdict.explored - 1) +
+                            " configurations, " + std::to_string(memo_bytes >> 20) +
+                            " MiB remembered (history too large or too concurrent)\n";
+      verdict.gave_up = true;
       return verdict;
     }
     Entry& c = at(cur);
@@ -420,6 +427,7 @@ HistoryVerdict CheckLinearizable(const std::vector<NsOp>& recorded,
       if ((first < 0 || done(first)) && matches(static_cast<size_t>(c.op), o)) {
         flip(c.op);
         if (memo.insert(linearized + next).second) {
+          memo_bytes += linearized.size() + next.size() + 64;  // with the node's own cost
           calls.push_back({cur, state});
           state = std::move(next);
           lift(cur);

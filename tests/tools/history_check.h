@@ -97,6 +97,9 @@ struct HistoryVerdict {
   // the model would have given it instead.
   std::string explanation;
   uint64_t explored = 0;  // configurations visited (for curiosity and tuning)
+  // The search stopped at its budget (20 M configurations, or 2 GiB of
+  // remembered ones): neither shown linearizable nor shown not to be.
+  bool gave_up = false;
 };
 
 // Checks `history` from the initial state `initial` (path -> type; the root
