@@ -197,10 +197,18 @@ Status DirOps::ValidateRename(const Cred& cred, Record& r, const ClusterView& vi
   // (the VD's holder list is a hint; a node that gained it since is included).
   std::set<std::string> holders(r.holders.begin(), r.holders.end());
   r.dir_id = 0;
+  // Each node's NodeFs is looked up once: a node declared dead meanwhile has
+  // none any more (a later lookup gave a null pointer, which crashed a
+  // daemon of the chaos run whose view lost two members mid-validation).
+  std::map<std::string, NodeFs*> fs_of;
   for (const auto& n : nodes) {
-    if (expired()) return Err(ETIMEDOUT, "rename " + r.from + ": validation deadline");
     NodeFs* fs = Fs(n);
     if (fs == nullptr) return Err(EHOSTDOWN, "no route to node " + n);
+    fs_of[n] = fs;
+  }
+  for (const auto& n : nodes) {
+    if (expired()) return Err(ETIMEDOUT, "rename " + r.from + ": validation deadline");
+    NodeFs* fs = fs_of.at(n);
     auto st = fs->Stat(cred, r.from);
     if (st && S_ISDIR(st->st_mode)) {
       holders.insert(n);
@@ -224,7 +232,7 @@ Status DirOps::ValidateRename(const Cred& cred, Record& r, const ClusterView& vi
   // `to` on every node.
   for (const auto& n : nodes) {
     if (expired()) return Err(ETIMEDOUT, "rename " + r.from + ": validation deadline");
-    NodeFs* fs = Fs(n);
+    NodeFs* fs = fs_of.at(n);
     auto st = fs->Stat(cred, r.to);
     if (!st) {
       if (st.error().code == ENOENT) continue;
@@ -246,13 +254,13 @@ Status DirOps::ValidateRename(const Cred& cred, Record& r, const ClusterView& vi
     bool found = false;
     for (const auto& n : nodes) {
       if (expired()) return Err(ETIMEDOUT, "rename " + r.from + ": validation deadline");
-      auto st = Fs(n)->Stat(RootCred(), anc);
+      auto st = fs_of.at(n)->Stat(RootCred(), anc);
       if (!st) {
         if (st.error().code == ENOENT) continue;
         return Err(st.error());
       }
       if (!S_ISDIR(st->st_mode)) return Err(ENOTDIR, anc + " is not a directory on " + n);
-      auto id = CopyDirIdOn(*Fs(n), n, anc, *st);
+      auto id = CopyDirIdOn(*fs_of.at(n), n, anc, *st);
       if (!id) return Err(id.error());
       r.templates.push_back(
           {static_cast<mode_t>(st->st_mode & 07777), st->st_uid, st->st_gid, *id});
@@ -547,7 +555,9 @@ DirOps::Outcome DirOps::Resolve(Record& r) {
       if (!all_alive()) return Outcome::kRetry;
       bool any = false;
       for (const auto& h : r.holders) {
-        auto changed = Probe(Fs(h), r);
+        NodeFs* fs = Fs(h);  // gone since all_alive if declared dead meanwhile
+        if (fs == nullptr) return Outcome::kRetry;
+        auto changed = Probe(fs, r);
         if (!changed) {
           Log()->warn("{} pending: probing {}: {}", r.Describe(), h, changed.error().ToString());
           return Outcome::kRetry;

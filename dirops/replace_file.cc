@@ -119,7 +119,9 @@ DirOps::Outcome DirOps::ResolveReplace(Record& r) {
       return Outcome::kRetry;
     }
   }
-  auto st = Fs(r.from_node)->Stat(RootCred(), r.to);
+  NodeFs* from_fs = Fs(r.from_node);  // null if declared dead since the check
+  if (from_fs == nullptr) return Outcome::kRetry;
+  auto st = from_fs->Stat(RootCred(), r.to);
   if (!st && st.error().code != ENOENT) {
     Log()->warn("{} pending: probing {}: {}", r.Describe(), r.from_node, st.error().ToString());
     return Outcome::kRetry;
@@ -143,7 +145,9 @@ DirOps::Outcome DirOps::ResolveReplace(Record& r) {
 
 void DirOps::NotifyReplace(const Record& r) {
   uint8_t type = DT_REG;
-  if (auto st = Fs(r.from_node)->Stat(RootCred(), r.to); st) type = IFTODT(st->st_mode);
+  if (NodeFs* fs = Fs(r.from_node); fs != nullptr) {
+    if (auto st = fs->Stat(RootCred(), r.to); st) type = IFTODT(st->st_mode);
+  }
   Tell(r, r.replaced, VdChange::Kind::kRemove, r.to_node, 0);
   Tell(r, r.to, VdChange::Kind::kAdd, r.from_node, type);
   Tell(r, r.from, VdChange::Kind::kRemove, r.from_node, 0);

@@ -209,6 +209,27 @@ TEST_F(DirOpsTest, PendingRecoveryWaitsForNodeAndBlocksThePaths) {
   EXPECT_TRUE(ops_->RenameDir(kRoot, "/b/e", "/b/f", 0, {"n1", "n2", "n3"}));
 }
 
+// A node declared dead while the operation runs has no NodeFs any more: a
+// coordinator that looked it up again mid-validation got a null pointer and
+// crashed (a daemon of the chaos run). Now it answers, and once the node is
+// back the directory is wholly renamed or wholly not.
+TEST_F(DirOpsTest, ANodeDeclaredDeadMidOperationNeverCrashesTheCoordinator) {
+  StandardLayout();
+  NewOps();
+  {
+    std::lock_guard lock(locks_mu_);
+    lookups_left_["n3"] = 1;
+  }
+  const Status s = ops_->RenameDir(kRoot, "/a/d", "/b/e", 0, {"n1", "n2", "n3"});
+  {
+    std::lock_guard lock(locks_mu_);
+    lookups_left_.clear();
+  }
+  EXPECT_EQ(ops_->RetryPendingNow(), 0u);
+  EXPECT_EQ(JournalSize(), 0u);
+  ExpectWhole(s.has_value());
+}
+
 TEST_F(DirOpsTest, BackgroundRetryFinishesPendingRecord) {
   StandardLayout();
   NewOps({.at_step = [](std::string_view step) {

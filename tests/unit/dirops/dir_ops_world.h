@@ -193,6 +193,13 @@ struct World {
     return std::make_unique<DirOps>(
         id, kv,
         [this](const std::string& n) -> NodeFs* {
+          {
+            std::lock_guard lock(locks_mu_);
+            if (auto left = lookups_left_.find(n); left != lookups_left_.end()) {
+              if (left->second == 0) return nullptr;  // declared dead by now
+              --left->second;
+            }
+          }
           auto it = nodes_.find(n);
           return it == nodes_.end() ? nullptr : it->second.get();
         },
@@ -296,6 +303,9 @@ struct World {
   std::vector<std::string> notes_;
   std::mutex locks_mu_;
   std::map<std::pair<std::string, std::string>, std::string> locks_;  // (dir, name) -> node
+  // Lookups of a node's NodeFs left before it has none (a node membership
+  // declares dead while an operation runs); absent: no limit. Under locks_mu_.
+  std::map<std::string, int> lookups_left_;
   std::map<std::string, std::set<std::string>> before_;
 };
 
