@@ -129,12 +129,14 @@ int Run(const std::string& config_path, bool clear_stale_mount) {
   // mount in the kernel would otherwise leave the mount hung; fuse/
   // death_guard.h). Forked before the daemon's threads exist.
   std::unique_ptr<fedfs::fuse::DeathGuard> guard;
+  auto unguarded = [&](const fedfs::Error& e) {
+    log->warn("{}; a killed daemon's mount may stay hung until its connection is aborted", e.context);
+  };
   if (opts->fuse.mount) {
     if (auto g = fedfs::fuse::DeathGuard::Start(); g) {
       guard = std::move(*g);
     } else {
-      log->warn("{}; a killed daemon's mount may stay hung until its connection is aborted",
-                g.error().context);
+      unguarded(g.error());
     }
   }
   auto daemon = Daemon::Start(*opts);
@@ -143,10 +145,7 @@ int Run(const std::string& config_path, bool clear_stale_mount) {
     return kExitStart;
   }
   if (guard) {
-    if (fedfs::Status s = guard->Arm((*daemon)->FuseConnection()); !s) {
-      log->warn("{}; a killed daemon's mount may stay hung until its connection is aborted",
-                s.error().context);
-    }
+    if (fedfs::Status s = guard->Arm((*daemon)->FuseConnection()); !s) unguarded(s.error());
   }
   // READY for systemd (Type=notify) once mounted and joined.
   WaitJoined(**daemon, *opts);

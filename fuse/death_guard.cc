@@ -46,9 +46,7 @@ bool AbortConnection(const char* id) {
     // again. Where a private namespace is refused (systemd's
     // RestrictNamespaces=), mount it for everyone, as many systems do at
     // boot (and as FuseMount::Unmount does when it must abort).
-    const bool own = ::unshare(CLONE_NEWNS) == 0 &&
-                     ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0;
-    (void)own;
+    if (::unshare(CLONE_NEWNS) == 0) ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
     if (::mount("fusectl", "/sys/fs/fuse/connections", "fusectl", 0, nullptr) == 0) {
       fd = ::open(path, O_WRONLY | O_CLOEXEC);
     }

@@ -156,17 +156,27 @@ bool Ended(pid_t* pid, std::chrono::milliseconds limit, int* status = nullptr) {
   return false;
 }
 
-// Some thread of `pid` in uninterruptible sleep (state D).
-bool HasThreadInD(pid_t pid) {
+// The /proc/<pid>/task/<tid>/stat line of each thread of `pid`, with the
+// thread's directory.
+template <class Fn>
+void ForEachThread(pid_t pid, Fn&& fn) {
   std::error_code ec;
   for (const auto& t : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
     std::ifstream in(t.path() / "stat");
     std::string line;
     std::getline(in, line);
-    const size_t paren = line.rfind(')');
-    if (paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'D') return true;
+    fn(t.path(), line);
   }
-  return false;
+}
+
+// Some thread of `pid` in uninterruptible sleep (state D).
+bool HasThreadInD(pid_t pid) {
+  bool found = false;
+  ForEachThread(pid, [&](const std::filesystem::path&, const std::string& stat) {
+    const size_t paren = stat.rfind(')');
+    found = found || (paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'D');
+  });
+  return found;
 }
 
 // Aborts the connection of the mount at `mp` from this test: a guard owned by
@@ -265,18 +275,13 @@ class DeathGuardTest : public ::testing::Test {
     while (!HasThreadInD(daemon_) && Clock::now() < until) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    if (!HasThreadInD(daemon_)) {
+    if (!HasThreadInD(daemon_)) {  // what each thread waits for, to see why
       for (pid_t p : {daemon_, writer_}) {
-        std::error_code ec;
-        for (const auto& t : std::filesystem::directory_iterator("/proc/" + std::to_string(p) + "/task", ec)) {
-          std::ifstream in(t.path() / "stack");
-          std::stringstream ss;
-          ss << in.rdbuf();
-          std::ifstream st(t.path() / "stat");
-          std::string line;
-          std::getline(st, line);
-          std::fprintf(stderr, "%s\n%s\n", line.c_str(), ss.str().c_str());
-        }
+        ForEachThread(p, [](const std::filesystem::path& dir, const std::string& stat) {
+          std::stringstream stack;
+          stack << std::ifstream(dir / "stack").rdbuf();
+          std::fprintf(stderr, "%s\n%s\n", stat.c_str(), stack.str().c_str());
+        });
       }
     }
     ASSERT_TRUE(HasThreadInD(daemon_)) << "the page drop is not waiting in the kernel";

@@ -397,7 +397,8 @@ HistoryVerdict CheckLinearizable(const std::vector<NsOp>& recorded,
     return (linearized[static_cast<size_t>(op) / 8] & static_cast<char>(1u << (op % 8))) != 0;
   };
   std::unordered_set<std::string> memo;
-  uint64_t memo_bytes = 0;
+  // Every key is a bitset and a state of fixed lengths; 64 for the node.
+  const uint64_t key_bytes = linearized.size() + model.initial().size() + 64;
   struct Frame {
     int entry;
     Model::State state;
@@ -411,6 +412,7 @@ HistoryVerdict CheckLinearizable(const std::vector<NsOp>& recorded,
   int cur = H.next;
   Model::State next;
   while (H.next >= 0) {
+    const uint64_t memo_bytes = memo.size() * key_bytes;
     if (++verdict.explored > kMaxExplored || memo_bytes > kMaxMemoBytes) {
       verdict.explanation = "search gave up after " + std::to_string(verdict.explored - 1) +
                             " configurations, " + std::to_string(memo_bytes >> 20) +
@@ -427,7 +429,6 @@ HistoryVerdict CheckLinearizable(const std::vector<NsOp>& recorded,
       if ((first < 0 || done(first)) && matches(static_cast<size_t>(c.op), o)) {
         flip(c.op);
         if (memo.insert(linearized + next).second) {
-          memo_bytes += linearized.size() + next.size() + 64;  // with the node's own cost
           calls.push_back({cur, state});
           state = std::move(next);
           lift(cur);
