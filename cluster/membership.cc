@@ -169,6 +169,37 @@ class Membership::Core : public std::enable_shared_from_this<Membership::Core> {
     // `task` (and any Responder it holds) is destroyed here, outside mu_.
   }
 
+  // Before Start.
+  void SetDeadHold(HoldFn hold, ContactFn on_held) {
+    hold_ = std::move(hold);
+    on_held_ = std::move(on_held);
+  }
+
+  // Any thread: marks `id` dead now if it is alive and held.
+  void Fence(const std::string& id) {
+    Post([this, id] {
+      auto it = members_.find(id);
+      if (it == members_.end() || it->second.state != MemberState::kAlive || !Held(id)) return;
+      it->second.state = MemberState::kDead;
+      it->second.rtt_us = -1;
+      Changed();
+      log_->warn("member {} ({}) is held dead until it applies what it missed; epoch {}", id,
+                 it->second.addr, epoch_);
+    });
+  }
+
+  // Any thread: `id` leaves the view for good.
+  void Forget(const std::string& id) {
+    Post([this, id] {
+      if (id == opts_.node_id || !forgotten_.insert(id).second) return;
+      in_flight_.erase(id);
+      if (members_.erase(id) != 0) {
+        Changed();
+        log_->warn("member {} forgotten: removed from the view for good; epoch {}", id, epoch_);
+      }
+    });
+  }
+
   void Start() {
     std::lock_guard lock(mu_);
     if (started_ || stopped_) return;
@@ -319,12 +350,14 @@ class Membership::Core : public std::enable_shared_from_this<Membership::Core> {
   // it is refused for its node tag.
   bool OnDirect(const MemberRecord& s, Clock::time_point now, std::string* refused) {
     if (s.id == opts_.node_id) return false;  // ourselves (or an impostor; see caller)
+    if (forgotten_.contains(s.id)) return false;  // removed for good (Forget)
     auto it = members_.find(s.id);
     if (it != members_.end() && s.incarnation < it->second.incarnation) return false;
     if (!AdmitTag(s, s.id, refused)) return false;
     it = members_.find(s.id);  // AdmitTag may have removed another member
     if (it == members_.end()) {
-      MemberInfo m{s.id, s.addr, s.incarnation, MemberState::kAlive, now, -1, s.tag};
+      MemberInfo m{s.id, s.addr, s.incarnation,
+                   Held(s.id) ? MemberState::kDead : MemberState::kAlive, now, -1, s.tag};
       members_.emplace(s.id, m);
       Changed();
       log_->info("member {} ({}) joined; epoch {}", s.id, s.addr, epoch_);
@@ -332,6 +365,24 @@ class Membership::Core : public std::enable_shared_from_this<Membership::Core> {
     }
     MemberInfo& m = it->second;
     if (s.incarnation < m.incarnation) return false;  // a message from a past life
+    if (Held(s.id)) {
+      // Held dead (SetDeadHold): heard, told, not alive.
+      if (s.incarnation > m.incarnation || m.state != MemberState::kDead) {
+        m.incarnation = s.incarnation;
+        m.tag = s.tag;
+        m.rtt_us = -1;
+        if (m.state != MemberState::kDead) {
+          m.state = MemberState::kDead;
+          Changed();
+        }
+        log_->warn("member {} ({}) is held dead until it applies what it missed; epoch {}",
+                   s.id, s.addr, epoch_);
+      }
+      m.addr = s.addr;
+      m.last_heard = now;
+      if (on_held_) on_held_(s.id);
+      return true;
+    }
     if (s.incarnation > m.incarnation) {
       m.incarnation = s.incarnation;
       m.addr = s.addr;
@@ -354,7 +405,7 @@ class Membership::Core : public std::enable_shared_from_this<Membership::Core> {
   // Hearsay: another node's view.
   void MergeView(const MemberMessage& msg, Clock::time_point now) {
     for (const MemberRecord& r : msg.members) {
-      if (r.id == opts_.node_id || r.id == msg.sender.id) continue;
+      if (r.id == opts_.node_id || r.id == msg.sender.id || forgotten_.contains(r.id)) continue;
       auto it = members_.find(r.id);
       std::string why;
       const bool newer = it == members_.end() || r.incarnation > it->second.incarnation;
@@ -363,7 +414,9 @@ class Membership::Core : public std::enable_shared_from_this<Membership::Core> {
       if (it == members_.end()) {
         // Unknown: learn it. If reported alive, give it a full failure
         // timeout to answer our own heartbeats.
-        members_.emplace(r.id, MemberInfo{r.id, r.addr, r.incarnation, r.state, now, -1, r.tag});
+        members_.emplace(r.id, MemberInfo{r.id, r.addr, r.incarnation,
+                                          Held(r.id) ? MemberState::kDead : r.state, now, -1,
+                                          r.tag});
         Changed();
         log_->info("learned member {} ({}, {}) from {}; epoch {}", r.id, r.addr,
                    MemberStateName(r.state), msg.sender.id, epoch_);
@@ -375,7 +428,7 @@ class Membership::Core : public std::enable_shared_from_this<Membership::Core> {
         m.incarnation = r.incarnation;
         m.addr = r.addr;
         m.tag = r.tag;
-        m.state = r.state;
+        m.state = Held(r.id) ? MemberState::kDead : r.state;
         m.last_heard = now;
         m.rtt_us = -1;
         Changed();
@@ -541,8 +594,12 @@ class Membership::Core : public std::enable_shared_from_this<Membership::Core> {
     snapshot_ = std::move(view);
   }
 
+  bool Held(const std::string& id) const { return id != opts_.node_id && hold_ && hold_(id); }
+
   const MembershipOptions opts_;
   m2m::Transport* const transport_;
+  HoldFn hold_;          // set before Start
+  ContactFn on_held_;    // likewise
   const std::shared_ptr<spdlog::logger> log_;
 
   // Member-thread state (no lock: only the member thread touches it, and the
@@ -552,6 +609,7 @@ class Membership::Core : public std::enable_shared_from_this<Membership::Core> {
   bool ring_dirty_ = false;
   std::shared_ptr<const Ring> ring_;
   std::set<std::string> in_flight_;  // members with a heartbeat outstanding
+  std::set<std::string> forgotten_;  // ignored from now on (Forget)
   // (id, incarnation) of members refused for their node tag, logged once.
   std::set<std::pair<std::string, uint64_t>> tag_logged_;
   std::vector<std::string> seeds_;
@@ -582,6 +640,11 @@ Membership::~Membership() { Stop(); }
 
 void Membership::RegisterHandlers() { core_->RegisterHandlers(); }
 
+void Membership::SetDeadHold(HoldFn hold, ContactFn on_held) {
+  core_->SetDeadHold(std::move(hold), std::move(on_held));
+}
+void Membership::Fence(const std::string& id) { core_->Fence(id); }
+void Membership::Forget(const std::string& id) { core_->Forget(id); }
 void Membership::Start() { core_->Start(); }
 void Membership::Stop() { core_->Stop(); }
 

@@ -43,6 +43,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -123,6 +124,21 @@ class Membership {
   // Installs the kMemberJoin / kMemberHeartbeat handlers. Call before the
   // transport's Listen.
   void RegisterHandlers();
+
+  // Members held dead (docs/faults.md, "Directory operations with dead
+  // members"): while hold(id) is true, member `id` is never marked alive, on
+  // contact or by hearsay; each contact from it calls on_held(id) (on the
+  // member thread: it must not block). Before Start; both run on the member
+  // thread.
+  using HoldFn = std::function<bool(const std::string& id)>;
+  using ContactFn = std::function<void(const std::string& id)>;
+  void SetDeadHold(HoldFn hold, ContactFn on_held);
+  // Marks `id` dead now if it is alive and held (a record for it arrived).
+  // Any thread.
+  void Fence(const std::string& id);
+  // Removes `id` from the view for good: its messages and what others say
+  // of it are ignored from then on (fedfsctl forget). Any thread.
+  void Forget(const std::string& id);
 
   // Starts the member thread: joins through the seeds and heartbeats.
   void Start();

@@ -41,6 +41,13 @@ enum class RpcMethod : uint16_t {
   kNsVdRecall = 22,   // M(P) -> the node P is lent to: give the lease back
   kNsVdRenew = 23,    // the node P is lent to -> M(P): extend the lease's term
   kNsVdGetName = 24,  // one entry of VD(P) from M(P) (a lookup in a stale DT copy)
+  // Pending operations of dead members (dirops/pending_service.h; bodies:
+  // dirops/dir_ops.fbs). Sub-range 32..39.
+  kNsPendingPut = 32,     // a coordinator's records, to every live node
+  kNsPendingGet = 33,     // a returning member asks for its records
+  kNsPendingDone = 34,    // a member applied its records up to a seq
+  kNsPendingNotify = 35,  // "you have records to apply"
+  kNsPendingForget = 36,  // a member left for good: drop its records
   kDataFirst = 64,
   // Data path, file service (files/file_service.h; bodies: files/fs.fbs).
   // Sub-range 64..79.

@@ -148,9 +148,10 @@ std::string NormalizeControlPath(const std::string& p) {
 Result<std::string> EncodeRequest(const Request& request) {
   Json j{{"cmd", request.cmd}};
   const Command* c = FindCommand(request.cmd);
-  const bool has_path = c != nullptr ? c->arg != Arg::kNone : !request.path.empty();
+  const bool has_path = c != nullptr ? c->arg == Arg::kPath || c->arg == Arg::kPathNode
+                                     : !request.path.empty();
   if (has_path) j["path"] = request.path;
-  if (c != nullptr && c->arg == Arg::kPathNode) j["node"] = request.node;
+  if (c != nullptr && (c->arg == Arg::kPathNode || c->arg == Arg::kNode)) j["node"] = request.node;
   try {
     return j.dump();
   } catch (const Json::exception&) {
@@ -178,7 +179,7 @@ Result<Request> ParseRequest(std::string_view line) {
     if (p.empty() || p[0] != '/') return Err(EINVAL, "path must be absolute (start with /)");
     out.path = NormalizeControlPath(p);
   }
-  if (c->arg == Arg::kPathNode) {
+  if (c->arg == Arg::kPathNode || c->arg == Arg::kNode) {
     auto node = req.find("node");
     if (node == req.end() || !node->is_string()) return Err(EINVAL, "missing \"node\"");
     out.node = node->get<std::string>();
@@ -231,6 +232,8 @@ FEDFS_CONTROL_REPLY(MigrateReply)
 FEDFS_CONTROL_REPLY(MigratePlanReply)
 FEDFS_CONTROL_REPLY(MigrationsReply)
 FEDFS_CONTROL_REPLY(MetricsReply)
+FEDFS_CONTROL_REPLY(PendingReply)
+FEDFS_CONTROL_REPLY(ForgetReply)
 #undef FEDFS_CONTROL_REPLY
 
 }  // namespace fedfs::control

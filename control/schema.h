@@ -41,6 +41,7 @@ enum class Arg : uint8_t {
   // {"cmd":NAME,"path":P,"node":N}: as kPath, and N a node id (1-255 bytes
   // of [A-Za-z0-9._-])
   kPathNode,
+  kNode,  // {"cmd":NAME,"node":N}: N as above
 };
 
 struct Command {
@@ -102,9 +103,22 @@ inline constexpr Command kRebalancePlan{"rebalance_plan", Arg::kNone,
 inline constexpr Command kMetrics{"metrics", Arg::kNone,
                                   "this node's metrics in the Prometheus text format", ""};
 
-inline constexpr std::array<Command, 14> kCommands = {
+// "pending" (dirops/pending_control.h): the records of directory operations
+// that dead members must apply, held by this node, and the members they
+// hold dead (docs/faults.md, "Directory operations with dead members").
+inline constexpr Command kPending{
+    "pending", Arg::kNone,
+    "directory operations dead members must apply when they return; members held dead", ""};
+// "forget": member NODE leaves the federation for good: its records are
+// dropped on every live node and it is refused from then on.
+inline constexpr Command kForget{"forget", Arg::kNode,
+                                 "remove member NODE for good (drops what it must apply)",
+                                 "a node id"};
+
+inline constexpr std::array<Command, 16> kCommands = {
     kStatus,   kRing,         kWhere,      kConflicts, kDt,           kFiles,  kCache,
-    kCacheDrop, kMigrate, kMigratePlan, kMigrations, kRebalance, kRebalancePlan, kMetrics};
+    kCacheDrop, kMigrate, kMigratePlan, kMigrations, kRebalance, kRebalancePlan, kMetrics,
+    kPending,  kForget};
 
 // The command named `name`, or nullptr.
 const Command* FindCommand(std::string_view name);
@@ -115,7 +129,7 @@ const Command* FindCommand(std::string_view name);
 struct Request {
   std::string cmd;
   std::string path;  // commands with Arg::kPath or kPathNode; "" otherwise
-  std::string node;  // commands with Arg::kPathNode; "" otherwise
+  std::string node;  // commands with Arg::kPathNode or kNode; "" otherwise
 };
 
 // The path of a request as every command uses it: each run of '/' made one,
@@ -446,6 +460,46 @@ struct CacheReply {
 // "cache_drop": the "cache" reply after the drop.
 struct CacheDropReply : CacheReply {
   static constexpr const Command& kCommand = kCacheDrop;
+};
+
+// "pending": one record per (member, operation), by member then seq.
+struct PendingRow {
+  std::string node;         // the member that must apply it
+  uint64_t seq = 0, op = 0;
+  std::string kind;         // rename, rmdir
+  std::string from, to;     // to: "" for rmdir
+  std::string coordinator;
+  uint64_t age_ms = 0;
+  template <class S, class V>
+  static void Fields(S& s, V&& v) {
+    v("node", s.node); v("seq", s.seq); v("op", s.op); v("kind", s.kind); v("from", s.from);
+    v("to", s.to); v("coordinator", s.coordinator); v("age_ms", s.age_ms);
+  }
+};
+struct PendingReply {
+  static constexpr const Command& kCommand = kPending;
+  std::string node;                 // this node
+  std::vector<std::string> held;    // members held dead for their records
+  std::vector<std::string> forgotten;
+  std::vector<PendingRow> records;
+  uint64_t put_received = 0, replicated = 0, notified = 0, applied = 0, apply_failures = 0;
+  uint64_t unreplicated = 0;
+  template <class S, class V>
+  static void Fields(S& s, V&& v) {
+    v("node", s.node); v("held", s.held); v("forgotten", s.forgotten); v("records", s.records);
+    v("put_received", s.put_received); v("replicated", s.replicated); v("notified", s.notified);
+    v("applied", s.applied); v("apply_failures", s.apply_failures);
+    v("unreplicated", s.unreplicated);
+  }
+};
+struct ForgetReply {
+  static constexpr const Command& kCommand = kForget;
+  std::string node;       // the member forgotten
+  uint64_t dropped = 0;   // records this node dropped
+  template <class S, class V>
+  static void Fields(S& s, V&& v) {
+    v("node", s.node); v("dropped", s.dropped);
+  }
 };
 
 // "metrics": the scrape (text), and where the endpoint listens ("" when

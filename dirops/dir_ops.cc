@@ -17,6 +17,7 @@
 #include "common/thread_name.h"
 #include "dirops/dir_ops_record.h"
 #include "dirops/kv_keys.h"
+#include "dirops/pending_service.h"
 #include "common/path.h"
 
 namespace fedfs::ns {
@@ -98,7 +99,7 @@ NodeFs* DirOps::Fs(const std::string& node) const { return fs_for_ ? fs_for_(nod
 Status DirOps::CheckCluster(const std::vector<std::string>& holders) const {
   auto view = view_();
   if (!view) return Err(EHOSTDOWN, "no cluster view");
-  if (!view->dead.empty()) {
+  if (!view->dead.empty() && dead_sink_ == nullptr) {
     return Err(EHOSTDOWN, "node " + view->dead.begin()->first +
                               " is dead: multi-node directory operations wait for it");
   }
@@ -130,8 +131,11 @@ uint64_t DirOps::NextId() {
   timespec ts{};
   ::clock_gettime(CLOCK_REALTIME, &ts);
   const uint64_t now = static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
+  // Larger than every pending record's seq this node holds (dirops/
+  // pending.h, "Order").
+  const uint64_t held = dead_sink_ != nullptr ? dead_sink_->store().MaxSeq() : 0;
   std::lock_guard lock(mu_);
-  last_id_ = std::max(last_id_ + 1, now);
+  last_id_ = std::max({last_id_ + 1, now, held + 1});
   return last_id_;
 }
 
@@ -456,24 +460,31 @@ Status DirOps::RenameDir(const Cred& cred, const std::string& from, const std::s
     return s;
   }
   r.state = Record::State::kActing;
-  if (auto s = Save(r); !s) {
+  const std::vector<PendingOp> ops = PendingOpsFor(r, *view);
+  if (auto s = SaveActing(r, ops); !s) {
     if (!Erase(r)) KeepPending(r.id, r.Paths());
     return s;
   }
   Step("validated");
 
-  return ActAndFinish(r, cred);
+  return ActAndFinish(r, cred, ops);
 }
 
-Status DirOps::ActAndFinish(Record& r, const Cred& cred) {
+Status DirOps::ActAndFinish(Record& r, const Cred& cred, const std::vector<PendingOp>& ops) {
   Error err;
   if (Forward(r, cred, &err) != Outcome::kOk) {
     Log()->info("{} failed: {}; undoing", r.Describe(), err.ToString());
+    DropPending(r);  // before the undo: no member may apply what is undone
     UndoAfterFailure(r);
     return Err(err);
   }
   Notify(r, /*forward=*/true);
   Step("notified");
+  if (dead_sink_ != nullptr && !ops.empty()) {
+    dead_sink_->store().Added(ops);
+    dead_sink_->Replicate(ops);
+    Step("replicated");
+  }
   if (!Erase(r)) KeepPending(r.id, r.Paths());
   Step("finished");
   return Ok();
@@ -529,9 +540,10 @@ Status DirOps::RemoveDir(const Cred& cred, const std::string& path,
   }
   if (r.holders.empty()) return Err(ENOENT, path + ": no such directory on any node");
 
-  if (auto s = Save(r); !s) return s;
+  const std::vector<PendingOp> ops = PendingOpsFor(r, *view);
+  if (auto s = SaveActing(r, ops); !s) return s;
   Step("journaled");
-  return ActAndFinish(r, cred);
+  return ActAndFinish(r, cred, ops);
 }
 
 DirOps::Outcome DirOps::Resolve(Record& r) {
@@ -566,6 +578,7 @@ DirOps::Outcome DirOps::Resolve(Record& r) {
       }
       if (!any) {
         Log()->info("{}: crashed before any node changed: dropped", r.Describe());
+        DropPending(r);
         return Erase(r) ? Outcome::kOk : Outcome::kRetry;
       }
       Outcome o = Forward(r, r.cred, &err);
@@ -585,6 +598,7 @@ DirOps::Outcome DirOps::Resolve(Record& r) {
       [[fallthrough]];
     }
     case Record::State::kUndoing: {
+      DropPending(r);
       if (!all_alive()) return Outcome::kRetry;
       if (Backward(r, &err) != Outcome::kOk) {
         Log()->warn("{} pending (rolling back): {}", r.Describe(), err.ToString());

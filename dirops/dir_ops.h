@@ -30,12 +30,18 @@
 // stays pending and is retried in the background (below); the caller still
 // gets the original errno.
 //
-// Dead nodes. Both operations refuse with EHOSTDOWN while any member of the
-// federation is known dead (ClusterView::dead non-empty) or a holder is not
-// alive: a dead node may hold part of the directory that no VD shows, and
-// renaming around it would leave it half-renamed when it returns (its part
-// would reappear under the old name). Refusing is the only choice that keeps
-// "wholly done or wholly not" true across node failures.
+// Dead nodes. A dead member may hold a part of the directory that no VD
+// shows; renaming or removing around it would leave it half done when it
+// returns (its part would reappear under the old name). With a PendingSink
+// (SetPending; the daemon's PendingService) the operation goes ahead among
+// the live members and leaves, for each member known dead when it was
+// validated, a record of what that member must apply when it returns
+// (dirops/pending.h): written in the same synced batch as state Acting,
+// dropped if the operation is undone, copied to every live node before it
+// answers. Until the member applied them, every node holding them keeps it
+// dead (dirops/pending_service.h, "The fence"). Without a sink, both
+// operations refuse with EHOSTDOWN while any member is known dead. Either
+// way a holder that is not alive is EHOSTDOWN.
 //
 // Recovery (Recover, at daemon start, before serving): for each record,
 //   * Validating: nothing was changed yet: the record is deleted;
@@ -94,10 +100,13 @@
 #include "common/result.h"
 #include "cluster/cluster.h"
 #include "dirops/kv.h"
+#include "dirops/pending.h"
 #include "nodefs/node_fs.h"
 #include "vd/vd_service.h"
 
 namespace fedfs::ns {
+
+class PendingSink;  // dirops/pending_service.h
 
 struct DirOpsOptions {
   // Validation (step 2) must finish within this time, else ETIMEDOUT and
@@ -118,6 +127,7 @@ struct DirOpsOptions {
 //   "undoing"              state Undoing written
 //   "undone:<node>"        <node> restored by a roll back
 //   "notified"             VD managers told
+//   "replicated"           dead members' records copied to the live nodes
 //   "finished"             record deleted
 //   "replace-journaled", "replace-renamed:<node>", "replace-unlinked:<node>",
 //   "replace-finished"     the steps of ReplaceFile
@@ -201,6 +211,11 @@ class DirOps {
                                    const std::string& from_node, const std::string& to,
                                    const std::string& replaced, const std::string& to_node);
 
+  // Records what dead members must apply instead of refusing (see "Dead
+  // nodes"). Before Recover and any operation; `sink` outlives this object.
+  void SetPending(PendingSink* sink) { dead_sink_ = sink; }
+  bool RecordsDeadMembers() const { return dead_sink_ != nullptr; }
+
   // Resolves every journal record found in the Kv (see above) and starts the
   // background retry thread for those that cannot be resolved now. Call once,
   // before serving. Returns a Kv read error; unresolved records are not an
@@ -237,6 +252,11 @@ class DirOps {
   void ReleaseNameLocks(const std::vector<NameLock>& locks);
 
   Status Save(const Record& r);
+  // dir_ops_dead.cc: the records of `r` for the members dead in `view`; the
+  // journal write of state Acting with them; dropping them (undone).
+  std::vector<PendingOp> PendingOpsFor(const Record& r, const ClusterView& view) const;
+  Status SaveActing(const Record& r, const std::vector<PendingOp>& ops);
+  void DropPending(const Record& r);
   Status Erase(const Record& r);
   NodeFs* Fs(const std::string& node) const;
 
@@ -263,7 +283,7 @@ class DirOps {
   // The end that rename and rmdir share, once their record is saved in state
   // kActing: apply it on every holder (undone on failure), tell the managers,
   // drop the record.
-  Status ActAndFinish(Record& r, const Cred& cred);
+  Status ActAndFinish(Record& r, const Cred& cred, const std::vector<PendingOp>& ops);
   // Keeps record `id` (with its busy paths) for the retry thread.
   void KeepPending(uint64_t id, const std::vector<std::string>& paths);
   void RetryLoop();
@@ -275,6 +295,7 @@ class DirOps {
   const NotifyFn notify_;
   const DirOpsOptions options_;
   const DirOpsHooks hooks_;
+  PendingSink* dead_sink_ = nullptr;  // set before use
 
   // Lock order: mu_ is a leaf; never held across a NodeFs call, a Kv write
   // or a hook.

@@ -11,6 +11,10 @@
 //   dirops/j/<op id: 16 hex>   one journal record of a multi-node directory
 //                              operation (value: a size-prefixed FlatBuffers
 //                              DirOpRecord, dirops/dir_ops.fbs)
+//   dirops/p/<node>/<seq: 16 hex>  what member <node>, dead at the time, must
+//                              apply of a directory operation (value: a
+//                              size-prefixed PendingRecord, dirops/pending.h)
+//   dirops/forgotten/<node>    member <node> was removed for good (empty)
 //   migration/out/<id: 16 hex>            a move of a file from this node
 //   migration/in/<source node>/<id: 16 hex> a move of a file to this node
 //                              (values: size-prefixed MoveRecord,
@@ -50,6 +54,23 @@ inline std::optional<uint64_t> ParseDirOpsJournalKey(std::string_view key) {
     v = (v << 4) | static_cast<uint64_t>(d);
   }
   return v;
+}
+
+inline constexpr std::string_view kPendingPrefix = "dirops/p/";
+
+// "dirops/p/n3/000000000000002a" for node n3, seq 42. Node ids have no '/'
+// (cluster/node_addr.h).
+inline std::string PendingKey(std::string_view node, uint64_t seq) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(seq));
+  return std::string(kPendingPrefix) + std::string(node) + "/" + buf;
+}
+
+inline constexpr std::string_view kForgottenPrefix = "dirops/forgotten/";
+
+// "dirops/forgotten/n3": member n3 was removed for good (value empty).
+inline std::string ForgottenKey(std::string_view node) {
+  return std::string(kForgottenPrefix) + std::string(node);
 }
 
 inline constexpr std::string_view kMigrationPrefix = "migration/";

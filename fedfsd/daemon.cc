@@ -16,6 +16,7 @@
 #include "coopcache/cache_control.h"
 #include "dirops/dir_ops.h"
 #include "dirops/kv.h"
+#include "dirops/pending_control.h"
 #include "fedfsd/config.h"
 #include "fedfsd/daemon_metrics.h"
 #include "fedfsd/privileges.h"
@@ -269,6 +270,8 @@ Status Daemon::StartNamespace(const DaemonOptions& o) {
   no.vfs.keep_remote_pages = o.fuse.kernel_cache && o.fuse.keep_cache;
   no.release_delay = std::chrono::milliseconds(20);
   no.dir_ops_hooks = ns::PauseHooksFromEnv();
+  no.fence_member = [m = membership_.get()](const std::string& node) { m->Fence(node); };
+  no.forget_member = [m = membership_.get()](const std::string& node) { m->Forget(node); };
   // The watcher starts after the services it reports to; until then (and
   // after Stop) `watching` is null.
   no.on_local_listing = [watching = watching_](const std::string& path) {
@@ -293,6 +296,11 @@ Status Daemon::StartNamespace(const DaemonOptions& o) {
   auto n = node::Node::Create(std::move(no), std::move(env));
   if (!n) return Err(n.error().code, n.error().context);
   node_ = std::move(*n);
+  // Members with records of what they missed are held dead until they
+  // applied them (dirops/pending_service.h, "The fence").
+  membership_->SetDeadHold(
+      [p = &node_->pending()](const std::string& id) { return p->store().Holds(id); },
+      [p = &node_->pending()](const std::string& id) { p->OnHeldContact(id); });
   // Changes of files that other nodes have open are told to them.
   local_fs_->SetAttrObserver(&node_->file_service());
   return Ok();
@@ -329,6 +337,7 @@ Status Daemon::StartControl(const DaemonOptions& o) {
                                       .min_size = o.migration.rebalance.min_size},
       o.node_id);
   ns::RegisterVdControl(commands, &node_->vd_service(), o.node_id);
+  ns::RegisterPendingControl(commands, &node_->pending(), o.node_id);
   ns::RegisterFilesControl(commands, &node_->file_service(), &node_->fs_callbacks(), o.node_id);
   coop::RegisterCacheControl(commands, {node_->cache(), node_->peers(), node_->forwarder(), node_->hints(),
                               node_->memory_guard()},

@@ -34,6 +34,7 @@ class DirOpsAdapter final : public ns::DirOpsClient {
                      const std::string& to_node) override {
     return d_->ReplaceFile(c, from, from_node, to, replaced, to_node);
   }
+  bool RecordsDeadMembers() const override { return d_->RecordsDeadMembers(); }
 
  private:
   ns::DirOps* d_;
@@ -292,6 +293,26 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
           return ns::UpdateVdSync(*vds, dir, ch);
         },
         opt.dir_ops, opt.dir_ops_hooks);
+    // What dead members must apply when they return.
+    d.pending = std::make_unique<ns::PendingService>(
+        opt.node_id, d.env.kv, tr, [cluster] { return cluster->Current(); }, d.env.local,
+        d.env.pool, ns::PendingServiceOptions{.rpc_timeout = opt.rpc_timeout},
+        ns::PendingHooks{.fence = opt.fence_member,
+                         .applied =
+                             [vds, hooks = d.hooks] {
+                               // Names and VDs built from this node's old names.
+                               hooks->DropNames();
+                               if (auto s = ns::DropSubtreeSync(*vds, "/"); !s) {
+                                 Logger("node")->warn("dropping VDs after applying: {}",
+                                                      s.error().ToString());
+                               }
+                             },
+                         .forget = opt.forget_member});
+    if (auto s = d.pending->Load(); !s) {
+      return Err(s.error().code, "pending records: " + s.error().ToString());
+    }
+    d.pending->RegisterHandlers();
+    d.dir_ops->SetPending(d.pending.get());
     d.dir_ops_client = std::make_unique<DirOpsAdapter>(d.dir_ops.get());
     d.vfs->SetDirOps(d.dir_ops_client.get());
     // File moves.
@@ -335,7 +356,10 @@ Node::~Node() {
   impl_->fs_callbacks.reset();
 }
 
-Status Node::Recover() { return impl_->dir_ops->Recover(); }
+Status Node::Recover() {
+  impl_->pending->Start();
+  return impl_->dir_ops->Recover();
+}
 
 Status Node::RecoverMoves() {
   if (impl_->migration) return impl_->migration->Recover();
@@ -371,6 +395,7 @@ void Node::StopClients() {
   if (impl_->vfs) impl_->vfs->SetDirOps(nullptr);
   impl_->dir_ops_client.reset();
   impl_->dir_ops.reset();
+  if (impl_->pending) impl_->pending->Stop();
   impl_->hooks->SetVfs(nullptr);
   if (impl_->forwarder) {
     impl_->cache->SetEvictSink(nullptr);
@@ -387,6 +412,7 @@ ns::VdService& Node::vd_service() { return *impl_->vd_service; }
 ns::FileService& Node::file_service() { return *impl_->file_service; }
 ns::FsCallbacks& Node::fs_callbacks() { return *impl_->fs_callbacks; }
 ns::DirOps& Node::dir_ops() { return *impl_->dir_ops; }
+ns::PendingService& Node::pending() { return *impl_->pending; }
 ns::Migration* Node::migration() { return impl_->migration.get(); }  // stopped after StopClients
 coop::BlockCache* Node::cache() { return impl_->cache.get(); }
 coop::PeerFetch* Node::peers() { return impl_->peers.get(); }

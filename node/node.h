@@ -36,6 +36,7 @@
 #include "coopcache/memory_guard.h"
 #include "coopcache/peer_fetch.h"
 #include "dirops/dir_ops.h"
+#include "dirops/pending_service.h"
 #include "migration/migration.h"
 #include "files/file_service.h"
 #include "vd/placement.h"
@@ -103,6 +104,13 @@ struct NodeOptions {
   // FEDFS_TEST_PAUSE_AT in the daemon).
   ns::DirOpsHooks dir_ops_hooks;
   ns::MigrationOptions migration;
+  // A record of what member `node` must apply arrived (dirops/
+  // pending_service.h, "The fence"): hold it dead now (the daemon wires
+  // Membership::Fence). Optional.
+  std::function<void(const std::string& node)> fence_member;
+  // Member `node` was removed for good (fedfsctl forget; also at start for
+  // those of a past life): the daemon wires Membership::Forget. Optional.
+  std::function<void(const std::string& node)> forget_member;
   // The VD service listed local directory `path` (for a dirmerge): the
   // autonomy watcher watches it from then on. Optional.
   std::function<void(const std::string& path)> on_local_listing;
@@ -143,7 +151,7 @@ class Node {
   Node& operator=(const Node&) = delete;
 
   // Finishes or rolls back the directory operations a previous life of this
-  // node left in its journal.
+  // node left in its journal; starts the pending records' thread.
   Status Recover();
   // The file moves a previous life left in its journal: their files held
   // (source) or frozen (target) at once, resolved from then on by the
@@ -162,6 +170,9 @@ class Node {
   ns::FileService& file_service();
   ns::FsCallbacks& fs_callbacks();
   ns::DirOps& dir_ops();
+  // What dead members must apply (dirops/pending_service.h); lives until
+  // destruction (its handlers may run until the transport shut down).
+  ns::PendingService& pending();
   // File moves; null without NodeEnv::move (valid until StopClients).
   ns::Migration* migration();
   coop::BlockCache* cache();  // null: coopcache.size 0

@@ -88,6 +88,7 @@ struct Node::Impl {
   // N-chance forwarding (null: off); stopped before vfs goes.
   std::unique_ptr<coop::ForwardPort> forward_port;
   std::unique_ptr<coop::Forwarder> forwarder;
+  std::unique_ptr<ns::PendingService> pending;  // before dir_ops, which uses it
   std::unique_ptr<ns::DirOps> dir_ops;
   std::unique_ptr<ns::DirOpsClient> dir_ops_client;
   std::unique_ptr<ns::Migration> migration;

@@ -201,6 +201,25 @@ void PrintCache(const control::CacheReply& r) {
               u(r.hints), u(r.hint_hits), u(r.hint_misses));
 }
 
+void PrintPending(const control::PendingReply& r) {
+  auto u = [](uint64_t v) { return static_cast<unsigned long long>(v); };
+  std::string held, forgotten;
+  for (const auto& n : r.held) held += (held.empty() ? "" : " ") + n;
+  for (const auto& n : r.forgotten) forgotten += (forgotten.empty() ? "" : " ") + n;
+  std::printf("node %s: %zu pending record(s); held dead: %s; forgotten: %s\n", r.node.c_str(),
+              r.records.size(), held.empty() ? "none" : held.c_str(),
+              forgotten.empty() ? "none" : forgotten.c_str());
+  for (const auto& p : r.records) {
+    std::printf("  %s must %s %s%s%s (op %llu by %s, %llu s ago)\n", p.node.c_str(),
+                p.kind.c_str(), p.from.c_str(), p.to.empty() ? "" : " -> ", p.to.c_str(), u(p.op),
+                p.coordinator.c_str(), u(p.age_ms / 1000));
+  }
+  std::printf("  received %llu, copied %llu (%llu not yet), told %llu, applied here %llu "
+              "(%llu failed)\n",
+              u(r.put_received), u(r.replicated), u(r.unreplicated), u(r.notified), u(r.applied),
+              u(r.apply_failures));
+}
+
 // The human form of the reply to `cmd`.
 void Print(const control::Command& cmd, const std::string& reply) {
   if (cmd.name == control::kStatus.name) {
@@ -229,6 +248,12 @@ void Print(const control::Command& cmd, const std::string& reply) {
     PrintRebalance(Decode<control::RebalanceReply>(reply));
   } else if (cmd.name == control::kCache.name || cmd.name == control::kCacheDrop.name) {
     PrintCache(Decode<control::CacheReply>(reply));
+  } else if (cmd.name == control::kPending.name) {
+    PrintPending(Decode<control::PendingReply>(reply));
+  } else if (cmd.name == control::kForget.name) {
+    const auto r = Decode<control::ForgetReply>(reply);
+    std::printf("%s forgotten (%llu pending record(s) dropped here)\n", r.node.c_str(),
+                static_cast<unsigned long long>(r.dropped));
   } else if (cmd.name == control::kMetrics.name) {
     std::fputs(Decode<control::MetricsReply>(reply).text.c_str(), stdout);
   } else {
@@ -261,6 +286,9 @@ int main(int argc, char** argv) {
     }
     if (c.arg == control::Arg::kPathNode) {
       sub->add_option("--to", node, "the node id to move it to")->required();
+    }
+    if (c.arg == control::Arg::kNode) {
+      sub->add_option("node", node, std::string(c.arg_help))->required();
     }
     if (c.name == control::kCache.name) {
       sub->add_option("action", action, "drop: drop every cached block first")

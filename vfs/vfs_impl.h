@@ -77,6 +77,10 @@ class DirOpsClient {
   virtual Status ReplaceFile(const Cred& c, const std::string& from, const std::string& from_node,
                              const std::string& to, const std::string& replaced,
                              const std::string& to_node) = 0;
+  // True when RenameDir/RemoveDir go ahead while members are dead, leaving
+  // records of what they must apply (dirops/dir_ops.h, "Dead nodes"): then
+  // every directory rename and rmdir goes through them while one is.
+  virtual bool RecordsDeadMembers() const { return false; }
 };
 
 struct VfsOptions {
@@ -380,9 +384,12 @@ class VfsImpl final : public Vfs {
   // Removes (parent, name) from the name index (the inode lives on for its
   // remaining lookups/handles).
   void DetachName(uint64_t parent, const std::string& name);
-  // EHOSTDOWN naming `what` while a member of the federation is known dead
-  // (directory rmdir and rename, vfs_names.cc).
+  // While a member of the federation is known dead (directory rmdir and
+  // rename, vfs_names.cc): EHOSTDOWN naming `what`, unless the journaled
+  // operations record what dead members must apply (then every such
+  // operation goes through them: DeadMembers()).
   Status NoDeadMember(const std::string& what) const;
+  bool DeadMembers() const;
   // Drops the VDs at or beneath `path` everywhere (after a directory moved).
   void ForgetSubtreeVds(const std::string& path);
   // InodeTable::EraseUnused, and the watches of what it erased dropped.

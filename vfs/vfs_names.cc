@@ -481,7 +481,7 @@ Status VfsImpl::RmdirOnce(const Cred& c, uint64_t parent, const std::string& nam
   const std::string path = JoinPath(dir->path, name);
   const std::vector<std::string> holders = e->holders;
   if (auto s = NoDeadMember("rmdir " + path); !s) return s;
-  if (holders.size() > 1 && deps_.dir_ops != nullptr) {
+  if ((holders.size() > 1 || DeadMembers()) && deps_.dir_ops != nullptr) {
     if (auto s = deps_.dir_ops->RemoveDir(c, path, holders); !s) return s;
     ForgetSubtreeVds(path);
     DetachName(parent, name);
@@ -526,11 +526,15 @@ Status VfsImpl::RmdirOnce(const Cred& c, uint64_t parent, const std::string& nam
 // A dead node may hold a part of any directory that no VD shows now (even
 // of one that a single live node holds): removing or renaming it around
 // that node would make the part reappear under the old name when it
-// returns. So directory rmdir and rename wait for the federation to be
-// whole, as the journaled ones do (dirops/dir_ops.h, "Dead nodes").
+// returns. So directory rmdir and rename go through the journaled
+// operations, which record what the dead member must apply, or wait for the
+// federation to be whole (dirops/dir_ops.h, "Dead nodes").
+bool VfsImpl::DeadMembers() const { return !deps_.cluster->Current()->dead.empty(); }
+
 Status VfsImpl::NoDeadMember(const std::string& what) const {
   auto view = deps_.cluster->Current();
   if (view->dead.empty()) return Ok();
+  if (deps_.dir_ops != nullptr && deps_.dir_ops->RecordsDeadMembers()) return Ok();
   return Err(EHOSTDOWN, what + ": node " + view->dead.begin()->first +
                             " is dead: directory operations wait for it");
 }

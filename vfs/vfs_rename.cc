@@ -130,7 +130,7 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
   std::string node;  // where the rename runs
   if (src_dir) {
     if (auto s = NoDeadMember("rename " + from); !s) return s;
-    const bool single = src.holders.size() == 1 &&
+    const bool single = !DeadMembers() && src.holders.size() == 1 &&
                         (!dst || (dst->holders.size() == 1 && dst->holders[0] == src.holders[0]));
     if (!single) {
       if (deps_.dir_ops == nullptr) {

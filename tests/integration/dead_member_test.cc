@@ -1,13 +1,9 @@
 // Directory operations while a member of the federation is dead (docs/
-// namespace.md, "Dead nodes"; needs root and /dev/fuse): three daemons with
-// mounts; /d is on n1 and on n3, which holds the file d/x; n3 is killed.
-// While n1 knows it dead, no VD shows n3's part of /d (n1 alone holds it,
-// empty, as far as any live node can tell): rmdir and rename of /d answer
-// EHOSTDOWN (an rmdir used to succeed, and /d came back with x when n3
-// returned), and so do those of a directory only n1 ever held (n3 might
-// hold a part of any directory). Once n3 is back, /d lists x again and
-// rmdir answers ENOTEMPTY. DeadBounds (below): how long calls that need a
-// frozen or killed node take.
+// faults.md, "Directory operations with dead members"; needs root and
+// /dev/fuse): three daemons with mounts; they go ahead among the live
+// members and the dead one applies them when it returns (GoAheadWhileAway);
+// fedfsctl forget. DeadBounds (below): how long calls that need a frozen or
+// killed node take.
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -45,7 +41,115 @@ std::set<std::string> Names(const std::string& dir) {
   return out;
 }
 
-TEST(DeadMember, DirectoryRmdirAndRenameWaitForADeadNodeThatMayHoldAPart) {
+// The records of `id` (fedfsctl pending --json): (member, kind, from).
+std::set<std::string> PendingOf(const Cluster& c, const std::string& id) {
+  std::set<std::string> out;
+  const auto j = c.Ctl(id, {"pending"});
+  if (j.is_null()) return {"<no answer>"};
+  for (const auto& r : j["records"]) {
+    out.insert(r["node"].get<std::string>() + " " + r["kind"].get<std::string>() + " " +
+               r["from"].get<std::string>());
+  }
+  return out;
+}
+
+// Everything beneath `dir` of an export root, as relative paths.
+std::set<std::string> Tree(const std::string& dir) {
+  std::set<std::string> out;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    out.insert(fs::relative(it->path(), dir).string());
+  }
+  return out;
+}
+
+// n3 holds a part of /d (d/x), of /r (r/y) and of /s (s/z); /e is on n1
+// only. n3 goes away (killed, or frozen past the failure timeout); through
+// n1's mount: rmdir /d (its union is empty among the live), rename /r ->
+// /r2, rename /s -> /e/s2 (a destination whose parent n3 lacks). While n3 is
+// away every live node holds its records and `fedfsctl pending` shows them. When n3 is back it applies them before
+// any node counts it alive: /d, /r and /s never reappear through any mount,
+// r/y shows under /r2, s/z under /e/s2, and d/x (which no live node could
+// see when /d was found empty) is kept in /.fedfs-orphans/<op>/d/x.
+void GoAheadWhileAway(bool kill) {
+  Cluster c;
+  std::vector<std::string> ids;
+  const std::string e = c.StartMounted(3, &ids);
+  ASSERT_TRUE(e.empty()) << e;
+  const std::string m1 = c.Mountpoint("n1"), m3 = c.Mountpoint("n3");
+  for (const char* d : {"/d", "/r", "/s", "/e"}) {
+    ASSERT_EQ(::mkdir((m1 + d).c_str(), 0755), 0) << d << ": " << std::strerror(errno);
+  }
+  { std::ofstream(m3 + "/d/x") << "x"; }
+  { std::ofstream(m3 + "/r/y") << "y"; }
+  { std::ofstream(m3 + "/s/z") << "z"; }
+  ASSERT_TRUE(fs::exists(c.ExportRoot("n3") + "/d/x"));
+  ASSERT_TRUE(fs::exists(c.ExportRoot("n3") + "/s/z"));
+  ASSERT_EQ(Names(m1 + "/d"), std::set<std::string>{"x"});
+
+  if (kill) {
+    c.Stop("n3", SIGKILL);
+  } else {
+    ASSERT_EQ(::kill(c.pid("n3"), SIGSTOP), 0);
+  }
+  ASSERT_TRUE(WaitFor([&] { return c.SeesAlive("n1", {"n1", "n2"}); }, kNoHang)) << c.Log("n1");
+  ASSERT_TRUE(WaitFor([&] { return c.SeesAlive("n2", {"n1", "n2"}); }, kNoHang)) << c.Log("n2");
+  EXPECT_EQ(Names(m1 + "/d"), std::set<std::string>{});  // n3's part is out of sight
+  EXPECT_EQ(Errno(::rmdir((m1 + "/d").c_str())), 0) << c.Log("n1");
+  EXPECT_EQ(Errno(::rename((m1 + "/r").c_str(), (m1 + "/r2").c_str())), 0) << c.Log("n1");
+  EXPECT_EQ(Errno(::rename((m1 + "/s").c_str(), (m1 + "/e/s2").c_str())), 0) << c.Log("n1");
+  const std::set<std::string> want{"n3 rmdir /d", "n3 rename /r", "n3 rename /s"};
+  EXPECT_EQ(PendingOf(c, "n1"), want);
+  EXPECT_EQ(PendingOf(c, "n2"), want);  // copied before the operations answered
+
+  if (kill) {
+    c.Start("n3", c.dir() + "/n3.yaml");
+  } else {
+    ASSERT_EQ(::kill(c.pid("n3"), SIGCONT), 0);
+  }
+  for (const auto& id : ids) {
+    ASSERT_TRUE(WaitFor([&] { return c.SeesAlive(id, ids); }, kNoHang)) << id << "\n" << c.Log(id);
+  }
+  EXPECT_EQ(PendingOf(c, "n1"), std::set<std::string>{});
+  EXPECT_EQ(PendingOf(c, "n2"), std::set<std::string>{});
+  // n3's export root: as if it had been there.
+  const std::set<std::string> tree = Tree(c.ExportRoot("n3"));
+  for (const char* gone : {"d", "r", "s"}) EXPECT_FALSE(tree.contains(gone)) << gone;
+  EXPECT_TRUE(tree.contains("r2/y"));
+  EXPECT_TRUE(tree.contains("e/s2/z"));
+  std::string orphan;
+  for (const auto& p : tree) {
+    if (p.starts_with(".fedfs-orphans/") && p.ends_with("/d/x")) orphan = p;
+  }
+  EXPECT_FALSE(orphan.empty()) << "d/x not kept in the orphans";
+  // Every mount agrees, none shows an old name.
+  for (const auto& id : ids) {
+    const std::string m = c.Mountpoint(id);
+    const std::set<std::string> top = Names(m);
+    for (const char* gone : {"d", "r", "s"}) EXPECT_FALSE(top.contains(gone)) << id << ": " << gone;
+    EXPECT_EQ(Names(m + "/r2"), std::set<std::string>{"y"}) << id;
+    EXPECT_EQ(Names(m + "/e"), std::set<std::string>{"s2"}) << id;
+    EXPECT_EQ(Names(m + "/e/s2"), std::set<std::string>{"z"}) << id;
+    if (!orphan.empty()) {
+      EXPECT_TRUE(fs::exists(m + "/" + orphan)) << id << ": " << orphan;
+    }
+  }
+}
+
+TEST(DeadMember, DirectoryOperationsGoAheadAndAKilledMemberAppliesThemWhenItRestarts) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root for FUSE mounts";
+  GoAheadWhileAway(/*kill=*/true);
+}
+
+TEST(DeadMember, DirectoryOperationsGoAheadAndAFrozenMemberAppliesThemWhenItWakes) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root for FUSE mounts";
+  GoAheadWhileAway(/*kill=*/false);
+}
+
+// fedfsctl forget: a dead member's records are dropped on every live node,
+// and it leaves every view.
+TEST(DeadMember, AForgottenMemberLeavesTheViewsAndItsRecordsGo) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root for FUSE mounts";
   Cluster c;
   std::vector<std::string> ids;
@@ -53,29 +157,22 @@ TEST(DeadMember, DirectoryRmdirAndRenameWaitForADeadNodeThatMayHoldAPart) {
   ASSERT_TRUE(e.empty()) << e;
   const std::string m1 = c.Mountpoint("n1");
   ASSERT_EQ(::mkdir((m1 + "/d").c_str(), 0755), 0) << std::strerror(errno);
-  ASSERT_EQ(::mkdir((m1 + "/s").c_str(), 0755), 0) << std::strerror(errno);
-  { std::ofstream(c.Mountpoint("n3") + "/d/x") << "x"; }
-  ASSERT_TRUE(fs::exists(c.ExportRoot("n3") + "/d/x"));
-  ASSERT_EQ(Names(m1 + "/d"), std::set<std::string>{"x"});
-
+  EXPECT_TRUE(c.Ctl("n1", {"forget", "n3"}).is_null());  // alive: refused
   c.Stop("n3", SIGKILL);
   ASSERT_TRUE(WaitFor([&] { return c.SeesAlive("n1", {"n1", "n2"}); }, kNoHang)) << c.Log("n1");
-  EXPECT_EQ(Names(m1 + "/d"), std::set<std::string>{});  // n3's part is out of sight
-  EXPECT_EQ(Errno(::rmdir((m1 + "/d").c_str())), EHOSTDOWN);
-  EXPECT_EQ(Errno(::rename((m1 + "/d").c_str(), (m1 + "/e").c_str())), EHOSTDOWN);
-  EXPECT_EQ(Errno(::rmdir((m1 + "/s").c_str())), EHOSTDOWN);
-  EXPECT_EQ(Errno(::rename((m1 + "/s").c_str(), (m1 + "/t").c_str())), EHOSTDOWN);
-  EXPECT_TRUE(fs::is_directory(c.ExportRoot("n1") + "/d"));
-  EXPECT_TRUE(fs::is_directory(c.ExportRoot("n1") + "/s"));
-
-  c.Start("n3", c.dir() + "/n3.yaml");
-  for (const auto& id : ids) {
-    ASSERT_TRUE(WaitFor([&] { return c.SeesAlive(id, ids); }, kNoHang)) << id << "\n" << c.Log(id);
+  ASSERT_EQ(Errno(::rename((m1 + "/d").c_str(), (m1 + "/d2").c_str())), 0) << c.Log("n1");
+  EXPECT_EQ(PendingOf(c, "n2"), std::set<std::string>{"n3 rename /d"});
+  const auto reply = c.Ctl("n1", {"forget", "n3"});
+  ASSERT_FALSE(reply.is_null()) << c.Log("n1");
+  EXPECT_EQ(reply["dropped"], 1);
+  EXPECT_EQ(PendingOf(c, "n1"), std::set<std::string>{});
+  EXPECT_EQ(PendingOf(c, "n2"), std::set<std::string>{});
+  for (const char* id : {"n1", "n2"}) {
+    EXPECT_TRUE(WaitFor([&] { return c.Member(id, "n3").is_null(); }, kNoHang)) << id;
+    EXPECT_EQ(c.Ctl(id, {"pending"})["forgotten"], nlohmann::json::array({"n3"})) << id;
   }
-  EXPECT_EQ(Names(m1 + "/d"), std::set<std::string>{"x"});
-  EXPECT_EQ(Errno(::rmdir((m1 + "/d").c_str())), ENOTEMPTY);
-  EXPECT_EQ(Errno(::rename((m1 + "/s").c_str(), (m1 + "/t").c_str())), 0);
-  EXPECT_EQ(Errno(::rmdir((m1 + "/t").c_str())), 0);
+  // Directory operations need nobody now.
+  EXPECT_EQ(Errno(::rmdir((m1 + "/d2").c_str())), 0);
 }
 
 // How long a call through a live node's mount takes when it needs a node
