@@ -85,6 +85,16 @@ std::string Bytes(const flatbuffers::FlatBufferBuilder& b) {
 
 }  // namespace
 
+bool PendingOp::operator==(const PendingOp& o) const {
+  auto same = [](const NodeFs::DirTemplate& a, const NodeFs::DirTemplate& b) {
+    return a.mode == b.mode && a.uid == b.uid && a.gid == b.gid && a.id == b.id;
+  };
+  return seq == o.seq && op_id == o.op_id && node == o.node && kind == o.kind && from == o.from &&
+         to == o.to && coordinator == o.coordinator && time_ms == o.time_ms &&
+         std::equal(templates.begin(), templates.end(), o.templates.begin(), o.templates.end(),
+                    same);
+}
+
 std::string PendingOp::Describe() const {
   std::string s = "pending op " + std::to_string(op_id) + " for " + node + ": ";
   s += kind == Kind::kRename ? "rename " + from + " -> " + to : "rmdir " + from;
@@ -197,14 +207,14 @@ Status PendingStore::Erase(const std::string& node, uint64_t upto) {
 }
 
 Status PendingStore::EraseOp(uint64_t op_id) {
+  // From the Kv, not the index: an operation's records are written with its
+  // journal record and indexed only once it succeeded (Added).
+  auto rows = kv_->Scan(kvkeys::kPendingPrefix);
+  if (!rows) return Err(rows.error());
   std::vector<PendingOp> gone;
-  {
-    std::lock_guard lock(mu_);
-    for (const auto& [node, ops] : by_node_) {
-      for (const auto& [seq, op] : ops) {
-        if (op.op_id == op_id) gone.push_back(op);
-      }
-    }
+  for (const auto& [key, value] : *rows) {
+    auto op = DecodePendingOp(value);
+    if (op && op->op_id == op_id) gone.push_back(std::move(*op));
   }
   if (gone.empty()) return Ok();
   KvBatch batch;

@@ -55,7 +55,7 @@ struct PendingOp {
   uint64_t time_ms = 0;
 
   std::string Describe() const;
-  bool operator==(const PendingOp&) const = default;
+  bool operator==(const PendingOp& o) const;
 };
 
 // One record (a Kv value) and a list of them (kNsPendingPut's request,
@@ -85,7 +85,8 @@ class PendingStore {
   // are written again (idempotent).
   [[nodiscard]] Status Put(const std::vector<PendingOp>& ops);
   // Removes the records of `node` with seq <= `upto` (all: UINT64_MAX), or
-  // of one operation everywhere (ForgetOp: an operation undone).
+  // those of one operation (EraseOp: an operation undone; also those written
+  // with AddTo and not yet Added).
   [[nodiscard]] Status Erase(const std::string& node, uint64_t upto);
   [[nodiscard]] Status EraseOp(uint64_t op_id);
 
