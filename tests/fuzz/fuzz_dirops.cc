@@ -1,16 +1,20 @@
 // libFuzzer target: the journal records of multi-node directory operations
-// (dirops/dir_ops_record.h), decoded from the Kv at every recovery.
+// (dirops/dir_ops_record.h), decoded from the Kv at every recovery, and the
+// records of what dead members must apply (dirops/pending.h), decoded from
+// the Kv and from peers' kNsPending* messages.
 //
-// Input: the record bytes (as a Kv value: 8-aligned). Invariants: a decoded
-// record has a known kind and state, valid global paths (`to` for a
-// rename and a replace, `replaced` for a replace), sorted holders;
-// EncodeRecord of it decodes back to an equal record.
+// Input: the record bytes (as a Kv value or a message: 8-aligned).
+// Invariants: a decoded journal record has a known kind and state, valid
+// global paths (`to` for a rename and a replace, `replaced` for a replace),
+// sorted holders; a decoded pending record has a valid node, coordinator and
+// paths; each encodes back to bytes that decode to an equal record.
 #include <linux/fs.h>
 
 #include <string>
 
 #include "fuzz_util.h"
 #include "dirops/dir_ops_record.h"
+#include "dirops/pending.h"
 #include "common/path.h"
 
 using namespace fedfs;
@@ -88,6 +92,52 @@ void MakeSeeds(fuzz::Seeds& s) {
   f.dst_ino = 34;
   f.holders = {"n1", "n2"};
   s.Add("replace_acting", EncodeRecord(f));
+  PendingOp p;
+  p.seq = p.op_id = 20;
+  p.node = "n3";
+  p.from = "/a/src";
+  p.to = "/b/dst";
+  p.templates = {{0711, 0, 0, 5}};
+  p.coordinator = "n1";
+  p.time_ms = 1700000000000;
+  s.Add("pending_rename", EncodePendingOp(p));
+  PendingOp q = p;
+  q.seq = q.op_id = 21;
+  q.kind = PendingOp::Kind::kRmdir;
+  q.to.clear();
+  q.templates.clear();
+  s.Add("pending_list", EncodePendingList({p, q}));
+  s.Add("pending_ask", EncodePendingAsk("n3", 21));
+}
+
+// The pending records' decoders on the same bytes.
+void CheckPending(const std::string& value) {
+  auto check_op = [](const PendingOp& op) {
+    FUZZ_CHECK(ValidateGlobalPath(op.from).has_value() && op.from != "/");
+    if (op.kind == PendingOp::Kind::kRename) {
+      FUZZ_CHECK(ValidateGlobalPath(op.to).has_value() && !PathWithin(op.to, op.from));
+    } else {
+      FUZZ_CHECK(op.kind == PendingOp::Kind::kRmdir && op.to.empty());
+    }
+    FUZZ_CHECK(!op.node.empty() && !op.coordinator.empty());
+    (void)op.Describe();
+  };
+  if (auto op = DecodePendingOp(value)) {
+    check_op(*op);
+    auto back = DecodePendingOp(EncodePendingOp(*op));
+    FUZZ_CHECK(back.has_value() && *back == *op);
+  } else {
+    FUZZ_CHECK(op.error().code == EPROTO);
+  }
+  if (auto list = DecodePendingList(value)) {
+    for (const auto& op : *list) check_op(op);
+    auto back = DecodePendingList(EncodePendingList(*list));
+    FUZZ_CHECK(back.has_value() && *back == *list);
+  }
+  if (auto ask = DecodePendingAsk(value)) {
+    auto back = DecodePendingAsk(EncodePendingAsk(ask->first, ask->second));
+    FUZZ_CHECK(back.has_value() && *back == *ask);
+  }
 }
 
 }  // namespace
@@ -99,6 +149,7 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string value(reinterpret_cast<const char*>(data), size);  // as the Kv returns it
+  CheckPending(value);
   auto r = DecodeRecord(value);
   if (!r) {
     FUZZ_CHECK(r.error().code == EPROTO);

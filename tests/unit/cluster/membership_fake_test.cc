@@ -6,6 +6,7 @@
 // node's own heartbeat rounds, not after a sleep.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <thread>
 
 #include "cluster/membership.h"
@@ -36,7 +37,8 @@ class FakeFederation : public ::testing::Test {
 
   static std::string Addr(int i) { return "n" + std::to_string(i) + ":7000"; }
 
-  void StartNode(int i, std::vector<std::string> seeds, uint16_t tag = 0) {
+  void StartNode(int i, std::vector<std::string> seeds, uint16_t tag = 0,
+                 const std::function<void(Membership&)>& before_start = {}) {
     Node n;
     n.transport = net_.NewTransport({.cluster_key = m2m::Bytes(32, std::byte{7})});
     MembershipOptions o;
@@ -51,6 +53,7 @@ class FakeFederation : public ::testing::Test {
     o.node_tag = tag;
     n.membership = std::make_unique<Membership>(o, n.transport.get());
     n.membership->RegisterHandlers();
+    if (before_start) before_start(*n.membership);
     ASSERT_TRUE(n.transport->Listen(Addr(i)));
     n.membership->Start();
     nodes_[i] = std::move(n);
@@ -149,6 +152,39 @@ TEST_F(FakeFederation, JoinFailPartitionRejoin) {
   EXPECT_GT(nodes_.at(3).membership->incarnation(), inc);
   for (int i = 1; i <= 4; ++i) ASSERT_TRUE(WaitFor([&] { return Alive(i) == 4; })) << i;
   for (int i = 1; i <= 4; ++i) EXPECT_GT(Epoch(i), e1) << i;
+}
+
+// SetDeadHold/Fence (dirops/pending_service.h, "The fence"): n1 holds n3
+// dead while it holds records for it, whatever n3 and n2 say, and tells of
+// each contact; released, n3 is alive again at n1. Forget: n3 leaves n1's
+// view for good, although n2 still reports it alive.
+TEST_F(FakeFederation, HeldMembersStayDeadAndForgottenOnesLeave) {
+  std::atomic<bool> held{false};
+  std::atomic<int> contacts{0};
+  StartNode(1, {}, 0, [&](Membership& m) {
+    m.SetDeadHold([&](const std::string& id) { return held && id == "n3"; },
+                  [&](const std::string& id) {
+                    if (id == "n3") ++contacts;
+                  });
+  });
+  StartNode(2, {Addr(1)});
+  StartNode(3, {Addr(1)});
+  for (int i = 1; i <= 3; ++i) ASSERT_TRUE(WaitFor([&] { return Alive(i) == 3; })) << i;
+  held = true;
+  nodes_.at(1).membership->Fence("n3");
+  ASSERT_TRUE(WaitFor([&] { return State(1, 3) == "dead"; }));
+  ASSERT_TRUE(WaitRounds({1, 3}, 10));
+  EXPECT_EQ(State(1, 3), "dead");
+  EXPECT_EQ(State(2, 3), "alive");
+  EXPECT_GT(contacts.load(), 0);
+  held = false;
+  ASSERT_TRUE(WaitFor([&] { return State(1, 3) == "alive"; }));
+
+  nodes_.at(1).membership->Forget("n3");
+  ASSERT_TRUE(WaitFor([&] { return State(1, 3) == "absent"; }));
+  ASSERT_TRUE(WaitRounds({1, 2}, 10));
+  EXPECT_EQ(State(1, 3), "absent");
+  EXPECT_EQ(State(2, 3), "alive");
 }
 
 TEST_F(FakeFederation, EveryMemberLearnsEveryTag) {
