@@ -15,6 +15,8 @@
 //                              apply of a directory operation (value: a
 //                              size-prefixed PendingRecord, dirops/pending.h)
 //   dirops/forgotten/<node>    member <node> was removed for good (empty)
+//   dirops/applied             the largest seq this node applied of its own
+//                              pending records (uint64, host order)
 //   migration/out/<id: 16 hex>            a move of a file from this node
 //   migration/in/<source node>/<id: 16 hex> a move of a file to this node
 //                              (values: size-prefixed MoveRecord,
@@ -65,6 +67,10 @@ inline std::string PendingKey(std::string_view node, uint64_t seq) {
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(seq));
   return std::string(kPendingPrefix) + std::string(node) + "/" + buf;
 }
+
+// The largest seq of the records this node applied to its own export root
+// (8 bytes, host order).
+inline std::string PendingAppliedKey() { return "dirops/applied"; }
 
 inline constexpr std::string_view kForgottenPrefix = "dirops/forgotten/";
 

@@ -2,6 +2,7 @@
 #include "dirops/pending_service.h"
 
 #include <algorithm>
+#include <cstring>
 #include <future>
 #include <latch>
 
@@ -355,11 +356,31 @@ Status PendingService::ApplyOwn() {
     }
   }
   if (ops.empty()) return Ok();
-  Log()->warn("applying {} directory operation(s) made while this node was dead", ops.size());
+  // What this node applied before is not applied again: a node that was
+  // away while this one applied still holds those records and tells it.
+  uint64_t applied_upto = 0;
+  if (auto v = kv_->Get(kvkeys::PendingAppliedKey()); v && v->size() == sizeof applied_upto) {
+    std::memcpy(&applied_upto, v->data(), sizeof applied_upto);
+  }
+  const size_t fresh = static_cast<size_t>(
+      std::count_if(ops.begin(), ops.end(), [&](const auto& e) { return e.first > applied_upto; }));
+  if (fresh > 0) {
+    Log()->warn("applying {} directory operation(s) made while this node was dead", fresh);
+  }
   uint64_t upto = 0;
   Status result = Ok();
   for (const auto& [seq, op] : ops) {
-    if (auto s = ApplyPendingOp(*local_, op); !s) {
+    if (seq <= applied_upto) {
+      upto = seq;
+      continue;
+    }
+    Status s = ApplyPendingOp(*local_, op);
+    if (s) {
+      std::string v(sizeof seq, '\0');
+      std::memcpy(v.data(), &seq, sizeof seq);
+      s = kv_->Put(kvkeys::PendingAppliedKey(), v, /*sync=*/true);
+    }
+    if (!s) {
       Log()->error("{}: cannot apply: {} (tried again when told)", op.Describe(),
                    s.error().ToString());
       std::lock_guard lock(mu_);
@@ -372,7 +393,7 @@ Status PendingService::ApplyOwn() {
     ++stats_.applied;
   }
   if (upto == 0) return result;
-  if (hooks_.applied) hooks_.applied();
+  if (fresh > 0 && hooks_.applied) hooks_.applied();
   const auto done_errors =
       CallAll(nodes, MethodId(RpcMethod::kNsPendingDone), EncodePendingAsk(self_, upto));
   for (const auto& [n, e] : done_errors) {

@@ -24,7 +24,10 @@
 // them by seq, applies them in order to its export root (ApplyPendingOp, as
 // the daemon), calls hooks.applied (the daemon drops the names and VDs it
 // built meanwhile), and sends kNsPendingDone to every node it sees alive.
-// Records it could not apply stay, and it is told again.
+// Records it could not apply stay, and it is told again. It remembers the
+// largest seq it applied (dirops/applied) and never applies a record up to
+// it again: a node that was away meanwhile still holds those records and
+// tells it (it answers Done without touching its export root).
 //
 // Replication. A coordinator's records are in its own store with the
 // journal record of the operation (one batch); before the operation answers
