@@ -5,9 +5,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <cstdlib>
 #include <mutex>
+#include <thread>
 
 #include "cluster/cluster.h"
 #include "cluster/membership_control.h"
@@ -438,6 +440,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& o) {
                     &Daemon::StartWatcher,     // autonomy
                     &Daemon::StartMembershipProtocol,
                     &Daemon::RecoverJournal,   // directory operations of a past life
+                    &Daemon::ApplyPending,     // what it missed while dead, before mounting
                     &Daemon::Mount}) {         // the FUSE mount
     if (Status s = ((*d).*step)(o); !s) {
       d->Stop();
@@ -469,6 +472,24 @@ Status Daemon::RecoverJournal(const DaemonOptions&) {
   if (pause.at_step) pause.at_step("daemon:listening");
   if (auto s = node_->Recover(); !s) {
     return Err(s.error().code, "journal recovery: " + s.error().ToString());
+  }
+  return Ok();
+}
+
+Status Daemon::ApplyPending(const DaemonOptions& o) {
+  // Directory operations made while this node was dead (docs/faults.md,
+  // "Directory operations with dead members"): applied before the mount
+  // lists anything. The others hold this node dead and tell it on contact
+  // anyway; asking now closes the moment in between. Waits for the join
+  // (at most the failure timeout; alone: not at all).
+  if (o.peers.empty()) return Ok();
+  const auto until = std::chrono::steady_clock::now() + o.timeouts.failure_timeout;
+  while (cluster_->Current()->live.size() < 2 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (auto s = node_->pending().ApplyOwn(); !s) {
+    Logger("daemon")->warn("applying what this node missed: {} (tried again when told)",
+                           s.error().ToString());
   }
   return Ok();
 }

@@ -97,6 +97,7 @@ class Daemon {
   Status StartMembershipProtocol(const DaemonOptions& o);
   Status RecoverMoves(const DaemonOptions& o);
   Status RecoverJournal(const DaemonOptions& o);
+  Status ApplyPending(const DaemonOptions& o);
   Status Mount(const DaemonOptions& o);
 
   // Destroyed in reverse order; Stop() orders the shutdown explicitly.

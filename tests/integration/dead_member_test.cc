@@ -64,29 +64,40 @@ std::set<std::string> Tree(const std::string& dir) {
   return out;
 }
 
-// n3 holds a part of /d (d/x), of /r (r/y) and of /s (s/z); /e is on n1
-// only. n3 goes away (killed, or frozen past the failure timeout); through
-// n1's mount: rmdir /d (its union is empty among the live), rename /r ->
-// /r2, rename /s -> /e/s2 (a destination whose parent n3 lacks). While n3 is
-// away every live node holds its records and `fedfsctl pending` shows them. When n3 is back it applies them before
-// any node counts it alive: /d, /r and /s never reappear through any mount,
-// r/y shows under /r2, s/z under /e/s2, and d/x (which no live node could
-// see when /d was found empty) is kept in /.fedfs-orphans/<op>/d/x.
+// In a directory P that n3 manages, n3 holds a part of P/d (d/x), of P/r
+// (r/y) and of P/s (s/z); P/e is on n1 only. n3 goes away (killed, or
+// frozen past the failure timeout); through n1's mount: rmdir P/d (its union
+// is empty among the live), rename P/r -> P/r2, rename P/s -> P/e/s2 (a
+// destination whose parent n3 lacks). While n3 is away every live node holds
+// its records and `fedfsctl pending` shows them. When n3 is back it applies
+// them before any node counts it alive (and, restarted, before it mounts):
+// d, r and s never reappear through any mount, r/y shows under r2, s/z
+// under e/s2, and d/x (which no live node could see when P/d was found
+// empty) is kept in /.fedfs-orphans/<op>/P/d/x.
 void GoAheadWhileAway(bool kill) {
   Cluster c;
   std::vector<std::string> ids;
   const std::string e = c.StartMounted(3, &ids);
   ASSERT_TRUE(e.empty()) << e;
   const std::string m1 = c.Mountpoint("n1"), m3 = c.Mountpoint("n3");
-  for (const char* d : {"/d", "/r", "/s", "/e"}) {
-    ASSERT_EQ(::mkdir((m1 + d).c_str(), 0755), 0) << d << ": " << std::strerror(errno);
+  // Everything happens in a directory P that n3 manages when all are alive:
+  // a returning n3 builds VD(P) itself, with its own listing in it.
+  std::string P;
+  for (int i = 0; i < 64 && P.empty(); ++i) {
+    const std::string cand = "/p" + std::to_string(i);
+    if (c.Ctl("n1", {"ring", cand})["manager"] == "n3") P = cand;
   }
-  { std::ofstream(m3 + "/d/x") << "x"; }
-  { std::ofstream(m3 + "/r/y") << "y"; }
-  { std::ofstream(m3 + "/s/z") << "z"; }
-  ASSERT_TRUE(fs::exists(c.ExportRoot("n3") + "/d/x"));
-  ASSERT_TRUE(fs::exists(c.ExportRoot("n3") + "/s/z"));
-  ASSERT_EQ(Names(m1 + "/d"), std::set<std::string>{"x"});
+  ASSERT_FALSE(P.empty()) << "no directory managed by n3";
+  ASSERT_EQ(::mkdir((m1 + P).c_str(), 0755), 0) << std::strerror(errno);
+  for (const char* d : {"/d", "/r", "/s", "/e"}) {
+    ASSERT_EQ(::mkdir((m1 + P + d).c_str(), 0755), 0) << d << ": " << std::strerror(errno);
+  }
+  { std::ofstream(m3 + P + "/d/x") << "x"; }
+  { std::ofstream(m3 + P + "/r/y") << "y"; }
+  { std::ofstream(m3 + P + "/s/z") << "z"; }
+  ASSERT_TRUE(fs::exists(c.ExportRoot("n3") + P + "/d/x"));
+  ASSERT_TRUE(fs::exists(c.ExportRoot("n3") + P + "/s/z"));
+  ASSERT_EQ(Names(m1 + P + "/d"), std::set<std::string>{"x"});
 
   if (kill) {
     c.Stop("n3", SIGKILL);
@@ -95,16 +106,29 @@ void GoAheadWhileAway(bool kill) {
   }
   ASSERT_TRUE(WaitFor([&] { return c.SeesAlive("n1", {"n1", "n2"}); }, kNoHang)) << c.Log("n1");
   ASSERT_TRUE(WaitFor([&] { return c.SeesAlive("n2", {"n1", "n2"}); }, kNoHang)) << c.Log("n2");
-  EXPECT_EQ(Names(m1 + "/d"), std::set<std::string>{});  // n3's part is out of sight
-  EXPECT_EQ(Errno(::rmdir((m1 + "/d").c_str())), 0) << c.Log("n1");
-  EXPECT_EQ(Errno(::rename((m1 + "/r").c_str(), (m1 + "/r2").c_str())), 0) << c.Log("n1");
-  EXPECT_EQ(Errno(::rename((m1 + "/s").c_str(), (m1 + "/e/s2").c_str())), 0) << c.Log("n1");
-  const std::set<std::string> want{"n3 rmdir /d", "n3 rename /r", "n3 rename /s"};
+  EXPECT_EQ(Names(m1 + P + "/d"), std::set<std::string>{});  // n3's part is out of sight
+  EXPECT_EQ(Errno(::rmdir((m1 + P + "/d").c_str())), 0) << c.Log("n1");
+  EXPECT_EQ(Errno(::rename((m1 + P + "/r").c_str(), (m1 + P + "/r2").c_str())), 0) << c.Log("n1");
+  EXPECT_EQ(Errno(::rename((m1 + P + "/s").c_str(), (m1 + P + "/e/s2").c_str())), 0)
+      << c.Log("n1");
+  const std::set<std::string> want{"n3 rmdir " + P + "/d", "n3 rename " + P + "/r",
+                                   "n3 rename " + P + "/s"};
   EXPECT_EQ(PendingOf(c, "n1"), want);
   EXPECT_EQ(PendingOf(c, "n2"), want);  // copied before the operations answered
 
+  const std::set<std::string> old{"d", "r", "s"};
+  auto no_old_name = [&](const std::set<std::string>& names) {
+    for (const auto& n : old) {
+      if (names.contains(n)) return false;
+    }
+    return true;
+  };
   if (kill) {
     c.Start("n3", c.dir() + "/n3.yaml");
+    // A restarted member applies what it missed before it mounts: its mount
+    // never lists the old names, also in P, which it manages in its view.
+    ASSERT_TRUE(WaitFor([&] { return IsMounted(m3); }, kNoHang)) << c.Log("n3");
+    EXPECT_TRUE(no_old_name(Names(m3 + P))) << c.Log("n3");
   } else {
     ASSERT_EQ(::kill(c.pid("n3"), SIGCONT), 0);
   }
@@ -114,25 +138,24 @@ void GoAheadWhileAway(bool kill) {
   EXPECT_EQ(PendingOf(c, "n1"), std::set<std::string>{});
   EXPECT_EQ(PendingOf(c, "n2"), std::set<std::string>{});
   // n3's export root: as if it had been there.
-  const std::set<std::string> tree = Tree(c.ExportRoot("n3"));
-  for (const char* gone : {"d", "r", "s"}) EXPECT_FALSE(tree.contains(gone)) << gone;
+  const std::set<std::string> tree = Tree(c.ExportRoot("n3") + P);
+  EXPECT_TRUE(no_old_name(tree));
   EXPECT_TRUE(tree.contains("r2/y"));
   EXPECT_TRUE(tree.contains("e/s2/z"));
   std::string orphan;
-  for (const auto& p : tree) {
-    if (p.starts_with(".fedfs-orphans/") && p.ends_with("/d/x")) orphan = p;
+  for (const auto& p : Tree(c.ExportRoot("n3"))) {
+    if (p.starts_with(".fedfs-orphans/") && p.ends_with(P.substr(1) + "/d/x")) orphan = p;
   }
   EXPECT_FALSE(orphan.empty()) << "d/x not kept in the orphans";
   // Every mount agrees, none shows an old name.
   for (const auto& id : ids) {
-    const std::string m = c.Mountpoint(id);
-    const std::set<std::string> top = Names(m);
-    for (const char* gone : {"d", "r", "s"}) EXPECT_FALSE(top.contains(gone)) << id << ": " << gone;
+    const std::string m = c.Mountpoint(id) + P;
+    EXPECT_TRUE(no_old_name(Names(m))) << id;
     EXPECT_EQ(Names(m + "/r2"), std::set<std::string>{"y"}) << id;
     EXPECT_EQ(Names(m + "/e"), std::set<std::string>{"s2"}) << id;
     EXPECT_EQ(Names(m + "/e/s2"), std::set<std::string>{"z"}) << id;
     if (!orphan.empty()) {
-      EXPECT_TRUE(fs::exists(m + "/" + orphan)) << id << ": " << orphan;
+      EXPECT_TRUE(fs::exists(c.Mountpoint(id) + "/" + orphan)) << id << ": " << orphan;
     }
   }
 }
