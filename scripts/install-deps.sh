@@ -5,8 +5,8 @@
 set -euo pipefail
 
 PACKAGES=(
-  # toolchain
-  cmake g++ ninja-build pkg-config
+  # toolchain (lld: the linker, CMakeLists.txt)
+  cmake g++ ninja-build pkg-config lld
   # fuzzing (scripts/fuzz.sh): clang and its libFuzzer and sanitizer runtimes
   # (a Recommends of clang's, so named here: apt runs without recommends)
   clang libclang-rt-dev
