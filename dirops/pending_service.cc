@@ -69,28 +69,28 @@ Status PendingService::Load() {
 }
 
 void PendingService::RegisterHandlers() {
-  auto on = [this](RpcMethod m, auto fn) {
+  using Fn = std::function<void(PendingService*, m2m::IncomingCall, m2m::Responder)>;
+  auto on = [this](RpcMethod m, Fn fn) {
     transport_->Handle(MethodId(m), [this, fn](m2m::IncomingCall call, m2m::Responder r) {
       // Kv writes and file system work: off the transport's context.
       blocking_->Post([this, fn, call = std::move(call), r = std::move(r)]() mutable {
-        (this->*fn)(std::move(call), std::move(r));
+        std::shared_lock serving(gate_);
+        if (closed_) {
+          r.Fail(Error{ESHUTDOWN, "the pending records' service is stopping"});
+          return;
+        }
+        fn(this, std::move(call), std::move(r));
       });
     });
   };
   on(RpcMethod::kNsPendingPut, &PendingService::HandlePut);
   on(RpcMethod::kNsPendingGet, &PendingService::HandleGet);
-  transport_->Handle(MethodId(RpcMethod::kNsPendingDone),
-                     [this](m2m::IncomingCall call, m2m::Responder r) {
-                       blocking_->Post([this, call = std::move(call), r = std::move(r)]() mutable {
-                         HandleDone(std::move(call), std::move(r), /*forget=*/false);
-                       });
-                     });
-  transport_->Handle(MethodId(RpcMethod::kNsPendingForget),
-                     [this](m2m::IncomingCall call, m2m::Responder r) {
-                       blocking_->Post([this, call = std::move(call), r = std::move(r)]() mutable {
-                         HandleDone(std::move(call), std::move(r), /*forget=*/true);
-                       });
-                     });
+  on(RpcMethod::kNsPendingDone, [](PendingService* p, m2m::IncomingCall c, m2m::Responder r) {
+    p->HandleDone(std::move(c), std::move(r), /*forget=*/false);
+  });
+  on(RpcMethod::kNsPendingForget, [](PendingService* p, m2m::IncomingCall c, m2m::Responder r) {
+    p->HandleDone(std::move(c), std::move(r), /*forget=*/true);
+  });
   transport_->Handle(MethodId(RpcMethod::kNsPendingNotify),
                      [this](m2m::IncomingCall, m2m::Responder r) {
                        {
@@ -117,6 +117,10 @@ void PendingService::Start() {
 }
 
 void PendingService::Stop() {
+  {
+    std::unique_lock closing(gate_);  // waits for the requests being served
+    closed_ = true;
+  }
   {
     std::lock_guard lock(mu_);
     stopping_ = true;

@@ -50,6 +50,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -109,7 +110,9 @@ class PendingService final : public PendingSink {
   void RegisterHandlers();
   // Starts the background thread; puts this node's records again.
   void Start();
-  // Stops the background thread. Idempotent.
+  // Stops the background thread; requests from then on answer ESHUTDOWN
+  // (waits for those being served: the Kv may go after this returns).
+  // Idempotent.
   void Stop();
 
   PendingStore& store() override { return store_; }
@@ -180,6 +183,9 @@ class PendingService final : public PendingSink {
   std::chrono::steady_clock::time_point own_until_{};          // GUARDED_BY(mu_)
   std::set<std::string> own_acked_;                            // GUARDED_BY(mu_)
   std::mutex apply_mu_;  // one ApplyOwn at a time; held across remote calls
+  // Handlers serve under a shared lock while !closed_; Stop closes it.
+  std::shared_mutex gate_;
+  bool closed_ = false;  // GUARDED_BY(gate_)
   std::thread thread_;
 };
 
