@@ -3,12 +3,11 @@
 
 #include <algorithm>
 #include <cstring>
-#include <future>
-#include <latch>
 
 #include "common/logging.h"
 #include "common/rpc_methods.h"
 #include "common/thread_name.h"
+#include "common/wait.h"
 #include "dirops/kv_keys.h"
 #include "dirops/pending_apply.h"
 
@@ -154,25 +153,20 @@ std::map<std::string, Error> PendingService::CallAll(const std::vector<std::stri
     targets.emplace_back(n, it->second);
   }
   if (targets.empty()) return errors;
-  std::mutex mu;
-  std::latch done(static_cast<std::ptrdiff_t>(targets.size()));
+  // In parallel; a wait that suspends a fiber in the simulator (common/wait.h).
   const m2m::Bytes body = ToWire(payload);
-  for (const auto& [node, addr] : targets) {
-    transport_->GetEndpoint(addr)->Call(
-        method, body, options_.rpc_timeout,
-        [&, node = node](Result<m2m::Bytes> reply) {
-          {
-            std::lock_guard lock(mu);
-            if (!reply) {
-              errors[node] = reply.error();
-            } else if (replies != nullptr) {
-              (*replies)[node] = std::move(*reply);
-            }
-          }
-          done.count_down();
-        });
+  const auto results = WaitForAll<Result<m2m::Bytes>>(
+      targets.size(), [&](size_t i, m2m::Callback<m2m::Bytes> done) {
+        transport_->GetEndpoint(targets[i].second)
+            ->Call(method, body, options_.rpc_timeout, std::move(done));
+      });
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (!results[i]) {
+      errors[targets[i].first] = results[i].error();
+    } else if (replies != nullptr) {
+      (*replies)[targets[i].first] = *results[i];
+    }
   }
-  done.wait();
   return errors;
 }
 
@@ -331,7 +325,7 @@ void PendingService::OnHeldContact(const std::string& node) {
     ++stats_.notified;
   }
   transport_->GetEndpoint(addr)->Call(MethodId(RpcMethod::kNsPendingNotify), {},
-                                      options_.rpc_timeout, [node](Result<m2m::Bytes> reply) {
+                                      options_.rpc_timeout, [node](const Result<m2m::Bytes>& reply) {
                                         if (!reply) {
                                           Log()->debug("telling {} of its pending records: {}",
                                                        node, reply.error().ToString());
