@@ -103,6 +103,13 @@ Status DirOps::CheckCluster(const std::vector<std::string>& holders) const {
     return Err(EHOSTDOWN, "node " + view->dead.begin()->first +
                               " is dead: multi-node directory operations wait for it");
   }
+  // Records for dead members only from a strict majority of the members
+  // ("Dead nodes"): in a partition, only one side goes ahead.
+  if (!view->dead.empty() && 2 * view->live.size() <= view->live.size() + view->dead.size()) {
+    return Err(EHOSTDOWN, std::to_string(view->dead.size()) + " of " +
+                              std::to_string(view->live.size() + view->dead.size()) +
+                              " members are dead: directory operations wait for a majority");
+  }
   for (const auto& h : holders) {
     if (!view->IsAlive(h)) return Err(EHOSTDOWN, "holder " + h + " is not alive");
   }

@@ -39,9 +39,12 @@
 // (dirops/pending.h): written in the same synced batch as state Acting,
 // dropped if the operation is undone, copied to every live node before it
 // answers. Until the member applied them, every node holding them keeps it
-// dead (dirops/pending_service.h, "The fence"). Without a sink, both
-// operations refuse with EHOSTDOWN while any member is known dead. Either
-// way a holder that is not alive is EHOSTDOWN.
+// dead (dirops/pending_service.h, "The fence"). This needs a strict
+// majority of the members (live and dead) alive in the coordinator's view:
+// in a partition only the larger side goes ahead (otherwise each side would
+// record, and hold dead, the other). Without a sink, or without a majority,
+// both operations refuse with EHOSTDOWN while any member is known dead.
+// Either way a holder that is not alive is EHOSTDOWN.
 //
 // Recovery (Recover, at daemon start, before serving): for each record,
 //   * Validating: nothing was changed yet: the record is deleted;

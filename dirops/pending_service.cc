@@ -138,6 +138,16 @@ std::vector<std::string> PendingService::LiveOthers() const {
   return out;
 }
 
+std::vector<std::string> PendingService::AllOthers() const {
+  std::vector<std::string> out = LiveOthers();
+  auto view = view_();
+  if (!view) return out;
+  for (const auto& [n, addr] : view->dead) {
+    if (n != self_) out.push_back(n);
+  }
+  return out;
+}
+
 std::map<std::string, Error> PendingService::CallAll(const std::vector<std::string>& nodes,
                                                       uint16_t method, const std::string& payload,
                                                       std::map<std::string, m2m::Bytes>* replies) {
@@ -145,12 +155,16 @@ std::map<std::string, Error> PendingService::CallAll(const std::vector<std::stri
   auto view = view_();
   std::vector<std::pair<std::string, std::string>> targets;  // (node, address)
   for (const auto& n : nodes) {
-    const auto it = view ? view->live.find(n) : std::map<std::string, std::string>::const_iterator{};
-    if (!view || it == view->live.end()) {
-      errors[n] = Error{EHOSTDOWN, "node " + n + " is not alive"};
+    std::string addr;
+    if (view) {
+      if (auto it = view->live.find(n); it != view->live.end()) addr = it->second;
+      if (auto it = view->dead.find(n); it != view->dead.end()) addr = it->second;
+    }
+    if (addr.empty()) {
+      errors[n] = Error{EHOSTDOWN, "node " + n + " is not a member"};
       continue;
     }
-    targets.emplace_back(n, it->second);
+    targets.emplace_back(n, addr);
   }
   if (targets.empty()) return errors;
   // In parallel; a wait that suspends a fiber in the simulator (common/wait.h).
@@ -336,11 +350,14 @@ void PendingService::OnHeldContact(const std::string& node) {
 Status PendingService::ApplyOwn() {
   std::lock_guard applying(apply_mu_);
   std::map<std::string, m2m::Bytes> replies;
-  const auto nodes = LiveOthers();
+  // Every member, those this node holds dead too: after a partition each
+  // side may hold records for the other (and hold it dead); asking only the
+  // live would leave both waiting.
+  const auto nodes = AllOthers();
   const auto errors =
       CallAll(nodes, MethodId(RpcMethod::kNsPendingGet), EncodePendingAsk(self_, 0), &replies);
   for (const auto& [n, e] : errors) {
-    Log()->warn("asking {} for this node's pending records: {}", n, e.ToString());
+    Log()->debug("asking {} for this node's pending records: {}", n, e.ToString());
   }
   std::map<uint64_t, PendingOp> ops;  // by seq
   for (const auto& [n, bytes] : replies) {
@@ -395,8 +412,8 @@ Status PendingService::ApplyOwn() {
   const auto done_errors =
       CallAll(nodes, MethodId(RpcMethod::kNsPendingDone), EncodePendingAsk(self_, upto));
   for (const auto& [n, e] : done_errors) {
-    Log()->warn("telling {} that this node applied its records: {} (it tells again)", n,
-                e.ToString());
+    Log()->debug("telling {} that this node applied its records: {} (it tells again)", n,
+                 e.ToString());
   }
   return result;
 }

@@ -20,10 +20,11 @@
 // Membership::SetDeadHold), so no dirmerge lists it, no ring places managers
 // on it and its files answer EHOSTDOWN. Each contact from it (its heartbeats
 // come on) calls OnHeldContact, which tells it, at most once per `notify_gap`,
-// to apply. It then asks every node it sees alive for its records, merges
-// them by seq, applies them in order to its export root (ApplyPendingOp, as
-// the daemon), calls hooks.applied (the daemon drops the names and VDs it
-// built meanwhile), and sends kNsPendingDone to every node it sees alive.
+// to apply. It then asks every member (alive or dead in its view: after a
+// partition each side may hold the other dead) for its records, merges them
+// by seq, applies them in order to its export root (ApplyPendingOp, as the
+// daemon), calls hooks.applied (the daemon drops the names and VDs it built
+// meanwhile), and sends kNsPendingDone to every member.
 // Records it could not apply stay, and it is told again. It remembers the
 // largest seq it applied (dirops/applied) and never applies a record up to
 // it again: a node that was away meanwhile still holds those records and
@@ -152,6 +153,8 @@ class PendingService final : public PendingSink {
                                        const std::string& payload,
                                        std::map<std::string, m2m::Bytes>* replies = nullptr);
   std::vector<std::string> LiveOthers() const;
+  // The other members, alive or dead in this node's view.
+  std::vector<std::string> AllOthers() const;
   void Loop();
   void RetryCopies();
   void PutOwnAgain();

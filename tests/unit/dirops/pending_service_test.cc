@@ -137,6 +137,17 @@ TEST_F(PendingServiceTest, RecordsAreCopiedAppliedInOrderOnceAndErased) {
   EXPECT_EQ(applied_hooks_.load(), 1);
 }
 
+// After a partition each side may hold the other dead: a member asks (and
+// tells) the members it sees dead too, so the holds end.
+TEST_F(PendingServiceTest, AMemberAsksThoseItSeesDeadToo) {
+  MakeDir("n3", "/q");
+  ASSERT_TRUE(S("n1").store().Put({Op(10, PendingOp::Kind::kRmdir, "/q")}));
+  SetDead({"n1"});
+  ASSERT_TRUE(S("n3").ApplyOwn());
+  EXPECT_FALSE(Exists("n3", "/q"));
+  EXPECT_FALSE(S("n1").store().Holds("n3"));
+}
+
 TEST_F(PendingServiceTest, ForgetDropsTheRecordsEverywhereAndIsRemembered) {
   SetDead({"n3"});
   const std::vector<PendingOp> ops{Op(10, PendingOp::Kind::kRmdir, "/x")};

@@ -142,6 +142,21 @@ TEST_F(DeadMemberTest, WithoutRecordsTheyWaitForTheDeadMember) {
   EXPECT_EQ(ops_->RemoveDir(kRoot, "/b", {"n1"}).error().code, EHOSTDOWN);
 }
 
+// In a partition only a strict majority goes ahead: one live member of
+// three records nothing and waits, as without records.
+TEST_F(DeadMemberTest, WithoutAMajorityTheyWait) {
+  StandardLayout();
+  KillN3();
+  view_->live.erase("n2");
+  view_->dead["n2"] = "n2:1";
+  NewOps();
+  WithSink();
+  EXPECT_EQ(ops_->RenameDir(kRoot, "/a/d", "/b/e", 0, {"n1"}).error().code, EHOSTDOWN);
+  EXPECT_EQ(ops_->RemoveDir(kRoot, "/b", {"n1"}).error().code, EHOSTDOWN);
+  EXPECT_TRUE(sink_->store().For("").empty());
+  EXPECT_TRUE(IsDir("n1", "/a/d"));
+}
+
 TEST_F(DeadMemberTest, RenameGoesAheadAndTheDeadMemberAppliesItsRecordLater) {
   StandardLayout();
   KillN3();
