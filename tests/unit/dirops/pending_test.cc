@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <random>
 
 #include "tests/unit/dirops/dir_ops_world.h"
@@ -48,27 +49,20 @@ TEST(PendingCodec, RefusesWhatItDidNotWrite) {
     auto r = DecodePendingOp(EncodePendingOp(op));
     return !r && r.error().code == EPROTO;
   };
-  PendingOp op = SomeOp();
-  op.node = "bad/id";
-  EXPECT_TRUE(refused(op));
-  op = SomeOp();
-  op.node = "";
-  EXPECT_TRUE(refused(op));
-  op = SomeOp();
-  op.coordinator = "";
-  EXPECT_TRUE(refused(op));
-  op = SomeOp();
-  op.from = "/";
-  EXPECT_TRUE(refused(op));
-  op = SomeOp();
-  op.from = "a/../b";
-  EXPECT_TRUE(refused(op));
-  op = SomeOp();
-  op.to = "/a/d/in";  // beneath the source
-  EXPECT_TRUE(refused(op));
-  op = SomeOp();
-  op.kind = static_cast<PendingOp::Kind>(5);
-  EXPECT_TRUE(refused(op));
+  const std::vector<std::function<void(PendingOp&)>> breaks = {
+      [](PendingOp& o) { o.node = "bad/id"; },
+      [](PendingOp& o) { o.node = ""; },
+      [](PendingOp& o) { o.coordinator = ""; },
+      [](PendingOp& o) { o.from = "/"; },
+      [](PendingOp& o) { o.from = "a/../b"; },
+      [](PendingOp& o) { o.to = "/a/d/in"; },  // beneath the source
+      [](PendingOp& o) { o.kind = static_cast<PendingOp::Kind>(5); },
+  };
+  for (size_t i = 0; i < breaks.size(); ++i) {
+    PendingOp op = SomeOp();
+    breaks[i](op);
+    EXPECT_TRUE(refused(op)) << i;
+  }
   EXPECT_FALSE(DecodePendingAsk(EncodePendingAsk("..", 1)));
   // Truncations and random bytes: an error, never a crash.
   const std::string good = EncodePendingList({SomeOp(), SomeOp("n2", 8)});
