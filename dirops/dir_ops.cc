@@ -99,6 +99,22 @@ NodeFs* DirOps::Fs(const std::string& node) const { return fs_for_ ? fs_for_(nod
 Status DirOps::CheckCluster(const std::vector<std::string>& holders) const {
   auto view = view_();
   if (!view) return Err(EHOSTDOWN, "no cluster view");
+  // A dead member that is back and applying its records: wait for it (up to
+  // the deadline) rather than record more for it, which would hold it dead
+  // for as long as operations keep coming.
+  const auto start = SteadyNow();
+  while (dead_sink_ != nullptr && SteadyNow() - start < options_.deadline) {
+    bool returning = false;
+    for (const auto& [n, addr] : view->dead) returning = returning || dead_sink_->Returning(n);
+    if (!returning) break;
+    SleepFor(std::chrono::milliseconds(20));
+    view = view_();
+    if (!view) return Err(EHOSTDOWN, "no cluster view");
+  }
+  if (dead_sink_ != nullptr) {
+    view = view_();
+    if (!view) return Err(EHOSTDOWN, "no cluster view");
+  }
   if (!view->dead.empty() && dead_sink_ == nullptr) {
     return Err(EHOSTDOWN, "node " + view->dead.begin()->first +
                               " is dead: multi-node directory operations wait for it");

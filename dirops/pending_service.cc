@@ -333,6 +333,7 @@ void PendingService::OnHeldContact(const std::string& node) {
   {
     std::lock_guard lock(mu_);
     const auto now = std::chrono::steady_clock::now();
+    last_contact_[node] = now;
     auto& last = last_notified_[node];
     if (now - last < options_.notify_gap) return;
     last = now;
@@ -345,6 +346,14 @@ void PendingService::OnHeldContact(const std::string& node) {
                                                        node, reply.error().ToString());
                                         }
                                       });
+}
+
+bool PendingService::Returning(const std::string& node) const {
+  if (!store_.Holds(node)) return false;
+  std::lock_guard lock(mu_);
+  auto it = last_contact_.find(node);
+  return it != last_contact_.end() &&
+         std::chrono::steady_clock::now() - it->second < std::chrono::seconds(2);
 }
 
 Status PendingService::ApplyOwn() {

@@ -73,6 +73,13 @@ class PendingSink {
   // The records of one finished operation, already in store(): copied to
   // every live node before this returns (failures retried later).
   virtual void Replicate(const std::vector<PendingOp>& ops) = 0;
+  // Whether `node`, held dead for its records, made contact lately: it is
+  // back and applying them (a coordinator waits for it rather than record
+  // more for it). Default: never.
+  virtual bool Returning(const std::string& node) const {
+    (void)node;
+    return false;
+  }
 };
 
 struct PendingServiceOptions {
@@ -118,6 +125,8 @@ class PendingService final : public PendingSink {
 
   PendingStore& store() override { return store_; }
   void Replicate(const std::vector<PendingOp>& ops) override;
+  // Held, with a contact within the last 2 s.
+  bool Returning(const std::string& node) const override;
 
   // Membership's hook: `node`, held dead here, made contact.
   void OnHeldContact(const std::string& node);
@@ -179,6 +188,7 @@ class PendingService final : public PendingSink {
   // target node -> the (node, seq) of records it has not acknowledged
   std::map<std::string, std::set<std::pair<std::string, uint64_t>>> unreplicated_;  // GUARDED_BY(mu_)
   std::map<std::string, std::chrono::steady_clock::time_point> last_notified_;  // GUARDED_BY(mu_)
+  std::map<std::string, std::chrono::steady_clock::time_point> last_contact_;   // GUARDED_BY(mu_)
   Stats stats_;                                              // GUARDED_BY(mu_)
   std::set<std::string> forgotten_;                          // GUARDED_BY(mu_)
   // Until then, this node's own records are put again on every node not in

@@ -298,7 +298,7 @@ DaemonOptions Parse(const std::string& text, const std::string& path, Checker& c
     CheckKeys(c, root, "",
               {"node_id", "node_tag", "listen", "export_root", "mountpoint", "peers",
                "cluster_key_file", "control_socket", "state_dir", "log_level", "transport", "timeouts", "ring",
-               "fuse", "placement", "security", "directory_table", "autonomy",
+               "fuse", "placement", "security", "directory_table", "directory_ops", "autonomy",
                "coopcache", "migration", "metrics"});
 
     // Required scalars, in the order of the documentation.
@@ -517,6 +517,12 @@ DaemonOptions Parse(const std::string& text, const std::string& path, Checker& c
         o.directory_table.whole_max_entries = static_cast<size_t>(v);
       }
       GetBool(c, t, "add_new", "directory_table.add_new", &o.directory_table.add_new);
+    }
+
+    if (const YAML::Node d = GetMap(c, root, "directory_ops")) {
+      CheckKeys(c, d, "directory_ops.", {"record_dead_members"});
+      GetBool(c, d, "record_dead_members", "directory_ops.record_dead_members",
+              &o.directory_ops.record_dead_members);
     }
 
     if (const YAML::Node k = GetMap(c, root, "coopcache")) {

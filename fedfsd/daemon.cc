@@ -273,6 +273,7 @@ Status Daemon::StartNamespace(const DaemonOptions& o) {
   no.release_delay = std::chrono::milliseconds(20);
   no.dir_ops_hooks = ns::PauseHooksFromEnv();
   no.fence_member = [m = membership_.get()](const std::string& node) { m->Fence(node); };
+  no.record_dead_members = o.directory_ops.record_dead_members;
   no.forget_member = [m = membership_.get()](const std::string& node) { m->Forget(node); };
   // The watcher starts after the services it reports to; until then (and
   // after Stop) `watching` is null.

@@ -106,6 +106,16 @@ struct DirectoryTableConfig {
   bool add_new = true;
 };
 
+// Multi-node directory rename and rmdir (docs/faults.md, "Directory
+// operations with dead members"): with record_dead_members, they go ahead
+// while a member is dead (a majority alive) and the member applies them when
+// it returns; off (the default), they answer EHOSTDOWN until it is back.
+// Off by default: a member held dead until it applied serves its own mount
+// meanwhile, which the file moves' notifications miss (docs/faults.md).
+struct DirectoryOpsConfig {
+  bool record_dead_members = false;
+};
+
 // The node's cache of other nodes' file data (docs/coopcache.md): `size`
 // bytes in blocks of `block` (a power of two, 4 KiB .. 64 MiB); 0: off.
 // `share`: its blocks are readable by other nodes, and this node reads other
@@ -174,6 +184,7 @@ struct DaemonOptions {
   FuseConfig fuse;
   PlacementConfig placement;
   DirectoryTableConfig directory_table;
+  DirectoryOpsConfig directory_ops;
   AutonomyConfig autonomy;
   SecurityConfig security;
   CoopCacheConfig coopcache;

@@ -312,7 +312,7 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
       return Err(s.error().code, "pending records: " + s.error().ToString());
     }
     d.pending->RegisterHandlers();
-    d.dir_ops->SetPending(d.pending.get());
+    if (opt.record_dead_members) d.dir_ops->SetPending(d.pending.get());
     d.dir_ops_client = std::make_unique<DirOpsAdapter>(d.dir_ops.get());
     d.vfs->SetDirOps(d.dir_ops_client.get());
     // File moves.

@@ -108,6 +108,9 @@ struct NodeOptions {
   // pending_service.h, "The fence"): hold it dead now (the daemon wires
   // Membership::Fence). Optional.
   std::function<void(const std::string& node)> fence_member;
+  // Directory rename and rmdir go ahead while a member is dead, which
+  // applies them when it returns (DirOps::SetPending); false: EHOSTDOWN.
+  bool record_dead_members = false;
   // Member `node` was removed for good (fedfsctl forget; also at start for
   // those of a past life): the daemon wires Membership::Forget. Optional.
   std::function<void(const std::string& node)> forget_member;

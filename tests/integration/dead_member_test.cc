@@ -41,6 +41,26 @@ std::set<std::string> Names(const std::string& dir) {
   return out;
 }
 
+// directory_ops.record_dead_members (off by default: docs/config.md).
+constexpr const char* kRecord = "directory_ops:\n  record_dead_members: true\n";
+
+// Off (the default), a directory rmdir or rename waits for a dead member:
+// EHOSTDOWN, nothing changed.
+TEST(DeadMember, WithoutRecordsDirectoryOperationsWaitForADeadMember) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root for FUSE mounts";
+  Cluster c;
+  std::vector<std::string> ids;
+  const std::string e = c.StartMounted(3, &ids);
+  ASSERT_TRUE(e.empty()) << e;
+  const std::string m1 = c.Mountpoint("n1");
+  ASSERT_EQ(::mkdir((m1 + "/d").c_str(), 0755), 0) << std::strerror(errno);
+  c.Stop("n3", SIGKILL);
+  ASSERT_TRUE(WaitFor([&] { return c.SeesAlive("n1", {"n1", "n2"}); }, kNoHang)) << c.Log("n1");
+  EXPECT_EQ(Errno(::rmdir((m1 + "/d").c_str())), EHOSTDOWN);
+  EXPECT_EQ(Errno(::rename((m1 + "/d").c_str(), (m1 + "/e").c_str())), EHOSTDOWN);
+  EXPECT_TRUE(fs::is_directory(m1 + "/d"));
+}
+
 // The records of `id` (fedfsctl pending --json): (member, kind, from).
 std::set<std::string> PendingOf(const Cluster& c, const std::string& id) {
   std::set<std::string> out;
@@ -77,7 +97,7 @@ std::set<std::string> Tree(const std::string& dir) {
 void GoAheadWhileAway(bool kill) {
   Cluster c;
   std::vector<std::string> ids;
-  const std::string e = c.StartMounted(3, &ids);
+  const std::string e = c.StartMounted(3, &ids, kRecord);
   ASSERT_TRUE(e.empty()) << e;
   const std::string m1 = c.Mountpoint("n1"), m3 = c.Mountpoint("n3");
   // Everything happens in a directory P that n3 manages when all are alive:
@@ -176,7 +196,7 @@ TEST(DeadMember, AForgottenMemberLeavesTheViewsAndItsRecordsGo) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root for FUSE mounts";
   Cluster c;
   std::vector<std::string> ids;
-  const std::string e = c.StartMounted(3, &ids);
+  const std::string e = c.StartMounted(3, &ids, kRecord);
   ASSERT_TRUE(e.empty()) << e;
   const std::string m1 = c.Mountpoint("n1");
   ASSERT_EQ(::mkdir((m1 + "/d").c_str(), 0755), 0) << std::strerror(errno);

@@ -111,8 +111,13 @@ class StoreSink final : public PendingSink {
   explicit StoreSink(Kv* kv) : store_(kv) { EXPECT_TRUE(store_.Load()); }
   PendingStore& store() override { return store_; }
   void Replicate(const std::vector<PendingOp>& ops) override { replicated.push_back(ops); }
+  bool Returning(const std::string& node) const override {
+    if (!returning || node != "n3") return false;
+    return returning();
+  }
   PendingStore store_;
   std::vector<std::vector<PendingOp>> replicated;
+  std::function<bool()> returning;  // for n3
 };
 
 class DeadMemberTest : public DirOpsTest {
@@ -189,6 +194,29 @@ TEST_F(DeadMemberTest, RenameGoesAheadAndTheDeadMemberAppliesItsRecordLater) {
   const auto both = sink_->store().For("n3");
   ASSERT_EQ(both.size(), 2u);
   EXPECT_GT(both[1].seq, both[0].seq);
+}
+
+// A dead member that is back and applying its records (in contact, still
+// held): the coordinator waits for it to be alive, and records nothing more.
+TEST_F(DeadMemberTest, ACoordinatorWaitsForAMemberThatIsBackRatherThanRecordMore) {
+  StandardLayout();
+  KillN3();
+  NewOps();
+  WithSink();
+  int asked = 0;
+  sink_->returning = [&] {
+    if (++asked < 5) return true;
+    auto v = std::make_shared<ClusterView>(*view_);  // it applied: alive again
+    v->dead.erase("n3");
+    v->live["n3"] = "n3:1";
+    view_ = v;  // (a new view: the coordinator still walks the old one)
+    return false;
+  };
+  auto done = ops_->RenameDir(kRoot, "/a/d", "/b/e", 0, {"n1", "n2", "n3"});
+  ASSERT_TRUE(done) << done.error().ToString();
+  EXPECT_EQ(asked, 5);
+  EXPECT_TRUE(sink_->store().For("").empty());
+  ExpectWhole(true);
 }
 
 TEST_F(DeadMemberTest, RmdirGoesAheadAndWhatTheDeadMemberHeldGoesToTheOrphans) {
