@@ -482,8 +482,8 @@ Status Daemon::ApplyPending(const DaemonOptions& o) {
   // "Directory operations with dead members"): applied before the mount
   // lists anything. The others hold this node dead and tell it on contact
   // anyway; asking now closes the moment in between. Waits for the join
-  // (at most the failure timeout; alone: not at all).
-  if (o.peers.empty()) return Ok();
+  // (at most the failure timeout; alone, or without records: not at all).
+  if (o.peers.empty() || !o.directory_ops.record_dead_members) return Ok();
   const auto until = std::chrono::steady_clock::now() + o.timeouts.failure_timeout;
   while (cluster_->Current()->live.size() < 2 && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
