@@ -1,7 +1,5 @@
 // DirOps with dead members (dirops/dir_ops.h, "Dead nodes"): the records of
 // what each dead member must apply when it returns (dirops/pending.h).
-#include <ctime>
-
 #include "common/logging.h"
 #include "dirops/dir_ops.h"
 #include "dirops/dir_ops_record.h"
@@ -13,9 +11,7 @@ namespace fedfs::ns {
 std::vector<PendingOp> DirOps::PendingOpsFor(const Record& r, const ClusterView& view) const {
   std::vector<PendingOp> ops;
   if (dead_sink_ == nullptr) return ops;
-  timespec ts{};
-  ::clock_gettime(CLOCK_REALTIME, &ts);
-  const uint64_t now_ms = static_cast<uint64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+  const uint64_t now_ms = PendingNowMs();
   for (const auto& [node, addr] : view.dead) {
     PendingOp op;
     op.seq = r.id;

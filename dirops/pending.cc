@@ -2,6 +2,7 @@
 #include "dirops/pending.h"
 
 #include <algorithm>
+#include <ctime>
 
 #include <flatbuffers/flatbuffers.h>
 
@@ -84,6 +85,12 @@ std::string Bytes(const flatbuffers::FlatBufferBuilder& b) {
 }
 
 }  // namespace
+
+uint64_t PendingNowMs() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
+}
 
 bool PendingOp::operator==(const PendingOp& o) const {
   auto same = [](const NodeFs::DirTemplate& a, const NodeFs::DirTemplate& b) {

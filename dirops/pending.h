@@ -58,6 +58,9 @@ struct PendingOp {
   bool operator==(const PendingOp& o) const;
 };
 
+// Wall-clock milliseconds (PendingOp::time_ms, and the age of a record).
+uint64_t PendingNowMs();
+
 // One record (a Kv value) and a list of them (kNsPendingPut's request,
 // kNsPendingGet's reply).
 std::string EncodePendingOp(const PendingOp& op);

@@ -1,26 +1,18 @@
 // The "pending" and "forget" control commands (dirops/pending_control.h).
 #include "dirops/pending_control.h"
 
-#include <ctime>
-
 #include "dirops/pending_service.h"
 
 namespace fedfs::ns {
 
 namespace {
 
-uint64_t NowMs() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
-}
-
 control::PendingReply Status(PendingService& p, const std::string& self) {
   control::PendingReply r;
   r.node = self;
   for (const auto& n : p.store().Fenced()) r.held.push_back(n);
   for (const auto& n : p.Forgotten()) r.forgotten.push_back(n);
-  const uint64_t now = NowMs();
+  const uint64_t now = PendingNowMs();
   for (const auto& op : p.store().For("")) {
     r.records.push_back({.node = op.node,
                          .seq = op.seq,

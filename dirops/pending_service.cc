@@ -18,8 +18,7 @@ namespace {
 std::shared_ptr<spdlog::logger> Log() { return Logger("dirops"); }
 
 m2m::Bytes ToWire(const std::string& s) {
-  const auto* p = reinterpret_cast<const std::byte*>(s.data());
-  return m2m::Bytes(p, p + s.size());
+  return m2m::ToBytes({reinterpret_cast<const uint8_t*>(s.data()), s.size()});
 }
 
 // The payload as an 8-aligned string (the decoders read scalars in place).
@@ -257,14 +256,13 @@ void PendingService::HandlePut(m2m::IncomingCall call, m2m::Responder r) {
     r.Fail(ops.error());
     return;
   }
+  // This node applies records of its own only when it asks for them.
   std::set<std::string> nodes;
-  for (const auto& op : *ops) {
-    if (op.node == self_) continue;  // this node applies what it is given only when it asks
-    nodes.insert(op.node);
-  }
   std::vector<PendingOp> kept;
   for (auto& op : *ops) {
-    if (op.node != self_) kept.push_back(std::move(op));
+    if (op.node == self_) continue;
+    nodes.insert(op.node);
+    kept.push_back(std::move(op));
   }
   if (auto s = store_.Put(kept); !s) {
     r.Fail(s.error());
