@@ -44,6 +44,7 @@ void FileService::Impl::Tell(std::vector<Target> targets) {
       log_->warn("telling {} of a file's change: {}; it is told no more", targets[i].node,
                  answers[i].error().ToString());
       if (auto s = sessions_.find(targets[i].session); s != sessions_.end()) {
+        if (s->second.callbacks) s->second.untold = true;
         s->second.callbacks = false;
         ForgetKeysLocked(s->second);
         until = std::max(until, s->second.seen + opts_.cache_lease + kLeaseMargin);

@@ -294,6 +294,7 @@ void FileService::Impl::DoHello(m2m::IncomingCall call, m2m::Responder& r) {
     s.addr = addr;
     s.conns.insert(call.peer.conn_id);
     s.callbacks = h->attr_callbacks() && ep != nullptr;
+    s.untold = false;
     s.ep = std::move(ep);
     s.pool = std::move(pool);
     s.slot_size = s.pool ? h->slot_size() : 0;
@@ -333,6 +334,9 @@ auto FileService::Impl::Bound(const m2m::PeerInfo& peer, uint64_t session) -> Re
   auto it = sessions_.find(session);
   if (it == sessions_.end() || it->second.conns.count(peer.conn_id) == 0) {
     return Err(fswire::kErrSessionUnknown, "unknown file service session");
+  }
+  if (it->second.untold) {
+    return Err(fswire::kErrSessionUnknown, "session told no more of changes: say Hello again");
   }
   it->second.seen = Clock::now();  // renewed
   return SessionView{it->second.cache_block, it->second.ep, it->second.pool, it->second.slot_size,

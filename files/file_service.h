@@ -41,8 +41,14 @@
 //    that was answered, and drops it all then by itself
 //    (RemoteNodeFs::SessionLost); a change whose callback failed is
 //    acknowledged only once cache_lease passed since the client's last
-//    request arrived here. So no change is acknowledged while a client it
-//    could not tell may still serve the bytes from before it. A restarted
+//    request arrived here, and the client's later requests are answered
+//    kErrSessionUnknown until it says Hello again, which tells it that it
+//    was told no more (it drops what it caches; its handles stay): a client
+//    whose requests are answered never lapses by itself, so without this a
+//    client that the server could not reach while the client reached the
+//    server (a connection back that broke) kept serving old bytes. So no
+//    change is acknowledged while a client it could not tell may still
+//    serve the bytes from before it. A restarted
 //    server knows no client: it waits out the lease from its start (grace).
 //    A client's changes wait that much longer for their answer
 //    (RemoteNodeFs::ChangeSlack).

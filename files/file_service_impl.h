@@ -152,6 +152,12 @@ struct Session {
   std::unordered_map<uint64_t, Handle> handles;     // remote handle -> local
   std::unordered_map<uint64_t, std::string> paths;  // remote handle -> path opened
   bool callbacks = false;  // takes FsAttrChanged (said so in Hello, reachable at addr)
+  // A callback to it failed (its callbacks were turned off): its next
+  // request is answered kErrSessionUnknown, so that the client says Hello
+  // again and learns that it was told no more (it drops what it caches)
+  // before it is served again: a client whose requests keep being answered
+  // never lapses by itself (file_service.h, "Cut-off clients").
+  bool untold = false;
   // Its file-data cache, readable by other clients (cache_block 0: none).
   uint64_t cache_block = 0;
   m2m::RegionDesc cache_data, cache_tags;

@@ -27,7 +27,8 @@
 //
 // FEDFS_CHAOS_SECONDS (default 60) bounds the faults' time, FEDFS_CHAOS_SEED
 // (default 1) chooses them, FEDFS_CHAOS_FAULTS=0 runs the workload without
-// any; FEDFS_CHAOS_REPORT=<file> gets the figures as
+// any; FEDFS_CHAOS_RECORDS=1 runs the daemons with
+// directory_ops.record_dead_members on; FEDFS_CHAOS_REPORT=<file> gets the figures as
 // JSON (bench/chaos.sh); FEDFS_TEST_KEEP_LOGS=<dir> gets each daemon's
 // whole log when the run fails. The fixture deletes its namespaces (and so the
 // links) and the Cluster stops the daemons and clears the mounts whatever
@@ -358,6 +359,10 @@ TEST_F(ChaosWorkload, NothingFailsNothingIsLostAndEveryHistoryIsLinearizable) {
   std::mt19937_64 rng(seed);
   auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
 
+  const bool records = EnvInt("FEDFS_CHAOS_RECORDS", 0) != 0;
+  constexpr const char* kYaml = "coopcache: {size: 32M}\n";
+  constexpr const char* kRecordsYaml =
+      "coopcache: {size: 32M}\ndirectory_ops: {record_dead_members: true}\n";
   for (int i = 0; i < kNodes; ++i) {
     const std::string id = "n" + std::to_string(i + 1);
     ids_.push_back(id);
@@ -369,7 +374,7 @@ TEST_F(ChaosWorkload, NothingFailsNothingIsLostAndEveryHistoryIsLinearizable) {
                                         .listen = ip_[static_cast<size_t>(i)] + ":7400",
                                         .peers = peers,
                                         .net_devices = dev_[static_cast<size_t>(i)],
-                                        .extra_yaml = "coopcache: {size: 32M}\n"}));
+                                        .extra_yaml = records ? kRecordsYaml : kYaml}));
     // The shared directories are in every export root (spread directories).
     fs::create_directories(c_->ExportRoot(id) + "/data");
     fs::create_directories(c_->ExportRoot(id) + "/ns");

@@ -43,7 +43,10 @@ class CacheLeaseTest : public RemoteFsTest {
       return calls.size();
     }
   };
-  void MakeClient() {
+  // `split`: requests through the fixture's first client transport, the
+  // callbacks to another one (inline data only), so that Partition(client2_,
+  // server) cuts the connection back alone.
+  void MakeClient(bool split = false) {
     client2_ = NewClient([&](m2m::Transport* t) {
       callbacks_ = std::make_unique<FsCallbacks>(
           t, [this](const std::string&, const std::vector<Handle>&, DataRange, bool) {
@@ -60,12 +63,12 @@ class CacheLeaseTest : public RemoteFsTest {
     RemoteNodeFsOptions o;
     o.local_node = "client";
     o.local_address = client2_.addr;
-    o.slot_count = 4;
+    o.slot_count = split ? 0 : 4;
     o.rpc_timeout = 10s;
     o.callbacks = callbacks_.get();
     o.timers = &timers_;
-    fs_ = std::make_shared<RemoteNodeFs>("server", client2_.transport->GetEndpoint(server_addr_),
-                                         client2_.transport.get(), o);
+    m2m::Transport* t = split ? client_.transport.get() : client2_.transport.get();
+    fs_ = std::make_shared<RemoteNodeFs>("server", t->GetEndpoint(server_addr_), t, o);
   }
   void TearDown() override {
     fs_.reset();
@@ -137,6 +140,55 @@ TEST_P(CacheLeaseTest, AnIdleRenewingClientNeverLapsesAndAToldChangeWaitsForNoLe
   EXPECT_EQ(service_->stats().callbacks_failed, 0u);
   EXPECT_EQ(service_->stats().lease_waits, 0u);
   EXPECT_EQ(lost_.count(), 0u);
+  ASSERT_TRUE(fs_->Release(f->handle));
+}
+
+// A callback that fails while the client reaches the server (its connection
+// back broke, or it stalled): the client's requests keep being answered, so
+// it never lapses by itself; its next request must learn that it is told no
+// more (and drop what it caches) before it is served, or it would go on
+// serving the bytes from before the change.
+TEST_P(CacheLeaseTest, AClientNotToldOfAChangeLearnsItAtItsNextRequest) {
+  MakeClient(/*split=*/true);
+  auto f = fs_->Create(me_, "/h", O_RDWR, 0644);
+  ASSERT_TRUE(f) << f.error().ToString();
+  ASSERT_TRUE(f->attr_callbacks);
+  // A busy client: a request every 20 ms, so no renewal is ever due.
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> failed{0};
+  std::thread busy([&] {
+    while (!stop.load()) {
+      if (!fs_->Stat(me_, "/h")) failed.fetch_add(1);
+      std::this_thread::sleep_for(20ms);
+    }
+  });
+  net_->Partition(client2_.addr, server_addr_);  // the connection back only
+  TimedLocalWrite("/h");
+  net_->Heal(client2_.addr, server_addr_);
+  stop.store(true);
+  busy.join();
+  EXPECT_EQ(failed.load(), 0u);
+  EXPECT_EQ(service_->stats().callbacks_failed, 1u);
+  // Its next request after the failed callback was refused until it said
+  // Hello again, which told it (Lost, untold) before the change was
+  // acknowledged.
+  ASSERT_EQ(lost_.count(), 1u);
+  {
+    std::lock_guard lock(lost_.mu);
+    EXPECT_LT(lost_.calls[0].first, write_done_) << "the change was acknowledged first";
+    EXPECT_TRUE(lost_.calls[0].second);
+  }
+  // Told again from then on: a second change reaches it, and no lease waits.
+  const uint64_t waits = service_->stats().lease_waits;
+  auto g = fs_->Open(me_, "/h", O_RDONLY);
+  ASSERT_TRUE(g) << g.error().ToString();
+  EXPECT_TRUE(g->attr_callbacks);
+  const uint64_t told = told_.load();
+  TimedLocalWrite("/h");
+  EXPECT_TRUE(WaitUntilTrue([&] { return told_.load() > told; }, 5s));
+  EXPECT_EQ(service_->stats().lease_waits, waits);
+  EXPECT_EQ(lost_.count(), 1u);
+  ASSERT_TRUE(fs_->Release(g->handle));
   ASSERT_TRUE(fs_->Release(f->handle));
 }
 
