@@ -13,7 +13,9 @@
 #
 #   bench/chaos.sh [SECONDS]      SECONDS default 1800; BUILD=build (a
 #                                 Release build dir, built here),
-#                                 SEED=<n> (default: random, printed)
+#                                 SEED=<n> (default: random, printed),
+#                                 FEDFS_CHAOS_RECORDS=1 (the daemons with
+#                                 directory_ops.record_dead_members on)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$ROOT/build}
