@@ -152,6 +152,7 @@ Result<std::string> EncodeRequest(const Request& request) {
                                      : !request.path.empty();
   if (has_path) j["path"] = request.path;
   if (c != nullptr && (c->arg == Arg::kPathNode || c->arg == Arg::kNode)) j["node"] = request.node;
+  if (request.max_rate != 0) j["max_rate"] = request.max_rate;
   try {
     return j.dump();
   } catch (const Json::exception&) {
@@ -189,6 +190,13 @@ Result<Request> ParseRequest(std::string_view line) {
                              ch == '_' || ch == '-';
                     });
     if (!ok) return Err(EINVAL, "node must be a node id ([A-Za-z0-9._-], 1-255 bytes)");
+  }
+  if (auto rate = req.find("max_rate"); rate != req.end()) {
+    if (c->name != kMigrate.name && c->name != kRebalance.name) {
+      return Err(EINVAL, "\"max_rate\" is for migrate and rebalance only");
+    }
+    if (!rate->is_number_unsigned()) return Err(EINVAL, "max_rate must be a byte count per second");
+    out.max_rate = rate->get<uint64_t>();
   }
   return out;
 }

@@ -130,6 +130,9 @@ struct Request {
   std::string cmd;
   std::string path;  // commands with Arg::kPath or kPathNode; "" otherwise
   std::string node;  // commands with Arg::kPathNode or kNode; "" otherwise
+  // "migrate", "rebalance": the moves' copies read at most this many bytes
+  // per second ("max_rate"; 0, or left out: no limit).
+  uint64_t max_rate = 0;
 };
 
 // The path of a request as every command uses it: each run of '/' made one,

@@ -1,4 +1,6 @@
 #include "fedfsd/config.h"
+
+#include "common/size.h"
 #include "metrics/endpoint.h"
 
 #include <sys/stat.h>
@@ -171,18 +173,12 @@ bool GetSize(Checker& c, const YAML::Node& map, const std::string& key, const st
     return false;
   }
   const std::string& s = n.Scalar();
-  size_t digits = 0;
-  while (digits < s.size() && ::isdigit(static_cast<unsigned char>(s[digits]))) ++digits;
-  std::string unit = s.substr(digits);
-  if (unit.ends_with("iB")) unit.resize(unit.size() - 2);
-  static const std::map<std::string, int> kShift = {{"", 0}, {"K", 10}, {"M", 20}, {"G", 30},
-                                                    {"T", 40}};
-  auto shift = kShift.find(unit);
-  if (digits == 0 || digits > 15 || shift == kShift.end()) {
-    c.Fail(name, "expected a size such as 268435456 or 256MiB, got " + Quote(s));
+  auto parsed = ParseByteSize(s);
+  if (!parsed) {
+    c.Fail(name, parsed.error().context);
     return false;
   }
-  const uint64_t v = std::stoull(s.substr(0, digits)) << shift->second;
+  const uint64_t v = *parsed;
   if (v < lo || v > hi) {
     c.Fail(name, Quote(s) + " is out of range [" + std::to_string(lo) + ", " +
                      std::to_string(hi) + "] bytes");

@@ -119,7 +119,7 @@ Result<Migration::RebalanceReport> Migration::Rebalance(const RebalanceOptions& 
   report.plan = PlanRebalance(report.before, std::move(candidates), o.threshold);
   if (o.dry_run) return report;
   for (const PlannedMove& mv : report.plan.moves) {
-    auto r = MoveAt(mv.from, mv.path, mv.to, MoveTrigger::kRebalance);
+    auto r = MoveAt(mv.from, mv.path, mv.to, MoveTrigger::kRebalance, false, o.max_rate);
     report.errors.push_back(r ? std::string() : r.error().ToString());
     if (!r) Log()->info("rebalance: {} from {} to {}: {}", mv.path, mv.from, mv.to, r.error().ToString());
   }

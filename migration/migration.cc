@@ -140,14 +140,16 @@ void Migration::Annotate(const std::string& dir, std::vector<DirEntry>* entries)
 }
 
 Result<MoveOutcome> Migration::MoveAt(const std::string& holder, const std::string& path,
-                                      const std::string& to, MoveTrigger why, bool dry_run) {
-  if (holder == node_id_) return dry_run ? DryRun(path, to) : Move(path, to, why);
+                                      const std::string& to, MoveTrigger why, bool dry_run,
+                                      uint64_t max_rate) {
+  if (holder == node_id_) return dry_run ? DryRun(path, to) : Move(path, to, why, max_rate);
   MoveMsg m;
   m.path = path;
   m.from = node_id_;
   m.to = to;
   m.trigger = static_cast<uint8_t>(why);
   m.dry_run = dry_run;
+  m.max_rate = max_rate;
   auto r = Call(holder, MethodId(RpcMethod::kMigStart), EncodeMsg(m), options_.copy_timeout);
   if (!r) return Err(r.error());
   auto a = DecodeMsg(*r);
@@ -156,13 +158,13 @@ Result<MoveOutcome> Migration::MoveAt(const std::string& holder, const std::stri
 }
 
 Result<MoveOutcome> Migration::Move(const std::string& path, const std::string& to,
-                                    MoveTrigger why) {
+                                    MoveTrigger why, uint64_t max_rate) {
   const auto t = static_cast<size_t>(why);
   {
     std::lock_guard lock(mu_);
     stats_.by_trigger[t].asked++;
   }
-  auto o = Attempt(path, to);
+  auto o = Attempt(path, to, max_rate);
   std::lock_guard lock(mu_);
   (o ? stats_.by_trigger[t].done : stats_.by_trigger[t].failed)++;
   return o;
@@ -198,7 +200,8 @@ Result<MoveOutcome> Migration::DryRun(const std::string& path, const std::string
   return MoveOutcome{node_id_, to, static_cast<uint64_t>(st->st_size)};
 }
 
-Result<MoveOutcome> Migration::Attempt(const std::string& path, const std::string& to) {
+Result<MoveOutcome> Migration::Attempt(const std::string& path, const std::string& to,
+                                       uint64_t max_rate) {
   auto st0 = Check(path, to);
   if (!st0) return Err(st0.error());
   Rec r;
@@ -258,6 +261,7 @@ Result<MoveOutcome> Migration::Attempt(const std::string& path, const std::strin
   p.id = r.id;
   p.path = path;
   p.from = node_id_;
+  p.max_rate = max_rate;
   p.size = static_cast<uint64_t>(st0->st_size);
   p.mode = st0->st_mode & 07777;
   p.uid = st0->st_uid;

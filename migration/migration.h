@@ -69,8 +69,7 @@
 // Not built yet (docs/migration.md, "What runs today"): moving locks (a
 // locked file is refused with EBUSY), identity of st_ino across the move
 // (T's inode number is shown afterwards), hard links (refused), symlinks,
-// subtrees, one-sided pulls of the data, throttling, progress, the access
-// trigger.
+// subtrees, one-sided pulls of the data, progress, the access trigger.
 //
 // Threads: Move blocks (remote calls, synced journal writes) and may run on
 // any thread but the transport's; handlers post their work to `pool`.
@@ -109,6 +108,9 @@ struct MigrationOptions {
   std::chrono::milliseconds rpc_timeout{10000};     // every call but the copy
   std::chrono::milliseconds copy_timeout{3600000};  // kMigPrepare (the copy)
   size_t chunk = size_t{1} << 20;                   // bytes per read from L
+  // Reads of the copy in flight at once, each a chunk ahead of T's writes
+  // (copy_ahead.h).
+  int copy_streams = 2;
   // A file written during its copy (delta.cc): the blocks (of `delta_block`
   // bytes, or larger for files over kMaxDeltaChunks of them) whose hashes
   // differ are copied again, in up to `delta_passes` passes while writers
@@ -177,9 +179,12 @@ class Migration {
   // target's errno (ENOSPC, EEXIST: a file of that name at T...). On any
   // error nothing changed (or, if an undo could not reach T, the undo is
   // pending and T's copy stays hidden).
-  // `why` is counted (Stats::by_trigger).
+  // `why` is counted (Stats::by_trigger). `max_rate` (bytes per second, 0:
+  // none) bounds T's reads of the copy (one read in flight then); the
+  // deltas after it are not bounded (writers may wait for the last one).
   [[nodiscard]] Result<MoveOutcome> Move(const std::string& path, const std::string& to,
-                                         MoveTrigger why = MoveTrigger::kManual);
+                                         MoveTrigger why = MoveTrigger::kManual,
+                                         uint64_t max_rate = 0);
 
   // The checks of a move (step 0), and whether T has a file of that name
   // (EEXIST) or a move of it runs (EBUSY); nothing changes. The outcome's
@@ -193,7 +198,7 @@ class Migration {
   [[nodiscard]] Result<MoveOutcome> MoveAt(const std::string& holder, const std::string& path,
                                            const std::string& to,
                                            MoveTrigger why = MoveTrigger::kManual,
-                                           bool dry_run = false);
+                                           bool dry_run = false, uint64_t max_rate = 0);
 
   // VdServiceOptions::annotate_listing: marks the names of `dir` that are in
   // a move (tombstones here as L after the commit, incoming as T).
@@ -211,6 +216,7 @@ class Migration {
     uint64_t min_size = uint64_t{1} << 20;
     size_t per_node = 256;
     bool dry_run = false;
+    uint64_t max_rate = 0;  // each move's (Move)
   };
   struct RebalanceReport {
     std::vector<NodeUsage> before;
@@ -251,7 +257,7 @@ class Migration {
   // this node; its attributes.
   Result<struct stat> Check(const std::string& path, const std::string& to);
   // Move, uncounted.
-  Result<MoveOutcome> Attempt(const std::string& path, const std::string& to);
+  Result<MoveOutcome> Attempt(const std::string& path, const std::string& to, uint64_t max_rate);
   Status Save(const Rec& r);
   Status Erase(const Rec& r);
   Status Undo(Rec& r);

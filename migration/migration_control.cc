@@ -18,7 +18,8 @@ void RegisterMigrationControl(
       return Err(EISDIR, q.path + ": a directory (held by " + std::to_string(holders->size()) +
                              " nodes); only files are moved");
     }
-    auto o = migration->MoveAt(holders->front(), q.path, q.node, MoveTrigger::kManual, dry_run);
+    auto o = migration->MoveAt(holders->front(), q.path, q.node, MoveTrigger::kManual, dry_run,
+                               q.max_rate);
     if (!o) return Err(o.error().code, q.path + ": " + o.error().ToString());
     control::MigrateReply r;
     r.path = q.path;
@@ -62,10 +63,12 @@ void RegisterMigrationControl(
     r.full_failed = full.failed;
     return r;
   });
-  auto run = [migration, rebalance](bool dry_run) -> Result<control::RebalanceReply> {
+  auto run = [migration, rebalance](bool dry_run,
+                                    uint64_t max_rate) -> Result<control::RebalanceReply> {
     if (migration == nullptr) return Err(ENOTSUP, "file moves are off on this node");
     Migration::RebalanceOptions o = rebalance;
     o.dry_run = dry_run;
+    o.max_rate = max_rate;
     auto rep = migration->Rebalance(o);
     if (!rep) return Err(rep.error());
     control::RebalanceReply r;
@@ -91,9 +94,9 @@ void RegisterMigrationControl(
     }
     return r;
   };
-  dispatcher.Register([run](const control::Request&) { return run(false); });
+  dispatcher.Register([run](const control::Request& q) { return run(false, q.max_rate); });
   dispatcher.Register([run](const control::Request&) -> Result<control::RebalancePlanReply> {
-    auto r = run(true);
+    auto r = run(true, 0);
     if (!r) return Err(r.error());
     control::RebalancePlanReply p;
     static_cast<control::RebalanceReply&>(p) = std::move(*r);

@@ -67,6 +67,7 @@ struct MoveMsg {
   uint64_t bytes = 0;
   uint8_t trigger = 0;  // kMigStart: MoveTrigger
   bool dry_run = false;  // kMigStart: only the checks
+  uint64_t max_rate = 0;  // kMigStart, kMigPrepare: the copy's bytes per second (0: no limit)
   uint64_t chunk = 0;                 // kMigDelta: bytes per hashed chunk
   std::vector<ChunkHashValue> hashes;  // kMigDelta: the source's, chunk by chunk
   std::vector<std::pair<std::string, uint64_t>> files;  // kMigLargest's answer: path, size

@@ -8,11 +8,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 #include "common/logging.h"
 #include "common/path.h"
 #include "common/rpc_methods.h"
 #include "dirops/kv_keys.h"
+#include "migration/copy_ahead.h"
 #include "migration/migration.h"
 #include "migration/migration_internal.h"
 
@@ -73,7 +76,7 @@ void Migration::OnStart(m2m::IncomingCall call, m2m::Responder r) {
   auto shared = std::make_shared<m2m::Responder>(std::move(r));
   Spawn([this, m = std::move(*m), shared] {
     auto o = m.dry_run ? DryRun(m.path, m.to)
-                       : Move(m.path, m.to, static_cast<MoveTrigger>(m.trigger));
+                       : Move(m.path, m.to, static_cast<MoveTrigger>(m.trigger), m.max_rate);
     if (!o) return shared->Fail(o.error());
     MoveMsg a;
     a.from = node_id_;
@@ -157,42 +160,59 @@ Result<uint64_t> Migration::Receive(const std::string& key, const Prep& p) {
   if (src == nullptr) return fail(Error{EHOSTDOWN, "no way to reach " + m.from});
   auto h = src->Open(Cred{}, m.path, O_RDONLY);
   if (!h) return fail(at("open at the source", h.error()));
-  std::vector<std::byte> buf(options_.chunk);
   uint64_t off = 0;
   Error why{0, {}};
-  for (;;) {
-    auto n = src->Read(h->handle, off, buf);
-    if (!n) {
-      why = at("read from the source", n.error());
-      break;
-    }
-    if (*n == 0) break;
-    // The hash of each block, for a later delta (delta.cc): valid while
-    // every read but the last returned a whole chunk (a multiple of blocks).
-    if (staged->aligned) {
-      const size_t block = static_cast<size_t>(options_.delta_block);
-      for (size_t b = 0; b < *n; b += block) {
-        staged->hashes.push_back(ChunkHash(buf.data() + b, std::min(block, *n - b)));
+  {
+    // The next chunks are read while this one is hashed and written
+    // (copy_ahead.h).
+    const uint64_t rate = m.max_rate;
+    CopyAhead ahead(src, h->handle, options_.chunk, rate > 0 ? 1 : options_.copy_streams);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (;;) {
+      auto got = ahead.Next();
+      if (!got) {
+        why = at("read from the source", got.error());
+        break;
       }
-      staged->aligned = *n == buf.size() && buf.size() % block == 0;
-    }
-    // Zeros are left unwritten: holes stay holes (and runs of zeros become
-    // holes, which read the same).
-    if (!AllZero(buf.data(), *n)) {
-      size_t done = 0;
-      while (done < *n) {
-        ssize_t w = pwrite(staged->fd, buf.data() + done, *n - done,
-                           static_cast<off_t>(off + done));
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-          why = Error{w < 0 ? errno : EIO, "write of the copy"};
-          break;
+      const std::span<const std::byte> buf = *got;
+      const size_t n = buf.size();
+      if (n == 0) break;
+      // The hash of each block, for a later delta (delta.cc): valid while
+      // every read but the last returned a whole chunk (a multiple of
+      // blocks).
+      if (staged->aligned) {
+        const size_t block = static_cast<size_t>(options_.delta_block);
+        for (size_t b = 0; b < n; b += block) {
+          staged->hashes.push_back(ChunkHash(buf.data() + b, std::min(block, n - b)));
         }
-        done += static_cast<size_t>(w);
+        staged->aligned = n == options_.chunk && options_.chunk % block == 0;
       }
-      if (why.code != 0) break;
+      // Zeros are left unwritten: holes stay holes (and runs of zeros
+      // become holes, which read the same).
+      if (!AllZero(buf.data(), n)) {
+        size_t done = 0;
+        while (done < n) {
+          ssize_t w = pwrite(staged->fd, buf.data() + done, n - done, static_cast<off_t>(off + done));
+          if (w < 0 && errno == EINTR) continue;
+          if (w <= 0) {
+            why = Error{w < 0 ? errno : EIO, "write of the copy"};
+            break;
+          }
+          done += static_cast<size_t>(w);
+        }
+        if (why.code != 0) break;
+      }
+      off += n;
+      if (n < options_.chunk) break;  // the end of the file (CopyAhead reads no further)
+      if (rate > 0) {
+        // --max-rate: the next read waits until the bytes so far took
+        // their share of time.
+        const auto due = t0 + std::chrono::microseconds(
+                                  static_cast<int64_t>(static_cast<double>(off) * 1e6 /
+                                                       static_cast<double>(rate)));
+        std::this_thread::sleep_until(due);
+      }
     }
-    off += *n;
   }
   (void)src->Release(h->handle);
   if (why.code != 0) return fail(std::move(why));

@@ -111,6 +111,7 @@ m2m::Bytes EncodeMsg(const MoveMsg& m) {
   mb.add_files(files);
   mb.add_dry_run(m.dry_run);
   mb.add_chunk(m.chunk);
+  mb.add_max_rate(m.max_rate);
   mb.add_hashes(hashes);
   b.Finish(mb.Finish());
   return Bytes(b);
@@ -145,6 +146,7 @@ Result<MoveMsg> DecodeMsg(const m2m::Bytes& payload) {
     }
   }
   m.chunk = r->chunk();
+  m.max_rate = r->max_rate();
   if (r->hashes() != nullptr) {
     const auto* h = r->hashes();
     if (h->size() % 2 != 0 || h->size() / 2 > kMaxDeltaChunks) {

@@ -23,6 +23,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/size.h"
 #include "control/client.h"
 #include "control/schema.h"
 #include "fedfsd/config.h"
@@ -276,6 +277,7 @@ int main(int argc, char** argv) {
   std::vector<std::pair<const control::Command*, CLI::App*>> commands;
   std::string action;  // "cache drop"
   bool dry_run = false;  // "rebalance --dry-run"
+  std::string max_rate;  // "migrate/rebalance --max-rate"
   for (const control::Command& c : control::kCommands) {
     if (c.name == control::kCacheDrop.name) continue;  // as "cache drop"
     if (c.name == control::kRebalancePlan.name) continue;  // as "rebalance --dry-run"
@@ -299,6 +301,10 @@ int main(int argc, char** argv) {
     }
     if (c.name == control::kRebalance.name) {
       sub->add_flag("--dry-run", dry_run, "print the plan and the usage it leads to; move nothing");
+    }
+    if (c.name == control::kMigrate.name || c.name == control::kRebalance.name) {
+      sub->add_option("--max-rate", max_rate,
+                      "copy at most RATE bytes per second (e.g. 50M, 1GiB; K/M/G/T are powers of 1024)");
     }
     sub->add_flag("--json", json, "machine-readable output");
     commands.emplace_back(&c, sub);
@@ -326,7 +332,17 @@ int main(int argc, char** argv) {
     const std::string sock = FindSocket(socket, config);
     // A move or a rebalance answers when it is done, however long it takes.
     const bool job = cmd->name == control::kMigrate.name || cmd->name == control::kRebalance.name;
-    auto reply = control::Ask(sock, control::Request{std::string(cmd->name), path, node},
+    control::Request request{std::string(cmd->name), path, node};
+    if (!max_rate.empty()) {
+      auto rate = fedfs::ParseByteSize(max_rate);
+      if (!rate || *rate == 0) {
+        std::fprintf(stderr, "fedfsctl: --max-rate: %s\n",
+                     rate ? "must be more than 0 bytes per second" : rate.error().context.c_str());
+        return 2;
+      }
+      request.max_rate = *rate;
+    }
+    auto reply = control::Ask(sock, request,
                               job ? std::chrono::seconds(0) : std::chrono::seconds(10));
     if (!reply) throw Failure{reply.error().context};
     if (json) {

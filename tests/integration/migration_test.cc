@@ -27,6 +27,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -291,6 +292,38 @@ TEST_F(Migration, BadRequestsAreRefusedWithTheirReason) {
   EXPECT_EQ(ListNames(Root("n2")), std::set<std::string>{});
   EXPECT_EQ(c_.Ctl("n1", {"migrations"})["pending"], 0);
   EXPECT_EQ(c_.Ctl("n1", {"migrations"})["done"], 0);
+}
+
+// `--max-rate` bounds the copy's reads at T: 6 MiB at 2 MiB/s cannot take
+// less than 3 s (each read of a 1 MiB chunk waits until the bytes before it
+// took their share of time; without the bound the move takes a fraction of
+// a second here), and arrives whole. A rate fedfsctl cannot read is refused
+// before anything is asked.
+TEST_F(Migration, MaxRateBoundsTheCopy) {
+  fs::create_directories(Root("n1") + "/d");
+  std::string content(6u << 20, '\0');
+  std::mt19937_64 rng(7);
+  for (char& ch : content) ch = static_cast<char>('a' + rng() % 26);
+  { std::ofstream(Root("n1") + "/d/big", std::ios::binary) << content; }
+  ASSERT_EQ(Holder(c_, "n3", "/d/big"), "n1");
+  for (const char* bad : {"fast", "0", "1.5M", "5PB"}) {
+    const CommandResult r = RunCommand({FEDFS_FEDFSCTL_PATH, "--socket", c_.Socket("n3"), "migrate",
+                                        "/d/big", "--to", "n2", "--max-rate", bad},
+                                       kNoHang);
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.out << r.err;
+    EXPECT_NE(r.err.find("--max-rate"), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(c_.Ctl("n1", {"migrations"})["done"], 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  const CommandResult r = RunCommand({FEDFS_FEDFSCTL_PATH, "--socket", c_.Socket("n3"), "migrate",
+                                      "/d/big", "--to", "n2", "--max-rate", "2M"},
+                                     kNoHang);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err << c_.Log("n1") << c_.Log("n2");
+  EXPECT_GE(took, std::chrono::seconds(3)) << "the copy was not bounded";
+  EXPECT_EQ(Holder(c_, "n3", "/d/big"), "n2");
+  EXPECT_EQ(Digest(ReadFileText(Root("n2") + "/d/big")), Digest(content));
+  EXPECT_EQ(Digest(ReadFileText(Mnt("n1") + "/d/big")), Digest(content));
 }
 
 // A write through another node's mount that waits at the file's gate for

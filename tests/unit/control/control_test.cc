@@ -137,6 +137,21 @@ TEST(ControlSchema, Requests) {
                           R"({"cmd":"ring","path":""})"}) {
     EXPECT_FALSE(ParseRequest(bad)) << bad;
   }
+  // A move's rate bound: migrate and rebalance only, a byte count.
+  Request m{"migrate", "/a", "n2"};
+  m.max_rate = 5 << 20;
+  EXPECT_EQ(EncodeRequest(m).value(), R"({"cmd":"migrate","max_rate":5242880,"node":"n2","path":"/a"})");
+  auto mr = ParseRequest(EncodeRequest(m).value());
+  ASSERT_TRUE(mr) << mr.error().context;
+  EXPECT_EQ(mr->max_rate, 5u << 20);
+  EXPECT_EQ(ParseRequest(R"({"cmd":"rebalance","max_rate":7})").value().max_rate, 7u);
+  EXPECT_EQ(ParseRequest(R"({"cmd":"migrate","path":"/a","node":"n2"})").value().max_rate, 0u);
+  for (const char* bad : {R"({"cmd":"status","max_rate":7})",
+                          R"({"cmd":"migrate","path":"/a","node":"n2","max_rate":-1})",
+                          R"({"cmd":"migrate","path":"/a","node":"n2","max_rate":"5M"})",
+                          R"({"cmd":"migrate","path":"/a","node":"n2","max_rate":1.5})"}) {
+    EXPECT_FALSE(ParseRequest(bad)) << bad;
+  }
   EXPECT_EQ(NormalizeControlPath("/"), "/");
   EXPECT_EQ(NormalizeControlPath("///"), "/");
   EXPECT_EQ(NormalizeControlPath("/a//b/"), "/a/b");

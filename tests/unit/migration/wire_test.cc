@@ -15,6 +15,7 @@ TEST(MigrationWire, TriggerDryRunFilesAndHashesRoundTrip) {
                   .to = "n2",
                   .trigger = static_cast<uint8_t>(MoveTrigger::kRebalance),
                   .dry_run = true,
+                  .max_rate = 50 << 20,
                   .chunk = 64 << 10,
                   .hashes = {ChunkHashValue{1, 2}, ChunkHashValue{3, 4}},
                   .files = {{"/big", 5u << 20}, {"/d/small", 1u << 20}}};
@@ -22,6 +23,7 @@ TEST(MigrationWire, TriggerDryRunFilesAndHashesRoundTrip) {
   ASSERT_TRUE(back.has_value()) << back.error().ToString();
   EXPECT_EQ(back->trigger, m.trigger);
   EXPECT_TRUE(back->dry_run);
+  EXPECT_EQ(back->max_rate, m.max_rate);
   EXPECT_EQ(back->files, m.files);
   EXPECT_EQ(back->chunk, m.chunk);
   EXPECT_EQ(back->hashes, m.hashes);
