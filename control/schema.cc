@@ -229,6 +229,7 @@ Result<R> DecodeReply(std::string_view line) {
 FEDFS_CONTROL_REPLY(StatusReply)
 FEDFS_CONTROL_REPLY(RingReply)
 FEDFS_CONTROL_REPLY(WhereReply)
+FEDFS_CONTROL_REPLY(ListReply)
 FEDFS_CONTROL_REPLY(ConflictsReply)
 FEDFS_CONTROL_REPLY(DtReply)
 FEDFS_CONTROL_REPLY(FilesReply)

@@ -58,6 +58,11 @@ inline constexpr Command kRing{"ring", Arg::kPath, "which node manages PATH",
 inline constexpr Command kWhere{"where", Arg::kPath,
                                 "which node(s) hold PATH (a file's node, a directory's nodes)",
                                 "a global path, e.g. /a/b"};
+// "list" (vfs/vfs_control.h): the entries of a directory as this node's
+// directory table has them (fedfsctl migrate walks subtrees with it).
+inline constexpr Command kList{"list", Arg::kPath,
+                               "the entries of directory PATH: name, type, holders",
+                               "a global directory path, e.g. /a"};
 inline constexpr Command kConflicts{"conflicts", Arg::kPath, "name conflicts in directory PATH",
                                     "a global directory path, e.g. /a"};
 inline constexpr Command kDt{
@@ -77,7 +82,8 @@ inline constexpr Command kCacheDrop{"cache_drop", Arg::kNone,
 // "migrate" (migration/migration_control.h): moves file PATH to node NODE
 // and answers when the move is done (or failed: the error says why).
 inline constexpr Command kMigrate{"migrate", Arg::kPathNode,
-                                  "move the file PATH to node NODE (path unchanged)",
+                                  "move files (of directories: every file below) to node NODE, "
+                                  "paths unchanged",
                                   "a global path of a regular file, e.g. /a/b"};
 // fedfsctl migrate --dry-run sends "migrate_plan": the checks of the move
 // at the file's node (Migration::DryRun); nothing moves.
@@ -115,10 +121,10 @@ inline constexpr Command kForget{"forget", Arg::kNode,
                                  "remove member NODE for good (drops what it must apply)",
                                  "a node id"};
 
-inline constexpr std::array<Command, 16> kCommands = {
-    kStatus,   kRing,         kWhere,      kConflicts, kDt,           kFiles,  kCache,
-    kCacheDrop, kMigrate, kMigratePlan, kMigrations, kRebalance, kRebalancePlan, kMetrics,
-    kPending,  kForget};
+inline constexpr std::array<Command, 17> kCommands = {
+    kStatus,   kRing,         kWhere,      kList,      kConflicts,    kDt,      kFiles,
+    kCache,    kCacheDrop,    kMigrate,    kMigratePlan, kMigrations, kRebalance, kRebalancePlan,
+    kMetrics,  kPending,      kForget};
 
 // The command named `name`, or nullptr.
 const Command* FindCommand(std::string_view name);
@@ -288,6 +294,25 @@ struct WhereReply {
   template <class S, class V>
   static void Fields(S& s, V&& v) {
     v("path", s.path); v("holders", s.holders);
+  }
+};
+
+struct ListEntry {
+  std::string name;
+  std::string type;                  // as CopyRow's
+  std::vector<std::string> holders;  // node ids; one unless a directory
+  template <class S, class V>
+  static void Fields(S& s, V&& v) {
+    v("name", s.name); v("type", s.type); v("holders", s.holders);
+  }
+};
+struct ListReply {
+  static constexpr const Command& kCommand = kList;
+  std::string path;
+  std::vector<ListEntry> entries;  // by name
+  template <class S, class V>
+  static void Fields(S& s, V&& v) {
+    v("path", s.path); v("entries", s.entries);
   }
 };
 

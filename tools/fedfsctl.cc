@@ -8,6 +8,9 @@
 //   fedfsctl [--socket PATH | --config FILE] conflicts PATH [--json]
 //   fedfsctl [--socket PATH | --config FILE] dt [--json]
 //   fedfsctl [--socket PATH | --config FILE] files [--json]
+//   fedfsctl [--socket PATH | --config FILE] list PATH [--json]
+//   fedfsctl [--socket PATH | --config FILE] migrate PATH... --to NODE
+//            [--dry-run] [--max-rate RATE] [--json]     (tools/migrate_job.h)
 //   fedfsctl keygen
 //
 // The commands (their names, help and PATH argument) come from the schema's
@@ -28,6 +31,7 @@
 #include "control/schema.h"
 #include "fedfsd/config.h"
 #include "m2m/auth.h"
+#include "tools/migrate_job.h"
 
 namespace {
 
@@ -234,6 +238,12 @@ void Print(const control::Command& cmd, const std::string& reply) {
     std::string holders;
     for (const auto& h : r.holders) holders += (holders.empty() ? "" : " ") + h;
     std::printf("%s is held by %s\n", r.path.c_str(), holders.c_str());
+  } else if (cmd.name == control::kList.name) {
+    for (const auto& e : Decode<control::ListReply>(reply).entries) {
+      std::string holders;
+      for (const auto& h : e.holders) holders += (holders.empty() ? "" : ",") + h;
+      std::printf("%-8s %-20s %s\n", e.type.c_str(), holders.c_str(), e.name.c_str());
+    }
   } else if (cmd.name == control::kConflicts.name) {
     PrintConflicts(Decode<control::ConflictsReply>(reply));
   } else if (cmd.name == control::kDt.name) {
@@ -273,6 +283,7 @@ int main(int argc, char** argv) {
       ->excludes(sock_opt);
   bool json = false;
   std::string path;
+  std::vector<std::string> paths;  // migrate
   std::string node;
   std::vector<std::pair<const control::Command*, CLI::App*>> commands;
   std::string action;  // "cache drop"
@@ -283,7 +294,10 @@ int main(int argc, char** argv) {
     if (c.name == control::kRebalancePlan.name) continue;  // as "rebalance --dry-run"
     if (c.name == control::kMigratePlan.name) continue;    // as "migrate --dry-run"
     auto* sub = app.add_subcommand(std::string(c.name), std::string(c.help));
-    if (c.arg == control::Arg::kPath || c.arg == control::Arg::kPathNode) {
+    if (c.name == control::kMigrate.name) {
+      sub->add_option("path", paths, "global paths of files and directories (their subtrees), e.g. /a/b")
+          ->required();
+    } else if (c.arg == control::Arg::kPath || c.arg == control::Arg::kPathNode) {
       sub->add_option("path", path, std::string(c.arg_help))->required();
     }
     if (c.arg == control::Arg::kPathNode) {
@@ -328,20 +342,25 @@ int main(int argc, char** argv) {
     if (cmd == nullptr) return 2;  // (require_subcommand: not reached)
     if (cmd->name == control::kCache.name && action == "drop") cmd = &control::kCacheDrop;
     if (cmd->name == control::kRebalance.name && dry_run) cmd = &control::kRebalancePlan;
-    if (cmd->name == control::kMigrate.name && dry_run) cmd = &control::kMigratePlan;
     const std::string sock = FindSocket(socket, config);
+    uint64_t rate = 0;
+    if (!max_rate.empty()) {
+      auto r = fedfs::ParseByteSize(max_rate);
+      if (!r || *r == 0) {
+        std::fprintf(stderr, "fedfsctl: --max-rate: %s\n",
+                     r ? "must be more than 0 bytes per second" : r.error().context.c_str());
+        return 2;
+      }
+      rate = *r;
+    }
+    if (cmd->name == control::kMigrate.name) {
+      return fedfs::tools::RunMigrateJob({.socket = sock, .paths = paths, .to = node,
+                                          .dry_run = dry_run, .max_rate = rate, .json = json});
+    }
     // A move or a rebalance answers when it is done, however long it takes.
     const bool job = cmd->name == control::kMigrate.name || cmd->name == control::kRebalance.name;
     control::Request request{std::string(cmd->name), path, node};
-    if (!max_rate.empty()) {
-      auto rate = fedfs::ParseByteSize(max_rate);
-      if (!rate || *rate == 0) {
-        std::fprintf(stderr, "fedfsctl: --max-rate: %s\n",
-                     rate ? "must be more than 0 bytes per second" : rate.error().context.c_str());
-        return 2;
-      }
-      request.max_rate = *rate;
-    }
+    request.max_rate = rate;
     auto reply = control::Ask(sock, request,
                               job ? std::chrono::seconds(0) : std::chrono::seconds(10));
     if (!reply) throw Failure{reply.error().context};

@@ -15,6 +15,19 @@
 
 namespace fedfs::ns {
 
+const char* DirentTypeName(uint8_t dt) {
+  switch (dt) {
+    case DT_DIR: return "dir";
+    case DT_REG: return "file";
+    case DT_LNK: return "symlink";
+    case DT_FIFO: return "fifo";
+    case DT_SOCK: return "socket";
+    case DT_CHR: return "char";
+    case DT_BLK: return "block";
+    default: return "unknown";
+  }
+}
+
 namespace vd_internal {
 namespace {
 

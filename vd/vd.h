@@ -33,6 +33,10 @@
 
 namespace fedfs::ns {
 
+// A DT_* type as fedfsctl shows it: dir, file, symlink, fifo, socket, char,
+// block, unknown.
+const char* DirentTypeName(uint8_t dt);
+
 struct VdEntry {
   std::string name;       // the visible name (an alias for a conflict copy)
   std::string real_name;  // the name in the holders' export roots

@@ -10,19 +10,6 @@
 namespace fedfs::ns {
 namespace {
 
-const char* TypeName(uint8_t dt) {
-  switch (dt) {
-    case DT_DIR: return "dir";
-    case DT_REG: return "file";
-    case DT_LNK: return "symlink";
-    case DT_FIFO: return "fifo";
-    case DT_SOCK: return "socket";
-    case DT_CHR: return "char";
-    case DT_BLK: return "block";
-    default: return "unknown";
-  }
-}
-
 // The blocking form of VdService::Conflicts (control thread only).
 Result<std::vector<Conflict>> ConflictsSync(VdService& s, const std::string& path) {
   auto promise = std::make_shared<std::promise<Result<std::vector<Conflict>>>>();
@@ -99,7 +86,7 @@ void RegisterVdControl(control::Dispatcher& dispatcher, VdService* vds, const st
     for (const Conflict& c : *conflicts) {
       control::ConflictRow row;
       row.name = c.name;
-      for (const auto& [node, type] : c.copies) row.copies.push_back({node, TypeName(type)});
+      for (const auto& [node, type] : c.copies) row.copies.push_back({node, DirentTypeName(type)});
       r.conflicts.push_back(std::move(row));
     }
     return r;

@@ -15,6 +15,16 @@ void RegisterVfsControl(control::Dispatcher& dispatcher, VfsImpl* vfs) {
     r.holders = std::move(*holders);
     return r;
   });
+  dispatcher.Register([vfs](const control::Request& q) -> Result<control::ListReply> {
+    auto entries = vfs->List(q.path);
+    if (!entries) return Err(entries.error().code, q.path + ": " + entries.error().ToString());
+    control::ListReply r;
+    r.path = q.path;
+    for (VdEntry& e : *entries) {
+      r.entries.push_back({std::move(e.name), DirentTypeName(e.type), std::move(e.holders)});
+    }
+    return r;
+  });
 }
 
 }  // namespace fedfs::ns

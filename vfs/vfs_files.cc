@@ -506,6 +506,20 @@ Result<std::vector<std::string>> VfsImpl::Where(const std::string& path) {
   return e->holders;
 }
 
+Result<std::vector<VdEntry>> VfsImpl::List(const std::string& path) {
+  if (auto s = ValidateGlobalPath(path); !s) return Err(s.error());
+  if (path != "/") {
+    FEDFS_TRY(parent, deps_.vds->Get(std::string(ParentPath(path))));
+    const VdEntry* e = (*parent)->Find(std::string(BaseName(path)));
+    if (e == nullptr) return Err(ENOENT, path);
+    if (e->type != DT_DIR) return Err(ENOTDIR, path);
+  }
+  FEDFS_TRY(vd, deps_.vds->Get(path));
+  std::vector<VdEntry> out;
+  for (const VdEntry& e : (*vd)->entries) out.push_back(e);
+  return out;
+}
+
 NodeFs* VfsImpl::NodeFsFor(const std::string& node) {
   auto fs = FsOf(node);
   return fs ? fs->get() : nullptr;

@@ -228,6 +228,9 @@ class VfsImpl final : public Vfs {
   // The holder(s) of global path `path`: the holders of a directory, the one
   // node of anything else. ENOENT if no such entry.
   Result<std::vector<std::string>> Where(const std::string& path);
+  // The entries of directory `path` as the directory table has them (its
+  // VD). ENOENT, ENOTDIR as a lookup answers.
+  Result<std::vector<VdEntry>> List(const std::string& path);
   // The NodeFs of `node` (this node's or a peer's, created on demand);
   // nullptr for a dead or unknown node. Valid while this object lives.
   NodeFs* NodeFsFor(const std::string& node);

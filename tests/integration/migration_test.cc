@@ -27,12 +27,16 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <fstream>
 #include <random>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -269,8 +273,8 @@ TEST_F(Migration, BadRequestsAreRefusedWithTheirReason) {
   struct Case {
     std::string path, to, says;
   };
-  for (const Case& k : {Case{"/d", "n2", "directory"}, Case{"/d/f", "n9", "not alive"},
-                        Case{"/d/f", "n1", "already"}, Case{"/d/none", "n2", "No such"}}) {
+  for (const Case& k : {Case{"/d/f", "n9", "not alive"}, Case{"/d/f", "n1", "already"},
+                        Case{"/d/none", "n2", "No such"}}) {
     SCOPED_TRACE(k.path + " -> " + k.to);
     const CommandResult r = Migrate(c_, "n3", k.path, k.to);
     EXPECT_NE(r.exit_code, 0);
@@ -292,6 +296,92 @@ TEST_F(Migration, BadRequestsAreRefusedWithTheirReason) {
   EXPECT_EQ(ListNames(Root("n2")), std::set<std::string>{});
   EXPECT_EQ(c_.Ctl("n1", {"migrations"})["pending"], 0);
   EXPECT_EQ(c_.Ctl("n1", {"migrations"})["done"], 0);
+}
+
+// fedfsctl migrate PATH... walks the directories among its paths and moves
+// every regular file below them that is not on the target yet, one at a
+// time, with a line per file (--json: an object per line and a summary);
+// --dry-run moves nothing; a ^C (SIGINT) stops it after the move in
+// progress, which completes.
+TEST_F(Migration, MovesSubtreesAndSeveralPathsOneFileAtATime) {
+  for (const char* d : {"/t/sub/deeper"}) fs::create_directories(Root("n1") + d);
+  fs::create_directories(Root("n2") + "/t/sub");
+  fs::create_directories(Root("n3") + "/t");
+  std::map<std::string, std::string> want;  // path -> content
+  for (const auto& [node, path] : std::multimap<std::string, std::string>{
+           {"n1", "/t/a"}, {"n1", "/t/sub/b"}, {"n1", "/t/sub/deeper/c"}, {"n2", "/t/sub/d"},
+           {"n3", "/t/e"}, {"n3", "/x"}}) {
+    want[path] = "content of " + path;
+    std::ofstream(Root(node) + path) << want[path];
+  }
+  ASSERT_EQ(::symlink("a", (Root("n1") + "/t/link").c_str()), 0);
+  ASSERT_EQ(ListNames(Mnt("n3") + "/t"), (std::set<std::string>{"a", "e", "link", "sub"}));
+
+  auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> argv = {FEDFS_FEDFSCTL_PATH, "--socket", c_.Socket("n3"), "migrate",
+                                     "/t", "/x", "--to", "n2", "--json"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return RunCommand(argv, kNoHang);
+  };
+  auto lines = [](const std::string& out) {
+    std::vector<nlohmann::json> v;
+    std::istringstream in(out);
+    for (std::string l; std::getline(in, l);) v.push_back(nlohmann::json::parse(l));
+    return v;
+  };
+  const CommandResult plan = run({"--dry-run"});
+  ASSERT_EQ(plan.exit_code, 0) << plan.out << plan.err;
+  auto p = lines(plan.out);
+  ASSERT_EQ(p.size(), 6u) << plan.out;  // five files and the summary
+  EXPECT_EQ(p.back()["files"], 5);
+  EXPECT_EQ(p.back()["skipped_there"], 1);  // /t/sub/d
+  EXPECT_EQ(p.back()["skipped_other"], 1);  // the symlink
+  EXPECT_EQ(c_.Ctl("n1", {"migrations"})["done"], 0);
+  EXPECT_TRUE(fs::exists(Root("n1") + "/t/a"));
+
+  const CommandResult moved = run({});
+  ASSERT_EQ(moved.exit_code, 0) << moved.out << moved.err << c_.Log("n3");
+  auto m = lines(moved.out);
+  ASSERT_EQ(m.size(), 6u) << moved.out;
+  std::set<std::string> paths;
+  for (size_t i = 0; i + 1 < m.size(); ++i) {
+    EXPECT_FALSE(m[i].contains("error")) << m[i].dump();
+    EXPECT_EQ(m[i]["to"], "n2");
+    EXPECT_EQ(m[i]["done"], i + 1);
+    paths.insert(m[i]["path"].get<std::string>());
+  }
+  EXPECT_EQ(paths, (std::set<std::string>{"/t/a", "/t/sub/b", "/t/sub/deeper/c", "/t/e", "/x"}));
+  EXPECT_EQ(m.back()["done"], 5);
+  EXPECT_EQ(m.back()["failed"], 0);
+  for (const auto& [path, content] : want) {
+    EXPECT_EQ(ReadFileText(Root("n2") + path), content) << path;
+    for (const std::string& id : ids_) EXPECT_EQ(ReadFileText(Mnt(id) + path), content) << id << path;
+  }
+  EXPECT_TRUE(fs::is_symlink(Root("n1") + "/t/link"));
+  // Nothing left to move below /t: said, and not an error (a file named
+  // that is there already is one: /x above).
+  const CommandResult again = RunCommand(
+      {FEDFS_FEDFSCTL_PATH, "--socket", c_.Socket("n3"), "migrate", "/t", "--to", "n2"}, kNoHang);
+  EXPECT_EQ(again.exit_code, 0) << again.out << again.err;
+  EXPECT_NE(again.err.find("no file to move"), std::string::npos) << again.err;
+
+  // ^C during the first of three slow moves: it completes, the others are
+  // not made.
+  fs::create_directories(Root("n1") + "/slow");
+  for (const char* f : {"/slow/1", "/slow/2", "/slow/3"}) {
+    std::ofstream(Root("n1") + f, std::ios::binary) << std::string(3u << 20, 'x');
+  }
+  const CommandResult cut = RunCommand(
+      {"sh", "-c",
+       std::string(FEDFS_FEDFSCTL_PATH) + " --socket " + c_.Socket("n3") +
+           " migrate /slow --to n2 --max-rate 1M & p=$!; sleep 1; kill -INT $p; wait $p"},
+      kNoHang);
+  EXPECT_EQ(cut.exit_code, 1) << cut.out << cut.err;
+  EXPECT_NE(cut.err.find("interrupted: 2 file(s) not moved"), std::string::npos) << cut.err;
+  EXPECT_NE(cut.out.find("moved /slow/1 from n1 to n2"), std::string::npos) << cut.out;
+  EXPECT_TRUE(fs::exists(Root("n2") + "/slow/1"));
+  EXPECT_TRUE(fs::exists(Root("n1") + "/slow/2"));
+  EXPECT_TRUE(fs::exists(Root("n1") + "/slow/3"));
 }
 
 // `--max-rate` bounds the copy's reads at T: 6 MiB at 2 MiB/s cannot take
