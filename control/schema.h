@@ -233,6 +233,9 @@ struct MigrationsReply {
   bool enabled = false;
   uint64_t started = 0, done = 0, undone = 0, failed = 0, bytes = 0, received = 0, pending = 0;
   uint64_t full_asked = 0, full_done = 0, full_failed = 0, full_writes = 0, full_creates = 0;
+  // Moves of files read or written mostly through another node (the access
+  // trigger, docs/migration.md "By access"): tried, done, failed.
+  uint64_t access_asked = 0, access_done = 0, access_failed = 0;
   uint64_t deltas = 0, delta_bytes = 0;  // files written during their copy, bytes copied again
   template <class S, class V>
   static void Fields(S& s, V&& v) {
@@ -241,6 +244,8 @@ struct MigrationsReply {
     v("received", s.received); v("pending", s.pending); v("full_asked", s.full_asked);
     v("full_done", s.full_done); v("full_failed", s.full_failed);
     v("full_writes", s.full_writes); v("full_creates", s.full_creates);
+    v("access_asked", s.access_asked); v("access_done", s.access_done);
+    v("access_failed", s.access_failed);
     v("deltas", s.deltas); v("delta_bytes", s.delta_bytes);
   }
 };

@@ -547,7 +547,30 @@ DaemonOptions Parse(const std::string& text, const std::string& path, Checker& c
     }
 
     if (const YAML::Node m = GetMap(c, root, "migration")) {
-      CheckKeys(c, m, "migration.", {"on_full", "rebalance"});
+      CheckKeys(c, m, "migration.", {"on_full", "rebalance", "on_access"});
+      if (const YAML::Node a = GetMap(c, m, "on_access")) {
+        CheckKeys(c, a, "migration.on_access.",
+                  {"enabled", "share", "min_bytes", "window_ms", "windows", "cooldown_ms"});
+        MigrationConfig::OnAccess& oa = o.migration.on_access;
+        GetBool(c, a, "enabled", "migration.on_access.enabled", &oa.enabled);
+        GetFraction(c, a, "share", "migration.on_access.share", &oa.share);
+        uint64_t v = 0;
+        if (GetSize(c, a, "min_bytes", "migration.on_access.min_bytes", 1, uint64_t{1} << 50, &v)) {
+          oa.min_bytes = v;
+        }
+        if (GetUint(c, a, "window_ms", "migration.on_access.window_ms", 100, 86400000, &v)) {
+          oa.window = std::chrono::milliseconds(v);
+        }
+        if (GetUint(c, a, "windows", "migration.on_access.windows", 1, 1000, &v)) oa.windows = v;
+        if (GetUint(c, a, "cooldown_ms", "migration.on_access.cooldown_ms", 0, 86400000 * 7ull,
+                    &v)) {
+          oa.cooldown = std::chrono::milliseconds(v);
+        }
+        if (oa.share <= 0.5) {
+          c.Fail("migration.on_access.share",
+                 "must be more than 0.5 (a file would have two nodes to move to)");
+        }
+      }
       if (const YAML::Node b = GetMap(c, m, "rebalance")) {
         CheckKeys(c, b, "migration.rebalance.", {"threshold", "min_size"});
         uint64_t v = 0;

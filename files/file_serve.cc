@@ -137,6 +137,20 @@ auto FileService::Impl::OpenedReply(uint64_t rh, const struct stat& st, bool cal
   return fswire::Finish(b);
 }
 
+void FileService::Impl::Accessed(uint64_t session, uint64_t rh, uint64_t bytes) {
+  std::string path, node;
+  {
+    MutexLock lock(mu_);
+    auto it = sessions_.find(session);
+    if (it == sessions_.end()) return;
+    auto p = it->second.paths.find(rh);
+    if (p == it->second.paths.end()) return;
+    path = p->second;
+    node = it->second.node;
+  }
+  opts_.on_access(path, node, bytes);
+}
+
 auto FileService::Impl::HandlePath(uint64_t session, uint64_t rh) -> std::string {
   MutexLock lock(mu_);
   auto it = sessions_.find(session);
@@ -345,8 +359,11 @@ auto FileService::Impl::RunOp(const m2m::PeerInfo& peer, const fb::FsRequest* re
       return OpenedReply(*rh, r->st, callbacks, watch.value_or(0),
                          parent ? &*parent : nullptr);
     }
-    case fb::Op::kRead:
-      return DoRead(*view, req, deadline, session);
+    case fb::Op::kRead: {
+      auto r = DoRead(*view, req, deadline, session);
+      if (r && opts_.on_access) Accessed(session, req->handle(), req->length());
+      return r;
+    }
     case fb::Op::kCoopEvict:
       return DoCoopEvict(req, session);
     case fb::Op::kCoopStore:
@@ -355,8 +372,14 @@ auto FileService::Impl::RunOp(const m2m::PeerInfo& peer, const fb::FsRequest* re
       return DoCoopMoved(req);
     case fb::Op::kWrite:
       // A squashed root has no CAP_FSETID here (the squash uid's rights).
-      return DoWrite(*view, req, deadline, session,
-                     Writer{req->kill_setid() || (asked.uid == 0 && cred.uid != 0), cred});
+    {
+      auto r = DoWrite(*view, req, deadline, session,
+                       Writer{req->kill_setid() || (asked.uid == 0 && cred.uid != 0), cred});
+      if (r && opts_.on_access) {
+        Accessed(session, req->handle(), req->data() ? req->data()->size() : req->length());
+      }
+      return r;
+    }
     case fb::Op::kFlush: {
       auto h = handle();
       if (!h) return Err(h.error());

@@ -361,7 +361,7 @@ auto FileService::Impl::AddHandle(uint64_t session, Handle lh, const std::string
       Session& s = it->second;
       const uint64_t rh = ++next_handle_;
       s.handles.emplace(rh, lh);
-      if (opts_.on_change) s.paths.emplace(rh, path);
+      if (opts_.on_change || opts_.on_access) s.paths.emplace(rh, path);
       *callbacks = s.callbacks && S_ISREG(st.st_mode);
       if (*callbacks) {
         const FileKey key{st.st_dev, st.st_ino};

@@ -157,6 +157,12 @@ struct FileServiceOptions {
   // xattrs, link, truncating open, write, fallocate): this node's kernel may
   // cache them. Optional; must not block.
   std::function<void(const std::string& path)> on_change;
+  // Called, on the serving thread, after each read or write a client node
+  // made through a handle: the path it opened, the client's node id, the
+  // bytes asked (the access trigger of file moves, migration/access.h).
+  // Optional; must not block.
+  std::function<void(const std::string& path, const std::string& node, uint64_t bytes)>
+      on_access;
   // The membership epoch now (optional). Cooperative caching: every copy of
   // a file's blocks that other nodes keep is forgotten when it moves (a
   // node restarted or left: its cache's memory is no longer what was

@@ -321,6 +321,9 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   static m2m::Bytes OpenedReply(uint64_t rh, const struct stat& st, bool callbacks,
                                 uint64_t watch = 0, const struct stat* parent = nullptr);
 
+  // FileServiceOptions::on_access for a read or write of `bytes` through
+  // remote handle `rh` of `session` (nothing if its path is unknown).
+  void Accessed(uint64_t session, uint64_t rh, uint64_t bytes);
   // The path opened as remote handle `rh` of `session` ("" if unknown).
   std::string HandlePath(uint64_t session, uint64_t rh);
 

@@ -64,12 +64,12 @@
 // Open files move: their handles at L answer ESTALE once the gate is Moved,
 // and each node's Vfs opens them again at T (vfs/vfs_moved.cc). Triggers:
 // by hand (fedfsctl migrate), a full disk (the writer's Vfs calls MoveAt,
-// vfs/vfs_room.cc), rebalance (Rebalance, balance.cc).
+// vfs/vfs_room.cc), rebalance (Rebalance, balance.cc), access (access.h).
 //
 // Not built yet (docs/migration.md, "What runs today"): moving locks (a
 // locked file is refused with EBUSY), identity of st_ino across the move
 // (T's inode number is shown afterwards), hard links (refused), symlinks,
-// subtrees, one-sided pulls of the data, progress, the access trigger.
+// one-sided pulls of the data.
 //
 // Threads: Move blocks (remote calls, synced journal writes) and may run on
 // any thread but the transport's; handlers post their work to `pool`.
@@ -120,6 +120,9 @@ struct MigrationOptions {
   uint64_t delta_block = uint64_t{64} << 10;
   int delta_passes = 3;
   uint64_t freeze_bytes = uint64_t{4} << 20;
+  // At T, once a move of `path` from node `from` committed here (the access
+  // trigger's cooldown and hysteresis, access.h). On a handler's thread.
+  std::function<void(const std::string& path, const std::string& from)> arrived;
   std::chrono::milliseconds retry_initial{200};
   std::chrono::milliseconds retry_max{10000};
 };
@@ -127,8 +130,9 @@ struct MigrationOptions {
 // Why a file moves: by hand (fedfsctl migrate), or because a write or a
 // create at its node found no room (docs/migration.md, "On a full disk").
 // Rebalance: fedfsctl rebalance (docs/migration.md, "Rebalance").
-enum class MoveTrigger : uint8_t { kManual = 0, kFull = 1, kRebalance = 2 };
-inline constexpr uint8_t kMoveTriggers = 3;
+// kAccess: read or written mostly through another node (access.h).
+enum class MoveTrigger : uint8_t { kManual = 0, kFull = 1, kRebalance = 2, kAccess = 3 };
+inline constexpr uint8_t kMoveTriggers = 4;
 
 struct MoveMsg;  // a message between the ends (migration_internal.h)
 

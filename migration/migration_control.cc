@@ -61,6 +61,10 @@ void RegisterMigrationControl(
     r.full_asked = full.asked;
     r.full_done = full.done;
     r.full_failed = full.failed;
+    const auto& access = s.by_trigger[static_cast<size_t>(MoveTrigger::kAccess)];
+    r.access_asked = access.asked;
+    r.access_done = access.done;
+    r.access_failed = access.failed;
     return r;
   });
   auto run = [migration, rebalance](bool dry_run,

@@ -318,8 +318,11 @@ void Migration::OnCommit(m2m::IncomingCall call, m2m::Responder r) {
       if (rec->state != Rec::kPlaced) return shared->Fail(Error{EPROTO, "commit before place"});
       if (auto s = Erase(*rec); !s) return shared->Fail(s.error());
       move_->Thaw(static_cast<dev_t>(rec->dev), static_cast<ino_t>(rec->ino));
-      std::lock_guard lock(mu_);
-      stats_.received++;
+      {
+        std::lock_guard lock(mu_);
+        stats_.received++;
+      }
+      if (options_.arrived) options_.arrived(rec->path, m.from);
     }
     Step("mig:t-committed");
     MoveMsg a;

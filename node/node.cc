@@ -99,6 +99,18 @@ class NodeForwardPort final : public coop::ForwardPort {
   const std::string self_;
 };
 
+// The node's options of file moves, with the access trigger told of each
+// file that arrives here (its cooldown and hysteresis).
+ns::MigrationOptions MigrationOptionsOf(const NodeOptions& opt, ns::AccessTrigger* access) {
+  ns::MigrationOptions mo = opt.migration;
+  if (access != nullptr) {
+    mo.arrived = [meter = &access->meter()](const std::string& path, const std::string& from) {
+      meter->Arrived(path, from, ns::AccessMeter::Clock::now());
+    };
+  }
+  return mo;
+}
+
 }  // namespace
 
 std::shared_ptr<const ns::ClusterView> EpochView::Current() const {
@@ -150,6 +162,19 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
     }
   }
 
+  // The access trigger of file moves: its meter counts from the start.
+  Impl* const me = impl.get();
+  if (opt.access.enabled && d.env.move != nullptr) {
+    d.access = std::make_unique<ns::AccessTrigger>(
+        opt.access, opt.node_id, [me](const std::string& path, const std::string& to) -> Status {
+          ns::Migration* m = me->migration.get();
+          if (m == nullptr) return Err(ESHUTDOWN, "file moves are off");
+          auto o = m->Move(path, to, ns::MoveTrigger::kAccess);
+          if (!o) return Err(o.error());
+          return Ok();
+        });
+  }
+
   // The file operations other nodes make here (and their forwarded blocks).
   ns::FileServiceOptions fso = opt.files;
   if (d.peers != nullptr && opt.cache_forward > 0) {
@@ -158,6 +183,10 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
   }
   fso.on_change = [hooks = d.hooks](const std::string& path) { hooks->DropAttrs(path); };
   fso.membership_epoch = [view = d.cluster.get()] { return view->Current()->epoch; };
+  if (d.access) {
+    fso.on_access = [meter = &d.access->meter()](const std::string& path, const std::string& node,
+                                                 uint64_t bytes) { meter->Count(path, node, bytes); };
+  }
   d.file_service = std::make_unique<ns::FileService>(fso, tr, d.env.local, d.env.pool);
   if (auto s = d.file_service->RegisterHandlers(); !s) {
     return Err(s.error().code, "file service: " + s.error().ToString());
@@ -259,7 +288,14 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
     if (most_free && self_ptr->vfs) free_bytes = self_ptr->vfs->FreeBytes();
     return ns::ChoosePlacement(placement, view, path, free_bytes);  // EHOSTDOWN fails the create
   };
-  d.vfs = std::make_unique<ns::VfsImpl>(opt.vfs, std::move(deps));
+  ns::VfsOptions vo = opt.vfs;
+  if (d.access) {
+    vo.on_local_access = [meter = &d.access->meter(), self = opt.node_id](const std::string& path,
+                                                                         uint64_t bytes) {
+      meter->Count(path, self, bytes);
+    };
+  }
+  d.vfs = std::make_unique<ns::VfsImpl>(vo, std::move(deps));
   // The file-data cache is kept exact by the holders' callbacks whether or
   // not a kernel caches too (SetKernelCache wires the facade for the
   // kernel's sake): without this, a node with no mount -- the simulator's --
@@ -333,7 +369,7 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
             fs->AttrsChanged(dev, ino, ns::DataRange{});
             hooks->DropAttrs(path);
           },
-          d.env.pool, opt.migration, opt.dir_ops_hooks);
+          d.env.pool, MigrationOptionsOf(opt, d.access.get()), opt.dir_ops_hooks);
       d.migration->RegisterHandlers();
       d.vfs->SetMover([m = d.migration.get()](const std::string& holder, const std::string& path,
                                               const std::string& to) -> Status {
@@ -359,6 +395,10 @@ Node::~Node() {
 Status Node::Recover() {
   impl_->pending->Start();
   return impl_->dir_ops->Recover();
+}
+
+void Node::StartAccessTrigger() {
+  if (impl_->access) impl_->access->Start();
 }
 
 Status Node::RecoverMoves() {
@@ -391,6 +431,7 @@ void Node::StopClients() {
     impl_->unlink_vfs = nullptr;
   }
   if (impl_->vfs) impl_->vfs->SetMover(nullptr);
+  if (impl_->access) impl_->access->Stop();  // its move in progress completes
   if (impl_->migration) impl_->migration->Stop();  // waits for its moves in progress
   if (impl_->vfs) impl_->vfs->SetDirOps(nullptr);
   impl_->dir_ops_client.reset();

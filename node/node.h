@@ -37,6 +37,7 @@
 #include "coopcache/peer_fetch.h"
 #include "dirops/dir_ops.h"
 #include "dirops/pending_service.h"
+#include "migration/access.h"
 #include "migration/migration.h"
 #include "files/file_service.h"
 #include "vd/placement.h"
@@ -104,6 +105,9 @@ struct NodeOptions {
   // FEDFS_TEST_PAUSE_AT in the daemon).
   ns::DirOpsHooks dir_ops_hooks;
   ns::MigrationOptions migration;
+  // The access trigger of file moves (migration/access.h): off unless
+  // `enabled` (and file moves are on: NodeEnv::move).
+  ns::AccessOptions access;
   // A record of what member `node` must apply arrived (dirops/
   // pending_service.h, "The fence"): hold it dead now (the daemon wires
   // Membership::Fence). Optional.
@@ -161,6 +165,9 @@ class Node {
   // moves' retry thread. Before the transport listens: no peer's write may
   // land on a copy that the move has already given up.
   Status RecoverMoves();
+  // Starts the access trigger of file moves (NodeOptions::access), once the
+  // node serves; a no-op when it is off.
+  void StartAccessTrigger();
 
   // Before the transport shuts down: the facade and the directory operations
   // go (remote sessions say goodbye); the services stay until destruction.

@@ -92,6 +92,10 @@ struct Node::Impl {
   std::unique_ptr<ns::DirOps> dir_ops;
   std::unique_ptr<ns::DirOpsClient> dir_ops_client;
   std::unique_ptr<ns::Migration> migration;
+  // Moves files read or written mostly through another node (null: off).
+  // Its meter is fed by the file service and the mount from construction;
+  // it moves nothing before Start (Node::StartAccessTrigger).
+  std::unique_ptr<ns::AccessTrigger> access;
   // What the VD service's listings consult (set once the object exists).
   std::atomic<ns::Migration*> annotate{nullptr};
   // The facade, for the unlinks this node makes for others (UnlinkFor);

@@ -206,8 +206,15 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
 Result<size_t> VfsImpl::Read(uint64_t fh, uint64_t offset, std::span<std::byte> dst) {
   return WithFile(fh, [&](const OpenFile& f) -> Result<size_t> {
     if (deps_.cache != nullptr && f.told && OneLink(f.ino)) return CachedRead(f, offset, dst);
-    return f.fs->Read(f.handle, offset, dst);
+    auto n = f.fs->Read(f.handle, offset, dst);
+    if (n) CountLocal(f, *n);
+    return n;
   });
+}
+
+void VfsImpl::CountLocal(const OpenFile& f, uint64_t bytes) {
+  if (!options_.on_local_access || f.fs.get() != deps_.local) return;
+  if (auto p = PathOf(f.ino)) options_.on_local_access(*p, bytes);
 }
 
 bool VfsImpl::OneLink(uint64_t ino) const {
@@ -232,7 +239,11 @@ Result<size_t> VfsImpl::Write(uint64_t fh, uint64_t offset, std::span<const std:
     std::lock_guard lock(files_mu_);
     pages_.erase(f->ino);
   }
-  auto n = WithFile(fh, [&](const OpenFile& g) { return g.fs->Write(g.handle, offset, src, by); });
+  auto n = WithFile(fh, [&](const OpenFile& g) {
+    auto w = g.fs->Write(g.handle, offset, src, by);
+    if (w) CountLocal(g, *w);
+    return w;
+  });
   if (!n && NoRoom(n.error().code)) {
     return WriteForRoom(fh, offset, src, by, n.error());  // vfs_room.cc
   }

@@ -128,6 +128,11 @@ struct VfsOptions {
     std::chrono::milliseconds max_wait{30000};
     uint64_t min_free = uint64_t{16} << 20;
   } on_full;
+  // Called after each read or write through this mount of a file held on
+  // this node: its path and the bytes (the access trigger of file moves,
+  // migration/access.h; other nodes' are FileServiceOptions::on_access).
+  // Optional; must not block.
+  std::function<void(const std::string& path, uint64_t bytes)> on_local_access;
 };
 
 struct VfsDeps {
@@ -536,7 +541,10 @@ class VfsImpl final : public Vfs {
   // Block `index` of f, which this node forwarded, read from where it went
   // (coop::Hints) into this node's cache; false: no usable hint.
   bool HintedFill(const OpenFile& f, uint64_t index);
-  bool OneLink(uint64_t ino) const;  // a regular file with one link (mu_)
+  bool OneLink(uint64_t ino) const;
+  // VfsOptions::on_local_access, for a read or write of `bytes` through `f`
+  // when its file is held here.
+  void CountLocal(const OpenFile& f, uint64_t bytes);  // a regular file with one link (mu_)
   // The bytes `data` of `ino` changed (this node changed them: its node
   // tells other sessions, not this one; or its node told it): its cached
   // blocks holding them go, the whole file's for a range to the end.

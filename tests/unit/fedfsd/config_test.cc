@@ -320,12 +320,30 @@ TEST_F(ConfigTest, DirectoryTableAndAutonomySections) {
   EXPECT_EQ(mig->migration.on_full.min_free, 0u);
   EXPECT_DOUBLE_EQ(mig->migration.rebalance.threshold, 0.1);
   EXPECT_EQ(mig->migration.rebalance.min_size, uint64_t{4} << 20);
+  EXPECT_FALSE(def->migration.on_access.enabled);
+  auto acc = Parse(Good("+", "migration: {on_access: {enabled: true, share: 0.9, min_bytes: 8M, "
+                             "window_ms: 2000, windows: 4, cooldown_ms: 1000}}"));
+  ASSERT_TRUE(acc) << acc.error().context;
+  EXPECT_TRUE(acc->migration.on_access.enabled);
+  EXPECT_DOUBLE_EQ(acc->migration.on_access.share, 0.9);
+  EXPECT_EQ(acc->migration.on_access.min_bytes, uint64_t{8} << 20);
+  EXPECT_EQ(acc->migration.on_access.window, std::chrono::milliseconds(2000));
+  EXPECT_EQ(acc->migration.on_access.windows, 4u);
+  EXPECT_EQ(acc->migration.on_access.cooldown, std::chrono::milliseconds(1000));
 
   const std::vector<BadCase> cases = {
       {"rebalance threshold of 1", "+", "migration: {rebalance: {threshold: 1}}",
        {"field 'migration.rebalance.threshold'", "a share in [0, 1)"}},
       {"rebalance threshold text", "+", "migration: {rebalance: {threshold: half}}",
        {"field 'migration.rebalance.threshold'"}},
+      {"on_access share of half", "+", "migration: {on_access: {share: 0.5}}",
+       {"field 'migration.on_access.share'", "more than 0.5"}},
+      {"on_access window too short", "+", "migration: {on_access: {window_ms: 10}}",
+       {"field 'migration.on_access.window_ms'", "out of range"}},
+      {"on_access no windows", "+", "migration: {on_access: {windows: 0}}",
+       {"field 'migration.on_access.windows'", "out of range"}},
+      {"on_access unknown key", "+", "migration: {on_access: {share_of: 0.9}}",
+       {"migration.on_access.share_of"}},
       {"on_full unknown key", "+", "migration: {on_full: {max_sise: 1GiB}}",
        {"migration.on_full.max_sise"}},
       {"on_full wait too long", "+", "migration: {on_full: {max_wait_ms: 3600001}}",
