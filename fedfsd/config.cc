@@ -551,7 +551,7 @@ DaemonOptions Parse(const std::string& text, const std::string& path, Checker& c
       if (const YAML::Node a = GetMap(c, m, "on_access")) {
         CheckKeys(c, a, "migration.on_access.",
                   {"enabled", "share", "min_bytes", "window_ms", "windows", "cooldown_ms"});
-        MigrationConfig::OnAccess& oa = o.migration.on_access;
+        ns::AccessOptions& oa = o.migration.on_access;
         GetBool(c, a, "enabled", "migration.on_access.enabled", &oa.enabled);
         GetFraction(c, a, "share", "migration.on_access.share", &oa.share);
         uint64_t v = 0;
@@ -561,7 +561,9 @@ DaemonOptions Parse(const std::string& text, const std::string& path, Checker& c
         if (GetUint(c, a, "window_ms", "migration.on_access.window_ms", 100, 86400000, &v)) {
           oa.window = std::chrono::milliseconds(v);
         }
-        if (GetUint(c, a, "windows", "migration.on_access.windows", 1, 1000, &v)) oa.windows = v;
+        if (GetUint(c, a, "windows", "migration.on_access.windows", 1, 1000, &v)) {
+          oa.windows = static_cast<int>(v);
+        }
         if (GetUint(c, a, "cooldown_ms", "migration.on_access.cooldown_ms", 0, 86400000 * 7ull,
                     &v)) {
           oa.cooldown = std::chrono::milliseconds(v);

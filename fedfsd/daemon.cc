@@ -267,12 +267,7 @@ Status Daemon::StartNamespace(const DaemonOptions& o) {
   no.vfs.on_full.max_size = o.migration.on_full.max_size;
   no.vfs.on_full.max_wait = o.migration.on_full.max_wait;
   no.vfs.on_full.min_free = o.migration.on_full.min_free;
-  no.access.enabled = o.migration.on_access.enabled;
-  no.access.share = o.migration.on_access.share;
-  no.access.min_bytes = o.migration.on_access.min_bytes;
-  no.access.window = o.migration.on_access.window;
-  no.access.windows = static_cast<int>(o.migration.on_access.windows);
-  no.access.cooldown = o.migration.on_access.cooldown;
+  no.access = o.migration.on_access;
   no.placement = PlacementFrom(o.placement);
   no.remote_callbacks = o.fuse.kernel_cache;
   no.vfs.keep_remote_pages = o.fuse.kernel_cache && o.fuse.keep_cache;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cluster/options.h"  // Millis, RingOptions, MembershipOptions
+#include "migration/access.h"   // AccessOptions
 
 namespace fedfs::daemon {
 
@@ -147,15 +148,8 @@ struct MigrationConfig {
     uint64_t min_size = uint64_t{1} << 20;
   } rebalance;
   // A file read or written mostly through one other node moves there
-  // (docs/migration.md, "By access"; migration/access.h). Off by default.
-  struct OnAccess {
-    bool enabled = false;
-    double share = 0.8;
-    uint64_t min_bytes = uint64_t{64} << 20;
-    std::chrono::milliseconds window{10000};
-    uint64_t windows = 3;
-    std::chrono::milliseconds cooldown{600000};
-  } on_access;
+  // (docs/migration.md, "By access"). Off by default.
+  ns::AccessOptions on_access;
 };
 
 // Watching the export root for changes made behind FedFS' back

@@ -33,13 +33,14 @@
 
 namespace fedfs::ns {
 
+// The defaults are the config's (docs/config.md, migration.on_access).
 struct AccessOptions {
   bool enabled = false;
   double share = 0.8;
-  uint64_t min_bytes = uint64_t{1} << 20;
+  uint64_t min_bytes = uint64_t{64} << 20;
   std::chrono::milliseconds window{10000};
-  int windows = 2;
-  std::chrono::milliseconds cooldown{300000};
+  int windows = 3;
+  std::chrono::milliseconds cooldown{600000};
   size_t max_tracked = 100000;
 };
 

@@ -328,7 +328,7 @@ TEST_F(ConfigTest, DirectoryTableAndAutonomySections) {
   EXPECT_DOUBLE_EQ(acc->migration.on_access.share, 0.9);
   EXPECT_EQ(acc->migration.on_access.min_bytes, uint64_t{8} << 20);
   EXPECT_EQ(acc->migration.on_access.window, std::chrono::milliseconds(2000));
-  EXPECT_EQ(acc->migration.on_access.windows, 4u);
+  EXPECT_EQ(acc->migration.on_access.windows, 4);
   EXPECT_EQ(acc->migration.on_access.cooldown, std::chrono::milliseconds(1000));
 
   const std::vector<BadCase> cases = {
