@@ -7,7 +7,9 @@
 # The sanitizer configuration builds only the test binaries and what they run
 # (target fedfs_all_tests, no benchmarks) and skips the reference targets of
 # the mount-level suites (a native directory, libfuse's passthrough_ll): they
-# run no FedFS code, and the release run already compares against them.
+# run no FedFS code, and the release run already compares against them; and
+# the packaging tests (Install.*: cmake --install and cpack, no FedFS code
+# run).
 # FUSE over io_uring: the release run takes the mounts' requests over
 # io_uring, the sanitizer run over /dev/fuse (the fuse module's switch is set
 # for each and restored at the end), so both paths run every suite; the
@@ -90,7 +92,7 @@ for cfg in "${configs[@]}"; do
     fuzz) continue ;;  # after the suites, below
     release) dir=build; flags=(-DCMAKE_BUILD_TYPE=Release); targets=(); skip=() ;;
     asan) dir=build-asan; flags=(-DCMAKE_BUILD_TYPE=Debug -DFEDFS_SANITIZE=ON)
-      targets=(fedfs_all_tests); skip=(-E '^(Native|PassthroughLl)/') ;;
+      targets=(fedfs_all_tests); skip=(-E '^(Native|PassthroughLl)/|^Install\.') ;;
     *) echo "test.sh: unknown configuration '$cfg' (release, asan or fuzz)" >&2; exit 2 ;;
   esac
   if [ -n "$uring" ]; then
