@@ -1,5 +1,7 @@
 #include "migration/access.h"
 
+#include <iterator>
+
 #include "common/logging.h"
 #include "common/thread_name.h"
 

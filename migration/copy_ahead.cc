@@ -1,5 +1,7 @@
 #include "migration/copy_ahead.h"
 
+#include <algorithm>
+
 namespace fedfs::ns {
 
 CopyAhead::CopyAhead(NodeFs* src, Handle h, size_t chunk, int streams)
