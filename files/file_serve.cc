@@ -138,25 +138,21 @@ auto FileService::Impl::OpenedReply(uint64_t rh, const struct stat& st, bool cal
 }
 
 void FileService::Impl::Accessed(uint64_t session, uint64_t rh, uint64_t bytes) {
-  std::string path, node;
-  {
-    MutexLock lock(mu_);
-    auto it = sessions_.find(session);
-    if (it == sessions_.end()) return;
-    auto p = it->second.paths.find(rh);
-    if (p == it->second.paths.end()) return;
-    path = p->second;
-    node = it->second.node;
+  std::string node;
+  if (const std::string path = HandlePath(session, rh, &node); !path.empty()) {
+    opts_.on_access(path, node, bytes);
   }
-  opts_.on_access(path, node, bytes);
 }
 
-auto FileService::Impl::HandlePath(uint64_t session, uint64_t rh) -> std::string {
+auto FileService::Impl::HandlePath(uint64_t session, uint64_t rh, std::string* node)
+    -> std::string {
   MutexLock lock(mu_);
   auto it = sessions_.find(session);
   if (it == sessions_.end()) return {};
   auto p = it->second.paths.find(rh);
-  return p == it->second.paths.end() ? std::string() : p->second;
+  if (p == it->second.paths.end()) return {};
+  if (node != nullptr) *node = it->second.node;
+  return p->second;
 }
 
 auto FileService::Impl::Run(const m2m::PeerInfo& peer, const fb::FsRequest* req,

@@ -324,8 +324,9 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   // FileServiceOptions::on_access for a read or write of `bytes` through
   // remote handle `rh` of `session` (nothing if its path is unknown).
   void Accessed(uint64_t session, uint64_t rh, uint64_t bytes);
-  // The path opened as remote handle `rh` of `session` ("" if unknown).
-  std::string HandlePath(uint64_t session, uint64_t rh);
+  // The path opened as remote handle `rh` of `session` ("" if unknown);
+  // with `node`, the session's client node too.
+  std::string HandlePath(uint64_t session, uint64_t rh, std::string* node = nullptr);
 
   // Runs `req`, then tells on_change about what a successful request may
   // have changed the attributes of (docs/namespace.md, "Kernel caches").

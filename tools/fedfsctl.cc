@@ -250,11 +250,6 @@ void Print(const control::Command& cmd, const std::string& reply) {
     PrintDt(Decode<control::DtReply>(reply));
   } else if (cmd.name == control::kFiles.name) {
     PrintFiles(Decode<control::FilesReply>(reply));
-  } else if (cmd.name == control::kMigrate.name || cmd.name == control::kMigratePlan.name) {
-    const auto r = Decode<control::MigrateReply>(reply);
-    std::printf("%s %s from %s to %s (%llu bytes)\n",
-                cmd.name == control::kMigrate.name ? "moved" : "would move", r.path.c_str(),
-                r.from.c_str(), r.to.c_str(), static_cast<unsigned long long>(r.bytes));
   } else if (cmd.name == control::kRebalance.name || cmd.name == control::kRebalancePlan.name) {
     PrintRebalance(Decode<control::RebalanceReply>(reply));
   } else if (cmd.name == control::kCache.name || cmd.name == control::kCacheDrop.name) {
@@ -357,8 +352,9 @@ int main(int argc, char** argv) {
       return fedfs::tools::RunMigrateJob({.socket = sock, .paths = paths, .to = node,
                                           .dry_run = dry_run, .max_rate = rate, .json = json});
     }
-    // A move or a rebalance answers when it is done, however long it takes.
-    const bool job = cmd->name == control::kMigrate.name || cmd->name == control::kRebalance.name;
+    // A rebalance answers when it is done, however long it takes (moves:
+    // RunMigrateJob above).
+    const bool job = cmd->name == control::kRebalance.name;
     control::Request request{std::string(cmd->name), path, node};
     request.max_rate = rate;
     auto reply = control::Ask(sock, request,
