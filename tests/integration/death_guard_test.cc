@@ -87,10 +87,11 @@ void Open(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
 }
 
 void Write(fuse_req_t, fuse_ino_t, const char*, size_t, off_t, fuse_file_info*) {
-  // Never answered: the writer keeps its pages locked and waits.
+  // Never answered: the writer keeps its pages locked and waits. 'W' goes
+  // out before the drop thread is woken, so that the test sees W before I.
+  Event('W');
   g_write_in.store(true);
   g_write_in.notify_all();
-  Event('W');
   for (;;) ::pause();
 }
 
