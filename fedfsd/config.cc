@@ -457,7 +457,8 @@ DaemonOptions Parse(const std::string& text, const std::string& path, Checker& c
       CheckKeys(c, f, "fuse.",
                 {"mount", "entry_timeout_s", "attr_timeout_s", "max_threads", "allow_other",
                  "default_permissions", "kernel_cache", "keep_cache", "read_ahead_kb", "spin_us",
-                 "io_uring"});
+                 "io_uring", "deferred_open"});
+      GetBool(c, f, "deferred_open", "fuse.deferred_open", &o.fuse.deferred_open);
       GetBool(c, f, "io_uring", "fuse.io_uring", &o.fuse.io_uring);
       GetBool(c, f, "keep_cache", "fuse.keep_cache", &o.fuse.keep_cache);
       GetBool(c, f, "kernel_cache", "fuse.kernel_cache", &o.fuse.kernel_cache);

@@ -271,6 +271,7 @@ Status Daemon::StartNamespace(const DaemonOptions& o) {
   no.placement = PlacementFrom(o.placement);
   no.remote_callbacks = o.fuse.kernel_cache;
   no.vfs.keep_remote_pages = o.fuse.kernel_cache && o.fuse.keep_cache;
+  no.vfs.deferred_open = o.fuse.deferred_open && o.fuse.kernel_cache && o.fuse.default_permissions;
   no.release_delay = std::chrono::milliseconds(20);
   no.dir_ops_hooks = ns::PauseHooksFromEnv();
   no.fence_member = [m = membership_.get()](const std::string& node) { m->Fence(node); };
@@ -342,7 +343,14 @@ Status Daemon::StartControl(const DaemonOptions& o) {
       o.node_id);
   ns::RegisterVdControl(commands, &node_->vd_service(), o.node_id);
   ns::RegisterPendingControl(commands, &node_->pending(), o.node_id);
-  ns::RegisterFilesControl(commands, &node_->file_service(), &node_->fs_callbacks(), o.node_id);
+  ns::RegisterFilesControl(commands, &node_->file_service(), &node_->fs_callbacks(), o.node_id,
+                           [vfs = &node_->vfs()](control::FilesReply& r) {
+                             const auto d = vfs->deferred_stats();
+                             r.deferred_opens = d.opened;
+                             r.deferred_used = d.used;
+                             r.deferred_adopted = d.adopted;
+                             r.deferred_stale = d.stale;
+                           });
   coop::RegisterCacheControl(commands, {node_->cache(), node_->peers(), node_->forwarder(), node_->hints(),
                               node_->memory_guard()},
                              [fs = &node_->file_service()] {

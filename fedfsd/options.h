@@ -61,6 +61,10 @@ struct FuseConfig {
   // nodes across opens while their node tells this one of every change
   // (docs/coopcache.md, "Kernel page cache").
   bool keep_cache = true;
+  // With kernel_cache and default_permissions: a read-only open of a file
+  // held on another node that watches it for this one is answered without
+  // asking it (docs/namespace.md, "Opens without a round trip").
+  bool deferred_open = true;
   uint32_t max_threads = 16;        // FUSE worker threads at most
   uint32_t read_ahead_kb = 1024;    // the mount's read-ahead window (0: the kernel's)
   uint32_t spin_us = 50;            // a worker reads /dev/fuse this long before sleeping

@@ -58,11 +58,26 @@ void FileService::Impl::Tell(std::vector<Target> targets) {
   }
 }
 
-auto FileService::Impl::AttrChangedMessage(uint64_t session, const std::vector<uint64_t>& rhs,
-                                           DataRange data, bool ended) -> m2m::Bytes {
-  flatbuffers::FlatBufferBuilder b(80 + 8 * rhs.size());
+auto FileService::Impl::AttrChangedMessage(
+    uint64_t session, const std::vector<uint64_t>& rhs, DataRange data, bool ended,
+    const std::vector<std::pair<uint64_t, uint64_t>>& pinned) -> m2m::Bytes {
+  flatbuffers::FlatBufferBuilder b(80 + 8 * rhs.size() + 16 * pinned.size());
   auto v = b.CreateVector(rhs);
+  flatbuffers::Offset<flatbuffers::Vector<uint64_t>> pw, ph;
+  if (!pinned.empty()) {
+    std::vector<uint64_t> w, h;
+    for (const auto& [watch, rh] : pinned) {
+      w.push_back(watch);
+      h.push_back(rh);
+    }
+    pw = b.CreateVector(w);
+    ph = b.CreateVector(h);
+  }
   fb::FsAttrChangedBuilder ab(b);
+  if (!pinned.empty()) {
+    ab.add_pinned_watches(pw);
+    ab.add_pinned_handles(ph);
+  }
   ab.add_version(fswire::kVersion);
   ab.add_session(session);
   ab.add_handles(v);
@@ -328,8 +343,10 @@ auto FileService::Impl::RunOp(const m2m::PeerInfo& peer, const fb::FsRequest* re
       return status_or(local_->RemoveXattr(cred, path, Str(req->target())));
     case fb::Op::kOpen:
     case fb::Op::kCreate: {
-      auto r = req->op() == fb::Op::kOpen ? local_->Open(cred, path, req->flags())
-                                          : local_->Create(cred, path, req->flags(), req->mode());
+      auto r = req->op() == fb::Op::kCreate
+                   ? local_->Create(cred, path, req->flags(), req->mode())
+               : req->has_expect() ? local_->OpenExpecting(cred, path, req->flags(), req->expect_ino())
+                                   : local_->Open(cred, path, req->flags());
       if (!r) return Err(r.error());
       bool callbacks = false;
       auto rh = AddHandle(session, r->handle, path, r->st, &callbacks);

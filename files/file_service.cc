@@ -162,6 +162,7 @@ auto FileService::Impl::stats() const -> FileService::Stats {
   s.served = served_.load();
   s.callbacks_sent = callbacks_sent_.load();
   s.callbacks_failed = callbacks_failed_.load();
+  s.pinned = pins_made_.load();
   s.lease_waits = lease_waits_.load();
   s.inline_bytes = inline_bytes_.load();
   s.one_sided_bytes = one_sided_bytes_.load();
@@ -558,23 +559,83 @@ void FileService::Impl::AttrsChanged(dev_t dev, ino_t ino, DataRange data) {
                    data.offset, data.length);
   }
   std::vector<Target> targets;
+  std::vector<std::pair<uint64_t, uint64_t>> unsent;  // pins of sessions not told: released
   {
     MutexLock lock(mu_);
-    auto it = openers_.find({dev, ino});
-    if (it == openers_.end()) return;
+    const FileKey key{dev, ino};
+    // Handles opened by NameGoing for this file, by session.
+    std::map<uint64_t, std::vector<std::pair<uint64_t, uint64_t>>> pinned;
+    for (auto p = pins_.lower_bound({key, 0}); p != pins_.end() && p->first.first == key;) {
+      pinned[p->first.second].push_back(p->second);
+      p = pins_.erase(p);
+    }
+    auto it = openers_.find(key);
     std::map<uint64_t, std::vector<uint64_t>> by_session;
-    for (const auto& [session, rh] : it->second) {
-      if (session != Serving().session) by_session[session].push_back(rh);
+    if (it != openers_.end()) {
+      for (const auto& [session, rh] : it->second) {
+        if (session != Serving().session) by_session[session].push_back(rh);
+      }
     }
     for (const auto& [session, rhs] : by_session) {
       auto s = sessions_.find(session);
       if (s == sessions_.end() || s->second.ep == nullptr) continue;
       if (!Serving().for_node.empty() && s->second.node == Serving().for_node) continue;
-      targets.push_back(
-          {session, s->second.ep, AttrChangedMessage(session, rhs, data), s->second.node});
+      auto p = pinned.find(session);
+      targets.push_back({session, s->second.ep,
+                         AttrChangedMessage(session, rhs, data, false,
+                                            p == pinned.end() ? std::vector<std::pair<uint64_t, uint64_t>>{}
+                                                              : p->second),
+                         s->second.node});
+      if (p != pinned.end()) pinned.erase(p);
+    }
+    for (const auto& [session, pins] : pinned) {
+      for (const auto& [watch, rh] : pins) unsent.emplace_back(session, rh);
     }
   }
+  for (const auto& [session, rh] : unsent) {
+    if (auto h = TakeHandle(session, rh); h) (void)local_->Release(*h);
+  }
   Tell(std::move(targets));
+}
+
+bool FileService::Impl::NameGoing(dev_t dev, ino_t ino, const std::string& path) {
+  const FileKey key{dev, ino};
+  std::vector<std::pair<uint64_t, uint64_t>> want;  // (session, watch)
+  {
+    MutexLock lock(mu_);
+    auto o = openers_.find(key);
+    if (o == openers_.end()) return false;
+    for (const auto& [session, id] : o->second) {
+      if (session == Serving().session) continue;
+      auto s = sessions_.find(session);
+      if (s == sessions_.end() || !s->second.callbacks || s->second.ep == nullptr) continue;
+      if (!Serving().for_node.empty() && s->second.node == Serving().for_node) continue;
+      auto w = s->second.watches.find(key);
+      if (w == s->second.watches.end() || w->second.id != id) continue;  // a handle
+      if (pins_.contains({key, session})) continue;  // one opened already waits for the callback
+      want.emplace_back(session, id);
+    }
+  }
+  bool any = false;
+  for (const auto& [session, watch] : want) {
+    auto r = local_->Open(Cred{}, path, O_RDONLY | O_NOFOLLOW);
+    if (!r) {
+      log_->debug("{}: not kept open for a deferred open: {}", path, r.error().ToString());
+      break;
+    }
+    if (r->st.st_dev != dev || r->st.st_ino != ino) {  // changed meanwhile
+      (void)local_->Release(r->handle);
+      break;
+    }
+    bool callbacks = false;
+    auto rh = AddHandle(session, r->handle, path, r->st, &callbacks);
+    if (!rh) continue;
+    MutexLock lock(mu_);
+    pins_[{key, session}] = {watch, *rh};
+    pins_made_.fetch_add(1, std::memory_order_relaxed);
+    any = true;
+  }
+  return any;
 }
 
 FileService::ServingFor::ServingFor(const std::string& node) { Serving().for_node = node; }
@@ -617,6 +678,10 @@ bool FileService::Interested() const {
 void FileService::AttrsChanged(dev_t dev, ino_t ino, DataRange data) {
   if (std::chrono::steady_clock::now() < grace_until_) std::this_thread::sleep_until(grace_until_);
   impl_->AttrsChanged(dev, ino, data);
+}
+
+bool FileService::NameGoing(dev_t dev, ino_t ino, const std::string& path) {
+  return impl_->NameGoing(dev, ino, path);
 }
 
 void FileService::PathChanged(const std::string& path) {

@@ -52,6 +52,21 @@
 //    server knows no client: it waits out the lease from its start (grace).
 //    A client's changes wait that much longer for their answer
 //    (RemoteNodeFs::ChangeSlack).
+//  * Deferred opens: a client may answer a read-only open of a file it
+//    watches without asking (vfs/vfs_impl.h, "Deferred opens"), and open
+//    it here at its first use by path, expecting the same file (kOpen with
+//    expect_ino: ESTALE if the name names another file or none). So
+//    before a change takes the name of a file watched for other sessions
+//    (an unlink of it, a rename of it or over it; NameGoing, from the
+//    LocalNodeFs, under whoever changes it: a request, this node's mount),
+//    the server opens it read-only as the daemon for each such session
+//    that takes callbacks, at most once per file and session until told,
+//    and hands the handle over in the change's callback
+//    (FsAttrChanged.pinned_*): the client adopts it for its deferred opens
+//    of the file, or releases it. Not for the session whose request made
+//    the change, nor the node it was made for (their own nodes open their
+//    deferred handles of the file before they ask). A change made by a
+//    local program is seen after the fact: nothing is kept for it.
 //  * Lost messages: a request with FsRequest.request_id (the operations
 //    that change something) is run once per session and id, and a resend
 //    answered the first answer (m2m/reply_cache.h); RemoteNodeFs resends
@@ -249,6 +264,8 @@ class FileService final : public AttrObserver {
   // thread except the progress context; blocks up to callback_timeout.
   bool Interested() const override;
   void AttrsChanged(dev_t dev, ino_t ino, DataRange data) override;
+  // Before a file's name goes: see "Deferred opens" above.
+  bool NameGoing(dev_t dev, ino_t ino, const std::string& path) override;
   // The same for a change made behind FedFS' back to `path` (global), which
   // is located first (the autonomy watcher's IN_ATTRIB / IN_MODIFY).
   void PathChanged(const std::string& path);
@@ -261,6 +278,7 @@ class FileService final : public AttrObserver {
     uint64_t served = 0;    // requests that ran an operation (success or errno)
     uint64_t callbacks_sent = 0;    // FsAttrChanged sent
     uint64_t callbacks_failed = 0;  // of those, not answered in time (or refused)
+    uint64_t pinned = 0;  // files opened before their name went, for deferred opens
     uint64_t lease_waits = 0;       // changes acknowledged after a cache lease ran out
     // Read/Write data moved, by path: carried in the RPC itself, or one-sided
     // between the pools (the bytes a Read Put into a client's slot, a Write

@@ -288,6 +288,8 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   // so): its node caches what it has for at most the client's bound
   // (docs/namespace.md), and a writer waits for it once, not per change.
   void AttrsChanged(dev_t dev, ino_t ino, DataRange data);
+  // file_service.h, "Deferred opens".
+  bool NameGoing(dev_t dev, ino_t ino, const std::string& path);
 
  private:
   struct Target {
@@ -305,8 +307,11 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   void Tell(std::vector<Target> targets);
 
  private:
-  static m2m::Bytes AttrChangedMessage(uint64_t session, const std::vector<uint64_t>& rhs,
-                                       DataRange data, bool ended = false);
+  // `pinned`: (watch, remote handle) handed over (file_service.h,
+  // "Deferred opens").
+  static m2m::Bytes AttrChangedMessage(
+      uint64_t session, const std::vector<uint64_t>& rhs, DataRange data, bool ended = false,
+      const std::vector<std::pair<uint64_t, uint64_t>>& pinned = {});
 
   static Result<m2m::Bytes> StatOrErr(const Result<struct stat>& r) {
     if (!r) return Err(r.error());
@@ -402,6 +407,10 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   std::map<FileKey, std::set<std::pair<uint64_t, uint64_t>>> openers_ FEDFS_GUARDED_BY(mu_);
   std::atomic<size_t> open_watched_{0};                                 // entries in openers_
   std::atomic<uint64_t> watch_gen_{0};  // watches made so far (Session::Watch::made)
+  // Handles opened by NameGoing and not yet handed over: (file, session) ->
+  // (watch, remote handle); taken by the file's next AttrsChanged.
+  std::map<std::pair<FileKey, uint64_t>, std::pair<uint64_t, uint64_t>> pins_ FEDFS_GUARDED_BY(mu_);
+  std::atomic<uint64_t> pins_made_{0};
 };
 
 }  // namespace fedfs::ns

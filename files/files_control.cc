@@ -18,6 +18,7 @@ control::FilesReply FilesStatus(const FileService& files, const FsCallbacks& cal
   r.refused = s.refused;
   r.callbacks_sent = s.callbacks_sent;
   r.callbacks_failed = s.callbacks_failed;
+  r.pinned = s.pinned;
   r.lease_waits = s.lease_waits;
   r.callbacks_received = callbacks.received();
   r.callbacks_refused = callbacks.refused();
@@ -26,10 +27,14 @@ control::FilesReply FilesStatus(const FileService& files, const FsCallbacks& cal
 }
 
 void RegisterFilesControl(control::Dispatcher& dispatcher, const FileService* files,
-                          const FsCallbacks* callbacks, const std::string& self) {
+                          const FsCallbacks* callbacks, const std::string& self,
+                          std::function<void(control::FilesReply&)> more) {
   if (files == nullptr || callbacks == nullptr) return;
-  dispatcher.Register([files, callbacks, self](const control::Request&) -> Result<control::FilesReply> {
-    return FilesStatus(*files, *callbacks, self);
+  dispatcher.Register([files, callbacks, self, more = std::move(more)](
+                          const control::Request&) -> Result<control::FilesReply> {
+    control::FilesReply r = FilesStatus(*files, *callbacks, self);
+    if (more) more(r);
+    return r;
   });
 }
 

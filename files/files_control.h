@@ -4,6 +4,7 @@
 // FsCallbacks took for files it has open elsewhere.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "control/dispatcher.h"
@@ -20,7 +21,9 @@ control::FilesReply FilesStatus(const FileService& files, const FsCallbacks& cal
 
 // Registers "files" on `files` and `callbacks` (both must outlive the
 // dispatcher's serving; either null: not served).
+// `more` (optional) adds what the mount knows (deferred opens).
 void RegisterFilesControl(control::Dispatcher& dispatcher, const FileService* files,
-                          const FsCallbacks* callbacks, const std::string& self);
+                          const FsCallbacks* callbacks, const std::string& self,
+                          std::function<void(control::FilesReply&)> more = {});
 
 }  // namespace fedfs::ns

@@ -17,6 +17,7 @@ namespace fb = fswire::fb;
 struct FsCallbacks::State : std::enable_shared_from_this<State> {
   OnChanged on_changed;
   OnLost on_lost;
+  OnPinned on_pinned;
   Executor* runner = nullptr;
   std::mutex mu;
   std::unordered_map<uint64_t, std::string> nodes;  // session -> node, guarded by mu
@@ -40,6 +41,11 @@ struct FsCallbacks::State : std::enable_shared_from_this<State> {
       bad = "unsupported fs wire version";
     } else if (a->handles() != nullptr && a->handles()->size() > (1u << 20)) {
       bad = "too many handles in FsAttrChanged";
+    } else if ((a->pinned_watches() == nullptr) != (a->pinned_handles() == nullptr) ||
+               (a->pinned_watches() != nullptr &&
+                (a->pinned_watches()->size() != a->pinned_handles()->size() ||
+                 a->pinned_watches()->size() > (1u << 20)))) {
+      bad = "pinned watches and handles do not pair up in FsAttrChanged";
     }
     if (bad != nullptr) {
       refused.fetch_add(1, std::memory_order_relaxed);
@@ -59,8 +65,11 @@ struct FsCallbacks::State : std::enable_shared_from_this<State> {
     received.fetch_add(1, std::memory_order_relaxed);
     const DataRange data{a->data_offset(), a->data_length()};
     const bool ended = a->ended();
+    Pinned pinned = fswire::PinnedOf(*a);
+    OnPinned pin = on_pinned;
     if (runner == nullptr) {
       lock.unlock();
+      if (!pinned.empty() && pin) pin(node, pinned);
       on_changed(node, fswire::HandlesOf(*a), data, ended);
       r.Reply(EmptyReply());
       return;
@@ -69,7 +78,9 @@ struct FsCallbacks::State : std::enable_shared_from_this<State> {
     // responder, which fails the call (the file's node then tells this
     // node nothing more, as for a callback that timed out).
     runner->Post([self = shared_from_this(), node = std::move(node),
-                  handles = fswire::HandlesOf(*a), data, ended, r = std::move(r)]() mutable {
+                  handles = fswire::HandlesOf(*a), data, ended, pinned = std::move(pinned),
+                  pin = std::move(pin), r = std::move(r)]() mutable {
+      if (!pinned.empty() && pin) pin(node, pinned);
       self->on_changed(node, handles, data, ended);
       r.Reply(EmptyReply());
     });
@@ -106,6 +117,11 @@ void FsCallbacks::Remove(uint64_t session) {
 void FsCallbacks::SetOnLost(OnLost on_lost) {
   std::lock_guard lock(state_->mu);
   state_->on_lost = std::move(on_lost);
+}
+
+void FsCallbacks::SetOnPinned(OnPinned on_pinned) {
+  std::lock_guard lock(state_->mu);
+  state_->on_pinned = std::move(on_pinned);
 }
 
 void FsCallbacks::Lost(const std::string& node, bool untold) {

@@ -1,5 +1,6 @@
 #include "files/fs_wire.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -150,6 +151,18 @@ std::vector<Handle> HandlesOf(const fb::FsAttrChanged& a) {
   if (a.handles() == nullptr || a.handles()->size() == 0) return out;
   out.resize(a.handles()->size());
   std::memcpy(out.data(), a.handles()->Data(), out.size() * sizeof(Handle));
+  return out;
+}
+
+std::vector<std::pair<Handle, Handle>> PinnedOf(const fb::FsAttrChanged& a) {
+  std::vector<std::pair<Handle, Handle>> out;
+  if (a.pinned_watches() == nullptr || a.pinned_handles() == nullptr) return out;
+  const size_t n = std::min(a.pinned_watches()->size(), a.pinned_handles()->size());
+  out.resize(n);
+  for (size_t i = 0; i < n; ++i) {  // copied: the buffer may be misaligned
+    std::memcpy(&out[i].first, a.pinned_watches()->Data() + i * sizeof(Handle), sizeof(Handle));
+    std::memcpy(&out[i].second, a.pinned_handles()->Data() + i * sizeof(Handle), sizeof(Handle));
+  }
   return out;
 }
 

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include <flatbuffers/flatbuffers.h>
@@ -57,6 +58,9 @@ Status CheckRequest(const fb::FsRequest* req);
 // elements are 8-aligned, so a crafted buffer may place them 4 bytes off
 // (reading them in place would then be a misaligned load).
 std::vector<Handle> HandlesOf(const fb::FsAttrChanged& a);
+// Its (pinned_watches[i], pinned_handles[i]) pairs; the vectors checked to
+// pair up before.
+std::vector<std::pair<Handle, Handle>> PinnedOf(const fb::FsAttrChanged& a);
 // FsRequest.coop_frames as (frame, tag), copied out bytewise (the verifier
 // does not check the 8-byte alignment of a struct vector's elements).
 std::vector<std::pair<uint32_t, uint64_t>> CoopFramesOf(const fb::FsRequest& r);

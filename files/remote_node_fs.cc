@@ -95,6 +95,10 @@ m2m::Bytes Encode(const RemoteNodeFs::Req& q, uint64_t session, uint64_t budget_
   if (!path2.IsNull()) rb.add_path2(path2);
   if (!target.IsNull()) rb.add_target(target);
   if (!for_node.IsNull()) rb.add_for_node(for_node);
+  if (q.expect_ino) {
+    rb.add_expect_ino(*q.expect_ino);
+    rb.add_has_expect(true);
+  }
   if (!data.IsNull()) rb.add_data(data);
   if (!templates.IsNull()) rb.add_templates(templates);
   if (!names.IsNull()) rb.add_names(names);
@@ -667,6 +671,18 @@ Status RemoteNodeFs::RemoveXattr(const Cred& c, const std::string& path,
 
 Result<Opened> RemoteNodeFs::Open(const Cred& c, const std::string& path, int flags) {
   auto r = Call({.op = fb::Op::kOpen, .cred = &c, .path = path, .flags = flags}, FEDFS_DEADLINE);
+  if (!r) return Err(r.error());
+  const auto* rep = Root(*r);
+  if (rep->stat() == nullptr) return Err(EPROTO, "open reply without stat");
+  return Opened{rep->handle(), fswire::FromWire(*rep->stat()),
+                rep->attr_callbacks() && opts_.callbacks != nullptr};
+}
+
+Result<Opened> RemoteNodeFs::OpenExpecting(const Cred& c, const std::string& path, int flags,
+                                           uint64_t ino48) {
+  auto r = Call({.op = fb::Op::kOpen, .cred = &c, .path = path, .flags = flags,
+                 .expect_ino = ino48 & kIno48Mask},
+                FEDFS_DEADLINE);
   if (!r) return Err(r.error());
   const auto* rep = Root(*r);
   if (rep->stat() == nullptr) return Err(EPROTO, "open reply without stat");

@@ -127,6 +127,14 @@ class FsCallbacks {
   // `runner` when one is given. Set before use.
   using OnLost = std::function<void(const std::string& node, bool untold)>;
   void SetOnLost(OnLost on_lost);
+  // A callback handed over handles the node opened before the change took
+  // the name of files this node watches (file_service.h, "Deferred
+  // opens"): (watch, handle) pairs, given to `on_pinned` before
+  // on_changed, in the same task. Without one set, they stay open until
+  // the session ends. Set before use.
+  using Pinned = std::vector<std::pair<Handle, Handle>>;
+  using OnPinned = std::function<void(const std::string& node, const Pinned& pinned)>;
+  void SetOnPinned(OnPinned on_pinned);
   void Lost(const std::string& node, bool untold);
   // Callbacks handed to on_changed; refused as malformed.
   uint64_t received() const;
@@ -194,6 +202,8 @@ class RemoteNodeFs final : public NodeFs, public std::enable_shared_from_this<Re
                                 size_t* needed) override;
   Status RemoveXattr(const Cred& c, const std::string& path, const std::string& name) override;
   Result<Opened> Open(const Cred& c, const std::string& path, int flags) override;
+  Result<Opened> OpenExpecting(const Cred& c, const std::string& path, int flags,
+                               uint64_t ino48) override;
   Result<Opened> Create(const Cred& c, const std::string& path, int flags, mode_t mode) override;
   Result<size_t> Read(Handle h, uint64_t offset, std::span<std::byte> dst) override;
   Result<CoopRead> ReadCoop(Handle h, uint64_t offset, std::span<std::byte> dst,

@@ -47,6 +47,7 @@ struct RemoteNodeFs::Req {
   bool kill_setid = false;
   bool parent_attr = false;
   std::string_view for_node;  // FsRequest.for_node
+  std::optional<uint64_t> expect_ino;  // FsRequest.expect_ino (kOpen)
   const NodeFs::CoopAsk* coop = nullptr;
   const NodeFs::CoopBlock* fwd = nullptr;  // kCoopEvict, kCoopStore, kCoopMoved
 };

@@ -202,6 +202,10 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
   d.fs_callbacks->SetOnLost([hooks = d.hooks](const std::string& node, bool untold) {
     hooks->RemoteSessionLost(node, untold);
   });
+  d.fs_callbacks->SetOnPinned(
+      [hooks = d.hooks](const std::string& node, const ns::FsCallbacks::Pinned& pinned) {
+        hooks->RemotePinned(node, pinned);
+      });
 
   // VDs, their managers and the directory table.
   ns::VdServiceOptions vdo;

@@ -41,6 +41,15 @@ struct KernelHooks {
     std::shared_lock lock(vfs_mu);
     if (vfs != nullptr) vfs->RemoteAttrsChanged(node, handles, data, ended);
   }
+  // Node `node` opened files this node watches before their names went.
+  void RemotePinned(const std::string& node, const std::vector<std::pair<ns::Handle, ns::Handle>>& pinned) {
+    std::shared_lock lock(vfs_mu);
+    if (vfs != nullptr) {
+      vfs->RemotePinned(node, pinned);
+      return;
+    }
+    (void)node, (void)pinned;  // no mount: released with the session
+  }
   // What this node caches of node `node`'s files may be stale.
   void RemoteSessionLost(const std::string& node, bool untold) {
     std::shared_lock lock(vfs_mu);

@@ -340,6 +340,7 @@ Status LocalNodeFs::Unlink(const Cred& c, const std::string& path) {
   AttrObserver* o = Observer();
   struct stat was {};
   if (o != nullptr && fstatat(p.dir, p.name.c_str(), &was, AT_SYMLINK_NOFOLLOW) != 0) o = nullptr;
+  const bool going = o != nullptr && S_ISREG(was.st_mode) && o->NameGoing(was.st_dev, was.st_ino, path);
   // A gated file's name going: its inode is pinned until its gate goes.
   int pin = -1;
   MoveGate::Key key;
@@ -354,6 +355,7 @@ Status LocalNodeFs::Unlink(const Cred& c, const std::string& path) {
   if (unlinkat(p.dir, p.name.c_str(), 0) != 0) {
     const int e = errno;
     if (pin >= 0) ::close(pin);
+    if (going) Tell(o, was, DataRange::None());
     return SysErr("unlink", path, e);
   }
   if (pin >= 0) {
@@ -384,8 +386,18 @@ Status LocalNodeFs::Rename(const Cred& c, const std::string& from, const std::st
     if (fstatat(a.dir, a.name.c_str(), &src, AT_SYMLINK_NOFOLLOW) != 0) src.st_mode = 0;
     if (fstatat(b->dir, b->name.c_str(), &dst, AT_SYMLINK_NOFOLLOW) != 0) dst.st_mode = 0;
   }
+  bool going = false;
+  if (o != nullptr && S_ISREG(src.st_mode)) going |= o->NameGoing(src.st_dev, src.st_ino, from);
+  if (o != nullptr && S_ISREG(dst.st_mode) && !(src.st_dev == dst.st_dev && src.st_ino == dst.st_ino)) {
+    going |= o->NameGoing(dst.st_dev, dst.st_ino, to);
+  }
   if (renameat2(a.dir, a.name.c_str(), b->dir, b->name.c_str(), flags) != 0) {
-    return SysErr("rename", from + " -> " + to);
+    const int e = errno;
+    if (going) {
+      Tell(o, src, DataRange::None());
+      Tell(o, dst, DataRange::None());
+    }
+    return SysErr("rename", from + " -> " + to, e);
   }
   Tell(o, src, DataRange::None());
   Tell(o, dst, DataRange::None());

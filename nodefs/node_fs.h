@@ -159,6 +159,15 @@ class AttrObserver {
   // The file (st_dev, st_ino) changed, its data within `data`. May block
   // (bounded).
   virtual void AttrsChanged(dev_t dev, ino_t ino, DataRange data) = 0;
+  // Before a change takes the name `path` (global) away from regular file
+  // (dev, ino): an unlink of it, a rename of it or over it; on the calling
+  // thread, under the caller's credentials. True: the observer did
+  // something that the file's AttrsChanged must follow even if the change
+  // then fails (the NodeFs calls it either way).
+  virtual bool NameGoing(dev_t dev, ino_t ino, const std::string& path) {
+    (void)dev, (void)ino, (void)path;
+    return false;
+  }
 };
 
 // Byte-range lock request/answer (fcntl F_GETLK/F_SETLK semantics; l_pid is
@@ -292,6 +301,20 @@ class NodeFs {
   // O_DIRECT is honoured where the buffers allow it and otherwise stripped:
   // never EINVAL because of alignment.
   virtual Result<Opened> Open(const Cred& c, const std::string& path, int flags) = 0;
+  // Open of the file at `path` that must be the one whose inode number has
+  // `ino48` as its low 48 bits (kIno48Mask): ESTALE (nothing left open) if
+  // the name now names another file or none. The first use of an open
+  // that was answered without asking the file's node (vfs/vfs_impl.h,
+  // "Deferred opens").
+  static constexpr uint64_t kIno48Mask = (uint64_t{1} << 48) - 1;
+  virtual Result<Opened> OpenExpecting(const Cred& c, const std::string& path, int flags,
+                                       uint64_t ino48) {
+    auto r = Open(c, path, flags);
+    if (!r && r.error().code == ENOENT) return Err(ESTALE, path + ": gone since it was opened");
+    if (!r || (r->st.st_ino & kIno48Mask) == (ino48 & kIno48Mask)) return r;
+    (void)Release(r->handle);
+    return Err(ESTALE, path + ": another file since it was opened");
+  }
   // open(2) with O_CREAT (O_EXCL as given).
   virtual Result<Opened> Create(const Cred& c, const std::string& path, int flags,
                                 mode_t mode) = 0;

@@ -133,10 +133,12 @@ void PrintFiles(const control::FilesReply& r) {
               u(r.handles), u(r.watches));
   std::printf("  requests served %llu, refused %llu; data read and written %llu bytes\n",
               u(r.served), u(r.refused), u(r.data_bytes));
-  std::printf("  change callbacks sent %llu (failed %llu)\n", u(r.callbacks_sent),
-              u(r.callbacks_failed));
+  std::printf("  change callbacks sent %llu (failed %llu); files kept open for deferred opens %llu\n",
+              u(r.callbacks_sent), u(r.callbacks_failed), u(r.pinned));
   std::printf("files open elsewhere: change callbacks received %llu (refused %llu)\n",
               u(r.callbacks_received), u(r.callbacks_refused));
+  std::printf("  opens answered without asking %llu: opened later %llu, handed over %llu, stale %llu\n",
+              u(r.deferred_opens), u(r.deferred_used), u(r.deferred_adopted), u(r.deferred_stale));
 }
 
 void PrintConflicts(const control::ConflictsReply& r) {

@@ -52,13 +52,15 @@ Result<VfsImpl::OpenFile> VfsImpl::AnyFileOf(uint64_t ino) const {
 // it tells, or never known: CachedIn). An open outside that keeps nothing:
 // the kernel drops the file's pages then.
 uint64_t VfsImpl::AddFile(OpenFile f, bool* keep_pages) {
-  const bool pages = options_.keep_remote_pages && f.told;
+  // A deferred handle's file is watched for this node (vfs_deferred.cc).
+  const bool pages = options_.keep_remote_pages && (f.told || f.deferred);
   CachedIn now;
   if (pages) now = CachedInOf(f);
   std::lock_guard lock(files_mu_);
   const uint64_t fh = next_fh_++;
   files_by_ino_.emplace(f.ino, fh);
   if (f.told) told_.emplace(std::make_pair(f.fs->node_id(), f.handle), f.ino);
+  if (f.deferred) deferred_.emplace(std::make_pair(f.fs->node_id(), f.watch), fh);
   if (pages) {
     auto [it, added] = pages_.try_emplace(f.ino, now);
     if (keep_pages != nullptr) *keep_pages = !added && it->second == now;
@@ -81,6 +83,7 @@ Result<FileOut> VfsImpl::Open(const Cred& c, uint64_t ino, int flags) {
   FEDFS_TRY(r, Resolve(ino));
   if (IsDir(r->type)) return Err(EISDIR, r->path);
   FEDFS_TRY(fs, FsOf(r->node));
+  if (auto d = DeferredOpen(c, ino, flags, *fs, r->node)) return *d;  // vfs_deferred.cc
   auto op = (*fs)->Open(c, r->path, flags & ~(O_CREAT | O_EXCL));
   if (!op && op.error().code == ENOENT) {
     // Gone since the kernel looked it up: ESTALE makes open(2) look the path
@@ -266,6 +269,9 @@ Status VfsImpl::Flush(uint64_t fh, uint64_t lock_owner) {
     std::lock_guard lock(files_mu_);
     if (!lock_inos_.contains(f->ino)) return Ok();
   }
+  if (f->deferred) {  // another handle's locks: this process's go with this close
+    return WithFile(fh, [&](const OpenFile& g) { return g.fs->Flush(g.handle, GlobalOwner(lock_owner)); });
+  }
   return f->fs->Flush(f->handle, GlobalOwner(lock_owner));
 }
 
@@ -275,13 +281,15 @@ Status VfsImpl::Fsync(uint64_t fh, bool datasync) {
 
 Status VfsImpl::Release(uint64_t fh) {
   OpenFile f;
-  bool untold = false, locked = false;
+  bool untold = false, locked = false, shared = false;
   {
     std::lock_guard lock(files_mu_);
     auto it = files_.find(fh);
     if (it == files_.end()) return Err(EBADF, "unknown file handle");
     f = std::move(it->second);
     files_.erase(it);
+    if (f.deferred) ForgetDeferredLocked(f, fh);
+    shared = !f.deferred && UnshareLocked(f.fs->node_id(), f.handle);  // vfs_deferred.cc
     auto [b, e] = files_by_ino_.equal_range(f.ino);
     for (auto i = b; i != e; ++i) {
       if (i->second == fh) {
@@ -291,7 +299,7 @@ Status VfsImpl::Release(uint64_t fh) {
     }
     locked = lock_inos_.contains(f.ino);
     if (!files_by_ino_.contains(f.ino)) lock_inos_.erase(f.ino);  // each close released its locks
-    if (f.told) {
+    if (f.told && !shared) {
       told_.erase({f.fs->node_id(), f.handle});
       // Still told through another handle, or as a watch (a create's).
       untold = !ToldLocked(f.ino) && !watch_of_.contains(f.ino);
@@ -308,6 +316,7 @@ Status VfsImpl::Release(uint64_t fh) {
     if (KernelCache* k = kernel_.load(std::memory_order_acquire)) k->InvalidateAttrs(f.ino);
     DataChanged(f.ino);
   }
+  if (f.deferred || shared) return Ok();  // nothing opened, or others use it
   // Without locks the holder's close changes nothing another node waits
   // for: it may travel with a later request (NodeFs::ReleaseLater).
   return locked ? f.fs->Release(f.handle) : f.fs->ReleaseLater(f.handle);

@@ -115,6 +115,11 @@ struct VfsOptions {
   // (RemoteAttrsChanged). Needs a KernelCache whose InvalidateData drops
   // pages. docs/coopcache.md, "Kernel page cache".
   bool keep_remote_pages = false;
+  // Deferred opens (vfs_deferred.cc): a read-only open, without O_TRUNC, of
+  // a file held on another node that watches it for this one (attributes
+  // exact) is answered without asking that node; the file is opened there
+  // at the handle's first use that needs it, expecting the same file.
+  bool deferred_open = false;
   // Room (docs/migration.md, "On a full disk"), with a mover (SetMover): a
   // write that its file's node answers ENOSPC or EDQUOT moves the file, if
   // it has one link and at most `max_size` bytes, to the live node with the
@@ -271,6 +276,18 @@ class VfsImpl final : public Vfs {
   // each go, and no open keeps pages from before; `untold`: the handles and
   // watches `node` gave are told of no more (their files are read anew).
   void RemoteSessionLost(const std::string& node, bool untold);
+  // Node `node` opened files this node watches before their names went,
+  // as these (watch, handle) pairs (files/file_service.h, "Deferred
+  // opens"): the deferred handles of each adopt it; one not needed is
+  // released.
+  void RemotePinned(const std::string& node, const std::vector<std::pair<Handle, Handle>>& pinned);
+  struct DeferredStats {
+    uint64_t opened = 0;    // opens answered without asking
+    uint64_t used = 0;      // of those, opened at their node later
+    uint64_t adopted = 0;   // handed over by their node (name gone)
+    uint64_t stale = 0;     // found another file or none: ESTALE
+  };
+  DeferredStats deferred_stats() const;
 
  private:
   double CoherentAttrTimeout(mode_t type, const std::string& node, nlink_t nlink) const;
@@ -323,6 +340,13 @@ class VfsImpl final : public Vfs {
     bool dirty = false;  // written through (Flush has something to do)
     bool direct = false;  // FileOut::direct_io: written past the kernel's pages
     int flags = 0;        // as opened (a handle opened again elsewhere: Reopened)
+    // Deferred (vfs_deferred.cc): not opened at its node yet (`handle` 0);
+    // answered under `watch`, opened at first use as `cred`, expecting the
+    // file whose inode number at its node ends in `expect` (48 bits).
+    bool deferred = false;
+    Handle watch = 0;
+    uint64_t expect = 0;
+    Cred cred;
   };
   struct DirHandle {
     uint64_t ino = 0;
@@ -503,6 +527,27 @@ class VfsImpl final : public Vfs {
   // released. ESTALE (the original answer) when the path is not held
   // elsewhere now (vfs_moved.cc).
   Result<OpenFile> Reopened(uint64_t fh, const OpenFile& stale);
+  // Deferred opens (vfs_deferred.cc). A handle answered without asking, or
+  // nullopt when `flags` or the file's state need its node now.
+  std::optional<FileOut> DeferredOpen(const Cred& c, uint64_t ino, int flags,
+                                      const std::shared_ptr<NodeFs>& fs, const std::string& node);
+  // Opens deferred handle `fh` (as `at`) at its node; its OpenFile now.
+  // ESTALE: its path names another file or none there.
+  Result<OpenFile> Materialized(uint64_t fh, const OpenFile& at);
+  // Before this node changes the name of inode (parent, name): its
+  // deferred handles are opened first (a name gone cannot be opened).
+  void OpenDeferredOf(uint64_t parent, const std::string& name);
+  // files_mu_ held: `f` (handle fh) is no longer deferred.
+  void ForgetDeferredLocked(const OpenFile& f, uint64_t fh);
+  // files_mu_ held: a handle shared by several OpenFiles (adopted pins,
+  // vfs_deferred.cc) loses one: true if others still use it (not released).
+  bool UnshareLocked(const std::string& node, Handle h);
+  // (node, watch) -> fh of the deferred handles; remote handles shared by
+  // several OpenFiles -> how many. Guarded by files_mu_.
+  std::multimap<std::pair<std::string, Handle>, uint64_t> deferred_;
+  std::map<std::pair<std::string, Handle>, int> shared_;
+  std::atomic<uint64_t> deferred_opened_{0}, deferred_used_{0}, deferred_adopted_{0},
+      deferred_stale_{0};
   // The path inode `ino` had when another file (for Reopened: the moved
   // file itself, found at its new node) took its name (vfs_moved.cc).
   Result<std::string> FormerPathOf(uint64_t ino) const;
@@ -515,7 +560,13 @@ class VfsImpl final : public Vfs {
     auto f = FileOf(fh);
     if (!f) return Err(f.error());
     OpenFile at = *f;
-    auto r = op(at);
+    if (at.deferred) {
+      auto g = Materialized(fh, at);
+      if (!g && g.error().code != ESTALE) return Err(g.error());
+      if (g) at = *g;
+    }
+    decltype(op(at)) r = Err(ESTALE, "no longer the file opened");
+    if (!at.deferred) r = op(at);
     for (int i = 0; i < kMaxReopens && !r && r.error().code == ESTALE; ++i) {
       auto g = Reopened(fh, at);
       if (!g) return r;

@@ -40,6 +40,7 @@ Result<VfsImpl::OpenFile> VfsImpl::Reopened(uint64_t fh, const OpenFile& stale) 
     return Err(op.error());
   }
   OpenFile now = stale;
+  bool release_stale = false;
   now.fs = *fs;
   now.handle = op->handle;
   now.told = op->attr_callbacks;
@@ -54,7 +55,12 @@ Result<VfsImpl::OpenFile> VfsImpl::Reopened(uint64_t fh, const OpenFile& stale) 
       if (gone) return Err(EBADF, "file handle released");
       return current;
     }
-    if (stale.told) told_.erase({stale.fs->node_id(), stale.handle});
+    if (it->second.deferred) ForgetDeferredLocked(it->second, fh);
+    it->second.deferred = false;
+    // A deferred handle opened nothing at the old node; a shared one stays
+    // open for the others that use it.
+    release_stale = !stale.deferred && !UnshareLocked(stale.fs->node_id(), stale.handle);
+    if (stale.told && release_stale) told_.erase({stale.fs->node_id(), stale.handle});
     if (now.told) told_.emplace(std::make_pair(node, now.handle), stale.ino);
     pages_.erase(stale.ino);  // the next open keeps no page
     // Watches of the file at its old node tell of nothing more.
@@ -72,7 +78,7 @@ Result<VfsImpl::OpenFile> VfsImpl::Reopened(uint64_t fh, const OpenFile& stale) 
       n->st_ino = FileIno(node, op->st.st_ino);
     }
   }
-  (void)stale.fs->Release(stale.handle);  // best effort: the old copy is gone
+  if (release_stale) (void)stale.fs->Release(stale.handle);  // best effort: the old copy is gone
   Logger("vfs")->info("a handle of {} follows it from {} to {}", *path, stale.fs->node_id(), node);
   return now;
 }

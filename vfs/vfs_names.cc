@@ -405,6 +405,7 @@ Status VfsImpl::Unlink(const Cred& c, uint64_t parent, const std::string& name) 
   const uint64_t dir_before = DirChanges();
   std::optional<DirChange> dir_change(std::in_place, *this);  // KeptDirAttr
   FEDFS_TRY(dir, ResolveDir(parent));
+  OpenDeferredOf(parent, name);  // before the name goes (vfs_deferred.cc)
   // In one call to a manager elsewhere, which has the file's node unlink it
   // (docs/namespace.md "Unlinks and renames in one call").
   auto one = deps_.vds->Unlink(dir->path, name, c);

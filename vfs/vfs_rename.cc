@@ -63,6 +63,9 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
   if ((flags & RENAME_EXCHANGE) && (flags & RENAME_NOREPLACE)) return Err(EINVAL, "rename flags");
   FEDFS_TRY(sdir, ResolveDir(parent));
   FEDFS_TRY(ddir, ResolveDir(new_parent));
+  // Before their names go (vfs_deferred.cc).
+  OpenDeferredOf(parent, name);
+  OpenDeferredOf(new_parent, new_name);
   // The kernel keeps the name it moves (and, exchanged, the other one).
   NamesFrom(sdir->path);
   NamesFrom(ddir->path);
