@@ -40,6 +40,8 @@
 #   fedfs-2rt  fedfs with `directory_table: {add_new: false}`: a create's
 #              claim and add as two calls in a row (not in the default
 #              TARGETS; name it to compare)
+#   fedfs-nodefer  fedfs with `fuse: {deferred_open: false}`: every open
+#              asks the file's node (not in the default TARGETS)
 # Prints a table: one row per variant and phase, ops/s per target, and the
 # ratios fedfs/glusterfs and fedfs/mergerfs; then every iteration's value;
 # then the FUSE servers' wake-ups per operation: the voluntary context
@@ -147,6 +149,10 @@ $FEDFS_EXTRA}" || return 1
 # docs/namespace.md's "Creates in one round trip": the same build, side by
 # side.
 setup_fedfs-2rt() { FEDFS_EXTRA="directory_table: {add_new: false}" setup_fedfs; }
+# fedfs-nodefer: fedfs with every open asking the file's node
+# (fuse.deferred_open: false), as before docs/namespace.md's "Opens without
+# a round trip".
+setup_fedfs-nodefer() { FEDFS_EXTRA="fuse: {deferred_open: false}" setup_fedfs; }
 
 # ---- measurements -----------------------------------------------------------------
 PHASES=(create stat open remove)

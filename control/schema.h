@@ -416,20 +416,20 @@ struct FilesReply {
   std::string node;
   uint64_t sessions = 0, handles = 0, watches = 0, served = 0, refused = 0;
   uint64_t callbacks_sent = 0, callbacks_failed = 0;
-  // Files opened for other nodes before their names went, for those nodes'
-  // deferred opens (files/file_service.h, "Deferred opens").
-  uint64_t pinned = 0;
   uint64_t callbacks_received = 0, callbacks_refused = 0;
-  // This node's opens of files held elsewhere answered without asking
-  // (vfs/vfs_deferred.cc): made, opened at their node later, handed over
-  // by it (the name went), and found another file or none (ESTALE).
-  uint64_t deferred_opens = 0, deferred_used = 0, deferred_adopted = 0, deferred_stale = 0;
   uint64_t data_bytes = 0;  // read and written for other nodes (inline and one-sided)
   uint64_t sessions_expired = 0;  // ended for want of renewal (timeouts.session_lease_ms)
   uint64_t duplicates_answered = 0;  // resent requests answered the first answer
   // Changes acknowledged only once a node not told of them dropped its cache
   // (timeouts.cache_lease_ms).
   uint64_t lease_waits = 0;
+  // Files opened for other nodes before their names went, for those nodes'
+  // deferred opens (files/file_service.h, "Deferred opens").
+  uint64_t pinned = 0;
+  // This node's opens of files held elsewhere answered without asking
+  // (vfs/vfs_deferred.cc): made, opened at their node later, handed over
+  // by it (the name went), and found another file or none (ESTALE).
+  uint64_t deferred_opens = 0, deferred_used = 0, deferred_adopted = 0, deferred_stale = 0;
   template <class S, class V>
   static void Fields(S& s, V&& v) {
     v("node", s.node); v("sessions", s.sessions); v("sessions_expired", s.sessions_expired);

@@ -32,6 +32,8 @@ namespace fedfs::ns {
 
 using namespace vfs_detail;
 
+// A handle answered without asking, or nullopt when `flags` or the file's
+// state need its node now.
 std::optional<FileOut> VfsImpl::DeferredOpen(const Cred& c, uint64_t ino, int flags,
                                              const std::shared_ptr<NodeFs>& fs,
                                              const std::string& node) {
@@ -59,6 +61,8 @@ std::optional<FileOut> VfsImpl::DeferredOpen(const Cred& c, uint64_t ino, int fl
   return out;
 }
 
+// Opens deferred handle `fh` (as `at`) at its node; its OpenFile now.
+// ESTALE: its path names another file or none there.
 Result<VfsImpl::OpenFile> VfsImpl::Materialized(uint64_t fh, const OpenFile& at) {
   auto path = PathOf(at.ino);
   Result<Opened> op = Err(ESTALE, "the file's name is gone");
@@ -90,6 +94,8 @@ Result<VfsImpl::OpenFile> VfsImpl::Materialized(uint64_t fh, const OpenFile& at)
   return f;
 }
 
+// Before this node changes the name of inode (parent, name): its deferred
+// handles are opened first (a name gone cannot be opened).
 void VfsImpl::OpenDeferredOf(uint64_t parent, const std::string& name) {
   if (!options_.deferred_open) return;
   std::optional<uint64_t> ino;
@@ -120,6 +126,8 @@ void VfsImpl::ForgetDeferredLocked(const OpenFile& f, uint64_t fh) {
   }
 }
 
+// A handle several OpenFiles use (an adopted one) loses one: true if others
+// still use it (not to be released).
 bool VfsImpl::UnshareLocked(const std::string& node, Handle h) {
   auto it = shared_.find({node, h});
   if (it == shared_.end()) return false;

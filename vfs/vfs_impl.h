@@ -527,23 +527,15 @@ class VfsImpl final : public Vfs {
   // released. ESTALE (the original answer) when the path is not held
   // elsewhere now (vfs_moved.cc).
   Result<OpenFile> Reopened(uint64_t fh, const OpenFile& stale);
-  // Deferred opens (vfs_deferred.cc). A handle answered without asking, or
-  // nullopt when `flags` or the file's state need its node now.
+  // Deferred opens, each described in vfs_deferred.cc; *Locked: files_mu_
+  // held. deferred_: (node, watch) -> fh of the deferred handles; shared_:
+  // remote handles several OpenFiles use -> how many (files_mu_).
   std::optional<FileOut> DeferredOpen(const Cred& c, uint64_t ino, int flags,
                                       const std::shared_ptr<NodeFs>& fs, const std::string& node);
-  // Opens deferred handle `fh` (as `at`) at its node; its OpenFile now.
-  // ESTALE: its path names another file or none there.
   Result<OpenFile> Materialized(uint64_t fh, const OpenFile& at);
-  // Before this node changes the name of inode (parent, name): its
-  // deferred handles are opened first (a name gone cannot be opened).
   void OpenDeferredOf(uint64_t parent, const std::string& name);
-  // files_mu_ held: `f` (handle fh) is no longer deferred.
   void ForgetDeferredLocked(const OpenFile& f, uint64_t fh);
-  // files_mu_ held: a handle shared by several OpenFiles (adopted pins,
-  // vfs_deferred.cc) loses one: true if others still use it (not released).
   bool UnshareLocked(const std::string& node, Handle h);
-  // (node, watch) -> fh of the deferred handles; remote handles shared by
-  // several OpenFiles -> how many. Guarded by files_mu_.
   std::multimap<std::pair<std::string, Handle>, uint64_t> deferred_;
   std::map<std::pair<std::string, Handle>, int> shared_;
   std::atomic<uint64_t> deferred_opened_{0}, deferred_used_{0}, deferred_adopted_{0},

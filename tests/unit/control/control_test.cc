@@ -99,7 +99,9 @@ TEST(ControlSchema, DtAndFilesBytesAsBefore) {
                   {"served", 4u}, {"refused", 5u}, {"callbacks_sent", 6u},
                   {"callbacks_failed", 7u}, {"callbacks_received", 8u},
                   {"callbacks_refused", 9u}, {"data_bytes", 10u}, {"sessions_expired", 11u},
-                  {"duplicates_answered", 12u}, {"lease_waits", 0u}}
+                  {"duplicates_answered", 12u}, {"lease_waits", 0u}, {"pinned", 0u},
+                  {"deferred_opens", 0u}, {"deferred_used", 0u}, {"deferred_adopted", 0u},
+                  {"deferred_stale", 0u}}
                  .dump()));
 }
 
