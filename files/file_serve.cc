@@ -345,8 +345,12 @@ auto FileService::Impl::RunOp(const m2m::PeerInfo& peer, const fb::FsRequest* re
     case fb::Op::kCreate: {
       auto r = req->op() == fb::Op::kCreate
                    ? local_->Create(cred, path, req->flags(), req->mode())
-               : req->has_expect() ? local_->OpenExpecting(cred, path, req->flags(), req->expect_ino())
-                                   : local_->Open(cred, path, req->flags());
+               : req->has_expect()
+                   ? local_->OpenExpecting(cred, path, req->flags(), req->expect_ino(), 0)
+                   : local_->Open(cred, path, req->flags());
+      if (!r && r.error().code == ESTALE && req->has_expect() && req->expect_watch() != 0) {
+        r = OpenWatched(session, cred, req->expect_watch(), req->expect_ino(), req->flags());
+      }
       if (!r) return Err(r.error());
       bool callbacks = false;
       auto rh = AddHandle(session, r->handle, path, r->st, &callbacks);

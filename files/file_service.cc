@@ -479,6 +479,16 @@ auto FileService::Impl::StatAndWatch(uint64_t session, const Cred& cred, const s
       return Watched{*again, std::nullopt};
     }
     st = again;
+    // A name of the file that outlives its path, for a deferred open of it
+    // whose path went (file_service.h, "Deferred opens").
+    if (auto fh = local_->FileHandleOf(path); fh) {
+      MutexLock lock(mu_);
+      if (auto it = sessions_.find(session); it != sessions_.end()) {
+        if (auto w = it->second.watches.find(key); w != it->second.watches.end() && w->second.id == *id) {
+          w->second.file_handle = std::move(*fh);
+        }
+      }
+    }
   }
   return Watched{*st, id};
 }
@@ -596,6 +606,55 @@ void FileService::Impl::AttrsChanged(dev_t dev, ino_t ino, DataRange data) {
     if (auto h = TakeHandle(session, rh); h) (void)local_->Release(*h);
   }
   Tell(std::move(targets));
+}
+
+// Whether the mode bits of `st` let `c` open it with `flags` (as
+// generic_permission does without ACLs or capabilities; root as root may).
+static bool ModeLets(const Cred& c, const struct stat& st, int flags) {
+  if (c.uid == 0) return true;
+  const int acc = flags & O_ACCMODE;
+  const mode_t need = acc == O_RDONLY ? 4 : acc == O_WRONLY ? 2 : 6;
+  mode_t bits = st.st_mode & 7;
+  if (st.st_uid == c.uid) {
+    bits = (st.st_mode >> 6) & 7;
+  } else if (st.st_gid == c.gid ||
+             std::find(c.groups.begin(), c.groups.end(), st.st_gid) != c.groups.end()) {
+    bits = (st.st_mode >> 3) & 7;
+  }
+  return (bits & need) == need;
+}
+
+auto FileService::Impl::OpenWatched(uint64_t session, const Cred& cred, uint64_t watch,
+                                    uint64_t ino48, int flags) -> Result<Opened> {
+  const Error stale{ESTALE, "the file opened is gone"};
+  std::string handle;
+  FileKey key;
+  {
+    MutexLock lock(mu_);
+    auto s = sessions_.find(session);
+    if (s == sessions_.end()) return Err(stale);
+    auto k = s->second.keys.find(watch);
+    if (k == s->second.keys.end()) return Err(stale);
+    auto w = s->second.watches.find(k->second);
+    if (w == s->second.watches.end() || w->second.id != watch || w->second.file_handle.empty()) {
+      return Err(stale);
+    }
+    key = k->second;
+    handle = w->second.file_handle;
+  }
+  if ((static_cast<uint64_t>(key.second) & NodeFs::kIno48Mask) != (ino48 & NodeFs::kIno48Mask)) {
+    return Err(stale);
+  }
+  auto r = local_->OpenByFileHandle(handle, flags & ~(O_CREAT | O_EXCL | O_TRUNC));
+  if (!r) return Err(stale);
+  size_t needed = 0;
+  const bool acl =
+      cred.uid != 0 && local_->GetXattrOf(Cred{}, r->handle, "system.posix_acl_access", 0, &needed).has_value();
+  if (r->st.st_dev != key.first || r->st.st_ino != key.second || acl || !ModeLets(cred, r->st, flags)) {
+    (void)local_->Release(r->handle);
+    return Err(stale);
+  }
+  return r;
 }
 
 bool FileService::Impl::NameGoing(dev_t dev, ino_t ino, const std::string& path) {

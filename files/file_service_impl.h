@@ -170,6 +170,7 @@ struct Session {
     uint64_t id = 0;
     uint64_t made = 0;
     std::list<FileKey>::iterator order;
+    std::string file_handle;  // NodeFs::FileHandleOf, for deferred opens ("": none)
   };
   std::map<FileKey, Watch> watches;
   std::list<FileKey> watch_order;
@@ -290,6 +291,11 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   void AttrsChanged(dev_t dev, ino_t ino, DataRange data);
   // file_service.h, "Deferred opens".
   bool NameGoing(dev_t dev, ino_t ino, const std::string& path);
+  // The file `session` watches as `watch`, opened by its file handle, if it
+  // is still the file whose inode number ends in `ino48` and its mode bits
+  // let `cred` open it so (one with an access ACL: not); else ESTALE.
+  Result<Opened> OpenWatched(uint64_t session, const Cred& cred, uint64_t watch, uint64_t ino48,
+                             int flags);
 
  private:
   struct Target {

@@ -98,6 +98,7 @@ m2m::Bytes Encode(const RemoteNodeFs::Req& q, uint64_t session, uint64_t budget_
   if (q.expect_ino) {
     rb.add_expect_ino(*q.expect_ino);
     rb.add_has_expect(true);
+    rb.add_expect_watch(q.expect_watch);
   }
   if (!data.IsNull()) rb.add_data(data);
   if (!templates.IsNull()) rb.add_templates(templates);
@@ -679,9 +680,9 @@ Result<Opened> RemoteNodeFs::Open(const Cred& c, const std::string& path, int fl
 }
 
 Result<Opened> RemoteNodeFs::OpenExpecting(const Cred& c, const std::string& path, int flags,
-                                           uint64_t ino48) {
+                                           uint64_t ino48, Handle watch) {
   auto r = Call({.op = fb::Op::kOpen, .cred = &c, .path = path, .flags = flags,
-                 .expect_ino = ino48 & kIno48Mask},
+                 .expect_ino = ino48 & kIno48Mask, .expect_watch = watch},
                 FEDFS_DEADLINE);
   if (!r) return Err(r.error());
   const auto* rep = Root(*r);

@@ -203,7 +203,7 @@ class RemoteNodeFs final : public NodeFs, public std::enable_shared_from_this<Re
   Status RemoveXattr(const Cred& c, const std::string& path, const std::string& name) override;
   Result<Opened> Open(const Cred& c, const std::string& path, int flags) override;
   Result<Opened> OpenExpecting(const Cred& c, const std::string& path, int flags,
-                               uint64_t ino48) override;
+                               uint64_t ino48, Handle watch) override;
   Result<Opened> Create(const Cred& c, const std::string& path, int flags, mode_t mode) override;
   Result<size_t> Read(Handle h, uint64_t offset, std::span<std::byte> dst) override;
   Result<CoopRead> ReadCoop(Handle h, uint64_t offset, std::span<std::byte> dst,

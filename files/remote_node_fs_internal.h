@@ -48,6 +48,7 @@ struct RemoteNodeFs::Req {
   bool parent_attr = false;
   std::string_view for_node;  // FsRequest.for_node
   std::optional<uint64_t> expect_ino;  // FsRequest.expect_ino (kOpen)
+  uint64_t expect_watch = 0;           // FsRequest.expect_watch (kOpen)
   const NodeFs::CoopAsk* coop = nullptr;
   const NodeFs::CoopBlock* fwd = nullptr;  // kCoopEvict, kCoopStore, kCoopMoved
 };

@@ -9,7 +9,7 @@ using namespace local_detail;
 // Files
 
 Result<Opened> LocalNodeFs::OpenCommon(const Cred& c, const std::string& path, int flags,
-                                       mode_t mode, const char* op) {
+                                       mode_t mode, const char* op, const std::string* by_handle) {
   flags |= O_CLOEXEC | O_NOCTTY;
   const bool creat = (flags & O_CREAT) != 0;
   // Opens that change the file (O_TRUNC) wait while it is frozen for a
@@ -23,7 +23,23 @@ Result<Opened> LocalNodeFs::OpenCommon(const Cred& c, const std::string& path, i
   MoveGate::Pass pass = gate_.Enter();
   int fd = -1;
   bool direct = (flags & O_DIRECT) != 0;
-  {
+  if (by_handle != nullptr) {
+    // The bytes FileHandleOf made, into an aligned struct file_handle.
+    std::vector<uint64_t> buf((by_handle->size() + 7) / 8 + 1);
+    std::memcpy(buf.data(), by_handle->data(), by_handle->size());
+    auto* fh = reinterpret_cast<struct file_handle*>(buf.data());
+    if (by_handle->size() < sizeof(struct file_handle) ||
+        fh->handle_bytes != by_handle->size() - sizeof(struct file_handle)) {
+      return Err(EINVAL, "malformed file handle");
+    }
+    // The root as an open (not O_PATH) descriptor names the file system.
+    const int mount_fd = openat(root_fd_, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (mount_fd < 0) return SysErr(op, path);
+    fd = open_by_handle_at(mount_fd, fh, flags & ~O_CREAT);
+    const int e = errno;
+    ::close(mount_fd);
+    if (fd < 0) return SysErr(op, path, e);
+  } else {
     FEDFS_AS(c);
     auto p = ResolveWhole(path, op);
     if (!p) return Err(p.error());
@@ -71,6 +87,11 @@ Result<Opened> LocalNodeFs::OpenCommon(const Cred& c, const std::string& path, i
 Result<Opened> LocalNodeFs::Open(const Cred& c, const std::string& path, int flags) {
   if (flags & O_CREAT) return Err(EINVAL, "open with O_CREAT: use Create");
   return OpenCommon(c, path, flags, 0, "open");
+}
+
+Result<Opened> LocalNodeFs::OpenByFileHandle(const std::string& handle, int flags) {
+  if (flags & (O_CREAT | O_TRUNC)) return Err(EINVAL, "open by file handle with O_CREAT or O_TRUNC");
+  return OpenCommon(Cred{}, "(by file handle)", flags, 0, "open_by_handle_at", &handle);
 }
 
 Result<Opened> LocalNodeFs::Create(const Cred& c, const std::string& path, int flags,

@@ -332,6 +332,19 @@ Result<std::string> LocalNodeFs::Readlink(const Cred& c, const std::string& path
   return buf;
 }
 
+Result<std::string> LocalNodeFs::FileHandleOf(const std::string& path) {
+  FEDFS_PARENT(p, path, "name_to_handle_at");
+  std::vector<uint64_t> buf((sizeof(struct file_handle) + MAX_HANDLE_SZ) / 8 + 1);
+  auto* fh = reinterpret_cast<struct file_handle*>(buf.data());
+  fh->handle_bytes = MAX_HANDLE_SZ;
+  int mount_id = 0;
+  if (name_to_handle_at(p.dir, p.name.c_str(), fh, &mount_id, 0) != 0) {
+    return SysErr("name_to_handle_at", path);
+  }
+  return std::string(reinterpret_cast<const char*>(buf.data()),
+                     sizeof(struct file_handle) + fh->handle_bytes);
+}
+
 Status LocalNodeFs::Unlink(const Cred& c, const std::string& path) {
   FEDFS_AS(c);
   FEDFS_PARENT(p, path, "unlink");

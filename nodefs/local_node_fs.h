@@ -152,6 +152,8 @@ class LocalNodeFs final : public NodeFs, public MoveSupport {
   Status RemoveXattr(const Cred& c, const std::string& path, const std::string& name) override;
 
   Result<Opened> Open(const Cred& c, const std::string& path, int flags) override;
+  Result<std::string> FileHandleOf(const std::string& path) override;
+  Result<Opened> OpenByFileHandle(const std::string& handle, int flags) override;
   Result<Opened> Create(const Cred& c, const std::string& path, int flags, mode_t mode) override;
   Result<size_t> Read(Handle h, uint64_t offset, std::span<std::byte> dst) override;
   using NodeFs::Write;
@@ -257,8 +259,10 @@ class LocalNodeFs final : public NodeFs, public MoveSupport {
   static void StoreDirId(int fd, uint64_t id, const std::string& path);
   Result<int> OpenDirBeneath(int dirfd, std::string_view rel, const std::string& path,
                              const char* op);
+  // `by_handle`: open the file FileHandleOf named so instead of `path`
+  // (as the daemon; `path` only names it in errors).
   Result<Opened> OpenCommon(const Cred& c, const std::string& path, int flags, mode_t mode,
-                            const char* op);
+                            const char* op, const std::string* by_handle = nullptr);
   Result<std::shared_ptr<OpenFile>> Lookup(Handle h) const;
   // The private lock description of (file, owner); created when `create`,
   // otherwise null when there is none.

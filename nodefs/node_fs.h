@@ -304,11 +304,26 @@ class NodeFs {
   // Open of the file at `path` that must be the one whose inode number has
   // `ino48` as its low 48 bits (kIno48Mask): ESTALE (nothing left open) if
   // the name now names another file or none. The first use of an open
-  // that was answered without asking the file's node (vfs/vfs_impl.h,
-  // "Deferred opens").
+  // that was answered without asking the file's node (vfs/vfs_deferred.cc).
+  // `watch`: the watch (StatWatched) the open was answered under; a node
+  // that still keeps it may open the file it names wherever it is now
+  // (RemoteNodeFs; ignored here).
   static constexpr uint64_t kIno48Mask = (uint64_t{1} << 48) - 1;
+  // A name of the file at `path` that outlives its path (its directory
+  // renamed, the file renamed), and an open by that name as the daemon:
+  // for deferred opens whose path went (files/file_service.h). Opaque
+  // bytes, only ever handed back to the object that made them. Default:
+  // ENOTSUP.
+  virtual Result<std::string> FileHandleOf(const std::string& path) {
+    return Err(ENOTSUP, path + ": no file handles here");
+  }
+  virtual Result<Opened> OpenByFileHandle(const std::string& handle, int flags) {
+    (void)handle, (void)flags;
+    return Err(ENOTSUP, "no file handles here");
+  }
   virtual Result<Opened> OpenExpecting(const Cred& c, const std::string& path, int flags,
-                                       uint64_t ino48) {
+                                       uint64_t ino48, Handle watch) {
+    (void)watch;
     auto r = Open(c, path, flags);
     if (!r && r.error().code == ENOENT) return Err(ESTALE, path + ": gone since it was opened");
     if (!r || (r->st.st_ino & kIno48Mask) == (ino48 & kIno48Mask)) return r;

@@ -67,7 +67,8 @@ Result<VfsImpl::OpenFile> VfsImpl::Materialized(uint64_t fh, const OpenFile& at)
   auto path = PathOf(at.ino);
   Result<Opened> op = Err(ESTALE, "the file's name is gone");
   if (path) {
-    op = at.fs->OpenExpecting(at.cred, *path, at.flags & ~(O_CREAT | O_EXCL | O_TRUNC), at.expect);
+    op = at.fs->OpenExpecting(at.cred, *path, at.flags & ~(O_CREAT | O_EXCL | O_TRUNC), at.expect,
+                              at.watch);
     if (!op && op.error().code == ENOENT) op = Err(ESTALE, *path + ": gone since it was opened");
   }
   std::lock_guard lock(files_mu_);

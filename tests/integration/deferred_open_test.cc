@@ -7,10 +7,11 @@
 //  * Such opens and closes cost n1 no request; the first read opens the
 //    file at n1 and reads the right bytes.
 //  * The file's name going after the open (an unlink through n1's own
-//    mount, through n3's, through n2's; a rename of it; a rename over it)
-//    leaves the handle reading the file it opened, as an open made at once
-//    would: n1 opens the file for n2 before the name goes and hands the
-//    handle over; the handle is released at n1 with the close.
+//    mount, through n3's, through n2's; a rename of it; a rename over it;
+//    its directory renamed through n3) leaves the handle reading the file
+//    it opened, as an open made at once would: n1 opens the file for n2
+//    before the name goes and hands the handle over (the handle is
+//    released at n1 with the close), or opens it by its file handle.
 //  * A lock through such a handle is a lock at n1 (n3 sees it).
 //
 // The Cluster stops the daemons by pid, unmounts and removes its temporary
@@ -161,6 +162,16 @@ TEST_F(DeferredOpen, RenamesOfTheFileAndOverItKeepTheFileOpened) {
   ASSERT_EQ(::rename((m1_ + "/c").c_str(), (m1_ + "/b").c_str()), 0) << std::strerror(errno);
   EXPECT_EQ(ReadAll(a), "file a");
   EXPECT_EQ(ReadAll(b), "file b");
+  EXPECT_EQ(Files("n2", "deferred_stale"), 0);
+}
+
+TEST_F(DeferredOpen, AFileWhoseDirectoryAnotherNodeRenamedIsOpenedWhereItIsNow) {
+  ASSERT_EQ(::mkdir((m1_ + "/d").c_str(), 0755), 0) << std::strerror(errno);
+  const int fd = OpenThroughN2("/d/f", "moved along");
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::rename((m3_ + "/d").c_str(), (m3_ + "/e").c_str()), 0) << std::strerror(errno);
+  ASSERT_EQ(::access((c_.ExportRoot("n1") + "/e/f").c_str(), F_OK), 0) << "not renamed on n1";
+  EXPECT_EQ(ReadAll(fd), "moved along");
   EXPECT_EQ(Files("n2", "deferred_stale"), 0);
 }
 
