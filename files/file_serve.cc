@@ -366,6 +366,7 @@ auto FileService::Impl::RunOp(const m2m::PeerInfo& peer, const fb::FsRequest* re
           watch = WatchLocked(session, FileKey{r->st.st_dev, r->st.st_ino}, 0, &fresh, &evicted);
         }
         if (!evicted.empty()) TellEnded(session, std::move(evicted));
+        if (watch && fresh) KeepFileHandle(session, FileKey{r->st.st_dev, r->st.st_ino}, *watch, path);
       }
       // The directory as the create left it (the asker's kernel asks for it
       // next, before its next change there).

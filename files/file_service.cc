@@ -479,18 +479,21 @@ auto FileService::Impl::StatAndWatch(uint64_t session, const Cred& cred, const s
       return Watched{*again, std::nullopt};
     }
     st = again;
-    // A name of the file that outlives its path, for a deferred open of it
-    // whose path went (file_service.h, "Deferred opens").
-    if (auto fh = local_->FileHandleOf(path); fh) {
-      MutexLock lock(mu_);
-      if (auto it = sessions_.find(session); it != sessions_.end()) {
-        if (auto w = it->second.watches.find(key); w != it->second.watches.end() && w->second.id == *id) {
-          w->second.file_handle = std::move(*fh);
-        }
-      }
-    }
+    KeepFileHandle(session, key, *id, path);
   }
   return Watched{*st, id};
+}
+
+void FileService::Impl::KeepFileHandle(uint64_t session, const FileKey& key, uint64_t watch,
+                                       const std::string& path) {
+  auto fh = local_->FileHandleOf(path);
+  if (!fh) return;
+  MutexLock lock(mu_);
+  if (auto it = sessions_.find(session); it != sessions_.end()) {
+    if (auto w = it->second.watches.find(key); w != it->second.watches.end() && w->second.id == watch) {
+      w->second.file_handle = std::move(*fh);
+    }
+  }
 }
 
 auto FileService::Impl::WatchedStat(uint64_t session, const Cred& cred, const std::string& path)

@@ -66,7 +66,12 @@
 //    of the file, or releases it. Not for the session whose request made
 //    the change, nor the node it was made for (their own nodes open their
 //    deferred handles of the file before they ask). A change made by a
-//    local program is seen after the fact: nothing is kept for it.
+//    local program is seen after the fact: nothing is kept for it. Where
+//    the path names another file or none (the file or its directory
+//    renamed), a kOpen naming its watch (expect_watch) opens the file by
+//    the file handle taken when the watch was made (NodeFs::FileHandleOf;
+//    never sent), as the daemon, if its mode bits let the caller open it
+//    so and it has no access ACL.
 //  * Lost messages: a request with FsRequest.request_id (the operations
 //    that change something) is run once per session and id, and a resend
 //    answered the first answer (m2m/reply_cache.h); RemoteNodeFs resends

@@ -291,6 +291,8 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   void AttrsChanged(dev_t dev, ino_t ino, DataRange data);
   // file_service.h, "Deferred opens".
   bool NameGoing(dev_t dev, ino_t ino, const std::string& path);
+  // A new watch of `session` keeps a file handle of the file at `path`.
+  void KeepFileHandle(uint64_t session, const FileKey& key, uint64_t watch, const std::string& path);
   // The file `session` watches as `watch`, opened by its file handle, if it
   // is still the file whose inode number ends in `ino48` and its mode bits
   // let `cred` open it so (one with an access ACL: not); else ESTALE.

@@ -18,6 +18,7 @@ struct FsCallbacks::State : std::enable_shared_from_this<State> {
   OnChanged on_changed;
   OnLost on_lost;
   OnPinned on_pinned;
+  ReleasePinned release_pinned;
   Executor* runner = nullptr;
   std::mutex mu;
   std::unordered_map<uint64_t, std::string> nodes;  // session -> node, guarded by mu
@@ -67,11 +68,14 @@ struct FsCallbacks::State : std::enable_shared_from_this<State> {
     const bool ended = a->ended();
     Pinned pinned = fswire::PinnedOf(*a);
     OnPinned pin = on_pinned;
+    ReleasePinned release = release_pinned;
     if (runner == nullptr) {
       lock.unlock();
-      if (!pinned.empty() && pin) pin(node, pinned);
+      std::vector<Handle> unused;
+      if (!pinned.empty() && pin) unused = pin(node, pinned);
       on_changed(node, fswire::HandlesOf(*a), data, ended);
       r.Reply(EmptyReply());
+      if (!unused.empty() && release) release(node, unused);
       return;
     }
     // Answered after on_changed: a task dropped at shutdown destroys the
@@ -79,10 +83,12 @@ struct FsCallbacks::State : std::enable_shared_from_this<State> {
     // node nothing more, as for a callback that timed out).
     runner->Post([self = shared_from_this(), node = std::move(node),
                   handles = fswire::HandlesOf(*a), data, ended, pinned = std::move(pinned),
-                  pin = std::move(pin), r = std::move(r)]() mutable {
-      if (!pinned.empty() && pin) pin(node, pinned);
+                  pin = std::move(pin), release = std::move(release), r = std::move(r)]() mutable {
+      std::vector<Handle> unused;
+      if (!pinned.empty() && pin) unused = pin(node, pinned);
       self->on_changed(node, handles, data, ended);
       r.Reply(EmptyReply());
+      if (!unused.empty() && release) release(node, unused);
     });
   }
 };
@@ -119,9 +125,10 @@ void FsCallbacks::SetOnLost(OnLost on_lost) {
   state_->on_lost = std::move(on_lost);
 }
 
-void FsCallbacks::SetOnPinned(OnPinned on_pinned) {
+void FsCallbacks::SetOnPinned(OnPinned on_pinned, ReleasePinned release) {
   std::lock_guard lock(state_->mu);
   state_->on_pinned = std::move(on_pinned);
+  state_->release_pinned = std::move(release);
 }
 
 void FsCallbacks::Lost(const std::string& node, bool untold) {

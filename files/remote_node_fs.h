@@ -130,11 +130,15 @@ class FsCallbacks {
   // A callback handed over handles the node opened before the change took
   // the name of files this node watches (file_service.h, "Deferred
   // opens"): (watch, handle) pairs, given to `on_pinned` before
-  // on_changed, in the same task. Without one set, they stay open until
-  // the session ends. Set before use.
+  // on_changed, in the same task; it answers the handles it did not take,
+  // given to `release` once the callback is answered (releasing may send
+  // a request to that node, which waits for the answer meanwhile).
+  // Without them set, the handles stay open until the session ends. Set
+  // before use.
   using Pinned = std::vector<std::pair<Handle, Handle>>;
-  using OnPinned = std::function<void(const std::string& node, const Pinned& pinned)>;
-  void SetOnPinned(OnPinned on_pinned);
+  using OnPinned = std::function<std::vector<Handle>(const std::string& node, const Pinned& pinned)>;
+  using ReleasePinned = std::function<void(const std::string& node, const std::vector<Handle>& handles)>;
+  void SetOnPinned(OnPinned on_pinned, ReleasePinned release);
   void Lost(const std::string& node, bool untold);
   // Callbacks handed to on_changed; refused as malformed.
   uint64_t received() const;

@@ -204,7 +204,10 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
   });
   d.fs_callbacks->SetOnPinned(
       [hooks = d.hooks](const std::string& node, const ns::FsCallbacks::Pinned& pinned) {
-        hooks->RemotePinned(node, pinned);
+        return hooks->RemotePinned(node, pinned);
+      },
+      [hooks = d.hooks](const std::string& node, const std::vector<ns::Handle>& handles) {
+        hooks->ReleaseUnadopted(node, handles);
       });
 
   // VDs, their managers and the directory table.

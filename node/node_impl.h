@@ -41,14 +41,17 @@ struct KernelHooks {
     std::shared_lock lock(vfs_mu);
     if (vfs != nullptr) vfs->RemoteAttrsChanged(node, handles, data, ended);
   }
-  // Node `node` opened files this node watches before their names went.
-  void RemotePinned(const std::string& node, const std::vector<std::pair<ns::Handle, ns::Handle>>& pinned) {
+  // Node `node` opened files this node watches before their names went:
+  // the handles not taken (no mount: released with the session).
+  std::vector<ns::Handle> RemotePinned(const std::string& node,
+                                       const std::vector<std::pair<ns::Handle, ns::Handle>>& pinned) {
     std::shared_lock lock(vfs_mu);
-    if (vfs != nullptr) {
-      vfs->RemotePinned(node, pinned);
-      return;
-    }
-    (void)node, (void)pinned;  // no mount: released with the session
+    if (vfs != nullptr) return vfs->RemotePinned(node, pinned);
+    return {};
+  }
+  void ReleaseUnadopted(const std::string& node, const std::vector<ns::Handle>& handles) {
+    std::shared_lock lock(vfs_mu);
+    if (vfs != nullptr) vfs->ReleaseUnadopted(node, handles);
   }
   // What this node caches of node `node`'s files may be stale.
   void RemoteSessionLost(const std::string& node, bool untold) {

@@ -71,13 +71,15 @@ Result<VfsImpl::OpenFile> VfsImpl::Materialized(uint64_t fh, const OpenFile& at)
                               at.watch);
     if (!op && op.error().code == ENOENT) op = Err(ESTALE, *path + ": gone since it was opened");
   }
-  std::lock_guard lock(files_mu_);
+  std::unique_lock lock(files_mu_);
   auto it = files_.find(fh);
   if (it == files_.end() || !it->second.deferred) {
     // Released, adopted a handle or opened by another thread meanwhile.
-    if (op) (void)at.fs->ReleaseLater(op->handle);
-    if (it == files_.end()) return Err(EBADF, "file handle released");
-    return it->second;
+    Result<OpenFile> now = Err(EBADF, "file handle released");
+    if (it != files_.end()) now = it->second;
+    lock.unlock();
+    if (op) (void)at.fs->ReleaseLater(op->handle);  // may send: not under the lock
+    return now;
   }
   if (!op) {
     if (op.error().code == ESTALE) deferred_stale_.fetch_add(1, std::memory_order_relaxed);
@@ -137,8 +139,8 @@ bool VfsImpl::UnshareLocked(const std::string& node, Handle h) {
   return false;
 }
 
-void VfsImpl::RemotePinned(const std::string& node,
-                           const std::vector<std::pair<Handle, Handle>>& pinned) {
+std::vector<Handle> VfsImpl::RemotePinned(const std::string& node,
+                                          const std::vector<std::pair<Handle, Handle>>& pinned) {
   std::vector<Handle> unused;
   {
     std::lock_guard lock(files_mu_);
@@ -165,10 +167,13 @@ void VfsImpl::RemotePinned(const std::string& node,
       deferred_adopted_.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
     }
   }
-  if (unused.empty()) return;
+  return unused;
+}
+
+void VfsImpl::ReleaseUnadopted(const std::string& node, const std::vector<Handle>& handles) {
   auto fs = FsOf(node);
   if (!fs) return;  // the node's session ends with it
-  for (Handle h : unused) (void)(*fs)->ReleaseLater(h);
+  for (Handle h : handles) (void)(*fs)->ReleaseLater(h);
 }
 
 VfsImpl::DeferredStats VfsImpl::deferred_stats() const {

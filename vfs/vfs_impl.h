@@ -278,9 +278,11 @@ class VfsImpl final : public Vfs {
   void RemoteSessionLost(const std::string& node, bool untold);
   // Node `node` opened files this node watches before their names went,
   // as these (watch, handle) pairs (files/file_service.h, "Deferred
-  // opens"): the deferred handles of each adopt it; one not needed is
-  // released.
-  void RemotePinned(const std::string& node, const std::vector<std::pair<Handle, Handle>>& pinned);
+  // opens"): the deferred handles of each adopt it. Answers those not
+  // taken, to be released (ReleaseUnadopted) once the callback is answered.
+  std::vector<Handle> RemotePinned(const std::string& node,
+                                   const std::vector<std::pair<Handle, Handle>>& pinned);
+  void ReleaseUnadopted(const std::string& node, const std::vector<Handle>& handles);
   struct DeferredStats {
     uint64_t opened = 0;    // opens answered without asking
     uint64_t used = 0;      // of those, opened at their node later

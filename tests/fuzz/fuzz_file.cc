@@ -255,6 +255,10 @@ void FuzzAttrChanged(const m2m::Bytes& bytes) {
   const std::vector<Handle> handles = fswire::HandlesOf(*a);
   FUZZ_CHECK(handles.size() == (a->handles() ? a->handles()->size() : 0));
   for (Handle h : handles) g_sink = g_sink + h;
+  // The pinned pairs (PinnedOf: never more than the shorter vector).
+  const auto pinned = fswire::PinnedOf(*a);
+  FUZZ_CHECK(pinned.size() <= (a->pinned_watches() ? a->pinned_watches()->size() : 0));
+  for (const auto& [w, h] : pinned) g_sink = g_sink + w + h;
   g_sink = g_sink + a->version() + a->session();
 }
 
