@@ -38,6 +38,24 @@ TEST(FsWire, HandlesOfAMisalignedVector) {
   EXPECT_EQ(handles[0], 0x0807060504030201u);
 }
 
+TEST(FsWire, PinnedOfPairsWatchesWithHandles) {
+  flatbuffers::FlatBufferBuilder b(64);
+  auto w = b.CreateVector(std::vector<uint64_t>{7, 9});
+  auto h = b.CreateVector(std::vector<uint64_t>{70, 90});
+  fb::FsAttrChangedBuilder ab(b);
+  ab.add_version(fswire::kVersion);
+  ab.add_pinned_watches(w);
+  ab.add_pinned_handles(h);
+  b.Finish(ab.Finish());
+  const m2m::Bytes bytes = fswire::Finish(b);
+  const auto* a = fswire::Verify<fb::FsAttrChanged>(bytes);
+  ASSERT_NE(a, nullptr);
+  const auto pinned = fswire::PinnedOf(*a);
+  ASSERT_EQ(pinned.size(), 2u);
+  EXPECT_EQ(pinned[0], std::make_pair(Handle{7}, Handle{70}));
+  EXPECT_EQ(pinned[1], std::make_pair(Handle{9}, Handle{90}));
+}
+
 TEST(FsWire, HandlesOfNoneAndEmpty) {
   flatbuffers::FlatBufferBuilder b(64);
   fb::FsAttrChangedBuilder ab(b);

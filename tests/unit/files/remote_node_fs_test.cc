@@ -643,6 +643,20 @@ TEST_P(RemoteFsTest, ChangesOfAnOpenFileAreToldToTheOtherSessions) {
   b.Finish(ab.Finish());
   EXPECT_TRUE(m2m::CallSync(*ep, m, fswire::Finish(b), 5s));
   EXPECT_EQ(count(), 7u);
+  // Pinned watches and handles (deferred opens) that do not pair up: refused.
+  flatbuffers::FlatBufferBuilder pb(64);
+  auto pw = pb.CreateVector(std::vector<uint64_t>{1, 2});
+  auto ph = pb.CreateVector(std::vector<uint64_t>{3});
+  fb::FsAttrChangedBuilder pab(pb);
+  pab.add_version(fswire::kVersion);
+  pab.add_session(12345);
+  pab.add_pinned_watches(pw);
+  pab.add_pinned_handles(ph);
+  pb.Finish(pab.Finish());
+  auto unpaired = m2m::CallSync(*ep, m, fswire::Finish(pb), 5s);
+  ASSERT_FALSE(unpaired);
+  EXPECT_EQ(unpaired.error().code, EPROTO);
+  EXPECT_EQ(cc.callbacks->refused(), 2u);
   a.transport->Shutdown();
 }
 

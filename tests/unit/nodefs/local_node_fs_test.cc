@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <barrier>
+#include <cstdio>
 #include <cstring>
+#include <span>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -212,6 +214,50 @@ TEST(LocalNodeFs, HandlesAreTableIndicesNotFds) {
   ASSERT_TRUE(c);
   EXPECT_EQ(c->handle, 3u);  // never reused
   EXPECT_TRUE((*fs)->Release(c->handle));
+  fs->reset();
+  RemoveTree(dir);
+}
+
+// Deferred opens (vfs/vfs_deferred.cc): an open that expects a file, and an
+// open by the file handle taken before its path went.
+TEST(LocalNodeFs, OpenExpectingAndByFileHandleFindTheFileOpened) {
+  std::string dir = MakeTempDir("fedfs-local-");
+  auto fs = LocalNodeFs::Open("n0", dir);
+  ASSERT_TRUE(fs);
+  Cred root;
+  ASSERT_EQ(::mkdir((dir + "/d").c_str(), 0755), 0);
+  auto a = (*fs)->Create(root, "/d/a", O_RDWR, 0644);
+  ASSERT_TRUE(a);
+  const std::string bytes = "abc";
+  ASSERT_TRUE((*fs)->Write(a->handle, 0, std::as_bytes(std::span(bytes))));
+  ASSERT_TRUE((*fs)->Release(a->handle));
+  const uint64_t ino = a->st.st_ino;
+  // The same file: opened; another one or none: ESTALE, nothing left open.
+  auto same = (*fs)->OpenExpecting(root, "/d/a", O_RDONLY, ino, 0);
+  ASSERT_TRUE(same) << same.error().ToString();
+  ASSERT_TRUE((*fs)->Release(same->handle));
+  EXPECT_EQ((*fs)->OpenExpecting(root, "/d/a", O_RDONLY, ino + 1, 0).error().code, ESTALE);
+  EXPECT_EQ((*fs)->OpenExpecting(root, "/d/none", O_RDONLY, ino, 0).error().code, ESTALE);
+  EXPECT_EQ((*fs)->OpenHandleCount(), 0u);
+  // Its directory renamed: the path names nothing, the file handle the file.
+  auto fh = (*fs)->FileHandleOf("/d/a");
+  ASSERT_TRUE(fh) << fh.error().ToString();
+  ASSERT_EQ(::rename((dir + "/d").c_str(), (dir + "/e").c_str()), 0);
+  auto by = (*fs)->OpenByFileHandle(*fh, O_RDONLY);
+  ASSERT_TRUE(by) << by.error().ToString();
+  EXPECT_EQ(by->st.st_ino, ino);
+  std::vector<std::byte> buf(8);
+  auto n = (*fs)->Read(by->handle, 0, buf);
+  ASSERT_TRUE(n);
+  EXPECT_EQ(*n, 3u);
+  ASSERT_TRUE((*fs)->Release(by->handle));
+  // Malformed bytes and truncating opens are refused.
+  EXPECT_EQ((*fs)->OpenByFileHandle(std::string(3, 'x'), O_RDONLY).error().code, EINVAL);
+  std::string bad = *fh;
+  bad[0] = static_cast<char>(bad[0] + 1);  // handle_bytes no longer matches
+  EXPECT_EQ((*fs)->OpenByFileHandle(bad, O_RDONLY).error().code, EINVAL);
+  EXPECT_EQ((*fs)->OpenByFileHandle(*fh, O_RDWR | O_TRUNC).error().code, EINVAL);
+  EXPECT_EQ((*fs)->OpenHandleCount(), 0u);
   fs->reset();
   RemoveTree(dir);
 }
