@@ -42,6 +42,7 @@ std::optional<FileOut> VfsImpl::DeferredOpen(const Cred& c, uint64_t ino, int fl
   OpenFile f{fs, 0, ino, false, false, AppendOnly(flags), flags};
   f.deferred = true;
   f.cred = c;
+  f.session = fs->SessionCount();
   {
     std::lock_guard lock(mu_);
     const Inode* n = table_.Find(ino);
@@ -67,8 +68,10 @@ Result<VfsImpl::OpenFile> VfsImpl::Materialized(uint64_t fh, const OpenFile& at)
   auto path = PathOf(at.ino);
   Result<Opened> op = Err(ESTALE, "the file's name is gone");
   if (path) {
+    // The watch names the file only in the session it was made in.
+    const Handle watch = at.fs->SessionCount() == at.session ? at.watch : 0;
     op = at.fs->OpenExpecting(at.cred, *path, at.flags & ~(O_CREAT | O_EXCL | O_TRUNC), at.expect,
-                              at.watch);
+                              watch);
     if (!op && op.error().code == ENOENT) op = Err(ESTALE, *path + ": gone since it was opened");
   }
   std::unique_lock lock(files_mu_);
@@ -154,6 +157,9 @@ std::vector<Handle> VfsImpl::RemotePinned(const std::string& node,
         auto it = files_.find(fh);
         if (it == files_.end() || !it->second.deferred) continue;
         OpenFile& f = it->second;
+        // A watch of an earlier session with the node: another file may
+        // have its id now (opened by path at its first use instead).
+        if (f.fs->SessionCount() != f.session) continue;
         f.deferred = false;
         f.handle = rh;
         f.told = true;  // the node tells its sessions of handles it opened for them

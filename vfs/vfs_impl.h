@@ -343,10 +343,12 @@ class VfsImpl final : public Vfs {
     bool direct = false;  // FileOut::direct_io: written past the kernel's pages
     int flags = 0;        // as opened (a handle opened again elsewhere: Reopened)
     // Deferred (vfs_deferred.cc): not opened at its node yet (`handle` 0);
-    // answered under `watch`, opened at first use as `cred`, expecting the
-    // file whose inode number at its node ends in `expect` (48 bits).
+    // answered under `watch` of session `session` (NodeFs::SessionCount),
+    // opened at first use as `cred`, expecting the file whose inode number
+    // at its node ends in `expect` (48 bits).
     bool deferred = false;
     Handle watch = 0;
+    uint64_t session = 0;
     uint64_t expect = 0;
     Cred cred;
   };
