@@ -671,19 +671,17 @@ Status RemoteNodeFs::RemoveXattr(const Cred& c, const std::string& path,
 }
 
 Result<Opened> RemoteNodeFs::Open(const Cred& c, const std::string& path, int flags) {
-  auto r = Call({.op = fb::Op::kOpen, .cred = &c, .path = path, .flags = flags}, FEDFS_DEADLINE);
-  if (!r) return Err(r.error());
-  const auto* rep = Root(*r);
-  if (rep->stat() == nullptr) return Err(EPROTO, "open reply without stat");
-  return Opened{rep->handle(), fswire::FromWire(*rep->stat()),
-                rep->attr_callbacks() && opts_.callbacks != nullptr};
+  return OpenAsked({.op = fb::Op::kOpen, .cred = &c, .path = path, .flags = flags});
 }
 
 Result<Opened> RemoteNodeFs::OpenExpecting(const Cred& c, const std::string& path, int flags,
                                            uint64_t ino48, Handle watch) {
-  auto r = Call({.op = fb::Op::kOpen, .cred = &c, .path = path, .flags = flags,
-                 .expect_ino = ino48 & kIno48Mask, .expect_watch = watch},
-                FEDFS_DEADLINE);
+  return OpenAsked({.op = fb::Op::kOpen, .cred = &c, .path = path, .flags = flags,
+                    .expect_ino = ino48 & kIno48Mask, .expect_watch = watch});
+}
+
+Result<Opened> RemoteNodeFs::OpenAsked(const Req& req) {
+  auto r = Call(req, FEDFS_DEADLINE);
   if (!r) return Err(r.error());
   const auto* rep = Root(*r);
   if (rep->stat() == nullptr) return Err(EPROTO, "open reply without stat");

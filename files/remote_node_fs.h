@@ -269,6 +269,8 @@ class RemoteNodeFs final : public NodeFs, public std::enable_shared_from_this<Re
   size_t MaxIo() const;
   // Sends the releases waiting (one request of their own), if any.
   void SendReleases();
+  // A kOpen request and its reply.
+  Result<Opened> OpenAsked(const Req& req);
 
   const std::string node_id_;
   const std::shared_ptr<m2m::Endpoint> ep_;
