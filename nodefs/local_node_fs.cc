@@ -404,16 +404,13 @@ Status LocalNodeFs::Rename(const Cred& c, const std::string& from, const std::st
   if (o != nullptr && S_ISREG(dst.st_mode) && !(src.st_dev == dst.st_dev && src.st_ino == dst.st_ino)) {
     going |= o->NameGoing(dst.st_dev, dst.st_ino, to);
   }
-  if (renameat2(a.dir, a.name.c_str(), b->dir, b->name.c_str(), flags) != 0) {
-    const int e = errno;
-    if (going) {
-      Tell(o, src, DataRange::None());
-      Tell(o, dst, DataRange::None());
-    }
-    return SysErr("rename", from + " -> " + to, e);
+  const bool failed = renameat2(a.dir, a.name.c_str(), b->dir, b->name.c_str(), flags) != 0;
+  const int e = errno;
+  if (!failed || going) {  // NameGoing's work is told of either way
+    Tell(o, src, DataRange::None());
+    Tell(o, dst, DataRange::None());
   }
-  Tell(o, src, DataRange::None());
-  Tell(o, dst, DataRange::None());
+  if (failed) return SysErr("rename", from + " -> " + to, e);
   return Ok();
 }
 
