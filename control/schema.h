@@ -359,6 +359,9 @@ struct DtTableRow {
   uint64_t name_hits = 0, name_installs = 0;
   // Lookups without a copy answered for one name (a large directory).
   uint64_t skeletons = 0;
+  // Other nodes' changes told as deltas: applied to a copy, refused (no
+  // valid copy at the version before: dropped), or queued for a fetch.
+  uint64_t deltas_applied = 0, deltas_refused = 0, deltas_queued = 0;
   template <class S, class V>
   static void Fields(S& s, V&& v) {
     v("capacity", s.capacity); v("max_bytes", s.max_bytes); v("occupancy", s.occupancy);
@@ -366,6 +369,8 @@ struct DtTableRow {
     v("evictions", s.evictions); v("bumps_received", s.bumps_received);
     v("local_bumps", s.local_bumps); v("patches", s.patches); v("name_hits", s.name_hits);
     v("name_installs", s.name_installs); v("skeletons", s.skeletons);
+    v("deltas_applied", s.deltas_applied); v("deltas_refused", s.deltas_refused);
+    v("deltas_queued", s.deltas_queued);
   }
 };
 struct DtReply {
@@ -376,6 +381,8 @@ struct DtReply {
   uint64_t dt_invals_received = 0, notifies_sent = 0, kernel_invalidations = 0;
   uint64_t sharer_records = 0, invalidations_sent = 0, invalidations_failed = 0;
   uint64_t broadcasts_sent = 0, changes_invalidated = 0;
+  // Changes sent to sharers as deltas, and those the sharers kept.
+  uint64_t deltas_sent = 0, deltas_kept = 0;
   // Lost messages (vd/vd_service.h): invalidations resent (manager), requests
   // resent (client), resends answered from the first answer (manager).
   uint64_t invalidations_resent = 0, resends = 0, duplicates_answered = 0;
@@ -397,6 +404,7 @@ struct DtReply {
     v("invalidations_sent", s.invalidations_sent);
     v("invalidations_failed", s.invalidations_failed); v("broadcasts_sent", s.broadcasts_sent);
     v("changes_invalidated", s.changes_invalidated);
+    v("deltas_sent", s.deltas_sent); v("deltas_kept", s.deltas_kept);
     v("invalidations_resent", s.invalidations_resent); v("resends", s.resends);
     v("duplicates_answered", s.duplicates_answered); v("gets_served", s.gets_served);
     v("dirmerges", s.dirmerges); v("updates_applied", s.updates_applied);

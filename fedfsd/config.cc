@@ -495,7 +495,7 @@ DaemonOptions Parse(const std::string& text, const std::string& path, Checker& c
 
     if (const YAML::Node t = GetMap(c, root, "directory_table")) {
       CheckKeys(c, t, "directory_table.", {"entries", "bytes", "lend_after", "lease_ms",
-                                               "whole_max_entries", "add_new"});
+                                               "whole_max_entries", "add_new", "deltas"});
       uint64_t v = 0;
       if (GetUint(c, t, "entries", "directory_table.entries", 0, uint64_t{1} << 24, &v)) {
         o.directory_table.entries = static_cast<size_t>(v);
@@ -514,6 +514,7 @@ DaemonOptions Parse(const std::string& text, const std::string& path, Checker& c
         o.directory_table.whole_max_entries = static_cast<size_t>(v);
       }
       GetBool(c, t, "add_new", "directory_table.add_new", &o.directory_table.add_new);
+      GetBool(c, t, "deltas", "directory_table.deltas", &o.directory_table.deltas);
     }
 
     if (const YAML::Node d = GetMap(c, root, "directory_ops")) {

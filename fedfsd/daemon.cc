@@ -238,6 +238,7 @@ Status Daemon::StartNamespace(const DaemonOptions& o) {
   no.lease_term = o.directory_table.lease;
   no.whole_max_entries = o.directory_table.whole_max_entries;
   no.add_new = o.directory_table.add_new;
+  no.deltas = o.directory_table.deltas;
   no.cache.size_bytes = o.coopcache.size;
   no.cache.block_bytes = o.coopcache.block;
   no.share_cache = o.coopcache.share;

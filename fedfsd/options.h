@@ -109,6 +109,9 @@ struct DirectoryTableConfig {
   // directory's manager (docs/namespace.md, "Creates in one round trip");
   // false: a claim, then the add.
   bool add_new = true;
+  // Changes reach sharers' whole copies as deltas (docs/namespace.md,
+  // "Changes as deltas"); false: as invalidations.
+  bool deltas = true;
 };
 
 // Multi-node directory rename and rmdir (docs/faults.md, "Directory

@@ -44,11 +44,12 @@ class KernelNotifier final : public ns::KernelCache {
   void InvalidateData(uint64_t ino, uint64_t offset, uint64_t length) override;
   uint64_t NamesEpoch() const override { return names_epoch_.load(std::memory_order_acquire); }
   // Not counted while names are not cached (no drop needs them then).
-  void NamesFrom(const std::string& dir) override {
-    if (Coherent()) marks_.Mark(dir);
+  void NamesFrom(const std::string& dir, const std::string& name) override {
+    if (Coherent()) marks_.Mark(dir, name);
   }
-  void InvalidateNamesOf(const std::string& dir) override {
-    if (marks_.Marked(dir)) InvalidateNames();
+  void InvalidateNamesOf(const std::string& dir,
+                         const std::vector<std::string>* names = nullptr) override {
+    if (marks_.Marked(dir, names)) InvalidateNames();
   }
 
   void Enable(bool epoch_supported);   // from the INIT handshake

@@ -219,6 +219,7 @@ Result<std::unique_ptr<Node>> Node::Create(NodeOptions o, NodeEnv env) {
   vdo.lease_term = opt.lease_term;
   vdo.whole_max_entries = opt.whole_max_entries;
   vdo.add_new = opt.add_new;
+  vdo.deltas = opt.deltas;
   vdo.on_local_listing = opt.on_local_listing;
   vdo.annotate_listing = [self = impl.get()](const std::string& path,
                                              std::vector<ns::DirEntry>* entries) {

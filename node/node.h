@@ -70,6 +70,7 @@ struct NodeOptions {
   std::chrono::milliseconds lease_term{1000};
   size_t whole_max_entries = 16384;  // VdServiceOptions (large directories)
   bool add_new = true;               // VdServiceOptions (creates in one round trip)
+  bool deltas = true;                // VdServiceOptions (changes as deltas to sharers)
   // The cache of other nodes' file data (docs/coopcache.md); size_bytes 0:
   // none.
   coop::BlockCacheOptions cache;

@@ -114,6 +114,8 @@ void PrintDt(const control::DtReply& r) {
     std::printf("  names in stale copies: %llu kept, %llu hits\n", u(t.name_installs),
                 u(t.name_hits));
     std::printf("  large directories looked up for names only: %llu\n", u(t.skeletons));
+    std::printf("  other nodes' changes as deltas: %llu applied, %llu queued, %llu refused\n",
+                u(t.deltas_applied), u(t.deltas_queued), u(t.deltas_refused));
   }
   std::printf("  lookups %llu, requests to managers %llu, messages per lookup %.4f\n",
               u(r.lookups), u(r.gets_sent), r.messages_per_lookup);
@@ -121,6 +123,8 @@ void PrintDt(const control::DtReply& r) {
               "broadcasts %llu, changes %llu\n",
               u(r.sharer_records), u(r.invalidations_sent), u(r.invalidations_failed),
               u(r.broadcasts_sent), u(r.changes_invalidated));
+  std::printf("  changes sent as deltas %llu, kept by the sharer %llu\n", u(r.deltas_sent),
+              u(r.deltas_kept));
   std::printf("leases: lent %llu, recalled %llu; taken %llu, ended %llu, held now %llu\n",
               u(r.leases_granted), u(r.leases_recalled), u(r.leases_taken), u(r.leases_ended),
               u(r.leases_held));

@@ -1,5 +1,6 @@
 #include "vd/dir_table.h"
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 
@@ -110,6 +111,7 @@ DirTable::VdPtr DirTable::FindLocked(const std::string& path, const std::string*
   const uint64_t word = LoadWord(it->second);
   if (slot.vd != nullptr && !slot.vd->partial && slot.epoch == epoch && word == slot.expected) {
     slot.referenced = true;
+    slot.unused_deltas = 0;
     ++stats_.hits;
     return slot.vd;
   }
@@ -228,6 +230,8 @@ void DirTable::Install(const Ticket& t, VdPtr vd, uint64_t epoch) {
   slot.stale_seen = t.word;
   slot.epoch = epoch;
   slot.referenced = true;
+  slot.unused_deltas = 0;
+  ApplyQueuedLocked(t.slot, t.word);
   // The byte bound: evict other entries (CLOCK order) until under it.
   for (size_t n = 0; bytes_ > options_.max_bytes && n < slots_.size(); ++n) {
     const size_t s = VictimLocked();
@@ -249,6 +253,7 @@ void DirTable::Patch(const std::string& path, uint64_t prev_version, uint64_t vd
   const size_t s = it->second;
   Slot& slot = slots_[s];
   if (ValidLocked(slot, s) && vd_version != 0 && slot.vd->version == vd_version) {
+    DrainAfterOwnLocked(s);
     return;  // fetched since, with the change in it
   }
   if (!ValidLocked(slot, s) || slot.vd->version != prev_version || vd_version == 0) {
@@ -259,6 +264,10 @@ void DirTable::Patch(const std::string& path, uint64_t prev_version, uint64_t vd
     const bool clean = own != own_changes_.end() && own->second.count == 1 &&
                        own->second.word == LoadWord(s) && slot.vd != nullptr;
     BumpLocked(s);  // also spoils a fetch in flight for this slot
+    // Not news to this node's next miss (FindLocked's `stale`): its own
+    // change is no sign that other nodes keep changing P.
+    slot.stale_seen = LoadWord(s);
+    std::erase_if(slot.queued, [](const Queued& q) { return q.bumped == 0; });
     if (!clean || !sharer || vd_version == 0) return;
     const uint64_t word = LoadWord(s);
     std::map<std::string, std::vector<VdEntry>> by_name;  // visible name -> its entry
@@ -282,6 +291,37 @@ void DirTable::Patch(const std::string& path, uint64_t prev_version, uint64_t vd
     }
     return;
   }
+  PatchCopyLocked(slot, vd_version, keys, std::move(fresh), std::move(holders));
+  slot.unused_deltas = 0;
+  ++stats_.patches;
+  DrainAfterOwnLocked(s);
+}
+
+void DirTable::DrainAfterOwnLocked(size_t s) {
+  Slot& slot = slots_[s];
+  std::vector<Queued> later;
+  for (Queued& q : slot.queued) {
+    if (q.bumped == 0) later.push_back(std::move(q));
+  }
+  if (later.empty()) return;
+  std::erase_if(slot.queued, [](const Queued& q) { return q.bumped == 0; });
+  std::ranges::sort(later, {}, &Queued::version);
+  for (Queued& q : later) {
+    if (ValidLocked(slot, s) && q.version <= slot.vd->version) continue;
+    if (!ValidLocked(slot, s) || q.epoch != slot.vd->epoch ||
+        q.prev_version != slot.vd->version) {
+      BumpLocked(s);  // a change between that never came: drop the copy
+      ++stats_.deltas_refused;
+      return;
+    }
+    PatchCopyLocked(slot, q.version, q.keys, std::move(q.fresh), std::move(q.holders));
+    ++stats_.deltas_applied;
+  }
+}
+
+void DirTable::PatchCopyLocked(Slot& slot, uint64_t vd_version,
+                               const std::vector<std::string>& keys, std::vector<VdEntry> fresh,
+                               std::optional<std::vector<std::string>> holders) {
   // In place when no reader holds this VD (under mu_, a use count of 1 is the
   // slot's own reference): a copy costs O(entries) per change.
   auto vd = slot.vd.use_count() == 1 ? std::const_pointer_cast<VirtualDirectory>(slot.vd)
@@ -297,7 +337,76 @@ void DirTable::Patch(const std::string& path, uint64_t prev_version, uint64_t vd
   slot.bytes = static_cast<size_t>(static_cast<int64_t>(slot.bytes) + delta);
   bytes_ += slot.bytes;
   slot.vd = std::move(vd);
-  ++stats_.patches;
+}
+
+void DirTable::ApplyQueuedLocked(size_t s, uint64_t ticket_word) {
+  Slot& slot = slots_[s];
+  std::vector<Queued> queued = std::move(slot.queued);
+  slot.queued.clear();
+  const uint64_t now = LoadWord(s);
+  if (now == ticket_word || queued.empty()) return;
+  // Valid only if every bump since the ticket was a queued delta's.
+  const auto ours = static_cast<uint64_t>(std::ranges::count_if(
+      queued, [&](const Queued& q) { return q.bumped > ticket_word; }));
+  if (now - ticket_word != ours) return;  // born stale
+  std::ranges::sort(queued, {}, &Queued::version);
+  uint64_t v = slot.vd->version;
+  for (Queued& q : queued) {
+    if (q.epoch != slot.vd->epoch || q.version <= v) continue;  // in the copy already
+    if (q.prev_version != v) return;  // a change between: born stale
+    PatchCopyLocked(slot, q.version, q.keys, std::move(q.fresh), std::move(q.holders));
+    v = q.version;
+    ++stats_.deltas_applied;
+  }
+  slot.expected = now;
+  slot.stale_seen = now;
+}
+
+bool DirTable::ApplyDelta(const std::string& path, uint64_t epoch, uint64_t prev_version,
+                          uint64_t vd_version, const std::vector<std::string>& keys,
+                          std::vector<VdEntry> fresh, std::vector<std::string> holders) {
+  std::lock_guard lock(mu_);
+  auto it = index_.find(path);
+  if (it == index_.end()) return false;  // nothing here to keep
+  const size_t s = it->second;
+  Slot& slot = slots_[s];
+  if (vd_version <= prev_version) {
+    BumpLocked(s);
+    ++stats_.deltas_refused;
+    return false;
+  }
+  if (!ValidLocked(slot, s) && slot.queued.size() < kMaxQueuedDeltas) {
+    // No valid copy: a fetch may be on its way, served before this change
+    // or after it. Kept for it (Install), and the slot bumped meanwhile so
+    // that nothing here answers from before the change.
+    BumpLocked(s);
+    slot.queued.push_back(Queued{epoch, prev_version, vd_version, keys, std::move(fresh),
+                                 std::move(holders), LoadWord(s)});
+    ++stats_.deltas_queued;
+    return true;
+  }
+  if (ValidLocked(slot, s) && slot.vd->epoch == epoch && prev_version > slot.vd->version &&
+      own_changes_.contains(path) && slot.queued.size() < kMaxQueuedDeltas) {
+    // A change after this node's own, whose reply is not patched in yet:
+    // kept for that Patch (lookups ask the manager meanwhile: FindLocked).
+    slot.queued.push_back(Queued{epoch, prev_version, vd_version, keys, std::move(fresh),
+                                 std::move(holders), 0});
+    ++stats_.deltas_queued;
+    return true;
+  }
+  if (!ValidLocked(slot, s) || slot.vd->epoch != epoch || slot.vd->version != prev_version ||
+      slot.unused_deltas >= kMaxUnusedDeltas) {
+    // Stale past its queue, of another epoch, missed a change, or not read
+    // for a while: dropped as a bump would.
+    BumpLocked(s);
+    slot.queued.clear();
+    ++stats_.deltas_refused;
+    return false;
+  }
+  PatchCopyLocked(slot, vd_version, keys, std::move(fresh), std::move(holders));
+  ++slot.unused_deltas;
+  ++stats_.deltas_applied;
+  return true;
 }
 
 DirTable::VdPtr DirTable::AnyCopy(const std::string& path, uint64_t epoch) const {
@@ -327,7 +436,12 @@ void DirTable::BeginOwnChange(const std::string& path) {
 void DirTable::EndOwnChange(const std::string& path) {
   std::lock_guard lock(mu_);
   auto it = own_changes_.find(path);
-  if (it != own_changes_.end() && --it->second.count == 0) own_changes_.erase(it);
+  if (it != own_changes_.end() && --it->second.count == 0) {
+    own_changes_.erase(it);
+    // Deltas kept for a reply that was never patched in (the change failed):
+    // applied if they follow the copy, else the copy goes.
+    if (auto s = index_.find(path); s != index_.end()) DrainAfterOwnLocked(s->second);
+  }
 }
 
 void DirTable::Invalidate(const std::string& path) {

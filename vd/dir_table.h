@@ -8,7 +8,9 @@
 // VD(P), naming the slot; M(P) records this node as a sharer of P at that
 // slot. When VD(P) changes, M(P) adds 1 to the word of every sharer with a
 // one-sided FetchAdd and waits for those to complete before it acknowledges
-// the change. An entry is valid while its word still holds the ticket's value
+// the change (a sharer that is sent a call for the change anyway, for its
+// kernel's names, is invalidated by that call instead: Invalidate). An entry
+// is valid while its word still holds the ticket's value
 // and it was fetched in the current membership epoch, so a lookup after the
 // acknowledgement misses and refetches. A bump that reaches a slot already
 // reused for another path only costs that path a refetch.
@@ -119,6 +121,24 @@ class DirTable {
              std::optional<std::vector<std::string>> holders, bool sharer = false,
              bool names_only = false);
 
+  // Another node's change of VD(path), told by its manager as a delta
+  // (docs/namespace.md, "Changes as deltas"): patches the copy (as Patch)
+  // and keeps it valid when it is a valid whole copy of membership epoch
+  // `epoch` at `prev_version` that was read since its last kMaxUnusedDeltas
+  // deltas. Without a valid copy (a fetch may be on its way) it is queued,
+  // up to kMaxQueuedDeltas, and the slot bumped: the next whole Install
+  // applies the queue past its version and is valid if no other bump came
+  // since its ticket. Else the copy is invalidated as a bump would. True:
+  // kept (the manager keeps this node recorded, and tells it the next
+  // change the same way).
+  bool ApplyDelta(const std::string& path, uint64_t epoch, uint64_t prev_version,
+                  uint64_t vd_version, const std::vector<std::string>& keys,
+                  std::vector<VdEntry> fresh, std::vector<std::string> holders);
+  // Deltas a copy takes without being read before it is dropped: a node that
+  // stopped looking into a directory stops costing its changes a call.
+  static constexpr uint32_t kMaxUnusedDeltas = 16;
+  static constexpr size_t kMaxQueuedDeltas = 16;
+
   // The copy of `path` here, valid or stale (or a skeleton), if fetched in
   // `epoch`; for decisions that the manager checks again (VdService::Peek).
   VdPtr AnyCopy(const std::string& path, uint64_t epoch) const;
@@ -159,6 +179,9 @@ class DirTable {
     uint64_t name_hits = 0;      // hits (counted in hits too) on one name of a stale copy
     uint64_t name_installs = 0;  // names fetched or patched into stale copies
     uint64_t skeletons = 0;      // whole fetches answered for one name (see "Names only")
+    uint64_t deltas_applied = 0;  // other nodes' changes patched in (ApplyDelta)
+    uint64_t deltas_refused = 0;  // deltas that found no valid copy to patch (dropped)
+    uint64_t deltas_queued = 0;   // deltas kept for a fetch on its way
   };
   Stats stats() const;
 
@@ -170,6 +193,17 @@ class DirTable {
     uint64_t epoch = 0;
   };
   static constexpr size_t kMaxNamesPerSlot = 256;
+  // A delta that found no valid copy, for the next whole Install.
+  struct Queued {
+    uint64_t epoch = 0;
+    uint64_t prev_version = 0;
+    uint64_t version = 0;
+    std::vector<std::string> keys;
+    std::vector<VdEntry> fresh;
+    std::vector<std::string> holders;
+    uint64_t bumped = 0;  // the slot's word after its bump; 0: not bumped,
+                          // waiting for this node's own change (Patch)
+  };
   static constexpr size_t kNamedBytes = 256;  // estimate per name kept
 
   struct Slot {
@@ -182,6 +216,8 @@ class DirTable {
     uint64_t generation = 0;
     size_t bytes = 0;
     bool referenced = false;
+    uint32_t unused_deltas = 0;  // deltas applied since the copy was last read
+    std::vector<Queued> queued;  // deltas for a fetch on its way (ApplyDelta)
   };
 
   DirTable(DirTableOptions options, std::unique_ptr<m2m::LocalRegion> region,
@@ -195,6 +231,17 @@ class DirTable {
   // Keeps `part` for `name` in slot `s` (bounded: stale names go first).
   void PutNameLocked(size_t s, const std::string& name, VdPtr part, uint64_t expected,
                      uint64_t epoch);
+  // Patches slot's whole copy in place (or a copy of it while readers hold
+  // it) to `vd_version`.
+  void PatchCopyLocked(Slot& slot, uint64_t vd_version, const std::vector<std::string>& keys,
+                       std::vector<VdEntry> fresh,
+                       std::optional<std::vector<std::string>> holders);
+  // Applies slot s's deltas queued behind this node's own change (Queued
+  // with `bumped` 0) that follow its copy; drops the copy if one does not.
+  void DrainAfterOwnLocked(size_t s);
+  // Applies slot s's queued deltas past its copy's version after a whole
+  // Install with a ticket of word `ticket_word` (see ApplyDelta).
+  void ApplyQueuedLocked(size_t s, uint64_t ticket_word);
   size_t VictimLocked();
   bool ValidLocked(const Slot& slot, size_t s) const;
   static size_t SizeOf(const VirtualDirectory& vd);

@@ -305,19 +305,23 @@ auto VdService::Impl::Core::RegionOf(const std::string& node, const std::string&
 
 auto VdService::Impl::Core::SendInvalidation(const std::string& path, const std::string& node,
                                              bool bump, uint32_t slot, int attempt,
-                                             std::function<void()> finish) -> void {
+                                             std::shared_ptr<const m2m::Bytes> patch,
+                                             std::function<void(bool)> finish) -> void {
   auto view = cluster_->Current();
   auto live = view->live.find(node);
-  if (live == view->live.end() || IsClosed()) return finish();  // dead: its DT dies with its epoch
+  if (live == view->live.end() || IsClosed()) {
+    return finish(false);  // dead: its DT dies with its epoch
+  }
   auto self = shared_from_this();
-  auto after = [self, path, node, bump, slot, attempt, finish](const Error* e) {
-    if (e == nullptr) return finish();
+  auto after = [self, path, node, bump, slot, attempt, patch, finish](const Error* e, bool kept) {
+    if (e == nullptr) return finish(kept);
     if (ConnectionBroken(e->code) && attempt < kMaxResends) {
       {
         std::lock_guard lock(self->mu_);
         ++self->stats_.invalidations_resent;
       }
-      return self->SendInvalidation(path, node, bump, slot, attempt + 1, finish);
+      // A delta applied twice finds its copy past it and drops it: safe.
+      return self->SendInvalidation(path, node, bump, slot, attempt + 1, patch, finish);
     }
     Log()->warn("invalidation of {} at sharer {} failed ({}); sharer dropped", path, node,
                 e->ToString());
@@ -325,65 +329,98 @@ auto VdService::Impl::Core::SendInvalidation(const std::string& path, const std:
       std::lock_guard lock(self->mu_);
       ++self->stats_.invalidations_failed;
     }
-    finish();
+    finish(false);
   };
   const auto timeout = std::chrono::duration_cast<m2m::Timeout>(options_.rpc_timeout);
   if (!bump) {
     transport_->GetEndpoint(live->second)
-        ->Call(MethodId(RpcMethod::kNsDtInval), EncodePathRequest(path, *view), timeout,
-               [after](Result<m2m::Bytes> r) { after(r ? nullptr : &r.error()); });
+        ->Call(MethodId(RpcMethod::kNsDtInval), patch ? *patch : EncodePathRequest(path, *view),
+               timeout, [after](Result<m2m::Bytes> r) {
+                 if (!r) return after(&r.error(), false);
+                 after(nullptr, r->size() == 1 && r->front() == std::byte{1});
+               });
     return;
   }
   auto region = RegionOf(node, live->second);
-  if (!region) return after(&region.error());
+  if (!region) return after(&region.error(), false);
   {
     std::lock_guard lock(mu_);
     ++stats_.invalidations_sent;
   }
   auto [ep, remote] = std::move(*region);
   ep->FetchAdd(*remote, uint64_t{slot} * 8, 1, timeout,
-               [after, remote](Result<uint64_t> r) { after(r ? nullptr : &r.error()); });
+               [after, remote](Result<uint64_t> r) { after(r ? nullptr : &r.error(), false); });
 }
 
-auto VdService::Impl::Core::InvalidateSharers(const std::string& path,
-                                              std::vector<SharerRec> targets, bool broadcast,
-                                              const ClusterView& view, const std::string& from,
-                                              std::move_only_function<void()> done) -> void {
+auto VdService::Impl::Core::InvalidateSharers(
+    const std::string& path, std::vector<SharerRec> targets, bool broadcast,
+    const ClusterView& view, const std::string& from, const DtPatchData* delta,
+    std::move_only_function<void(std::vector<SharerRec>)> done) -> void {
   struct Round {
     std::mutex mu;
     size_t outstanding = 1;  // + 1 while issuing
-    std::move_only_function<void()> done;
+    std::vector<SharerRec> kept;
+    std::move_only_function<void(std::vector<SharerRec>)> done;
   };
   auto round = std::make_shared<Round>();
   round->done = std::move(done);
-  auto finish = [round] {
-    std::move_only_function<void()> d;
+  auto finish = [round](const SharerRec* rec, bool kept) {
+    std::move_only_function<void(std::vector<SharerRec>)> d;
+    std::vector<SharerRec> all;
     {
       std::lock_guard lock(round->mu);
+      if (kept && rec != nullptr) round->kept.push_back(*rec);
       if (--round->outstanding > 0) return;
       d = std::move(round->done);
+      all = std::move(round->kept);
     }
-    d();
+    d(std::move(all));
   };
-  auto send = [&](const std::string& node, bool bump, uint32_t slot) {
+  auto send = [&](const std::string& node, bool bump, uint32_t slot,
+                  std::shared_ptr<const m2m::Bytes> patch, std::optional<SharerRec> rec) {
     {
       std::lock_guard lock(round->mu);
       ++round->outstanding;
     }
-    SendInvalidation(path, node, bump, slot, 0, finish);
+    SendInvalidation(path, node, bump, slot, 0, std::move(patch),
+                     [finish, rec = std::move(rec)](bool kept) {
+                       finish(rec ? &*rec : nullptr, kept);
+                     });
+  };
+  // The delta, encoded once per notify mode (its `notify` tells the sharer
+  // to drop its kernel's names too).
+  std::shared_ptr<const m2m::Bytes> patches[2];
+  if (delta != nullptr && !broadcast) {
+    for (int n = 0; n < 2; ++n) {
+      patches[n] = std::make_shared<const m2m::Bytes>(EncodeDtPatch(path, view, *delta, n == 1));
+    }
+  }
+  // A node sent a call (its kernel's names, or a broadcast) has its table's
+  // copy invalidated (or patched) by that call (OnDtInval) before it
+  // answers: the one-sided bump goes only to sharers that get no call, and
+  // a change thus wakes each sharer once.
+  auto called = [&](const std::string& node) {
+    return broadcast && node != view.self && node != from;
   };
   for (const SharerRec& t : targets) {
     if (!view.live.contains(t.node)) continue;  // dead: its DT dies with its epoch
-    if (t.notify && !broadcast) {
-      // Its kernel's names: only its CPU can drop them (in parallel with
-      // the one-sided bump below; the round waits for both).
+    if (patches[0] && t.has_slot && !t.names_only) {
+      {
+        std::lock_guard lock(mu_);
+        ++stats_.deltas_sent;
+        if (t.notify) ++stats_.notifies_sent;
+      }
+      send(t.node, false, 0, patches[t.notify ? 1 : 0], t);
+    } else if (t.notify && !broadcast) {
+      // Its kernel's names: only its CPU can drop them.
       {
         std::lock_guard lock(mu_);
         ++stats_.notifies_sent;
       }
-      send(t.node, false, 0);
+      send(t.node, false, 0, nullptr, std::nullopt);
+    } else if (t.has_slot && !called(t.node)) {
+      send(t.node, true, t.slot, nullptr, std::nullopt);
     }
-    if (t.has_slot) send(t.node, true, t.slot);
   }
   if (broadcast) {
     if (dt_) dt_->Invalidate(path);
@@ -393,10 +430,10 @@ auto VdService::Impl::Core::InvalidateSharers(const std::string& path,
         std::lock_guard lock(mu_);
         ++stats_.broadcasts_sent;
       }
-      send(node, false, 0);
+      send(node, false, 0, nullptr, std::nullopt);
     }
   }
-  finish();
+  finish(nullptr, false);
 }
 
 auto VdService::Impl::Core::EnsureResident(const std::string& path, Waiter waiter) -> void {
@@ -588,11 +625,12 @@ auto VdService::Impl::Core::DropKernelNames() -> void {
   ++stats_.kernel_invalidations;
 }
 
-auto VdService::Impl::Core::DropKernelNamesOf(const std::string& path) -> void {
+auto VdService::Impl::Core::DropKernelNamesOf(const std::string& path,
+                                             const std::vector<std::string>* names) -> void {
   KernelCache* k = kernel_.load(std::memory_order_acquire);
   if (k == nullptr || !k->Coherent()) return;
   const uint64_t before = k->NamesEpoch();
-  k->InvalidateNamesOf(path);
+  k->InvalidateNamesOf(path, names);
   if (k->NamesEpoch() == before) return;  // none of P's names went to the kernel
   std::lock_guard lock(mu_);
   ++stats_.kernel_invalidations;

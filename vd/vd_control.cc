@@ -39,6 +39,8 @@ control::DtReply DtStatus(const VdService& vds, const std::string& self) {
   r.duplicates_answered = s.duplicates_answered;
   r.broadcasts_sent = s.broadcasts_sent;
   r.changes_invalidated = s.changes_invalidated;
+  r.deltas_sent = s.deltas_sent;
+  r.deltas_kept = s.deltas_kept;
   r.gets_served = s.gets_served;
   r.dirmerges = s.dirmerges;
   r.updates_applied = s.updates_applied;
@@ -68,6 +70,9 @@ control::DtReply DtStatus(const VdService& vds, const std::string& self) {
     t.name_hits = s.dt.name_hits;
     t.name_installs = s.dt.name_installs;
     t.skeletons = s.dt.skeletons;
+    t.deltas_applied = s.dt.deltas_applied;
+    t.deltas_refused = s.dt.deltas_refused;
+    t.deltas_queued = s.dt.deltas_queued;
     r.table = t;
   }
   return r;

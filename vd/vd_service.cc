@@ -108,26 +108,6 @@ auto VdService::Impl::Core::OnUpdate(m2m::IncomingCall call, m2m::Responder resp
   });
 }
 
-auto VdService::Impl::Core::OnDtInval(m2m::IncomingCall call, m2m::Responder responder) -> void {
-  auto req = DecodePathRequest(call.payload);
-  if (!req) return Refuse("kNsDtInval", call, std::move(responder), req.error());
-  if (auto s = ValidateGlobalPath(req->path); !s) {
-    return Refuse("kNsDtInval", call, std::move(responder), s.error());
-  }
-  if (dt_) dt_->Invalidate(req->path);
-  DropKernelNamesOf(req->path);  // after the table's copy: a lookup now reads anew
-  {
-    std::lock_guard lock(mu_);
-    ++stats_.dt_invals_received;
-    const auto now = SteadyNow();
-    if (notified_.size() > 4096) {
-      std::erase_if(notified_, [&](const auto& kv) { return kv.second + kBusyFor <= now; });
-    }
-    notified_[req->path] = now;
-  }
-  responder.Reply({});
-}
-
 auto VdService::Impl::Core::OnConflicts(m2m::IncomingCall call, m2m::Responder responder) -> void {
   auto req = DecodePathRequest(call.payload);
   if (!req) return Refuse("kNsConflicts", call, std::move(responder), req.error());
@@ -507,6 +487,7 @@ auto VdService::Impl::Core::ServeUpdate(const std::string& path, std::vector<VdC
   }
   UpdateOutcome o;
   std::vector<SharerRec> targets;
+  std::optional<DtPatchData> delta;
   bool broadcast = false;
   bool changed = true;  // unknown when not resident: invalidate
   bool additive = false;  // only new names (IsAdditive): names-only sharers keep theirs
@@ -591,20 +572,11 @@ auto VdService::Impl::Core::ServeUpdate(const std::string& path, std::vector<VdC
     // What a remote reporter patches its DT copy with; this node keeps no
     // DT copy of the VDs it manages.
     if (it != resident_.end() && from != view.self) {
-      const MergeState& st = *it->second.snap.state;
-      std::set<std::string> names;
-      for (const VdChange& c : changes) {
-        for (std::string& k : vd_internal::RefreshKeys(c.name)) names.insert(std::move(k));
-      }
-      o.keys.assign(names.begin(), names.end());
-      std::set<std::string> seen;  // visible names already in o.fresh
-      for (const std::string& k : o.keys) {
-        for (VdEntry& e : vd_internal::FreshEntries(st, k)) {
-          if (seen.insert(e.name).second) o.fresh.push_back(std::move(e));
-        }
-      }
-      o.holders = st.holders;
-      o.same_holders = holders_hash != 0 && HoldersHash(st.holders) == holders_hash;
+      DtPatchData d = DeltaOf(it->second.snap, o.prev_version, changes);
+      o.keys = std::move(d.keys);
+      o.fresh = std::move(d.fresh);
+      o.holders = std::move(d.holders);
+      o.same_holders = holders_hash != 0 && HoldersHash(o.holders) == holders_hash;
       // Told of the next change: recorded (TakeSharersLocked keeps the
       // reporter's record), or every change of P is broadcast. A names-only
       // record is not told of new names: the reporter keeps no absence.
@@ -628,6 +600,13 @@ auto VdService::Impl::Core::ServeUpdate(const std::string& path, std::vector<VdC
         ++stats_.changes_invalidated;
         rounds_.try_emplace(path);  // see rounds_
       }
+      // The change as a delta for whole-copy sharers (InvalidateSharers).
+      if (it != resident_.end() && !broadcast && options_.deltas &&
+          std::ranges::any_of(targets, [](const SharerRec& t) {
+            return t.has_slot && !t.names_only;
+          })) {
+        delta = DeltaOf(it->second.snap, o.prev_version, changes);
+      }
     }
     // Lent to the reporter with the reply, when nobody else has a copy.
     if (lease_ok && it != resident_.end() && targets.empty() && !broadcast) {
@@ -638,14 +617,35 @@ auto VdService::Impl::Core::ServeUpdate(const std::string& path, std::vector<VdC
   MaybeReturn(path);
   // This node's kernel may hold names of P; the reporter's own kernel saw
   // its change happen. A lent P changes where this node does not see it.
-  if ((changed || o.lease) && from != view.self) DropKernelNamesOf(path);
+  // Only the changed names, unless P was lent (its changes are not seen here).
+  if (o.lease && from != view.self) {
+    DropKernelNamesOf(path);
+  } else if (changed && from != view.self) {
+    std::vector<std::string> names;
+    for (const VdChange& c : changes) names.push_back(c.name);
+    DropKernelNamesOf(path, &names);
+  }
   if (targets.empty() && !broadcast) return done(std::move(o));
   InvalidateSharers(
-      path, std::move(targets), broadcast, view, from,
-      [self = shared_from_this(), path, o = std::move(o), done = std::move(done)]() mutable {
+      path, std::move(targets), broadcast, view, from, delta ? &*delta : nullptr,
+      [self = shared_from_this(), path, o = std::move(o),
+       done = std::move(done)](std::vector<SharerRec> kept) mutable {
         std::vector<std::move_only_function<void()>> waiting;
         {
           std::lock_guard lock(self->mu_);
+          // Sharers that applied the change keep their copy: recorded again
+          // before anything that waited for the round runs.
+          self->stats_.deltas_kept += kept.size();
+          if (!kept.empty() && !self->broadcast_all_ && !self->broadcast_paths_.contains(path)) {
+            std::vector<SharerRec>& recs = self->sharers_[path];
+            for (SharerRec& k : kept) {
+              if (std::ranges::any_of(recs, [&](const SharerRec& r) { return r.node == k.node; })) {
+                continue;
+              }
+              recs.push_back(std::move(k));
+              ++self->sharer_records_;
+            }
+          }
           if (auto w = self->rounds_.find(path); w != self->rounds_.end()) {
             waiting = std::move(w->second);
             self->rounds_.erase(w);

@@ -134,6 +134,11 @@ struct VdServiceOptions {
   // call; VdChange) rather than a kClaim and then a kAdd. Only the asking
   // side reads it: a manager serves both.
   bool add_new = true;
+  // A change of a directory reaches the sharers that hold a whole copy as a
+  // delta they apply (kNsDtInval with its `patch`), keeping their copies
+  // valid, rather than as a bump that drops them (docs/namespace.md,
+  // "Changes as deltas"). Only the manager reads it.
+  bool deltas = true;
   // A manager's unlink of a file on its node (kUnlink, docs/namespace.md
   // "Unlinks and renames in one call"): `holder` unlinks `path` (global, real name) as
   // `cred`, on behalf of node `origin` (whose sessions that node does not
@@ -357,6 +362,8 @@ class VdService {
     uint64_t changes_invalidated = 0;    // changes that ran an invalidation round
     uint64_t dt_invals_received = 0;     // kNsDtInval handled
     uint64_t notifies_sent = 0;          // kNsDtInval sent to sharers whose kernels cache names
+    uint64_t deltas_sent = 0;            // changes sent to sharers as deltas (kNsDtInval patch)
+    uint64_t deltas_kept = 0;            // ... that the sharer applied, keeping its copy
     uint64_t kernel_invalidations = 0;   // KernelCache::InvalidateNames calls made here
     // Lost messages: requests resent (client side), invalidations resent and
     // resent requests answered from the first answer (manager side).

@@ -225,9 +225,10 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   // request, as a stale copy would anyway.
   bool Churning(const std::string& path, bool stale);
   // Manager side: VD(path) is resident in this epoch, not lent, has at most
-  // whole_max_entries entries and has not changed for quiet_after: a name
-  // lookup of a whole sharer there is answered with the whole VD
-  // (OnGetName; docs/namespace.md, "Quiet again").
+  // whole_max_entries entries and has not changed for quiet_after (or
+  // changes reach sharers as deltas): a name lookup of a whole sharer there
+  // is answered with the whole VD (OnGetName; docs/namespace.md, "Quiet
+  // again").
   bool QuietLocked(const std::string& path, uint64_t epoch) const;
   // One kNsVdGetName of `name` that records no sharer; the answer is not kept.
   // `have`: the holders of this node's stale copy (not sent back if unchanged).
@@ -635,19 +636,30 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   Result<std::pair<std::shared_ptr<m2m::Endpoint>, std::shared_ptr<m2m::RemoteRegion>>> RegionOf(
       const std::string& node, const std::string& addr);
 
+  // The change `changes` of resident VD `snap` (now at its version, before
+  // at `prev_version`) as a delta for sharers (vd/vd_delta.cc).
+  static DtPatchData DeltaOf(const Snapshot& snap, uint64_t prev_version,
+                             const std::vector<VdChange>& changes);
   // One parallel round: a one-sided FetchAdd(+1) on each target's slot word
   // (and, for `broadcast`, a kNsDtInval to every other live node); `done`
   // when every one completed or failed. One whose connection broke is
   // resent while its node is alive (kMaxResends); a node that is declared
   // dead meanwhile needs none (its DT dies with its epoch); one that still
   // fails or times out is logged and its sharer dropped.
+  // With `delta` (the change, VD(P) resident here), a whole-copy sharer
+  // with a slot is sent the change instead (kNsDtInval with `patch`,
+  // docs/namespace.md "Changes as deltas"); `done` gets those that kept
+  // their copy, to be recorded again.
   void InvalidateSharers(const std::string& path, std::vector<SharerRec> targets, bool broadcast,
                          const ClusterView& view, const std::string& from,
-                         std::move_only_function<void()> done);
-  // One of a round's messages to `node`: a kNsDtInval (`bump` false) or the
-  // bump of `slot`; `finish` once it is done, failed or no longer needed.
+                         const DtPatchData* delta,
+                         std::move_only_function<void(std::vector<SharerRec>)> done);
+  // One of a round's messages to `node`: a kNsDtInval (`bump` false; with
+  // `patch`, the change to apply) or the bump of `slot`; `finish` once it is
+  // done, failed or no longer needed, true when the node kept its copy.
   void SendInvalidation(const std::string& path, const std::string& node, bool bump,
-                        uint32_t slot, int attempt, std::function<void()> finish);
+                        uint32_t slot, int attempt, std::shared_ptr<const m2m::Bytes> patch,
+                        std::function<void(bool)> finish);
 
   void Touch(Resident& r) { lru_.splice(lru_.begin(), lru_, r.lru); }
 
@@ -784,8 +796,10 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     return k != nullptr && k->Coherent();
   }
   void DropKernelNames();
-  // The kernel's names of directory `path` only (KernelCache::InvalidateNamesOf).
-  void DropKernelNamesOf(const std::string& path);
+  // The kernel's names `names` of directory `path` only (null: any of its
+  // names; KernelCache::InvalidateNamesOf).
+  void DropKernelNamesOf(const std::string& path,
+                         const std::vector<std::string>* names = nullptr);
 
  private:
 };

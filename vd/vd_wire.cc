@@ -204,6 +204,28 @@ m2m::Bytes EncodePathRequest(const std::string& path, const ClusterView& view,
                                                 names));
 }
 
+m2m::Bytes EncodeDtPatch(const std::string& path, const ClusterView& view,
+                         const DtPatchData& patch, bool notify) {
+  UpdateOutcome d;
+  d.version = patch.version;
+  d.prev_version = patch.prev_version;
+  d.keys = patch.keys;
+  d.fresh = patch.fresh;
+  d.holders = patch.holders;
+  const m2m::Bytes inner = EncodeUpdateReply(d);
+  flatbuffers::FlatBufferBuilder b(256 + path.size() + inner.size());
+  auto p = b.CreateString(path);
+  auto f = b.CreateString(view.self);
+  auto bytes = b.CreateVector(reinterpret_cast<const uint8_t*>(inner.data()), inner.size());
+  wire::PathRequestBuilder r(b);
+  r.add_path(p);
+  r.add_from(f);
+  r.add_epoch(view.epoch);
+  r.add_notify(notify);
+  r.add_patch(bytes);
+  return Finish(b, wire::Body::PathRequest, r.Finish());
+}
+
 // `changes` is never empty.
 m2m::Bytes EncodeUpdateRequest(const std::string& path, const std::vector<VdChange>& changes,
                                const ClusterView& view, bool lease_ok, uint64_t holders_hash,
@@ -343,6 +365,20 @@ Result<PathRequestData> DecodePathRequest(const m2m::Bytes& payload) {
     d.region.rkey.resize(sh->rkey()->size());
     std::memcpy(d.region.rkey.data(), sh->rkey()->data(), sh->rkey()->size());
     out.sharer = std::move(d);
+  }
+  if (const auto* patch = r->patch(); patch != nullptr) {
+    const auto* p = reinterpret_cast<const std::byte*>(patch->data());
+    auto o = DecodeUpdateReply(m2m::Bytes(p, p + patch->size()));
+    if (!o) return Err(o.error());
+    if (o->version == 0 || o->version <= o->prev_version || o->read || o->lease) {
+      return Err(EPROTO, "DT invalidation with a malformed delta");
+    }
+    out.patch = DtPatchData{};
+    out.patch->version = o->version;
+    out.patch->prev_version = o->prev_version;
+    out.patch->keys = std::move(o->keys);
+    out.patch->fresh = std::move(o->fresh);
+    out.patch->holders = std::move(o->holders);
   }
   return out;
 }

@@ -49,6 +49,18 @@ struct SharerSlotData {
   m2m::RegionDesc region;
 };
 
+// A change of VD(P) as its manager tells a sharer of it (kNsDtInval's
+// `patch`; DirTable::ApplyDelta): the versions before and after, the keys
+// of the changed names (vd_internal::RefreshKeys), their entries now, and
+// the holders.
+struct DtPatchData {
+  uint64_t version = 0;
+  uint64_t prev_version = 0;
+  std::vector<std::string> keys;
+  std::vector<VdEntry> fresh;
+  std::vector<std::string> holders;
+};
+
 // A path request (kNsListLocal, kNsVdGet, kNsConflicts, kNsVdDrop,
 // kNsDtInval): the path, the sender's id and membership epoch; kNsVdGet may
 // name the sender's DT slot and ask to be notified of changes.
@@ -62,6 +74,8 @@ struct PathRequestData {
   std::string name;    // kNsVdGetName: the visible name asked for
   uint64_t holders_hash = 0;  // kNsVdGetName: the requester's holders (0: none)
   bool names = false;         // kNsVdGetName: a names-only sharer record
+  // kNsDtInval: the change as a delta to apply to the sharer's copy.
+  std::optional<DtPatchData> patch;
 };
 
 // A kNsVdUpdate request.
@@ -124,6 +138,10 @@ m2m::Bytes EncodePathRequest(const std::string& path, const ClusterView& view,
 m2m::Bytes EncodeUpdateRequest(const std::string& path, const std::vector<VdChange>& changes,
                                const ClusterView& view, bool lease_ok = false,
                                uint64_t holders_hash = 0, uint64_t request_id = 0);
+// A kNsDtInval request carrying `patch` for the sharer to apply; `notify`:
+// its kernel's names of P are dropped too.
+m2m::Bytes EncodeDtPatch(const std::string& path, const ClusterView& view,
+                         const DtPatchData& patch, bool notify);
 // A kNsVdRecall request: a PathRequest naming the lease.
 m2m::Bytes EncodeRecallRequest(const std::string& path, const ClusterView& view, uint64_t lease);
 m2m::Bytes EncodeRecalled(const RecalledData& r);

@@ -128,7 +128,7 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
   const uint64_t names_epoch = NamesEpoch();
   if (auto s = ValidateName(name); !s) return Err(s.error());
   FEDFS_TRY(dir, ResolveDir(parent));
-  NamesFrom(dir->path);
+  NamesFrom(dir->path, name);
   // The first try may look at a stale copy: the claim decides whether the
   // name exists (EEXIST: tried again, asking the manager), and a name it
   // shows is asked for again before it is opened.

@@ -251,8 +251,8 @@ void VfsImpl::AwaitVd(const std::string& dir, const std::string& name,
   }
 }
 
-void VfsImpl::NamesFrom(const std::string& dir) const {
-  if (KernelCache* k = kernel_.load(std::memory_order_acquire)) k->NamesFrom(dir);
+void VfsImpl::NamesFrom(const std::string& dir, const std::string& name) const {
+  if (KernelCache* k = kernel_.load(std::memory_order_acquire)) k->NamesFrom(dir, name);
 }
 
 uint64_t VfsImpl::NamesEpoch() const {

@@ -414,9 +414,9 @@ class VfsImpl final : public Vfs {
   // names were dropped since, the entry goes out uncacheable.
   EntryOut Remember(uint64_t parent, const Child& child, uint64_t names_epoch);
   uint64_t NamesEpoch() const;
-  // A request in directory `dir` may hand the kernel names of it: said
+  // A request in directory `dir` may hand the kernel its name `name`: said
   // before it reads the directory (KernelCache::NamesFrom).
-  void NamesFrom(const std::string& dir) const;
+  void NamesFrom(const std::string& dir, const std::string& name) const;
   // Removes (parent, name) from the name index (the inode lives on for its
   // remaining lookups/handles).
   void DetachName(uint64_t parent, const std::string& name);

@@ -27,7 +27,7 @@ Result<EntryOut> VfsImpl::Lookup(const Cred& c, uint64_t parent, const std::stri
   if (auto s = ValidateName(name); !s) return Err(s.error());
   auto dir = ResolveDir(parent);
   if (!dir) return Err(dir.error());
-  NamesFrom(dir->path);
+  NamesFrom(dir->path, name);
   bool absent = false;
   auto ch = LookupChild(c, dir->path, name, &absent);
   if (!ch) {
@@ -282,7 +282,7 @@ Result<EntryOut> VfsImpl::MakeEntry(const Cred& c, uint64_t parent, const std::s
   const uint64_t names_epoch = NamesEpoch();
   if (auto s = ValidateName(name); !s) return Err(s.error());
   FEDFS_TRY(dir, ResolveDir(parent));
-  NamesFrom(dir->path);
+  NamesFrom(dir->path, name);
   // The claim decides whether the name exists; this look only saves it when
   // the name is there for sure (a stale copy is asked again).
   FEDFS_TRY(vd, deps_.vds->Peek(dir->path, name));
@@ -370,7 +370,7 @@ Result<EntryOut> VfsImpl::Link(const Cred& c, uint64_t ino, uint64_t new_parent,
   FEDFS_TRY(src, Resolve(ino));
   if (IsDir(src->type)) return Err(EPERM, src->path + " is a directory");
   FEDFS_TRY(dir, ResolveDir(new_parent));
-  NamesFrom(dir->path);
+  NamesFrom(dir->path, new_name);
   FEDFS_TRY(vd, deps_.vds->GetName(dir->path, new_name));
   if ((*vd)->Find(new_name)) return Err(EEXIST, JoinPath(dir->path, new_name));
   // A hard link lives on the file's node, in a directory that node holds.

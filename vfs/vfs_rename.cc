@@ -67,8 +67,10 @@ Status VfsImpl::RenameOnce(const Cred& c, uint64_t parent, const std::string& na
   OpenDeferredOf(parent, name);
   OpenDeferredOf(new_parent, new_name);
   // The kernel keeps the name it moves (and, exchanged, the other one).
-  NamesFrom(sdir->path);
-  NamesFrom(ddir->path);
+  for (const std::string* n : {&name, &new_name}) {
+    NamesFrom(sdir->path, *n);
+    NamesFrom(ddir->path, *n);
+  }
   FEDFS_TRY(svd, deps_.vds->GetName(sdir->path, name));
   const VdEntry* se = (*svd)->Find(name);
   if (se == nullptr) return Err(ENOENT, JoinPath(sdir->path, name));

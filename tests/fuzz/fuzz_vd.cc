@@ -65,6 +65,17 @@ void CheckSorted(const C& entries) {
 void FuzzPath(const m2m::Bytes& payload) {
   auto r = DecodePathRequest(payload);
   if (!r) return;
+  if (r->patch) {
+    // A delta: versions in order, its entries sorted, and it encodes back.
+    const DtPatchData& d = *r->patch;
+    FUZZ_CHECK(d.version != 0 && d.version > d.prev_version);
+    auto again = DecodePathRequest(EncodeDtPatch(r->path, View(r->from, r->epoch), d, r->notify));
+    FUZZ_CHECK(again.has_value() && again->patch.has_value());
+    FUZZ_CHECK(again->patch->version == d.version && again->patch->keys == d.keys &&
+               again->patch->fresh.size() == d.fresh.size() &&
+               again->patch->holders == d.holders && again->notify == r->notify);
+    return;
+  }
   if (r->sharer) {
     const SharerSlotData& s = *r->sharer;
     FUZZ_CHECK(!s.region.rkey.empty() && s.region.length > 0 && s.region.length % 8 == 0);
@@ -218,6 +229,8 @@ void MakeSeeds(fuzz::Seeds& s) {
   o.holders = {"n1", "n2"};
   add("update_reply", kUpdateReply, EncodeUpdateReply(o));
   add("path_get_name", kPath, EncodePathRequest("/a", view, nullptr, false, "f", 77, true));
+  DtPatchData delta{5, 4, {"f"}, {{"f", "", DT_REG, {"n2"}, false}}, {"n1", "n2"}};
+  add("dt_patch", kPath, EncodeDtPatch("/a", view, delta, true));
   add("update_lock_read", kUpdate,
       EncodeUpdateRequest("/a", {{VdChange::Kind::kLockRead, "f", 0, "n1"}}, view));
   add("update_add_new", kUpdate,

@@ -72,7 +72,7 @@ TEST(ControlSchema, DtAndFilesBytesAsBefore) {
               {"dt_invals_received", 0u}, {"notifies_sent", 0u}, {"kernel_invalidations", 0u},
               {"sharer_records", 0u}, {"invalidations_sent", 3u}, {"invalidations_failed", 0u},
               {"broadcasts_sent", 0u}, {"changes_invalidated", 0u},
-              {"invalidations_resent", 0u}, {"resends", 0u}, {"duplicates_answered", 0u},
+              {"deltas_sent", 0u}, {"deltas_kept", 0u}, {"invalidations_resent", 0u}, {"resends", 0u}, {"duplicates_answered", 0u},
               {"gets_served", 0u},
               {"dirmerges", 0u}, {"updates_applied", 0u}, {"resident", 2u},
               {"leases_granted", 0u}, {"leases_recalled", 0u}, {"leases_taken", 0u},
@@ -85,7 +85,8 @@ TEST(ControlSchema, DtAndFilesBytesAsBefore) {
                          {"bytes", 100u}, {"hits", 10u}, {"misses", 2u}, {"stale", 1u},
                          {"evictions", 0u}, {"bumps_received", 5u}, {"local_bumps", 6u},
                          {"patches", 7u}, {"name_hits", 0u}, {"name_installs", 0u},
-                         {"skeletons", 0u}};
+                         {"skeletons", 0u}, {"deltas_applied", 0u},
+                         {"deltas_refused", 0u}, {"deltas_queued", 0u}};
   EXPECT_EQ(EncodeReply(d), before.dump());
   auto back = DecodeReply<DtReply>(before.dump());
   ASSERT_TRUE(back) << back.error().context;

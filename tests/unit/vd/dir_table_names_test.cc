@@ -24,6 +24,7 @@ VdServiceOptions NoLeases() {
   VdServiceOptions o;
   o.lend_after = 0;  // every change goes to the manager
   o.churn_gap = std::chrono::milliseconds(0);  // lookups in stale copies recorded
+  o.deltas = false;  // copies go stale (else deltas keep them valid)
   return o;
 }
 
@@ -32,6 +33,7 @@ VdServiceOptions ChurnAlways() {
   VdServiceOptions o;
   o.lend_after = 0;
   o.churn_gap = std::chrono::milliseconds(60000);
+  o.deltas = false;
   return o;
 }
 
@@ -323,13 +325,17 @@ TEST(DirTableNames, NamesOnlyReadersPastTheBoundAreNotRecorded) {
 // `whole_max` (VdServiceOptions::whole_max_entries) 1: no copy is fetched
 // first, and a lookup without one in a directory of 2 or more entries is
 // answered for its name only (a large directory).
+// `deltas`: changes reach whole copies as deltas (VdServiceOptions::deltas);
+// *deltas_applied counts those the sharers applied.
 void RandomLookups(std::chrono::milliseconds churn_gap, uint64_t* name_hits,
-                   size_t whole_max = 16384) {
+                   size_t whole_max = 16384, bool deltas = false,
+                   uint64_t* deltas_applied = nullptr) {
   for (uint64_t seed = 1; seed <= 20; ++seed) {
     SCOPED_TRACE(seed);
     VdServiceOptions o = NoLeases();
     o.churn_gap = churn_gap;
     o.whole_max_entries = whole_max;
+    o.deltas = deltas;
     Federation f(4, o, seed);
     std::mt19937_64 rng(seed);
     const std::string p = PathManagedBy(f, "n0");
@@ -378,7 +384,10 @@ void RandomLookups(std::chrono::milliseconds churn_gap, uint64_t* name_hits,
         }
       }
     }
-    for (int i = 0; i < 4; ++i) *name_hits += f.svc(i).stats().dt.name_hits;
+    for (int i = 0; i < 4; ++i) {
+      *name_hits += f.svc(i).stats().dt.name_hits;
+      if (deltas_applied != nullptr) *deltas_applied += f.svc(i).stats().dt.deltas_applied;
+    }
   }
 }
 
@@ -398,6 +407,20 @@ TEST(DirTableNames, EveryLookupInALargeDirectorySeesEveryChangeBeforeIt) {
   uint64_t name_hits = 0;
   RandomLookups(std::chrono::milliseconds(0), &name_hits, 1);
   EXPECT_GT(name_hits, 50u);  // names kept beside skeletons were used
+}
+
+// The same with changes told as deltas: whole copies are patched and stay
+// valid, and every answer is still the model's.
+TEST(DirTableNames, EveryLookupSeesEveryChangeBeforeItWithDeltas) {
+  for (auto churn : {std::chrono::milliseconds(0), std::chrono::milliseconds(60000)}) {
+    SCOPED_TRACE(churn.count());
+    uint64_t name_hits = 0, applied = 0;
+    RandomLookups(churn, &name_hits, 16384, true, &applied);
+    EXPECT_GT(applied, 200u);  // copies were patched, not dropped
+  }
+  uint64_t name_hits = 0, applied = 0;
+  RandomLookups(std::chrono::milliseconds(0), &name_hits, 1, true, &applied);
+  EXPECT_GT(name_hits, 50u);  // skeletons take no delta: names beside them
 }
 
 // A lookup without a copy in a directory larger than whole_max_entries: the

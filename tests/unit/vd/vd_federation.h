@@ -157,6 +157,13 @@ constexpr uint16_t kVdUpdate = MethodId(RpcMethod::kNsVdUpdate);
 
 inline std::string Name(int i) { return "n" + std::to_string(i); }
 
+// Changes reach sharers as invalidations (one-sided bumps), not as deltas:
+// for tests of the bump and of what follows it (stale copies, their names).
+inline VdServiceOptions Bumps(VdServiceOptions o = {}) {
+  o.deltas = false;
+  return o;
+}
+
 // A simulated federation of `n` nodes running the VD service.
 class Federation {
  public:

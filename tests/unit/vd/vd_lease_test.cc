@@ -75,7 +75,7 @@ Result<VdPtr> Peek(Federation& f, int from, const std::string& path, const std::
 // holder's own answer, which the kernel may keep; in a stale copy it is
 // that copy's, without a message, and not for the kernel.
 TEST(Leases, APeekInALentDirectoryIsTheHoldersAnswer) {
-  Federation f(3, LendAfter(2));
+  Federation f(3, Bumps(LendAfter(2)));
   const std::string p = PathManagedBy(f, "n0");
   Populate(f, p);
   ASSERT_TRUE(f.Get(1, p));
@@ -175,6 +175,12 @@ TEST(Leases, NotLentWhileAnotherNodeUsesTheDirectory) {
   for (int i = 0; i < 5; ++i) {
     ASSERT_TRUE(f.Get(2, p));
     ASSERT_TRUE(Create(f, 1, p, "b" + std::to_string(i)));
+  }
+  EXPECT_EQ(f.svc(0).stats().leases_granted, 0u);
+  // n2's copy takes n1's changes as deltas until it went unread for
+  // DirTable::kMaxUnusedDeltas of them; then n1 changes it alone.
+  for (uint32_t i = 0; i < DirTable::kMaxUnusedDeltas; ++i) {
+    ASSERT_TRUE(Create(f, 1, p, "d" + std::to_string(i)));
   }
   EXPECT_EQ(f.svc(0).stats().leases_granted, 0u);
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(Create(f, 1, p, "c" + std::to_string(i)));

@@ -675,7 +675,7 @@ TEST(DirTable, ManagerKeepsNoTableEntryForItsOwnVds) {
 }
 
 TEST(DirTable, ChangeIsAcknowledgedOnlyAfterEverySharerWasInvalidated) {
-  Federation f(5);
+  Federation f(5, Bumps());
   const std::string p = PathManagedBy(f, "n0");
   Populate(f, p);
   for (int i : {1, 2, 3}) ASSERT_TRUE(f.Get(i, p));
@@ -718,7 +718,7 @@ class CountingKernel final : public KernelCache {
 };
 
 TEST(DirTable, KernelsCachingNamesAreNotifiedBeforeTheAcknowledgement) {
-  Federation f(5);
+  Federation f(5, Bumps());
   const std::string p = PathManagedBy(f, "n0");
   Populate(f, p);
   std::vector<CountingKernel> k(5);
@@ -741,8 +741,17 @@ TEST(DirTable, KernelsCachingNamesAreNotifiedBeforeTheAcknowledgement) {
   EXPECT_EQ(names_at_ack, (std::vector<int>{1, 1, 1, 0, 0}));
   EXPECT_EQ(f.Requests(kDtInval), 2u);
   EXPECT_EQ(f.svc(0).stats().notifies_sent, 2u);
-  EXPECT_EQ(f.svc(0).stats().invalidations_sent, 3u);  // the one-sided bumps still go
+  // The call invalidates the table's copy too: the one-sided bump goes only
+  // to n3, which gets no call.
+  EXPECT_EQ(f.svc(0).stats().invalidations_sent, 1u);
   EXPECT_EQ(f.svc(3).stats().dt.bumps_received, 1u);
+  for (int i : {1, 2, 3}) {
+    f.net().ResetStats();
+    auto vd = f.Get(i, p);
+    ASSERT_TRUE(vd) << i;
+    EXPECT_EQ(NameSet(**vd).count("x"), 1u) << i;
+    EXPECT_EQ(f.Requests(kVdGet), 1u) << i;  // the stale copy was not served
+  }
   // A change the manager makes itself does not drop its own names.
   f.fs(0).AddFile(p + "/y");
   ASSERT_TRUE(f.Update(0, p, Add("n0", "y")));
@@ -957,7 +966,7 @@ TEST(DirTable, EverySequenceOfChangesIsSeenByTheNextLookupElsewhere) {
 }
 
 TEST(DirTable, ASlowSharerDelaysTheAcknowledgement) {
-  Federation f(3);
+  Federation f(3, Bumps());
   const std::string p = PathManagedBy(f, "n0");
   ASSERT_NO_FATAL_FAILURE(ShareWithSlowN1(f, p, 2));
   const auto start = f.net().Now();
@@ -1004,7 +1013,7 @@ TEST(DirTable, ALockWaitsForTheRoundOfTheChangeBeforeIt) {
 }
 
 TEST(DirTable, ADeadSharerIsDroppedAfterTheDeadlineAndNeverBlocks) {
-  VdServiceOptions o;
+  VdServiceOptions o = Bumps();
   o.rpc_timeout = std::chrono::milliseconds(200);
   Federation f(4, o);
   const std::string p = PathManagedBy(f, "n0");

@@ -412,18 +412,40 @@ TEST(DirMergeIds, ChangesKeepTheIdKnownAndDropItWithTheLastDirectoryCopy) {
 TEST(KernelNameMarks, MarkedUntilTheNextDropAndAllPastTheBound) {
   KernelNameMarks m(3);
   EXPECT_FALSE(m.Marked("/a"));
-  m.Mark("/a");
-  m.Mark("/b");
+  m.Mark("/a", "");
+  m.Mark("/b", "");
   EXPECT_TRUE(m.Marked("/a"));
   EXPECT_TRUE(m.Marked("/b"));
   EXPECT_FALSE(m.Marked("/c"));
   m.Clear();
   EXPECT_FALSE(m.Marked("/a"));
-  for (const char* d : {"/a", "/b", "/c", "/d"}) m.Mark(d);
+  for (const char* d : {"/a", "/b", "/c", "/d"}) m.Mark(d, "");
   EXPECT_TRUE(m.Marked("/never"));  // past the bound: unknown, so all
   m.Clear();
   EXPECT_FALSE(m.Marked("/never"));
   EXPECT_FALSE(m.Marked("/a"));
+}
+
+// By name: a change of names the kernel was never handed finds no mark; a
+// conflict's alias and its real name are one; past the bound of names in
+// one directory, the directory counts as wholly handed out.
+TEST(KernelNameMarks, NamesAreMarkedOneByOne) {
+  KernelNameMarks m(100, 2);
+  m.Mark("/d", "x");
+  m.Mark("/d", "a@n2");
+  const std::vector<std::string> other{"y", "z"}, x{"y", "x"}, a{"a"}, alias{"x@n3"};
+  EXPECT_TRUE(m.Marked("/d"));
+  EXPECT_FALSE(m.Marked("/d", &other));
+  EXPECT_TRUE(m.Marked("/d", &x));
+  EXPECT_TRUE(m.Marked("/d", &a));
+  EXPECT_TRUE(m.Marked("/d", &alias));
+  EXPECT_FALSE(m.Marked("/e", &x));
+  m.Mark("/d", "w");  // a third name: past the bound of 2
+  EXPECT_TRUE(m.Marked("/d", &other));
+  m.Clear();
+  EXPECT_FALSE(m.Marked("/d", &x));
+  m.Mark("/d", "");  // any name
+  EXPECT_TRUE(m.Marked("/d", &other));
 }
 
 }  // namespace

@@ -517,9 +517,13 @@ TEST_F(VfsTest, ARequestMarksItsDirectoryForTheKernelBeforeReadingIt) {
     void InvalidateNames() override { ++epoch; }
     uint64_t NamesEpoch() const override { return epoch; }
     bool InvalidateAttrs(uint64_t) override { return true; }
-    void NamesFrom(const std::string& dir) override { marks.insert(dir); }
+    void NamesFrom(const std::string& dir, const std::string& name) override {
+      marks.insert(dir);
+      names.insert(dir + "|" + name);
+    }
     uint64_t epoch = 0;
     std::set<std::string> marks;
+    std::set<std::string> names;  // "dir|name"
   } kernel;
   Put("a", "/d/x", "ax");
   Put("a", "/e/y", "ay");
@@ -536,20 +540,25 @@ TEST_F(VfsTest, ARequestMarksItsDirectoryForTheKernelBeforeReadingIt) {
       if (!kernel.marks.contains(m)) unmarked_reads.insert(m);
     }
   };
-  auto step = [&](std::set<std::string> dirs, auto&& op) {
+  // Each names the names it may hand out ("dir|name"; a rename both names
+  // in both directories).
+  auto step = [&](std::set<std::string> dirs, std::set<std::string> names, auto&& op) {
     kernel.marks.clear();
+    kernel.names.clear();
     expect = dirs;
     op();
     EXPECT_EQ(kernel.marks, dirs);
+    EXPECT_EQ(kernel.names, names);
   };
-  step({"/d"}, [&] { EXPECT_NE(Look(d, "x"), 0u); });
-  step({"/e"}, [&] {
+  step({"/d"}, {"/d|x"}, [&] { EXPECT_NE(Look(d, "x"), 0u); });
+  step({"/e"}, {"/e|nope"}, [&] {
     auto miss = vfs_->Lookup(cred_, e, "nope");  // a negative entry
     EXPECT_TRUE(miss && miss->ino == 0u);
   });
-  step({"/d"}, [&] { EXPECT_TRUE(vfs_->Create(cred_, d, "new", 0644, O_WRONLY)); });
-  step({"/e"}, [&] { EXPECT_TRUE(vfs_->Mkdir(cred_, e, "sub", 0755)); });
-  step({"/d", "/e"}, [&] { EXPECT_TRUE(vfs_->Rename(cred_, d, "x", e, "z", 0)); });
+  step({"/d"}, {"/d|new"}, [&] { EXPECT_TRUE(vfs_->Create(cred_, d, "new", 0644, O_WRONLY)); });
+  step({"/e"}, {"/e|sub"}, [&] { EXPECT_TRUE(vfs_->Mkdir(cred_, e, "sub", 0755)); });
+  step({"/d", "/e"}, {"/d|x", "/d|z", "/e|x", "/e|z"},
+       [&] { EXPECT_TRUE(vfs_->Rename(cred_, d, "x", e, "z", 0)); });
   EXPECT_TRUE(unmarked_reads.empty()) << *unmarked_reads.begin();
   vds_->on_get = nullptr;
   vfs_->SetKernelCache(nullptr);
