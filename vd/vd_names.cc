@@ -209,10 +209,8 @@ auto VdService::Impl::Core::QuietLocked(const std::string& path, uint64_t epoch)
     return false;
   }
   const VirtualDirectory& vd = *it->second.snap.vd;
-  // With deltas, a whole copy answered now stays valid through the changes
-  // that follow (they patch it), so a busy directory's is worth sending too.
   return vd.epoch == epoch && vd.entries.size() <= options_.whole_max_entries &&
-         (options_.deltas || it->second.changed == std::chrono::steady_clock::time_point{} ||
+         (it->second.changed == std::chrono::steady_clock::time_point{} ||
           it->second.changed + options_.quiet_after <= SteadyNow());
 }
 

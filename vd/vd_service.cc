@@ -600,11 +600,12 @@ auto VdService::Impl::Core::ServeUpdate(const std::string& path, std::vector<VdC
         ++stats_.changes_invalidated;
         rounds_.try_emplace(path);  // see rounds_
       }
-      // The change as a delta for whole-copy sharers (InvalidateSharers).
-      if (it != resident_.end() && !broadcast && options_.deltas &&
-          std::ranges::any_of(targets, [](const SharerRec& t) {
-            return t.has_slot && !t.names_only;
-          })) {
+      // The change as a delta for whole-copy sharers (InvalidateSharers),
+      // when they are few.
+      const auto whole = static_cast<size_t>(std::ranges::count_if(
+          targets, [](const SharerRec& t) { return t.has_slot && !t.names_only; }));
+      if (it != resident_.end() && !broadcast && options_.deltas && whole > 0 &&
+          whole <= options_.max_delta_sharers) {
         delta = DeltaOf(it->second.snap, o.prev_version, changes);
       }
     }

@@ -139,6 +139,11 @@ struct VdServiceOptions {
   // valid, rather than as a bump that drops them (docs/namespace.md,
   // "Changes as deltas"). Only the manager reads it.
   bool deltas = true;
+  // Deltas go only to directories with at most this many whole sharers: a
+  // change of a directory that more nodes hold whole goes as bumps, which
+  // turn busy readers to names-only lookups (a delta per sharer per change
+  // would cost O(sharers) messages and bytes per operation).
+  size_t max_delta_sharers = 4;
   // A manager's unlink of a file on its node (kUnlink, docs/namespace.md
   // "Unlinks and renames in one call"): `holder` unlinks `path` (global, real name) as
   // `cred`, on behalf of node `origin` (whose sessions that node does not

@@ -225,10 +225,9 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   // request, as a stale copy would anyway.
   bool Churning(const std::string& path, bool stale);
   // Manager side: VD(path) is resident in this epoch, not lent, has at most
-  // whole_max_entries entries and has not changed for quiet_after (or
-  // changes reach sharers as deltas): a name lookup of a whole sharer there
-  // is answered with the whole VD (OnGetName; docs/namespace.md, "Quiet
-  // again").
+  // whole_max_entries entries and has not changed for quiet_after: a name
+  // lookup of a whole sharer there is answered with the whole VD
+  // (OnGetName; docs/namespace.md, "Quiet again").
   bool QuietLocked(const std::string& path, uint64_t epoch) const;
   // One kNsVdGetName of `name` that records no sharer; the answer is not kept.
   // `have`: the holders of this node's stale copy (not sent back if unchanged).

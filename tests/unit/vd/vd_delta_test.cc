@@ -126,5 +126,37 @@ TEST(DirTable, AChangeDuringAFetchIsSeenAfterIt) {
   EXPECT_EQ(NameSet(**vd).count("x"), 1u);
 }
 
+// A directory that more nodes hold whole than max_delta_sharers: its changes
+// go as bumps (each sharer then asks again, by name when it keeps changing),
+// not as a delta to every sharer.
+TEST(DirTable, ManyWholeSharersAreBumpedNotSentDeltas) {
+  VdServiceOptions o;
+  o.max_delta_sharers = 2;
+  Federation f(5, o);
+  const std::string p = PathManagedBy(f, "n0");
+  Populate(f, p);
+  for (int i : {1, 2, 3}) ASSERT_TRUE(f.Get(i, p));
+  f.fs(4).AddFile(p + "/x");
+  ASSERT_TRUE(f.Update(4, p, Add("n4", "x")));
+  EXPECT_EQ(f.svc(0).stats().deltas_sent, 0u);
+  EXPECT_EQ(f.svc(0).stats().invalidations_sent, 3u);
+  for (int i : {1, 2, 3}) {
+    auto vd = f.Get(i, p);
+    ASSERT_TRUE(vd);
+    EXPECT_EQ(NameSet(**vd).count("x"), 1u) << i;
+  }
+  // Two whole sharers now (n1, n2 fetched again; n3 too): still past the
+  // bound of 2 with three, so bumps again.
+  f.fs(4).AddFile(p + "/y");
+  ASSERT_TRUE(f.Update(4, p, Add("n4", "y")));
+  EXPECT_EQ(f.svc(0).stats().deltas_sent, 0u);
+  // With two, deltas.
+  ASSERT_TRUE(f.Get(1, p));
+  ASSERT_TRUE(f.Get(2, p));
+  f.fs(4).AddFile(p + "/z");
+  ASSERT_TRUE(f.Update(4, p, Add("n4", "z")));
+  EXPECT_EQ(f.svc(0).stats().deltas_sent, 2u);
+}
+
 }  // namespace
 }  // namespace fedfs::ns
