@@ -8,8 +8,9 @@
 //
 // Threads: handlers are registered before the dispatcher serves (before
 // ControlServer::Start; registration is not synchronised with Handle), then
-// Handle runs on the control server's thread, one request at a time. A
-// handler may block (it holds the socket's one client meanwhile).
+// Handle runs on the control server's connection threads, several requests
+// at once: handlers must be thread-safe. A handler may block (it holds its
+// client's connection meanwhile, not the others').
 #pragma once
 
 #include <functional>

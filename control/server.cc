@@ -123,14 +123,37 @@ void ControlServer::Run() {
       Logger("control")->error("poll: {}", std::strerror(errno));
       return;
     }
-    if (fds[1].revents) return;
+    if (fds[1].revents) break;
     if (fds[0].revents & POLLIN) {
       const int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
       if (c < 0) continue;
-      Serve(c);
-      ::close(c);
+      // Finished clients' threads are joined first.
+      std::erase_if(clients_, [](Client& cl) {
+        if (!cl.done->load()) return false;
+        cl.thread.join();
+        return true;
+      });
+      if (clients_.size() >= kMaxClients) {
+        SendAll(c, ErrorReply("busy: " + std::to_string(kMaxClients) +
+                              " control requests in progress; try again") +
+                       "\n");
+        ::close(c);
+        continue;
+      }
+      auto done = std::make_shared<std::atomic<bool>>(false);
+      Client cl{std::thread([this, c, done] {
+                  Serve(c);
+                  ::close(c);
+                  done->store(true);
+                }),
+                done};
+      NameThread(cl.thread, "control-c");
+      clients_.push_back(std::move(cl));
     }
   }
+  // The stop wakes every client's poll too; a handler in progress ends first.
+  for (Client& cl : clients_) cl.thread.join();
+  clients_.clear();
 }
 
 void ControlServer::Serve(int fd) {

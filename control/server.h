@@ -9,13 +9,19 @@
 // other line is answered by the dispatcher, {"error":...} for anything
 // malformed; nothing a client sends crashes the daemon.
 //
-// Threads: ControlServer owns one thread that accepts and serves connections
-// one at a time (a client idle for 5 s is dropped); the dispatcher's
-// handlers run on that thread.
+// Threads: ControlServer owns one thread that accepts connections and one
+// thread per connection that serves it (a client idle for 5 s is dropped),
+// at most kMaxClients at once: a long request (a migrate, a rebalance) does
+// not hold up another client's status or its cancel. A connection past the
+// bound is answered {"error":"busy: ..."} and closed. The dispatcher's
+// handlers run on the connections' threads, concurrently.
 #pragma once
 
+#include <atomic>
+#include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/result.h"
 #include "control/dispatcher.h"
@@ -34,6 +40,8 @@ Status CheckControlSocketFree(const std::string& path);
 
 class ControlServer {
  public:
+  static constexpr size_t kMaxClients = 8;
+
   // `dispatcher`: every handler registered already.
   ControlServer(ControlOptions options, Dispatcher dispatcher);
   ~ControlServer();  // Stop()
@@ -45,10 +53,15 @@ class ControlServer {
   // behind.
   Status Start();
 
-  // Stops the thread, closes and removes the socket. Idempotent.
+  // Stops accepting, waits for the requests being served (a handler that
+  // blocks is waited for), closes and removes the socket. Idempotent.
   void Stop();
 
  private:
+  struct Client {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
   void Run();
   void Serve(int fd);
 
@@ -57,6 +70,7 @@ class ControlServer {
   int listen_fd_ = -1;
   int stop_fd_ = -1;  // eventfd: wakes the thread to stop
   std::thread thread_;
+  std::vector<Client> clients_;  // the Run thread's only
 };
 
 }  // namespace fedfs::control

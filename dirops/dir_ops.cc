@@ -10,6 +10,9 @@
 #include <thread>
 #include <cstdlib>
 #include <ctime>
+#include <map>
+#include <string>
+#include <string_view>
 
 #include "common/cooperative.h"
 #include "common/logging.h"
@@ -48,21 +51,32 @@ void EraseOnce(std::multiset<std::string>& set, const std::vector<std::string>& 
 DirOpsHooks PauseHooksFromEnv() {
   const char* env = std::getenv("FEDFS_TEST_PAUSE_AT");
   if (env == nullptr || *env == '\0') return {};
-  std::string target = env;
-  long delay_ms = -1;  // forever
-  if (const size_t plus = target.find('+'); plus != std::string::npos) {
-    delay_ms = std::strtol(target.c_str() + plus + 1, nullptr, 10);
-    target.resize(plus);
+  // "<step>[+<ms>]", several separated by commas.
+  std::map<std::string, long, std::less<>> pauses;  // step -> ms (-1: forever)
+  std::string_view rest = env;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    std::string one(rest.substr(0, comma));
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+    if (one.empty()) continue;
+    long delay_ms = -1;  // forever
+    if (const size_t plus = one.find('+'); plus != std::string::npos) {
+      delay_ms = std::strtol(one.c_str() + plus + 1, nullptr, 10);
+      one.resize(plus);
+    }
+    Log()->warn("test hook: operations pause at step \"{}\" (FEDFS_TEST_PAUSE_AT{})", one,
+                delay_ms < 0 ? "" : ", for " + std::to_string(delay_ms) + " ms");
+    pauses[std::move(one)] = delay_ms;
   }
-  Log()->warn("test hook: operations pause at step \"{}\" (FEDFS_TEST_PAUSE_AT{})", target,
-              delay_ms < 0 ? "" : ", for " + std::to_string(delay_ms) + " ms");
+  if (pauses.empty()) return {};
   DirOpsHooks h;
-  h.at_step = [target, delay_ms](std::string_view step) {
-    if (step != target) return;
+  h.at_step = [pauses = std::move(pauses)](std::string_view step) {
+    auto it = pauses.find(step);
+    if (it == pauses.end()) return;
     Log()->warn("paused at {}", step);
     Log()->flush();
-    if (delay_ms >= 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    if (it->second >= 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(it->second));
       Log()->warn("resumed at {}", step);
       return;
     }

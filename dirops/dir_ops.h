@@ -145,7 +145,8 @@ struct DirOpsHooks {
 // Hooks for the daemon: when the environment variable FEDFS_TEST_PAUSE_AT
 // names a step, reaching that step logs "paused at <step>" (warn) and sleeps
 // forever; "<step>+<ms>" sleeps that many milliseconds instead, then goes on
-// ("resumed at <step>"). Without the variable: no hooks.
+// ("resumed at <step>"). Several, separated by commas ("a+3000,b"), pause
+// at each. Without the variable: no hooks.
 DirOpsHooks PauseHooksFromEnv();
 
 class DirOps {

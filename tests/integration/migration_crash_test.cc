@@ -19,6 +19,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -35,11 +36,10 @@ struct Crash {
   std::string node;  // the daemon paused and killed: "n1" (L) or "n2" (T)
   std::string step;
   bool moved;        // where the file must end up: T (true) or L
-  // Also: the other end pauses at `also_step` ("<step>+<ms>": for a while),
-  // and once it does the file is written through n3's mount (8 bytes at
-  // offset 0), so that the move copies a delta.
-  std::string also_node = {};
-  std::string also_step = {};
+  // More pauses, (node, "<step>+<ms>"): once that node logs "paused at
+  // <step>", the test writes 8 bytes through n3's mount (the i-th pause's
+  // at offset 8 i), so that the move copies deltas.
+  std::vector<std::pair<std::string, std::string>> writes = {};
 };
 
 std::string Name(const Crash& c) {
@@ -88,8 +88,11 @@ TEST_P(MigrationCrash, TheFileIsWhollyAtOneEnd) {
     return WaitFor([&] { return !c.Running(name) || cond(); }, kNoHang) && c.Running(name);
   };
   for (const std::string& id : ids) {
-    if (id == k.node) ::setenv("FEDFS_TEST_PAUSE_AT", k.step.c_str(), 1);
-    if (id == k.also_node) ::setenv("FEDFS_TEST_PAUSE_AT", k.also_step.c_str(), 1);
+    std::string pause = id == k.node ? k.step : "";
+    for (const auto& [node, step] : k.writes) {
+      if (node == id) pause += (pause.empty() ? "" : ",") + step;
+    }
+    if (!pause.empty()) ::setenv("FEDFS_TEST_PAUSE_AT", pause.c_str(), 1);
     c.Start(id, configs[id]);
     ::unsetenv("FEDFS_TEST_PAUSE_AT");
   }
@@ -99,7 +102,9 @@ TEST_P(MigrationCrash, TheFileIsWhollyAtOneEnd) {
   }
   ASSERT_EQ(Digest(ReadFileText(mnt("n3") + "/d/f")), Digest(content));
   std::string want = content;
-  if (!k.also_node.empty()) want.replace(0, 8, "WRITTEN!");
+  for (size_t i = 0; i < k.writes.size(); ++i) {
+    want.replace(8 * i, 8, "WRITTEN" + std::to_string(i));
+  }
 
   // n3 asks; the move stops at the step in k.node.
   CommandResult asked;
@@ -108,14 +113,16 @@ TEST_P(MigrationCrash, TheFileIsWhollyAtOneEnd) {
                         "--to", "n2"},
                        kNoHang);
   });
-  if (!k.also_node.empty()) {
-    const std::string at = k.also_step.substr(0, k.also_step.find('+'));
-    ASSERT_TRUE(while_running(k.also_node, [&] {
-      return c.Log(k.also_node).find("paused at " + at) != std::string::npos;
-    })) << c.Log(k.also_node);
+  for (size_t i = 0; i < k.writes.size(); ++i) {
+    const auto& [node, step] = k.writes[i];
+    const std::string at = step.substr(0, step.find('+'));
+    ASSERT_TRUE(while_running(node, [&] {
+      return c.Log(node).find("paused at " + at) != std::string::npos;
+    })) << c.Log(node);
     const int fd = ::open((mnt("n3") + "/d/f").c_str(), O_WRONLY | O_CLOEXEC);
     ASSERT_GE(fd, 0) << std::strerror(errno);
-    const ssize_t n = ::pwrite(fd, "WRITTEN!", 8, 0);
+    const std::string bytes = "WRITTEN" + std::to_string(i);
+    const ssize_t n = ::pwrite(fd, bytes.data(), 8, static_cast<off_t>(8 * i));
     const int e = errno;
     EXPECT_EQ(::close(fd), 0) << std::strerror(errno);
     ASSERT_EQ(n, 8) << std::strerror(e);
@@ -353,7 +360,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Crash{"n1", "mig:marked", true}, Crash{"n1", "mig:switched", true},
                       Crash{"n1", "mig:target-told", true}, Crash{"n1", "mig:deleted", true},
                       Crash{"n2", "mig:t-copied", false},
-                      Crash{"n2", "mig:t-delta", false, "n1", "mig:copied+3000"},
+                      // A write during the copy (L waits after it): T copies a
+                      // delta. A second one during that delta (T waits in
+                      // it): L copies the last one frozen (mig:delta).
+                      Crash{"n2", "mig:t-delta", false, {{"n1", "mig:copied+3000"}}},
+                      Crash{"n1", "mig:delta", false,
+                            {{"n1", "mig:copied+3000"}, {"n2", "mig:t-delta+3000"}}},
                       Crash{"n2", "mig:t-placed", false}, Crash{"n2", "mig:t-committed", true}),
     [](const auto& info) { return Name(info.param); });
 

@@ -11,8 +11,13 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <future>
+#include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -251,6 +256,60 @@ TEST(ControlClient, AsksAServer) {
   auto unserved = Ask(path, {"dt", ""});
   ASSERT_FALSE(unserved);
   EXPECT_EQ(unserved.error().context.rfind("fedfsd: ", 0), 0u);
+  server.Stop();
+  std::filesystem::remove_all(dir);
+}
+
+// Each connection is served on its own thread: a request whose handler
+// blocks (a migrate, a rebalance) holds up no other client; past
+// kMaxClients at once a connection is answered "busy".
+TEST(ControlServer, ALongRequestHoldsUpNoOtherClient) {
+  const std::string dir = ::testing::TempDir() + "control_conc." + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/n1.sock";
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> waiting{0};
+  Dispatcher d;
+  d.Register([&](const Request& q) -> Result<RingReply> {
+    ++waiting;
+    released.wait();
+    return RingReply{q.path, "n1", 1};
+  });
+  d.Register([](const Request& q) -> Result<WhereReply> { return WhereReply{q.path, {"n2"}}; });
+  ControlServer server({path}, std::move(d));
+  ASSERT_TRUE(server.Start());
+  std::vector<std::thread> slow;
+  std::vector<Result<std::string>> answers(ControlServer::kMaxClients, Err(EIO, "not asked"));
+  for (size_t i = 0; i < ControlServer::kMaxClients; ++i) {
+    slow.emplace_back([&, i] { answers[i] = Ask(path, {"ring", "/slow"}, std::chrono::seconds(0)); });
+    if (i == 0) {
+      // One blocked: another client is answered meanwhile.
+      for (int t = 0; t < 500 && waiting.load() < 1; ++t) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      ASSERT_EQ(waiting.load(), 1);
+      auto r = Ask(path, {"where", "/a"});
+      ASSERT_TRUE(r) << r.error().context;
+      EXPECT_EQ(DecodeReply<WhereReply>(*r).value().holders, std::vector<std::string>{"n2"});
+    }
+  }
+  for (int t = 0; t < 500 && waiting.load() < static_cast<int>(ControlServer::kMaxClients); ++t) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(waiting.load(), static_cast<int>(ControlServer::kMaxClients));
+  auto busy = Ask(path, {"where", "/a"});
+  ASSERT_FALSE(busy);
+  EXPECT_NE(busy.error().context.find("busy"), std::string::npos) << busy.error().context;
+  release.set_value();
+  for (std::thread& t : slow) t.join();
+  for (const auto& a : answers) {
+    ASSERT_TRUE(a) << a.error().context;
+    EXPECT_EQ(DecodeReply<RingReply>(*a).value().manager, "n1");
+  }
+  auto after = Ask(path, {"where", "/b"});  // finished clients make room
+  EXPECT_TRUE(after) << after.error().context;
   server.Stop();
   std::filesystem::remove_all(dir);
 }
