@@ -65,6 +65,7 @@ enum class RpcMethod : uint16_t {
   kMigOutcome = 133,  // T -> L (recovery): was the move committed?
   kMigLargest = 134,  // J -> each node: its largest files (rebalance)
   kMigDelta = 135,    // L -> T: the file changed during the copy: its chunk hashes
+  kMigCancel = 136,   // -> L: cancel the move of a path; L -> T: stop that move's copy
   kToolsFirst = 160,  // tools and benchmarks (160 was fedfs-bench's own file
                       // message before the simulator ran the file service)
 };

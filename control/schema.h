@@ -90,6 +90,11 @@ inline constexpr Command kMigrate{"migrate", Arg::kPathNode,
 inline constexpr Command kMigratePlan{"migrate_plan", Arg::kPathNode,
                                       "check a move of PATH to NODE; nothing moves",
                                       "a global path of a regular file, e.g. /a/b"};
+// "cancel": cancels the move of file PATH in progress (fedfsctl migrate's
+// ^C sends it too); the move answers ECANCELED unless it was committed.
+inline constexpr Command kCancel{"cancel", Arg::kPath,
+                                 "cancel the move of file PATH in progress (migrate)",
+                                 "a global path of a regular file, e.g. /a/b"};
 inline constexpr Command kMigrations{"migrations", Arg::kNone,
                                      "file moves: started, done, undone, failed, pending", ""};
 
@@ -121,10 +126,10 @@ inline constexpr Command kForget{"forget", Arg::kNode,
                                  "remove member NODE for good (drops what it must apply)",
                                  "a node id"};
 
-inline constexpr std::array<Command, 17> kCommands = {
+inline constexpr std::array<Command, 18> kCommands = {
     kStatus,   kRing,         kWhere,      kList,      kConflicts,    kDt,      kFiles,
-    kCache,    kCacheDrop,    kMigrate,    kMigratePlan, kMigrations, kRebalance, kRebalancePlan,
-    kMetrics,  kPending,      kForget};
+    kCache,    kCacheDrop,    kMigrate,    kMigratePlan, kCancel,     kMigrations, kRebalance,
+    kRebalancePlan, kMetrics, kPending,    kForget};
 
 // The command named `name`, or nullptr.
 const Command* FindCommand(std::string_view name);
@@ -218,6 +223,17 @@ struct MigrateReply {
 // "migrate_plan": the move that would be made (bytes: the file's size).
 struct MigratePlanReply : MigrateReply {
   static constexpr const Command& kCommand = kMigratePlan;
+};
+
+// "cancel": the move cancelled, at its file's node.
+struct CancelReply {
+  static constexpr const Command& kCommand = kCancel;
+  std::string path;
+  std::string node;  // the file's node, where the move runs
+  template <class S, class V>
+  static void Fields(S& s, V&& v) {
+    v("path", s.path); v("node", s.node);
+  }
 };
 
 // "migrations": this node's moves, as source (started ... bytes) and as

@@ -167,6 +167,10 @@ Result<MoveOutcome> Migration::Move(const std::string& path, const std::string& 
   auto o = Attempt(path, to, max_rate);
   std::lock_guard lock(mu_);
   (o ? stats_.by_trigger[t].done : stats_.by_trigger[t].failed)++;
+  if (auto it = moving_.find(path); it != moving_.end()) {
+    cancelled_.erase(it->second.id);
+    moving_.erase(it);
+  }
   return o;
 }
 
@@ -213,6 +217,7 @@ Result<MoveOutcome> Migration::Attempt(const std::string& path, const std::strin
         std::chrono::system_clock::now().time_since_epoch() / std::chrono::nanoseconds(1));
     last_id_ = std::max(last_id_ + 1, now);
     r.id = last_id_;
+    moving_[path] = Moving{r.id, to};  // until Move returns (Cancel)
   }
   r.state = Rec::kCopying;
   r.path = path;
@@ -280,9 +285,14 @@ Result<MoveOutcome> Migration::Attempt(const std::string& path, const std::strin
   if (!answer) return fail(answer.error());
   uint64_t bytes = answer->bytes;
   Step("mig:copied");
+  // Cancel: checked before each step up to the commit.
+  auto cancelled = [&] { return Cancelled(r.id); };
+  const Error kCancelled{ECANCELED, "the move was cancelled"};
+  if (cancelled()) return fail(kCancelled);
   // Written during the copy: passes of deltas while writers go on, until
   // one copies little (the frozen delta below is then short).
   for (int pass = 0; pass < options_.delta_passes; ++pass) {
+    if (cancelled()) return fail(kCancelled);
     auto now = local_->Stat(Cred{}, path);
     if (!now) return fail(now.error());
     if (SameVersion(*st0, *now)) break;
@@ -294,6 +304,7 @@ Result<MoveOutcome> Migration::Attempt(const std::string& path, const std::strin
   }
 
   // 3. Lock the name, freeze, check.
+  if (cancelled()) return fail(kCancelled);
   Error why{0, {}};
   for (int i = 0; i < 50 && !locked; ++i) {
     Status s = update_(dir, {VdChange{VdChange::Kind::kLock, name, 0, node_id_}});
@@ -324,6 +335,7 @@ Result<MoveOutcome> Migration::Attempt(const std::string& path, const std::strin
     Step("mig:delta");
   }
   Step("mig:frozen");
+  if (cancelled()) return fail(kCancelled);
 
   // 4. T links its copy (hidden until the commit).
   MoveMsg place;
@@ -343,6 +355,7 @@ Result<MoveOutcome> Migration::Attempt(const std::string& path, const std::strin
   }
 
   // 5. The commit point.
+  if (cancelled()) return fail(kCancelled);
   r.state = Rec::kCommitted;
   if (auto s = Save(r); !s) {
     r.state = Rec::kCopying;

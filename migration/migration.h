@@ -190,6 +190,15 @@ class Migration {
                                          MoveTrigger why = MoveTrigger::kManual,
                                          uint64_t max_rate = 0);
 
+  // Cancels the move of `path` running here as its file's node, if it has
+  // not reached its commit: the move fails with ECANCELED (undone at both
+  // ends, as any failure) at its next step, T's copy within a chunk.
+  // ENOENT when no move of `path` runs here. The move may still commit if
+  // it was past its last check (its outcome says which).
+  Status Cancel(const std::string& path);
+  // Cancel at node `holder` (here, or through kMigCancel).
+  Status CancelAt(const std::string& holder, const std::string& path);
+
   // The checks of a move (step 0), and whether T has a file of that name
   // (EEXIST) or a move of it runs (EBUSY); nothing changes. The outcome's
   // bytes are the file's size. (Locks are found only when the move freezes
@@ -285,6 +294,9 @@ class Migration {
   void OnOutcome(m2m::IncomingCall call, m2m::Responder r);
   void OnLargest(m2m::IncomingCall call, m2m::Responder r);
   void OnDelta(m2m::IncomingCall call, m2m::Responder r);
+  void OnCancel(m2m::IncomingCall call, m2m::Responder r);  // cancel.cc
+  // L: whether move `id` was cancelled (Cancel).
+  bool Cancelled(uint64_t id) const;
   // T: the record and the copy of the move that `m` names, while its copy
   // is being received (else nulls).
   std::pair<std::shared_ptr<Rec>, std::shared_ptr<Staged>> Receiving(const MoveMsg& m);
@@ -316,6 +328,12 @@ class Migration {
   std::mutex resolve_mu_;  // one resolution at a time (retry thread, Recover)
   uint64_t last_id_ = 0;
   std::set<std::string> busy_;                    // paths in a move
+  struct Moving {
+    uint64_t id = 0;
+    std::string to;
+  };
+  std::map<std::string, Moving> moving_;          // L: path -> its move running here
+  std::set<uint64_t> cancelled_;                  // L: ids of moves cancelled (Cancel)
   std::map<std::string, std::shared_ptr<Rec>> records_;  // Kv key -> record
   std::map<std::string, std::shared_ptr<Staged>> staged_;  // Kv key -> T's file
   size_t workers_ = 0;                            // Spawned threads running

@@ -9,7 +9,7 @@ void RegisterMigrationControl(
     std::function<Result<std::vector<std::string>>(const std::string& path)> where,
     std::function<RoomCounts()> room, Migration::RebalanceOptions rebalance,
     std::string node_id) {
-  auto move = [migration, where = std::move(where)](
+  auto move = [migration, where](
                   const control::Request& q, bool dry_run) -> Result<control::MigrateReply> {
     if (migration == nullptr) return Err(ENOTSUP, "file moves are off on this node");
     auto holders = where(q.path);
@@ -35,6 +35,16 @@ void RegisterMigrationControl(
     control::MigratePlanReply p;
     static_cast<control::MigrateReply&>(p) = std::move(*r);
     return p;
+  });
+  dispatcher.Register([migration, where](const control::Request& q) -> Result<control::CancelReply> {
+    if (migration == nullptr) return Err(ENOTSUP, "file moves are off on this node");
+    auto holders = where(q.path);
+    if (!holders) return Err(holders.error().code, q.path + ": " + holders.error().ToString());
+    if (holders->size() != 1) return Err(EISDIR, q.path + ": a directory; only files are moved");
+    if (auto s = migration->CancelAt(holders->front(), q.path); !s) {
+      return Err(s.error().code, q.path + ": " + s.error().ToString());
+    }
+    return control::CancelReply{q.path, holders->front()};
   });
   dispatcher.Register([migration, room = std::move(room), node_id = std::move(node_id)](
                           const control::Request&) -> Result<control::MigrationsReply> {

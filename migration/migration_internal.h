@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <ctime>
@@ -92,6 +93,7 @@ struct Migration::Staged {
   int fd;
   std::vector<ChunkHashValue> hashes;
   bool aligned = true;  // every read of the copy was whole but the last
+  std::atomic<bool> cancelled{false};  // L cancelled the move (kMigCancel)
 };
 
 m2m::Bytes EncodeMoveRecord(const Migration::Rec& r);

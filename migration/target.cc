@@ -50,6 +50,7 @@ void Migration::RegisterHandlers() {
   on(RpcMethod::kMigOutcome, &Migration::OnOutcome);
   on(RpcMethod::kMigLargest, &Migration::OnLargest);
   on(RpcMethod::kMigDelta, &Migration::OnDelta);
+  on(RpcMethod::kMigCancel, &Migration::OnCancel);
 }
 
 namespace {
@@ -169,6 +170,10 @@ Result<uint64_t> Migration::Receive(const std::string& key, const Prep& p) {
     CopyAhead ahead(src, h->handle, options_.chunk, rate > 0 ? 1 : options_.copy_streams);
     const auto t0 = std::chrono::steady_clock::now();
     for (;;) {
+      if (staged->cancelled.load()) {
+        why = Error{ECANCELED, "the move was cancelled"};
+        break;
+      }
       auto got = ahead.Next();
       if (!got) {
         why = at("read from the source", got.error());
@@ -210,7 +215,11 @@ Result<uint64_t> Migration::Receive(const std::string& key, const Prep& p) {
         const auto due = t0 + std::chrono::microseconds(
                                   static_cast<int64_t>(static_cast<double>(off) * 1e6 /
                                                        static_cast<double>(rate)));
-        std::this_thread::sleep_until(due);
+        // In slices, so that a cancel is seen within 100 ms.
+        while (!staged->cancelled.load() && std::chrono::steady_clock::now() < due) {
+          std::this_thread::sleep_until(
+              std::min(due, std::chrono::steady_clock::now() + std::chrono::milliseconds(100)));
+        }
       }
     }
   }

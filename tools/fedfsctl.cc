@@ -11,6 +11,7 @@
 //   fedfsctl [--socket PATH | --config FILE] list PATH [--json]
 //   fedfsctl [--socket PATH | --config FILE] migrate PATH... --to NODE
 //            [--dry-run] [--max-rate RATE] [--json]     (tools/migrate_job.h)
+//   fedfsctl [--socket PATH | --config FILE] cancel PATH [--json]
 //   fedfsctl keygen
 //
 // The commands (their names, help and PATH argument) come from the schema's
@@ -266,6 +267,9 @@ void Print(const control::Command& cmd, const std::string& reply) {
     const auto r = Decode<control::ForgetReply>(reply);
     std::printf("%s forgotten (%llu pending record(s) dropped here)\n", r.node.c_str(),
                 static_cast<unsigned long long>(r.dropped));
+  } else if (cmd.name == control::kCancel.name) {
+    const auto r = Decode<control::CancelReply>(reply);
+    std::printf("cancelled the move of %s (at %s)\n", r.path.c_str(), r.node.c_str());
   } else if (cmd.name == control::kMetrics.name) {
     std::fputs(Decode<control::MetricsReply>(reply).text.c_str(), stdout);
   } else {

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <stop_token>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "common/path.h"
@@ -200,7 +202,19 @@ int RunMigrateJob(const MigrateJob& job) {
       bar.Draw(done, n, moved_bytes, total, f.path);
       control::Request q{std::string(control::kMigrate.name), f.path, job.to};
       q.max_rate = job.max_rate;
+      // ^C during the move cancels it (the daemon's "cancel"); the move
+      // then answers ECANCELED, unless it had committed.
+      std::jthread canceller([&job, path = f.path](std::stop_token stop) {
+        while (!stop.stop_requested()) {
+          if (g_interrupted.load()) {
+            (void)control::Ask(job.socket, {std::string(control::kCancel.name), path, ""});
+            return;
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+      });
       auto r = AskFor<control::MigrateReply>(job.socket, q, std::chrono::seconds(0));
+      canceller.request_stop();
       if (r) {
         f.from = r->from;
         f.bytes = r->bytes;

@@ -25,7 +25,8 @@ struct MigrateJob {
 // line per file ("moved P from A to B (N bytes)", or with json one JSON
 // object per line: path, from, to, bytes, error, done, files), a progress
 // bar on stderr when it is a terminal, and a summary when more than one
-// file was named or found. SIGINT stops it after the move in progress.
+// file was named or found. SIGINT cancels the move in progress (the
+// daemon's "cancel": undone unless it had committed) and stops.
 // Returns the exit code: 0 every file moved (or would be), 1 some failed
 // or the job was interrupted, 2 nothing to do was found for a path given.
 int RunMigrateJob(const MigrateJob& job);

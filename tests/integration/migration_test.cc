@@ -20,8 +20,10 @@
 // Each test owns a Cluster, which stops the daemons by pid, unmounts and
 // removes its temporary directory whatever happens.
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -365,8 +367,8 @@ TEST_F(Migration, MovesSubtreesAndSeveralPathsOneFileAtATime) {
   EXPECT_EQ(again.exit_code, 0) << again.out << again.err;
   EXPECT_NE(again.err.find("no file to move"), std::string::npos) << again.err;
 
-  // ^C during the first of three slow moves: it completes, the others are
-  // not made.
+  // ^C during the first of three slow moves: it is cancelled (undone), the
+  // others are not made.
   fs::create_directories(Root("n1") + "/slow");
   for (const char* f : {"/slow/1", "/slow/2", "/slow/3"}) {
     std::ofstream(Root("n1") + f, std::ios::binary) << std::string(3u << 20, 'x');
@@ -378,8 +380,10 @@ TEST_F(Migration, MovesSubtreesAndSeveralPathsOneFileAtATime) {
       kNoHang);
   EXPECT_EQ(cut.exit_code, 1) << cut.out << cut.err;
   EXPECT_NE(cut.err.find("interrupted: 2 file(s) not moved"), std::string::npos) << cut.err;
-  EXPECT_NE(cut.out.find("moved /slow/1 from n1 to n2"), std::string::npos) << cut.out;
-  EXPECT_TRUE(fs::exists(Root("n2") + "/slow/1"));
+  EXPECT_NE((cut.out + cut.err).find("/slow/1: the move was cancelled"), std::string::npos)
+      << cut.out << cut.err;
+  EXPECT_TRUE(fs::exists(Root("n1") + "/slow/1"));
+  EXPECT_FALSE(fs::exists(Root("n2") + "/slow/1"));
   EXPECT_TRUE(fs::exists(Root("n1") + "/slow/2"));
   EXPECT_TRUE(fs::exists(Root("n1") + "/slow/3"));
 }
@@ -413,6 +417,90 @@ TEST_F(Migration, MaxRateBoundsTheCopy) {
   EXPECT_GE(took, std::chrono::seconds(3)) << "the copy was not bounded";
   EXPECT_EQ(Holder(c_, "n3", "/d/big"), "n2");
   EXPECT_EQ(Digest(ReadFileText(Root("n2") + "/d/big")), Digest(content));
+  EXPECT_EQ(Digest(ReadFileText(Mnt("n1") + "/d/big")), Digest(content));
+}
+
+// A move in progress is cancelled by ^C of the fedfsctl that asked for it,
+// or by `fedfsctl cancel PATH` through any node: it fails with ECANCELED,
+// undone at both ends (the file stays at its node, whole, listed once), and
+// the next move of the file goes through. A cancel of no move says so.
+TEST_F(Migration, ACancelStopsAMoveInProgressAndUndoesIt) {
+  fs::create_directories(Root("n1") + "/d");
+  std::string content(16u << 20, '\0');
+  std::mt19937_64 rng(5);
+  for (char& ch : content) ch = static_cast<char>(rng());
+  { std::ofstream(Root("n1") + "/d/big", std::ios::binary) << content; }
+  ASSERT_EQ(Holder(c_, "n3", "/d/big"), "n1");
+  const CommandResult none =
+      RunCommand({FEDFS_FEDFSCTL_PATH, "--socket", c_.Socket("n3"), "cancel", "/d/big"}, kNoHang);
+  EXPECT_EQ(none.exit_code, 1) << none.out << none.err;
+  EXPECT_NE(none.err.find("no move of /d/big in progress"), std::string::npos) << none.err;
+
+  // A move copying at 2 MiB/s (8 s) is in progress once n1 counts it.
+  auto started = [&](uint64_t n) {
+    return WaitFor([&] { return c_.Ctl("n1", {"migrations"}).value("started", uint64_t{0}) >= n; },
+                   kNoHang);
+  };
+  const std::vector<std::string> migrate{FEDFS_FEDFSCTL_PATH, "--socket", c_.Socket("n3"),
+                                         "migrate", "/d/big", "--to", "n2", "--max-rate", "2M"};
+  // 1. ^C of fedfsctl migrate.
+  const std::string out = c_.dir() + "/migrate.out";
+  std::vector<char*> argv;
+  for (const std::string& a : migrate) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0) << std::strerror(errno);
+  if (pid == 0) {
+    const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0 || ::dup2(fd, 1) < 0 || ::dup2(fd, 2) < 0) ::_exit(127);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  bool exited = false;
+  const bool in_progress = started(1);
+  if (in_progress) ::kill(pid, SIGINT);
+  exited = WaitFor([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, kNoHang);
+  if (!exited) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+  }
+  ASSERT_TRUE(in_progress) << c_.Log("n1");
+  ASSERT_TRUE(exited) << "fedfsctl migrate did not end after ^C";
+  const std::string said = ReadFileText(out);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status << ": " << said;
+  EXPECT_NE(said.find("cancelled"), std::string::npos) << said;
+
+  // 2. fedfsctl cancel, through another node than the one asked.
+  CommandResult moved;
+  std::thread ask([&] { moved = RunCommand(migrate, kNoHang); });
+  const bool second = started(2);
+  const CommandResult cancel =
+      RunCommand({FEDFS_FEDFSCTL_PATH, "--socket", c_.Socket("n2"), "cancel", "/d/big"}, kNoHang);
+  ask.join();
+  ASSERT_TRUE(second) << c_.Log("n1");
+  EXPECT_EQ(cancel.exit_code, 0) << cancel.out << cancel.err;
+  EXPECT_EQ(cancel.out, "cancelled the move of /d/big (at n1)\n");
+  EXPECT_EQ(moved.exit_code, 1) << moved.out << moved.err;
+  EXPECT_NE((moved.out + moved.err).find("cancelled"), std::string::npos) << moved.out << moved.err;
+
+  // Undone at both ends: the file at n1 only, whole, listed once.
+  auto pending = [&](const std::string& id) {
+    return c_.Ctl(id, {"migrations"}).value("pending", uint64_t{99});
+  };
+  EXPECT_TRUE(WaitFor([&] { return pending("n1") == 0 && pending("n2") == 0; }, kNoHang));
+  EXPECT_EQ(c_.Ctl("n1", {"migrations"}).value("undone", uint64_t{0}), 2u);
+  EXPECT_FALSE(fs::exists(Root("n2") + "/d/big"));
+  EXPECT_EQ(Digest(ReadFileText(Root("n1") + "/d/big")), Digest(content));
+  for (const std::string& id : ids_) {
+    EXPECT_EQ(ListNames(Mnt(id) + "/d"), std::set<std::string>{"big"}) << id;
+  }
+  // The next move goes through.
+  const CommandResult again = RunCommand({FEDFS_FEDFSCTL_PATH, "--socket", c_.Socket("n3"),
+                                          "migrate", "/d/big", "--to", "n2"},
+                                         kNoHang);
+  ASSERT_EQ(again.exit_code, 0) << again.out << again.err;
+  EXPECT_EQ(Holder(c_, "n3", "/d/big"), "n2");
   EXPECT_EQ(Digest(ReadFileText(Mnt("n1") + "/d/big")), Digest(content));
 }
 

@@ -1,0 +1,89 @@
+// Cancelling a move in progress (Migration::Cancel; docs/migration.md, "By
+// hand"): the asker's node forwards the cancel to the file's node L
+// (kMigCancel naming the path), L marks the move, which fails with
+// ECANCELED at its next step before the commit, and tells T (kMigCancel
+// naming the move), whose copy stops within a chunk.
+#include <cerrno>
+#include <memory>
+#include <string>
+
+#include "common/logging.h"
+#include "common/rpc_methods.h"
+#include "dirops/kv_keys.h"
+#include "migration/migration.h"
+#include "migration/migration_internal.h"
+
+namespace fedfs::ns {
+namespace {
+
+std::shared_ptr<spdlog::logger> Log() { return Logger("migration"); }
+
+}  // namespace
+
+bool Migration::Cancelled(uint64_t id) const {
+  std::lock_guard lock(mu_);
+  return cancelled_.contains(id);
+}
+
+Status Migration::Cancel(const std::string& path) {
+  Moving m;
+  {
+    std::lock_guard lock(mu_);
+    auto it = moving_.find(path);
+    if (it == moving_.end()) return Err(ENOENT, "no move of " + path + " in progress here");
+    m = it->second;
+    cancelled_.insert(m.id);
+  }
+  Log()->info("move {} of {} to {}: cancel asked", m.id, path, m.to);
+  // T stops its copy now rather than at its end (best effort: L's next step
+  // fails the move anyway, and undoes T's side).
+  MoveMsg c;
+  c.id = m.id;
+  c.path = path;
+  c.from = node_id_;
+  if (auto s = Call(m.to, MethodId(RpcMethod::kMigCancel), EncodeMsg(c), options_.rpc_timeout);
+      !s) {
+    Log()->debug("move {} of {}: cancel at {}: {}", m.id, path, m.to, s.error().ToString());
+  }
+  return Ok();
+}
+
+Status Migration::CancelAt(const std::string& holder, const std::string& path) {
+  if (holder == node_id_) return Cancel(path);
+  MoveMsg c;
+  c.path = path;
+  c.from = node_id_;  // id 0: "the move of this path", to L
+  auto s = Call(holder, MethodId(RpcMethod::kMigCancel), EncodeMsg(c), options_.rpc_timeout);
+  if (!s) return Err(s.error());
+  return Ok();
+}
+
+void Migration::OnCancel(m2m::IncomingCall call, m2m::Responder r) {
+  auto m = DecodeMsg(call.payload);
+  if (m && (m->path.empty() || m->from.empty())) m = Err(EPROTO, "no path or no sender");
+  if (!m) {
+    Log()->warn("refused kMigCancel from {}: {}", call.peer.remote_addr, m.error().ToString());
+    return r.Fail(Error{EPROTO, m.error().context});
+  }
+  if (m->id != 0) {
+    // T: the copy of that move from that node, if it is being received.
+    std::shared_ptr<Staged> staged;
+    {
+      std::lock_guard lock(mu_);
+      if (auto it = staged_.find(kvkeys::MigrationKey(false, m->from, m->id)); it != staged_.end()) {
+        staged = it->second;
+      }
+    }
+    if (staged == nullptr) return r.Fail(Error{ENOENT, "no copy of that move here"});
+    staged->cancelled.store(true);
+    return r.Reply(EncodeMsg(MoveMsg{}));
+  }
+  // L: Cancel calls T, so not on the transport's thread.
+  auto shared = std::make_shared<m2m::Responder>(std::move(r));
+  Spawn([this, path = m->path, shared] {
+    if (auto s = Cancel(path); !s) return shared->Fail(s.error());
+    shared->Reply(EncodeMsg(MoveMsg{}));
+  });
+}
+
+}  // namespace fedfs::ns
