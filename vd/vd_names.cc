@@ -180,13 +180,12 @@ auto VdService::Impl::Core::OnGetName(m2m::IncomingCall call, m2m::Responder res
   const bool names = req->names && req->sharer.has_value();
   auto recorded = std::make_shared<bool>(!req->names);
   // A whole sharer whose copy went stale, looking names up in a directory
-  // that has stopped changing, or that so few nodes hold whole that its
-  // changes reach them as deltas: the whole VD, so that its next lookups
-  // there need no message (and its kernel may cache them).
+  // that has stopped changing: the whole VD, so that its next lookups there
+  // need no message (and its kernel may cache them) until the next change.
   bool whole = false;
   if (req->sharer && !req->names && !uncached) {
     std::lock_guard lock(mu_);
-    whole = WholeAnswerLocked(req->path, req->from, view->epoch);
+    whole = QuietLocked(req->path, view->epoch);
   }
   ServeGet(
       req->path, req->from, std::move(req->sharer), req->notify,
@@ -204,33 +203,15 @@ auto VdService::Impl::Core::OnGetName(m2m::IncomingCall call, m2m::Responder res
       names, recorded);
 }
 
-auto VdService::Impl::Core::WholeAnswerLocked(const std::string& path, const std::string& from,
-                                              uint64_t epoch) const -> bool {
+auto VdService::Impl::Core::QuietLocked(const std::string& path, uint64_t epoch) const -> bool {
   auto it = resident_.find(path);
   if (closed_ || it == resident_.end() || lent_.contains(path) || rounds_.contains(path)) {
     return false;
   }
   const VirtualDirectory& vd = *it->second.snap.vd;
-  if (vd.epoch != epoch || vd.entries.size() > options_.whole_max_entries) return false;
-  if (it->second.changed == std::chrono::steady_clock::time_point{} ||
-      it->second.changed + options_.quiet_after <= SteadyNow()) {
-    return true;
-  }
-  // Busy, but its next changes would reach `from` as deltas: with it, at
-  // most max_delta_sharers sharers not names-only (the bound the change
-  // applies, UpdateOne). Without it a node whose copy went stale in a busy
-  // directory asked by name for every lookup until the directory went
-  // quiet. A directory that more nodes read stays one name per lookup.
-  // Nor while its last change reached more (each change would then hand
-  // out whole copies again, to sharers bumped at the next).
-  if (!options_.deltas || it->second.last_sharers > options_.max_delta_sharers) return false;
-  size_t others = 0;
-  if (auto sh = sharers_.find(path); sh != sharers_.end()) {
-    others = static_cast<size_t>(std::ranges::count_if(sh->second, [&](const SharerRec& r) {
-      return r.node != from && r.has_slot && !r.names_only;
-    }));
-  }
-  return others < options_.max_delta_sharers;
+  return vd.epoch == epoch && vd.entries.size() <= options_.whole_max_entries &&
+         (it->second.changed == std::chrono::steady_clock::time_point{} ||
+          it->second.changed + options_.quiet_after <= SteadyNow());
 }
 
 auto VdService::Impl::Core::ServeLookupGet(PathRequestData req, m2m::Responder responder,

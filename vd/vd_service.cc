@@ -604,7 +604,6 @@ auto VdService::Impl::Core::ServeUpdate(const std::string& path, std::vector<VdC
       // when they are few.
       const auto whole = static_cast<size_t>(std::ranges::count_if(
           targets, [](const SharerRec& t) { return t.has_slot && !t.names_only; }));
-      if (it != resident_.end()) it->second.last_sharers = whole;
       if (it != resident_.end() && !broadcast && options_.deltas && whole > 0 &&
           whole <= options_.max_delta_sharers) {
         delta = DeltaOf(it->second.snap, o.prev_version, changes);

@@ -122,8 +122,7 @@ struct VdServiceOptions {
   // A manager answers a name lookup of a whole sharer (a node whose copy
   // went stale) with the whole VD once the VD has not changed for this long
   // and has at most whole_max_entries entries: its next lookups there need
-  // no message (docs/namespace.md, "Quiet again"). 0: at once. With
-  // deltas, also before, while few nodes share it (max_delta_sharers).
+  // no message (docs/namespace.md, "Quiet again"). 0: at once.
   std::chrono::milliseconds quiet_after{250};
   // A lookup that finds no copy here asks for the whole VD, but a manager
   // answers it for the name only (and records the node for names only) when

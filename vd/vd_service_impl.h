@@ -224,14 +224,11 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
   // then costs its manager no bump for them; each lookup costs one small
   // request, as a stale copy would anyway.
   bool Churning(const std::string& path, bool stale);
-  // Manager side: VD(path) is resident in this epoch, not lent, in no
-  // round, has at most whole_max_entries entries, and has not changed for
-  // quiet_after or has fewer sharers (not names-only) than
-  // max_delta_sharers besides `from` (its changes would reach `from` as
-  // deltas): a name lookup of a whole sharer there is answered with the
-  // whole VD (OnGetName; docs/namespace.md, "Quiet again").
-  bool WholeAnswerLocked(const std::string& path, const std::string& from,
-                         uint64_t epoch) const;
+  // Manager side: VD(path) is resident in this epoch, not lent, has at most
+  // whole_max_entries entries and has not changed for quiet_after: a name
+  // lookup of a whole sharer there is answered with the whole VD
+  // (OnGetName; docs/namespace.md, "Quiet again").
+  bool QuietLocked(const std::string& path, uint64_t epoch) const;
   // One kNsVdGetName of `name` that records no sharer; the answer is not kept.
   // `have`: the holders of this node's stale copy (not sent back if unchanged).
   void GetUnrecorded(const std::string& path, const std::string& name, bool coherent,
@@ -284,12 +281,8 @@ class VdService::Impl::Core : public std::enable_shared_from_this<Core> {
     std::string streak_node;
     uint32_t streak = 0;
     // When a change was last applied (SteadyNow; unset: none since it was
-    // built). A VD unchanged for options_.quiet_after is quiet (WholeAnswerLocked).
+    // built). A VD unchanged for options_.quiet_after is quiet (QuietLocked).
     std::chrono::steady_clock::time_point changed{};
-    // The sharers (not names-only) its last change reached: a directory
-    // that more than max_delta_sharers read whole is not answered whole by
-    // a busy name lookup (WholeAnswerLocked).
-    size_t last_sharers = 0;
   };
 
   // One dirmerge in flight.

@@ -3,7 +3,6 @@
 // DirTable::ApplyDelta).
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
@@ -157,69 +156,6 @@ TEST(DirTable, ManyWholeSharersAreBumpedNotSentDeltas) {
   f.fs(4).AddFile(p + "/z");
   ASSERT_TRUE(f.Update(4, p, Add("n4", "z")));
   EXPECT_EQ(f.svc(0).stats().deltas_sent, 2u);
-}
-
-// A node whose copy went stale in a directory that keeps changing is
-// answered its next name lookup with the whole VD when the directory's last
-// change reached at most max_delta_sharers sharers and fewer than that hold
-// it now: its later changes reach that node as deltas, so its lookups there
-// need no message (docs/namespace.md, "Quiet again"). Past the bound, one
-// name, as before.
-TEST(DirTable, AStaleSharerOfABusyDirectoryIsAnsweredWholeWhileDeltasWouldReachIt) {
-  VdServiceOptions o;
-  o.max_delta_sharers = 2;
-  o.lend_after = 0;
-  o.churn_gap = std::chrono::milliseconds(0);
-  o.quiet_after = std::chrono::milliseconds(600000);  // never quiet here
-  Federation f(5, o);
-  const std::string p = PathManagedBy(f, "n0");
-  Populate(f, p);
-  const uint16_t get_name = MethodId(RpcMethod::kNsVdGetName);
-  auto lookup = [&](int i, const std::string& name) {
-    std::optional<Result<VdPtr>> out;
-    f.svc(i).GetName(p, name, [&](Result<VdPtr> r) { out = std::move(r); });
-    f.net().RunUntilIdle();
-    EXPECT_TRUE(out.has_value());
-    return out ? std::move(*out) : Result<VdPtr>(Err(EIO, "never completed"));
-  };
-  for (int i : {1, 2, 3}) ASSERT_TRUE(f.Get(i, p));
-  f.fs(4).AddFile(p + "/x");
-  ASSERT_TRUE(f.Update(4, p, Add("n4", "x")));  // three whole sharers: bumped
-  EXPECT_EQ(f.svc(0).stats().invalidations_sent, 3u);
-  // The change reached more than 2: one name per lookup.
-  ASSERT_TRUE(lookup(1, "x"));
-  f.net().ResetStats();
-  ASSERT_TRUE(lookup(1, "f1"));
-  EXPECT_EQ(f.Requests(get_name), 1u);
-  f.fs(4).AddFile(p + "/y");
-  ASSERT_TRUE(f.Update(4, p, Add("n4", "y")));  // reached n1 only
-  // n1 and n2: whole again (then 0 and 1 other sharer).
-  for (int i : {1, 2}) {
-    auto vd = lookup(i, "y");
-    ASSERT_TRUE(vd) << i;
-    ASSERT_NE((*vd)->Find("y"), nullptr) << i;
-    f.net().ResetStats();
-    ASSERT_TRUE(lookup(i, "f2"));
-    ASSERT_TRUE(lookup(i, "absent"));
-    EXPECT_EQ(f.net().TotalStats().messages_sent, 0u) << i;  // from its whole copy
-  }
-  // The next change reaches n1 and n2 as deltas; n3's copy stays stale.
-  const uint64_t sent = f.svc(0).stats().deltas_sent;
-  f.fs(4).AddFile(p + "/z");
-  ASSERT_TRUE(f.Update(4, p, Add("n4", "z")));
-  EXPECT_EQ(f.svc(0).stats().deltas_sent, sent + 2);
-  for (int i : {1, 2}) {
-    f.net().ResetStats();
-    auto vd = lookup(i, "z");
-    ASSERT_TRUE(vd) << i;
-    EXPECT_NE((*vd)->Find("z"), nullptr) << i;
-    EXPECT_EQ(f.net().TotalStats().messages_sent, 0u) << i;
-  }
-  // n3: two sharers already, answered one name (its copy stays stale).
-  f.net().ResetStats();
-  ASSERT_TRUE(lookup(3, "z"));
-  ASSERT_TRUE(lookup(3, "f1"));
-  EXPECT_EQ(f.Requests(get_name), 2u);
 }
 
 }  // namespace
