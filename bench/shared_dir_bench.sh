@@ -67,6 +67,10 @@
 #      TARGETS="native mergerfs glusterfs fedfs",
 #      BUILD=<fedfsd build dir> (default build-bench, like bench/fs_bench.sh),
 #      KEEP=1 keeps the work directory, STEP_TIMEOUT=600 (s) bounds each process,
+#      METRICS_DIR=<dir> (existing): each FedFS node's metrics (fedfsctl
+#      metrics) before and after every phase, in <dir>/<target>-<variant>-
+#      <phase>-<iteration>-{before,after}-n<i>.txt (directory-table hits,
+#      stale lookups, deltas, calls per peer...),
 #      STORE=loop (default: every target's files -- bricks, branches, export
 #      roots -- on a fresh ext4 with a journal made for the run on a loop
 #      device; see bench_begin in bench/lib.sh) or STORE=dir (a plain
@@ -193,6 +197,19 @@ switches() {
   echo "$s"
 }
 
+# dump_metrics <when>: with METRICS_DIR, each FedFS node's metrics now, in
+# $METRICS_DIR/$CELL-<when>-n<i>.txt.
+CELL=
+TARGET=
+dump_metrics() {
+  [ -n "${METRICS_DIR:-}" ] && [ -n "${FEDFS_DIR:-}" ] || return 0
+  local f
+  for f in "$FEDFS_DIR"/n*.sock; do
+    [ -S "$f" ] || continue
+    "$FEDFSCTL" -s "$f" metrics >"$METRICS_DIR/$CELL-$1-$(basename "$f" .sock).txt" 2>/dev/null || true
+  done
+}
+
 # run_phase <variant> <phase> <iteration>: the N processes of one phase,
 # released together; PHASE_VAL = their ops/s, PHASE_WAKES = the servers'
 # context switches per operation (empty without SERVER_PIDS), PHASE_WHY =
@@ -221,6 +238,8 @@ run_phase() {
     sleep 0.01
   done
   local sw0
+  CELL="$TARGET-$v-$ph-$it"
+  dump_metrics before
   sw0=$(switches)
   exec 9>&-  # go (or, when some did not get ready, the others stop waiting)
   local rc=0 r
@@ -232,6 +251,7 @@ run_phase() {
   WORKERS=()
   local sw1
   sw1=$(switches)
+  dump_metrics after
   if [ ${#SERVER_PIDS[@]} -gt 0 ]; then
     PHASE_WAKES=$(awk -v d=$((sw1 - sw0)) -v n=$((N * FILES)) 'BEGIN { printf "%.1f\n", d / n }')
   fi
@@ -251,6 +271,7 @@ run_phase() {
 # measure_iter <target> <iteration>: both variants, every phase, into RUNS.
 measure_iter() {
   local t=$1 it=$2 v ph i failed
+  TARGET=$t
   for v in "${VARIANTS[@]}"; do
     log "$t: $v directory, $N processes x $FILES files, iteration $it of $ITER"
     failed=
