@@ -303,8 +303,8 @@ TEST_F(Migration, BadRequestsAreRefusedWithTheirReason) {
 // fedfsctl migrate PATH... walks the directories among its paths and moves
 // every regular file below them that is not on the target yet, one at a
 // time, with a line per file (--json: an object per line and a summary);
-// --dry-run moves nothing; a ^C (SIGINT) stops it after the move in
-// progress, which completes.
+// --dry-run moves nothing; a ^C (SIGINT) cancels the move in progress and
+// stops.
 TEST_F(Migration, MovesSubtreesAndSeveralPathsOneFileAtATime) {
   for (const char* d : {"/t/sub/deeper"}) fs::create_directories(Root("n1") + d);
   fs::create_directories(Root("n2") + "/t/sub");
@@ -373,6 +373,11 @@ TEST_F(Migration, MovesSubtreesAndSeveralPathsOneFileAtATime) {
   for (const char* f : {"/slow/1", "/slow/2", "/slow/3"}) {
     std::ofstream(Root("n1") + f, std::ios::binary) << std::string(3u << 20, 'x');
   }
+  // Made by a local program: n3's copy of / (kept valid by deltas) shows
+  // it once n1's watcher reported it (docs/namespace.md, "Autonomy").
+  ASSERT_TRUE(WaitFor(
+      [&] { return ListNames(Mnt("n3") + "/slow") == std::set<std::string>{"1", "2", "3"}; },
+      kNoHang));
   const CommandResult cut = RunCommand(
       {"sh", "-c",
        std::string(FEDFS_FEDFSCTL_PATH) + " --socket " + c_.Socket("n3") +
