@@ -117,39 +117,34 @@ void ControlServer::Stop() {
 
 void ControlServer::Run() {
   for (;;) {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) {
+    // Finished clients' threads are joined first. At the bound, no accept:
+    // a new client waits in the socket's backlog until one ends.
+    std::erase_if(clients_, [](Client& cl) {
+      if (!cl.done->load()) return false;
+      cl.thread.join();
+      return true;
+    });
+    const bool full = clients_.size() >= kMaxClients;
+    pollfd fds[2] = {{listen_fd_, static_cast<short>(full ? 0 : POLLIN), 0},
+                     {stop_fd_, POLLIN, 0}};
+    if (::poll(fds, 2, full ? 20 : -1) < 0) {
       if (errno == EINTR) continue;
       Logger("control")->error("poll: {}", std::strerror(errno));
-      return;
+      break;
     }
     if (fds[1].revents) break;
-    if (fds[0].revents & POLLIN) {
-      const int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (c < 0) continue;
-      // Finished clients' threads are joined first.
-      std::erase_if(clients_, [](Client& cl) {
-        if (!cl.done->load()) return false;
-        cl.thread.join();
-        return true;
-      });
-      if (clients_.size() >= kMaxClients) {
-        SendAll(c, ErrorReply("busy: " + std::to_string(kMaxClients) +
-                              " control requests in progress; try again") +
-                       "\n");
-        ::close(c);
-        continue;
-      }
-      auto done = std::make_shared<std::atomic<bool>>(false);
-      Client cl{std::thread([this, c, done] {
-                  Serve(c);
-                  ::close(c);
-                  done->store(true);
-                }),
-                done};
-      NameThread(cl.thread, "control-c");
-      clients_.push_back(std::move(cl));
-    }
+    if (full || !(fds[0].revents & POLLIN)) continue;
+    const int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (c < 0) continue;
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    Client cl{std::thread([this, c, done] {
+                Serve(c);
+                ::close(c);
+                done->store(true);
+              }),
+              done};
+    NameThread(cl.thread, "control-c");
+    clients_.push_back(std::move(cl));
   }
   // The stop wakes every client's poll too; a handler in progress ends first.
   for (Client& cl : clients_) cl.thread.join();

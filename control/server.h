@@ -13,7 +13,7 @@
 // thread per connection that serves it (a client idle for 5 s is dropped),
 // at most kMaxClients at once: a long request (a migrate, a rebalance) does
 // not hold up another client's status or its cancel. A connection past the
-// bound is answered {"error":"busy: ..."} and closed. The dispatcher's
+// bound waits in the socket's backlog until one ends. The dispatcher's
 // handlers run on the connections' threads, concurrently.
 #pragma once
 
