@@ -9,16 +9,23 @@ void RegisterMigrationControl(
     std::function<Result<std::vector<std::string>>(const std::string& path)> where,
     std::function<RoomCounts()> room, Migration::RebalanceOptions rebalance,
     std::string node_id) {
-  auto move = [migration, where](
-                  const control::Request& q, bool dry_run) -> Result<control::MigrateReply> {
+  // The one node holding file `path`, or why not.
+  auto holder_of = [migration, where = std::move(where)](
+                       const std::string& path) -> Result<std::string> {
     if (migration == nullptr) return Err(ENOTSUP, "file moves are off on this node");
-    auto holders = where(q.path);
-    if (!holders) return Err(holders.error().code, q.path + ": " + holders.error().ToString());
+    auto holders = where(path);
+    if (!holders) return Err(holders.error().code, path + ": " + holders.error().ToString());
     if (holders->size() != 1) {
-      return Err(EISDIR, q.path + ": a directory (held by " + std::to_string(holders->size()) +
+      return Err(EISDIR, path + ": a directory (held by " + std::to_string(holders->size()) +
                              " nodes); only files are moved");
     }
-    auto o = migration->MoveAt(holders->front(), q.path, q.node, MoveTrigger::kManual, dry_run,
+    return holders->front();
+  };
+  auto move = [migration, holder_of](const control::Request& q,
+                                     bool dry_run) -> Result<control::MigrateReply> {
+    auto holder = holder_of(q.path);
+    if (!holder) return Err(holder.error());
+    auto o = migration->MoveAt(*holder, q.path, q.node, MoveTrigger::kManual, dry_run,
                                q.max_rate);
     if (!o) return Err(o.error().code, q.path + ": " + o.error().ToString());
     control::MigrateReply r;
@@ -36,15 +43,13 @@ void RegisterMigrationControl(
     static_cast<control::MigrateReply&>(p) = std::move(*r);
     return p;
   });
-  dispatcher.Register([migration, where](const control::Request& q) -> Result<control::CancelReply> {
-    if (migration == nullptr) return Err(ENOTSUP, "file moves are off on this node");
-    auto holders = where(q.path);
-    if (!holders) return Err(holders.error().code, q.path + ": " + holders.error().ToString());
-    if (holders->size() != 1) return Err(EISDIR, q.path + ": a directory; only files are moved");
-    if (auto s = migration->CancelAt(holders->front(), q.path); !s) {
+  dispatcher.Register([migration, holder_of](const control::Request& q) -> Result<control::CancelReply> {
+    auto holder = holder_of(q.path);
+    if (!holder) return Err(holder.error());
+    if (auto s = migration->CancelAt(*holder, q.path); !s) {
       return Err(s.error().code, q.path + ": " + s.error().ToString());
     }
-    return control::CancelReply{q.path, holders->front()};
+    return control::CancelReply{q.path, *holder};
   });
   dispatcher.Register([migration, room = std::move(room), node_id = std::move(node_id)](
                           const control::Request&) -> Result<control::MigrationsReply> {
