@@ -42,9 +42,9 @@
 #              TARGETS; name it to compare)
 #   fedfs-nodefer  fedfs with `fuse: {deferred_open: false}`: every open
 #              asks the file's node (not in the default TARGETS)
-#   fedfs-nodelta  fedfs with `directory_table: {deltas: false}`: a change
-#              drops the other nodes' copies of the directory rather than
-#              patching them (not in the default TARGETS)
+#   fedfs-delta  fedfs with `directory_table: {deltas: true}`: a change
+#              patches the other nodes' copies of the directory rather than
+#              dropping them; not linearizable (not in the default TARGETS)
 # Prints a table: one row per variant and phase, ops/s per target, and the
 # ratios fedfs/glusterfs and fedfs/mergerfs; then every iteration's value;
 # then the FUSE servers' wake-ups per operation: the voluntary context
@@ -160,10 +160,10 @@ setup_fedfs-2rt() { FEDFS_EXTRA="directory_table: {add_new: false}" setup_fedfs;
 # (fuse.deferred_open: false), as before docs/namespace.md's "Opens without
 # a round trip".
 setup_fedfs-nodefer() { FEDFS_EXTRA="fuse: {deferred_open: false}" setup_fedfs; }
-# fedfs-nodelta: fedfs with changes reaching other nodes' copies of a
-# directory as invalidations (directory_table.deltas: false), as before
-# docs/namespace.md's "Changes as deltas".
-setup_fedfs-nodelta() { FEDFS_EXTRA="directory_table: {deltas: false}" setup_fedfs; }
+# fedfs-delta: fedfs with changes reaching other nodes' copies of a
+# directory as deltas (directory_table.deltas: true; docs/namespace.md,
+# "Changes as deltas").
+setup_fedfs-delta() { FEDFS_EXTRA="directory_table: {deltas: true}" setup_fedfs; }
 
 # ---- measurements -----------------------------------------------------------------
 PHASES=(create stat open remove)

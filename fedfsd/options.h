@@ -111,7 +111,7 @@ struct DirectoryTableConfig {
   bool add_new = true;
   // Changes reach sharers' whole copies as deltas (docs/namespace.md,
   // "Changes as deltas"); false: as invalidations.
-  bool deltas = true;
+  bool deltas = false;
 };
 
 // Multi-node directory rename and rmdir (docs/faults.md, "Directory

@@ -221,6 +221,15 @@ void DirTable::Install(const Ticket& t, VdPtr vd, uint64_t epoch) {
   if (t.slot >= slots_.size()) return;
   Slot& slot = slots_[t.slot];
   if (slot.path != t.path || slot.generation != t.generation) return;  // reused since
+  if (ValidLocked(slot, t.slot) && slot.vd->epoch == vd->epoch &&
+      slot.vd->version > vd->version) {
+    // The slot's copy stayed valid while this answer was on its way (a
+    // lookup under the other kernel key, or during an own change) and took
+    // deltas past it: the answer is older than what this node was told.
+    // Kept as it is (a lookup under the answer's key asks again).
+    slot.referenced = true;
+    return;
+  }
   bytes_ -= slot.bytes + slot.names.size() * kNamedBytes;
   slot.names.clear();  // the whole copy answers every name
   slot.bytes = SizeOf(*vd);
@@ -252,7 +261,7 @@ void DirTable::Patch(const std::string& path, uint64_t prev_version, uint64_t vd
   if (it == index_.end()) return;
   const size_t s = it->second;
   Slot& slot = slots_[s];
-  if (ValidLocked(slot, s) && vd_version != 0 && slot.vd->version == vd_version) {
+  if (ValidLocked(slot, s) && vd_version != 0 && slot.vd->version >= vd_version) {
     DrainAfterOwnLocked(s);
     return;  // fetched since, with the change in it
   }
@@ -343,21 +352,29 @@ void DirTable::ApplyQueuedLocked(size_t s, uint64_t ticket_word) {
   Slot& slot = slots_[s];
   std::vector<Queued> queued = std::move(slot.queued);
   slot.queued.clear();
+  if (queued.empty()) return;
   const uint64_t now = LoadWord(s);
-  if (now == ticket_word || queued.empty()) return;
   // Valid only if every bump since the ticket was a queued delta's.
   const auto ours = static_cast<uint64_t>(std::ranges::count_if(
       queued, [&](const Queued& q) { return q.bumped > ticket_word; }));
   if (now - ticket_word != ours) return;  // born stale
   std::ranges::sort(queued, {}, &Queued::version);
   uint64_t v = slot.vd->version;
+  // Deltas behind this node's own change (not bumped) that do not follow
+  // the copy wait for its reply (Patch, DrainAfterOwnLocked), as before.
+  std::vector<Queued> later;
   for (Queued& q : queued) {
     if (q.epoch != slot.vd->epoch || q.version <= v) continue;  // in the copy already
-    if (q.prev_version != v) return;  // a change between: born stale
+    if (q.prev_version != v || !later.empty()) {
+      if (q.bumped != 0) return;  // a change between: born stale
+      later.push_back(std::move(q));
+      continue;
+    }
     PatchCopyLocked(slot, q.version, q.keys, std::move(q.fresh), std::move(q.holders));
     v = q.version;
     ++stats_.deltas_applied;
   }
+  slot.queued = std::move(later);
   slot.expected = now;
   slot.stale_seen = now;
 }
@@ -374,6 +391,10 @@ bool DirTable::ApplyDelta(const std::string& path, uint64_t epoch, uint64_t prev
     BumpLocked(s);
     ++stats_.deltas_refused;
     return false;
+  }
+  if (ValidLocked(slot, s) && slot.vd->epoch == epoch && slot.vd->version >= vd_version) {
+    ++slot.unused_deltas;
+    return true;  // in the copy already (fetched after the change)
   }
   if (!ValidLocked(slot, s) && slot.queued.size() < kMaxQueuedDeltas) {
     // No valid copy: a fetch may be on its way, served before this change

@@ -82,7 +82,9 @@ class DirTable {
   // A miss: the slot for `path` (its own if it has one, else a CLOCK victim).
   Ticket Reserve(const std::string& path);
   // Keeps `vd` in the ticket's slot, unless the slot was taken by another path
-  // since. If the word moved since the ticket, the entry is born stale.
+  // since. If the word moved since the ticket, the entry is born stale. A
+  // valid copy there that deltas took past `vd`'s version (the answer left
+  // the manager before them) is kept instead.
   void Install(const Ticket& ticket, VdPtr vd, uint64_t epoch);
 
   // A hit for one name: the whole copy if valid (as Find), else the entry of
@@ -128,7 +130,8 @@ class DirTable {
   // deltas. Without a valid copy (a fetch may be on its way) it is queued,
   // up to kMaxQueuedDeltas, and the slot bumped: the next whole Install
   // applies the queue past its version and is valid if no other bump came
-  // since its ticket. Else the copy is invalidated as a bump would. True:
+  // since its ticket. A valid copy at `vd_version` or later has it already.
+  // Else the copy is invalidated as a bump would. True:
   // kept (the manager keeps this node recorded, and tells it the next
   // change the same way).
   bool ApplyDelta(const std::string& path, uint64_t epoch, uint64_t prev_version,

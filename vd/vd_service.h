@@ -138,7 +138,7 @@ struct VdServiceOptions {
   // delta they apply (kNsDtInval with its `patch`), keeping their copies
   // valid, rather than as a bump that drops them (docs/namespace.md,
   // "Changes as deltas"). Only the manager reads it.
-  bool deltas = true;
+  bool deltas = false;
   // Deltas go only to directories with at most this many whole sharers: a
   // change of a directory that more nodes hold whole goes as bumps, which
   // turn busy readers to names-only lookups (a delta per sharer per change

@@ -3,11 +3,14 @@
 // DirTable::ApplyDelta).
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "common/rpc_methods.h"
+#include "vd/dir_table.h"
 #include "vd/vd_service.h"
 #include "vd_federation.h"
 
@@ -22,7 +25,7 @@ using namespace vd_test;
 // the next one. A copy left unread for DirTable::kMaxUnusedDeltas deltas
 // is dropped, and its node forgotten.
 TEST(DirTable, SharersApplyChangesAsDeltasBeforeTheAcknowledgement) {
-  Federation f(5);
+  Federation f(5, Deltas());
   const std::string p = PathManagedBy(f, "n0");
   Populate(f, p);
   for (int i : {1, 2, 3}) ASSERT_TRUE(f.Get(i, p));
@@ -74,7 +77,7 @@ TEST(DirTable, SharersApplyChangesAsDeltasBeforeTheAcknowledgement) {
 // kept for the next fetch, up to DirTable::kMaxQueuedDeltas; past that the
 // node is dropped. Either way its next fetch sees every change.
 TEST(DirTable, ADeltaThatFindsNoValidCopyIsQueuedThenRefused) {
-  Federation f(3);
+  Federation f(3, Deltas());
   const std::string p = PathManagedBy(f, "n0");
   Populate(f, p);
   ASSERT_TRUE(f.Get(1, p));
@@ -108,7 +111,7 @@ TEST(DirTable, ADeltaThatFindsNoValidCopyIsQueuedThenRefused) {
 // A change while a node's fetch is on its way (its delta queued, or in the
 // VD fetched): the node sees it after.
 TEST(DirTable, AChangeDuringAFetchIsSeenAfterIt) {
-  Federation f(3);
+  Federation f(3, Deltas());
   const std::string p = PathManagedBy(f, "n0");
   Populate(f, p);
   ASSERT_TRUE(f.Get(1, p));
@@ -130,7 +133,7 @@ TEST(DirTable, AChangeDuringAFetchIsSeenAfterIt) {
 // go as bumps (each sharer then asks again, by name when it keeps changing),
 // not as a delta to every sharer.
 TEST(DirTable, ManyWholeSharersAreBumpedNotSentDeltas) {
-  VdServiceOptions o;
+  VdServiceOptions o = Deltas();
   o.max_delta_sharers = 2;
   Federation f(5, o);
   const std::string p = PathManagedBy(f, "n0");
@@ -156,6 +159,87 @@ TEST(DirTable, ManyWholeSharersAreBumpedNotSentDeltas) {
   f.fs(4).AddFile(p + "/z");
   ASSERT_TRUE(f.Update(4, p, Add("n4", "z")));
   EXPECT_EQ(f.svc(0).stats().deltas_sent, 2u);
+}
+
+// The table alone (no manager): a copy `version` of `names`, membership
+// epoch 1, and the delta that adds `name`.
+DirTable::VdPtr CopyOf(uint64_t version, const std::vector<std::string>& names) {
+  auto vd = std::make_shared<VirtualDirectory>();
+  vd->path = "/d";
+  vd->version = version;
+  vd->epoch = 1;
+  vd->holders = {"n0"};
+  for (const auto& n : names) vd->entries.Put(VdEntry{.name = n, .type = 8, .holders = {"n0"}});
+  return vd;
+}
+bool AddDelta(DirTable& dt, uint64_t prev, uint64_t version, const std::string& name) {
+  return dt.ApplyDelta("/d", 1, prev, version, {name},
+                       {VdEntry{.name = name, .type = 8, .holders = {"n0"}}}, {"n0"});
+}
+std::set<std::string> Names(const DirTable::VdPtr& vd) {
+  std::set<std::string> out;
+  for (const auto& e : vd->entries) out.insert(e.name);
+  return out;
+}
+
+// A fetch while the slot holds a valid copy (a lookup under the other
+// kernel key, or during this node's own change) whose answer left the
+// manager before a change that then reached the copy as a delta: the older
+// answer must not replace the patched copy as valid (the history test saw
+// a listing miss a rename for good).
+TEST(DirTable, AnAnswerOlderThanADeltaAppliedMeanwhileIsNotKeptValid) {
+  auto dt = DirTable::Create({}, nullptr);
+  ASSERT_TRUE(dt);
+  (*dt)->Install((*dt)->Reserve("/d"), CopyOf(1, {"a"}), 1);
+  const DirTable::Ticket t = (*dt)->Reserve("/d");  // refetched under key 2
+  ASSERT_TRUE(AddDelta(**dt, 1, 2, "b"));
+  (*dt)->Install(t, CopyOf(1, {"a"}), 2);
+  for (uint64_t key : {1, 2}) {
+    if (auto vd = (*dt)->Find("/d", key)) {
+      EXPECT_EQ(Names(vd).count("b"), 1u) << key;
+    }
+  }
+  // A delta that the answer already holds keeps the copy.
+  const DirTable::Ticket t2 = (*dt)->Reserve("/d");
+  (*dt)->Install(t2, CopyOf(3, {"a", "b", "c"}), 1);
+  EXPECT_TRUE(AddDelta(**dt, 2, 3, "c"));
+  auto vd = (*dt)->Find("/d", 1);
+  ASSERT_TRUE(vd);
+  EXPECT_EQ(vd->version, 3u);
+}
+
+// A delta for a change after this node's own change arrives while a
+// lookup's fetch is on its way (lookups ask the manager during an own
+// change): kept for the own change's reply, not lost to the fetch.
+TEST(DirTable, ADeltaKeptForAnOwnChangeSurvivesAFetchInstalledMeanwhile) {
+  auto dt = DirTable::Create({}, nullptr);
+  ASSERT_TRUE(dt);
+  (*dt)->Install((*dt)->Reserve("/d"), CopyOf(1, {"a"}), 1);
+  (*dt)->BeginOwnChange("/d");                       // adds "b": 1 -> 2
+  const DirTable::Ticket t = (*dt)->Reserve("/d");   // a lookup meanwhile
+  ASSERT_TRUE(AddDelta(**dt, 2, 3, "c"));            // another node's, after it
+  (*dt)->Install(t, CopyOf(2, {"a", "b"}), 1);       // served after the own change
+  (*dt)->Patch("/d", 1, 2, {"b"}, {VdEntry{.name = "b", .type = 8, .holders = {"n0"}}},
+               std::nullopt, true);
+  (*dt)->EndOwnChange("/d");
+  auto vd = (*dt)->Find("/d", 1);
+  if (vd) {
+    EXPECT_EQ(Names(vd), (std::set<std::string>{"a", "b", "c"}));
+  }
+  // Served before the own change instead: the delta still follows it.
+  auto dt2 = DirTable::Create({}, nullptr);
+  ASSERT_TRUE(dt2);
+  (*dt2)->Install((*dt2)->Reserve("/d"), CopyOf(1, {"a"}), 1);
+  (*dt2)->BeginOwnChange("/d");
+  const DirTable::Ticket t2 = (*dt2)->Reserve("/d");
+  ASSERT_TRUE(AddDelta(**dt2, 2, 3, "c"));
+  (*dt2)->Install(t2, CopyOf(1, {"a"}), 1);
+  (*dt2)->Patch("/d", 1, 2, {"b"}, {VdEntry{.name = "b", .type = 8, .holders = {"n0"}}},
+                std::nullopt, true);
+  (*dt2)->EndOwnChange("/d");
+  vd = (*dt2)->Find("/d", 1);
+  ASSERT_TRUE(vd);  // patched, then the queued delta applied
+  EXPECT_EQ(Names(vd), (std::set<std::string>{"a", "b", "c"}));
 }
 
 }  // namespace

@@ -163,7 +163,7 @@ TEST(Leases, TheHoldersKernelDropsItsNamesBeforeGivingTheLeaseBack) {
 // Two nodes changing one directory in turn: no lease is granted (each
 // change drops the other's copy, and the one in a row resets).
 TEST(Leases, NotLentWhileAnotherNodeUsesTheDirectory) {
-  Federation f(3, LendAfter(2));
+  Federation f(3, Deltas(LendAfter(2)));
   const std::string p = PathManagedBy(f, "n0");
   Populate(f, p);
   for (int i = 0; i < 10; ++i) {
