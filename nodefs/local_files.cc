@@ -226,13 +226,13 @@ Status LocalNodeFs::Release(Handle h) {
     if (in != inodes_.end() && --in->second.handles == 0) {
       dropped.swap(in->second.owners);
       inodes_.erase(in);
-      last = true;
+      // The last handle of a file whose move ended: its gate goes
+      // (move_support.h). One released while the move goes on leaves the
+      // gate to the move (thawed_).
+      last = thawed_.erase(InodeKey{f->dev, f->ino}) != 0;
     }
   }
-  // The last handle of a file that moved away: its gate goes (move_support.h).
-  if (last && gate_.Any() && gate_.StateOf({f->dev, f->ino}) == MoveGate::State::kMoved) {
-    DropGate({f->dev, f->ino});
-  }
+  if (last) DropGate({f->dev, f->ino});
   return Ok();  // f and the dropped lock descriptions close here, unlocked
 }
 

@@ -92,6 +92,7 @@ void LocalNodeFs::Thaw(dev_t dev, ino_t ino) {
   if (gate_.StateOf(key) == MoveGate::State::kMoved) {
     std::lock_guard lock(mu_);
     if (auto it = inodes_.find(key); it != inodes_.end() && it->second.handles > 0) {
+      thawed_.insert(key);
       return;  // Release drops it with the last handle
     }
   }
@@ -103,6 +104,7 @@ void LocalNodeFs::DropGate(const MoveGate::Key& k) {
   int pin = -1;
   {
     std::lock_guard lock(mu_);
+    thawed_.erase(k);
     if (auto it = pinned_.find(k); it != pinned_.end()) {
       pin = it->second;
       pinned_.erase(it);

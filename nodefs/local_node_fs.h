@@ -87,6 +87,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <functional>
 
@@ -286,6 +287,13 @@ class LocalNodeFs final : public NodeFs, public MoveSupport {
   // here meanwhile could be given that number and meet the gate: its create
   // made the file, then answered ESTALE, and the kernel's retry EEXIST.
   std::unordered_map<InodeKey, int, InodeKeyHash> pinned_;          // GUARDED_BY(mu_)
+  // Moved files whose move ended (Thaw) while handles here were still open:
+  // the last one's Release drops the gate. Not before the move ended: a
+  // handle released between MarkMoved and the move's unlink of the name
+  // dropped the gate, and the unlink then opened the old file for the
+  // deferred opens of other nodes (files/file_service.h, NameGoing), which
+  // read its old bytes from then on.
+  std::unordered_set<InodeKey, InodeKeyHash> thawed_;               // GUARDED_BY(mu_)
 };
 
 }  // namespace fedfs::ns

@@ -81,7 +81,8 @@ class MoveSupport {
   // Drops the gate of (dev, ino) (nothing if there is none). A moved file
   // that still has handles open here keeps answering ESTALE through them:
   // its gate goes with the last of them (its inode number cannot be reused
-  // before).
+  // before). Until Thaw the gate stands whatever handles come and go: the
+  // move's own steps after MarkMoved (the unlink of the name) rely on it.
   virtual void Thaw(dev_t dev, ino_t ino) = 0;
 
   // An unnamed regular file (O_TMPFILE, mode 0600, owned by the daemon) in

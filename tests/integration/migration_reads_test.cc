@@ -174,7 +174,8 @@ TEST(MigrationReads, KeptPagesSeeEveryWriteAcrossMovesThereAndBack) {
         std::string got(64 * 1024, '\0');
         EXPECT_EQ(::pread(fd, got.data(), got.size(), 0), static_cast<ssize_t>(got.size()))
             << what << ", write " << i << ": " << std::strerror(errno);
-        EXPECT_EQ(Digest(got), Digest(content(v))) << what << ", write " << i << ", a handle open since";
+        EXPECT_EQ(Digest(got), Digest(content(v)))
+            << what << ", write " << i << ", a handle open since: read '" << got[0] << "', written '" << v << "'";
       }
     }
   };

@@ -140,6 +140,25 @@ TEST_F(MoveSupportTest, HeldPassesReadsAndMovedAnswersEstaleToWaitersAndLaterCal
   (void)fs_->Release(again->handle);
 }
 
+// The last handle of a moved file released while the move goes on (before
+// it unlinks the name and thaws) leaves the gate standing: the unlink must
+// still find the file moved. (A gate dropped there let the unlink open the
+// old file for other nodes' deferred opens, which then read its old bytes
+// after the move: tests/integration/migration_reads_test.cc.)
+TEST_F(MoveSupportTest, ALastHandleReleasedBeforeTheMoveEndsKeepsTheGate) {
+  auto h = fs_->Open(Cred{}, "/f", O_RDONLY);
+  ASSERT_TRUE(h.has_value());
+  ASSERT_TRUE(fs_->Freeze(st_.st_dev, st_.st_ino).has_value());
+  fs_->Hold(st_.st_dev, st_.st_ino);
+  fs_->MarkMoved(st_.st_dev, st_.st_ino);
+  ASSERT_TRUE(fs_->Release(h->handle).has_value());
+  EXPECT_EQ(fs_->Open(Cred{}, "/f", O_RDONLY).error().code, ESTALE);
+  fs_->Thaw(st_.st_dev, st_.st_ino);  // no handle left: the gate goes now
+  auto again = fs_->Open(Cred{}, "/f", O_RDONLY);
+  ASSERT_TRUE(again.has_value()) << again.error().ToString();
+  (void)fs_->Release(again->handle);
+}
+
 TEST_F(MoveSupportTest, LocksAreCountedAndLockChangesWaitWhileFrozen) {
   auto h = fs_->Open(Cred{}, "/f", O_RDWR);
   ASSERT_TRUE(h.has_value());
