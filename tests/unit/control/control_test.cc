@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <thread>
 #include <vector>
@@ -285,6 +286,22 @@ TEST(ControlServer, ALongRequestHoldsUpNoOtherClient) {
   ControlServer server({path}, std::move(d));
   ASSERT_TRUE(server.Start());
   std::vector<std::thread> slow;
+  std::thread next;
+  bool released_yet = false;
+  // Whatever an assertion below cuts short: the blocked handlers end, the
+  // clients are joined, the server stops and its directory goes.
+  struct Cleanup {
+    std::function<void()> run;
+    ~Cleanup() { run(); }
+  } cleanup{[&] {
+    if (!released_yet) release.set_value();
+    for (std::thread& t : slow) {
+      if (t.joinable()) t.join();
+    }
+    if (next.joinable()) next.join();
+    server.Stop();
+    std::filesystem::remove_all(dir);
+  }};
   std::vector<Result<std::string>> answers(ControlServer::kMaxClients, Err(EIO, "not asked"));
   for (size_t i = 0; i < ControlServer::kMaxClients; ++i) {
     slow.emplace_back([&, i] { answers[i] = Ask(path, {"ring", "/slow"}, std::chrono::seconds(0)); });
@@ -305,10 +322,11 @@ TEST(ControlServer, ALongRequestHoldsUpNoOtherClient) {
   ASSERT_EQ(waiting.load(), static_cast<int>(ControlServer::kMaxClients));
   // Past the bound: not served until a slow one ends.
   Result<std::string> queued = Err(EIO, "not asked");
-  std::thread next([&] { queued = Ask(path, {"where", "/q"}, std::chrono::seconds(0)); });
+  next = std::thread([&] { queued = Ask(path, {"where", "/q"}, std::chrono::seconds(0)); });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_EQ(wheres.load(), 1) << "a ninth client was served while eight were";
   release.set_value();
+  released_yet = true;
   for (std::thread& t : slow) t.join();
   next.join();
   ASSERT_TRUE(queued) << queued.error().context;
@@ -317,8 +335,6 @@ TEST(ControlServer, ALongRequestHoldsUpNoOtherClient) {
     ASSERT_TRUE(a) << a.error().context;
     EXPECT_EQ(DecodeReply<RingReply>(*a).value().manager, "n1");
   }
-  server.Stop();
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
