@@ -90,14 +90,17 @@ Status ControlServer::Start() {
     return Err(e, "control socket " + path);
   }
   const int efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (efd < 0) {
+  const int dfd = efd < 0 ? -1 : ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (dfd < 0) {
     const int e = errno;
+    if (efd >= 0) ::close(efd);
     ::close(fd);
     ::unlink(path.c_str());
     return Err(e, "eventfd");
   }
   listen_fd_ = fd;
   stop_fd_ = efd;
+  done_fd_ = dfd;
   thread_ = std::thread([this] { Run(); });
   NameThread(thread_, "control");
   Logger("control")->info("control socket at {}", path);
@@ -111,7 +114,8 @@ void ControlServer::Stop() {
   if (thread_.joinable()) thread_.join();
   ::close(listen_fd_);
   ::close(stop_fd_);
-  listen_fd_ = stop_fd_ = -1;
+  ::close(done_fd_);
+  listen_fd_ = stop_fd_ = done_fd_ = -1;
   ::unlink(options_.socket_path.c_str());
 }
 
@@ -125,14 +129,19 @@ void ControlServer::Run() {
       return true;
     });
     const bool full = clients_.size() >= kMaxClients;
-    pollfd fds[2] = {{listen_fd_, static_cast<short>(full ? 0 : POLLIN), 0},
-                     {stop_fd_, POLLIN, 0}};
-    if (::poll(fds, 2, full ? 20 : -1) < 0) {
+    pollfd fds[3] = {{listen_fd_, static_cast<short>(full ? 0 : POLLIN), 0},
+                     {stop_fd_, POLLIN, 0},
+                     {done_fd_, POLLIN, 0}};
+    if (::poll(fds, 3, -1) < 0) {
       if (errno == EINTR) continue;
       Logger("control")->error("poll: {}", std::strerror(errno));
       break;
     }
     if (fds[1].revents) break;
+    if (fds[2].revents) {
+      uint64_t ended = 0;
+      [[maybe_unused]] ssize_t n = ::read(done_fd_, &ended, sizeof ended);
+    }
     if (full || !(fds[0].revents & POLLIN)) continue;
     const int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (c < 0) continue;
@@ -141,6 +150,8 @@ void ControlServer::Run() {
                 Serve(c);
                 ::close(c);
                 done->store(true);
+                const uint64_t one = 1;
+                [[maybe_unused]] ssize_t n = ::write(done_fd_, &one, sizeof one);
               }),
               done};
     NameThread(cl.thread, "control-c");

@@ -69,6 +69,7 @@ class ControlServer {
   const Dispatcher dispatcher_;
   int listen_fd_ = -1;
   int stop_fd_ = -1;  // eventfd: wakes the thread to stop
+  int done_fd_ = -1;  // eventfd: a client's thread ended (Run joins it)
   std::thread thread_;
   std::vector<Client> clients_;  // the Run thread's only
 };

@@ -24,7 +24,6 @@ VdServiceOptions NoLeases() {
   VdServiceOptions o;
   o.lend_after = 0;  // every change goes to the manager
   o.churn_gap = std::chrono::milliseconds(0);  // lookups in stale copies recorded
-  o.deltas = false;  // copies go stale (else deltas keep them valid)
   return o;
 }
 
@@ -33,7 +32,6 @@ VdServiceOptions ChurnAlways() {
   VdServiceOptions o;
   o.lend_after = 0;
   o.churn_gap = std::chrono::milliseconds(60000);
-  o.deltas = false;
   return o;
 }
 

@@ -176,11 +176,6 @@ bool AddDelta(DirTable& dt, uint64_t prev, uint64_t version, const std::string& 
   return dt.ApplyDelta("/d", 1, prev, version, {name},
                        {VdEntry{.name = name, .type = 8, .holders = {"n0"}}}, {"n0"});
 }
-std::set<std::string> Names(const DirTable::VdPtr& vd) {
-  std::set<std::string> out;
-  for (const auto& e : vd->entries) out.insert(e.name);
-  return out;
-}
 
 // A fetch while the slot holds a valid copy (a lookup under the other
 // kernel key, or during this node's own change) whose answer left the
@@ -196,7 +191,7 @@ TEST(DirTable, AnAnswerOlderThanADeltaAppliedMeanwhileIsNotKeptValid) {
   (*dt)->Install(t, CopyOf(1, {"a"}), 2);
   for (uint64_t key : {1, 2}) {
     if (auto vd = (*dt)->Find("/d", key)) {
-      EXPECT_EQ(Names(vd).count("b"), 1u) << key;
+      EXPECT_EQ(NameSet(*vd).count("b"), 1u) << key;
     }
   }
   // A delta that the answer already holds keeps the copy.
@@ -224,7 +219,7 @@ TEST(DirTable, ADeltaKeptForAnOwnChangeSurvivesAFetchInstalledMeanwhile) {
   (*dt)->EndOwnChange("/d");
   auto vd = (*dt)->Find("/d", 1);
   if (vd) {
-    EXPECT_EQ(Names(vd), (std::set<std::string>{"a", "b", "c"}));
+    EXPECT_EQ(NameSet(*vd), (std::set<std::string>{"a", "b", "c"}));
   }
   // Served before the own change instead: the delta still follows it.
   auto dt2 = DirTable::Create({}, nullptr);
@@ -239,7 +234,7 @@ TEST(DirTable, ADeltaKeptForAnOwnChangeSurvivesAFetchInstalledMeanwhile) {
   (*dt2)->EndOwnChange("/d");
   vd = (*dt2)->Find("/d", 1);
   ASSERT_TRUE(vd);  // patched, then the queued delta applied
-  EXPECT_EQ(Names(vd), (std::set<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(NameSet(*vd), (std::set<std::string>{"a", "b", "c"}));
 }
 
 }  // namespace

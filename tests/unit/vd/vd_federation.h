@@ -157,13 +157,6 @@ constexpr uint16_t kVdUpdate = MethodId(RpcMethod::kNsVdUpdate);
 
 inline std::string Name(int i) { return "n" + std::to_string(i); }
 
-// Changes reach sharers as invalidations (one-sided bumps), not as deltas
-// (the default; spelled out for tests of the bump and of what follows it).
-inline VdServiceOptions Bumps(VdServiceOptions o = {}) {
-  o.deltas = false;
-  return o;
-}
-
 // Changes reach whole-copy sharers as deltas (VdServiceOptions::deltas, off
 // by default): for the tests of deltas.
 inline VdServiceOptions Deltas(VdServiceOptions o = {}) {

@@ -75,7 +75,7 @@ Result<VdPtr> Peek(Federation& f, int from, const std::string& path, const std::
 // holder's own answer, which the kernel may keep; in a stale copy it is
 // that copy's, without a message, and not for the kernel.
 TEST(Leases, APeekInALentDirectoryIsTheHoldersAnswer) {
-  Federation f(3, Bumps(LendAfter(2)));
+  Federation f(3, LendAfter(2));
   const std::string p = PathManagedBy(f, "n0");
   Populate(f, p);
   ASSERT_TRUE(f.Get(1, p));

@@ -103,7 +103,7 @@ class LosingTransport final : public m2m::TransportDecorator {
 // n0 loses its first kNsVdUpdate reply and its first bump's reply.
 struct LossyFederation {
   LosingTransport* n0 = nullptr;
-  Federation f{3, Bumps(), 1, m2m::LinkModel::Rdma(), -1,
+  Federation f{3, VdServiceOptions{}, 1, m2m::LinkModel::Rdma(), -1,
                [this](int i, std::unique_ptr<m2m::Transport> t) -> std::unique_ptr<m2m::Transport> {
                  if (i != 0) return t;
                  auto l = std::make_unique<LosingTransport>(std::move(t),

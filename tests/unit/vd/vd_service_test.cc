@@ -675,7 +675,7 @@ TEST(DirTable, ManagerKeepsNoTableEntryForItsOwnVds) {
 }
 
 TEST(DirTable, ChangeIsAcknowledgedOnlyAfterEverySharerWasInvalidated) {
-  Federation f(5, Bumps());
+  Federation f(5);
   const std::string p = PathManagedBy(f, "n0");
   Populate(f, p);
   for (int i : {1, 2, 3}) ASSERT_TRUE(f.Get(i, p));
@@ -718,7 +718,7 @@ class CountingKernel final : public KernelCache {
 };
 
 TEST(DirTable, KernelsCachingNamesAreNotifiedBeforeTheAcknowledgement) {
-  Federation f(5, Bumps());
+  Federation f(5);
   const std::string p = PathManagedBy(f, "n0");
   Populate(f, p);
   std::vector<CountingKernel> k(5);
@@ -966,7 +966,7 @@ TEST(DirTable, EverySequenceOfChangesIsSeenByTheNextLookupElsewhere) {
 }
 
 TEST(DirTable, ASlowSharerDelaysTheAcknowledgement) {
-  Federation f(3, Bumps());
+  Federation f(3);
   const std::string p = PathManagedBy(f, "n0");
   ASSERT_NO_FATAL_FAILURE(ShareWithSlowN1(f, p, 2));
   const auto start = f.net().Now();
@@ -1013,7 +1013,7 @@ TEST(DirTable, ALockWaitsForTheRoundOfTheChangeBeforeIt) {
 }
 
 TEST(DirTable, ADeadSharerIsDroppedAfterTheDeadlineAndNeverBlocks) {
-  VdServiceOptions o = Bumps();
+  VdServiceOptions o;
   o.rpc_timeout = std::chrono::milliseconds(200);
   Federation f(4, o);
   const std::string p = PathManagedBy(f, "n0");
