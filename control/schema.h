@@ -482,6 +482,8 @@ struct CacheReply {
   uint64_t hits = 0, misses = 0, stale = 0, puts = 0, puts_refused = 0;
   uint64_t evictions = 0, invalidations = 0, promotions = 0;
   uint64_t fetches = 0, fetched_bytes = 0, clears = 0;
+  // Reads of long sequential streams that went past the cache, their bytes.
+  uint64_t streamed = 0, streamed_bytes = 0;
   // Cooperation: blocks read from other nodes' caches (one-sided), copies
   // found moved on (tag misses) or unreachable; as a file's node, reads
   // answered with copies at other nodes, and the copies it knows of.
@@ -521,6 +523,7 @@ struct CacheReply {
     v("evictions", s.evictions); v("invalidations", s.invalidations);
     v("promotions", s.promotions); v("fetches", s.fetches);
     v("fetched_bytes", s.fetched_bytes); v("clears", s.clears);
+    v("streamed", s.streamed); v("streamed_bytes", s.streamed_bytes);
   }
 };
 

@@ -385,6 +385,12 @@ size_t BlockCache::limit_blocks() const {
   return limit_;
 }
 
+void BlockCache::NoteStreamed(uint64_t bytes) {
+  std::lock_guard lock(mu_);
+  ++stats_.streamed;
+  stats_.streamed_bytes += bytes;
+}
+
 void BlockCache::NoteFetch(uint64_t bytes) {
   std::lock_guard lock(mu_);
   ++stats_.fetches;

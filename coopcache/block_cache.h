@@ -177,6 +177,9 @@ class BlockCache {
   // Accounting of the caller's misses: one read of `bytes` from the file's
   // node (its page cache or disk).
   void NoteFetch(uint64_t bytes);
+  // One read of `bytes` from the file's node that went past the cache (a
+  // long sequential stream: streams.h).
+  void NoteStreamed(uint64_t bytes);
 
   struct Stats {
     uint64_t size_bytes = 0, block_bytes = 0;
@@ -185,6 +188,7 @@ class BlockCache {
     uint64_t hits = 0, misses = 0, stale = 0;  // stale: found, of an older generation
     uint64_t puts = 0, puts_refused = 0, evictions = 0, invalidations = 0, promotions = 0;
     uint64_t fetches = 0, fetched_bytes = 0;  // NoteFetch
+    uint64_t streamed = 0, streamed_bytes = 0;  // NoteStreamed
     uint64_t clears = 0;
     uint64_t reserved = 0;  // frames reserved now
     uint64_t evicted_to_sink = 0;  // evictions handed to the evict sink

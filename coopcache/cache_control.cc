@@ -70,6 +70,8 @@ control::CacheReply CacheStatus(const CacheParts& parts, const HolderCountsFn& h
   r.promotions = s.promotions;
   r.fetches = s.fetches;
   r.fetched_bytes = s.fetched_bytes;
+  r.streamed = s.streamed;
+  r.streamed_bytes = s.streamed_bytes;
   r.clears = s.clears;
   r.limit_bytes = s.limit_blocks * s.block_bytes;
   return r;

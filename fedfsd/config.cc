@@ -524,7 +524,7 @@ DaemonOptions Parse(const std::string& text, const std::string& path, Checker& c
     }
 
     if (const YAML::Node k = GetMap(c, root, "coopcache")) {
-      CheckKeys(c, k, "coopcache.", {"size", "block", "share", "forward", "min_free"});
+      CheckKeys(c, k, "coopcache.", {"size", "block", "share", "forward", "min_free", "stream_after"});
       GetBool(c, k, "share", "coopcache.share", &o.coopcache.share);
       uint64_t v = 0;
       if (GetUint(c, k, "forward", "coopcache.forward", 0, 16, &v)) {
@@ -532,6 +532,9 @@ DaemonOptions Parse(const std::string& text, const std::string& path, Checker& c
       }
       if (GetSize(c, k, "min_free", "coopcache.min_free", 0, uint64_t{1} << 50, &v)) {
         o.coopcache.min_free = v;
+      }
+      if (GetSize(c, k, "stream_after", "coopcache.stream_after", 0, uint64_t{1} << 50, &v)) {
+        o.coopcache.stream_after = v;
       }
       if (GetSize(c, k, "size", "coopcache.size", 0, uint64_t{1} << 40, &v)) {
         o.coopcache.size = static_cast<size_t>(v);

@@ -271,6 +271,7 @@ Status Daemon::StartNamespace(const DaemonOptions& o) {
   no.access = o.migration.on_access;
   no.placement = PlacementFrom(o.placement);
   no.remote_callbacks = o.fuse.kernel_cache;
+  no.vfs.stream_after = o.coopcache.stream_after;
   no.vfs.keep_remote_pages = o.fuse.kernel_cache && o.fuse.keep_cache;
   no.vfs.deferred_open = o.fuse.deferred_open && o.fuse.kernel_cache && o.fuse.default_permissions;
   no.release_delay = std::chrono::milliseconds(20);

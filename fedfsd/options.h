@@ -136,6 +136,8 @@ struct CoopCacheConfig {
   uint32_t forward = 2;
   // The cache shrinks below this much available memory (0: 5% of it).
   uint64_t min_free = 0;
+  // A sequential read goes past the cache after this many bytes (0: never).
+  uint64_t stream_after = uint64_t{4} << 20;
 };
 
 // File moves (docs/migration.md). on_full: a write or a create that finds

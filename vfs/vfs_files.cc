@@ -208,7 +208,17 @@ Result<std::pair<EntryOut, FileOut>> VfsImpl::CreateOnce(const Cred& c, uint64_t
 
 Result<size_t> VfsImpl::Read(uint64_t fh, uint64_t offset, std::span<std::byte> dst) {
   return WithFile(fh, [&](const OpenFile& f) -> Result<size_t> {
-    if (deps_.cache != nullptr && f.told && OneLink(f.ino)) return CachedRead(f, offset, dst);
+    if (deps_.cache != nullptr && f.told && OneLink(f.ino)) {
+      // A long sequential stream goes past the cache unless it holds the
+      // read's first block (docs/coopcache.md, "Sequential reads").
+      if (!streams_.Read(fh, offset, dst.size()) ||
+          deps_.cache->Has(f.ino, offset / deps_.cache->block_size())) {
+        return CachedRead(f, offset, dst);
+      }
+      auto n = f.fs->Read(f.handle, offset, dst);
+      if (n) deps_.cache->NoteStreamed(*n);
+      return n;
+    }
     auto n = f.fs->Read(f.handle, offset, dst);
     if (n) CountLocal(f, *n);
     return n;
@@ -289,6 +299,7 @@ Status VfsImpl::Release(uint64_t fh) {
     f = std::move(it->second);
     files_.erase(it);
     if (f.deferred) ForgetDeferredLocked(f, fh);
+    streams_.Forget(fh);
     shared = !f.deferred && UnshareLocked(f.fs->node_id(), f.handle);  // vfs_deferred.cc
     auto [b, e] = files_by_ino_.equal_range(f.ino);
     for (auto i = b; i != e; ++i) {

@@ -23,7 +23,10 @@ using namespace vfs_detail;
 
 
 VfsImpl::VfsImpl(VfsOptions options, VfsDeps deps)
-    : options_(std::move(options)), deps_(std::move(deps)), table_(kRootIno, [] {
+    : options_(std::move(options)),
+      deps_(std::move(deps)),
+      streams_({.after = options_.stream_after}),
+      table_(kRootIno, [] {
         Inode root;
         root.parent = 0;
         root.type = S_IFDIR;

@@ -47,6 +47,7 @@
 #include "coopcache/block_cache.h"
 #include "coopcache/hints.h"
 #include "coopcache/peer_fetch.h"
+#include "coopcache/streams.h"
 #include "nodefs/dir_id.h"
 #include "nodefs/node_fs.h"
 #include "vd/vd.h"
@@ -115,6 +116,9 @@ struct VfsOptions {
   // (RemoteAttrsChanged). Needs a KernelCache whose InvalidateData drops
   // pages. docs/coopcache.md, "Kernel page cache".
   bool keep_remote_pages = false;
+  // With the cache: a sequential read of a remote file goes past it once
+  // its stream read this many bytes (coopcache/streams.h); 0: never.
+  uint64_t stream_after = uint64_t{4} << 20;
   // Deferred opens (vfs_deferred.cc): a read-only open, without O_TRUNC, of
   // a file held on another node that watches it for this one (attributes
   // exact) is answered without asking that node; the file is opened there
@@ -606,13 +610,9 @@ class VfsImpl final : public Vfs {
   };
   // The node and its session the blocks of each cached file were read in:
   // blocks of another are dropped (a node the file moved to was never told
-  // what this one caches; a new session, after the node restarted, expired
-  // the session or stopped telling this node, or after the cache lease
-  // lapsed, may have missed changes). The membership epoch is not part of
-  // it: a member's passing suspicion says nothing of what the file's node
-  // told (and a restarted node waits out the cache lease before it
-  // acknowledges a change: FileServiceOptions::grace). Guarded by
-  // cache_mu_ (a leaf).
+  // what this one caches; a new session may have missed changes). Not the
+  // membership epoch: a passing suspicion says nothing of what the file's
+  // node told. Guarded by cache_mu_ (a leaf).
   struct CachedIn {
     std::string node;
     uint64_t session = 0;
@@ -665,6 +665,7 @@ class VfsImpl final : public Vfs {
 
   const VfsOptions options_;
   VfsDeps deps_;
+  coop::Streams streams_;  // reads by file handle (vfs_files.cc, Read)
   std::atomic<KernelCache*> kernel_{nullptr};
 
   mutable std::mutex mu_;

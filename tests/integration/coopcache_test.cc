@@ -136,16 +136,49 @@ TEST_F(CoopCache, RandomWritesOnBothNodesAreAlwaysReadBack) {
 
 // A sequential read of a remote file: the kernel's read-ahead sends large
 // reads (about a megabyte each here), each fetched from the file's node in
-// one request, and no block is fetched twice.
+// one request, and no byte is fetched twice. Past its first 4 MiB
+// (`coopcache.stream_after`) the stream goes past the cache (docs/
+// coopcache.md, "Sequential reads"): its reads are counted as streamed, the
+// cache keeps the first part only (a second read through a new open takes
+// that part from it), and a write on the file's node into the streamed part
+// is read back.
 TEST_F(CoopCache, ASequentialReadFetchesLargeRunsAndNoBlockTwice) {
-  const std::string data = Random(8 << 20, 6);
+  std::string data = Random(8 << 20, 6);
   ASSERT_TRUE(WriteAt(M("n2", "/f"), 0, data));
   WaitOutWatcher();
   EXPECT_TRUE(ReadFile(M("n1", "/f")) == data);
-  EXPECT_EQ(Stat("n1", "fetched_bytes"), data.size());  // no block twice
-  EXPECT_LE(Stat("n1", "fetches"), 16u);  // 64 KiB blocks: 128 if each fetched alone
+  const uint64_t fetched = Stat("n1", "fetched_bytes"), streamed = Stat("n1", "streamed_bytes");
+  EXPECT_EQ(fetched + streamed, data.size());  // no byte twice
+  EXPECT_GE(fetched, 4u << 20);
+  EXPECT_GT(streamed, 0u);
+  EXPECT_LE(Stat("n1", "fetches") + Stat("n1", "streamed"), 16u);  // 64 KiB blocks: 128 alone
+  EXPECT_LE(Stat("n1", "bytes_used"), fetched);
+  // Read again (the kernel drops its pages at open here): the cached part
+  // from the cache, the rest streamed again.
+  EXPECT_TRUE(ReadFile(M("n1", "/f")) == data);
+  EXPECT_EQ(Stat("n1", "fetched_bytes"), fetched);
+  EXPECT_GT(Stat("n1", "hits"), 0u);
+  ASSERT_TRUE(WriteAt(M("n2", "/f"), (6 << 20) + 5, "streamed"));
+  data.replace((6 << 20) + 5, 8, "streamed");
+  EXPECT_TRUE(ReadFile(M("n1", "/f")) == data);
+}
+
+// With `stream_after: 0` every block of the same read goes to the cache.
+class CoopCacheNoStreams : public CoopCache {
+ protected:
+  void SetUp() override {
+    Start(2, kDaemonReads + "coopcache: {size: 64MiB, block: 64KiB, stream_after: 0}\n");
+  }
+};
+
+TEST_F(CoopCacheNoStreams, ASequentialReadIsCachedWhole) {
+  const std::string data = Random(8 << 20, 7);
+  ASSERT_TRUE(WriteAt(M("n2", "/f"), 0, data));
+  WaitOutWatcher();
   EXPECT_TRUE(ReadFile(M("n1", "/f")) == data);
   EXPECT_EQ(Stat("n1", "fetched_bytes"), data.size());
+  EXPECT_EQ(Stat("n1", "streamed"), 0u);
+  EXPECT_EQ(Stat("n1", "bytes_used"), data.size());
 }
 
 // Memory pressure (coopcache/memory_guard.h): told to keep more memory
