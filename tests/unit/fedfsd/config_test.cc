@@ -295,11 +295,14 @@ TEST_F(ConfigTest, DirectoryTableAndAutonomySections) {
   EXPECT_TRUE(cache->coopcache.share);
   EXPECT_EQ(cache->coopcache.forward, 2u);
   EXPECT_EQ(cache->coopcache.min_free, 0u);
-  auto own = Parse(Good("+", "coopcache: {size: 1GiB, share: false, forward: 0, min_free: 2GiB}"));
+  EXPECT_EQ(cache->coopcache.stream_after, uint64_t{4} << 20);
+  auto own = Parse(Good("+", "coopcache: {size: 1GiB, share: false, forward: 0, min_free: 2GiB, "
+                             "stream_after: 0}"));
   ASSERT_TRUE(own) << own.error().context;
   EXPECT_FALSE(own->coopcache.share);
   EXPECT_EQ(own->coopcache.forward, 0u);
   EXPECT_EQ(own->coopcache.min_free, uint64_t{2} << 30);
+  EXPECT_EQ(own->coopcache.stream_after, 0u);
   auto bytes = Parse(Good("+", "coopcache: {size: 1048576}"));
   ASSERT_TRUE(bytes) << bytes.error().context;
   EXPECT_EQ(bytes->coopcache.size, size_t{1} << 20);
