@@ -507,19 +507,12 @@ auto FileService::Impl::WatchedStat(uint64_t session, const Cred& cred, const st
 auto FileService::Impl::StatMany(uint64_t session, const Cred& cred, const std::string& dir,
                                  const std::string& first, size_t along) -> Result<m2m::Bytes> {
   std::vector<std::string> names{first};
-  if (along > 0) {
-    // The regular files after `first` in byte order, as the caller may
-    // list them (none if it may not read the directory).
-    if (auto list = local_->ListDir(cred, dir); list && list->size() <= kStatManyListMax) {
-      std::vector<std::string> after;
-      for (DirEntry& e : *list) {
-        if ((e.type == DT_REG || e.type == DT_UNKNOWN) && e.name > first) after.push_back(std::move(e.name));
-      }
-      if (after.size() > along) {
-        std::nth_element(after.begin(), after.begin() + static_cast<ptrdiff_t>(along), after.end());
-        after.resize(along);
-      }
-      std::sort(after.begin(), after.end());
+  // The regular files after `first` (files/name_windows.h), if the caller
+  // may list the directory (none otherwise).
+  if (along > 0 && local_->Access(cred, dir, R_OK)) {
+    if (auto st = local_->Stat(cred, dir); st && S_ISDIR(st->st_mode)) {
+      auto after = windows_.After(dir, NameWindows::VersionOf(*st), first, along,
+                                  [&] { return local_->ListDir(cred, dir); });
       names.insert(names.end(), std::make_move_iterator(after.begin()),
                    std::make_move_iterator(after.end()));
     }

@@ -25,6 +25,7 @@
 #include "coopcache/holder_directory.h"
 #include "files/file_service.h"
 #include "files/fs_wire.h"
+#include "files/name_windows.h"
 #include "m2m/reply_cache.h"
 #include "common/path.h"
 
@@ -265,9 +266,9 @@ class FileService::Impl : public std::enable_shared_from_this<Impl> {
   };
   Result<Watched> StatAndWatch(uint64_t session, const Cred& cred, const std::string& path);
   // kStatMany: StatAndWatch of `first` in `dir` and of up to `along`
-  // regular files after it there (byte order), in one reply. A directory
-  // of more than kStatManyListMax entries answers `first` only.
-  static constexpr size_t kStatManyListMax = 1 << 16;
+  // regular files after it there (windows_), in one reply. A directory of
+  // more than 65,536 entries answers `first` only.
+  NameWindows windows_;
   Result<m2m::Bytes> StatMany(uint64_t session, const Cred& cred, const std::string& dir,
                               const std::string& first, size_t along);
 
