@@ -208,7 +208,8 @@ class NodeFs {
   }
   // StatWatched of entry `name` of directory `dir` (first, named so) and,
   // in the same request to a remote node, of up to `along` regular files
-  // that follow it there in byte order, as the caller may list them
+  // that follow it there (in byte order and in version order:
+  // files/name_windows.h), as the caller may list them
   // (files/fs_wire.h, kMaxStatMany). Default: `name` only.
   using NamedWatchedStat = std::pair<std::string, Result<WatchedStat>>;
   virtual Result<std::vector<NamedWatchedStat>> StatWatchedAlong(const Cred& c, const std::string& dir,

@@ -4,9 +4,9 @@
 // a job reading its neighbour's outputs) would cost one round trip to that
 // node per file. Once two lookups in a row asked the same node for files of
 // the same directory, the next one asks, in the same request (kStatMany),
-// for up to kAlong more: the regular files that follow its name in the
-// node's own listing of the directory (byte order, as the asker may list
-// it). The node watches each of them as it
+// for up to kAlong more: regular files that follow its name in the node's
+// own listing of the directory (as the asker may list it), in byte order
+// and in version order (files/name_windows.h). The node watches each as it
 // watches a looked-up file (StatWatched): it tells this node of every later
 // change, and the change drops the kept attributes (RemoteAttrsChanged). A
 // later lookup of such a name answers from them, with the watch, as if it
@@ -29,7 +29,7 @@
 namespace fedfs::ns {
 
 namespace {
-constexpr size_t kAlong = 64;     // names asked along with a lookup's
+constexpr size_t kAlong = 128;    // names asked along with a lookup's
 constexpr size_t kKeptMax = 16384;
 constexpr auto kKeptFor = std::chrono::seconds(2);
 constexpr int kSkipAlong = 15;

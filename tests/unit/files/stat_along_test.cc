@@ -1,6 +1,7 @@
 // NodeFs::StatWatchedAlong over the file service (kStatMany, files/fs.fbs):
-// the name asked for first, then up to `along` regular files after it in
-// byte order, each as a StatWatched answers it; requests that cannot be
+// the name asked for first, then up to `along` regular files after it
+// (names without numbers: byte order and version order agree), each as a
+// StatWatched answers it; requests that cannot be
 // right are refused.
 #include "tests/unit/files/remote_fs_fixture.h"
 
