@@ -510,12 +510,9 @@ auto FileService::Impl::StatMany(uint64_t session, const Cred& cred, const std::
   // The regular files after `first` (files/name_windows.h), if the caller
   // may list the directory (none otherwise).
   if (along > 0 && local_->Access(cred, dir, R_OK)) {
-    if (auto st = local_->Stat(cred, dir); st && S_ISDIR(st->st_mode)) {
-      auto after = windows_.After(dir, NameWindows::VersionOf(*st), first, along,
-                                  [&] { return local_->ListDir(cred, dir); });
-      names.insert(names.end(), std::make_move_iterator(after.begin()),
-                   std::make_move_iterator(after.end()));
-    }
+    auto after = windows_.After(dir, first, along, [&] { return local_->ListDir(cred, dir); });
+    names.insert(names.end(), std::make_move_iterator(after.begin()),
+                 std::make_move_iterator(after.end()));
   }
   flatbuffers::FlatBufferBuilder b(64 + names.size() * 200);
   std::vector<flatbuffers::Offset<fb::NamedStat>> out;

@@ -15,22 +15,15 @@ bool VersionLess(const std::string& a, const std::string& b) {
 }
 }  // namespace
 
-auto NameWindows::VersionOf(const struct stat& st) -> Version {
-  return Version{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
-                 int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec,
-                 int64_t{st.st_ctim.tv_sec} * 1'000'000'000 + st.st_ctim.tv_nsec};
-}
-
-std::vector<std::string> NameWindows::After(const std::string& dir, const Version& version,
-                                            const std::string& first, size_t along,
-                                            const ListFn& list) {
+std::vector<std::string> NameWindows::After(const std::string& dir, const std::string& first,
+                                            size_t along, const ListFn& list) {
   if (along == 0) return {};
   const auto now = Clock::now();
   std::shared_ptr<const Listing> l;
   {
     std::lock_guard lock(mu_);
     if (auto it = dirs_.find(dir); it != dirs_.end()) {
-      if (it->second->version == version && now - it->second->at < opts_.max_age) {
+      if (now - it->second->at < opts_.max_age) {
         l = it->second;
         ++stats_.reused;
       } else {
@@ -42,7 +35,6 @@ std::vector<std::string> NameWindows::After(const std::string& dir, const Versio
     auto entries = list();
     if (!entries || entries->size() > opts_.max_names) return {};
     auto fresh = std::make_shared<Listing>();
-    fresh->version = version;
     fresh->at = now;
     for (DirEntry& e : *entries) {
       if (e.type == DT_REG || e.type == DT_UNKNOWN) fresh->names.push_back(std::move(e.name));

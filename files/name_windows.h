@@ -9,18 +9,16 @@
 // after it in version order (strverscmp(3)), each name once.
 //
 // Each directory's regular files are listed once and kept, sorted both
-// ways, while the directory's version (device, inode, mtime, ctime) stays
-// the same and for at most max_age; a name created meanwhile within the
-// timestamps' granularity is missing from windows until then, and a name
-// gone is skipped by the caller's stat: a window only decides what is asked
-// along, never what is answered. At most max_dirs listings are kept (the
+// ways, for max_age, whatever changes in the directory meanwhile: a name
+// made since is missing from windows until then, and a name gone is
+// skipped by the caller's stat (a window only decides what is asked along,
+// never what is answered), so that a directory that keeps changing is
+// listed at most once per max_age. At most max_dirs listings are kept (the
 // oldest goes); a listing of more than max_names entries is not kept and
 // its windows are empty.
 //
 // Threads: thread-safe; `list` runs without the lock held.
 #pragma once
-
-#include <sys/stat.h>
 
 #include <chrono>
 #include <cstdint>
@@ -47,21 +45,13 @@ class NameWindows {
   using Clock = std::chrono::steady_clock;
   explicit NameWindows(const NameWindowsOptions& o = {}) : opts_(o) {}
 
-  // The directory's version, from its stat.
-  struct Version {
-    uint64_t dev = 0, ino = 0;
-    int64_t mtime_ns = 0, ctime_ns = 0;
-    bool operator==(const Version&) const = default;
-  };
-  static Version VersionOf(const struct stat& st);
-
   // Up to `along` regular files of `dir` after `first`, not `first`
   // itself: ceil(along / 2) in byte order, the rest in version order (more
   // of either where the other runs out). `list` lists `dir` when no
-  // listing of `version` younger than max_age is kept; its error: none.
+  // listing younger than max_age is kept; its error: none.
   using ListFn = std::function<Result<std::vector<DirEntry>>()>;
-  std::vector<std::string> After(const std::string& dir, const Version& version,
-                                 const std::string& first, size_t along, const ListFn& list);
+  std::vector<std::string> After(const std::string& dir, const std::string& first, size_t along,
+                                 const ListFn& list);
 
   struct Stats {
     uint64_t listed = 0, reused = 0;
@@ -70,7 +60,6 @@ class NameWindows {
 
  private:
   struct Listing {
-    Version version;
     Clock::time_point at;
     std::vector<std::string> names;    // byte order
     std::vector<uint32_t> by_version;  // indexes into names, version order

@@ -17,10 +17,11 @@
 // and when the node's session is lost. Where names asked along served no
 // lookup before the next one missed (a directory whose files this node
 // itself keeps changing, say), the next kSkipAlong misses ask for their
-// own name only.
+// own name only, twice as many after each such ask in a row.
 #include <dirent.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "common/path.h"
@@ -33,6 +34,7 @@ constexpr size_t kAlong = 128;    // names asked along with a lookup's
 constexpr size_t kKeptMax = 16384;
 constexpr auto kKeptFor = std::chrono::seconds(2);
 constexpr int kSkipAlong = 15;
+constexpr int kSkipAlongMax = 1023;
 }  // namespace
 
 void VfsImpl::ErasePrefetchedLocked(const std::pair<std::string, Handle>& key) {
@@ -58,6 +60,7 @@ Result<WatchedStat> VfsImpl::StatForLookup(const Cred& c, const std::string& dir
       if (p.node == node && p.changes == changes && now - p.at < kKeptFor) {
         *taken = callbacks_taken_;
         along_served_ = true;
+        along_skip_next_ = kSkipAlong;
         return WatchedStat{p.st, p.watch};
       }
     }
@@ -69,6 +72,7 @@ Result<WatchedStat> VfsImpl::StatForLookup(const Cred& c, const std::string& dir
       scan_misses_ = 1;
       along_served_ = true;
       along_skip_ = 0;
+      along_skip_next_ = kSkipAlong;
     }
     if (scan_misses_ >= 2) {
       if (along_skip_ > 0) {
@@ -76,8 +80,10 @@ Result<WatchedStat> VfsImpl::StatForLookup(const Cred& c, const std::string& dir
       } else if (!along_served_) {
         // The names asked along last time served no lookup before this
         // one missed (they changed, or this node changes files there, or
-        // the lookups go elsewhere): the next kSkipAlong ask for one name.
-        along_skip_ = kSkipAlong;
+        // the lookups go elsewhere): the next misses ask for one name, 15
+        // of them, twice as many after each such ask in a row (up to 1023).
+        along_skip_ = std::max(along_skip_next_, kSkipAlong);
+        along_skip_next_ = std::min(2 * along_skip_ + 1, kSkipAlongMax);
         along_served_ = true;
       } else {
         along = true;
