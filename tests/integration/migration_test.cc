@@ -271,12 +271,17 @@ TEST_F(Migration, FioVerifyPassesWhileTheFileMovesBackAndForthFiveTimes) {
 TEST_F(Migration, BadRequestsAreRefusedWithTheirReason) {
   fs::create_directories(Root("n1") + "/d");
   { std::ofstream(Root("n1") + "/d/f") << "x"; }
+  // A file with two names: its names do not move together (not built), so
+  // its move is refused, saying why (docs/migration.md).
+  { std::ofstream(Root("n1") + "/d/h") << "y"; }
+  fs::create_hard_link(Root("n1") + "/d/h", Root("n1") + "/d/h2");
   ASSERT_EQ(ReadFileText(Mnt("n2") + "/d/f"), "x");
+  ASSERT_EQ(ReadFileText(Mnt("n2") + "/d/h2"), "y");
   struct Case {
     std::string path, to, says;
   };
   for (const Case& k : {Case{"/d/f", "n9", "not alive"}, Case{"/d/f", "n1", "already"},
-                        Case{"/d/none", "n2", "No such"}}) {
+                        Case{"/d/none", "n2", "No such"}, Case{"/d/h", "n2", "has 2 hard links"}}) {
     SCOPED_TRACE(k.path + " -> " + k.to);
     const CommandResult r = Migrate(c_, "n3", k.path, k.to);
     EXPECT_NE(r.exit_code, 0);
