@@ -194,6 +194,8 @@ void PrintCache(const control::CacheReply& r) {
   std::printf("  hits          %llu\n", u(r.hits));
   std::printf("  misses        %llu (%llu of an older generation)\n", u(r.misses), u(r.stale));
   std::printf("  reads from files' nodes %llu, %llu bytes\n", u(r.fetches), u(r.fetched_bytes));
+  std::printf("  streamed past the cache %llu reads, %llu bytes (long sequential reads)\n",
+              u(r.streamed), u(r.streamed_bytes));
   std::printf("  stored %llu, refused %llu (changed meanwhile), evicted %llu, promoted %llu\n",
               u(r.puts), u(r.puts_refused), u(r.evictions), u(r.promotions));
   std::printf("  invalidations %llu, drops %llu\n", u(r.invalidations), u(r.clears));
