@@ -136,28 +136,36 @@ TEST_F(CoopCache, RandomWritesOnBothNodesAreAlwaysReadBack) {
 
 // A sequential read of a remote file: the kernel's read-ahead sends large
 // reads (about a megabyte each here), each fetched from the file's node in
-// one request, and no byte is fetched twice. Past its first 4 MiB
-// (`coopcache.stream_after`) the stream goes past the cache (docs/
-// coopcache.md, "Sequential reads"): its reads are counted as streamed, the
-// cache keeps the first part only (a second read through a new open takes
-// that part from it), and a write on the file's node into the streamed part
-// is read back.
+// one request. Past its first 4 MiB (`coopcache.stream_after`) the stream
+// goes past the cache (docs/coopcache.md, "Sequential reads"): its reads
+// are counted as streamed, the cache keeps what the stream read before
+// (a second read through a new open takes that from it), and a write on
+// the file's node into the streamed part is read back. A read the cache
+// takes fetches whole blocks, so where a streamed read follows a cached one
+// that did not end at a block, a block's bytes may be read twice: at most a
+// megabyte in all here (the read-ahead's reads end at blocks but for a few
+// that the reader's own reads ask for).
 TEST_F(CoopCache, ASequentialReadFetchesLargeRunsAndNoBlockTwice) {
+  constexpr uint64_t kSlack = 1 << 20;
   std::string data = Random(8 << 20, 6);
   ASSERT_TRUE(WriteAt(M("n2", "/f"), 0, data));
   WaitOutWatcher();
   EXPECT_TRUE(ReadFile(M("n1", "/f")) == data);
   const uint64_t fetched = Stat("n1", "fetched_bytes"), streamed = Stat("n1", "streamed_bytes");
-  EXPECT_EQ(fetched + streamed, data.size());  // no byte twice
-  EXPECT_GE(fetched, 4u << 20);
+  EXPECT_GE(fetched + streamed, data.size());
+  EXPECT_LE(fetched + streamed, data.size() + kSlack);
+  EXPECT_GE(fetched, 4u << 20);  // every read before the stream had 4 MiB
   EXPECT_GT(streamed, 0u);
   EXPECT_LE(Stat("n1", "fetches") + Stat("n1", "streamed"), 16u);  // 64 KiB blocks: 128 alone
-  EXPECT_LE(Stat("n1", "bytes_used"), fetched);
-  // Read again (the kernel drops its pages at open here): the cached part
-  // from the cache, the rest streamed again.
+  const uint64_t cached = Stat("n1", "bytes_used");
+  EXPECT_LE(cached, fetched);
+  // Read again (the kernel drops its pages at open here): what the cache
+  // holds from it, the rest from the file's node.
+  const uint64_t hits = Stat("n1", "hits");
   EXPECT_TRUE(ReadFile(M("n1", "/f")) == data);
-  EXPECT_EQ(Stat("n1", "fetched_bytes"), fetched);
-  EXPECT_GT(Stat("n1", "hits"), 0u);
+  const uint64_t again = Stat("n1", "fetched_bytes") + Stat("n1", "streamed_bytes") - fetched - streamed;
+  EXPECT_GT(Stat("n1", "hits"), hits);
+  EXPECT_LE(again, data.size() - cached + kSlack);
   ASSERT_TRUE(WriteAt(M("n2", "/f"), (6 << 20) + 5, "streamed"));
   data.replace((6 << 20) + 5, 8, "streamed");
   EXPECT_TRUE(ReadFile(M("n1", "/f")) == data);
