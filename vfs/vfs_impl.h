@@ -116,9 +116,7 @@ struct VfsOptions {
   // (RemoteAttrsChanged). Needs a KernelCache whose InvalidateData drops
   // pages. docs/coopcache.md, "Kernel page cache".
   bool keep_remote_pages = false;
-  // With the cache: a sequential read of a remote file goes past it once
-  // its stream read this many bytes (coopcache/streams.h); 0: never.
-  uint64_t stream_after = uint64_t{4} << 20;
+  uint64_t stream_after = uint64_t{4} << 20;  // coopcache/streams.h (`after`); 0: off
   // Deferred opens (vfs_deferred.cc): a read-only open, without O_TRUNC, of
   // a file held on another node that watches it for this one (attributes
   // exact) is answered without asking that node; the file is opened there
