@@ -255,7 +255,7 @@ void DirTable::Install(const Ticket& t, VdPtr vd, uint64_t epoch) {
 void DirTable::Patch(const std::string& path, uint64_t prev_version, uint64_t vd_version,
                      const std::vector<std::string>& keys, std::vector<VdEntry> fresh,
                      std::optional<std::vector<std::string>> holders, bool sharer,
-                     bool names_only) {
+                     bool names_only, std::optional<uint64_t> subdirs) {
   std::lock_guard lock(mu_);
   auto it = index_.find(path);
   if (it == index_.end()) return;
@@ -285,8 +285,7 @@ void DirTable::Patch(const std::string& path, uint64_t prev_version, uint64_t vd
       std::string n = e.name;
       by_name[n].push_back(std::move(e));
     }
-    for (auto& [name, entries] : by_name) {
-      if (names_only && entries.empty()) continue;  // an absence no bump would end
+    auto partial = [&] {
       auto part = std::make_shared<VirtualDirectory>();
       part->path = path;
       part->version = vd_version;
@@ -294,10 +293,22 @@ void DirTable::Patch(const std::string& path, uint64_t prev_version, uint64_t vd
       part->holders = holders ? *holders : slot.vd->holders;
       part->partial = true;
       part->kernel_may_cache = slot.vd->kernel_may_cache;  // fetched with notify or not
-      part->subdirs = slot.vd->subdirs;  // an estimate: the listing is refetched whole
+      // Without the manager's count, an estimate: the listing is refetched whole.
+      part->subdirs = subdirs.value_or(slot.vd->subdirs);
+      return part;
+    };
+    for (auto& [name, entries] : by_name) {
+      if (names_only && entries.empty()) continue;  // an absence no bump would end
+      auto part = partial();
       for (VdEntry& e : entries) part->entries.Put(std::move(e));
       PutNameLocked(s, name, std::move(part), word, slot.epoch);
     }
+    // The directory's summary (its holders and subdirectories) as the change
+    // left it: the GETATTR of P that the kernel sends after every change in
+    // it needs no message then. Kept like the names, until the next change
+    // that reaches the slot (for a names-only record, a change that is not
+    // only new names: those leave the summary as it is).
+    if (subdirs) PutNameLocked(s, std::string(), partial(), word, slot.epoch);
     return;
   }
   PatchCopyLocked(slot, vd_version, keys, std::move(fresh), std::move(holders));

@@ -118,10 +118,13 @@ class DirTable {
   // `holders`: none when they did not change (kept). `names_only`: the
   // manager records this node for names that exist only (not bumped when a
   // new name is created): a changed name that no longer exists is not kept.
+  // `subdirs`: the directory's count of subdirectories after the change (a
+  // manager of an older version does not say): with it, a stale copy keeps
+  // the directory's summary (FindName with no name) too.
   void Patch(const std::string& path, uint64_t prev_version, uint64_t vd_version,
              const std::vector<std::string>& keys, std::vector<VdEntry> fresh,
              std::optional<std::vector<std::string>> holders, bool sharer = false,
-             bool names_only = false);
+             bool names_only = false, std::optional<uint64_t> subdirs = std::nullopt);
 
   // Another node's change of VD(path), told by its manager as a delta
   // (docs/namespace.md, "Changes as deltas"): patches the copy (as Patch)

@@ -309,7 +309,7 @@ auto VdService::Impl::Core::UpdateOutcomeOf(
         std::optional<std::vector<std::string>> holders;
         if (!o->same_holders) holders = o->holders;
         self->dt_->Patch(path, o->prev_version, o->version, o->keys, o->fresh, std::move(holders),
-                         o->sharer, o->names_sharer);
+                         o->sharer, o->names_sharer, o->subdirs);
       }
       if (o && o->lease) self->InstallLease(path, *o, asked);
     };
@@ -577,6 +577,7 @@ auto VdService::Impl::Core::ServeUpdate(const std::string& path, std::vector<VdC
       o.fresh = std::move(d.fresh);
       o.holders = std::move(d.holders);
       o.same_holders = holders_hash != 0 && HoldersHash(o.holders) == holders_hash;
+      o.subdirs = it->second.snap.vd->subdirs;
       // Told of the next change: recorded (TakeSharersLocked keeps the
       // reporter's record), or every change of P is broadcast. A names-only
       // record is not told of new names: the reporter keeps no absence.

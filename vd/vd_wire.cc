@@ -335,7 +335,8 @@ m2m::Bytes EncodeUpdateReply(const UpdateOutcome& o) {
                 wire::CreateUpdateReply(b, o.version, o.prev_version, keys, entries, holders,
                                         lease, o.sharer, o.same_holders, o.read, read, o.held,
                                         o.names_sharer, o.added, o.unlinked,
-                                        parent ? &*parent : nullptr, o.renamed));
+                                        parent ? &*parent : nullptr, o.renamed,
+                                        o.subdirs.value_or(0), o.subdirs.has_value()));
 }
 
 Result<PathRequestData> DecodePathRequest(const m2m::Bytes& payload) {
@@ -507,6 +508,7 @@ Result<UpdateOutcome> DecodeUpdateReply(const m2m::Bytes& payload) {
   o.added = r->added();
   o.unlinked = r->unlinked();
   o.renamed = r->renamed();
+  if (r->has_subdirs()) o.subdirs = r->subdirs();
   if ((o.unlinked || o.renamed) && !r->read()) {
     return Err(EPROTO, "VD unlink or rename answer without its entry");
   }

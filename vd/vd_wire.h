@@ -127,6 +127,9 @@ struct UpdateOutcome {
   bool unlinked = false;
   std::optional<struct stat> parent;
   bool renamed = false;  // a kRename's answer (with `read`, `read_vd`)
+  // The VD's count of subdirectories after the change (with `keys`; none
+  // from a manager of an older version).
+  std::optional<uint64_t> subdirs;
 };
 
 // `from` and `epoch` are view.self and view.epoch.

@@ -198,6 +198,37 @@ TEST(DirTableNames, ANodesOwnChangeKeepsItsNamesInAStaleCopy) {
   EXPECT_EQ((*vd)->Find("y"), nullptr);
 }
 
+// The same for the directory's summary (its holders and count of
+// subdirectories, what the GETATTR after every change in P needs): the
+// reply to a node's own change carries the count, so a stale copy keeps the
+// summary as the change left it, until another change reaches the slot.
+TEST(DirTableNames, ANodesOwnChangeKeepsTheDirectorysSummaryInAStaleCopy) {
+  Federation f(3, NoLeases());
+  const std::string p = PathManagedBy(f, "n0");
+  Populate(f, p);
+  ASSERT_TRUE(f.Get(1, p));
+  f.fs(2).AddDir(p + "/sub");
+  ASSERT_TRUE(f.Update(2, p, Add("n2", "sub", DT_DIR)));  // n1's copy goes stale
+  ASSERT_TRUE(GetName(f, 1, p, "y"));                     // n1 registers again
+  f.fs(1).AddFile(p + "/y");
+  ASSERT_TRUE(f.Update(1, p, Add("n1", "y")));  // n1 becomes a holder
+  f.net().ResetStats();
+  auto vd = GetName(f, 1, p, "");
+  ASSERT_TRUE(vd);
+  EXPECT_EQ(f.net().TotalStats().messages_sent, 0u);
+  const auto want = f.Get(0, p);  // the manager's own
+  ASSERT_TRUE(want);
+  EXPECT_EQ((*vd)->subdirs, (*want)->subdirs);
+  EXPECT_EQ((*vd)->holders, (*want)->holders);
+  EXPECT_NE(std::find((*vd)->holders.begin(), (*vd)->holders.end(), "n1"), (*vd)->holders.end());
+  // Another node's new subdirectory is seen.
+  f.fs(2).AddDir(p + "/sub2");
+  ASSERT_TRUE(f.Update(2, p, Add("n2", "sub2", DT_DIR)));
+  vd = GetName(f, 1, p, "");
+  ASSERT_TRUE(vd);
+  EXPECT_EQ((*vd)->subdirs, (*want)->subdirs + 1);
+}
+
 // A copy that goes stale twice in a row (within churn_gap): the next lookups
 // there are recorded for names only (vd_service.h, VdServiceOptions::
 // churn_gap; docs/namespace.md, "Names in a busy directory"): a name that
