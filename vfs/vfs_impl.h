@@ -1,5 +1,4 @@
-// VfsImpl: the per-node Vfs (vfs/vfs.h) over virtual directories and
-// node file systems.
+// VfsImpl: the per-node Vfs (vfs/vfs.h) over virtual directories and node file systems.
 //
 // Ownership. VfsImpl owns the inode table (FUSE node id -> parent id, visible
 // name, name in the holder's export root, type, location, cached st_ino,
@@ -8,18 +7,16 @@
 // VfsDeps::make_remote). It does not own the local NodeFs, the VD client or
 // the cluster view source; they outlive it.
 //
-// Paths are never stored whole: an inode's global path is rebuilt from its
-// parent links, so a rename moves exactly one table entry and every
-// descendant follows. Directories hold no location (they are the union of the
-// same path on every node); every other inode has exactly one holder node.
+// Paths are never stored whole: an inode's global path is rebuilt from its parent
+// links, so a rename moves exactly one table entry and every descendant follows.
+// Directories hold no location (they are the union of the same path on every
+// node); every other inode has exactly one holder node.
 //
-// What each operation does is stated in docs/namespace.md ("The FUSE mount").
-// In short: names are resolved through VD(P) (VdClient), attributes and data
-// come from the holder's NodeFs, new entries go to the node chosen by the
-// placement function, and every change to a directory is reported to its
-// manager (VdClient::Update) after it succeeded on the node. A VD update that
-// fails after the change was made is logged and does not fail the operation
-// (the manager rebuilds the VD by dirmerge on its next miss).
+// What each operation does: docs/namespace.md ("The FUSE mount"). In short: names
+// are resolved through VD(P) (VdClient), attributes and data come from the holder's
+// NodeFs, new entries go to the node the placement function chooses, and every
+// change to a directory is reported to its manager (VdClient::Update) once made on
+// the node; a report that fails is logged and fails nothing (dirmerge rebuilds).
 //
 // Threads: every method may block (remote calls with deadlines) and is called
 // from FUSE worker threads; thread-safe. Lock order: mu_ (inode table) before
@@ -714,6 +711,8 @@ class VfsImpl final : public Vfs {
   // attributes are no answer for a getattr after one (Inode::lookup_attr).
   std::atomic<uint64_t> local_changes_{0};
   void Changing() { local_changes_.fetch_add(1, std::memory_order_acq_rel); }
+  // Before an unlink: Changing(), unless the name is a watched file with one link (vfs_prefetch.cc).
+  void UnlinkChanging(uint64_t parent, const std::string& dir_path, const std::string& name);
 
   // Directory attributes answered a moment ago (GetAttr of a directory), or
   // left by this node's create on the directory's first holder (the

@@ -401,10 +401,11 @@ Result<EntryOut> VfsImpl::Link(const Cred& c, uint64_t ino, uint64_t new_parent,
 }
 
 Status VfsImpl::Unlink(const Cred& c, uint64_t parent, const std::string& name) {
-  Changing();  // its node does not tell this node's session (Inode::lookup_attr)
   const uint64_t dir_before = DirChanges();
   std::optional<DirChange> dir_change(std::in_place, *this);  // KeptDirAttr
   FEDFS_TRY(dir, ResolveDir(parent));
+  // Its node does not tell this node's session (Inode::lookup_attr).
+  UnlinkChanging(parent, dir->path, name);
   OpenDeferredOf(parent, name);  // before the name goes (vfs_deferred.cc)
   // In one call to a manager elsewhere, which has the file's node unlink it
   // (docs/namespace.md "Unlinks and renames in one call").

@@ -18,6 +18,10 @@
 // lookup before the next one missed (a directory whose files this node
 // itself keeps changing, say), the next kSkipAlong misses ask for their
 // own name only, twice as many after each such ask in a row.
+// An unlink by this node of a watched file with one link changes no other
+// file's attributes: it drops what is kept of that file only (UnlinkChanging),
+// so a job that removes its neighbour's files one by one keeps using the
+// names asked along.
 #include <dirent.h>
 #include <sys/stat.h>
 
@@ -120,6 +124,34 @@ Result<WatchedStat> VfsImpl::StatForLookup(const Cred& c, const std::string& dir
     }
   }
   return std::move((*many)[0].second);
+}
+
+void VfsImpl::UnlinkChanging(uint64_t parent, const std::string& dir_path,
+                             const std::string& name) {
+  // The file the name stands for here, with one link and watched for this
+  // node: its node tells this node of every change another session makes,
+  // a second name included, so the unlink can change no other file's
+  // attributes (were it another file, now, its kept attributes go with its
+  // path; one with more names is never kept). Else every kept attribute goes.
+  // No lookup in the directory runs meanwhile to keep the file's attributes
+  // again: the kernel holds the directory's lock for the unlink.
+  {
+    std::lock_guard lock(mu_);  // order: mu_, files_mu_
+    const auto known = table_.Named(parent, name);
+    Inode* n = known ? table_.Find(*known) : nullptr;
+    if (n != nullptr && S_ISREG(n->type) && n->last.st_nlink == 1) {
+      std::lock_guard files_lock(files_mu_);
+      if (watch_of_.contains(*known)) {
+        n->lookup_attr = false;
+        if (auto it = prefetched_.find(JoinPath(dir_path, name)); it != prefetched_.end()) {
+          prefetch_of_.erase({it->second.node, it->second.watch});
+          prefetched_.erase(it);
+        }
+        return;
+      }
+    }
+  }
+  Changing();
 }
 
 }  // namespace fedfs::ns
