@@ -66,6 +66,7 @@ enum class RpcMethod : uint16_t {
   kMigLargest = 134,  // J -> each node: its largest files (rebalance)
   kMigDelta = 135,    // L -> T: the file changed during the copy: its chunk hashes
   kMigCancel = 136,   // -> L: cancel the move of a path; L -> T: stop that move's copy
+  kMigProgress = 137,  // -> L: the copy's progress of a path's move; L -> T: of that move
   kToolsFirst = 160,  // tools and benchmarks (160 was fedfs-bench's own file
                       // message before the simulator ran the file service)
 };

@@ -95,6 +95,11 @@ inline constexpr Command kMigratePlan{"migrate_plan", Arg::kPathNode,
 inline constexpr Command kCancel{"cancel", Arg::kPath,
                                  "cancel the move of file PATH in progress (migrate)",
                                  "a global path of a regular file, e.g. /a/b"};
+// "migrate_progress": how far the copy of the move of file PATH in progress
+// is (fedfsctl migrate draws it; docs/migration.md, "By hand").
+inline constexpr Command kMigrateProgress{"migrate_progress", Arg::kPath,
+                                          "how far the copy of the move of file PATH in progress is",
+                                          "a global path of a regular file, e.g. /a/b"};
 inline constexpr Command kMigrations{"migrations", Arg::kNone,
                                      "file moves: started, done, undone, failed, pending", ""};
 
@@ -126,10 +131,10 @@ inline constexpr Command kForget{"forget", Arg::kNode,
                                  "remove member NODE for good (drops what it must apply)",
                                  "a node id"};
 
-inline constexpr std::array<Command, 18> kCommands = {
+inline constexpr std::array<Command, 19> kCommands = {
     kStatus,   kRing,         kWhere,      kList,      kConflicts,    kDt,      kFiles,
-    kCache,    kCacheDrop,    kMigrate,    kMigratePlan, kCancel,     kMigrations, kRebalance,
-    kRebalancePlan, kMetrics, kPending,    kForget};
+    kCache,    kCacheDrop,    kMigrate,    kMigratePlan, kCancel,     kMigrateProgress,
+    kMigrations, kRebalance,  kRebalancePlan, kMetrics, kPending,      kForget};
 
 // The command named `name`, or nullptr.
 const Command* FindCommand(std::string_view name);
@@ -233,6 +238,20 @@ struct CancelReply {
   template <class S, class V>
   static void Fields(S& s, V&& v) {
     v("path", s.path); v("node", s.node);
+  }
+};
+
+// "migrate_progress": the move of `path` from `from` to `to` in progress,
+// its file's `bytes` when the move began and the bytes its target has
+// copied so far (`copied`; `bytes` once the copy is done).
+struct MigrateProgressReply {
+  static constexpr const Command& kCommand = kMigrateProgress;
+  std::string path, from, to;
+  uint64_t bytes = 0, copied = 0;
+  template <class S, class V>
+  static void Fields(S& s, V&& v) {
+    v("path", s.path); v("from", s.from); v("to", s.to); v("bytes", s.bytes);
+    v("copied", s.copied);
   }
 };
 

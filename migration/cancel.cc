@@ -2,7 +2,10 @@
 // hand"): the asker's node forwards the cancel to the file's node L
 // (kMigCancel naming the path), L marks the move, which fails with
 // ECANCELED at its next step before the commit, and tells T (kMigCancel
-// naming the move), whose copy stops within a chunk.
+// naming the move), whose copy stops within a chunk. A move's progress
+// (Migration::ProgressOf) goes the same way: to L by path (kMigProgress),
+// L asks T by the move's id how many bytes it copied.
+#include <algorithm>
 #include <cerrno>
 #include <memory>
 #include <string>
@@ -83,6 +86,79 @@ void Migration::OnCancel(m2m::IncomingCall call, m2m::Responder r) {
   Spawn([this, path = m->path, shared] {
     if (auto s = Cancel(path); !s) return shared->Fail(s.error());
     shared->Reply(EncodeMsg(MoveMsg{}));
+  });
+}
+
+Result<Migration::Progress> Migration::ProgressOf(const std::string& path) {
+  Moving m;
+  {
+    std::lock_guard lock(mu_);
+    auto it = moving_.find(path);
+    if (it == moving_.end()) return Err(ENOENT, "no move of " + path + " in progress here");
+    m = it->second;
+  }
+  Progress p{node_id_, m.to, m.size, m.size};
+  if (m.copied) return p;
+  MoveMsg q;
+  q.id = m.id;
+  q.path = path;
+  q.from = node_id_;
+  auto a = Call(m.to, MethodId(RpcMethod::kMigProgress), EncodeMsg(q), options_.rpc_timeout);
+  if (!a) {
+    if (a.error().code != ENOENT) return Err(a.error());
+    p.copied = 0;  // T not receiving yet (or done since, L not told yet)
+    return p;
+  }
+  auto d = DecodeMsg(*a);
+  if (!d) return Err(d.error());
+  p.copied = std::min(d->bytes, m.size);
+  return p;
+}
+
+Result<Migration::Progress> Migration::ProgressAt(const std::string& holder,
+                                                  const std::string& path) {
+  if (holder == node_id_) return ProgressOf(path);
+  MoveMsg q;
+  q.path = path;
+  q.from = node_id_;  // id 0: "the move of this path", to L
+  auto a = Call(holder, MethodId(RpcMethod::kMigProgress), EncodeMsg(q), options_.rpc_timeout);
+  if (!a) return Err(a.error());
+  auto d = DecodeMsg(*a);
+  if (!d) return Err(d.error());
+  return Progress{holder, d->to, d->size, std::min(d->bytes, d->size)};
+}
+
+void Migration::OnProgress(m2m::IncomingCall call, m2m::Responder r) {
+  auto m = DecodeMsg(call.payload);
+  if (m && (m->path.empty() || m->from.empty())) m = Err(EPROTO, "no path or no sender");
+  if (!m) {
+    Log()->warn("refused kMigProgress from {}: {}", call.peer.remote_addr, m.error().ToString());
+    return r.Fail(Error{EPROTO, m.error().context});
+  }
+  if (m->id != 0) {
+    // T: the bytes of that move's copy written so far.
+    std::shared_ptr<Staged> staged;
+    {
+      std::lock_guard lock(mu_);
+      if (auto it = staged_.find(kvkeys::MigrationKey(false, m->from, m->id)); it != staged_.end()) {
+        staged = it->second;
+      }
+    }
+    if (staged == nullptr) return r.Fail(Error{ENOENT, "no copy of that move here"});
+    MoveMsg a;
+    a.bytes = staged->copied.load(std::memory_order_relaxed);
+    return r.Reply(EncodeMsg(a));
+  }
+  // L: ProgressOf calls T, so not on the transport's thread.
+  auto shared = std::make_shared<m2m::Responder>(std::move(r));
+  Spawn([this, path = m->path, shared] {
+    auto p = ProgressOf(path);
+    if (!p) return shared->Fail(p.error());
+    MoveMsg a;
+    a.to = p->to;
+    a.size = p->bytes;
+    a.bytes = p->copied;
+    shared->Reply(EncodeMsg(a));
   });
 }
 

@@ -217,7 +217,7 @@ Result<MoveOutcome> Migration::Attempt(const std::string& path, const std::strin
         std::chrono::system_clock::now().time_since_epoch() / std::chrono::nanoseconds(1));
     last_id_ = std::max(last_id_ + 1, now);
     r.id = last_id_;
-    moving_[path] = Moving{r.id, to};  // until Move returns (Cancel)
+    moving_[path] = Moving{r.id, to, static_cast<uint64_t>(st0->st_size)};  // until Move returns
   }
   r.state = Rec::kCopying;
   r.path = path;
@@ -284,6 +284,10 @@ Result<MoveOutcome> Migration::Attempt(const std::string& path, const std::strin
   auto answer = DecodeMsg(*copied);
   if (!answer) return fail(answer.error());
   uint64_t bytes = answer->bytes;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = moving_.find(path); it != moving_.end()) it->second.copied = true;
+  }
   Step("mig:copied");
   // Cancel: checked before each step up to the commit.
   auto cancelled = [&] { return Cancelled(r.id); };

@@ -199,6 +199,17 @@ class Migration {
   // Cancel at node `holder` (here, or through kMigCancel).
   Status CancelAt(const std::string& holder, const std::string& path);
 
+  // How far the copy of the move of `path` running here as its file's node
+  // is (T counts the bytes it has written): ENOENT when none runs here.
+  struct Progress {
+    std::string from, to;
+    uint64_t bytes = 0;   // the file's size when the move began
+    uint64_t copied = 0;  // bytes copied so far (`bytes` once the copy is done)
+  };
+  [[nodiscard]] Result<Progress> ProgressOf(const std::string& path);
+  // ProgressOf at node `holder` (here, or through kMigProgress).
+  [[nodiscard]] Result<Progress> ProgressAt(const std::string& holder, const std::string& path);
+
   // The checks of a move (step 0), and whether T has a file of that name
   // (EEXIST) or a move of it runs (EBUSY); nothing changes. The outcome's
   // bytes are the file's size. (Locks are found only when the move freezes
@@ -295,6 +306,7 @@ class Migration {
   void OnLargest(m2m::IncomingCall call, m2m::Responder r);
   void OnDelta(m2m::IncomingCall call, m2m::Responder r);
   void OnCancel(m2m::IncomingCall call, m2m::Responder r);  // cancel.cc
+  void OnProgress(m2m::IncomingCall call, m2m::Responder r);  // cancel.cc
   // L: whether move `id` was cancelled (Cancel).
   bool Cancelled(uint64_t id) const;
   // T: the record and the copy of the move that `m` names, while its copy
@@ -331,6 +343,8 @@ class Migration {
   struct Moving {
     uint64_t id = 0;
     std::string to;
+    uint64_t size = 0;       // the file's when the move began
+    bool copied = false;     // T's copy is done (ProgressOf)
   };
   std::map<std::string, Moving> moving_;          // L: path -> its move running here
   std::set<uint64_t> cancelled_;                  // L: ids of moves cancelled (Cancel)

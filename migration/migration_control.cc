@@ -51,6 +51,14 @@ void RegisterMigrationControl(
     }
     return control::CancelReply{q.path, *holder};
   });
+  dispatcher.Register(
+      [migration, holder_of](const control::Request& q) -> Result<control::MigrateProgressReply> {
+        auto holder = holder_of(q.path);
+        if (!holder) return Err(holder.error());
+        auto p = migration->ProgressAt(*holder, q.path);
+        if (!p) return Err(p.error().code, q.path + ": " + p.error().ToString());
+        return control::MigrateProgressReply{q.path, p->from, p->to, p->bytes, p->copied};
+      });
   dispatcher.Register([migration, room = std::move(room), node_id = std::move(node_id)](
                           const control::Request&) -> Result<control::MigrationsReply> {
     control::MigrationsReply r;

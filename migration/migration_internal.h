@@ -94,6 +94,7 @@ struct Migration::Staged {
   std::vector<ChunkHashValue> hashes;
   bool aligned = true;  // every read of the copy was whole but the last
   std::atomic<bool> cancelled{false};  // L cancelled the move (kMigCancel)
+  std::atomic<uint64_t> copied{0};     // bytes read and written so far (kMigProgress)
 };
 
 m2m::Bytes EncodeMoveRecord(const Migration::Rec& r);

@@ -51,6 +51,7 @@ void Migration::RegisterHandlers() {
   on(RpcMethod::kMigLargest, &Migration::OnLargest);
   on(RpcMethod::kMigDelta, &Migration::OnDelta);
   on(RpcMethod::kMigCancel, &Migration::OnCancel);
+  on(RpcMethod::kMigProgress, &Migration::OnProgress);
 }
 
 namespace {
@@ -208,6 +209,7 @@ Result<uint64_t> Migration::Receive(const std::string& key, const Prep& p) {
         if (why.code != 0) break;
       }
       off += n;
+      staged->copied.store(off, std::memory_order_relaxed);
       if (n < options_.chunk) break;  // the end of the file (CopyAhead reads no further)
       if (rate > 0) {
         // --max-rate: the next read waits until the bytes so far took

@@ -272,6 +272,11 @@ void Print(const control::Command& cmd, const std::string& reply) {
   } else if (cmd.name == control::kCancel.name) {
     const auto r = Decode<control::CancelReply>(reply);
     std::printf("cancelled the move of %s (at %s)\n", r.path.c_str(), r.node.c_str());
+  } else if (cmd.name == control::kMigrateProgress.name) {
+    const auto r = Decode<control::MigrateProgressReply>(reply);
+    std::printf("%s: %s to %s, %llu of %llu bytes copied\n", r.path.c_str(), r.from.c_str(),
+                r.to.c_str(), static_cast<unsigned long long>(r.copied),
+                static_cast<unsigned long long>(r.bytes));
   } else if (cmd.name == control::kMetrics.name) {
     std::fputs(Decode<control::MetricsReply>(reply).text.c_str(), stdout);
   } else {

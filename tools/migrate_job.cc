@@ -177,7 +177,9 @@ int RunMigrateJob(const MigrateJob& job) {
   sa.sa_handler = OnInterrupt;
   sa.sa_flags = SA_RESTART;  // the move asked meanwhile is answered
   ::sigaction(SIGINT, &sa, nullptr);
-  const Bar bar(!job.json && ::isatty(STDERR_FILENO) == 1 && summary);
+  // On a terminal, also for one file: the bar advances within a file as
+  // its copy does (migrate_progress).
+  const Bar bar(!job.json && ::isatty(STDERR_FILENO) == 1);
   uint64_t total = 0;
   for (File& f : w.files) {
     control::Request q{std::string(control::kMigratePlan.name), f.path, job.to};
@@ -203,14 +205,20 @@ int RunMigrateJob(const MigrateJob& job) {
       control::Request q{std::string(control::kMigrate.name), f.path, job.to};
       q.max_rate = job.max_rate;
       // ^C during the move cancels it (the daemon's "cancel"); the move
-      // then answers ECANCELED, unless it had committed.
-      std::jthread canceller([&job, path = f.path](std::stop_token stop) {
-        while (!stop.stop_requested()) {
+      // then answers ECANCELED, unless it had committed. Meanwhile the bar
+      // shows how far the copy of the file is, asked every 250 ms.
+      std::jthread canceller([&, path = f.path](std::stop_token stop) {
+        for (int tick = 1; !stop.stop_requested(); ++tick) {
           if (g_interrupted.load()) {
             (void)control::Ask(job.socket, {std::string(control::kCancel.name), path, ""});
             return;
           }
           std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          if (tick % 5 != 0 || stop.stop_requested()) continue;
+          auto p = AskFor<control::MigrateProgressReply>(
+              job.socket, {std::string(control::kMigrateProgress.name), path, ""},
+              std::chrono::seconds(2));
+          if (p && !stop.stop_requested()) bar.Draw(done, n, moved_bytes + p->copied, total, path);
         }
       });
       auto r = AskFor<control::MigrateReply>(job.socket, q, std::chrono::seconds(0));

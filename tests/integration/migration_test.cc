@@ -31,6 +31,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -402,7 +403,9 @@ TEST_F(Migration, MovesSubtreesAndSeveralPathsOneFileAtATime) {
 // less than 3 s (each read of a 1 MiB chunk waits until the bytes before it
 // took their share of time; without the bound the move takes a fraction of
 // a second here), and arrives whole. A rate fedfsctl cannot read is refused
-// before anything is asked.
+// before anything is asked. Meanwhile `migrate_progress`, asked through a
+// third node, shows the copy part done (what fedfsctl migrate's bar draws),
+// and once the move is over there is none.
 TEST_F(Migration, MaxRateBoundsTheCopy) {
   fs::create_directories(Root("n1") + "/d");
   std::string content(6u << 20, '\0');
@@ -418,12 +421,42 @@ TEST_F(Migration, MaxRateBoundsTheCopy) {
     EXPECT_NE(r.err.find("--max-rate"), std::string::npos) << r.err;
   }
   EXPECT_EQ(c_.Ctl("n1", {"migrations"})["done"], 0);
+  const CommandResult none = RunCommand(
+      {FEDFS_FEDFSCTL_PATH, "--socket", c_.Socket("n3"), "migrate_progress", "/d/big"}, kNoHang);
+  EXPECT_EQ(none.exit_code, 1) << none.out << none.err;
+  EXPECT_NE(none.err.find("no move of /d/big in progress"), std::string::npos) << none.err;
   const auto t0 = std::chrono::steady_clock::now();
-  const CommandResult r = RunCommand({FEDFS_FEDFSCTL_PATH, "--socket", c_.Socket("n3"), "migrate",
-                                      "/d/big", "--to", "n2", "--max-rate", "2M"},
-                                     kNoHang);
+  CommandResult r;
+  std::atomic<bool> over{false};
+  std::thread move([&] {
+    r = RunCommand({FEDFS_FEDFSCTL_PATH, "--socket", c_.Socket("n3"), "migrate", "/d/big", "--to",
+                    "n2", "--max-rate", "2M"},
+                   kNoHang);
+    over = true;
+  });
+  // Part of the copy seen: more than nothing, less than all, never more
+  // than the file, and never less than seen before.
+  bool partly = false;
+  uint64_t last = 0;
+  while (!over) {
+    const auto p = c_.Ctl("n2", {"migrate_progress", "/d/big"});
+    if (p.is_object()) {
+      const auto copied = p.value("copied", uint64_t{0});
+      EXPECT_EQ(p.value("bytes", uint64_t{0}), content.size()) << p.dump();
+      EXPECT_EQ(p.value("from", ""), "n1") << p.dump();
+      EXPECT_EQ(p.value("to", ""), "n2") << p.dump();
+      EXPECT_LE(copied, content.size()) << p.dump();
+      EXPECT_GE(copied, last) << p.dump();
+      last = copied;
+      partly = partly || (copied > 0 && copied < content.size());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  move.join();
   const auto took = std::chrono::steady_clock::now() - t0;
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err << c_.Log("n1") << c_.Log("n2");
+  EXPECT_TRUE(partly) << "the copy's progress was never seen part done";
+  EXPECT_TRUE(c_.Ctl("n3", {"migrate_progress", "/d/big"}).is_null());
   EXPECT_GE(took, std::chrono::seconds(3)) << "the copy was not bounded";
   EXPECT_EQ(Holder(c_, "n3", "/d/big"), "n2");
   EXPECT_EQ(Digest(ReadFileText(Root("n2") + "/d/big")), Digest(content));
