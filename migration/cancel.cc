@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/logging.h"
@@ -61,22 +62,32 @@ Status Migration::CancelAt(const std::string& holder, const std::string& path) {
   return Ok();
 }
 
-void Migration::OnCancel(m2m::IncomingCall call, m2m::Responder r) {
+// A kMigCancel or kMigProgress: to L naming a path (id 0), or to T naming
+// the move (id and sender); EPROTO answered (logged) for anything else.
+std::optional<MoveMsg> Migration::DecodeAsked(const m2m::IncomingCall& call, m2m::Responder& r,
+                                             const char* what) {
   auto m = DecodeMsg(call.payload);
   if (m && (m->path.empty() || m->from.empty())) m = Err(EPROTO, "no path or no sender");
   if (!m) {
-    Log()->warn("refused kMigCancel from {}: {}", call.peer.remote_addr, m.error().ToString());
-    return r.Fail(Error{EPROTO, m.error().context});
+    Log()->warn("refused {} from {}: {}", what, call.peer.remote_addr, m.error().ToString());
+    r.Fail(Error{EPROTO, m.error().context});
+    return std::nullopt;
   }
+  return std::move(*m);
+}
+
+std::shared_ptr<Migration::Staged> Migration::StagedOf(const MoveMsg& m) {
+  std::lock_guard lock(mu_);
+  auto it = staged_.find(kvkeys::MigrationKey(false, m.from, m.id));
+  return it != staged_.end() ? it->second : nullptr;
+}
+
+void Migration::OnCancel(m2m::IncomingCall call, m2m::Responder r) {
+  auto m = DecodeAsked(call, r, "kMigCancel");
+  if (!m) return;
   if (m->id != 0) {
     // T: the copy of that move from that node, if it is being received.
-    std::shared_ptr<Staged> staged;
-    {
-      std::lock_guard lock(mu_);
-      if (auto it = staged_.find(kvkeys::MigrationKey(false, m->from, m->id)); it != staged_.end()) {
-        staged = it->second;
-      }
-    }
+    auto staged = StagedOf(*m);
     if (staged == nullptr) return r.Fail(Error{ENOENT, "no copy of that move here"});
     staged->cancelled.store(true);
     return r.Reply(EncodeMsg(MoveMsg{}));
@@ -129,21 +140,11 @@ Result<Migration::Progress> Migration::ProgressAt(const std::string& holder,
 }
 
 void Migration::OnProgress(m2m::IncomingCall call, m2m::Responder r) {
-  auto m = DecodeMsg(call.payload);
-  if (m && (m->path.empty() || m->from.empty())) m = Err(EPROTO, "no path or no sender");
-  if (!m) {
-    Log()->warn("refused kMigProgress from {}: {}", call.peer.remote_addr, m.error().ToString());
-    return r.Fail(Error{EPROTO, m.error().context});
-  }
+  auto m = DecodeAsked(call, r, "kMigProgress");
+  if (!m) return;
   if (m->id != 0) {
     // T: the bytes of that move's copy written so far.
-    std::shared_ptr<Staged> staged;
-    {
-      std::lock_guard lock(mu_);
-      if (auto it = staged_.find(kvkeys::MigrationKey(false, m->from, m->id)); it != staged_.end()) {
-        staged = it->second;
-      }
-    }
+    auto staged = StagedOf(*m);
     if (staged == nullptr) return r.Fail(Error{ENOENT, "no copy of that move here"});
     MoveMsg a;
     a.bytes = staged->copied.load(std::memory_order_relaxed);

@@ -84,6 +84,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <shared_mutex>
 #include <string>
@@ -307,6 +308,9 @@ class Migration {
   void OnDelta(m2m::IncomingCall call, m2m::Responder r);
   void OnCancel(m2m::IncomingCall call, m2m::Responder r);  // cancel.cc
   void OnProgress(m2m::IncomingCall call, m2m::Responder r);  // cancel.cc
+  std::optional<MoveMsg> DecodeAsked(const m2m::IncomingCall& call, m2m::Responder& r,
+                                     const char* what);  // cancel.cc
+  std::shared_ptr<Staged> StagedOf(const MoveMsg& m);   // T: the copy of that move, if any
   // L: whether move `id` was cancelled (Cancel).
   bool Cancelled(uint64_t id) const;
   // T: the record and the copy of the move that `m` names, while its copy
