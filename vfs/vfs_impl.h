@@ -706,6 +706,7 @@ class VfsImpl final : public Vfs {
   int along_skip_ = 0;        // misses still to ask for one name only
   int along_skip_next_ = 0;   // the skip after the next ask that serves none
   void ErasePrefetchedLocked(const std::pair<std::string, Handle>& key);  // files_mu_ held
+  void ErasePrefetchedPathLocked(const std::string& path);               // files_mu_ held
   // Operations of this node that may change a remote file's attributes
   // (its node does not tell the session that made the change): a lookup's
   // attributes are no answer for a getattr after one (Inode::lookup_attr).

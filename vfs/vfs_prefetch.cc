@@ -48,6 +48,13 @@ void VfsImpl::ErasePrefetchedLocked(const std::pair<std::string, Handle>& key) {
   prefetch_of_.erase(it);
 }
 
+void VfsImpl::ErasePrefetchedPathLocked(const std::string& path) {
+  auto it = prefetched_.find(path);
+  if (it == prefetched_.end()) return;
+  prefetch_of_.erase({it->second.node, it->second.watch});
+  prefetched_.erase(it);
+}
+
 Result<WatchedStat> VfsImpl::StatForLookup(const Cred& c, const std::string& dir_path,
                                            const std::string& real_name, const std::string& node,
                                            NodeFs& fs, uint64_t* taken) {
@@ -115,10 +122,7 @@ Result<WatchedStat> VfsImpl::StatForLookup(const Cred& c, const std::string& dir
       }
       // Every kept path is in prefetch_order_: bounding it bounds them.
       while (prefetch_order_.size() > kKeptMax) {
-        if (auto it = prefetched_.find(prefetch_order_.front()); it != prefetched_.end()) {
-          prefetch_of_.erase({it->second.node, it->second.watch});
-          prefetched_.erase(it);
-        }
+        ErasePrefetchedPathLocked(prefetch_order_.front());
         prefetch_order_.pop_front();
       }
     }
@@ -143,10 +147,7 @@ void VfsImpl::UnlinkChanging(uint64_t parent, const std::string& dir_path,
       std::lock_guard files_lock(files_mu_);
       if (watch_of_.contains(*known)) {
         n->lookup_attr = false;
-        if (auto it = prefetched_.find(JoinPath(dir_path, name)); it != prefetched_.end()) {
-          prefetch_of_.erase({it->second.node, it->second.watch});
-          prefetched_.erase(it);
-        }
+        ErasePrefetchedPathLocked(JoinPath(dir_path, name));
         return;
       }
     }

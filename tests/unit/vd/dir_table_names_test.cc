@@ -175,16 +175,27 @@ TEST(DirTableNames, HoldersAreSentOnlyWhenTheyChanged) {
   EXPECT_EQ((*vd)->holders, (std::vector<std::string>{"n0", "n1", "n2"}));
 }
 
+// n1 fetches p whole; n2's creation of `other` (of `type`) makes that copy
+// stale; n1 asks for "y" (recorded again, one name), then creates y itself.
+void OwnCreateInAStaleCopy(Federation& f, const std::string& p, const std::string& other,
+                           uint8_t type) {
+  Populate(f, p);
+  ASSERT_TRUE(f.Get(1, p));
+  if (type == DT_DIR) {
+    f.fs(2).AddDir(p + "/" + other);
+  } else {
+    f.fs(2).AddFile(p + "/" + other);
+  }
+  ASSERT_TRUE(f.Update(2, p, Add("n2", other, type)));  // n1's copy goes stale
+  ASSERT_TRUE(GetName(f, 1, p, "y"));                   // n1 registers again (one name)
+  f.fs(1).AddFile(p + "/y");
+  ASSERT_TRUE(f.Update(1, p, Add("n1", "y")));  // n1's own change (n1 becomes a holder)
+}
+
 TEST(DirTableNames, ANodesOwnChangeKeepsItsNamesInAStaleCopy) {
   Federation f(3, NoLeases());
   const std::string p = PathManagedBy(f, "n0");
-  Populate(f, p);
-  ASSERT_TRUE(f.Get(1, p));
-  f.fs(2).AddFile(p + "/other");
-  ASSERT_TRUE(f.Update(2, p, Add("n2", "other")));  // n1's copy goes stale
-  ASSERT_TRUE(GetName(f, 1, p, "y"));               // n1 registers again (one name)
-  f.fs(1).AddFile(p + "/y");
-  ASSERT_TRUE(f.Update(1, p, Add("n1", "y")));  // n1's own change: y kept from the reply
+  ASSERT_NO_FATAL_FAILURE(OwnCreateInAStaleCopy(f, p, "other", DT_REG));  // y kept from the reply
   f.net().ResetStats();
   auto vd = GetName(f, 1, p, "y");
   ASSERT_TRUE(vd);
@@ -205,13 +216,7 @@ TEST(DirTableNames, ANodesOwnChangeKeepsItsNamesInAStaleCopy) {
 TEST(DirTableNames, ANodesOwnChangeKeepsTheDirectorysSummaryInAStaleCopy) {
   Federation f(3, NoLeases());
   const std::string p = PathManagedBy(f, "n0");
-  Populate(f, p);
-  ASSERT_TRUE(f.Get(1, p));
-  f.fs(2).AddDir(p + "/sub");
-  ASSERT_TRUE(f.Update(2, p, Add("n2", "sub", DT_DIR)));  // n1's copy goes stale
-  ASSERT_TRUE(GetName(f, 1, p, "y"));                     // n1 registers again
-  f.fs(1).AddFile(p + "/y");
-  ASSERT_TRUE(f.Update(1, p, Add("n1", "y")));  // n1 becomes a holder
+  ASSERT_NO_FATAL_FAILURE(OwnCreateInAStaleCopy(f, p, "sub", DT_DIR));
   f.net().ResetStats();
   auto vd = GetName(f, 1, p, "");
   ASSERT_TRUE(vd);
